@@ -1,0 +1,4 @@
+// Command webhook is migflex's fallback admission webhook.
+package main
+
+func main() {}

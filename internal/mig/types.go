@@ -1,0 +1,85 @@
+// Package mig reads and changes the MIG state of GPUs through an NVML
+// interface. It is the only code that talks to NVML about partitions; the
+// config engine, the device plugin and the node agent work on the plain types
+// declared here, so they never care whether NVML is real or simulated.
+package mig
+
+// Profile is a GPU-instance profile a GPU supports, as NVML reports it. Each
+// GPU instance migflex creates carries exactly one compute instance that spans
+// all of its compute slices, so a profile here names both.
+type Profile struct {
+	// Name is the canonical profile name: "1g.10gb", "3g.40gb", "1g.10gb+me".
+	Name string `json:"name"`
+	// ID is GpuInstanceProfileInfo.Id, the number nvidia-smi prints (19 for 1g.10gb).
+	ID uint32 `json:"id"`
+	// Query is the go-nvml GPU_INSTANCE_PROFILE_* constant used to look the
+	// profile up (nvml.GPU_INSTANCE_PROFILE_1_SLICE == 0, ...).
+	Query int `json:"query"`
+	// Slices is the number of compute (GPU) slices: the "3" in 3g.40gb.
+	Slices int `json:"slices"`
+	// MemorySlices is the placement size in memory slices (out of 8).
+	MemorySlices int `json:"memorySlices"`
+	// MemoryMB is the instance memory in MiB, as NVML reports it.
+	MemoryMB uint64 `json:"memoryMB"`
+	// SMs is the multiprocessor count of the instance.
+	SMs int `json:"sms"`
+	// MaxCount is how many instances of this profile fit on an empty GPU.
+	MaxCount int `json:"maxCount"`
+	// Placements are the memory-slice starts this profile may be created at.
+	Placements []int `json:"placements"`
+}
+
+// Instance is one GPU instance on a GPU, with its full-size compute instance.
+type Instance struct {
+	// Profile is the Profile.Name of the GPU instance.
+	Profile string `json:"profile"`
+	// Start and Size are the placement in memory slices.
+	Start int `json:"start"`
+	Size  int `json:"size"`
+	// GIID is the GPU instance id; CIID the compute instance id inside it.
+	GIID uint32 `json:"gi"`
+	CIID uint32 `json:"ci"`
+	// HasCI is false for a GPU instance without a compute instance (a
+	// half-applied layout); such an instance yields no MIG device.
+	HasCI bool `json:"hasCI"`
+	// UUID is the MIG device UUID ("MIG-..."), empty when HasCI is false.
+	UUID string `json:"uuid,omitempty"`
+}
+
+// GPU is one physical GPU: identity, MIG capability and current layout.
+type GPU struct {
+	Index int    `json:"index"`
+	UUID  string `json:"uuid"`
+	// Model is the product name NVML reports ("NVIDIA H100 80GB HBM3" on real
+	// hardware, the model name in the simulator).
+	Model string `json:"model"`
+	// PCIDeviceID is the combined device/vendor id, e.g. 0x233010DE, the value
+	// mig-parted's device-filter matches.
+	PCIDeviceID uint32 `json:"pciDeviceID"`
+	// MemoryMB is the total memory of the GPU in MiB.
+	MemoryMB uint64 `json:"memoryMB"`
+	// Minor is the /dev/nvidiaN minor number.
+	Minor int `json:"minor"`
+
+	MigCapable bool `json:"migCapable"`
+	// MigEnabled is the current MIG mode; MigPending the mode that takes
+	// effect after a GPU reset (equal to MigEnabled when nothing is pending).
+	MigEnabled bool `json:"migEnabled"`
+	MigPending bool `json:"migPending"`
+
+	// Profiles is what the GPU supports, ordered by Query; empty when the GPU
+	// is not MIG capable.
+	Profiles []Profile `json:"profiles,omitempty"`
+	// Instances is the current layout ordered by Start; empty when MIG is off.
+	Instances []Instance `json:"instances,omitempty"`
+}
+
+// Profile returns the profile with the given name, or false.
+func (g *GPU) Profile(name string) (Profile, bool) {
+	for _, p := range g.Profiles {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return Profile{}, false
+}
