@@ -8,8 +8,10 @@ STATICCHECK_VERSION ?= v0.7.0
 
 all: build
 
+# The node agent links go-nvml (cgo); the webhook is static.
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/ ./cmd/...
+	CGO_ENABLED=1 $(GO) build -trimpath -o $(BIN)/device-plugin ./cmd/device-plugin
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/webhook ./cmd/webhook
 
 lint:
 	$(GO) vet ./...
