@@ -1,0 +1,86 @@
+// Package podresourcestest serves a stand-in for the kubelet's pod-resources
+// API on a unix socket, with assignments the test controls.
+package podresourcestest
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+)
+
+// Device is one assignment the stand-in reports.
+type Device struct {
+	Namespace, Pod, Container, Resource string
+	IDs                                 []string
+}
+
+// Server is a pod-resources stand-in. Set what it reports with Set.
+type Server struct {
+	podresourcesv1.UnimplementedPodResourcesListerServer
+	Socket string
+
+	mu      sync.Mutex
+	devices []Device
+	calls   int
+}
+
+// Start serves on a socket in a fresh temp dir and stops at test cleanup.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	s := &Server{Socket: filepath.Join(t.TempDir(), "kubelet.sock")}
+	l, err := net.Listen("unix", s.Socket)
+	if err != nil {
+		t.Fatalf("listen %s: %v", s.Socket, err)
+	}
+	g := grpc.NewServer()
+	podresourcesv1.RegisterPodResourcesListerServer(g, s)
+	go func() { _ = g.Serve(l) }()
+	t.Cleanup(g.Stop)
+	return s
+}
+
+// Set replaces the reported assignments.
+func (s *Server) Set(devices ...Device) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.devices = append([]Device(nil), devices...)
+}
+
+// Calls is how many List calls the stand-in answered.
+func (s *Server) Calls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls
+}
+
+// List implements the kubelet's List: pods grouped with their containers.
+func (s *Server) List(context.Context, *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	pods := map[string]*podresourcesv1.PodResources{}
+	var order []string
+	for _, d := range s.devices {
+		key := d.Namespace + "/" + d.Pod
+		p, ok := pods[key]
+		if !ok {
+			p = &podresourcesv1.PodResources{Namespace: d.Namespace, Name: d.Pod}
+			pods[key] = p
+			order = append(order, key)
+		}
+		p.Containers = append(p.Containers, &podresourcesv1.ContainerResources{
+			Name:    d.Container,
+			Devices: []*podresourcesv1.ContainerDevices{{ResourceName: d.Resource, DeviceIds: d.IDs}},
+		})
+	}
+	resp := &podresourcesv1.ListPodResourcesResponse{}
+	for _, k := range order {
+		resp.PodResources = append(resp.PodResources, pods[k])
+	}
+	return resp, nil
+}
