@@ -1,0 +1,397 @@
+// Package health turns NVML Xid critical-error events into per-device health
+// for the device plugin. Events are registered on parent GPUs and scoped to
+// MIG devices by the GPU-instance and compute-instance ids NVML reports with
+// each event. A device that saw an Xid turns healthy again after a quiet
+// period without new errors, so one transient fault does not take a device
+// out of service until the next restart.
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"k8s.io/klog/v2"
+)
+
+// AllInstances is the GPU-instance or compute-instance id NVML reports when
+// an event is not attributable to one instance: it affects the whole GPU
+// (or the whole GPU instance).
+const AllInstances = 0xFFFFFFFF
+
+const (
+	// DefaultQuietPeriod is how long a device must go without a new Xid
+	// before it is reported healthy again.
+	DefaultQuietPeriod = 5 * time.Minute
+	// DefaultPollInterval bounds how long one EventSet.Wait blocks, and so
+	// how quickly Run notices cancellation and new GPUs to watch.
+	DefaultPollInterval = time.Second
+)
+
+// DefaultIgnoredXids are Xids caused by applications (illegal memory access,
+// MMU faults from user code, ...) rather than by the device; they say
+// nothing about the device's health.
+var DefaultIgnoredXids = []uint64{13, 31, 43, 45, 68, 109}
+
+// Lib is the part of nvml.Interface the watcher needs.
+type Lib interface {
+	EventSetCreate() (nvml.EventSet, nvml.Return)
+	DeviceGetHandleByUUID(uuid string) (nvml.Device, nvml.Return)
+}
+
+var _ Lib = nvml.Interface(nil)
+
+// Options configure a Watcher. The zero value is usable.
+type Options struct {
+	// IgnoredXids are never treated as device faults. Nil means
+	// DefaultIgnoredXids; an empty, non-nil slice ignores nothing.
+	IgnoredXids []uint64
+	// QuietPeriod is how long after its last Xid a device recovers. Zero
+	// means DefaultQuietPeriod; a negative value means devices never recover.
+	QuietPeriod time.Duration
+	// PollInterval is the timeout of one EventSet.Wait. Zero means
+	// DefaultPollInterval.
+	PollInterval time.Duration
+}
+
+// Target is one device whose health is tracked.
+type Target struct {
+	// ID is the device ID reported to the kubelet.
+	ID string
+	// GPU is the UUID of the physical GPU the device lives on.
+	GPU string
+	// MIG is true for a MIG device; then GI and CI scope the events that
+	// affect it. A whole GPU is affected by every event on it.
+	MIG bool
+	GI  uint32
+	CI  uint32
+}
+
+// Fault is why a device is unhealthy: its most recent Xid and when it was
+// seen. Until is when the device recovers if no new error arrives; it is
+// zero when devices never recover.
+type Fault struct {
+	Xid   uint64
+	At    time.Time
+	Until time.Time
+}
+
+// Watcher tracks device health from NVML events. Create it with New, give it
+// targets with SetTargets (any time, also before Run), run it with Run, and
+// read the state with Unhealthy after a signal on Changes.
+type Watcher struct {
+	lib          Lib
+	ignored      map[uint64]bool
+	quiet        time.Duration
+	pollInterval time.Duration
+
+	mu        sync.Mutex
+	log       klog.Logger
+	running   bool
+	stopped   bool
+	targets   []Target
+	targetGen uint64
+	faults    map[string]*fault
+	changes   chan struct{}
+}
+
+type fault struct {
+	Fault
+	// seq identifies the latest error; a recovery timer only clears the
+	// fault if no newer error arrived after it was armed.
+	seq   uint64
+	timer *time.Timer
+}
+
+// New returns a Watcher over lib.
+func New(lib Lib, opts Options) (*Watcher, error) {
+	if lib == nil {
+		return nil, errors.New("health: nil NVML library")
+	}
+	ignored := opts.IgnoredXids
+	if ignored == nil {
+		ignored = DefaultIgnoredXids
+	}
+	w := &Watcher{
+		lib:          lib,
+		ignored:      make(map[uint64]bool, len(ignored)),
+		quiet:        opts.QuietPeriod,
+		pollInterval: opts.PollInterval,
+		faults:       map[string]*fault{},
+		changes:      make(chan struct{}, 1),
+	}
+	for _, x := range ignored {
+		w.ignored[x] = true
+	}
+	if w.quiet == 0 {
+		w.quiet = DefaultQuietPeriod
+	}
+	if w.pollInterval == 0 {
+		w.pollInterval = DefaultPollInterval
+	}
+	if w.pollInterval < time.Millisecond {
+		return nil, fmt.Errorf("health: poll interval %s is shorter than NVML's 1ms resolution", w.pollInterval)
+	}
+	return w, nil
+}
+
+// SetTargets replaces the set of watched devices, for example after a MIG
+// layout change. Faults of devices that are no longer targets are dropped;
+// devices that remain keep theirs.
+func (w *Watcher) SetTargets(targets []Target) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.targets = slices.Clone(targets)
+	w.targetGen++
+	keep := make(map[string]bool, len(targets))
+	for _, t := range targets {
+		keep[t.ID] = true
+	}
+	changed := false
+	for id, f := range w.faults {
+		if !keep[id] {
+			if f.timer != nil {
+				f.timer.Stop()
+			}
+			delete(w.faults, id)
+			changed = true
+		}
+	}
+	if changed {
+		w.notifyLocked()
+	}
+}
+
+// Unhealthy returns the devices that are currently unhealthy, by device ID.
+func (w *Watcher) Unhealthy() map[string]Fault {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[string]Fault, len(w.faults))
+	for id, f := range w.faults {
+		out[id] = f.Fault
+	}
+	return out
+}
+
+// Changes signals (coalesced) whenever the result of Unhealthy may have
+// changed.
+func (w *Watcher) Changes() <-chan struct{} { return w.changes }
+
+func (w *Watcher) notifyLocked() {
+	select {
+	case w.changes <- struct{}{}:
+	default:
+	}
+}
+
+// Run waits for NVML events until ctx is cancelled. It registers Xid events
+// on the parent GPU of every target, and on newly appearing GPUs after
+// SetTargets. It returns nil on cancellation; a Watcher runs once.
+func (w *Watcher) Run(ctx context.Context) error {
+	log := klog.FromContext(ctx).WithName("health")
+	w.mu.Lock()
+	if w.running {
+		w.mu.Unlock()
+		return errors.New("health: watcher already ran")
+	}
+	w.running = true
+	w.log = log
+	w.mu.Unlock()
+	defer w.stop()
+
+	set, ret := w.lib.EventSetCreate()
+	if ret != nvml.SUCCESS {
+		return fmt.Errorf("health: creating NVML event set: %w", ret)
+	}
+	defer func() {
+		if ret := set.Free(); ret != nvml.SUCCESS {
+			log.Error(ret, "Freeing NVML event set")
+		}
+	}()
+
+	registered := map[string]bool{}
+	var seenGen uint64
+	timeoutMs := uint32(w.pollInterval / time.Millisecond)
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if gen, gpus := w.gpus(); gen != seenGen {
+			seenGen = gen
+			w.register(log, set, gpus, registered)
+		}
+		ev, ret := set.Wait(timeoutMs)
+		switch ret {
+		case nvml.SUCCESS:
+			w.handle(log, ev)
+		case nvml.ERROR_TIMEOUT:
+		case nvml.ERROR_GPU_IS_LOST:
+			// NVML does not say which GPU fell off the bus; every device
+			// is suspect until the quiet period passes without this error.
+			log.Error(ret, "GPU lost while waiting for events; marking all devices unhealthy")
+			w.markAll(time.Now())
+			w.pause(ctx)
+		default:
+			log.Error(ret, "Waiting for NVML events")
+			w.pause(ctx)
+		}
+	}
+}
+
+// pause keeps a persistent Wait error from turning Run into a busy loop.
+func (w *Watcher) pause(ctx context.Context) {
+	t := time.NewTimer(w.pollInterval)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func (w *Watcher) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stopped = true
+	for _, f := range w.faults {
+		if f.timer != nil {
+			f.timer.Stop()
+		}
+	}
+}
+
+func (w *Watcher) gpus() (uint64, []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var gpus []string
+	for _, t := range w.targets {
+		if !slices.Contains(gpus, t.GPU) {
+			gpus = append(gpus, t.GPU)
+		}
+	}
+	return w.targetGen, gpus
+}
+
+// register adds Xid events of every GPU not yet in the set. NVML cannot
+// unregister, so GPUs that lost all their targets stay registered; their
+// events then match no target and are only logged.
+func (w *Watcher) register(log klog.Logger, set nvml.EventSet, gpus []string, registered map[string]bool) {
+	for _, uuid := range gpus {
+		if registered[uuid] {
+			continue
+		}
+		dev, ret := w.lib.DeviceGetHandleByUUID(uuid)
+		if ret != nvml.SUCCESS {
+			log.Error(ret, "Getting GPU handle; its devices are not health checked", "gpu", uuid)
+			continue
+		}
+		if ret := dev.RegisterEvents(nvml.EventTypeXidCriticalError, set); ret != nvml.SUCCESS {
+			log.Error(ret, "Registering Xid events; the GPU's devices are not health checked", "gpu", uuid)
+			continue
+		}
+		registered[uuid] = true
+		log.V(2).Info("Watching Xid events", "gpu", uuid)
+	}
+}
+
+func (w *Watcher) handle(log klog.Logger, ev nvml.EventData) {
+	if ev.EventType != nvml.EventTypeXidCriticalError {
+		log.V(4).Info("Ignoring NVML event", "type", ev.EventType)
+		return
+	}
+	xid := ev.EventData
+	if ev.Device == nil {
+		log.Error(nil, "Xid event without a device", "xid", xid)
+		return
+	}
+	gpu, ret := ev.Device.GetUUID()
+	if ret != nvml.SUCCESS {
+		log.Error(ret, "Getting the UUID of the GPU an Xid event came from", "xid", xid)
+		return
+	}
+	kv := []any{"xid", xid, "gpu", gpu, "gi", ev.GpuInstanceId, "ci", ev.ComputeInstanceId}
+	if w.ignored[xid] {
+		log.V(2).Info("Ignoring application Xid", kv...)
+		return
+	}
+	ids := w.markMatching(gpu, ev.GpuInstanceId, ev.ComputeInstanceId, xid, time.Now())
+	if len(ids) == 0 {
+		log.Info("Xid on a GPU or instance with no served device", kv...)
+		return
+	}
+	log.Info("Xid critical error; devices unhealthy", append(kv, "devices", ids)...)
+}
+
+// Affects reports whether an event on GPU gpu, scoped to GPU instance gi and
+// compute instance ci, concerns target t.
+func Affects(t Target, gpu string, gi, ci uint32) bool {
+	if t.GPU != gpu {
+		return false
+	}
+	if !t.MIG || gi == AllInstances {
+		return true
+	}
+	return t.GI == gi && (ci == AllInstances || t.CI == ci)
+}
+
+func (w *Watcher) markMatching(gpu string, gi, ci uint32, xid uint64, now time.Time) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var ids []string
+	for _, t := range w.targets {
+		if Affects(t, gpu, gi, ci) {
+			w.markLocked(t.ID, xid, now)
+			ids = append(ids, t.ID)
+		}
+	}
+	if len(ids) > 0 {
+		w.notifyLocked()
+	}
+	return ids
+}
+
+func (w *Watcher) markAll(now time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, t := range w.targets {
+		w.markLocked(t.ID, 0, now)
+	}
+	if len(w.targets) > 0 {
+		w.notifyLocked()
+	}
+}
+
+// markLocked records an error on id and (re)arms its recovery timer.
+func (w *Watcher) markLocked(id string, xid uint64, now time.Time) {
+	f := w.faults[id]
+	if f == nil {
+		f = &fault{}
+		w.faults[id] = f
+	}
+	f.seq++
+	f.Xid, f.At, f.Until = xid, now, time.Time{}
+	if w.quiet < 0 || w.stopped {
+		return
+	}
+	f.Until = now.Add(w.quiet)
+	if f.timer != nil {
+		f.timer.Stop()
+	}
+	seq := f.seq
+	f.timer = time.AfterFunc(w.quiet, func() { w.recover(id, seq) })
+}
+
+func (w *Watcher) recover(id string, seq uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	f := w.faults[id]
+	if f == nil || f.seq != seq {
+		return // a newer error re-armed the timer, or the device is gone
+	}
+	delete(w.faults, id)
+	w.log.Info("Device recovered after quiet period", "device", id, "lastXid", f.Xid, "quietPeriod", w.quiet)
+	w.notifyLocked()
+}

@@ -1,0 +1,368 @@
+package health
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/google/go-cmp/cmp"
+)
+
+// fakeLib is an NVML stand-in with one event set. Like NVML it delivers an
+// event only if the GPU's Xid events were registered on the set.
+type fakeLib struct {
+	mu      sync.Mutex
+	devices map[string]*fakeDevice
+	set     *fakeSet
+	created chan struct{}
+}
+
+type fakeDevice struct {
+	nvml.Device // methods the watcher must not call panic through the nil interface
+	uuid        string
+	registered  chan struct{}
+	once        sync.Once
+}
+
+func (d *fakeDevice) GetUUID() (string, nvml.Return) { return d.uuid, nvml.SUCCESS }
+
+func (d *fakeDevice) RegisterEvents(types uint64, _ nvml.EventSet) nvml.Return {
+	if types&nvml.EventTypeXidCriticalError == 0 {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	d.once.Do(func() { close(d.registered) })
+	return nvml.SUCCESS
+}
+
+type fakeSet struct {
+	events chan nvml.EventData
+	freed  chan struct{}
+}
+
+func (s *fakeSet) Wait(timeoutMs uint32) (nvml.EventData, nvml.Return) {
+	t := time.NewTimer(time.Duration(timeoutMs) * time.Millisecond)
+	defer t.Stop()
+	select {
+	case ev := <-s.events:
+		if ev.Device == nil {
+			// A nil device here stands for "the GPU fell off the bus".
+			return nvml.EventData{}, nvml.ERROR_GPU_IS_LOST
+		}
+		return ev, nvml.SUCCESS
+	case <-t.C:
+		return nvml.EventData{}, nvml.ERROR_TIMEOUT
+	}
+}
+
+func (s *fakeSet) Free() nvml.Return { close(s.freed); return nvml.SUCCESS }
+
+func newFakeLib(gpus ...string) *fakeLib {
+	l := &fakeLib{
+		devices: map[string]*fakeDevice{},
+		set:     &fakeSet{events: make(chan nvml.EventData, 16), freed: make(chan struct{})},
+		created: make(chan struct{}),
+	}
+	for _, g := range gpus {
+		l.devices[g] = &fakeDevice{uuid: g, registered: make(chan struct{})}
+	}
+	return l
+}
+
+func (l *fakeLib) EventSetCreate() (nvml.EventSet, nvml.Return) {
+	close(l.created)
+	return l.set, nvml.SUCCESS
+}
+
+func (l *fakeLib) DeviceGetHandleByUUID(uuid string) (nvml.Device, nvml.Return) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	d, ok := l.devices[uuid]
+	if !ok {
+		return nil, nvml.ERROR_NOT_FOUND
+	}
+	return d, nvml.SUCCESS
+}
+
+func (l *fakeLib) waitRegistered(t *testing.T, gpu string) {
+	t.Helper()
+	select {
+	case <-l.devices[gpu].registered:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("Xid events of %s never registered", gpu)
+	}
+}
+
+func (l *fakeLib) xid(gpu string, gi, ci uint32, xid uint64) {
+	l.set.events <- nvml.EventData{Device: l.devices[gpu], EventType: nvml.EventTypeXidCriticalError, EventData: xid, GpuInstanceId: gi, ComputeInstanceId: ci}
+}
+
+var testTargets = []Target{
+	{ID: "MIG-a1", GPU: "GPU-a", MIG: true, GI: 1, CI: 0},
+	{ID: "MIG-a2", GPU: "GPU-a", MIG: true, GI: 2, CI: 0},
+	{ID: "MIG-a5", GPU: "GPU-a", MIG: true, GI: 5, CI: 0},
+	{ID: "GPU-b", GPU: "GPU-b"},
+}
+
+// start runs a watcher over lib and stops it at the end of the test,
+// checking that Run returns nil and frees the event set.
+func start(t *testing.T, lib *fakeLib, opts Options, targets []Target) *Watcher {
+	t.Helper()
+	if opts.PollInterval == 0 {
+		opts.PollInterval = 10 * time.Millisecond
+	}
+	w, err := New(lib, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.SetTargets(targets)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("Run did not return after cancel")
+		}
+		select {
+		case <-lib.set.freed:
+		default:
+			t.Error("event set not freed")
+		}
+	})
+	return w
+}
+
+// waitFor waits on Changes until cond holds for Unhealthy().
+func waitFor(t *testing.T, w *Watcher, what string, cond func(map[string]Fault) bool) map[string]Fault {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		u := w.Unhealthy()
+		if cond(u) {
+			return u
+		}
+		select {
+		case <-w.Changes():
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s; unhealthy: %v", what, u)
+		}
+	}
+}
+
+func ids(u map[string]Fault) map[string]uint64 {
+	out := map[string]uint64{}
+	for id, f := range u {
+		out[id] = f.Xid
+	}
+	return out
+}
+
+func TestXidScoping(t *testing.T) {
+	for name, tc := range map[string]struct {
+		gpu    string
+		gi, ci uint32
+		want   map[string]uint64
+	}{
+		"one MIG device": {gpu: "GPU-a", gi: 2, ci: 0, want: map[string]uint64{"MIG-a2": 79}},
+		"whole GPU instance": {gpu: "GPU-a", gi: 5, ci: AllInstances,
+			want: map[string]uint64{"MIG-a5": 79}},
+		"whole MIG GPU": {gpu: "GPU-a", gi: AllInstances, ci: AllInstances,
+			want: map[string]uint64{"MIG-a1": 79, "MIG-a2": 79, "MIG-a5": 79}},
+		"non-MIG GPU": {gpu: "GPU-b", gi: AllInstances, ci: AllInstances, want: map[string]uint64{"GPU-b": 79}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			lib := newFakeLib("GPU-a", "GPU-b")
+			w := start(t, lib, Options{QuietPeriod: -1}, testTargets)
+			lib.waitRegistered(t, tc.gpu)
+			lib.xid(tc.gpu, tc.gi, tc.ci, 79)
+			got := waitFor(t, w, "unhealthy devices", func(u map[string]Fault) bool { return len(u) > 0 })
+			if diff := cmp.Diff(tc.want, ids(got)); diff != "" {
+				t.Errorf("unhealthy (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestAffects(t *testing.T) {
+	mig := Target{ID: "m", GPU: "g", MIG: true, GI: 3, CI: 1}
+	whole := Target{ID: "w", GPU: "g"}
+	for name, tc := range map[string]struct {
+		t      Target
+		gpu    string
+		gi, ci uint32
+		want   bool
+	}{
+		"other GPU":              {t: mig, gpu: "h", gi: AllInstances, ci: AllInstances},
+		"exact instance":         {t: mig, gpu: "g", gi: 3, ci: 1, want: true},
+		"other compute instance": {t: mig, gpu: "g", gi: 3, ci: 0},
+		"other GPU instance":     {t: mig, gpu: "g", gi: 4, ci: 1},
+		"all CIs of its GI":      {t: mig, gpu: "g", gi: 3, ci: AllInstances, want: true},
+		"whole GPU event":        {t: mig, gpu: "g", gi: AllInstances, ci: AllInstances, want: true},
+		"whole GPU target":       {t: whole, gpu: "g", gi: 7, ci: 0, want: true},
+	} {
+		if got := Affects(tc.t, tc.gpu, tc.gi, tc.ci); got != tc.want {
+			t.Errorf("%s: Affects = %v, want %v", name, got, tc.want)
+		}
+	}
+}
+
+func TestRecoversAfterQuietPeriod(t *testing.T) {
+	lib := newFakeLib("GPU-a", "GPU-b")
+	w := start(t, lib, Options{QuietPeriod: 50 * time.Millisecond}, testTargets)
+	lib.waitRegistered(t, "GPU-a")
+	lib.xid("GPU-a", 1, 0, 48)
+	u := waitFor(t, w, "MIG-a1 unhealthy", func(u map[string]Fault) bool { return len(u) == 1 })
+	f := u["MIG-a1"]
+	if f.Xid != 48 || !f.Until.Equal(f.At.Add(50*time.Millisecond)) {
+		t.Errorf("fault = %+v, want Xid 48 recovering 50ms after it was seen", f)
+	}
+	waitFor(t, w, "recovery", func(u map[string]Fault) bool { return len(u) == 0 })
+}
+
+func TestNewXidRearmsRecovery(t *testing.T) {
+	lib := newFakeLib("GPU-a", "GPU-b")
+	w := start(t, lib, Options{QuietPeriod: time.Hour}, testTargets)
+	lib.waitRegistered(t, "GPU-a")
+	lib.xid("GPU-a", 1, 0, 48)
+	first := waitFor(t, w, "first Xid", func(u map[string]Fault) bool { return u["MIG-a1"].Xid == 48 })["MIG-a1"]
+	lib.xid("GPU-a", 1, 0, 63)
+	second := waitFor(t, w, "second Xid", func(u map[string]Fault) bool { return u["MIG-a1"].Xid == 63 })["MIG-a1"]
+	if second.At.Before(first.At) || !second.Until.Equal(second.At.Add(time.Hour)) {
+		t.Errorf("second fault %+v does not restart the quiet period of %+v", second, first)
+	}
+}
+
+func TestIgnoredXids(t *testing.T) {
+	for name, tc := range map[string]struct {
+		opts    Options
+		xid     uint64
+		ignored bool
+	}{
+		"default list ignores 43":       {xid: 43, ignored: true},
+		"default list keeps 79":         {xid: 79},
+		"custom list":                   {opts: Options{IgnoredXids: []uint64{79}}, xid: 79, ignored: true},
+		"empty list ignores nothing":    {opts: Options{IgnoredXids: []uint64{}}, xid: 13},
+		"custom list replaces defaults": {opts: Options{IgnoredXids: []uint64{79}}, xid: 13},
+	} {
+		t.Run(name, func(t *testing.T) {
+			lib := newFakeLib("GPU-a", "GPU-b")
+			tc.opts.QuietPeriod = -1
+			w := start(t, lib, tc.opts, testTargets)
+			lib.waitRegistered(t, "GPU-a")
+			lib.waitRegistered(t, "GPU-b")
+			lib.xid("GPU-a", 1, 0, tc.xid)
+			// Events are handled in order, so once this marker is seen the
+			// Xid above has been handled too.
+			lib.xid("GPU-b", AllInstances, AllInstances, 94)
+			u := waitFor(t, w, "marker", func(u map[string]Fault) bool { return u["GPU-b"].Xid == 94 })
+			if _, got := u["MIG-a1"]; got == tc.ignored {
+				t.Errorf("Xid %d: MIG-a1 unhealthy = %v, want %v", tc.xid, got, !tc.ignored)
+			}
+		})
+	}
+}
+
+func TestSetTargets(t *testing.T) {
+	lib := newFakeLib("GPU-a", "GPU-b", "GPU-c")
+	w := start(t, lib, Options{QuietPeriod: -1}, testTargets)
+	lib.waitRegistered(t, "GPU-a")
+	lib.xid("GPU-a", AllInstances, AllInstances, 79)
+	waitFor(t, w, "GPU-a devices unhealthy", func(u map[string]Fault) bool { return len(u) == 3 })
+
+	// A new layout on GPU-a keeps MIG-a1, replaces the others, and adds a GPU.
+	w.SetTargets([]Target{
+		{ID: "MIG-a1", GPU: "GPU-a", MIG: true, GI: 1},
+		{ID: "MIG-a9", GPU: "GPU-a", MIG: true, GI: 9},
+		{ID: "GPU-c", GPU: "GPU-c"},
+	})
+	if diff := cmp.Diff(map[string]uint64{"MIG-a1": 79}, ids(w.Unhealthy())); diff != "" {
+		t.Errorf("after SetTargets (-want +got):\n%s", diff)
+	}
+	lib.waitRegistered(t, "GPU-c")
+	lib.xid("GPU-c", AllInstances, AllInstances, 31) // ignored
+	lib.xid("GPU-c", AllInstances, AllInstances, 62)
+	waitFor(t, w, "GPU-c unhealthy", func(u map[string]Fault) bool { return u["GPU-c"].Xid == 62 })
+}
+
+func TestGPULostMarksEverything(t *testing.T) {
+	lib := newFakeLib("GPU-a", "GPU-b")
+	w := start(t, lib, Options{QuietPeriod: -1}, testTargets)
+	lib.set.events <- nvml.EventData{}
+	u := waitFor(t, w, "all unhealthy", func(u map[string]Fault) bool { return len(u) == len(testTargets) })
+	if !u["GPU-b"].Until.IsZero() {
+		t.Errorf("Until = %v with recovery off, want zero", u["GPU-b"].Until)
+	}
+}
+
+func TestUnregisteredGPU(t *testing.T) {
+	// GPU-x has no handle: its devices are not watched, the others are.
+	lib := newFakeLib("GPU-a")
+	w := start(t, lib, Options{QuietPeriod: -1}, []Target{{ID: "GPU-x", GPU: "GPU-x"}, {ID: "GPU-a", GPU: "GPU-a"}})
+	lib.waitRegistered(t, "GPU-a")
+	lib.xid("GPU-a", AllInstances, AllInstances, 79)
+	u := waitFor(t, w, "GPU-a unhealthy", func(u map[string]Fault) bool { return len(u) > 0 })
+	if diff := cmp.Diff(map[string]uint64{"GPU-a": 79}, ids(u)); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestRunTwice(t *testing.T) {
+	lib := newFakeLib()
+	w := start(t, lib, Options{}, nil)
+	select {
+	case <-lib.created:
+	case <-time.After(10 * time.Second):
+		t.Fatal("first Run never created its event set")
+	}
+	if err := w.Run(context.Background()); err == nil {
+		t.Error("second Run returned nil, want an error")
+	}
+}
+
+func TestNewRejects(t *testing.T) {
+	if _, err := New(nil, Options{}); err == nil {
+		t.Error("New(nil) succeeded")
+	}
+	if _, err := New(newFakeLib(), Options{PollInterval: time.Microsecond}); err == nil {
+		t.Error("New with a sub-millisecond poll interval succeeded")
+	}
+}
+
+func TestParseDisable(t *testing.T) {
+	for in, tc := range map[string]struct {
+		disabled bool
+		extra    []uint64
+		wantErr  bool
+	}{
+		"":           {},
+		"all":        {disabled: true},
+		"XIDs":       {disabled: true},
+		"48, 79,":    {extra: []uint64{48, 79}},
+		"48,bogus":   {wantErr: true},
+		"-1":         {wantErr: true},
+		" all ":      {disabled: true},
+		"109":        {extra: []uint64{109}},
+		"yes":        {wantErr: true},
+		"13,,31":     {extra: []uint64{13, 31}},
+		"all,xids":   {wantErr: true},
+		"0x30":       {wantErr: true},
+		"  ":         {},
+		"4294967296": {extra: []uint64{4294967296}},
+	} {
+		disabled, extra, err := ParseDisable(in)
+		if (err != nil) != tc.wantErr {
+			t.Errorf("ParseDisable(%q) error = %v, want error %v", in, err, tc.wantErr)
+			continue
+		}
+		if disabled != tc.disabled || !cmp.Equal(tc.extra, extra) {
+			t.Errorf("ParseDisable(%q) = %v, %v; want %v, %v", in, disabled, extra, tc.disabled, tc.extra)
+		}
+	}
+}
