@@ -1,0 +1,376 @@
+package migconfig
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Parse reads a mig.config document (YAML or JSON) in any of the three forms
+// described in the package documentation. It is strict: unknown fields,
+// duplicate keys, wrong types and malformed profile names are errors, each
+// naming where it is, and all of them are returned joined.
+func Parse(data []byte) (*Spec, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, errors.New("empty mig.config")
+	}
+	// sigs.k8s.io/yaml, as Kubernetes and mig-parted read YAML; the strict
+	// variant rejects duplicate keys, such as a configuration name given twice.
+	js, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return nil, fmt.Errorf("invalid YAML: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.UseNumber()
+	var doc any
+	if err := dec.Decode(&doc); err != nil {
+		return nil, fmt.Errorf("invalid YAML: %w", err)
+	}
+	p := &parser{}
+	spec := p.spec(doc)
+	if err := errors.Join(p.errs...); err != nil {
+		return nil, err
+	}
+	return spec, nil
+}
+
+// parser walks the decoded document and collects every error it finds.
+type parser struct {
+	errs []error
+}
+
+func (p *parser) fail(path, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if path != "" {
+		msg = path + ": " + msg
+	}
+	p.errs = append(p.errs, errors.New(msg))
+}
+
+// fields checks that m has only known keys and all required ones.
+func (p *parser) fields(path string, m map[string]any, known, required []string) {
+	for _, k := range sortedKeys(m) {
+		if !slices.Contains(known, k) {
+			p.fail(path, "unknown field %q (known: %s)", k, strings.Join(known, ", "))
+		}
+	}
+	for _, k := range required {
+		if _, ok := m[k]; !ok {
+			p.fail(path, "missing required field %q", k)
+		}
+	}
+}
+
+func (p *parser) spec(doc any) *Spec {
+	m, ok := doc.(map[string]any)
+	if !ok {
+		p.fail("", "document must be a map with version and mig-configs, got %s", kind(doc))
+		return nil
+	}
+	p.fields("", m, []string{"version", "mig-configs"}, []string{"version", "mig-configs"})
+	spec := &Spec{Configs: map[string]Config{}}
+	if v, ok := m["version"]; ok {
+		s, isString := v.(string)
+		switch {
+		case !isString:
+			p.fail("version", "must be the string %q, got %s", Version, kind(v))
+		case s != Version:
+			p.fail("version", "unsupported version %q (want %q)", s, Version)
+		default:
+			spec.Version = s
+		}
+	}
+	v, ok := m["mig-configs"]
+	if !ok {
+		return spec
+	}
+	configs, ok := v.(map[string]any)
+	if !ok {
+		p.fail("mig-configs", "must be a map of configuration name to a list of entries, got %s", kind(v))
+		return spec
+	}
+	if len(configs) == 0 {
+		p.fail("mig-configs", "no configurations")
+	}
+	for _, name := range sortedKeys(configs) {
+		path := "mig-configs." + name
+		if strings.TrimSpace(name) == "" {
+			p.fail("mig-configs", "empty configuration name")
+			continue
+		}
+		list, ok := configs[name].([]any)
+		if !ok {
+			p.fail(path, "must be a list of entries, got %s", kind(configs[name]))
+			continue
+		}
+		if len(list) == 0 {
+			p.fail(path, "no entries")
+			continue
+		}
+		c := Config{Name: name}
+		for i, item := range list {
+			c.Entries = append(c.Entries, p.entry(fmt.Sprintf("%s[%d]", path, i), item))
+		}
+		spec.Configs[name] = c
+	}
+	return spec
+}
+
+func (p *parser) entry(path string, v any) Entry {
+	var e Entry
+	m, ok := v.(map[string]any)
+	if !ok {
+		p.fail(path, "entry must be a map with devices, mig-enabled and mig-devices, got %s", kind(v))
+		return e
+	}
+	p.fields(path, m, []string{"devices", "device-filter", "mig-enabled", "mig-devices"}, []string{"devices", "mig-enabled"})
+	if v, ok := m["devices"]; ok {
+		e.AllDevices, e.Devices = p.devices(path+".devices", v)
+	}
+	if v, ok := m["device-filter"]; ok {
+		e.DeviceFilter = p.deviceFilter(path+".device-filter", v)
+	}
+	if v, ok := m["mig-enabled"]; ok {
+		b, isBool := v.(bool)
+		if !isBool {
+			p.fail(path+".mig-enabled", "must be true or false, got %s", kind(v))
+		}
+		e.MigEnabled = b
+	}
+	devs, hasDevs := m["mig-devices"]
+	if devs == nil {
+		hasDevs = false
+	}
+	if hasDevs {
+		e.Profiles, e.Placements = p.migDevices(path+".mig-devices", devs)
+	}
+	enabled, enabledIsBool := m["mig-enabled"].(bool)
+	switch {
+	case !enabledIsBool:
+	case enabled && !hasDevs:
+		p.fail(path, "missing required field \"mig-devices\" when mig-enabled is true (use mig-devices: {} for MIG without instances)")
+	case !enabled && (len(e.Profiles) > 0 || len(e.Placements) > 0):
+		p.fail(path, "mig-devices given with mig-enabled: false")
+	}
+	return e
+}
+
+func (p *parser) devices(path string, v any) (all bool, idx []int) {
+	switch d := v.(type) {
+	case string:
+		if d != "all" {
+			p.fail(path, "must be \"all\" or a list of GPU indices, got the string %q", d)
+		}
+		return d == "all", nil
+	case []any:
+		if len(d) == 0 {
+			p.fail(path, "empty list of GPU indices (use devices: all, or list indices)")
+			return false, nil
+		}
+		seen := map[int]bool{}
+		for i, item := range d {
+			n, ok := p.integer(fmt.Sprintf("%s[%d]", path, i), item, 0, "a GPU index")
+			if !ok {
+				continue
+			}
+			if seen[n] {
+				p.fail(path, "GPU %d listed twice", n)
+				continue
+			}
+			seen[n] = true
+			idx = append(idx, n)
+		}
+		return false, idx
+	default:
+		p.fail(path, "must be \"all\" or a list of GPU indices, got %s", kind(v))
+		return false, nil
+	}
+}
+
+func (p *parser) deviceFilter(path string, v any) []uint32 {
+	var items []any
+	switch d := v.(type) {
+	case []any:
+		if len(d) == 0 {
+			p.fail(path, "empty list (leave device-filter out to match every GPU)")
+			return nil
+		}
+		items = d
+	default:
+		items = []any{v}
+	}
+	var ids []uint32
+	for i, item := range items {
+		ipath := path
+		if _, isList := v.([]any); isList {
+			ipath = fmt.Sprintf("%s[%d]", path, i)
+		}
+		id, err := parsePCIID(item)
+		if err != nil {
+			p.fail(ipath, "%v", err)
+			continue
+		}
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// parsePCIID reads "0x233010DE", or the number YAML made of an unquoted hex.
+func parsePCIID(v any) (uint32, error) {
+	switch d := v.(type) {
+	case string:
+		if strings.Contains(d, ":") {
+			return 0, fmt.Errorf("%q: subsystem-qualified device ids are not supported; give the device/vendor id alone", d)
+		}
+		if hex, ok := strings.CutPrefix(strings.ToLower(d), "0x"); ok && hex != "" {
+			if n, err := strconv.ParseUint(hex, 16, 32); err == nil {
+				return uint32(n), nil
+			}
+		}
+	case json.Number:
+		if n, err := strconv.ParseUint(d.String(), 10, 32); err == nil {
+			return uint32(n), nil
+		}
+	}
+	return 0, fmt.Errorf("%s is not a PCI device id like \"0x233010DE\"", describe(v))
+}
+
+func (p *parser) migDevices(path string, v any) (map[string]int, []Placement) {
+	profiles := map[string]int{}
+	var placements []Placement
+	switch d := v.(type) {
+	case map[string]any: // mig-parted: profile -> count
+		for _, name := range sortedKeys(d) {
+			ipath := fmt.Sprintf("%s[%q]", path, name)
+			if err := checkProfileName(name); err != nil {
+				p.fail(path, "%v", err)
+				continue
+			}
+			if n, ok := p.integer(ipath, d[name], 1, "a count"); ok {
+				profiles[name] = n
+			}
+		}
+	case []any: // list form, Run:ai form, or a mix
+		for i, item := range d {
+			ipath := fmt.Sprintf("%s[%d]", path, i)
+			switch it := item.(type) {
+			case string:
+				if err := checkProfileName(it); err != nil {
+					p.fail(ipath, "%v", err)
+					continue
+				}
+				profiles[it]++
+			case map[string]any:
+				if pl, pinned, ok := p.placement(ipath, it); ok {
+					if pinned {
+						placements = append(placements, pl)
+					} else {
+						profiles[pl.Profile]++
+					}
+				}
+			default:
+				p.fail(ipath, "must be a profile name or {name, position, size}, got %s", kind(item))
+			}
+		}
+	default:
+		p.fail(path, "must be a map of profile to count or a list of profiles, got %s", kind(v))
+	}
+	if len(profiles) == 0 {
+		profiles = nil
+	}
+	return profiles, placements
+}
+
+// placement reads the Run:ai item {name, position, size}; position and size
+// come together, and without them the item is just a profile name.
+func (p *parser) placement(path string, m map[string]any) (pl Placement, pinned, ok bool) {
+	errsBefore := len(p.errs)
+	p.fields(path, m, []string{"name", "position", "size"}, []string{"name"})
+	if v, has := m["name"]; has {
+		name, isString := v.(string)
+		if !isString {
+			p.fail(path+".name", "must be a profile name, got %s", kind(v))
+		} else if err := checkProfileName(name); err != nil {
+			p.fail(path+".name", "%v", err)
+		}
+		pl.Profile = name
+	}
+	pos, hasPos := m["position"]
+	size, hasSize := m["size"]
+	switch {
+	case hasPos && !hasSize:
+		p.fail(path, "position without size (give both, in memory slices, or neither)")
+	case hasSize && !hasPos:
+		p.fail(path, "size without position (give both, in memory slices, or neither)")
+	case hasPos && hasSize:
+		pinned = true
+		pl.Start, _ = p.integer(path+".position", pos, 0, "a memory-slice start")
+		pl.Size, _ = p.integer(path+".size", size, 1, "a size in memory slices")
+	}
+	return pl, pinned, len(p.errs) == errsBefore
+}
+
+// integer reads a whole number no smaller than minimum.
+func (p *parser) integer(path string, v any, minimum int, what string) (int, bool) {
+	num, isNum := v.(json.Number)
+	var n int64
+	var err error
+	if isNum {
+		n, err = strconv.ParseInt(num.String(), 10, 32)
+	}
+	if !isNum || err != nil || n < int64(minimum) {
+		p.fail(path, "%s must be a whole number from %d to %d, got %s", what, minimum, math.MaxInt32, describe(v))
+		return 0, false
+	}
+	return int(n), true
+}
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// kind names the type of a decoded value for an error message.
+func kind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "nothing"
+	case string:
+		return "a string"
+	case json.Number:
+		return "a number"
+	case bool:
+		return "true/false"
+	case []any:
+		return "a list"
+	case map[string]any:
+		return "a map"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// describe shows a scalar's value, or the kind of anything else.
+func describe(v any) string {
+	switch d := v.(type) {
+	case string:
+		return strconv.Quote(d)
+	case json.Number:
+		return d.String()
+	case bool:
+		return strconv.FormatBool(d)
+	}
+	return kind(v)
+}

@@ -1,0 +1,430 @@
+package migconfig
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestParse(t *testing.T) {
+	tests := map[string]struct {
+		doc  string
+		want *Spec
+	}{
+		"mig-parted map form": {
+			doc: `
+version: v1
+mig-configs:
+  all-balanced:
+  - device-filter: ["0x233010DE", "0x20B210DE"]
+    devices: all
+    mig-enabled: true
+    mig-devices:
+      "1g.10gb": 2
+      "2g.20gb": 1
+      "3g.40gb": 1
+  - device-filter: "0x20B010DE"
+    devices: [0, 3]
+    mig-enabled: false
+    mig-devices: {}
+`,
+			want: &Spec{Version: "v1", Configs: map[string]Config{
+				"all-balanced": {Name: "all-balanced", Entries: []Entry{
+					{DeviceFilter: []uint32{0x233010DE, 0x20B210DE}, AllDevices: true, MigEnabled: true,
+						Profiles: map[string]int{"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}},
+					{DeviceFilter: []uint32{0x20B010DE}, Devices: []int{0, 3}},
+				}},
+			}},
+		},
+		"annotation list form, repeats are counts": {
+			// As users type it: kubectl annotate node gpu-worker run.ai/mig.config='...'
+			doc: `
+version: v1
+mig-configs:
+  selected:
+  - devices: [0,1,2,3]
+    mig-enabled: true
+    mig-devices:
+    - 2g.20gb
+    - 2g.20gb
+    - 3g.30gb
+`,
+			want: &Spec{Version: "v1", Configs: map[string]Config{
+				"selected": {Name: "selected", Entries: []Entry{
+					{Devices: []int{0, 1, 2, 3}, MigEnabled: true, Profiles: map[string]int{"2g.20gb": 2, "3g.30gb": 1}},
+				}},
+			}},
+		},
+		"run:ai form, explicit placements": {
+			doc: `
+version: v1
+mig-configs:
+  selected:
+  - devices: [0]
+    mig-enabled: true
+    mig-devices:
+    - {name: 2g.20gb, position: 0, size: 2}
+    - name: 3g.40gb
+      position: 4
+      size: 4
+`,
+			want: &Spec{Version: "v1", Configs: map[string]Config{
+				"selected": {Name: "selected", Entries: []Entry{
+					{Devices: []int{0}, MigEnabled: true, Placements: []Placement{
+						{Profile: "2g.20gb", Start: 0, Size: 2}, {Profile: "3g.40gb", Start: 4, Size: 4}}},
+				}},
+			}},
+		},
+		"list mixing names, placed and unplaced items": {
+			doc: `
+version: v1
+mig-configs:
+  mixed:
+  - devices: all
+    mig-enabled: true
+    mig-devices: [1g.10gb, {name: 1g.10gb}, {name: 3g.40gb, position: 0, size: 4}]
+`,
+			want: &Spec{Version: "v1", Configs: map[string]Config{
+				"mixed": {Name: "mixed", Entries: []Entry{
+					{AllDevices: true, MigEnabled: true, Profiles: map[string]int{"1g.10gb": 2},
+						Placements: []Placement{{Profile: "3g.40gb", Start: 0, Size: 4}}},
+				}},
+			}},
+		},
+		"attribute suffixes": {
+			doc: `
+version: v1
+mig-configs:
+  attrs:
+  - devices: all
+    mig-enabled: true
+    mig-devices: {"1g.5gb+me": 1, "1g.24gb+me.all": 1, "1g.24gb+gfx": 4, "1g.24gb-me": 4}
+`,
+			want: &Spec{Version: "v1", Configs: map[string]Config{
+				"attrs": {Name: "attrs", Entries: []Entry{
+					{AllDevices: true, MigEnabled: true, Profiles: map[string]int{
+						"1g.5gb+me": 1, "1g.24gb+me.all": 1, "1g.24gb+gfx": 4, "1g.24gb-me": 4}},
+				}},
+			}},
+		},
+		"MIG on without instances, off without mig-devices, empty list": {
+			doc: `
+version: v1
+mig-configs:
+  c:
+  - devices: [0]
+    mig-enabled: true
+    mig-devices: {}
+  - devices: [1]
+    mig-enabled: false
+  - devices: [2]
+    mig-enabled: true
+    mig-devices: []
+`,
+			want: &Spec{Version: "v1", Configs: map[string]Config{
+				"c": {Name: "c", Entries: []Entry{
+					{Devices: []int{0}, MigEnabled: true},
+					{Devices: []int{1}},
+					{Devices: []int{2}, MigEnabled: true},
+				}},
+			}},
+		},
+		"unquoted hex device-filter is the same id": {
+			doc: `
+version: v1
+mig-configs:
+  c:
+  - device-filter: 0x233010DE
+    devices: all
+    mig-enabled: false
+`,
+			want: &Spec{Version: "v1", Configs: map[string]Config{
+				"c": {Name: "c", Entries: []Entry{{DeviceFilter: []uint32{0x233010DE}, AllDevices: true}}},
+			}},
+		},
+		"JSON": {
+			doc: `{"version":"v1","mig-configs":{"j":[{"devices":"all","mig-enabled":true,"mig-devices":{"7g.80gb":1}}]}}`,
+			want: &Spec{Version: "v1", Configs: map[string]Config{
+				"j": {Name: "j", Entries: []Entry{{AllDevices: true, MigEnabled: true, Profiles: map[string]int{"7g.80gb": 1}}}},
+			}},
+		},
+		"annotation with yes as true (YAML 1.1, as kubectl users get)": {
+			doc: "version: v1\nmig-configs:\n  selected:\n  - devices: all\n    mig-enabled: yes\n    mig-devices: [1g.10gb]\n",
+			want: &Spec{Version: "v1", Configs: map[string]Config{
+				"selected": {Name: "selected", Entries: []Entry{{AllDevices: true, MigEnabled: true, Profiles: map[string]int{"1g.10gb": 1}}}},
+			}},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := Parse([]byte(tc.doc))
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("Parse (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// entryDoc wraps entry lines (indented by four) in a one-config document.
+func entryDoc(lines ...string) string {
+	return "version: v1\nmig-configs:\n  c:\n  - " + strings.Join(lines, "\n    ") + "\n"
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := map[string]struct {
+		doc string
+		// want is the whole error, one line per problem.
+		want []string
+	}{
+		"empty":      {doc: "", want: []string{"empty mig.config"}},
+		"blank":      {doc: "  \n\t\n", want: []string{"empty mig.config"}},
+		"bad YAML":   {doc: "version: v1\nmig-configs: [\n", want: []string{"invalid YAML: yaml: line 2: did not find expected node content"}},
+		"tab indent": {doc: "version: v1\nmig-configs:\n\tc: []\n", want: []string{"invalid YAML: yaml: line 3: found character that cannot start any token"}},
+		"duplicate config name": {
+			doc:  "version: v1\nmig-configs:\n  a:\n  - {devices: all, mig-enabled: false}\n  a:\n  - {devices: all, mig-enabled: true, mig-devices: {}}\n",
+			want: []string{"invalid YAML: yaml: unmarshal errors:", `  line 6: key "a" already set in map`},
+		},
+		"duplicate field in entry": {
+			doc:  entryDoc("devices: all", "devices: [0]", "mig-enabled: false"),
+			want: []string{"invalid YAML: yaml: unmarshal errors:", `  line 5: key "devices" already set in map`},
+		},
+		"not a map":           {doc: "- a\n- b\n", want: []string{"document must be a map with version and mig-configs, got a list"}},
+		"scalar document":     {doc: "hello\n", want: []string{"document must be a map with version and mig-configs, got a string"}},
+		"missing version":     {doc: "mig-configs:\n  c:\n  - {devices: all, mig-enabled: false}\n", want: []string{`missing required field "version"`}},
+		"unsupported version": {doc: "version: v2\nmig-configs:\n  c:\n  - {devices: all, mig-enabled: false}\n", want: []string{`version: unsupported version "v2" (want "v1")`}},
+		"numeric version":     {doc: "version: 1\nmig-configs:\n  c:\n  - {devices: all, mig-enabled: false}\n", want: []string{`version: must be the string "v1", got a number`}},
+		"unknown top-level field": {
+			doc:  "version: v1\nkind: MigConfig\nmig-configs:\n  c:\n  - {devices: all, mig-enabled: false}\n",
+			want: []string{`unknown field "kind" (known: version, mig-configs)`},
+		},
+		"missing mig-configs": {doc: "version: v1\n", want: []string{`missing required field "mig-configs"`}},
+		"empty mig-configs":   {doc: "version: v1\nmig-configs: {}\n", want: []string{"mig-configs: no configurations"}},
+		"mig-configs a list":  {doc: "version: v1\nmig-configs: [a]\n", want: []string{"mig-configs: must be a map of configuration name to a list of entries, got a list"}},
+		"empty config name":   {doc: "version: v1\nmig-configs:\n  \"\":\n  - {devices: all, mig-enabled: false}\n", want: []string{"mig-configs: empty configuration name"}},
+		"config without entries": {
+			doc:  "version: v1\nmig-configs:\n  c: []\n",
+			want: []string{"mig-configs.c: no entries"},
+		},
+		"config not a list": {
+			doc:  "version: v1\nmig-configs:\n  c: {devices: all}\n",
+			want: []string{"mig-configs.c: must be a list of entries, got a map"},
+		},
+		"entry not a map": {
+			doc:  "version: v1\nmig-configs:\n  c: [all]\n",
+			want: []string{"mig-configs.c[0]: entry must be a map with devices, mig-enabled and mig-devices, got a string"},
+		},
+		"unknown field in entry, named": {
+			doc:  entryDoc("devices: all", "mig-enabled: true", "mig-devices: {}", "mig-device: {}"),
+			want: []string{`mig-configs.c[0]: unknown field "mig-device" (known: devices, device-filter, mig-enabled, mig-devices)`},
+		},
+		"missing devices and mig-enabled": {
+			doc: entryDoc("mig-devices: {}"),
+			want: []string{
+				`mig-configs.c[0]: missing required field "devices"`,
+				`mig-configs.c[0]: missing required field "mig-enabled"`,
+			},
+		},
+		"devices neither all nor a list": {
+			doc:  entryDoc("devices: some", "mig-enabled: false"),
+			want: []string{`mig-configs.c[0].devices: must be "all" or a list of GPU indices, got the string "some"`},
+		},
+		"devices a bare number": {
+			doc:  entryDoc("devices: 3", "mig-enabled: false"),
+			want: []string{`mig-configs.c[0].devices: must be "all" or a list of GPU indices, got a number`},
+		},
+		"devices empty list": {
+			doc:  entryDoc("devices: []", "mig-enabled: false"),
+			want: []string{"mig-configs.c[0].devices: empty list of GPU indices (use devices: all, or list indices)"},
+		},
+		"bad device list": {
+			doc: entryDoc(`devices: [0, 0, -1, "1", 1.5]`, "mig-enabled: false"),
+			want: []string{
+				"mig-configs.c[0].devices: GPU 0 listed twice",
+				"mig-configs.c[0].devices[2]: a GPU index must be a whole number from 0 to 2147483647, got -1",
+				`mig-configs.c[0].devices[3]: a GPU index must be a whole number from 0 to 2147483647, got "1"`,
+				"mig-configs.c[0].devices[4]: a GPU index must be a whole number from 0 to 2147483647, got 1.5",
+			},
+		},
+		"mig-enabled not a bool": {
+			doc:  entryDoc("devices: all", "mig-enabled: maybe"),
+			want: []string{"mig-configs.c[0].mig-enabled: must be true or false, got a string"},
+		},
+		"mig-enabled without mig-devices": {
+			doc:  entryDoc("devices: all", "mig-enabled: true"),
+			want: []string{`mig-configs.c[0]: missing required field "mig-devices" when mig-enabled is true (use mig-devices: {} for MIG without instances)`},
+		},
+		"mig-enabled with null mig-devices": {
+			doc:  entryDoc("devices: all", "mig-enabled: true", "mig-devices:"),
+			want: []string{`mig-configs.c[0]: missing required field "mig-devices" when mig-enabled is true (use mig-devices: {} for MIG without instances)`},
+		},
+		"mig-devices with MIG disabled": {
+			doc:  entryDoc("devices: all", "mig-enabled: false", `mig-devices: {"1g.10gb": 1}`),
+			want: []string{"mig-configs.c[0]: mig-devices given with mig-enabled: false"},
+		},
+		"mig-devices a string": {
+			doc:  entryDoc("devices: all", "mig-enabled: true", "mig-devices: 1g.10gb"),
+			want: []string{"mig-configs.c[0].mig-devices: must be a map of profile to count or a list of profiles, got a string"},
+		},
+		"bad profile syntax": {
+			doc: entryDoc("devices: all", "mig-enabled: true",
+				`mig-devices: ["2g20gb", "2G.20GB", "1c.2g.10gb", "0g.5gb", "2g.20gb+", "2g.20gb+me,gfx", " 1g.10gb", "", "2g.20gb++me"]`),
+			want: []string{
+				`mig-configs.c[0].mig-devices[0]: profile "2g20gb": not a MIG profile name (want <n>g.<m>gb with optional attributes, e.g. 2g.20gb, 1g.10gb+me, 1g.24gb-me)`,
+				`mig-configs.c[0].mig-devices[1]: profile "2G.20GB": profile names are lower case ("2g.20gb")`,
+				`mig-configs.c[0].mig-devices[2]: profile "1c.2g.10gb": compute-instance profiles are not supported; migflex gives each GPU instance one compute instance spanning it, so name the GPU-instance profile (e.g. "2g.10gb")`,
+				`mig-configs.c[0].mig-devices[3]: profile "0g.5gb": not a MIG profile name (want <n>g.<m>gb with optional attributes, e.g. 2g.20gb, 1g.10gb+me, 1g.24gb-me)`,
+				`mig-configs.c[0].mig-devices[4]: profile "2g.20gb+": not a MIG profile name (want <n>g.<m>gb with optional attributes, e.g. 2g.20gb, 1g.10gb+me, 1g.24gb-me)`,
+				`mig-configs.c[0].mig-devices[5]: profile "2g.20gb+me,gfx": not a MIG profile name (want <n>g.<m>gb with optional attributes, e.g. 2g.20gb, 1g.10gb+me, 1g.24gb-me)`,
+				`mig-configs.c[0].mig-devices[6]: profile " 1g.10gb": leading or trailing spaces`,
+				`mig-configs.c[0].mig-devices[7]: empty profile name`,
+				`mig-configs.c[0].mig-devices[8]: profile "2g.20gb++me": not a MIG profile name (want <n>g.<m>gb with optional attributes, e.g. 2g.20gb, 1g.10gb+me, 1g.24gb-me)`,
+			},
+		},
+		"bad profile as map key": {
+			doc:  entryDoc("devices: all", "mig-enabled: true", `mig-devices: {"2g-20gb": 1}`),
+			want: []string{`mig-configs.c[0].mig-devices: profile "2g-20gb": not a MIG profile name (want <n>g.<m>gb with optional attributes, e.g. 2g.20gb, 1g.10gb+me, 1g.24gb-me)`},
+		},
+		"zero, negative and non-integer counts": {
+			doc: entryDoc("devices: all", "mig-enabled: true",
+				`mig-devices: {"1g.5gb": 0, "2g.10gb": -1, "3g.20gb": 1.5, "4g.20gb": "1", "7g.40gb": 99999999999, "1g.10gb": null}`),
+			want: []string{
+				`mig-configs.c[0].mig-devices["1g.10gb"]: a count must be a whole number from 1 to 2147483647, got nothing`,
+				`mig-configs.c[0].mig-devices["1g.5gb"]: a count must be a whole number from 1 to 2147483647, got 0`,
+				`mig-configs.c[0].mig-devices["2g.10gb"]: a count must be a whole number from 1 to 2147483647, got -1`,
+				`mig-configs.c[0].mig-devices["3g.20gb"]: a count must be a whole number from 1 to 2147483647, got 1.5`,
+				`mig-configs.c[0].mig-devices["4g.20gb"]: a count must be a whole number from 1 to 2147483647, got "1"`,
+				`mig-configs.c[0].mig-devices["7g.40gb"]: a count must be a whole number from 1 to 2147483647, got 99999999999`,
+			},
+		},
+		"position without size, size without position": {
+			doc: entryDoc("devices: all", "mig-enabled: true",
+				"mig-devices: [{name: 2g.20gb, position: 0}, {name: 3g.40gb, size: 4}]"),
+			want: []string{
+				"mig-configs.c[0].mig-devices[0]: position without size (give both, in memory slices, or neither)",
+				"mig-configs.c[0].mig-devices[1]: size without position (give both, in memory slices, or neither)",
+			},
+		},
+		"bad position and size": {
+			doc: entryDoc("devices: all", "mig-enabled: true",
+				"mig-devices: [{name: 2g.20gb, position: -1, size: 0}, {name: 1g.10gb, position: a, size: 1.5}]"),
+			want: []string{
+				"mig-configs.c[0].mig-devices[0].position: a memory-slice start must be a whole number from 0 to 2147483647, got -1",
+				"mig-configs.c[0].mig-devices[0].size: a size in memory slices must be a whole number from 1 to 2147483647, got 0",
+				`mig-configs.c[0].mig-devices[1].position: a memory-slice start must be a whole number from 0 to 2147483647, got "a"`,
+				"mig-configs.c[0].mig-devices[1].size: a size in memory slices must be a whole number from 1 to 2147483647, got 1.5",
+			},
+		},
+		"run:ai item without name, with unknown field, name not a string": {
+			doc: entryDoc("devices: all", "mig-enabled: true",
+				"mig-devices: [{position: 0, size: 1}, {name: 1g.10gb, pos: 1}, {name: 7}]"),
+			want: []string{
+				`mig-configs.c[0].mig-devices[0]: missing required field "name"`,
+				`mig-configs.c[0].mig-devices[1]: unknown field "pos" (known: name, position, size)`,
+				"mig-configs.c[0].mig-devices[2].name: must be a profile name, got a number",
+			},
+		},
+		"list item neither name nor map": {
+			doc:  entryDoc("devices: all", "mig-enabled: true", "mig-devices: [7, [1g.10gb]]"),
+			want: []string{"mig-configs.c[0].mig-devices[0]: must be a profile name or {name, position, size}, got a number", "mig-configs.c[0].mig-devices[1]: must be a profile name or {name, position, size}, got a list"},
+		},
+		"bad device-filter": {
+			doc: entryDoc("devices: all", "mig-enabled: false", `device-filter: ["0x", "233010DE", "0xZZ", "0x20B010DE:0x145F10DE", 12345678901, true]`),
+			want: []string{
+				`mig-configs.c[0].device-filter[0]: "0x" is not a PCI device id like "0x233010DE"`,
+				`mig-configs.c[0].device-filter[1]: "233010DE" is not a PCI device id like "0x233010DE"`,
+				`mig-configs.c[0].device-filter[2]: "0xZZ" is not a PCI device id like "0x233010DE"`,
+				`mig-configs.c[0].device-filter[3]: "0x20B010DE:0x145F10DE": subsystem-qualified device ids are not supported; give the device/vendor id alone`,
+				`mig-configs.c[0].device-filter[4]: 12345678901 is not a PCI device id like "0x233010DE"`,
+				`mig-configs.c[0].device-filter[5]: true is not a PCI device id like "0x233010DE"`,
+			},
+		},
+		"device-filter empty list": {
+			doc:  entryDoc("devices: all", "mig-enabled: false", "device-filter: []"),
+			want: []string{"mig-configs.c[0].device-filter: empty list (leave device-filter out to match every GPU)"},
+		},
+		"device-filter bad scalar": {
+			doc:  entryDoc("devices: all", "mig-enabled: false", "device-filter: H100"),
+			want: []string{`mig-configs.c[0].device-filter: "H100" is not a PCI device id like "0x233010DE"`},
+		},
+		"every error in the document is reported": {
+			doc: `
+version: v1
+mig-configs:
+  a:
+  - devices: all
+    mig-enabled: true
+    mig-devices: {"9x.1gb": 1}
+  b:
+  - devices: [x]
+    mig-enabled: false
+  - devices: all
+    mig-enabled: true
+    mig-devices: [{name: 1g.10gb, position: 0}]
+`,
+			want: []string{
+				`mig-configs.a[0].mig-devices: profile "9x.1gb": not a MIG profile name (want <n>g.<m>gb with optional attributes, e.g. 2g.20gb, 1g.10gb+me, 1g.24gb-me)`,
+				`mig-configs.b[0].devices[0]: a GPU index must be a whole number from 0 to 2147483647, got "x"`,
+				"mig-configs.b[1].mig-devices[0]: position without size (give both, in memory slices, or neither)",
+			},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := Parse([]byte(tc.doc))
+			if err == nil {
+				t.Fatalf("Parse succeeded, want error:\n%s\ngot %+v", strings.Join(tc.want, "\n"), got)
+			}
+			if got != nil {
+				t.Errorf("Parse returned a spec with its error: %+v", got)
+			}
+			if diff := cmp.Diff(tc.want, strings.Split(err.Error(), "\n")); diff != "" {
+				t.Errorf("Parse error (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestSelect(t *testing.T) {
+	spec := func(names ...string) *Spec {
+		s := &Spec{Version: Version, Configs: map[string]Config{}}
+		for _, n := range names {
+			s.Configs[n] = Config{Name: n, Entries: []Entry{{AllDevices: true}}}
+		}
+		return s
+	}
+	tests := map[string]struct {
+		spec    *Spec
+		name    string
+		want    string
+		wantErr string
+	}{
+		"explicit name":                     {spec: spec("a", "b", "selected"), name: "b", want: "b"},
+		"explicit name beats selected":      {spec: spec("a", "selected"), name: "a", want: "a"},
+		"explicit name missing":             {spec: spec("b", "a"), name: "c", wantErr: `mig-config "c" not found (have: a, b)`},
+		"selected":                          {spec: spec("a", "selected", "z"), want: "selected"},
+		"the only one":                      {spec: spec("all-1g.10gb"), want: "all-1g.10gb"},
+		"several and none selected":         {spec: spec("z", "a", "m"), wantErr: `3 mig-configs and none named "selected": choose one of a, m, z`},
+		"explicit name on a one-config doc": {spec: spec("a"), name: "b", wantErr: `mig-config "b" not found (have: a)`},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := tc.spec.Select(tc.name)
+			if tc.wantErr != "" {
+				if err == nil || err.Error() != tc.wantErr {
+					t.Fatalf("Select(%q) error = %v, want %q", tc.name, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Select(%q): %v", tc.name, err)
+			}
+			if got.Name != tc.want {
+				t.Errorf("Select(%q) = %q, want %q", tc.name, got.Name, tc.want)
+			}
+		})
+	}
+}
