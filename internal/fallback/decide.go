@@ -1,0 +1,400 @@
+// Package fallback decides how to rewrite a pod's MIG request to a GPU type
+// that exists on the nodes the pod can land on. It is pure: the pod, a
+// Snapshot of the nodes and the policy go in, a Decision with a JSON patch
+// comes out. The HTTP, TLS and informer adapter lives in internal/webhook.
+package fallback
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
+)
+
+// Annotations the webhook reads and writes.
+const (
+	// AnnotationFallback lists the rewrites, as the original webhook did:
+	// "2g.20gb->1g.10gb", comma-separated when there are several.
+	AnnotationFallback = "gpu-webhook.k8s.io/fallback"
+	// AnnotationOriginal holds the rewritten containers' GPU resources before
+	// the rewrite (JSON, OriginalResources). A pod carrying it is never
+	// rewritten again, so reinvocation and re-admission are no-ops.
+	AnnotationOriginal = "migflex.io/original-resources"
+	// AnnotationReason says why each rewrite happened.
+	AnnotationReason = "migflex.io/fallback-reason"
+	// AnnotationPolicy is the pod's own restriction: none, down, up or any.
+	AnnotationPolicy = "migflex.io/fallback-policy"
+)
+
+// Outcome classifies a decision, for metrics and logs.
+type Outcome string
+
+const (
+	OutcomeNoGPU            Outcome = "no_gpu"
+	OutcomeAlreadyProcessed Outcome = "already_processed"
+	OutcomeUnchanged        Outcome = "unchanged"
+	OutcomeRewritten        Outcome = "rewritten"
+	OutcomeDenied           Outcome = "denied"
+	// OutcomeUnsatisfiable: nothing fits a requested type and
+	// --on-unsatisfiable=allow let the pod through (other types may still
+	// have been rewritten).
+	OutcomeUnsatisfiable Outcome = "unsatisfiable_allowed"
+)
+
+// Reasons for a rewrite, as written into AnnotationReason and logs.
+const (
+	// ReasonAbsent: no node the pod can land on has the requested type.
+	ReasonAbsent = "absent"
+	// ReasonExhausted (capacity mode): nodes have the type, none has enough free.
+	ReasonExhausted = "exhausted"
+)
+
+// Decision is the result for one pod.
+type Decision struct {
+	Outcome Outcome
+	Allowed bool
+	// Message explains a denial; the API server shows it to the user.
+	Message string
+	// Warnings are returned to the client (kubectl prints them).
+	Warnings []string
+	// Rewrites are the distinct type changes, in the order of the pod spec.
+	Rewrites []Rewrite
+	// Patch is the RFC 6902 JSON patch; empty when the pod is unchanged.
+	Patch []Operation
+}
+
+// Rewrite is one type change applied to every container that requests From.
+type Rewrite struct {
+	From, To corev1.ResourceName
+	// Reason is ReasonAbsent or ReasonExhausted.
+	Reason string
+}
+
+// Label is the annotation form of the rewrite: "2g.20gb->1g.10gb".
+func (r Rewrite) Label() string { return ShortName(r.From) + "->" + ShortName(r.To) }
+
+// Options configure a Decider.
+type Options struct {
+	Policy          Policy
+	Mode            Mode
+	OnUnsatisfiable Unsatisfiable
+}
+
+// Decider applies one validated configuration to pods. It holds no state
+// besides its options and is safe for concurrent use.
+type Decider struct {
+	opts Options
+}
+
+// NewDecider validates the options; empty Mode and OnUnsatisfiable take the
+// defaults (existence, deny).
+func NewDecider(o Options) (*Decider, error) {
+	if o.Mode == "" {
+		o.Mode = ModeExistence
+	}
+	if o.OnUnsatisfiable == "" {
+		o.OnUnsatisfiable = UnsatisfiableDeny
+	}
+	if _, err := ParseMode(string(o.Mode)); err != nil {
+		return nil, err
+	}
+	if _, err := ParseUnsatisfiable(string(o.OnUnsatisfiable)); err != nil {
+		return nil, err
+	}
+	if err := o.Policy.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid fallback policy: %w", err)
+	}
+	return &Decider{opts: o}, nil
+}
+
+// Mode is the decider's mode; the server needs it to know whether to watch pods.
+func (d *Decider) Mode() Mode { return d.opts.Mode }
+
+// HasGPURequest reports whether any container or init container requests or
+// limits a GPU resource. It allocates nothing: most pods take this exit.
+func HasGPURequest(pod *corev1.Pod) bool {
+	for _, cs := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
+		for i := range cs {
+			r := &cs[i].Resources
+			if hasGPU(r.Requests) || hasGPU(r.Limits) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func hasGPU(l corev1.ResourceList) bool {
+	for name, q := range l {
+		if IsGPUResource(name) && q.Sign() > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Decide decides for one pod at admission. snap must not be nil.
+func (d *Decider) Decide(pod *corev1.Pod, snap *Snapshot) Decision {
+	if !HasGPURequest(pod) {
+		return Decision{Outcome: OutcomeNoGPU, Allowed: true}
+	}
+	if _, done := pod.Annotations[AnnotationOriginal]; done {
+		return Decision{Outcome: OutcomeAlreadyProcessed, Allowed: true}
+	}
+	podPolicy := PodPolicyAny
+	if s, ok := pod.Annotations[AnnotationPolicy]; ok {
+		pp, err := parsePodPolicy(s)
+		if err != nil {
+			return Decision{Outcome: OutcomeDenied, Message: err.Error()}
+		}
+		podPolicy = pp
+	}
+	requested := d.managedRequests(pod)
+	if len(requested) == 0 {
+		return Decision{Outcome: OutcomeUnchanged, Allowed: true}
+	}
+
+	filter := newPodFilter(pod, snap.identity)
+	v := snap.viewFor(filter)
+	var needs map[corev1.ResourceName]int64
+	if d.opts.Mode == ModeCapacity {
+		needs = podNeeds(pod)
+	}
+
+	var rewrites []Rewrite
+	var unsatisfied []string
+	for _, r := range requested {
+		c := d.candidates(r, &v, podPolicy)
+		to, reason, ok := d.choose(r, c, &v, needs[r])
+		switch {
+		case !ok:
+			unsatisfied = append(unsatisfied, d.explain(r, c, &v, snap, filter, podPolicy))
+		case to != r:
+			rewrites = append(rewrites, Rewrite{From: r, To: to, Reason: reason})
+		}
+	}
+
+	dec := Decision{Outcome: OutcomeUnchanged, Allowed: true, Rewrites: rewrites}
+	if len(unsatisfied) > 0 {
+		msg := "no GPU type fits: " + strings.Join(unsatisfied, "; ")
+		if d.opts.OnUnsatisfiable == UnsatisfiableDeny {
+			return Decision{Outcome: OutcomeDenied, Message: msg}
+		}
+		dec.Outcome = OutcomeUnsatisfiable
+		dec.Warnings = []string{msg + " (left unchanged)"}
+	}
+	if len(rewrites) > 0 {
+		if dec.Outcome == OutcomeUnchanged {
+			dec.Outcome = OutcomeRewritten
+		}
+		dec.Patch = buildPatch(pod, rewrites)
+	}
+	return dec
+}
+
+// managedRequests lists the distinct resource types the decider may rewrite,
+// in the order of the pod spec (containers, then init containers). A MIG
+// type always qualifies; nvidia.com/gpu and any other name only with an
+// explicit chain, as the webhook never changed whole-GPU requests by itself.
+func (d *Decider) managedRequests(pod *corev1.Pod) []corev1.ResourceName {
+	var out []corev1.ResourceName
+	seen := func(r corev1.ResourceName) bool { return slices.Contains(out, r) }
+	for _, cs := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
+		for i := range cs {
+			for _, l := range []corev1.ResourceList{cs[i].Resources.Requests, cs[i].Resources.Limits} {
+				for _, r := range slices.Sorted(maps.Keys(l)) {
+					q := l[r]
+					if q.Sign() > 0 && d.managed(r) && !seen(r) {
+						out = append(out, r)
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+func (d *Decider) managed(r corev1.ResourceName) bool {
+	if _, ok := d.opts.Policy.Chains[r]; ok {
+		return true
+	}
+	p, ok := ParseResource(r)
+	return ok && !p.WholeGPU()
+}
+
+// candidate is one fallback type in chain order, or a type that is present
+// but ruled out (why says by what).
+type candidate struct {
+	to  corev1.ResourceName
+	why string
+}
+
+// candidates returns the fallback chain for r, in order, with the present
+// types the policies rule out appended with their reason (for the message).
+// The explicit chain replaces the derived one. The derived chain is built
+// from the types present on the pod's nodes: smaller MIG profiles nearest
+// first, larger ones nearest first, then a whole GPU.
+func (d *Decider) candidates(r corev1.ResourceName, v *view, pp PodPolicy) []candidate {
+	from, _ := ParseResource(r)
+	pol := d.opts.Policy
+	var order []corev1.ResourceName
+	if chain, ok := pol.Chains[r]; ok {
+		order = chain
+	} else {
+		var down, up []Profile
+		for t := range v.free {
+			p, ok := ParseResource(t)
+			if !ok || t == r || p.WholeGPU() {
+				continue
+			}
+			if direction(from, p) == Down {
+				down = append(down, p)
+			} else {
+				up = append(up, p)
+			}
+		}
+		slices.SortFunc(down, func(a, b Profile) int { return compare(b, a) })
+		slices.SortFunc(up, compare)
+		for _, p := range append(down, up...) {
+			order = append(order, p.Resource)
+		}
+		if r != ResourceGPU {
+			order = append(order, ResourceGPU)
+		}
+	}
+	var ok, ruledOut []candidate
+	for _, t := range order {
+		tp, _ := ParseResource(t)
+		dir := direction(from, tp)
+		switch why := pol.forbids(dir, tp); {
+		case why != "":
+			ruledOut = append(ruledOut, candidate{t, why})
+		case !pp.allows(dir):
+			ruledOut = append(ruledOut, candidate{t, fmt.Sprintf("%s is %s, pod annotation %s is %q", ShortName(t), dir, AnnotationPolicy, pp)})
+		default:
+			ok = append(ok, candidate{to: t})
+		}
+	}
+	return append(ok, ruledOut...)
+}
+
+// choose picks the type for r: r itself when it fits, else the first
+// allowed candidate that does. In capacity mode "fits" first means a free
+// device on some eligible node; when no type has one, the existence rule
+// decides, and the scheduler queues the pod until a device frees up.
+func (d *Decider) choose(r corev1.ResourceName, cands []candidate, v *view, need int64) (corev1.ResourceName, string, bool) {
+	if d.opts.Mode == ModeCapacity {
+		need = max(need, 1)
+		if f, ok := v.free[r]; ok && f >= need {
+			return r, "", true
+		}
+		reason := ReasonAbsent
+		if v.present(r) {
+			reason = ReasonExhausted
+		}
+		for _, c := range cands {
+			if f, ok := v.free[c.to]; ok && c.why == "" && f >= need {
+				return c.to, reason, true
+			}
+		}
+	}
+	if v.present(r) {
+		return r, "", true
+	}
+	for _, c := range cands {
+		if c.why == "" && v.present(c.to) {
+			return c.to, ReasonAbsent, true
+		}
+	}
+	return "", "", false
+}
+
+// explain names the requested type and what was checked, for a denial.
+func (d *Decider) explain(r corev1.ResourceName, cands []candidate, v *view, snap *Snapshot, f *podFilter, pp PodPolicy) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s is on none of the %d nodes this pod can be scheduled to (%d nodes in the cluster)",
+		r, snap.eligibleNodes(f), snap.Nodes())
+	types := slices.Sorted(maps.Keys(v.free))
+	if len(types) == 0 {
+		b.WriteString("; they have no GPU types")
+	} else {
+		names := make([]string, len(types))
+		for i, t := range types {
+			names[i] = string(t)
+		}
+		fmt.Fprintf(&b, "; GPU types there: %s", strings.Join(names, ", "))
+	}
+	var ruled []string
+	for _, c := range cands {
+		if c.why != "" && v.present(c.to) {
+			ruled = append(ruled, fmt.Sprintf("%s (%s)", c.to, c.why))
+		}
+	}
+	switch {
+	case pp == PodPolicyNone:
+		fmt.Fprintf(&b, "; fallback disabled by pod annotation %s=none", AnnotationPolicy)
+	case len(ruled) > 0:
+		fmt.Fprintf(&b, "; ruled out by policy: %s", strings.Join(ruled, ", "))
+	}
+	if _, ok := d.opts.Policy.Chains[r]; ok {
+		b.WriteString("; explicit fallback chain: ")
+		for i, t := range d.opts.Policy.Chains[r] {
+			if i > 0 {
+				b.WriteString(" -> ")
+			}
+			b.WriteString(string(t))
+		}
+	}
+	return b.String()
+}
+
+// podNeeds is the devices of each GPU type the pod needs on one node, by the
+// scheduler's rules (init containers take the max, sidecars add up). A GPU
+// limit without a request counts as the request, as API defaulting makes it.
+func podNeeds(pod *corev1.Pod) map[corev1.ResourceName]int64 {
+	gpuOnly := func(c *corev1.Container) corev1.Container {
+		out := corev1.Container{Name: c.Name, RestartPolicy: c.RestartPolicy}
+		for _, l := range []corev1.ResourceList{c.Resources.Limits, c.Resources.Requests} {
+			for name, q := range l {
+				if IsGPUResource(name) {
+					if out.Resources.Requests == nil {
+						out.Resources.Requests = corev1.ResourceList{}
+					}
+					out.Resources.Requests[name] = q
+				}
+			}
+		}
+		return out
+	}
+	p := &corev1.Pod{}
+	for i := range pod.Spec.Containers {
+		p.Spec.Containers = append(p.Spec.Containers, gpuOnly(&pod.Spec.Containers[i]))
+	}
+	for i := range pod.Spec.InitContainers {
+		p.Spec.InitContainers = append(p.Spec.InitContainers, gpuOnly(&pod.Spec.InitContainers[i]))
+	}
+	return Devices(p)
+}
+
+// Devices is the GPU devices a pod holds on its node, by the scheduler's
+// request rules (k8s.io/component-helpers/resource.PodRequests). The
+// informer source uses it for the pods bound to a node.
+func Devices(pod *corev1.Pod) map[corev1.ResourceName]int64 {
+	reqs := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{
+		ExcludeOverhead:       true,
+		SkipPodLevelResources: true,
+	})
+	var out map[corev1.ResourceName]int64
+	for name, q := range reqs {
+		if IsGPUResource(name) && q.Sign() > 0 {
+			if out == nil {
+				out = map[corev1.ResourceName]int64{}
+			}
+			out[name] = q.Value()
+		}
+	}
+	return out
+}

@@ -1,0 +1,149 @@
+package fallback
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+)
+
+// podFilter is the scheduler's node filters that depend only on the pod and
+// the node object: nodeName, nodeSelector plus required node affinity
+// (nodeaffinity, the scheduler's own code), taints with NoSchedule/NoExecute
+// and the cordon.
+type podFilter struct {
+	affinity    nodeaffinity.RequiredNodeAffinity
+	tolerations []corev1.Toleration
+	nodeName    string
+	// tolerUnschedulable is whether the pod tolerates the cordon taint, as
+	// the scheduler's NodeUnschedulable plugin checks.
+	tolerUnschedulable bool
+	// perNode is set when the constraints name a node (spec.nodeName, an
+	// identity label, a field selector on metadata.name): they must then be
+	// matched against every member of a group, not once per group.
+	perNode bool
+}
+
+var unschedulableTaint = corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}
+
+func newPodFilter(pod *corev1.Pod, identity map[string]bool) *podFilter {
+	f := &podFilter{
+		affinity:           nodeaffinity.GetRequiredNodeAffinity(pod),
+		tolerations:        pod.Spec.Tolerations,
+		nodeName:           pod.Spec.NodeName,
+		tolerUnschedulable: corev1helpers.TolerationsTolerateTaint(pod.Spec.Tolerations, &unschedulableTaint),
+	}
+	f.perNode = f.nodeName != "" || namesNode(pod, identity)
+	return f
+}
+
+func namesNode(pod *corev1.Pod, identity map[string]bool) bool {
+	for k := range pod.Spec.NodeSelector {
+		if identity[k] {
+			return true
+		}
+	}
+	a := pod.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return false
+	}
+	for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		if len(term.MatchFields) > 0 {
+			return true
+		}
+		for _, e := range term.MatchExpressions {
+			if identity[e.Key] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// groupAllowed applies the filters every member of g shares.
+func (f *podFilter) groupAllowed(g *group) bool {
+	if g.unschedulable && !f.tolerUnschedulable {
+		return false
+	}
+	_, untolerated := corev1helpers.FindMatchingUntoleratedTaint(g.taints, f.tolerations, nil)
+	return !untolerated
+}
+
+// matches applies the label and name filters to one node.
+func (f *podFilter) matches(n *corev1.Node) bool {
+	if f.nodeName != "" && n.Name != f.nodeName {
+		return false
+	}
+	// An affinity that does not parse never matches; API validation, which
+	// runs after mutating admission, rejects such a pod anyway.
+	ok, err := f.affinity.Match(n)
+	return ok && err == nil
+}
+
+// view is what one pod can use: the GPU types on the nodes it can land on.
+type view struct {
+	// free maps each present type to the most free devices of it on one
+	// eligible node. In existence mode only the keys matter.
+	free map[corev1.ResourceName]int64
+	// gpuNodes is the number of eligible nodes with a GPU type.
+	gpuNodes int
+}
+
+func (v *view) present(r corev1.ResourceName) bool {
+	_, ok := v.free[r]
+	return ok
+}
+
+func (v *view) add(types []corev1.ResourceName, free map[corev1.ResourceName]int64) {
+	for _, r := range types {
+		if f, ok := v.free[r]; !ok || free[r] > f {
+			v.free[r] = free[r]
+		}
+	}
+}
+
+// viewFor collects the GPU types on the nodes the pod can be scheduled to.
+func (s *Snapshot) viewFor(f *podFilter) view {
+	v := view{free: map[corev1.ResourceName]int64{}}
+	for _, g := range s.groups {
+		if len(g.types) == 0 || !f.groupAllowed(g) {
+			continue
+		}
+		if !f.perNode {
+			if f.matches(g.rep) {
+				v.add(g.types, g.maxFree)
+				v.gpuNodes += len(g.members)
+			}
+			continue
+		}
+		for _, m := range g.members {
+			if f.matches(m.node) {
+				v.add(g.types, m.free)
+				v.gpuNodes++
+			}
+		}
+	}
+	return v
+}
+
+// eligibleNodes counts every node the pod can be scheduled to, GPU or not.
+// Only the deny message needs it, so it is not part of viewFor.
+func (s *Snapshot) eligibleNodes(f *podFilter) int {
+	n := 0
+	for _, g := range s.groups {
+		if !f.groupAllowed(g) {
+			continue
+		}
+		if !f.perNode {
+			if f.matches(g.rep) {
+				n += len(g.members)
+			}
+			continue
+		}
+		for _, m := range g.members {
+			if f.matches(m.node) {
+				n++
+			}
+		}
+	}
+	return n
+}

@@ -1,0 +1,159 @@
+package fallback
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+)
+
+func TestNodeFromAPI(t *testing.T) {
+	n := node("n1", alloc{mig1g10: 7, mig2g20: 0, gpu: 1},
+		labeled("pool", "a"),
+		tainted("hard", corev1.TaintEffectNoSchedule),
+		tainted("soft", corev1.TaintEffectPreferNoSchedule),
+		tainted("evict", corev1.TaintEffectNoExecute),
+		cordoned)
+	want := Node{
+		Name:          "n1",
+		Labels:        map[string]string{corev1.LabelHostname: "n1", "pool": "a"},
+		Unschedulable: true,
+		Taints: []corev1.Taint{
+			{Key: "hard", Value: "true", Effect: corev1.TaintEffectNoSchedule},
+			{Key: "evict", Value: "true", Effect: corev1.TaintEffectNoExecute},
+		},
+		// cpu and memory are not GPU resources; a zero type is absent.
+		Allocatable: alloc{mig1g10: 7, gpu: 1},
+	}
+	if diff := cmp.Diff(want, NodeFromAPI(n)); diff != "" {
+		t.Errorf("NodeFromAPI (-want +got):\n%s", diff)
+	}
+}
+
+func TestBuilderGroups(t *testing.T) {
+	b := NewBuilder(nil)
+	for i := range 100 {
+		b.SetNode(NodeFromAPI(node(fmt.Sprintf("a%d", i), alloc{mig1g10: 7}, labeled("pool", "a"))))
+	}
+	b.SetNode(NodeFromAPI(node("b0", alloc{mig1g10: 7}, labeled("pool", "b"))))
+	b.SetNode(NodeFromAPI(node("c0", alloc{mig2g20: 3}, labeled("pool", "a"))))
+	b.SetNode(NodeFromAPI(node("d0", alloc{mig1g10: 7}, labeled("pool", "a"), cordoned)))
+	b.SetNode(NodeFromAPI(node("e0", alloc{mig1g10: 7}, labeled("pool", "a"), tainted("x", corev1.TaintEffectNoSchedule))))
+	s := b.Snapshot()
+	if got, want := s.Nodes(), 104; got != want {
+		t.Errorf("Nodes() = %d, want %d", got, want)
+	}
+	// Hostnames differ on every node and do not split groups.
+	if got, want := s.Groups(), 5; got != want {
+		t.Errorf("Groups() = %d, want %d", got, want)
+	}
+
+	if b.Snapshot() != s {
+		t.Error("Snapshot() rebuilt without a change")
+	}
+	// The kubelet's status updates change nothing the decision reads.
+	b.SetNode(NodeFromAPI(node("a7", alloc{mig1g10: 7}, labeled("pool", "a"))))
+	if b.Snapshot() != s {
+		t.Error("an update that changes nothing replaced the snapshot")
+	}
+
+	// Reconfigure a7 to 2g.20gb: it moves to c0's group.
+	b.SetNode(NodeFromAPI(node("a7", alloc{mig2g20: 3}, labeled("pool", "a"))))
+	s2 := b.Snapshot()
+	if s2 == s {
+		t.Fatal("an update did not replace the snapshot")
+	}
+	if got, want := s2.Groups(), 5; got != want {
+		t.Errorf("Groups() after move = %d, want %d", got, want)
+	}
+	b.DeleteNode("b0")
+	b.DeleteNode("b0") // deleting twice is harmless
+	s3 := b.Snapshot()
+	if got, want := s3.Groups(), 4; got != want {
+		t.Errorf("Groups() after delete = %d, want %d", got, want)
+	}
+	if got, want := s3.Nodes(), 103; got != want {
+		t.Errorf("Nodes() after delete = %d, want %d", got, want)
+	}
+	// Snapshots already handed out do not change.
+	if got, want := s.Nodes(), 104; got != want || s.Groups() != 5 {
+		t.Errorf("old snapshot changed: %d nodes, %d groups", s.Nodes(), s.Groups())
+	}
+}
+
+func TestBuilderUsage(t *testing.T) {
+	d, err := NewDecider(Options{Policy: DefaultPolicy(), Mode: ModeCapacity})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := gpuPod(mig2g20, "1")
+	decide := func(b *Builder) []Rewrite { return d.Decide(pod, b.Snapshot()).Rewrites }
+	exhausted := []Rewrite{{mig2g20, mig1g10, ReasonExhausted}}
+
+	b := NewBuilder(nil)
+	// A pod event may arrive before its node's.
+	b.SetPod("ns/early", "a", alloc{mig2g20: 1})
+	b.SetNode(NodeFromAPI(node("a", alloc{mig2g20: 2})))
+	b.SetNode(NodeFromAPI(node("b", alloc{mig1g10: 7})))
+	if got := decide(b); got != nil {
+		t.Fatalf("1 of 2 used: rewrites %v, want none", got)
+	}
+	before := b.Snapshot()
+	b.SetPod("ns/second", "a", alloc{mig2g20: 1})
+	if diff := cmp.Diff(exhausted, decide(b)); diff != "" {
+		t.Fatalf("2 of 2 used (-want +got):\n%s", diff)
+	}
+	if got := d.Decide(pod, before).Rewrites; got != nil {
+		t.Errorf("an earlier snapshot changed with the usage: %v", got)
+	}
+	// Updating a pod with the same usage is a no-op; moving it frees a.
+	s := b.Snapshot()
+	b.SetPod("ns/second", "a", alloc{mig2g20: 1})
+	if b.Snapshot() != s {
+		t.Error("same usage replaced the snapshot")
+	}
+	b.SetPod("ns/second", "b", alloc{mig1g10: 1})
+	if got := decide(b); got != nil {
+		t.Fatalf("after move: rewrites %v, want none", got)
+	}
+	b.SetPod("ns/third", "a", alloc{mig2g20: 1})
+	if diff := cmp.Diff(exhausted, decide(b)); diff != "" {
+		t.Fatalf("third pod (-want +got):\n%s", diff)
+	}
+	b.DeletePod("ns/third")
+	if got := decide(b); got != nil {
+		t.Fatalf("after delete: rewrites %v, want none", got)
+	}
+	// The node going away and coming back keeps the usage of its pods.
+	b.DeleteNode("a")
+	b.SetPod("ns/third", "a", alloc{mig2g20: 1})
+	b.SetNode(NodeFromAPI(node("a", alloc{mig2g20: 2})))
+	if diff := cmp.Diff(exhausted, decide(b)); diff != "" {
+		t.Fatalf("node re-added (-want +got):\n%s", diff)
+	}
+}
+
+func TestDevices(t *testing.T) {
+	tests := map[string]struct {
+		pod  *corev1.Pod
+		want map[corev1.ResourceName]int64
+	}{
+		"none": {newPod(withContainer("a", both("cpu", "1"))), nil},
+		"containers add up": {
+			newPod(withContainer("a", both(string(mig1g10), "1", "cpu", "1")), withContainer("b", both(string(mig1g10), "2"))),
+			alloc{mig1g10: 3},
+		},
+		"init max": {
+			newPod(withInit("i", both(string(mig1g10), "4")), withContainer("a", both(string(mig1g10), "1"))),
+			alloc{mig1g10: 4},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, Devices(tc.pod)); diff != "" {
+				t.Errorf("Devices (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
