@@ -1,0 +1,269 @@
+package mig
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// Discover reads every GPU: identity, MIG mode, the profiles it supports
+// and its current instances. It uses only calls real NVML supports (plus
+// the optional ProfileNamer), so it reads a real node and a simulated one
+// alike. It holds its own NVML reference (Init/Shutdown), so callers need
+// not have initialized the library.
+func Discover(lib nvml.Interface) ([]GPU, error) {
+	var gpus []GPU
+	err := withNVML(lib, func() error {
+		n, ret := lib.DeviceGetCount()
+		if ret != nvml.SUCCESS {
+			return fmt.Errorf("counting GPUs: %w", ret)
+		}
+		for i := range n {
+			g, err := discoverGPU(lib, i)
+			if err != nil {
+				return err
+			}
+			gpus = append(gpus, g)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return gpus, nil
+}
+
+// withNVML runs f between Init and Shutdown. NVML counts references, so
+// this is cheap when the caller already holds one.
+func withNVML(lib nvml.Interface, f func() error) error {
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		return fmt.Errorf("initializing NVML: %w", ret)
+	}
+	defer lib.Shutdown()
+	return f()
+}
+
+func device(lib nvml.Interface, gpu int) (nvml.Device, error) {
+	d, ret := lib.DeviceGetHandleByIndex(gpu)
+	return d, nvmlErr(gpu, ret, "get device handle")
+}
+
+func discoverGPU(lib nvml.Interface, i int) (GPU, error) {
+	d, err := device(lib, i)
+	if err != nil {
+		return GPU{}, err
+	}
+	g := GPU{Index: i}
+	var ret nvml.Return
+	if g.UUID, ret = d.GetUUID(); ret != nvml.SUCCESS {
+		return GPU{}, nvmlErr(i, ret, "get UUID")
+	}
+	if g.Model, ret = d.GetName(); ret != nvml.SUCCESS {
+		return GPU{}, nvmlErr(i, ret, "get name")
+	}
+	pci, ret := d.GetPciInfo()
+	if ret != nvml.SUCCESS {
+		return GPU{}, nvmlErr(i, ret, "get PCI info")
+	}
+	g.PCIDeviceID = pci.PciDeviceId
+	mem, ret := d.GetMemoryInfo()
+	if ret != nvml.SUCCESS {
+		return GPU{}, nvmlErr(i, ret, "get memory info")
+	}
+	g.MemoryMB = mem.Total >> 20
+	if g.Minor, ret = d.GetMinorNumber(); ret != nvml.SUCCESS {
+		return GPU{}, nvmlErr(i, ret, "get minor number")
+	}
+
+	cur, pending, ret := d.GetMigMode()
+	switch ret {
+	case nvml.SUCCESS:
+	case nvml.ERROR_NOT_SUPPORTED:
+		return g, nil // not MIG capable
+	default:
+		return GPU{}, nvmlErr(i, ret, "get MIG mode")
+	}
+	g.MigCapable = true
+	g.MigEnabled = cur == nvml.DEVICE_MIG_ENABLE
+	g.MigPending = pending == nvml.DEVICE_MIG_ENABLE
+
+	profiles, err := gpuProfiles(d, i, mem.Total)
+	if err != nil {
+		return GPU{}, err
+	}
+	for _, p := range profiles {
+		g.Profiles = append(g.Profiles, p.Profile)
+	}
+	if g.MigEnabled {
+		if g.Instances, err = instances(d, i, profiles); err != nil {
+			return GPU{}, err
+		}
+	}
+	return g, nil
+}
+
+// profile is a Profile with the NVML info it was read from.
+type profile struct {
+	Profile
+	info nvml.GpuInstanceProfileInfo
+}
+
+// gpuProfiles enumerates the GPU_INSTANCE_PROFILE_* constants, skipping
+// those the GPU does not support.
+func gpuProfiles(d nvml.Device, gpu int, totalMem uint64) ([]profile, error) {
+	var out []profile
+	for q := range nvml.GPU_INSTANCE_PROFILE_COUNT {
+		info, ret := d.GetGpuInstanceProfileInfo(q)
+		switch ret {
+		case nvml.SUCCESS:
+		case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_INVALID_ARGUMENT:
+			continue
+		default:
+			return nil, nvmlErr(gpu, ret, "get GPU instance profile %d", q)
+		}
+		placements, ret := d.GetGpuInstancePossiblePlacements(&info)
+		if ret != nvml.SUCCESS {
+			return nil, nvmlErr(gpu, ret, "get placements of GPU instance profile %d", q)
+		}
+		p := profile{info: info, Profile: Profile{
+			Name:     profileName(d, q, info, totalMem),
+			ID:       info.Id,
+			Query:    q,
+			Slices:   int(info.SliceCount),
+			MemoryMB: info.MemorySizeMB,
+			SMs:      int(info.MultiprocessorCount),
+			MaxCount: int(info.InstanceCount),
+		}}
+		for _, pl := range placements {
+			p.Placements = append(p.Placements, int(pl.Start))
+			p.MemorySlices = int(pl.Size)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// fullCIProfile is the COMPUTE_INSTANCE_PROFILE_* constant of the compute
+// instance spanning a GPU instance with that many slices, or -1.
+func fullCIProfile(slices uint32) int {
+	switch slices {
+	case 1:
+		return nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE
+	case 2:
+		return nvml.COMPUTE_INSTANCE_PROFILE_2_SLICE
+	case 3:
+		return nvml.COMPUTE_INSTANCE_PROFILE_3_SLICE
+	case 4:
+		return nvml.COMPUTE_INSTANCE_PROFILE_4_SLICE
+	case 6:
+		return nvml.COMPUTE_INSTANCE_PROFILE_6_SLICE
+	case 7:
+		return nvml.COMPUTE_INSTANCE_PROFILE_7_SLICE
+	case 8:
+		return nvml.COMPUTE_INSTANCE_PROFILE_8_SLICE
+	}
+	return -1
+}
+
+// instances reads the GPU instances of every profile with their full-size
+// compute instance and MIG device UUID.
+func instances(d nvml.Device, gpu int, profiles []profile) ([]Instance, error) {
+	uuids, err := migUUIDs(d, gpu)
+	if err != nil {
+		return nil, err
+	}
+	var out []Instance
+	for _, p := range profiles {
+		if p.info.InstanceCount == 0 {
+			continue // go-nvml would index an empty buffer
+		}
+		gis, ret := d.GetGpuInstances(&p.info)
+		if ret != nvml.SUCCESS {
+			return nil, nvmlErr(gpu, ret, "list %s GPU instances", p.Name)
+		}
+		for _, gi := range gis {
+			info, ret := gi.GetInfo()
+			if ret != nvml.SUCCESS {
+				return nil, nvmlErr(gpu, ret, "get %s GPU instance info", p.Name)
+			}
+			inst := Instance{Profile: p.Name, Start: int(info.Placement.Start), Size: int(info.Placement.Size), GIID: info.Id}
+			ci, ok, err := fullComputeInstance(gi, gpu, p.info.SliceCount)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				inst.HasCI, inst.CIID = true, ci
+				inst.UUID = uuids[[2]uint32{inst.GIID, ci}]
+			}
+			out = append(out, inst)
+		}
+	}
+	slices.SortFunc(out, func(a, b Instance) int { return cmp.Compare(a.Start, b.Start) })
+	return out, nil
+}
+
+// fullComputeInstance returns the id of the GPU instance's compute instance
+// that spans all its slices, if there is one. Smaller compute instances
+// (made by hand with nvidia-smi) are not ones migflex creates or serves.
+func fullComputeInstance(gi nvml.GpuInstance, gpu int, slices uint32) (uint32, bool, error) {
+	q := fullCIProfile(slices)
+	if q < 0 {
+		return 0, false, nil
+	}
+	info, ret := gi.GetComputeInstanceProfileInfo(q, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+	if ret == nvml.ERROR_NOT_SUPPORTED {
+		return 0, false, nil
+	}
+	if ret != nvml.SUCCESS {
+		return 0, false, nvmlErr(gpu, ret, "get compute instance profile %d", q)
+	}
+	if info.InstanceCount == 0 {
+		return 0, false, nil
+	}
+	cis, ret := gi.GetComputeInstances(&info)
+	if ret != nvml.SUCCESS {
+		return 0, false, nvmlErr(gpu, ret, "list compute instances")
+	}
+	if len(cis) == 0 {
+		return 0, false, nil
+	}
+	ciInfo, ret := cis[0].GetInfo()
+	if ret != nvml.SUCCESS {
+		return 0, false, nvmlErr(gpu, ret, "get compute instance info")
+	}
+	return ciInfo.Id, true, nil
+}
+
+// migUUIDs maps (GPU instance id, compute instance id) to MIG device UUIDs.
+func migUUIDs(d nvml.Device, gpu int) (map[[2]uint32]string, error) {
+	n, ret := d.GetMaxMigDeviceCount()
+	if ret != nvml.SUCCESS {
+		return nil, nvmlErr(gpu, ret, "get max MIG device count")
+	}
+	out := map[[2]uint32]string{}
+	for j := range n {
+		m, ret := d.GetMigDeviceHandleByIndex(j)
+		if ret == nvml.ERROR_NOT_FOUND {
+			continue
+		}
+		if ret != nvml.SUCCESS {
+			return nil, nvmlErr(gpu, ret, "get MIG device %d", j)
+		}
+		gi, ret := m.GetGpuInstanceId()
+		if ret != nvml.SUCCESS {
+			return nil, nvmlErr(gpu, ret, "get GPU instance id of MIG device %d", j)
+		}
+		ci, ret := m.GetComputeInstanceId()
+		if ret != nvml.SUCCESS {
+			return nil, nvmlErr(gpu, ret, "get compute instance id of MIG device %d", j)
+		}
+		uuid, ret := m.GetUUID()
+		if ret != nvml.SUCCESS {
+			return nil, nvmlErr(gpu, ret, "get UUID of MIG device %d", j)
+		}
+		out[[2]uint32{uint32(gi), uint32(ci)}] = uuid
+	}
+	return out, nil
+}

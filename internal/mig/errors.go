@@ -1,0 +1,63 @@
+package mig
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// Sentinels for errors.Is on errors from this package.
+var (
+	// ErrInUse: the GPU or instance is busy (instances exist, processes
+	// run); nothing was changed.
+	ErrInUse = errors.New("in use")
+	// ErrResetRequired: the MIG mode change is pending until the GPU is
+	// reset (Ampere, or a GPU NVML could not reset).
+	ErrResetRequired = errors.New("GPU reset required")
+	// ErrInsufficientResources: the instance does not fit next to the
+	// existing ones (overlap, profile count, compute slices).
+	ErrInsufficientResources = errors.New("insufficient resources")
+	// ErrNotFound: no such GPU, profile or instance.
+	ErrNotFound = errors.New("not found")
+	// ErrNotSupported: the GPU or backend cannot do it (no MIG, MIG
+	// disabled, no reset capability).
+	ErrNotSupported = errors.New("not supported")
+)
+
+// Error is a failed NVML call made for an operation on one GPU. It matches
+// the sentinels above and, through Unwrap, the nvml.Return itself.
+type Error struct {
+	GPU int
+	// Op says what was attempted: "create 3g.40gb at 4".
+	Op  string
+	Ret nvml.Return
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("GPU %d: %s: %v", e.GPU, e.Op, e.Ret) }
+
+func (e *Error) Unwrap() error { return e.Ret }
+
+func (e *Error) Is(target error) bool {
+	switch target {
+	case ErrInUse:
+		return e.Ret == nvml.ERROR_IN_USE
+	case ErrResetRequired:
+		return e.Ret == nvml.ERROR_RESET_REQUIRED
+	case ErrInsufficientResources:
+		return e.Ret == nvml.ERROR_INSUFFICIENT_RESOURCES
+	case ErrNotFound:
+		return e.Ret == nvml.ERROR_NOT_FOUND
+	case ErrNotSupported:
+		return e.Ret == nvml.ERROR_NOT_SUPPORTED
+	}
+	return false
+}
+
+// nvmlErr wraps a failed return; nil for SUCCESS.
+func nvmlErr(gpu int, ret nvml.Return, format string, args ...any) error {
+	if ret == nvml.SUCCESS {
+		return nil
+	}
+	return &Error{GPU: gpu, Op: fmt.Sprintf(format, args...), Ret: ret}
+}

@@ -1,0 +1,201 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// DefaultModel is what the simulator presents when no config is given: one
+// Hopper GPU, so MIG mode changes apply at once and mig-parted's 80 GB
+// configs (all-1g.10gb, all-balanced, ...) validate against it.
+const DefaultModel = "H100-SXM5-80GB"
+
+// Config says what a simulated node looks like.
+type Config struct {
+	// GPUs in index order: GPUSpec{Model: "A100-SXM4-40GB", Count: 2} is
+	// GPUs 0 and 1.
+	GPUs []GPUSpec
+	// Models are custom models, usable in GPUs next to BuiltinModels().
+	Models []Model
+	// StateDir holds the persisted state (state.json), the lock a running
+	// simulator holds and the inbox other processes write to. Empty means
+	// in memory: nothing persists and no other process can reach it.
+	StateDir string
+	// UUIDSeed makes GPU UUIDs differ between simulated nodes; empty means
+	// the hostname. It only seeds new state: UUIDs in a state file win.
+	UUIDSeed string
+	// ReadOnly loads the state without taking the lock or watching the
+	// inbox; every change answers nvml.ERROR_NO_PERMISSION. For inspection
+	// (`device-plugin sim show`) while a simulator runs.
+	ReadOnly bool
+}
+
+// GPUSpec is Count GPUs of one model.
+type GPUSpec struct {
+	Model string `json:"model"`
+	Count int    `json:"count"`
+}
+
+// DefaultConfig is one DefaultModel GPU, in memory.
+func DefaultConfig() Config {
+	return Config{GPUs: []GPUSpec{{Model: DefaultModel, Count: 1}}}
+}
+
+// ParseGPUList parses "H100-SXM5-80GB:4,A100-SXM4-40GB:2"; a missing count
+// means 1. Model names are checked when the simulator is built.
+func ParseGPUList(s string) ([]GPUSpec, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, errors.New("GPU list is empty, want MODEL[:COUNT][,MODEL[:COUNT]...]")
+	}
+	var out []GPUSpec
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		model, count, hasCount := strings.Cut(item, ":")
+		spec := GPUSpec{Model: strings.TrimSpace(model), Count: 1}
+		if spec.Model == "" {
+			return nil, fmt.Errorf("GPU list %q: empty model name in %q", s, item)
+		}
+		if hasCount {
+			n, err := strconv.Atoi(strings.TrimSpace(count))
+			if err != nil || n < 1 {
+				return nil, fmt.Errorf("GPU list %q: count %q for %s must be a whole number >= 1", s, count, spec.Model)
+			}
+			spec.Count = n
+		}
+		out = append(out, spec)
+	}
+	return out, nil
+}
+
+// Validate checks the config without touching the state directory.
+func (c *Config) Validate() error {
+	_, err := c.resolve()
+	return err
+}
+
+// resolve returns the model of each GPU index.
+func (c *Config) resolve() ([]*Model, error) {
+	models, err := newModelSet(c.Models)
+	if err != nil {
+		return nil, err
+	}
+	var gpus []*Model
+	for i, g := range c.GPUs {
+		if g.Count < 1 {
+			return nil, fmt.Errorf("gpus[%d]: count %d for %s must be >= 1", i, g.Count, g.Model)
+		}
+		m, err := models.get(g.Model)
+		if err != nil {
+			return nil, fmt.Errorf("gpus[%d]: %w", i, err)
+		}
+		for range g.Count {
+			gpus = append(gpus, m)
+		}
+	}
+	return gpus, nil
+}
+
+// configFile is the YAML form of --sim-config.
+type configFile struct {
+	Version string `json:"version"`
+	// GPUs every node has unless Nodes says otherwise.
+	GPUs []GPUSpec `json:"gpus"`
+	// Nodes overrides settings by node name (the agent's --node-name).
+	Nodes map[string]nodeOverride `json:"nodes,omitempty"`
+	// Models are custom models inline; ModelsFile names a models file,
+	// relative to this file's directory.
+	Models     []modelSpec `json:"models,omitempty"`
+	ModelsFile string      `json:"modelsFile,omitempty"`
+	StateDir   string      `json:"stateDir,omitempty"`
+	UUIDSeed   string      `json:"uuidSeed,omitempty"`
+}
+
+type nodeOverride struct {
+	// GPUs replaces the top-level list; an explicit empty list is a node
+	// without GPUs.
+	GPUs     *[]GPUSpec `json:"gpus,omitempty"`
+	StateDir string     `json:"stateDir,omitempty"`
+	UUIDSeed string     `json:"uuidSeed,omitempty"`
+}
+
+// LoadConfig reads a --sim-config file for the node nodeName (may be empty).
+func LoadConfig(path, nodeName string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("reading simulator config: %w", err)
+	}
+	cfg, err := ParseConfig(data, filepath.Dir(path), nodeName)
+	if err != nil {
+		return Config{}, fmt.Errorf("simulator config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// ParseConfig parses a simulator config; dir resolves a relative modelsFile
+// and stateDir. A node listed under nodes gets its overrides; the UUID seed
+// defaults to the node name, so simulated nodes have different GPU UUIDs
+// even when their pods' hostnames are not their node names.
+//
+//	version: v1
+//	gpus:
+//	- {model: H100-SXM5-80GB, count: 2}
+//	nodes:
+//	  worker-2:
+//	    gpus: [{model: A100-SXM4-40GB, count: 1}]
+//	stateDir: /var/lib/migflex/sim
+func ParseConfig(data []byte, dir, nodeName string) (Config, error) {
+	var f configFile
+	if err := yaml.UnmarshalStrict(data, &f); err != nil {
+		return Config{}, err
+	}
+	if f.Version != FileVersion {
+		return Config{}, fmt.Errorf("version: got %q, want %q", f.Version, FileVersion)
+	}
+	if len(f.GPUs) == 0 {
+		return Config{}, errors.New("gpus: at least one GPU is required (a node override may set an empty list)")
+	}
+	cfg := Config{GPUs: f.GPUs, StateDir: f.StateDir, UUIDSeed: f.UUIDSeed}
+	if o, ok := f.Nodes[nodeName]; ok && nodeName != "" {
+		if o.GPUs != nil {
+			cfg.GPUs = *o.GPUs
+		}
+		if o.StateDir != "" {
+			cfg.StateDir = o.StateDir
+		}
+		if o.UUIDSeed != "" {
+			cfg.UUIDSeed = o.UUIDSeed
+		}
+	}
+	if cfg.UUIDSeed == "" {
+		cfg.UUIDSeed = nodeName
+	}
+	if cfg.StateDir != "" && !filepath.IsAbs(cfg.StateDir) {
+		cfg.StateDir = filepath.Join(dir, cfg.StateDir)
+	}
+	models, err := modelsFromSpecs(f.Models)
+	if err != nil {
+		return Config{}, err
+	}
+	if f.ModelsFile != "" {
+		p := f.ModelsFile
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		more, err := LoadModelsFile(p)
+		if err != nil {
+			return Config{}, fmt.Errorf("modelsFile: %w", err)
+		}
+		models = append(models, more...)
+	}
+	cfg.Models = models
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
