@@ -65,4 +65,6 @@
 // an index in devices that the node does not have is an error. A GPU matched
 // by two entries is an error (mig-parted would apply both in turn, and the
 // last one would win silently). GPUs no entry matches are left untouched.
+// Unlike mig-parted, a configuration whose entries all filter themselves out
+// is an error rather than a silent no-op: it was written for other GPUs.
 package migconfig

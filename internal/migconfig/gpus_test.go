@@ -49,6 +49,14 @@ var (
 	h200 = model{"H200-SXM-141GB", 0x233510DE, 143771,
 		ampereHopper("1g.18gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb", "1g.18gb+me", "1g.35gb")}
 	t4 = model{"Tesla-T4", 0x1EB810DE, 15360, nil}
+	// oddModel is a made-up table (the simulator takes custom models) whose
+	// placements do not keep compute slices in bounds by themselves.
+	oddModel = model{"Odd-40GB", 0x000010DE, 40960, []mig.Profile{
+		{Name: "1g.5gb", Slices: 1, MemorySlices: 1, MaxCount: 8, Placements: seq(0, 7)},
+		{Name: "1g.10gb", Query: 1, Slices: 1, MemorySlices: 2, MaxCount: 3, Placements: []int{5, 3, 1}},
+		{Name: "4g.20gb", Query: 2, Slices: 4, MemorySlices: 4, MaxCount: 1, Placements: []int{0}},
+		{Name: "7g.40gb", Query: 3, Slices: 7, MemorySlices: 8, MaxCount: 1, Placements: []int{0}},
+	}}
 )
 
 // gpu builds GPU index of model m with MIG enabled and the given instances

@@ -59,7 +59,7 @@ func (p GPUPlan) Changed() bool {
 
 // After is the layout the plan leaves on the GPU, ordered by start.
 func (p GPUPlan) After() []Placement {
-	out := make([]Placement, 0, len(p.Keep)+len(p.Create))
+	var out []Placement
 	for _, in := range p.Keep {
 		out = append(out, Placement{Profile: in.Profile, Start: in.Start, Size: in.Size})
 	}

@@ -264,7 +264,7 @@ func TestMakePlanErrors(t *testing.T) {
 				{GPU: 1, MigEnabled: true, Profiles: map[string]int{"1g.5gb": 1}},
 			},
 			want: []string{
-				"GPU 0 (H100-SXM5-80GB): no placement fits 4g.40gb + 2g.20gb x2 on 8 memory slices (2g.20gb starts at 0, 2, 4; 4g.40gb starts at 0)",
+				"GPU 0 (H100-SXM5-80GB): 4g.40gb + 2g.20gb x2 needs 8 of 7 compute slices",
 				"GPU 1 (H100-SXM5-80GB): unknown profile 1g.5gb (supported: 1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb, 1g.10gb+me, 1g.20gb)",
 			},
 		},

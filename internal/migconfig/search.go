@@ -76,7 +76,8 @@ func compareProfiles(a, b mig.Profile) int {
 // with a memory-slice occupancy mask), which is what finds 4g+2g+1g where the
 // driver's first fit in a bad order fails. It stays small: equal unpinned
 // slots take strictly increasing starts, so each set of starts is tried once,
-// and a branch that cannot beat the best kept count is cut.
+// and a branch that cannot beat the best kept count is cut. Compute slices
+// do not depend on placement, so checkGPU checks them before the search.
 func (l *layout) solve() (starts []int, kept int, ok bool) {
 	n := len(l.slots)
 	cur := make([]int, n)
@@ -161,6 +162,18 @@ func memorySlices(g *mig.GPU) int {
 		for _, s := range p.Placements {
 			total = max(total, s+p.MemorySlices)
 		}
+	}
+	return total
+}
+
+// computeSlices is the number of compute slices on the GPU: those of its
+// largest profile, the one spanning the whole GPU (7 on A100, H100, H200).
+// Placements alone keep the built-in models within it, except in layouts
+// that no placement fits anyway; a custom model's table may not.
+func computeSlices(g *mig.GPU) int {
+	total := 0
+	for _, p := range g.Profiles {
+		total = max(total, p.Slices)
 	}
 	return total
 }

@@ -61,6 +61,14 @@ func Validate(cfg Config, gpus []mig.GPU) ([]Desired, error) {
 			owner[g.Index] = i
 		}
 	}
+	if len(cfg.Entries) == 0 {
+		errs = append(errs, fmt.Errorf("mig-configs.%s: no entries", cfg.Name))
+	} else if len(owner) == 0 && len(errs) == 0 {
+		// Every entry filtered itself out. mig-parted would do nothing and
+		// succeed; an agent reporting success while ignoring the config is
+		// worse than saying the config is not for this node.
+		errs = append(errs, fmt.Errorf("mig-configs.%s: no entry's device-filter matches a GPU on this node (%s)", cfg.Name, pciList(gpus)))
+	}
 	var desired []Desired
 	for _, idx := range slices.Sorted(maps.Keys(owner)) {
 		g := byIndex[idx]
@@ -118,7 +126,7 @@ func checkGPU(g *mig.GPU, d Desired) []error {
 			fail("%s at position %d has size %d, but the profile takes %d memory slices", pin.Profile, pin.Start, pin.Size, p.MemorySlices)
 		}
 		if !slices.Contains(p.Placements, pin.Start) {
-			fail("%s cannot start at position %d (valid: %s)", pin.Profile, pin.Start, intList(p.Placements))
+			fail("%s cannot start at position %d (valid: %s)", pin.Profile, pin.Start, intList(slices.Sorted(slices.Values(p.Placements))))
 		}
 		for _, other := range d.Placements[:i] {
 			if pin.Start < other.Start+other.Size && other.Start < pin.Start+pin.Size {
@@ -129,19 +137,29 @@ func checkGPU(g *mig.GPU, d Desired) []error {
 	if len(errs) > 0 {
 		return errs
 	}
-	needed := 0
+	// One explanation per GPU, the plainest first: memory, then profile
+	// counts, then compute slices, then placements. A layout that breaks
+	// several rules breaks them for one reason; listing them all is noise.
+	needed, compute := 0, 0
 	for _, name := range slices.Sorted(maps.Keys(counts)) {
 		p, _ := g.Profile(name)
 		needed += counts[name] * p.MemorySlices
-		if counts[name] > p.MaxCount {
+		compute += counts[name] * p.Slices
+	}
+	if needed > total {
+		fail("%s needs %d of %d memory slices", describeCounts(g, counts), needed, total)
+		return errs
+	}
+	for _, name := range slices.Sorted(maps.Keys(counts)) {
+		if p, _ := g.Profile(name); counts[name] > p.MaxCount {
 			fail("%s x%d exceeds the maximum of %d per GPU", name, counts[name], p.MaxCount)
 		}
 	}
-	if needed > total {
-		// First: it is the error that explains the others.
-		errs = append([]error{fmt.Errorf("%s%s needs %d of %d memory slices", prefix, describeCounts(g, counts), needed, total)}, errs...)
-	}
 	if len(errs) > 0 {
+		return errs
+	}
+	if c := computeSlices(g); compute > c {
+		fail("%s needs %d of %d compute slices", describeCounts(g, counts), compute, c)
 		return errs
 	}
 	if _, _, ok := newLayout(g, d.Profiles, d.Placements).solve(); !ok {
@@ -186,7 +204,7 @@ func startsOf(g *mig.GPU, counts map[string]int) string {
 	var parts []string
 	for _, name := range slices.Sorted(maps.Keys(counts)) {
 		p, _ := g.Profile(name)
-		parts = append(parts, fmt.Sprintf("%s starts at %s", name, intList(p.Placements)))
+		parts = append(parts, fmt.Sprintf("%s starts at %s", name, intList(slices.Sorted(slices.Values(p.Placements)))))
 	}
 	return strings.Join(parts, "; ")
 }
@@ -207,6 +225,22 @@ func intList(v []int) string {
 	parts := make([]string, len(v))
 	for i, n := range v {
 		parts[i] = strconv.Itoa(n)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// pciList names the node's GPU models by PCI id, for filter errors.
+func pciList(gpus []mig.GPU) string {
+	if len(gpus) == 0 {
+		return "node has no GPUs"
+	}
+	var parts []string
+	seen := map[uint32]bool{}
+	for _, g := range gpus {
+		if !seen[g.PCIDeviceID] {
+			seen[g.PCIDeviceID] = true
+			parts = append(parts, fmt.Sprintf("%s is 0x%08X", g.Model, g.PCIDeviceID))
+		}
 	}
 	return strings.Join(parts, ", ")
 }

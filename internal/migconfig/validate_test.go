@@ -82,18 +82,15 @@ func TestValidateLayoutsPerModel(t *testing.T) {
 		// model's profile names for 1g, 2g, 3g, 4g.
 		want []string
 	}{
-		"8x1g": {"1g 1g 1g 1g 1g 1g 1g 1g", []string{"%[1]s: %[2]s x8 exceeds the maximum of 7 per GPU"}},
-		"3x3g": {"3g 3g 3g", []string{
-			"%[1]s: %[4]s x3 needs 12 of 8 memory slices",
-			"%[1]s: %[4]s x3 exceeds the maximum of 2 per GPU",
-		}},
+		"8x1g":  {"1g 1g 1g 1g 1g 1g 1g 1g", []string{"%[1]s: %[2]s x8 exceeds the maximum of 7 per GPU"}},
+		"3x3g":  {"3g 3g 3g", []string{"%[1]s: %[4]s x3 needs 12 of 8 memory slices"}},
 		"4g+4g": {"4g 4g", []string{"%[1]s: %[5]s x2 exceeds the maximum of 1 per GPU"}},
 		"4x2g":  {"2g 2g 2g 2g", []string{"%[1]s: %[3]s x4 exceeds the maximum of 3 per GPU"}},
 		"3g+3g+1g": {"3g 3g 1g", []string{
 			"%[1]s: %[4]s x2 + %[2]s needs 9 of 8 memory slices",
 		}},
-		"4g+2g+2g fits the memory, not the placements": {"4g 2g 2g", []string{
-			"%[1]s: no placement fits %[5]s + %[3]s x2 on 8 memory slices (%[3]s starts at 0, 2, 4; %[5]s starts at 0)",
+		"4g+2g+2g fits the memory, not the compute slices": {"4g 2g 2g", []string{
+			"%[1]s: %[5]s + %[3]s x2 needs 8 of 7 compute slices",
 		}},
 		"7g+1g": {"7g 1g", []string{"%[1]s: %[6]s + %[2]s needs 9 of 8 memory slices"}},
 	}
@@ -248,9 +245,36 @@ func TestValidate(t *testing.T) {
 			wantErr: []string{
 				"mig-configs.c[1]: GPU 9 does not exist (node has GPUs 0, 1, 2, 3)",
 				"GPU 0 (H100-SXM5-80GB): 3g.40gb x3 needs 12 of 8 memory slices",
-				"GPU 0 (H100-SXM5-80GB): 3g.40gb x3 exceeds the maximum of 2 per GPU",
 				"GPU 1 (H100-SXM5-80GB): 1g.10gb x8 exceeds the maximum of 7 per GPU",
 			},
+		},
+		"every entry filtered out: the config is not for this node": {
+			cfg: Config{Name: "all-1g.35gb", Entries: []Entry{
+				{DeviceFilter: []uint32{0x233510DE}, AllDevices: true, MigEnabled: true, Profiles: map[string]int{"1g.35gb": 4}},
+				{DeviceFilter: []uint32{0x31C210DE}, AllDevices: true, MigEnabled: true, Profiles: map[string]int{"1g.35gb": 7}},
+			}},
+			gpus:    mixed,
+			wantErr: []string{"mig-configs.all-1g.35gb: no entry's device-filter matches a GPU on this node (H100-SXM5-80GB is 0x233010DE, A100-SXM4-40GB is 0x20B010DE, Tesla-T4 is 0x1EB810DE)"},
+		},
+		"no entries": {
+			cfg:     Config{Name: "c"},
+			gpus:    mixed,
+			wantErr: []string{"mig-configs.c: no entries"},
+		},
+		"custom model: compute slices run out before memory": {
+			cfg:     allDevices(map[string]int{"1g.5gb": 8}),
+			gpus:    []mig.GPU{gpu(0, oddModel)},
+			wantErr: []string{"GPU 0 (Odd-40GB): 1g.5gb x8 needs 8 of 7 compute slices"},
+		},
+		"custom model: everything fits but the placements": {
+			cfg:     allDevices(map[string]int{"4g.20gb": 1, "1g.10gb": 2}),
+			gpus:    []mig.GPU{gpu(0, oddModel)},
+			wantErr: []string{"GPU 0 (Odd-40GB): no placement fits 4g.20gb + 1g.10gb x2 on 8 memory slices (1g.10gb starts at 1, 3, 5; 4g.20gb starts at 0)"},
+		},
+		"custom model: odd starts fit where first fit would not": {
+			cfg:  allDevices(map[string]int{"1g.5gb": 2, "1g.10gb": 3}),
+			gpus: []mig.GPU{gpu(0, oddModel)},
+			want: []Desired{{GPU: 0, MigEnabled: true, Profiles: map[string]int{"1g.5gb": 2, "1g.10gb": 3}}},
 		},
 		"no GPUs": {
 			cfg:     Config{Name: "c", Entries: []Entry{{Devices: []int{0}}}},

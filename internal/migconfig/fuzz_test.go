@@ -1,0 +1,83 @@
+package migconfig
+
+import (
+	"context"
+	"testing"
+
+	"github.com/migflex/migflex/internal/mig"
+)
+
+// FuzzParse feeds Parse arbitrary documents, seeded with the mig-parted
+// fixtures and the three forms. Parse must not panic, must return a spec or
+// an error and never both, and whatever it accepts must hold the model's
+// invariants and go through Validate, MakePlan and Apply without panicking.
+//
+//	go test -run '^$' -fuzz FuzzParse ./internal/migconfig
+func FuzzParse(f *testing.F) {
+	for file := range fixtureFiles {
+		f.Add(readFixture(f, file))
+	}
+	for _, seed := range []string{
+		"version: v1\nmig-configs:\n  selected:\n  - devices: [0,1,2,3]\n    mig-enabled: true\n    mig-devices:\n    - 2g.20gb\n    - 2g.20gb\n    - 3g.40gb\n",
+		"version: v1\nmig-configs:\n  selected:\n  - devices: [0]\n    mig-enabled: true\n    mig-devices: [{name: 3g.40gb, position: 4, size: 4}, {name: 2g.20gb, position: 0, size: 2}]\n",
+		"version: v1\nmig-configs:\n  a:\n  - device-filter: 0x233010DE\n    devices: all\n    mig-enabled: false\n",
+		`{"version":"v1","mig-configs":{"j":[{"devices":"all","mig-enabled":true,"mig-devices":{"7g.80gb":1}}]}}`,
+		"version: v1\nmig-configs:\n  a: &x\n  - devices: all\n    mig-enabled: false\n  b: *x\n",
+		"",
+		"version: v1\nmig-configs:\n  a:\n  - {devices: [0, 0], mig-enabled: maybe, mig-device: {}}\n",
+	} {
+		f.Add([]byte(seed))
+	}
+	node := []mig.GPU{
+		gpu(0, h100, at("3g.40gb", 0), at("2g.20gb", 4), at("1g.10gb", 6)),
+		migOff(1, a100x40),
+		gpu(2, h200),
+		gpu(3, t4),
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		spec, err := Parse(data)
+		if (spec == nil) == (err == nil) {
+			t.Fatalf("Parse returned spec %v and error %v", spec, err)
+		}
+		if err != nil {
+			return
+		}
+		if spec.Version != Version || len(spec.Configs) == 0 {
+			t.Fatalf("accepted spec with version %q and %d configs", spec.Version, len(spec.Configs))
+		}
+		for name, c := range spec.Configs {
+			if c.Name != name || len(c.Entries) == 0 {
+				t.Fatalf("config %q: name %q, %d entries", name, c.Name, len(c.Entries))
+			}
+			for _, e := range c.Entries {
+				if !e.AllDevices && len(e.Devices) == 0 {
+					t.Fatalf("config %q: entry without devices", name)
+				}
+				if !e.MigEnabled && (len(e.Profiles) > 0 || len(e.Placements) > 0) {
+					t.Fatalf("config %q: instances with MIG off", name)
+				}
+				for p, n := range e.Profiles {
+					if checkProfileName(p) != nil || n < 1 {
+						t.Fatalf("config %q: accepted %q x%d", name, p, n)
+					}
+				}
+				for _, pl := range e.Placements {
+					if checkProfileName(pl.Profile) != nil || pl.Start < 0 || pl.Size < 1 {
+						t.Fatalf("config %q: accepted placement %v", name, pl)
+					}
+				}
+			}
+			desired, err := Validate(c, node)
+			if err != nil {
+				continue
+			}
+			plan, err := MakePlan(node, desired)
+			if err != nil {
+				t.Fatalf("config %q validates but does not plan: %v", name, err)
+			}
+			if _, err := Apply(context.Background(), newFake(node), plan); err != nil {
+				t.Fatalf("config %q: plan fails on the fake: %v\n%v", name, err, plan)
+			}
+		}
+	})
+}
