@@ -5,6 +5,9 @@
 //	testbox env        print the environment (sorted) and exit
 //	testbox sleep N    sleep N seconds (default: until SIGTERM)
 //	testbox ls DIR     list a directory (default /)
+//	testbox cat FILE   print a file
+//	testbox whoami     ask the API server who this pod's service account is,
+//	                   through KUBERNETES_SERVICE_HOST/PORT; prints username=...
 //
 // Called through a link named after a mode (pause -> testbox), it runs that
 // mode. Build it with CGO_ENABLED=0.
@@ -32,7 +35,7 @@ func main() {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: testbox pause | env | sleep [SECONDS] | ls [DIR]")
+		fmt.Fprintln(stderr, "usage: testbox pause | env | sleep [SECONDS] | ls [DIR] | cat FILE | whoami")
 		return 2
 	}
 	mode, args := args[0], args[1:]
@@ -74,6 +77,26 @@ func run(args []string, stdout, stderr io.Writer) int {
 		for _, e := range entries {
 			fmt.Fprintln(stdout, e.Name())
 		}
+		return 0
+	case "cat":
+		if len(args) != 1 {
+			fmt.Fprintln(stderr, "testbox cat: want one file")
+			return 2
+		}
+		b, err := os.ReadFile(args[0])
+		if err != nil {
+			fmt.Fprintf(stderr, "testbox cat: %v\n", err)
+			return 1
+		}
+		_, _ = stdout.Write(b)
+		return 0
+	case "whoami":
+		name, err := whoami(os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT"), serviceAccountDir)
+		if err != nil {
+			fmt.Fprintf(stderr, "testbox whoami: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "username=%s\n", name)
 		return 0
 	default:
 		fmt.Fprintf(stderr, "testbox: unknown mode %q\n", mode)

@@ -18,7 +18,7 @@ import (
 func TestRun(t *testing.T) {
 	dir := t.TempDir()
 	for _, n := range []string{"b", "a"} {
-		if err := os.WriteFile(filepath.Join(dir, n), nil, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte("content of "+n+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -31,15 +31,18 @@ func TestRun(t *testing.T) {
 		wantOutHas string
 		wantErrHas string
 	}{
-		"env prints the environment": {args: []string{"env"}, wantOutHas: "\nTESTBOX_PROBE=value\n"},
-		"ls lists a directory":       {args: []string{"ls", dir}, wantOut: "a\nb\n"},
-		"ls of a missing dir fails":  {args: []string{"ls", filepath.Join(dir, "nope")}, wantCode: 1, wantErrHas: "no such file"},
-		"sleep 0 returns":            {args: []string{"sleep", "0"}},
-		"sleep rejects words":        {args: []string{"sleep", "ten"}, wantCode: 2, wantErrHas: `got "ten"`},
-		"sleep rejects negatives":    {args: []string{"sleep", "-1"}, wantCode: 2, wantErrHas: `got "-1"`},
-		"sleep rejects two args":     {args: []string{"sleep", "1", "2"}, wantCode: 2, wantErrHas: "at most one"},
-		"unknown mode":               {args: []string{"frobnicate"}, wantCode: 2, wantErrHas: `unknown mode "frobnicate"`},
-		"no mode":                    {args: nil, wantCode: 2, wantErrHas: "usage"},
+		"env prints the environment":  {args: []string{"env"}, wantOutHas: "\nTESTBOX_PROBE=value\n"},
+		"ls lists a directory":        {args: []string{"ls", dir}, wantOut: "a\nb\n"},
+		"ls of a missing dir fails":   {args: []string{"ls", filepath.Join(dir, "nope")}, wantCode: 1, wantErrHas: "no such file"},
+		"sleep 0 returns":             {args: []string{"sleep", "0"}},
+		"sleep rejects words":         {args: []string{"sleep", "ten"}, wantCode: 2, wantErrHas: `got "ten"`},
+		"sleep rejects negatives":     {args: []string{"sleep", "-1"}, wantCode: 2, wantErrHas: `got "-1"`},
+		"sleep rejects two args":      {args: []string{"sleep", "1", "2"}, wantCode: 2, wantErrHas: "at most one"},
+		"unknown mode":                {args: []string{"frobnicate"}, wantCode: 2, wantErrHas: `unknown mode "frobnicate"`},
+		"no mode":                     {args: nil, wantCode: 2, wantErrHas: "usage"},
+		"cat prints a file":           {args: []string{"cat", filepath.Join(dir, "a")}, wantOut: "content of a\n"},
+		"cat of a missing file fails": {args: []string{"cat", filepath.Join(dir, "nope")}, wantCode: 1, wantErrHas: "no such file"},
+		"cat wants one file":          {args: []string{"cat"}, wantCode: 2, wantErrHas: "want one file"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var out, errOut bytes.Buffer
