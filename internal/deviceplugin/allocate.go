@@ -1,0 +1,221 @@
+package deviceplugin
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+const (
+	// EnvVisibleDevices is read by the NVIDIA container runtime.
+	EnvVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
+	// EnvSimulated marks a container whose devices come from the simulated
+	// NVML: there are no device nodes, only these variables.
+	EnvSimulated = "MIGFLEX_SIMULATED"
+	// EnvDeviceIDs lists the allocated device IDs, comma-separated.
+	EnvDeviceIDs = "MIGFLEX_DEVICE_IDS"
+	// EnvProfiles lists the MIG profile of each allocated device in the
+	// order of EnvDeviceIDs ("gpu" for a whole GPU).
+	EnvProfiles = "MIGFLEX_MIG_PROFILES"
+
+	// cdiAnnotationPrefix and cdiAnnotationPlugin form CDI annotation keys
+	// cdi.k8s.io/migflex_<claim>, as the CDI producer library does.
+	cdiAnnotationPrefix = "cdi.k8s.io/"
+	cdiAnnotationPlugin = "migflex"
+	// visibleDevicesVoid tells the NVIDIA runtime hook to inject nothing:
+	// with CDI the runtime does the injection, and an image's default of
+	// NVIDIA_VISIBLE_DEVICES=all must not add every GPU on top.
+	visibleDevicesVoid = "void"
+
+	migMinorsPath = "proc/driver/nvidia-caps/mig-minors"
+)
+
+// allocator builds the container part of Allocate responses.
+type allocator struct {
+	strategy   DeviceListStrategy
+	backend    Backend
+	hostRoot   string
+	driverRoot string
+	cdiKind    string
+}
+
+func newAllocator(o Options) allocator {
+	return allocator{strategy: o.DeviceListStrategy, backend: o.Backend, hostRoot: o.HostRoot, driverRoot: o.DriverRoot, cdiKind: o.CDIKind}
+}
+
+// response tells the runtime how to give a container devs. Errors come from
+// reading the host (the MIG capability minors) and are the host's fault, not
+// the request's.
+func (a allocator) response(devs []Device) (*pluginapi.ContainerAllocateResponse, error) {
+	ids := make([]string, len(devs))
+	for i, d := range devs {
+		ids[i] = d.ID
+	}
+	resp := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{}}
+	switch a.strategy {
+	case DeviceListEnvvar:
+		resp.Envs[EnvVisibleDevices] = strings.Join(ids, ",")
+	case DeviceListCDICRI:
+		resp.Envs[EnvVisibleDevices] = visibleDevicesVoid
+		for _, id := range ids {
+			resp.CdiDevices = append(resp.CdiDevices, &pluginapi.CDIDevice{Name: a.cdiName(id)})
+		}
+	case DeviceListCDIAnnotations:
+		resp.Envs[EnvVisibleDevices] = visibleDevicesVoid
+		names := make([]string, len(ids))
+		for i, id := range ids {
+			names[i] = a.cdiName(id)
+		}
+		resp.Annotations = map[string]string{cdiAnnotationKey(ids): strings.Join(names, ",")}
+	default:
+		return nil, fmt.Errorf("unknown device list strategy %q", a.strategy)
+	}
+
+	if a.backend == BackendSimulated {
+		profiles := make([]string, len(devs))
+		for i, d := range devs {
+			profiles[i] = d.Profile
+			if !d.MIG {
+				profiles[i] = "gpu"
+			}
+		}
+		resp.Envs[EnvSimulated] = "true"
+		resp.Envs[EnvDeviceIDs] = strings.Join(ids, ",")
+		resp.Envs[EnvProfiles] = strings.Join(profiles, ",")
+		return resp, nil
+	}
+	// With CDI, the spec carries the device nodes.
+	if a.strategy == DeviceListEnvvar {
+		specs, err := a.deviceSpecs(devs)
+		if err != nil {
+			return nil, err
+		}
+		resp.Devices = specs
+	}
+	return resp, nil
+}
+
+// cdiName is the CDI device name of a GPU or MIG device in a spec generated
+// with the NVIDIA toolkit's uuid naming: nvidia.com/gpu=MIG-<uuid>.
+func (a allocator) cdiName(id string) string { return a.cdiKind + "=" + id }
+
+// cdiAnnotationKey returns a key unique to this container's devices. Devices
+// are exclusive, so the first ID identifies the allocation; a hash stands in
+// when the ID does not fit the 63-character name rules.
+func cdiAnnotationKey(ids []string) string {
+	name := cdiAnnotationPlugin + "_" + ids[0]
+	if len(name) > 63 || !validAnnotationName(name) {
+		sum := sha256.Sum256([]byte(strings.Join(ids, ",")))
+		name = cdiAnnotationPlugin + "_" + hex.EncodeToString(sum[:8])
+	}
+	return cdiAnnotationPrefix + name
+}
+
+func validAnnotationName(s string) bool {
+	alnum := func(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' }
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !alnum(c) && (i == 0 || i == len(s)-1 || (c != '-' && c != '_' && c != '.')) {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// deviceSpecs lists the device nodes a container needs for devs: the control
+// nodes, each parent GPU's /dev/nvidiaN, and for MIG devices the capability
+// nodes that grant access to their GPU instance and compute instance.
+func (a allocator) deviceSpecs(devs []Device) ([]*pluginapi.DeviceSpec, error) {
+	var paths []string
+	seen := map[string]bool{}
+	add := func(p string) {
+		if !seen[p] {
+			seen[p] = true
+			paths = append(paths, p)
+		}
+	}
+	add("/dev/nvidiactl")
+	// UVM nodes appear only once nvidia-uvm is loaded; a spec for a missing
+	// node would fail the container instead of running it without UVM.
+	for _, p := range []string{"/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"} {
+		if _, err := os.Stat(filepath.Join(a.hostRoot, a.driverRoot, p)); err == nil {
+			add(p)
+		}
+	}
+	var minors map[string]int
+	for _, d := range devs {
+		add(fmt.Sprintf("/dev/nvidia%d", d.Minor))
+		if !d.MIG {
+			continue
+		}
+		if minors == nil {
+			var err error
+			if minors, err = readMigMinors(filepath.Join(a.hostRoot, migMinorsPath)); err != nil {
+				return nil, err
+			}
+		}
+		for _, capName := range []string{
+			fmt.Sprintf("gpu%d/gi%d/access", d.Minor, d.GI),
+			fmt.Sprintf("gpu%d/gi%d/ci%d/access", d.Minor, d.GI, d.CI),
+		} {
+			minor, ok := minors[capName]
+			if !ok {
+				return nil, fmt.Errorf("device %s: no %q in %s; is the MIG layout current?", d.ID, capName, "/"+migMinorsPath)
+			}
+			add(fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", minor))
+		}
+	}
+	specs := make([]*pluginapi.DeviceSpec, len(paths))
+	for i, p := range paths {
+		specs[i] = &pluginapi.DeviceSpec{ContainerPath: p, HostPath: filepath.Join(a.driverRoot, p), Permissions: "rw"}
+	}
+	return specs, nil
+}
+
+func readMigMinors(path string) (map[string]int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading MIG capability minors: %w", err)
+	}
+	defer f.Close()
+	m, err := parseMigMinors(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return m, nil
+}
+
+// parseMigMinors reads the driver's table of capability device minors, lines
+// like "gpu0/gi1/access 12" and "gpu0/gi1/ci0/access 13" (plus "config" and
+// "monitor"), into a map from capability name to minor.
+func parseMigMinors(r io.Reader) (map[string]int, error) {
+	out := map[string]int{}
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			continue
+		}
+		fields := strings.Fields(line)
+		if len(fields) != 2 {
+			return nil, fmt.Errorf("line %d: %q is not \"<capability> <minor>\"", n, line)
+		}
+		minor, err := strconv.Atoi(fields[1])
+		if err != nil || minor < 0 {
+			return nil, fmt.Errorf("line %d: minor %q is not a non-negative number", n, fields[1])
+		}
+		out[fields[0]] = minor
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

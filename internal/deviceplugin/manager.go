@@ -1,0 +1,396 @@
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/migflex/migflex/internal/health"
+	"github.com/migflex/migflex/internal/mig"
+)
+
+// firstRetry is the first delay before a failed registration is retried;
+// it doubles up to Options.RetryInterval. A kubelet that just created its
+// socket may not accept connections yet, and a short first retry keeps
+// re-registration well under a second.
+const firstRetry = 50 * time.Millisecond
+
+// ResourceStatus is what the Manager serves for one resource.
+type ResourceStatus struct {
+	Name   string `json:"name"`
+	Socket string `json:"socket"`
+	// Registered is true once the kubelet accepted the current server.
+	Registered    bool      `json:"registered"`
+	RegisteredAt  time.Time `json:"registeredAt,omitzero"`
+	RegisterError string    `json:"registerError,omitempty"`
+	// Devices is empty, not absent, for a resource whose devices went away:
+	// it stays registered so the kubelet drops its capacity to 0 at once.
+	Devices []DeviceStatus `json:"devices"`
+}
+
+// DeviceStatus is one served device and its health.
+type DeviceStatus struct {
+	Device
+	Healthy bool          `json:"healthy"`
+	Fault   *health.Fault `json:"fault,omitempty"`
+}
+
+// Manager serves a GPU layout to the kubelet: one gRPC server per resource,
+// kept in step with layout changes (Update), device health and kubelet
+// restarts (Run).
+type Manager struct {
+	opts    Options
+	alloc   allocator
+	changes chan struct{}
+	retry   chan struct{}
+
+	mu      sync.Mutex
+	log     klog.Logger
+	running bool
+	servers map[string]*server
+}
+
+// New validates opts, fills in defaults and returns a Manager serving
+// nothing until Update gives it a layout.
+func New(opts Options) (*Manager, error) {
+	opts.setDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, fmt.Errorf("device plugin options: %w", err)
+	}
+	return &Manager{
+		opts:    opts,
+		alloc:   newAllocator(opts),
+		changes: make(chan struct{}, 1),
+		retry:   make(chan struct{}, 1),
+		log:     klog.Background().WithName("deviceplugin"),
+		servers: map[string]*server{},
+	}, nil
+}
+
+// Update serves a new GPU layout: servers for new resources start and
+// register, resources whose devices changed send the new list, and a
+// resource that disappears keeps its registration with an empty list so
+// the kubelet drops its capacity to 0 at once. When the layout cannot be
+// served under the MIG strategy Update returns the reason and keeps the
+// previous devices. Before Run, it only records the layout.
+func (m *Manager) Update(ctx context.Context, gpus []mig.GPU) error {
+	res, err := Resources(gpus, m.opts.MigStrategy)
+	if err != nil {
+		return fmt.Errorf("serving GPU layout, keeping the previous devices: %w", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	log := klog.FromContext(ctx).WithName("deviceplugin")
+	for _, name := range slices.Sorted(maps.Keys(res)) {
+		if _, ok := m.servers[name]; !ok {
+			m.servers[name] = newServer(m.log, name, m.opts, m.alloc)
+			log.Info("New resource", "resource", name)
+		}
+	}
+	var targets []health.Target
+	for name, s := range m.servers {
+		devs := res[name]
+		if s.setDevices(devs) {
+			log.Info("Devices changed", "resource", name, "devices", len(devs))
+		}
+		for _, d := range devs {
+			targets = append(targets, health.Target{ID: d.ID, GPU: d.GPUUUID, MIG: d.MIG, GI: d.GI, CI: d.CI})
+		}
+	}
+	if m.opts.Health != nil {
+		m.opts.Health.SetTargets(targets)
+		m.refreshHealthLocked()
+	}
+	var errs error
+	if m.running {
+		errs = m.ensureLocked(ctx)
+	}
+	m.notify()
+	return errs
+}
+
+// Resources returns every served resource, the zeroed ones included, with
+// its devices and their health, ordered by name.
+func (m *Manager) Resources() []ResourceStatus {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]ResourceStatus, 0, len(m.servers))
+	for _, name := range slices.Sorted(maps.Keys(m.servers)) {
+		out = append(out, m.servers[name].status())
+	}
+	return out
+}
+
+// Changes signals (coalesced) whenever Resources may have changed: a new
+// layout, a health change, or a registration.
+func (m *Manager) Changes() <-chan struct{} { return m.changes }
+
+func (m *Manager) notify() {
+	select {
+	case m.changes <- struct{}{}:
+	default:
+	}
+}
+
+// Run serves the resources until ctx is cancelled: it starts and registers
+// every server, runs the health source, re-registers everything when the
+// kubelet restarts, and stops all servers on the way out. It returns nil on
+// cancellation and an error only if it cannot start at all.
+func (m *Manager) Run(ctx context.Context) error {
+	log := klog.FromContext(ctx).WithName("deviceplugin")
+	ctx = klog.NewContext(ctx, log)
+	m.mu.Lock()
+	if m.running {
+		m.mu.Unlock()
+		return errors.New("device plugin manager is already running")
+	}
+	m.running = true
+	m.log = log
+	for _, s := range m.servers {
+		s.log = log.WithValues("resource", s.resource)
+	}
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.running = false
+		for _, s := range m.servers {
+			s.stop()
+		}
+		log.Info("Stopped serving devices")
+	}()
+
+	if err := os.MkdirAll(m.opts.PluginDir, 0o750); err != nil {
+		return fmt.Errorf("creating device plugin directory: %w", err)
+	}
+	// Watch before the first registration, so a kubelet that starts in
+	// between is not missed.
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watching for kubelet restarts: %w", err)
+	}
+	defer w.Close()
+	if err := w.Add(m.opts.PluginDir); err != nil {
+		return fmt.Errorf("watching device plugin directory %s: %w", m.opts.PluginDir, err)
+	}
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	var healthChanges <-chan struct{}
+	if h := m.opts.Health; h != nil {
+		healthChanges = h.Changes()
+		hctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := h.Run(hctx); err != nil {
+				log.Error(err, "Health checks stopped; devices keep their last health")
+			}
+		}()
+	} else {
+		log.Info("Health checks are off")
+	}
+
+	m.mu.Lock()
+	if err := m.ensureLocked(ctx); err != nil {
+		log.Error(err, "Starting device plugin servers")
+	}
+	m.mu.Unlock()
+
+	backoff := firstRetry
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-w.Events:
+			if !ok {
+				return errors.New("device plugin directory watch closed")
+			}
+			// The kubelet removes every socket and then creates its own:
+			// handle the whole burst with one restart.
+			scope := m.restartScope(log, ev)
+			for drained := false; !drained; {
+				select {
+				case ev := <-w.Events:
+					scope = max(scope, m.restartScope(log, ev))
+				default:
+					drained = true
+				}
+			}
+			if scope != restartNone {
+				m.restart(ctx, scope)
+			}
+		case err, ok := <-w.Errors:
+			if !ok {
+				return errors.New("device plugin directory watch closed")
+			}
+			log.Error(err, "Watching device plugin directory")
+			if errors.Is(err, fsnotify.ErrEventOverflow) {
+				// A kubelet restart may be among the lost events.
+				m.restart(ctx, restartAll)
+			}
+		case <-healthChanges:
+			m.mu.Lock()
+			m.refreshHealthLocked()
+			m.mu.Unlock()
+		case <-m.retry:
+			retry.Reset(backoff)
+		case <-retry.C:
+			m.mu.Lock()
+			err := m.ensureLocked(ctx)
+			m.mu.Unlock()
+			if err == nil {
+				backoff = firstRetry
+				continue
+			}
+			backoff = min(2*backoff, m.opts.RetryInterval)
+		}
+	}
+}
+
+// restartScope says which servers must be restarted because of a change
+// in the plugin directory.
+type restartScope int
+
+const (
+	restartNone restartScope = iota
+	// restartStale restarts the servers not registered with the current
+	// kubelet.sock.
+	restartStale
+	// restartAll restarts every server.
+	restartAll
+)
+
+// restartScope maps a directory event to what must be restarted. A new
+// kubelet.sock means a new kubelet, which knows only the servers that
+// already registered with it (our own restart on the removal of our sockets
+// may have got there first). A removed socket of ours means the kubelet
+// restarted, or is about to. Our own restarts remove and re-create sockets
+// too; those are recognised because the socket exists again by the time the
+// event is handled.
+func (m *Manager) restartScope(log klog.Logger, ev fsnotify.Event) restartScope {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ev.Name == m.kubeletSocket() {
+		if !ev.Has(fsnotify.Create) {
+			return restartNone
+		}
+		fi, err := os.Stat(ev.Name)
+		if err != nil {
+			return restartNone // gone again; its successor sends its own event
+		}
+		for _, s := range m.servers {
+			if !s.registeredWith(fi) {
+				log.Info("Kubelet socket created; registering again")
+				return restartStale
+			}
+		}
+		log.V(2).Info("Kubelet socket created; already registered with it")
+		return restartNone
+	}
+	if !ev.Has(fsnotify.Remove) && !ev.Has(fsnotify.Rename) {
+		return restartNone
+	}
+	for _, s := range m.servers {
+		if s.socket != ev.Name || !s.isServing() {
+			continue
+		}
+		if _, err := os.Stat(s.socket); err == nil {
+			return restartNone
+		}
+		log.Info("Plugin socket removed; registering again", "socket", s.socket)
+		return restartAll
+	}
+	return restartNone
+}
+
+// restart stops the servers in scope, then serves and registers them again.
+// All are stopped before any registers: an old stream closing after the
+// new registration would make the kubelet mark the devices unhealthy.
+func (m *Manager) restart(ctx context.Context, scope restartScope) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	kubelet, err := os.Stat(m.kubeletSocket())
+	for _, s := range m.servers {
+		if scope == restartAll || err != nil || !s.registeredWith(kubelet) {
+			s.stop()
+		}
+	}
+	if err := m.ensureLocked(ctx); err != nil {
+		m.log.Error(err, "Serving again after kubelet restart")
+	}
+	m.notify()
+}
+
+// ensureLocked starts servers that are not serving and registers those not
+// registered. Registration is only tried when kubelet.sock exists; its
+// creation triggers a restart anyway. Failures arm a retry.
+func (m *Manager) ensureLocked(ctx context.Context) error {
+	var errs []error
+	kubelet := m.kubeletSocket()
+	kubeletFile, statErr := os.Stat(kubelet)
+	kubeletUp := statErr == nil
+	pending := false
+	for _, name := range slices.Sorted(maps.Keys(m.servers)) {
+		s := m.servers[name]
+		if err := s.start(); err != nil {
+			errs = append(errs, fmt.Errorf("serving %s: %w", name, err))
+			pending = true
+			continue
+		}
+		if s.isRegistered() {
+			continue
+		}
+		if !kubeletUp {
+			m.log.V(2).Info("Kubelet socket absent; registration waits for it", "resource", name, "socket", kubelet)
+			continue
+		}
+		start := time.Now()
+		if err := s.register(ctx, kubeletFile); err != nil {
+			m.log.Info("Registration failed; will retry", "resource", name, "err", err)
+			pending = true
+			continue
+		}
+		m.log.Info("Registered with kubelet", "resource", name, "socket", s.socket, "took", time.Since(start))
+		m.notify()
+	}
+	if pending {
+		select {
+		case m.retry <- struct{}{}:
+		default:
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (m *Manager) kubeletSocket() string {
+	return filepath.Join(m.opts.PluginDir, filepath.Base(pluginapi.KubeletSocket))
+}
+
+func (m *Manager) refreshHealthLocked() {
+	faults := m.opts.Health.Unhealthy()
+	changed := false
+	for name, s := range m.servers {
+		if s.setHealth(faults) {
+			changed = true
+			m.log.V(2).Info("Device health changed", "resource", name)
+		}
+	}
+	if changed {
+		m.notify()
+	}
+}
