@@ -1,0 +1,215 @@
+package sim_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/migflex/migflex/internal/nvml/sim"
+)
+
+func TestBuiltinModels(t *testing.T) {
+	// PCI ids and profile names from ../shared/mig-profiles.md.
+	want := map[string]struct {
+		pci      uint32
+		arch     sim.Architecture
+		profiles []string // by query constant
+	}{
+		"A100-SXM4-40GB": {0x20B010DE, sim.Ampere, []string{"1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb", "1g.5gb+me", "1g.10gb"}},
+		"A100-SXM4-80GB": {0x20B210DE, sim.Ampere, []string{"1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "1g.10gb+me", "1g.20gb"}},
+		"H100-SXM5-80GB": {0x233010DE, sim.Hopper, []string{"1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "1g.10gb+me", "1g.20gb"}},
+		"H200-SXM-141GB": {0x233510DE, sim.Hopper, []string{"1g.18gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb", "1g.18gb+me", "1g.35gb"}},
+	}
+	models := sim.BuiltinModels()
+	if len(models) != len(want) {
+		t.Fatalf("got %d built-in models, want %d", len(models), len(want))
+	}
+	for _, m := range models {
+		t.Run(m.Name, func(t *testing.T) {
+			if err := m.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			w, ok := want[m.Name]
+			if !ok {
+				t.Fatalf("unexpected model %s", m.Name)
+			}
+			var names []string
+			for _, p := range m.Profiles {
+				names = append(names, p.Name)
+			}
+			if m.PCIDeviceID != w.pci || m.Architecture != w.arch {
+				t.Errorf("pci %#x arch %s, want %#x %s", m.PCIDeviceID, m.Architecture, w.pci, w.arch)
+			}
+			if diff := cmp.Diff(w.profiles, names); diff != "" {
+				t.Errorf("profiles ordered by query (-want +got):\n%s", diff)
+			}
+			if !slices.IsSortedFunc(m.Profiles, func(a, b sim.Profile) int { return a.Query - b.Query }) {
+				t.Error("profiles not ordered by query")
+			}
+		})
+	}
+	// A copy: callers cannot change the simulator's tables.
+	models[0].Profiles[0].MaxCount = 99
+	if sim.BuiltinModels()[0].Profiles[0].MaxCount == 99 {
+		t.Error("BuiltinModels returned shared tables")
+	}
+}
+
+const customModels = `version: v1
+models:
+- name: H100-PCIE-70GB
+  productName: Example 70 GB card
+  pciDeviceID: "0x233110DE"
+  memoryMiB: 71680
+  sms: 114
+  architecture: Hopper
+  profiles:
+  - {name: 1g.9gb, slices: 1, memorySlices: 1, memoryMiB: 8960, sms: 14, maxCount: 7, placements: [0, 1, 2, 3, 4, 5, 6]}
+  - {name: 3g.30gb, slices: 3, memorySlices: 4, memoryMiB: 30720, sms: 42, maxCount: 2, placements: [0, 4]}
+  - {name: 1g.9gb+me, query: 1_SLICE_REV1, slices: 1, memorySlices: 1, memoryMiB: 8960, sms: 14, maxCount: 1, placements: [0, 1, 2, 3, 4, 5, 6]}
+  - {name: 7g.70gb, id: 42, query: GPU_INSTANCE_PROFILE_7_SLICE, slices: 7, memorySlices: 8, memoryMiB: 70000, sms: 98, maxCount: 1, placements: [0]}
+`
+
+func TestParseModels(t *testing.T) {
+	models, err := sim.ParseModels([]byte(customModels))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []sim.Model{{
+		Name:         "H100-PCIE-70GB",
+		ProductName:  "Example 70 GB card",
+		PCIDeviceID:  0x233110DE,
+		MemoryMiB:    71680,
+		SMs:          114,
+		Architecture: sim.Hopper,
+		Profiles: []sim.Profile{ // ordered by query; ids defaulted from it
+			{Name: "1g.9gb", ID: 19, Query: nvml.GPU_INSTANCE_PROFILE_1_SLICE, Slices: 1, MemorySlices: 1, MemoryMiB: 8960, SMs: 14, MaxCount: 7, Placements: []int{0, 1, 2, 3, 4, 5, 6}},
+			{Name: "3g.30gb", ID: 9, Query: nvml.GPU_INSTANCE_PROFILE_3_SLICE, Slices: 3, MemorySlices: 4, MemoryMiB: 30720, SMs: 42, MaxCount: 2, Placements: []int{0, 4}},
+			{Name: "7g.70gb", ID: 42, Query: nvml.GPU_INSTANCE_PROFILE_7_SLICE, Slices: 7, MemorySlices: 8, MemoryMiB: 70000, SMs: 98, MaxCount: 1, Placements: []int{0}},
+			{Name: "1g.9gb+me", ID: 20, Query: nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, Slices: 1, MemorySlices: 1, MemoryMiB: 8960, SMs: 14, MaxCount: 1, Placements: []int{0, 1, 2, 3, 4, 5, 6}},
+		},
+	}}
+	if diff := cmp.Diff(want, models); diff != "" {
+		t.Errorf("ParseModels() (-want +got):\n%s", diff)
+	}
+}
+
+func TestParseModelsErrors(t *testing.T) {
+	const header = "version: v1\nmodels:\n- name: X\n  pciDeviceID: 0x233110DE\n  memoryMiB: 40960\n  sms: 100\n  architecture: ampere\n  profiles:\n"
+	const okProfile = "  - {name: 1g.5gb, slices: 1, memorySlices: 1, memoryMiB: 4864, sms: 14, maxCount: 7, placements: [0, 1, 2, 3, 4, 5, 6]}\n"
+	tests := []struct {
+		name string
+		yaml string
+		want []string // substrings of the error
+	}{
+		{"unknown top-level field", "version: v1\nmodel: []\n", []string{`unknown field "model"`}},
+		{"unknown profile field", header + "  - {name: a, slice: 1}\n", []string{`unknown field "slice"`}},
+		{"missing version", "models: []\n", []string{`version: got "", want "v1"`}},
+		{"wrong version", "version: v2\nmodels: []\n", []string{`want "v1"`}},
+		{"no models", "version: v1\nmodels: []\n", []string{"at least one model"}},
+		{"placement past the end", header + "  - {name: 2g, slices: 2, memorySlices: 2, memoryMiB: 9000, sms: 28, maxCount: 1, placements: [7]}\n",
+			[]string{"start 7 with size 2 does not fit in 8 memory slices"}},
+		{"negative placement", header + "  - {name: 1g, slices: 1, memorySlices: 1, memoryMiB: 4000, sms: 14, maxCount: 1, placements: [-1]}\n",
+			[]string{"start -1"}},
+		{"duplicate placement", header + "  - {name: 1g, slices: 1, memorySlices: 1, memoryMiB: 4000, sms: 14, maxCount: 1, placements: [0, 0]}\n",
+			[]string{"start 0 listed twice"}},
+		{"no placements", header + "  - {name: 1g, slices: 1, memorySlices: 1, memoryMiB: 4000, sms: 14, maxCount: 1}\n",
+			[]string{"placements: at least one start", "maxCount: 1 is not in 1..0"}},
+		{"max count above placements", header + "  - {name: 3g, slices: 3, memorySlices: 4, memoryMiB: 19000, sms: 42, maxCount: 3, placements: [0, 4]}\n",
+			[]string{"maxCount: 3 is not in 1..2"}},
+		{"zero counts", header + "  - {name: 3g, slices: 3, memorySlices: 4, memoryMiB: 0, sms: 0, maxCount: 0, placements: [0]}\n",
+			[]string{"memoryMiB: 0", "sms: 0", "maxCount: 0"}},
+		{"no compute instance profile for 5 slices", header + "  - {name: 5g, query: 3_SLICE, id: 1, slices: 5, memorySlices: 4, memoryMiB: 19000, sms: 70, maxCount: 1, placements: [0]}\n",
+			[]string{"slices: 5 is not 1, 2, 3, 4, 6 or 7"}},
+		{"memory above the GPU's", header + "  - {name: 7g, slices: 7, memorySlices: 8, memoryMiB: 50000, sms: 98, maxCount: 1, placements: [0]}\n",
+			[]string{"memoryMiB: 50000 is not in 1..40960"}},
+		{"duplicate name", header + okProfile + "  - {name: 1g.5gb, query: 1_SLICE_REV1, slices: 1, memorySlices: 1, memoryMiB: 4864, sms: 14, maxCount: 1, placements: [0]}\n",
+			[]string{`profile "1g.5gb": name used twice`}},
+		{"duplicate query", header + okProfile + "  - {name: 1g.5gb-other, id: 30, slices: 1, memorySlices: 1, memoryMiB: 4864, sms: 14, maxCount: 1, placements: [0]}\n",
+			[]string{"query 1_SLICE already used"}},
+		{"duplicate id", header + okProfile + "  - {name: 2g, id: 19, slices: 2, memorySlices: 2, memoryMiB: 9000, sms: 28, maxCount: 1, placements: [0]}\n",
+			[]string{"id 19 already used"}},
+		{"unknown query", header + "  - {name: 1g, query: 9_SLICE, slices: 1, memorySlices: 1, memoryMiB: 4000, sms: 14, maxCount: 1, placements: [0]}\n",
+			[]string{`unknown GPU instance profile query "9_SLICE"`}},
+		{"query without default id", header + "  - {name: 1g, query: 1_SLICE_GFX, slices: 1, memorySlices: 1, memoryMiB: 4000, sms: 14, maxCount: 1, placements: [0]}\n",
+			[]string{"id: no default for query 1_SLICE_GFX, set it"}},
+		{"bad architecture", strings.Replace(header, "ampere", "volta", 1) + okProfile, []string{`architecture: "volta" is not one of`}},
+		{"bad name", strings.Replace(header, "name: X", "name: 'A:B'", 1) + okProfile, []string{"must not contain ':'"}},
+		{"bad pci id", strings.Replace(header, "0x233110DE", `"0xZZ"`, 1) + okProfile, []string{`"0xZZ"`}},
+		{"no pci id", strings.Replace(header, "  pciDeviceID: 0x233110DE\n", "", 1) + okProfile, []string{"pciDeviceID: must be set"}},
+		{"no profiles", header, []string{"at least one profile"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := sim.ParseModels([]byte(tc.yaml))
+			if err == nil {
+				t.Fatal("ParseModels() succeeded, want an error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestCustomModel runs a custom model through NVML: its own profile names
+// (3g.30gb on a 70 GB card) and the compute-slice limit on a profile whose
+// memory placements alone would allow more.
+func TestCustomModel(t *testing.T) {
+	models, err := sim.ParseModels([]byte(customModels + `- name: SLICE-TEST
+  pciDeviceID: 0x10DE
+  memoryMiB: 40960
+  sms: 98
+  architecture: hopper
+  profiles:
+  - {name: 4g.20gb, slices: 4, memorySlices: 4, memoryMiB: 19968, sms: 56, maxCount: 2, placements: [0, 4]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLibConfig(t, sim.Config{Models: models, GPUs: []sim.GPUSpec{gpu("H100-PCIE-70GB"), gpu("SLICE-TEST")}})
+
+	d := device(t, l, 0)
+	info := profileInfo(t, d, nvml.GPU_INSTANCE_PROFILE_3_SLICE)
+	namer, ok := d.(interface {
+		ProfileName(nvml.GpuInstanceProfileInfo) (string, bool)
+	})
+	if !ok {
+		t.Fatal("simulated device has no ProfileName")
+	}
+	if name, ok := namer.ProfileName(info); !ok || name != "3g.30gb" {
+		t.Errorf("ProfileName() = %q, %v, want 3g.30gb", name, ok)
+	}
+	if info.MemorySizeMB != 30720 || info.SliceCount != 3 || info.InstanceCount != 2 {
+		t.Errorf("profile info = %+v", info)
+	}
+
+	d = enableMIG(t, l, 1)
+	info = profileInfo(t, d, nvml.GPU_INSTANCE_PROFILE_4_SLICE)
+	if n, _ := d.GetGpuInstanceRemainingCapacity(&info); n != 1 {
+		t.Errorf("remaining capacity of 2 × 4 slices on 7 = %d, want 1", n)
+	}
+	if _, ret := createGI(d, info, 0, 4); ret != nvml.SUCCESS {
+		t.Fatalf("first 4-slice instance = %v", ret)
+	}
+	if _, ret := createGI(d, info, 4, 4); ret != nvml.ERROR_INSUFFICIENT_RESOURCES {
+		t.Errorf("second 4-slice instance (8 compute slices of 7) = %v, want ERROR_INSUFFICIENT_RESOURCES", ret)
+	}
+}
+
+func TestUnknownModel(t *testing.T) {
+	_, err := sim.New(sim.Config{GPUs: []sim.GPUSpec{gpu("V100")}})
+	want := `simulator config: gpus[0]: unknown GPU model "V100" (known: A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB, H200-SXM-141GB)`
+	if err == nil || err.Error() != want {
+		t.Errorf("New() error = %v, want %q", err, want)
+	}
+	models, _ := sim.ParseModels([]byte(strings.Replace(customModels, "H100-PCIE-70GB", "A100-SXM4-40GB", 1)))
+	if _, err := sim.New(sim.Config{Models: models}); err == nil || !strings.Contains(err.Error(), "name already used") {
+		t.Errorf("New() with a custom model named like a built-in = %v, want a name clash", err)
+	}
+}
