@@ -151,7 +151,9 @@ func (l brokenLib) DeviceGetHandleByIndex(i int) (nvml.Device, nvml.Return) {
 
 type brokenDevice struct{ nvml.Device }
 
-func (brokenDevice) GetMemoryInfo() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST }
+func (brokenDevice) GetMemoryInfo() (nvml.Memory, nvml.Return) {
+	return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST
+}
 
 // TestDiscoverCustomNames: a custom model keeps its table's names, which
 // memory alone would not give (30 GiB of 70 derives as 3g.35gb).
