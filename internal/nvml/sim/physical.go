@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
@@ -180,7 +181,8 @@ type InstanceSnapshot struct {
 	UUID string
 }
 
-// Snapshot returns the current state of every GPU.
+// Snapshot returns the current state of every GPU, instances ordered by
+// placement.
 func (l *Lib) Snapshot() []GPUSnapshot {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -196,6 +198,7 @@ func (l *Lib) Snapshot() []GPUSnapshot {
 			}
 			s.Instances = append(s.Instances, is)
 		}
+		slices.SortFunc(s.Instances, func(a, b InstanceSnapshot) int { return a.Start - b.Start })
 		out[i] = s
 	}
 	return out

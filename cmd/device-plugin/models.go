@@ -1,0 +1,93 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/migflex/migflex/internal/nvml/sim"
+)
+
+const modelsUsage = `usage: device-plugin models [--models-file FILE]
+
+Prints the GPU models the simulator knows and their MIG profiles: the
+built-in ones and, with --models-file, custom ones from a models file
+(version: v1, models: [...]).
+
+`
+
+// runModels is the models subcommand.
+func runModels(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("models", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	modelsFile := fs.String("models-file", "", "custom models file to list after the built-in models")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, modelsUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "models: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	models := sim.BuiltinModels()
+	builtin := len(models)
+	if *modelsFile != "" {
+		custom, err := sim.LoadModelsFile(*modelsFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "models: %v\n", err)
+			return 2
+		}
+		// The simulator rejects a custom model named like another; say so
+		// here too rather than list two of a name.
+		cfg := sim.Config{Models: custom}
+		if err := cfg.Validate(); err != nil {
+			fmt.Fprintf(stderr, "models: %s: %v\n", *modelsFile, err)
+			return 2
+		}
+		models = append(models, custom...)
+	}
+	for i, m := range models {
+		if i > 0 {
+			fmt.Fprintln(stdout)
+		}
+		origin := "built-in"
+		if i >= builtin {
+			origin = "custom"
+		}
+		printModel(stdout, m, origin)
+	}
+	return 0
+}
+
+func printModel(w io.Writer, m sim.Model, origin string) {
+	mode := "MIG mode changes at once"
+	if m.Architecture == sim.Ampere {
+		mode = "MIG mode changes need a GPU reset"
+	}
+	fmt.Fprintf(w, "%s (%s)\n", m.Name, origin)
+	if m.ProductName != "" {
+		fmt.Fprintf(w, "  product %s\n", m.ProductName)
+	}
+	fmt.Fprintf(w, "  PCI device id 0x%08X, %d MiB, %d SMs, %s: %s\n", m.PCIDeviceID, m.MemoryMiB, m.SMs, m.Architecture, mode)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  PROFILE\tID\tQUERY\tSLICES\tMEMORY SLICES\tMEMORY MiB\tSMs\tMAX\tPLACEMENTS")
+	for _, p := range m.Profiles {
+		starts := make([]string, len(p.Placements))
+		for i, s := range p.Placements {
+			starts[i] = strconv.Itoa(s)
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t{%s}:%d\n", p.Name, p.ID, sim.QueryName(p.Query),
+			p.Slices, p.MemorySlices, p.MemoryMiB, p.SMs, p.MaxCount, strings.Join(starts, ","), p.MemorySlices)
+	}
+	tw.Flush()
+}
