@@ -23,7 +23,7 @@ import (
 // it doubles up to Options.RetryInterval. A kubelet that just created its
 // socket may not accept connections yet, and a short first retry keeps
 // re-registration well under a second.
-const firstRetry = 50 * time.Millisecond
+const firstRetry = 10 * time.Millisecond
 
 // ResourceStatus is what the Manager serves for one resource.
 type ResourceStatus struct {
@@ -58,6 +58,9 @@ type Manager struct {
 	log     klog.Logger
 	running bool
 	servers map[string]*server
+	// backoff is the delay before the next retry of a failed start or
+	// registration; it doubles per retry and resets once all succeeded.
+	backoff time.Duration
 }
 
 // New validates opts, fills in defaults and returns a Manager serving
@@ -74,6 +77,7 @@ func New(opts Options) (*Manager, error) {
 		retry:   make(chan struct{}, 1),
 		log:     klog.Background().WithName("deviceplugin"),
 		servers: map[string]*server{},
+		backoff: firstRetry,
 	}, nil
 }
 
@@ -104,7 +108,7 @@ func (m *Manager) Update(ctx context.Context, gpus []mig.GPU) error {
 			log.Info("Devices changed", "resource", name, "devices", len(devs))
 		}
 		for _, d := range devs {
-			targets = append(targets, health.Target{ID: d.ID, GPU: d.GPUUUID, MIG: d.MIG, GI: d.GI, CI: d.CI})
+			targets = append(targets, health.Target{ID: d.ID, GPU: d.GPUUUID, MIG: d.MIG, GI: d.GI, CI: d.CI, Profile: d.Profile})
 		}
 	}
 	if m.opts.Health != nil {
@@ -208,7 +212,6 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	m.mu.Unlock()
 
-	backoff := firstRetry
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()
@@ -248,16 +251,16 @@ func (m *Manager) Run(ctx context.Context) error {
 			m.refreshHealthLocked()
 			m.mu.Unlock()
 		case <-m.retry:
-			retry.Reset(backoff)
+			m.mu.Lock()
+			retry.Reset(m.backoff)
+			m.backoff = min(2*m.backoff, m.opts.RetryInterval)
+			m.mu.Unlock()
 		case <-retry.C:
 			m.mu.Lock()
-			err := m.ensureLocked(ctx)
-			m.mu.Unlock()
-			if err == nil {
-				backoff = firstRetry
-				continue
+			if err := m.ensureLocked(ctx); err != nil {
+				log.Error(err, "Serving devices")
 			}
-			backoff = min(2*backoff, m.opts.RetryInterval)
+			m.mu.Unlock()
 		}
 	}
 }
@@ -368,11 +371,13 @@ func (m *Manager) ensureLocked(ctx context.Context) error {
 		m.log.Info("Registered with kubelet", "resource", name, "socket", s.socket, "took", time.Since(start))
 		m.notify()
 	}
-	if pending {
-		select {
-		case m.retry <- struct{}{}:
-		default:
-		}
+	if !pending {
+		m.backoff = firstRetry
+		return nil
+	}
+	select {
+	case m.retry <- struct{}{}:
+	default:
 	}
 	return errors.Join(errs...)
 }

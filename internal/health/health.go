@@ -39,6 +39,8 @@ var DefaultIgnoredXids = []uint64{13, 31, 43, 45, 68, 109}
 
 // Lib is the part of nvml.Interface the watcher needs.
 type Lib interface {
+	Init() nvml.Return
+	Shutdown() nvml.Return
 	EventSetCreate() (nvml.EventSet, nvml.Return)
 	DeviceGetHandleByUUID(uuid string) (nvml.Device, nvml.Return)
 }
@@ -69,6 +71,11 @@ type Target struct {
 	MIG bool
 	GI  uint32
 	CI  uint32
+	// Profile is the MIG profile. A device ID that comes back in a new
+	// layout with another profile or place is another device, and does not
+	// inherit the old one's fault (the simulator derives MIG UUIDs from the
+	// GPU, GI and CI ids, so a re-created instance can reuse an ID).
+	Profile string
 }
 
 // Fault is why a device is unhealthy: its most recent Xid and when it was
@@ -95,6 +102,7 @@ type Watcher struct {
 	stopped   bool
 	targets   []Target
 	targetGen uint64
+	watching  []string
 	faults    map[string]*fault
 	changes   chan struct{}
 }
@@ -140,17 +148,21 @@ func New(lib Lib, opts Options) (*Watcher, error) {
 }
 
 // SetTargets replaces the set of watched devices, for example after a MIG
-// layout change. Faults of devices that are no longer targets are dropped;
-// devices that remain keep theirs.
+// layout change. Faults of devices that are no longer targets, or whose
+// target changed, are dropped; devices that remain as they were keep theirs.
 func (w *Watcher) SetTargets(targets []Target) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.targets = slices.Clone(targets)
-	w.targetGen++
+	old := make(map[string]Target, len(w.targets))
+	for _, t := range w.targets {
+		old[t.ID] = t
+	}
 	keep := make(map[string]bool, len(targets))
 	for _, t := range targets {
-		keep[t.ID] = true
+		keep[t.ID] = old[t.ID] == t
 	}
+	w.targets = slices.Clone(targets)
+	w.targetGen++
 	changed := false
 	for id, f := range w.faults {
 		if !keep[id] {
@@ -203,6 +215,16 @@ func (w *Watcher) Run(ctx context.Context) error {
 	w.mu.Unlock()
 	defer w.stop()
 
+	// NVML counts Init calls, so the watcher holds its own for as long as
+	// it waits on events, whatever its caller does.
+	if ret := w.lib.Init(); ret != nvml.SUCCESS {
+		return fmt.Errorf("health: initializing NVML: %w", ret)
+	}
+	defer func() {
+		if ret := w.lib.Shutdown(); ret != nvml.SUCCESS {
+			log.Error(ret, "Shutting NVML down")
+		}
+	}()
 	set, ret := w.lib.EventSetCreate()
 	if ret != nvml.SUCCESS {
 		return fmt.Errorf("health: creating NVML event set: %w", ret)
@@ -288,6 +310,11 @@ func (w *Watcher) register(log klog.Logger, set nvml.EventSet, gpus []string, re
 			log.Error(ret, "Getting GPU handle; its devices are not health checked", "gpu", uuid)
 			continue
 		}
+		// Registering a type the GPU cannot report fails the whole call.
+		if types, ret := dev.GetSupportedEventTypes(); ret == nvml.SUCCESS && types&nvml.EventTypeXidCriticalError == 0 {
+			log.Error(nil, "GPU does not report Xid events; its devices are not health checked", "gpu", uuid)
+			continue
+		}
 		if ret := dev.RegisterEvents(nvml.EventTypeXidCriticalError, set); ret != nvml.SUCCESS {
 			log.Error(ret, "Registering Xid events; the GPU's devices are not health checked", "gpu", uuid)
 			continue
@@ -295,6 +322,21 @@ func (w *Watcher) register(log klog.Logger, set nvml.EventSet, gpus []string, re
 		registered[uuid] = true
 		log.V(2).Info("Watching Xid events", "gpu", uuid)
 	}
+	w.mu.Lock()
+	w.watching = w.watching[:0]
+	for uuid := range registered {
+		w.watching = append(w.watching, uuid)
+	}
+	slices.Sort(w.watching)
+	w.mu.Unlock()
+}
+
+// Watching returns the UUIDs of the GPUs whose Xid events are registered,
+// sorted. A GPU of a target is missing when NVML refused it (see the log).
+func (w *Watcher) Watching() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.watching)
 }
 
 func (w *Watcher) handle(log klog.Logger, ev nvml.EventData) {

@@ -17,6 +17,7 @@ type fakeLib struct {
 	devices map[string]*fakeDevice
 	set     *fakeSet
 	created chan struct{}
+	inits   int
 }
 
 type fakeDevice struct {
@@ -24,9 +25,17 @@ type fakeDevice struct {
 	uuid        string
 	registered  chan struct{}
 	once        sync.Once
+	noXid       bool
 }
 
 func (d *fakeDevice) GetUUID() (string, nvml.Return) { return d.uuid, nvml.SUCCESS }
+
+func (d *fakeDevice) GetSupportedEventTypes() (uint64, nvml.Return) {
+	if d.noXid {
+		return nvml.EventTypeSingleBitEccError, nvml.SUCCESS
+	}
+	return nvml.EventTypeXidCriticalError | nvml.EventTypeSingleBitEccError, nvml.SUCCESS
+}
 
 func (d *fakeDevice) RegisterEvents(types uint64, _ nvml.EventSet) nvml.Return {
 	if types&nvml.EventTypeXidCriticalError == 0 {
@@ -68,6 +77,23 @@ func newFakeLib(gpus ...string) *fakeLib {
 		l.devices[g] = &fakeDevice{uuid: g, registered: make(chan struct{})}
 	}
 	return l
+}
+
+func (l *fakeLib) Init() nvml.Return {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.inits++
+	return nvml.SUCCESS
+}
+
+func (l *fakeLib) Shutdown() nvml.Return {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.inits == 0 {
+		return nvml.ERROR_UNINITIALIZED
+	}
+	l.inits--
+	return nvml.SUCCESS
 }
 
 func (l *fakeLib) EventSetCreate() (nvml.EventSet, nvml.Return) {
@@ -134,6 +160,11 @@ func start(t *testing.T, lib *fakeLib, opts Options, targets []Target) *Watcher 
 		case <-lib.set.freed:
 		default:
 			t.Error("event set not freed")
+		}
+		lib.mu.Lock()
+		defer lib.mu.Unlock()
+		if lib.inits != 0 {
+			t.Errorf("NVML left initialized %d times", lib.inits)
 		}
 	})
 	return w
@@ -276,9 +307,11 @@ func TestSetTargets(t *testing.T) {
 	lib.xid("GPU-a", AllInstances, AllInstances, 79)
 	waitFor(t, w, "GPU-a devices unhealthy", func(u map[string]Fault) bool { return len(u) == 3 })
 
-	// A new layout on GPU-a keeps MIG-a1, replaces the others, and adds a GPU.
+	// A new layout on GPU-a keeps MIG-a1, re-creates MIG-a2's instance
+	// with another profile under the same ID, replaces MIG-a5, and adds a GPU.
 	w.SetTargets([]Target{
 		{ID: "MIG-a1", GPU: "GPU-a", MIG: true, GI: 1},
+		{ID: "MIG-a2", GPU: "GPU-a", MIG: true, GI: 2, Profile: "1g.10gb"},
 		{ID: "MIG-a9", GPU: "GPU-a", MIG: true, GI: 9},
 		{ID: "GPU-c", GPU: "GPU-c"},
 	})
@@ -302,12 +335,18 @@ func TestGPULostMarksEverything(t *testing.T) {
 }
 
 func TestUnregisteredGPU(t *testing.T) {
-	// GPU-x has no handle: its devices are not watched, the others are.
-	lib := newFakeLib("GPU-a")
-	w := start(t, lib, Options{QuietPeriod: -1}, []Target{{ID: "GPU-x", GPU: "GPU-x"}, {ID: "GPU-a", GPU: "GPU-a"}})
+	// GPU-x has no handle and GPU-n no Xid events: their devices are not
+	// watched, the others are.
+	lib := newFakeLib("GPU-a", "GPU-n")
+	lib.devices["GPU-n"].noXid = true
+	w := start(t, lib, Options{QuietPeriod: -1}, []Target{{ID: "GPU-x", GPU: "GPU-x"}, {ID: "GPU-a", GPU: "GPU-a"}, {ID: "GPU-n", GPU: "GPU-n"}})
 	lib.waitRegistered(t, "GPU-a")
 	lib.xid("GPU-a", AllInstances, AllInstances, 79)
 	u := waitFor(t, w, "GPU-a unhealthy", func(u map[string]Fault) bool { return len(u) > 0 })
+	// The event was handled after registration finished.
+	if diff := cmp.Diff([]string{"GPU-a"}, w.Watching()); diff != "" {
+		t.Errorf("Watching (-want +got):\n%s", diff)
+	}
 	if diff := cmp.Diff(map[string]uint64{"GPU-a": 79}, ids(u)); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
