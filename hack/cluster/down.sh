@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# Tears down what hack/cluster/up.sh started and undoes its host changes.
+# Idempotent, and safe when nothing is up. It stops only processes up.sh
+# recorded (by PID, checked against the binary it started), and removes only
+# what up.sh recorded creating. Logs stay in $CLUSTER_DIR/logs.
+#
+# What it cannot undo: see "Host changes" in hack/cluster/README.md.
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+[[ $EUID -eq 0 ]] || die "needs root"
+check_cluster_dir
+if [[ ! -d $CLUSTER_DIR ]]; then
+	log "nothing to tear down ($CLUSTER_DIR does not exist)"
+	exit 0
+fi
+
+# stop <name> [seconds]: SIGTERM, wait, then SIGKILL, the recorded process.
+stop() {
+	local name=$1 secs=${2:-20} pid i
+	pid=$(pid_of "$name")
+	if [[ -n $pid ]]; then
+		kill -TERM "$pid" 2>/dev/null
+		for ((i = 0; i < secs * 10; i++)); do
+			[[ -d /proc/$pid ]] || break
+			sleep 0.1
+		done
+		if [[ -d /proc/$pid ]]; then
+			kill -KILL "$pid" 2>/dev/null
+			log "killed $name ($pid) after ${secs}s"
+		else
+			log "stopped $name ($pid)"
+		fi
+	fi
+	rm -f "$RUN_DIR/$name.pid"
+}
+
+# 1. Processes the e2e suite recorded beside the cluster's (say a webhook run
+#    on the host), then the controllers, so nothing recreates pods.
+for f in "$RUN_DIR"/*.pid; do
+	[[ -e $f ]] || continue
+	n=$(basename "$f" .pid)
+	[[ " ${COMPONENTS[*]} " == *" $n "* ]] || stop "$n" 10
+done
+stop kube-controller-manager
+stop kube-scheduler
+
+# 2. Let the kubelet tear the pods down itself (CNI DEL, volume unmounts,
+#    cgroups): delete them all and wait until the API has none left, which the
+#    kubelet only allows once their resources are reclaimed.
+if [[ -n $(pid_of kubelet) && -n $(pid_of kube-apiserver) ]] && kubectl get --raw=/readyz >/dev/null 2>&1; then
+	kubectl delete pods --all --all-namespaces --grace-period=0 --wait=false >/dev/null 2>&1
+	for ((i = 0; i < 120; i++)); do
+		[[ -z $(kubectl get pods --all-namespaces -o name 2>/dev/null) ]] && { log "kubelet removed all pods"; break; }
+		sleep 0.5
+	done
+fi
+stop kubelet
+
+# 3. Whatever containers remain, then containerd and any shim left serving
+#    our socket (shims outlive containerd by design).
+if [[ -n $(pid_of containerd) ]]; then
+	for c in $(ctr containers ls -q 2>/dev/null); do
+		ctr tasks kill -s SIGKILL "$c" >/dev/null 2>&1
+		ctr tasks rm -f "$c" >/dev/null 2>&1
+		ctr containers rm "$c" >/dev/null 2>&1
+	done
+fi
+stop containerd
+for p in /proc/[0-9]*; do
+	tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -q -- "-address $CTRD_SOCK " || continue
+	kill -KILL "${p#/proc/}" 2>/dev/null && log "killed leftover shim ${p#/proc/}"
+done
+# Pod processes orphaned by a killed shim live on in the kubelet's cgroups.
+for f in $(find /sys/fs/cgroup/*/kubepods -name cgroup.procs 2>/dev/null); do
+	while read -r pid; do kill -KILL "$pid" 2>/dev/null && log "killed leftover pod process $pid"; done <"$f"
+done
+
+# 4. Control plane. kube-apiserver may wait ~60s for open watches on SIGTERM;
+#    a second SIGTERM makes it exit at once.
+pid=$(pid_of kube-apiserver)
+if [[ -n $pid ]]; then
+	kill -TERM "$pid" 2>/dev/null
+	for ((i = 0; i < 600 && -d /proc/$pid; i++)); do
+		((i == 10)) && kill -TERM "$pid" 2>/dev/null # after 1s
+		sleep 0.1
+	done
+	if [[ -d /proc/$pid ]]; then
+		kill -KILL "$pid" 2>/dev/null
+		log "killed kube-apiserver ($pid) after 60s"
+	else
+		log "stopped kube-apiserver ($pid)"
+	fi
+fi
+rm -f "$RUN_DIR/kube-apiserver.pid"
+stop etcd
+
+# 5. Mounts left by the kubelet and containerd (deepest first), network
+#    namespaces, the bridge, cgroups.
+mounts() {
+	awk '{print $2}' /proc/mounts | sed 's/\\040/ /g' |
+		grep -E "^($CLUSTER_DIR/|/var/lib/kubelet(/|$)|/run/containerd/|/run/netns/cni-)" | sort -r
+}
+for m in $(mounts); do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
+rm -f /run/netns/cni-* 2>/dev/null
+ip link del "$BRIDGE" 2>/dev/null && log "removed bridge $BRIDGE"
+for d in $(find /sys/fs/cgroup/*/kubepods -depth -type d 2>/dev/null); do rmdir "$d" 2>/dev/null; done
+
+# 6. Host settings up.sh recorded.
+if [[ -d $HOST_DIR ]]; then
+	while IFS= read -r line; do
+		case $line in
+		"route blackhole "*) ip route del blackhole "${line#route blackhole }" 2>/dev/null && log "removed blackhole route ${line#route blackhole }" ;;
+		"chain "*)
+			c=${line#chain }
+			while iptables -D FORWARD -j "$c" 2>/dev/null; do :; done
+			iptables -F "$c" 2>/dev/null && iptables -X "$c" 2>/dev/null && log "removed iptables chain $c"
+			;;
+		"path "*) rm -rf "${line#path }" ;;
+		esac
+	done <"$HOST_DIR/created"
+
+	# iptables chains the kubelet created (KUBE-*) and that did not exist
+	# before: drop the rules jumping to them, then the chains.
+	for v in "" 6; do
+		before=$HOST_DIR/ip${v}tables.before
+		[[ -f $before ]] || continue
+		for table in filter nat mangle; do
+			now=$(ip${v}tables-save -t "$table" 2>/dev/null) || continue
+			new_chains=$(comm -13 <(grep -oE '^:KUBE-[^ ]+' "$before" | sort -u) <(grep -oE '^:KUBE-[^ ]+' <<<"$now" | sort -u) | tr -d :)
+			[[ -n $new_chains ]] || continue
+			for c in $new_chains; do
+				grep -E "^-A [^ ]+ .*-j $c( |$)" <<<"$now" | while read -r rule; do
+					# "-A CHAIN spec" -> "-D CHAIN spec"; iptables-save quotes
+					# comments like a shell, so eval splits the spec correctly.
+					eval "ip${v}tables -t $table -D ${rule#-A }" 2>/dev/null
+				done
+			done
+			for c in $new_chains; do ip${v}tables -t "$table" -F "$c" 2>/dev/null; done
+			for c in $new_chains; do ip${v}tables -t "$table" -X "$c" 2>/dev/null; done
+			log "removed ip${v}tables $table chains: $(echo $new_chains)"
+		done
+	done
+
+	while IFS='=' read -r k v; do
+		[[ -n $k ]] || continue
+		cur=$(sysctl -n "$k" 2>/dev/null) || continue
+		if [[ $cur != "$v" ]]; then
+			sysctl -q -w "$k=$v" && log "restored $k=$v (was $cur)"
+		fi
+	done <"$HOST_DIR/sysctl"
+	mv "$HOST_DIR" "$HOST_DIR.restored.$(date +%s)"
+fi
+
+# 7. Bulky state; logs, PKI and kubeconfigs stay until the next up.sh.
+rm -rf "$CLUSTER_DIR/containerd/root" "$CLUSTER_DIR/containerd/state" "$CLUSTER_DIR/etcd"
+
+# 8. Say plainly if anything is left.
+left=0
+for c in "${COMPONENTS[@]}"; do
+	[[ -z $(pid_of "$c") ]] || { echo "down.sh: $c still running" >&2; left=1; }
+done
+if [[ -n $(mounts) ]]; then echo "down.sh: mounts remain: $(mounts | tr '\n' ' ')" >&2; left=1; fi
+if ip link show "$BRIDGE" >/dev/null 2>&1; then echo "down.sh: bridge $BRIDGE remains" >&2; left=1; fi
+if [[ $left -ne 0 ]]; then exit 1; fi
+log "down"

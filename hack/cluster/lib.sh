@@ -1,0 +1,86 @@
+# Shared settings for the local-cluster scripts; sourced, not run.
+# Every setting is an environment variable with a default.
+
+HACK_CLUSTER=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HACK_CLUSTER/../.." && pwd)
+CACHE_DIR=${CACHE_DIR:-$ROOT/.cache}
+# All state of one cluster: PKI, etcd data, containerd root, logs, PIDs, the
+# record of host settings to restore. Wiped by the next up.sh.
+CLUSTER_DIR=${CLUSTER_DIR:-$CACHE_DIR/cluster}
+# Image tarballs that up.sh imports into containerd (hack/cluster/images.sh).
+IMAGES_DIR=${IMAGES_DIR:-$CACHE_DIR/images}
+# The node name must resolve to 127.0.0.1: the API server reaches the kubelet
+# (kubectl logs/exec) at the node's Hostname address and the kubelet listens
+# on 127.0.0.1 only. Default: the host name if it does, else "localhost".
+if [[ -z ${NODE_NAME:-} ]]; then
+	NODE_NAME=$(hostname | tr '[:upper:]' '[:lower:]')
+	getent ahostsv4 "$NODE_NAME" | awk '{print $1}' | grep -qx 127.0.0.1 || NODE_NAME=localhost
+fi
+# Services: nothing routes these (no kube-proxy); up.sh blackholes the range
+# so a stray ClusterIP packet dies here instead of leaving the machine.
+SERVICE_CIDR=${SERVICE_CIDR:-10.96.0.0/24}
+SERVICE_IP=${SERVICE_IP:-10.96.0.1}
+# Pods: a bridge of our own with no route out (see the CNI config in up.sh).
+POD_CIDR=${POD_CIDR:-10.88.0.0/24}
+BRIDGE=${BRIDGE:-mfcni0}
+APISERVER_PORT=6443
+# The chain up.sh puts in front of FORWARD to drop pod traffic leaving the bridge.
+ISOLATION_CHAIN=MIGFLEX-HARNESS
+
+modversion() {
+	awk -v m="$2" '$1 == "require" && $2 == m { print $3; exit } $1 == m && $2 ~ /^v/ { print $2; exit }' "$1"
+}
+K8S_VERSION=$(modversion "$HACK_CLUSTER/k8s/go.mod" k8s.io/kubernetes)
+ETCD_VERSION=$(modversion "$HACK_CLUSTER/etcd/go.mod" go.etcd.io/etcd/server/v3)
+K8S_BIN=$CACHE_DIR/k8s/$K8S_VERSION/bin
+ETCD_BIN=$CACHE_DIR/etcd/$ETCD_VERSION/bin
+
+RUN_DIR=$CLUSTER_DIR/run       # <component>.pid
+LOG_DIR=$CLUSTER_DIR/logs      # <component>.log
+HOST_DIR=$CLUSTER_DIR/host     # what up.sh changed on the host, for down.sh
+PKI=$CLUSTER_DIR/pki
+KUBECONFIG_ADMIN=$CLUSTER_DIR/admin.kubeconfig
+CTRD_SOCK=$CLUSTER_DIR/containerd/containerd.sock
+# Host paths the kubelet and containerd use whatever we configure. up.sh
+# refuses to run when any already exists (another cluster's), and down.sh
+# removes those up.sh found absent.
+HOST_PATHS=(/var/lib/kubelet /var/log/pods /var/log/containers /var/lib/cni /run/containerd)
+# Shared host paths the runtime may create: removed by down.sh only if up.sh
+# found them absent (and then only our entries in them).
+SHARED_PATHS=(/run/netns)
+# Sysctls the kubelet (vm.*, kernel.*) and the CNI bridge plugin (ip_forward)
+# set; up.sh records them and down.sh writes the old values back.
+SYSCTLS=(vm.overcommit_memory kernel.panic kernel.panic_on_oops net.ipv4.ip_forward
+	net.ipv6.conf.all.forwarding net.bridge.bridge-nf-call-iptables net.bridge.bridge-nf-call-ip6tables)
+# Components in start order; down.sh stops them in reverse.
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet)
+
+T0=${T0:-$SECONDS}
+log() { echo "[$(basename "$0") $((SECONDS - T0))s] $*"; }
+die() { echo "$(basename "$0"): $*" >&2; exit 1; }
+
+kubectl() { "$K8S_BIN/kubectl" --kubeconfig="$KUBECONFIG_ADMIN" "$@"; }
+ctr() { command ctr --address "$CTRD_SOCK" -n k8s.io "$@"; }
+
+# pid_of <component>: its recorded PID if that process is still the one we
+# started (the PID may have been reused after it died), else nothing.
+pid_of() {
+	local f=$RUN_DIR/$1.pid pid
+	[[ -s $f ]] || return 0
+	pid=$(<"$f")
+	[[ $pid =~ ^[0-9]+$ ]] || return 0
+	[[ -r $RUN_DIR/$1.exe && -r /proc/$pid/cmdline ]] || return 0
+	local want
+	want=$(<"$RUN_DIR/$1.exe")
+	# The first word of the command line is the binary we exec'd.
+	[[ $(tr '\0' '\n' <"/proc/$pid/cmdline" | head -n1) == "$want" ]] && echo "$pid"
+	return 0
+}
+
+# The state dir is removed with rm -rf; refuse anything that is not clearly ours.
+check_cluster_dir() {
+	case $CLUSTER_DIR in
+	"" | / | /root | /home | /tmp | /var | /usr | /etc | "$ROOT") die "refusing CLUSTER_DIR=$CLUSTER_DIR" ;;
+	esac
+	[[ $CLUSTER_DIR == /* ]] || die "CLUSTER_DIR must be absolute, got $CLUSTER_DIR"
+}

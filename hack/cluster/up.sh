@@ -1,0 +1,280 @@
+#!/usr/bin/env bash
+# Brings up a single-node Kubernetes on this machine, as root: etcd,
+# kube-apiserver, kube-controller-manager, kube-scheduler, containerd and a
+# kubelet, all on 127.0.0.1, pods on a private bridge. hack/cluster/down.sh
+# undoes it. Settings: see lib.sh (CLUSTER_DIR, IMAGES_DIR, NODE_NAME, ...).
+#
+# Network safety: nothing the cluster does may send a packet off this machine.
+# - There is no kube-proxy, so nothing routes Service ClusterIPs: the whole
+#   service range gets a local blackhole route.
+# - Pods get no default route (only their bridge subnet), and a FORWARD rule
+#   drops anything that would leave the bridge anyway.
+# - No cluster DNS; pods get a resolv.conf naming 127.0.0.1, not the host's
+#   nameserver.
+# - containerd runs with a dead proxy, so an image that is not imported fails
+#   locally instead of being pulled from the internet.
+# - The API server dials webhooks at their endpoints (aggregator routing) or
+#   at a url on 127.0.0.1; in-pod clients run hostNetwork with
+#   KUBERNETES_SERVICE_HOST=127.0.0.1 KUBERNETES_SERVICE_PORT=6443.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+[[ $EUID -eq 0 ]] || die "needs root (it runs a kubelet and changes host networking)"
+check_cluster_dir
+
+# --- prerequisites ---------------------------------------------------------
+need_pkgs=()
+for p in containerd:containerd runc:runc containernetworking-plugins:/usr/lib/cni/bridge \
+	iptables:iptables conntrack:conntrack openssl:openssl curl:curl; do
+	pkg=${p%%:*} probe=${p#*:}
+	if [[ $probe == /* ]]; then [[ -x $probe ]] || need_pkgs+=("$pkg"); else command -v "$probe" >/dev/null || need_pkgs+=("$pkg"); fi
+done
+if ((${#need_pkgs[@]})); then
+	log "installing ${need_pkgs[*]} with apt-get"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+fi
+"$HACK_CLUSTER/build.sh" >/dev/null
+getent ahostsv4 "$NODE_NAME" | awk '{print $1}' | grep -qx 127.0.0.1 ||
+	die "node name $NODE_NAME must resolve to 127.0.0.1 (the kubelet listens there); set NODE_NAME or add it to /etc/hosts"
+[[ -n $(ls "$IMAGES_DIR"/*.tar 2>/dev/null) ]] || die "no image tarballs in $IMAGES_DIR; run hack/cluster/images.sh first"
+
+# --- refuse to run over anything (ours or another cluster) -----------------
+for c in "${COMPONENTS[@]}"; do
+	[[ -z $(pid_of "$c") ]] || die "$c is already running (PID $(pid_of "$c")); run hack/cluster/down.sh first"
+done
+if grep -q " $CLUSTER_DIR/" /proc/mounts; then die "mounts remain under $CLUSTER_DIR; run hack/cluster/down.sh first"; fi
+for p in "${HOST_PATHS[@]}" /sys/fs/cgroup/*/kubepods; do
+	[[ ! -e $p ]] || die "$p exists: another kubelet/containerd, or a cluster that was not torn down (hack/cluster/down.sh)"
+done
+ip link show "$BRIDGE" >/dev/null 2>&1 && die "bridge $BRIDGE exists; run hack/cluster/down.sh first"
+[[ -z $(ip route show "$SERVICE_CIDR") && -z $(ip route show "$POD_CIDR") ]] ||
+	die "routes for $SERVICE_CIDR or $POD_CIDR exist; run hack/cluster/down.sh, or choose SERVICE_CIDR/POD_CIDR"
+for port in 2379 2380 2381 $APISERVER_PORT 10248 10250 10257 10259; do
+	if ss -Hltn "sport = :$port" | grep -q .; then die "port $port on this host is in use"; fi
+done
+
+rm -rf "$CLUSTER_DIR"
+mkdir -p "$RUN_DIR" "$LOG_DIR" "$HOST_DIR" "$PKI" "$CLUSTER_DIR"/{containerd,cni/net.d,cni/ipam,kubelet}
+
+# A failed bring-up undoes itself, leaving the logs.
+failed() {
+	local rc=$?
+	echo "up.sh failed (exit $rc); component log tails:" >&2
+	for f in "$LOG_DIR"/*.log; do [[ -s $f ]] && { echo "--- $f" >&2; tail -n 15 "$f" >&2; }; done
+	"$HACK_CLUSTER/down.sh" >&2 || true
+	exit "$rc"
+}
+trap failed EXIT
+
+# --- record the host settings this changes, before changing any ------------
+for k in "${SYSCTLS[@]}"; do
+	v=$(sysctl -n "$k" 2>/dev/null) && echo "$k=$v"
+done >"$HOST_DIR/sysctl"
+iptables-save >"$HOST_DIR/iptables.before"
+ip6tables-save >"$HOST_DIR/ip6tables.before" 2>/dev/null || true
+: >"$HOST_DIR/created" # host paths and routes to remove in down.sh
+
+# --- network safety first ----------------------------------------------------
+ip route add blackhole "$SERVICE_CIDR"
+echo "route blackhole $SERVICE_CIDR" >>"$HOST_DIR/created"
+iptables -N "$ISOLATION_CHAIN"
+echo "chain $ISOLATION_CHAIN" >>"$HOST_DIR/created"
+iptables -A "$ISOLATION_CHAIN" -i "$BRIDGE" ! -o "$BRIDGE" -j DROP
+iptables -A "$ISOLATION_CHAIN" -s "$POD_CIDR" ! -o "$BRIDGE" -j DROP
+iptables -I FORWARD 1 -j "$ISOLATION_CHAIN"
+log "blackholed $SERVICE_CIDR; pod traffic may not leave $BRIDGE"
+for p in "${HOST_PATHS[@]}"; do echo "path $p" >>"$HOST_DIR/created"; done
+for p in "${SHARED_PATHS[@]}"; do [[ -e $p ]] || echo "path $p" >>"$HOST_DIR/created"; done
+
+# --- PKI ---------------------------------------------------------------------
+# cert <name> <subject> <extensions>: a key and a CA-signed certificate.
+cert() {
+	openssl genrsa -out "$PKI/$1.key" 2048 2>/dev/null
+	openssl req -new -key "$PKI/$1.key" -subj "$2" -out "$PKI/$1.csr" 2>/dev/null
+	printf '%b' "$3" >"$PKI/$1.ext"
+	openssl x509 -req -in "$PKI/$1.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
+		-days 30 -extfile "$PKI/$1.ext" -out "$PKI/$1.crt" 2>/dev/null
+}
+# kubeconfig <user>: a kubeconfig for the admin or a component, certs embedded.
+kubeconfig() {
+	local b64='base64 -w0'
+	cat >"$CLUSTER_DIR/$1.kubeconfig" <<YAML
+apiVersion: v1
+kind: Config
+clusters:
+- name: migflex-local
+  cluster:
+    server: https://127.0.0.1:$APISERVER_PORT
+    certificate-authority-data: $($b64 <"$PKI/ca.crt")
+users:
+- name: $1
+  user:
+    client-certificate-data: $($b64 <"$PKI/$1.crt")
+    client-key-data: $($b64 <"$PKI/$1.key")
+contexts:
+- name: migflex-local
+  context: {cluster: migflex-local, user: $1}
+current-context: migflex-local
+YAML
+	chmod 600 "$CLUSTER_DIR/$1.kubeconfig"
+}
+openssl genrsa -out "$PKI/ca.key" 2048 2>/dev/null
+openssl req -x509 -new -key "$PKI/ca.key" -subj "/CN=migflex-local-ca" -days 30 -out "$PKI/ca.crt" 2>/dev/null
+openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
+openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
+cert apiserver "/CN=kube-apiserver" \
+	"subjectAltName=IP:127.0.0.1,IP:$SERVICE_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\nextendedKeyUsage=serverAuth\n"
+cert admin "/O=system:masters/CN=migflex-admin" 'extendedKeyUsage=clientAuth\n'
+cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" 'extendedKeyUsage=clientAuth\n'
+cert kubelet "/O=system:nodes/CN=system:node:$NODE_NAME" 'extendedKeyUsage=clientAuth\n'
+cert kube-controller-manager "/CN=system:kube-controller-manager" 'extendedKeyUsage=clientAuth\n'
+cert kube-scheduler "/CN=system:kube-scheduler" 'extendedKeyUsage=clientAuth\n'
+for u in admin kubelet kube-controller-manager kube-scheduler; do kubeconfig "$u"; done
+log "PKI and kubeconfigs in $CLUSTER_DIR"
+
+# --- processes ---------------------------------------------------------------
+# start <name> <binary> <args...>: runs it in its own session with its log in
+# LOG_DIR, recording the real PID (bash execs the binary, keeping its PID)
+# and the binary, so down.sh stops exactly this process.
+start() {
+	local name=$1
+	shift
+	echo "$1" >"$RUN_DIR/$name.exe"
+	setsid bash -c 'echo $$ >"$0"; exec "$@"' "$RUN_DIR/$name.pid" "$@" </dev/null >"$LOG_DIR/$name.log" 2>&1 &
+	local i
+	for ((i = 0; i < 50; i++)); do [[ -s $RUN_DIR/$name.pid ]] && return 0; sleep 0.1; done
+	die "$name did not start"
+}
+# waitfor <what> <tries of 0.5s> <command...>: polls until the command succeeds.
+waitfor() {
+	local what=$1 tries=$2 i
+	shift 2
+	for ((i = 0; i < tries; i++)); do
+		"$@" >/dev/null 2>&1 && { log "$what"; return 0; }
+		sleep 0.5
+	done
+	log "timed out waiting for: $what"
+	return 1
+}
+alive() { [[ -n $(pid_of "$1") ]]; }
+
+start etcd "$ETCD_BIN/etcd" --name=migflex --data-dir="$CLUSTER_DIR/etcd" \
+	--listen-client-urls=http://127.0.0.1:2379 --advertise-client-urls=http://127.0.0.1:2379 \
+	--listen-peer-urls=http://127.0.0.1:2380 --initial-advertise-peer-urls=http://127.0.0.1:2380 \
+	--initial-cluster=migflex=http://127.0.0.1:2380 --listen-metrics-urls=http://127.0.0.1:2381 \
+	--unsafe-no-fsync=true
+waitfor "etcd healthy" 120 curl -sf http://127.0.0.1:2381/health
+
+start kube-apiserver "$K8S_BIN/kube-apiserver" \
+	--etcd-servers=http://127.0.0.1:2379 \
+	--bind-address=127.0.0.1 --secure-port=$APISERVER_PORT --advertise-address=127.0.0.1 \
+	--endpoint-reconciler-type=none \
+	--tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" --client-ca-file="$PKI/ca.crt" \
+	--service-account-issuer=https://kubernetes.default.svc.cluster.local \
+	--service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
+	--service-cluster-ip-range="$SERVICE_CIDR" \
+	--authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction --allow-privileged=true \
+	--kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
+	--kubelet-preferred-address-types=Hostname,InternalIP \
+	--enable-aggregator-routing=true \
+	--cert-dir="$CLUSTER_DIR/apiserver-certs" --profiling=false
+waitfor "kube-apiserver ready" 240 curl -sf --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
+	"https://127.0.0.1:$APISERVER_PORT/readyz"
+
+K=$CLUSTER_DIR/kube-controller-manager.kubeconfig
+start kube-controller-manager "$K8S_BIN/kube-controller-manager" \
+	--kubeconfig="$K" --authentication-kubeconfig="$K" --authorization-kubeconfig="$K" \
+	--bind-address=127.0.0.1 --secure-port=10257 --cert-dir="$CLUSTER_DIR/kcm-certs" --leader-elect=false \
+	--root-ca-file="$PKI/ca.crt" --service-account-private-key-file="$PKI/sa.key" --use-service-account-credentials=true \
+	--cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" --profiling=false
+K=$CLUSTER_DIR/kube-scheduler.kubeconfig
+start kube-scheduler "$K8S_BIN/kube-scheduler" \
+	--kubeconfig="$K" --authentication-kubeconfig="$K" --authorization-kubeconfig="$K" \
+	--bind-address=127.0.0.1 --secure-port=10259 --leader-elect=false --profiling=false
+
+# --- containerd --------------------------------------------------------------
+cat >"$CLUSTER_DIR/containerd/config.toml" <<TOML
+version = 2
+root = "$CLUSTER_DIR/containerd/root"
+state = "$CLUSTER_DIR/containerd/state"
+[grpc]
+  address = "$CTRD_SOCK"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$CLUSTER_DIR/containerd/opt"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "lc.local/pause:1"
+  # This VM lacks CAP_SYS_RESOURCE: runc cannot lower oom_score_adj (the
+  # sandbox asks for -998) and every sandbox would fail without this.
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$CLUSTER_DIR/cni/net.d"
+    max_conf_num = 1
+TOML
+# No "routes": a pod knows only its bridge subnet, so it has no way off the
+# machine; the host reaches pods (webhooks) over the bridge directly.
+cat >"$CLUSTER_DIR/cni/net.d/10-migflex.conflist" <<JSON
+{
+  "cniVersion": "1.0.0",
+  "name": "migflex-harness",
+  "plugins": [{
+    "type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+    "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_CIDR"}]], "dataDir": "$CLUSTER_DIR/cni/ipam"}
+  }]
+}
+JSON
+start containerd /usr/bin/env HTTP_PROXY=http://127.0.0.1:9 HTTPS_PROXY=http://127.0.0.1:9 NO_PROXY= \
+	"$(command -v containerd)" --config "$CLUSTER_DIR/containerd/config.toml"
+# env execs containerd, so the recorded binary is containerd's.
+command -v containerd >"$RUN_DIR/containerd.exe"
+waitfor "containerd serving" 120 ctr version
+for t in "$IMAGES_DIR"/*.tar; do ctr images import --no-unpack=false "$t" >/dev/null; done
+log "images: $(ctr images ls -q | grep -v '^sha256:' | tr '\n' ' ')"
+
+# --- kubelet -----------------------------------------------------------------
+# Pods with the default DNS policy get this instead of the host's resolver,
+# which is off this machine.
+printf 'nameserver 127.0.0.1\noptions timeout:1 attempts:1\n' >"$CLUSTER_DIR/kubelet/resolv.conf"
+cat >"$CLUSTER_DIR/kubelet/config.yaml" <<YAML
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 127.0.0.1
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+containerRuntimeEndpoint: unix://$CTRD_SOCK
+cgroupDriver: cgroupfs
+failSwapOn: false
+failCgroupV1: false
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+  x509: {clientCAFile: $PKI/ca.crt}
+authorization: {mode: AlwaysAllow}
+clusterDomain: cluster.local
+resolvConf: $CLUSTER_DIR/kubelet/resolv.conf
+serializeImagePulls: false
+# Images are imported, never pulled: never garbage-collect them.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
+YAML
+start kubelet "$K8S_BIN/kubelet" --config="$CLUSTER_DIR/kubelet/config.yaml" \
+	--kubeconfig="$CLUSTER_DIR/kubelet.kubeconfig" --hostname-override="$NODE_NAME" \
+	--root-dir=/var/lib/kubelet --cert-dir="$CLUSTER_DIR/kubelet/pki" --v=1
+waitfor "node $NODE_NAME Ready" 240 kubectl wait --for=condition=Ready "node/$NODE_NAME" --timeout=1s
+waitfor "kubelet device-plugin socket" 120 test -S /var/lib/kubelet/device-plugins/kubelet.sock
+waitfor "default ServiceAccount" 120 kubectl get serviceaccount default -n default
+for c in "${COMPONENTS[@]}"; do
+	alive "$c" || { echo "$c exited; see $LOG_DIR/$c.log" >&2; false; }
+done
+trap - EXIT
+log "cluster up ($K8S_VERSION, node $NODE_NAME); logs in $LOG_DIR"
+echo "export KUBECONFIG=$KUBECONFIG_ADMIN"
