@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Runs the end-to-end suite on a fresh local cluster, as root:
+#   build (make build, Kubernetes binaries, images) -> up.sh ->
+#   go test -tags e2e ./test/e2e/... -> down.sh, always (trap).
+# Extra arguments go to go test, e.g. hack/cluster/e2e.sh -run TestHarness.
+# On failure the component logs and a dump of the cluster's state stay in
+# $CLUSTER_DIR/logs (until the next up.sh) and their tails are printed.
+# SKIP_BUILD=1 skips make build (bin/ already built).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+[[ $EUID -eq 0 ]] || die "needs root (it runs a kubelet and changes host networking)"
+cd "$ROOT"
+
+if [[ ${SKIP_BUILD:-0} != 1 ]]; then
+	make build
+fi
+"$HACK_CLUSTER/build.sh"
+"$HACK_CLUSTER/images.sh"
+t_build=$((SECONDS - T0))
+
+export KUBECONFIG=$KUBECONFIG_ADMIN KUBECTL=$K8S_BIN/kubectl
+
+rc=0
+finish() {
+	local status=$?
+	[[ $rc -ne 0 ]] || rc=$status
+	trap - EXIT INT TERM
+	if [[ $rc -ne 0 ]]; then
+		# State and log tails from the running cluster, before the tear-down
+		# fills the logs with shutdown noise.
+		if [[ -n $(pid_of kube-apiserver) ]]; then
+			{
+				kubectl get nodes -o wide
+				kubectl describe nodes
+				kubectl get pods -A -o wide
+				kubectl get events -A --sort-by=.lastTimestamp
+			} >"$LOG_DIR/cluster-state.txt" 2>&1 || true
+		fi
+		echo "e2e failed (exit $rc); component log tails (full logs stay in $LOG_DIR until the next up.sh):" >&2
+		for f in "$LOG_DIR"/*.log "$LOG_DIR"/cluster-state.txt; do
+			[[ -s $f ]] || continue
+			echo "----- $f" >&2
+			tail -n 25 "$f" >&2
+		done
+	fi
+	local t=$SECONDS
+	"$HACK_CLUSTER/down.sh" || { [[ $rc -ne 0 ]] || rc=1; }
+	t_down=$((SECONDS - t))
+	log "timings: build ${t_build}s, up ${t_up:-?}s, tests ${t_tests:-?}s, down ${t_down}s"
+	exit "$rc"
+}
+trap finish EXIT
+trap 'rc=130; exit 130' INT TERM
+
+t=$SECONDS
+"$HACK_CLUSTER/up.sh"
+t_up=$((SECONDS - t))
+
+t=$SECONDS
+go test -tags e2e -count=1 -timeout 30m -v ./test/e2e/... "$@" || rc=$?
+t_tests=$((SECONDS - t))

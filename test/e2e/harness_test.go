@@ -1,0 +1,181 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+
+	"github.com/migflex/migflex/test/e2e/framework"
+)
+
+// These tests check the harness itself: a real kubelet runs pods from the
+// imported images, logs come back through the API server, in-pod clients
+// reach the API server, and nothing in the cluster has a route off the
+// machine.
+
+func TestHarnessPodRunsAndLogsAreReadable(t *testing.T) {
+	ns := cluster.Namespace(t)
+	marker := rand.String(12)
+	pod := cluster.TestboxPod(ns, "env", "env")
+	pod.Spec.Containers[0].Env = append(pod.Spec.Containers[0].Env, corev1.EnvVar{Name: "E2E_MARKER", Value: marker})
+	cluster.CreatePod(t, pod)
+
+	if _, err := cluster.WaitForPodSucceeded(t.Context(), ns, pod.Name); err != nil {
+		t.Fatal(err)
+	}
+	logs, err := cluster.PodLogs(t.Context(), ns, pod.Name, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hasLine(logs, "E2E_MARKER="+marker) {
+		t.Errorf("pod log lacks E2E_MARKER=%s:\n%s", marker, logs)
+	}
+	// The same log through the pinned kubectl, as a user would read it.
+	out, err := cluster.Kubectl(t.Context(), "logs", "-n", ns, pod.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(logs, out); diff != "" {
+		t.Errorf("kubectl logs vs the API's pods/log (-api +kubectl):\n%s", diff)
+	}
+}
+
+func TestHarnessHostNetworkPodReachesAPIServer(t *testing.T) {
+	ns := cluster.Namespace(t)
+	pod := cluster.TestboxPod(ns, "whoami", "whoami")
+	framework.UseHostNetworkAPIServer(pod)
+	cluster.CreatePod(t, pod)
+
+	if _, err := cluster.WaitForPodSucceeded(t.Context(), ns, pod.Name); err != nil {
+		t.Fatal(err)
+	}
+	logs, err := cluster.PodLogs(t.Context(), ns, pod.Name, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "username=system:serviceaccount:" + ns + ":default"; !hasLine(logs, want) {
+		t.Errorf("pod log = %q, want a line %q", logs, want)
+	}
+}
+
+// TestHarnessNetworkSafety checks, without sending a packet, that nothing in
+// the cluster can reach beyond this machine: a ClusterIP is blackholed on
+// the host, a pod has no default route, and pod DNS points at loopback.
+func TestHarnessNetworkSafety(t *testing.T) {
+	ctx := t.Context()
+	svc, err := cluster.Client.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// `ip route get` asks the kernel which route it would use; for a
+	// blackhole route the kernel refuses ("Invalid argument").
+	out, err := exec.CommandContext(ctx, "ip", "route", "get", svc.Spec.ClusterIP).CombinedOutput()
+	if err == nil && !strings.HasPrefix(string(out), "blackhole") {
+		t.Errorf("the host routes ClusterIP %s: %s", svc.Spec.ClusterIP, out)
+	}
+
+	ns := cluster.Namespace(t)
+	routes := cluster.TestboxPod(ns, "routes", "cat", "/proc/net/route")
+	resolv := cluster.TestboxPod(ns, "resolv", "cat", "/etc/resolv.conf")
+	cluster.CreatePod(t, routes)
+	cluster.CreatePod(t, resolv)
+
+	if _, err := cluster.WaitForPodSucceeded(ctx, ns, routes.Name); err != nil {
+		t.Fatal(err)
+	}
+	table, err := cluster.PodLogs(ctx, ns, routes.Name, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// /proc/net/route: Iface Destination Gateway ... with hex addresses; a
+	// default route has destination 00000000.
+	var dests []string
+	for _, line := range strings.Split(strings.TrimSpace(table), "\n")[1:] {
+		if f := strings.Fields(line); len(f) > 2 {
+			dests = append(dests, f[1])
+			if f[1] == "00000000" {
+				t.Errorf("a pod has a default route: %s", line)
+			}
+		}
+	}
+	if len(dests) == 0 {
+		t.Errorf("a pod has no routes at all (expected its bridge subnet):\n%s", table)
+	}
+
+	if _, err := cluster.WaitForPodSucceeded(ctx, ns, resolv.Name); err != nil {
+		t.Fatal(err)
+	}
+	conf, err := cluster.PodLogs(ctx, ns, resolv.Name, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var servers []string
+	for _, line := range strings.Split(conf, "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "nameserver" {
+			servers = append(servers, f[1])
+		}
+	}
+	if diff := cmp.Diff([]string{"127.0.0.1"}, servers); diff != "" {
+		t.Errorf("pod nameservers (-want +got):\n%s\nresolv.conf:\n%s", diff, conf)
+	}
+}
+
+// TestHarnessAgentImageLinks checks, inside a container of the node agent's
+// image, that the dynamic loader resolves every library the cgo-linked agent
+// needs: mkimage must have copied them in, as there is no base image.
+func TestHarnessAgentImageLinks(t *testing.T) {
+	ctx := t.Context()
+	node, err := cluster.Client.CoreV1().Nodes().Get(ctx, cluster.NodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !nodeHasImage(node, framework.MigflexImage) {
+		t.Fatalf("node %s lacks image %s: run make build, then hack/cluster/images.sh before up.sh", node.Name, framework.MigflexImage)
+	}
+	ns := cluster.Namespace(t)
+	pod := cluster.TestboxPod(ns, "ldd")
+	pod.Spec.Containers[0].Image = framework.MigflexImage
+	// The amd64 glibc loader, asked to resolve the agent's libraries (ldd).
+	pod.Spec.Containers[0].Command = []string{"/lib64/ld-linux-x86-64.so.2", "--list", "/device-plugin"}
+	cluster.CreatePod(t, pod)
+
+	if _, err := cluster.WaitForPodSucceeded(ctx, ns, pod.Name); err != nil {
+		t.Fatal(err)
+	}
+	out, err := cluster.PodLogs(ctx, ns, pod.Name, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out, "not found") || !strings.Contains(out, "libc.so.6 => ") {
+		t.Errorf("the agent's libraries do not all resolve in its image:\n%s", out)
+	}
+}
+
+func nodeHasImage(node *corev1.Node, ref string) bool {
+	for _, img := range node.Status.Images {
+		for _, n := range img.Names {
+			if n == ref {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func hasLine(text, line string) bool {
+	sc := bufio.NewScanner(strings.NewReader(text))
+	for sc.Scan() {
+		if sc.Text() == line {
+			return true
+		}
+	}
+	return false
+}
