@@ -165,3 +165,25 @@ func TestDefaultConfig(t *testing.T) {
 		t.Errorf("default GPUs (-want +got):\n%s", diff)
 	}
 }
+
+// TestExampleConfig keeps the examples in testdata loadable.
+func TestExampleConfig(t *testing.T) {
+	for node, want := range map[string][]sim.GPUSpec{
+		"kind-worker":  {{Model: "H100-SXM5-80GB", Count: 2}},
+		"kind-worker2": {{Model: "A100-SXM4-40GB", Count: 1}},
+		"kind-worker3": {{Model: "H100-PCIE-70GB", Count: 1}},
+	} {
+		cfg, err := sim.LoadConfig("testdata/example-config.yaml", node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, cfg.GPUs); diff != "" {
+			t.Errorf("%s GPUs (-want +got):\n%s", node, diff)
+		}
+		cfg.StateDir = "" // in memory for the test
+		l := newLibConfig(t, cfg)
+		if n, _ := l.DeviceGetCount(); n != want[0].Count {
+			t.Errorf("%s: %d GPUs, want %d", node, n, want[0].Count)
+		}
+	}
+}

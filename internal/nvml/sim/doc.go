@@ -3,19 +3,59 @@
 // code above NVML runs unchanged without a GPU.
 //
 // What it models: device enumeration and identity (index, UUID, name, PCI
-// device id, memory, minor number, architecture, compute capability); MIG
-// mode with Ampere's pending-until-reset and Hopper's immediate switch; GPU
-// instances with placements, overlap, per-profile counts and the 7 compute
-// slices; one full-size compute instance per GPU instance; MIG device
-// handles and UUIDs; Xid events through event sets; and Init/Shutdown
-// reference counting. Every other method answers nvml.ERROR_NOT_SUPPORTED
-// (see zz_generated_unsupported.go); none panics.
+// device id and bus id, memory, minor number, architecture, compute
+// capability); MIG mode with Ampere's pending-until-reset and Hopper's
+// immediate switch; GPU instances with placements, overlap, per-profile
+// counts and the 7 compute slices; one full-size compute instance per GPU
+// instance; MIG device handles and UUIDs; Xid events through event sets;
+// and Init/Shutdown reference counting. Every other method answers
+// nvml.ERROR_NOT_SUPPORTED (see zz_generated_unsupported.go); none panics.
 //
 // The sim-only methods of *Lib stand in for the physical world: SetBusy
 // (processes running on an instance), InjectXid, ResetGPU and Reboot. With
 // a state directory the state survives a process restart, like a real GPU's
 // layout, and other processes reach a running simulator through an inbox
 // file (see Send).
+//
+// Choices where real NVML leaves room or the simulator simplifies:
+//
+//   - SetMigMode on Ampere returns SUCCESS with activation status
+//     ERROR_RESET_REQUIRED and leaves the mode pending (what a node whose GPU
+//     is held open sees); Hopper and Blackwell switch at once. Either way a
+//     GPU with GPU instances or processes gets ERROR_IN_USE and no change;
+//     asking for the mode already in effect is a no-op.
+//   - GPU-instance creation reports ERROR_INVALID_ARGUMENT for an unknown
+//     profile or a placement not in the profile's list, ERROR_NOT_SUPPORTED
+//     while MIG is not currently enabled (as nvml.h documents), and
+//     ERROR_INSUFFICIENT_RESOURCES for overlap, the profile's max count or
+//     the 7 compute slices. CreateGpuInstance places first fit by ascending
+//     start; GPU instance ids are the lowest free id from 1 (0 is "the whole
+//     GPU" for SetBusy); compute instance ids the lowest free from 0. Real
+//     drivers derive GI ids from the placement: nothing may rely on ids.
+//   - Profile info and possible placements answer whatever the MIG mode, so
+//     layouts can be validated before MIG is on; instance lists and remaining
+//     capacity need MIG enabled.
+//   - Handles to destroyed instances answer ERROR_INVALID_ARGUMENT, even when
+//     a new instance got the same id. Calls before Init answer
+//     ERROR_UNINITIALIZED, except the unmodelled ones (ERROR_NOT_SUPPORTED).
+//   - Only Xid events exist (GetSupportedEventTypes); RegisterEvents on a MIG
+//     device handle is ERROR_NOT_SUPPORTED, as NVML reports MIG events on the
+//     parent GPU with GpuInstanceId/ComputeInstanceId (0xFFFFFFFF when the
+//     event concerns no instance).
+//   - A state file written for other GPUs (model or count differ from the
+//     config) makes New fail with an error naming the file; nothing is reset
+//     behind the user's back. UUIDs in the state file win over the seed.
+//   - Reboot keeps GPU handles and event sets usable (the simulator's
+//     process survives what a real one would not); instances, their handles
+//     and busy marks are gone; pending MIG modes take effect.
+//
+// Not modelled: compute instances smaller than their GPU instance, engine
+// counts (copy engines, decoders, ...) and P2P in profile info, processes
+// and utilization (busy is a flag, not a process list), ECC, clocks, power,
+// temperature, NVLink, vGPU, GPM, confidential computing, the V2/V3 profile
+// info handlers (they call C; the simulator returns zero handlers), and
+// device removal or fall-off-the-bus. GPU reset exists only as the sim-only
+// ResetGPU (real NVML has no reset call; nvidia-smi -r does it).
 package sim
 
 //go:generate go run ./internal/gen -o zz_generated_unsupported.go

@@ -29,12 +29,14 @@ const NoInstance uint32 = noInstance
 type Lib struct {
 	unsupportedInterface
 
-	readOnly bool
-	models   []*Model // by GPU index
-	gpus     []*gpuHandle
-	store    *store // nil in memory
+	models []*Model // by GPU index
+	gpus   []*gpuHandle
+	store  *store // nil in memory
 
-	mu         sync.Mutex
+	mu sync.Mutex
+	// readOnly refuses changes: set by Config.ReadOnly, and by Close so a
+	// closed simulator never writes a directory it no longer holds.
+	readOnly   bool
 	refcount   int
 	st         state
 	nextSerial uint64
@@ -114,13 +116,18 @@ func New(cfg Config) (*Lib, error) {
 }
 
 // Close stops watching the inbox and releases the state directory. The
-// state stays on disk for the next simulator.
+// state stays on disk for the next simulator. A closed simulator still
+// answers queries from its last state but refuses changes
+// (ERROR_NO_PERMISSION).
 func (l *Lib) Close() error {
 	var errs []error
-	if l.inbox != nil {
+	if l.inbox != nil { // first, so a command being applied still lands
 		errs = append(errs, l.inbox.stop())
 		l.inbox = nil
 	}
+	l.mu.Lock()
+	l.readOnly = true
+	l.mu.Unlock()
 	if l.store != nil {
 		errs = append(errs, l.store.close())
 	}

@@ -213,3 +213,33 @@ func TestFailedWriteKeepsState(t *testing.T) {
 		t.Errorf("state changed although it could not be written (-before +after):\n%s", diff)
 	}
 }
+
+// TestClosedRefusesChanges: after Close the directory may belong to another
+// simulator, so a closed one must not write it.
+func TestClosedRefusesChanges(t *testing.T) {
+	dir := t.TempDir()
+	cfg := persistentConfig(dir, gpu("H100-SXM5-80GB"))
+	l := open(t, cfg)
+	d := device(t, l, 0)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	next := open(t, cfg) // takes the directory over
+	defer closeLib(t, next)
+	if _, ret := d.SetMigMode(nvml.DEVICE_MIG_ENABLE); ret != nvml.ERROR_NO_PERMISSION {
+		t.Errorf("SetMigMode() after Close = %v, want ERROR_NO_PERMISSION", ret)
+	}
+	if err := l.Reboot(); !errors.Is(err, nvml.ERROR_NO_PERMISSION) {
+		t.Errorf("Reboot() after Close = %v, want ERROR_NO_PERMISSION", err)
+	}
+	if _, ret := d.GetUUID(); ret != nvml.SUCCESS {
+		t.Errorf("GetUUID() after Close = %v, want SUCCESS", ret)
+	}
+	ro := cfg
+	ro.ReadOnly = true
+	r := open(t, ro)
+	defer closeLib(t, r)
+	if g := r.Snapshot()[0]; g.MigEnabled {
+		t.Error("the closed simulator wrote the state file")
+	}
+}
