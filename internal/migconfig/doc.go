@@ -67,4 +67,20 @@
 // last one would win silently). GPUs no entry matches are left untouched.
 // Unlike mig-parted, a configuration whose entries all filter themselves out
 // is an error rather than a silent no-op: it was written for other GPUs.
+//
+// # Validating, planning, applying
+//
+// Validate proves each covered GPU can hold what its entry asks from empty:
+// known profiles, pinned placements at valid, non-overlapping starts, then
+// memory slices, per-profile maximum counts and compute slices (one error per
+// GPU, the plainest), then an exact placement search. MakePlan compares with
+// the current layout: instances that still fit where they are stay (as many
+// as possible, lowest placements on ties), the rest are destroyed, and new
+// ones get explicit starts. A GPU whose multiset of profiles already matches
+// (and whose pinned placements match) is left alone.
+//
+// Apply runs destroy, mode change, create per GPU, and on a failed step
+// restores that GPU's old layout and mode before moving on; recreated
+// instances get new GPU-instance ids and MIG UUIDs. A mode change the GPU
+// holds pending until a reset (Ampere) is reported, not undone.
 package migconfig

@@ -102,9 +102,6 @@ func (l *layout) solve() (starts []int, kept int, ok bool) {
 		}
 		s := l.slots[i]
 		for _, start := range s.candidates() {
-			if s.pinned && start != s.start {
-				continue
-			}
 			if !s.pinned && i > 0 && !l.slots[i-1].pinned && l.slots[i-1].prof.Name == s.prof.Name && start <= cur[i-1] {
 				continue
 			}

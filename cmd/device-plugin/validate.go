@@ -1,0 +1,219 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/migflex/migflex/internal/mig"
+	"github.com/migflex/migflex/internal/migconfig"
+	"github.com/migflex/migflex/internal/nvml/sim"
+)
+
+// Exit codes of the validate subcommand.
+const (
+	validateExitOK      = 0
+	validateExitInvalid = 1 // the configuration does not hold
+	validateExitUsage   = 2 // the command line or the input file is wrong
+)
+
+const validateUsage = `usage: device-plugin validate -f FILE [--gpus MODEL[:COUNT][,...]] [--config-name NAME]
+
+Checks a mig.config (mig-parted v1, the annotation list form or the Run:ai
+placement form) against simulated GPUs and prints what the node agent would
+do to a fresh node of that shape. With several configurations in FILE, none
+named "selected" and no --config-name, it checks each one and prints a line
+per configuration.
+
+Exit status: 0 valid, 1 invalid, 2 bad command line or unreadable file.
+
+`
+
+// runValidate is the validate subcommand.
+func runValidate(args []string, stdout, stderr io.Writer) int {
+	return runValidateIO(args, os.Stdin, stdout, stderr)
+}
+
+func runValidateIO(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	file := fs.String("f", "", "mig.config file to check; - reads standard input")
+	gpuList := fs.String("gpus", sim.DefaultModel, "simulated GPUs, MODEL[:COUNT][,MODEL[:COUNT]...], in index order")
+	configName := fs.String("config-name", "", "configuration to check (default: \"selected\", or the only one)")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, validateUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return validateExitOK
+		}
+		return validateExitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "validate: unexpected arguments %q\n", fs.Args())
+		fs.Usage()
+		return validateExitUsage
+	}
+	if *file == "" {
+		fmt.Fprintln(stderr, "validate: -f FILE is required (- reads standard input)")
+		fs.Usage()
+		return validateExitUsage
+	}
+	data, err := readConfigInput(*file, stdin)
+	if err != nil {
+		fmt.Fprintf(stderr, "validate: %v\n", err)
+		return validateExitUsage
+	}
+	gpus, err := simulatedGPUs(*gpuList)
+	if err != nil {
+		fmt.Fprintf(stderr, "validate: %v\n", err)
+		return validateExitUsage
+	}
+
+	source := *file
+	if source == "-" {
+		source = "standard input"
+	}
+	spec, err := migconfig.Parse(data)
+	if err != nil {
+		fmt.Fprintf(stdout, "%s: invalid:\n%s", source, indentLines(err))
+		return validateExitInvalid
+	}
+	_, hasSelected := spec.Configs[migconfig.SelectedName]
+	if *configName == "" && !hasSelected && len(spec.Configs) > 1 {
+		return validateEach(stdout, spec, gpus)
+	}
+	cfg, err := spec.Select(*configName)
+	if err != nil {
+		fmt.Fprintf(stdout, "%s: %v\n", source, err)
+		return validateExitInvalid
+	}
+	plan, err := validateAndPlan(cfg, gpus)
+	if err != nil {
+		fmt.Fprintf(stdout, "config %q on %s: invalid:\n%s", cfg.Name, describeSimNode(gpus), indentLines(err))
+		return validateExitInvalid
+	}
+	fmt.Fprintf(stdout, "config %q on %s: ok\n\n", cfg.Name, describeSimNode(gpus))
+	printValidatePlan(stdout, gpus, plan)
+	return validateExitOK
+}
+
+func readConfigInput(path string, stdin io.Reader) ([]byte, error) {
+	if path == "-" {
+		data, err := io.ReadAll(stdin)
+		if err != nil {
+			return nil, fmt.Errorf("reading standard input: %w", err)
+		}
+		return data, nil
+	}
+	return os.ReadFile(path)
+}
+
+// simulatedGPUs builds an in-memory simulator of the listed GPUs and reads
+// them the way the agent reads a node, through NVML and mig.Discover.
+func simulatedGPUs(list string) ([]mig.GPU, error) {
+	specs, err := sim.ParseGPUList(list)
+	if err != nil {
+		return nil, fmt.Errorf("--gpus: %w", err)
+	}
+	lib, err := sim.New(sim.Config{GPUs: specs})
+	if err != nil {
+		return nil, fmt.Errorf("--gpus: %w", err)
+	}
+	defer lib.Close()
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("initializing the simulated NVML: %w", ret)
+	}
+	defer lib.Shutdown()
+	return mig.Discover(lib)
+}
+
+// validateAndPlan validates cfg and plans it on gpus.
+func validateAndPlan(cfg migconfig.Config, gpus []mig.GPU) (migconfig.Plan, error) {
+	desired, err := migconfig.Validate(cfg, gpus)
+	if err != nil {
+		return migconfig.Plan{}, err
+	}
+	return migconfig.MakePlan(gpus, desired)
+}
+
+// validateEach checks every configuration, one line each, in name order.
+func validateEach(w io.Writer, spec *migconfig.Spec, gpus []mig.GPU) int {
+	code := validateExitOK
+	fmt.Fprintf(w, "%d configs on %s:\n", len(spec.Configs), describeSimNode(gpus))
+	for _, name := range spec.Names() {
+		if _, err := validateAndPlan(spec.Configs[name], gpus); err != nil {
+			code = validateExitInvalid
+			fmt.Fprintf(w, "%s: %s\n", name, strings.ReplaceAll(err.Error(), "\n", "; "))
+			continue
+		}
+		fmt.Fprintf(w, "%s: ok\n", name)
+	}
+	return code
+}
+
+// printValidatePlan prints the layout each GPU ends with, then the steps.
+func printValidatePlan(w io.Writer, gpus []mig.GPU, plan migconfig.Plan) {
+	byGPU := map[int]migconfig.GPUPlan{}
+	for _, p := range plan.GPUs {
+		byGPU[p.GPU] = p
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "GPU\tMODEL\tMIG\tPROFILE\tPLACEMENT")
+	for _, g := range gpus {
+		p, covered := byGPU[g.Index]
+		switch {
+		case !covered:
+			fmt.Fprintf(tw, "%d\t%s\t%s\t-\tnot in the config, left as it is\n", g.Index, g.Model, migOnOff(g.MigPending))
+		case p.Mode == migconfig.ModeDisable || (p.Mode == migconfig.ModeUnchanged && !p.BeforeMode):
+			fmt.Fprintf(tw, "%d\t%s\toff\t-\t-\n", g.Index, g.Model)
+		case len(p.After()) == 0:
+			fmt.Fprintf(tw, "%d\t%s\ton\t-\tno instances\n", g.Index, g.Model)
+		default:
+			for _, pl := range p.After() {
+				fmt.Fprintf(tw, "%d\t%s\ton\t%s\t%d:%d\n", g.Index, g.Model, pl.Profile, pl.Start, pl.Size)
+			}
+		}
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(w)
+	for _, p := range plan.GPUs {
+		fmt.Fprintln(w, p.Summary())
+	}
+}
+
+// describeSimNode says "4 x H100-SXM5-80GB, 2 x A100-SXM4-40GB (simulated)".
+func describeSimNode(gpus []mig.GPU) string {
+	var parts []string
+	for i := 0; i < len(gpus); {
+		j := i
+		for j < len(gpus) && gpus[j].Model == gpus[i].Model {
+			j++
+		}
+		parts = append(parts, fmt.Sprintf("%d x %s", j-i, gpus[i].Model))
+		i = j
+	}
+	return strings.Join(parts, ", ") + " (simulated)"
+}
+
+func indentLines(err error) string {
+	var b strings.Builder
+	for _, line := range strings.Split(err.Error(), "\n") {
+		b.WriteString("  " + line + "\n")
+	}
+	return b.String()
+}
+
+func migOnOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}

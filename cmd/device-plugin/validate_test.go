@@ -1,0 +1,228 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// annotation is the kind of mig.config users put in a Node annotation.
+const annotation = `version: v1
+mig-configs:
+  selected:
+  - devices: [0, 1]
+    mig-enabled: true
+    mig-devices:
+    - 2g.20gb
+    - 2g.20gb
+    - 3g.40gb
+  - devices: [3]
+    mig-enabled: false
+`
+
+const twoConfigs = `version: v1
+mig-configs:
+  small:
+  - {devices: all, mig-enabled: true, mig-devices: {"1g.10gb": 7}}
+  too-big:
+  - {devices: all, mig-enabled: true, mig-devices: {"3g.40gb": 3}}
+  pinned:
+  - devices: [0]
+    mig-enabled: true
+    mig-devices: [{name: 3g.40gb, position: 4, size: 4}, 4g.40gb]
+`
+
+func TestRunValidate(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	annotationFile := write("annotation.yaml", annotation)
+	twoFile := write("two.yaml", twoConfigs)
+	fixture := filepath.Join("..", "..", "internal", "migconfig", "testdata", "mig-parted", "examples-config.yaml")
+
+	tests := map[string]struct {
+		args       []string
+		stdin      string
+		wantCode   int
+		wantOut    string
+		wantErrSub string // a part of stderr; empty means stderr must be empty
+	}{
+		"selected config on a mixed node": {
+			args:     []string{"-f", annotationFile, "--gpus", "H100-SXM5-80GB:4,A100-SXM4-40GB:1"},
+			wantCode: 0,
+			wantOut: `config "selected" on 4 x H100-SXM5-80GB, 1 x A100-SXM4-40GB (simulated): ok
+
+GPU  MODEL           MIG  PROFILE  PLACEMENT
+0    H100-SXM5-80GB  on   2g.20gb  0:2
+0    H100-SXM5-80GB  on   2g.20gb  2:2
+0    H100-SXM5-80GB  on   3g.40gb  4:4
+1    H100-SXM5-80GB  on   2g.20gb  0:2
+1    H100-SXM5-80GB  on   2g.20gb  2:2
+1    H100-SXM5-80GB  on   3g.40gb  4:4
+2    H100-SXM5-80GB  off  -        not in the config, left as it is
+3    H100-SXM5-80GB  off  -        -
+4    A100-SXM4-40GB  off  -        not in the config, left as it is
+
+GPU 0 (H100-SXM5-80GB): enable MIG; create 2g.20gb@0:2, 2g.20gb@2:2, 3g.40gb@4:4
+GPU 1 (H100-SXM5-80GB): enable MIG; create 2g.20gb@0:2, 2g.20gb@2:2, 3g.40gb@4:4
+GPU 3 (H100-SXM5-80GB): unchanged, MIG disabled
+`,
+		},
+		"stdin": {
+			args:     []string{"-f", "-", "--gpus", "H100-SXM5-80GB"},
+			stdin:    "version: v1\nmig-configs:\n  only:\n  - {devices: all, mig-enabled: true, mig-devices: {}}\n",
+			wantCode: 0,
+			wantOut: `config "only" on 1 x H100-SXM5-80GB (simulated): ok
+
+GPU  MODEL           MIG  PROFILE  PLACEMENT
+0    H100-SXM5-80GB  on   -        no instances
+
+GPU 0 (H100-SXM5-80GB): enable MIG
+`,
+		},
+		"config name, pinned placement and the search": {
+			args:     []string{"-f", twoFile, "--gpus", "H100-SXM5-80GB:2", "--config-name", "pinned"},
+			wantCode: 0,
+			wantOut: `config "pinned" on 2 x H100-SXM5-80GB (simulated): ok
+
+GPU  MODEL           MIG  PROFILE  PLACEMENT
+0    H100-SXM5-80GB  on   4g.40gb  0:4
+0    H100-SXM5-80GB  on   3g.40gb  4:4
+1    H100-SXM5-80GB  off  -        not in the config, left as it is
+
+GPU 0 (H100-SXM5-80GB): enable MIG; create 4g.40gb@0:4, 3g.40gb@4:4
+`,
+		},
+		"every config, one line each": {
+			args:     []string{"-f", twoFile, "--gpus", "H100-SXM5-80GB:2"},
+			wantCode: 1,
+			wantOut: `3 configs on 2 x H100-SXM5-80GB (simulated):
+pinned: ok
+small: ok
+too-big: GPU 0 (H100-SXM5-80GB): 3g.40gb x3 needs 12 of 8 memory slices; GPU 1 (H100-SXM5-80GB): 3g.40gb x3 needs 12 of 8 memory slices
+`,
+		},
+		"every config of an upstream file": {
+			args:     []string{"-f", fixture, "--gpus", "H100-SXM5-80GB:8"},
+			wantCode: 1,
+			wantOut: `9 configs on 8 x H100-SXM5-80GB (simulated):
+all-1g.10gb: ok
+all-1g.5gb: ` + eachGPU(8, "unknown profile 1g.5gb (supported: 1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb, 1g.10gb+me, 1g.20gb)") + `
+all-1g.5gb.me: ` + eachGPU(8, "unknown profile 1g.5gb+me (supported: 1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb, 1g.10gb+me, 1g.20gb)") + `
+all-2g.10gb: ` + eachGPU(8, "unknown profile 2g.10gb (supported: 1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb, 1g.10gb+me, 1g.20gb)") + `
+all-3g.20gb: ` + eachGPU(8, "unknown profile 3g.20gb (supported: 1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb, 1g.10gb+me, 1g.20gb)") + `
+all-balanced: ` + eachGPU(8, "unknown profile 1g.5gb (supported: 1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb, 1g.10gb+me, 1g.20gb)",
+				"unknown profile 2g.10gb (supported: 1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb, 1g.10gb+me, 1g.20gb)",
+				"unknown profile 3g.20gb (supported: 1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb, 1g.10gb+me, 1g.20gb)") + `
+all-disabled: ok
+all-enabled: ok
+custom-config: ` + strings.Join([]string{
+				eachGPUFrom(4, 1, "unknown profile 1g.5gb (supported: 1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb, 1g.10gb+me, 1g.20gb)"),
+				eachGPUFrom(5, 1, "unknown profile 2g.10gb (supported: 1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb, 1g.10gb+me, 1g.20gb)"),
+				eachGPUFrom(6, 1, "unknown profile 3g.20gb (supported: 1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb, 1g.10gb+me, 1g.20gb)"),
+				eachGPUFrom(7, 1, "unknown profile 1g.5gb (supported: 1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb, 1g.10gb+me, 1g.20gb)",
+					"unknown profile 2g.10gb (supported: 1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb, 1g.10gb+me, 1g.20gb)",
+					"unknown profile 3g.20gb (supported: 1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb, 1g.10gb+me, 1g.20gb)"),
+			}, "; ") + "\n",
+		},
+		"invalid: every error, exit 1": {
+			args:     []string{"-f", "-", "--gpus", "H100-SXM5-80GB:2"},
+			stdin:    "version: v1\nmig-configs:\n  selected:\n  - {devices: [0], mig-enabled: true, mig-devices: [3g.40gb, 3g.40gb, 3g.40gb]}\n  - {devices: [1, 5], mig-enabled: true, mig-devices: [1g.5gb]}\n",
+			wantCode: 1,
+			wantOut: `config "selected" on 2 x H100-SXM5-80GB (simulated): invalid:
+  mig-configs.selected[1]: GPU 5 does not exist (node has GPUs 0, 1)
+  GPU 0 (H100-SXM5-80GB): 3g.40gb x3 needs 12 of 8 memory slices
+  GPU 1 (H100-SXM5-80GB): unknown profile 1g.5gb (supported: 1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb, 1g.10gb+me, 1g.20gb)
+`,
+		},
+		"parse errors": {
+			args:     []string{"-f", "-"},
+			stdin:    "version: v2\nmig-configs:\n  selected:\n  - {devices: all, mig-enabled: true, mig-device: {}}\n",
+			wantCode: 1,
+			wantOut: `standard input: invalid:
+  version: unsupported version "v2" (want "v1")
+  mig-configs.selected[0]: unknown field "mig-device" (known: devices, device-filter, mig-enabled, mig-devices)
+  mig-configs.selected[0]: missing required field "mig-devices" when mig-enabled is true (use mig-devices: {} for MIG without instances)
+`,
+		},
+		"unknown config name": {
+			args:     []string{"-f", twoFile, "--config-name", "medium"},
+			wantCode: 1,
+			wantOut:  twoFile + `: mig-config "medium" not found (have: pinned, small, too-big)` + "\n",
+		},
+		"missing -f":        {args: []string{"--gpus", "H100-SXM5-80GB"}, wantCode: 2, wantErrSub: "validate: -f FILE is required (- reads standard input)\nusage: device-plugin validate"},
+		"unknown flag":      {args: []string{"-f", annotationFile, "--gpu", "x"}, wantCode: 2, wantErrSub: "flag provided but not defined: -gpu"},
+		"stray argument":    {args: []string{"-f", annotationFile, "extra"}, wantCode: 2, wantErrSub: `validate: unexpected arguments ["extra"]`},
+		"file not found":    {args: []string{"-f", filepath.Join(dir, "nope.yaml")}, wantCode: 2, wantErrSub: "nope.yaml: no such file or directory"},
+		"bad GPU list":      {args: []string{"-f", annotationFile, "--gpus", "H100-SXM5-80GB:0"}, wantCode: 2, wantErrSub: "validate: --gpus: "},
+		"unknown GPU model": {args: []string{"-f", annotationFile, "--gpus", "T4:2"}, wantCode: 2, wantErrSub: `unknown GPU model "T4"`},
+		"help":              {args: []string{"-h"}, wantCode: 0, wantErrSub: "usage: device-plugin validate -f FILE"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := runValidateIO(tc.args, strings.NewReader(tc.stdin), &stdout, &stderr)
+			if code != tc.wantCode {
+				t.Errorf("exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tc.wantCode, stdout.String(), stderr.String())
+			}
+			if diff := cmp.Diff(tc.wantOut, stdout.String()); diff != "" {
+				t.Errorf("stdout (-want +got):\n%s", diff)
+			}
+			if tc.wantErrSub == "" && stderr.Len() > 0 {
+				t.Errorf("unexpected stderr:\n%s", stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tc.wantErrSub) {
+				t.Errorf("stderr does not contain %q:\n%s", tc.wantErrSub, stderr.String())
+			}
+		})
+	}
+}
+
+// TestRunValidateReadsStdinThroughRunValidate checks the entry point the
+// lead wires into main reads the real standard input for -f -.
+func TestRunValidateReadsStdinThroughRunValidate(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := os.Stdin
+	os.Stdin = r
+	t.Cleanup(func() { os.Stdin = old; _ = r.Close() })
+	if _, err := w.WriteString(annotation); err != nil {
+		t.Fatal(err)
+	}
+	_ = w.Close()
+	var stdout, stderr bytes.Buffer
+	if code := runValidate([]string{"-f", "-", "--gpus", "H100-SXM5-80GB:4"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit code %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	if !strings.HasPrefix(stdout.String(), `config "selected" on 4 x H100-SXM5-80GB (simulated): ok`) {
+		t.Errorf("stdout:\n%s", stdout.String())
+	}
+}
+
+// eachGPU is one error per GPU 0..n-1, each with every message, joined as
+// validate's one-line form joins them.
+func eachGPU(n int, msgs ...string) string {
+	return eachGPUFrom(0, n, msgs...)
+}
+
+func eachGPUFrom(first, n int, msgs ...string) string {
+	var parts []string
+	for i := first; i < first+n; i++ {
+		for _, m := range msgs {
+			parts = append(parts, fmt.Sprintf("GPU %d (H100-SXM5-80GB): %s", i, m))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
