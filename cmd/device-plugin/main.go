@@ -3,4 +3,40 @@
 // kubelet. Subcommands expose the config engine and the simulator offline.
 package main
 
-func main() {}
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+// subcommands maps a first argument to its handler; no argument (or a flag)
+// runs the node agent.
+var subcommands = map[string]func(args []string, stdout, stderr io.Writer) int{
+	"validate": runValidate,
+	"models":   runModels,
+	"sim":      runSim,
+}
+
+const usage = `usage: device-plugin [flags]            run the node agent
+       device-plugin validate -f FILE --gpus MODEL:N[,...] [--config-name N]
+       device-plugin models [--models-file FILE]
+       device-plugin sim COMMAND [flags]    inspect or poke the simulated GPUs
+`
+
+func main() {
+	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func dispatch(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		if run, ok := subcommands[args[0]]; ok {
+			return run(args[1:], stdout, stderr)
+		}
+		switch args[0] {
+		case "help", "-h", "--help":
+			fmt.Fprint(stdout, usage)
+			return 0
+		}
+	}
+	return runAgent(args, stdout, stderr)
+}
