@@ -61,9 +61,12 @@ func Validate(cfg Config, gpus []mig.GPU) ([]Desired, error) {
 			owner[g.Index] = i
 		}
 	}
-	if len(cfg.Entries) == 0 {
+	switch {
+	case len(cfg.Entries) == 0:
 		errs = append(errs, fmt.Errorf("mig-configs.%s: no entries", cfg.Name))
-	} else if len(owner) == 0 && len(errs) == 0 {
+	case len(gpus) == 0 && len(errs) == 0:
+		errs = append(errs, fmt.Errorf("mig-configs.%s: the node has no GPUs", cfg.Name))
+	case len(owner) == 0 && len(errs) == 0:
 		// Every entry filtered itself out. mig-parted would do nothing and
 		// succeed; an agent reporting success while ignoring the config is
 		// worse than saying the config is not for this node.
@@ -231,9 +234,6 @@ func intList(v []int) string {
 
 // pciList names the node's GPU models by PCI id, for filter errors.
 func pciList(gpus []mig.GPU) string {
-	if len(gpus) == 0 {
-		return "node has no GPUs"
-	}
 	var parts []string
 	seen := map[uint32]bool{}
 	for _, g := range gpus {

@@ -276,6 +276,10 @@ func TestValidate(t *testing.T) {
 			gpus: []mig.GPU{gpu(0, oddModel)},
 			want: []Desired{{GPU: 0, MigEnabled: true, Profiles: map[string]int{"1g.5gb": 2, "1g.10gb": 3}}},
 		},
+		"no GPUs, devices all": {
+			cfg:     Config{Name: "c", Entries: []Entry{{AllDevices: true}}},
+			wantErr: []string{"mig-configs.c: the node has no GPUs"},
+		},
 		"no GPUs": {
 			cfg:     Config{Name: "c", Entries: []Entry{{Devices: []int{0}}}},
 			wantErr: []string{"mig-configs.c[0]: GPU 0 does not exist (node has no GPUs)"},
