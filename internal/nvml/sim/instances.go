@@ -89,15 +89,22 @@ type usage struct {
 	count   map[uint32]int // by profile id
 }
 
+func newUsage() usage { return usage{count: map[uint32]int{}} }
+
+// add records an instance of p at start.
+func (u *usage) add(p *Profile, start int) {
+	for s := start; s < start+p.MemorySlices; s++ {
+		u.memory[s] = true
+	}
+	u.compute += p.Slices
+	u.count[p.ID]++
+}
+
 func usageOf(m *Model, g *gpuState) usage {
-	u := usage{count: map[uint32]int{}}
+	u := newUsage()
 	for _, gi := range g.Instances {
 		p, _ := m.profileByID(gi.ProfileID) // checked when created or loaded
-		for s := gi.Start; s < gi.Start+p.MemorySlices; s++ {
-			u.memory[s] = true
-		}
-		u.compute += p.Slices
-		u.count[gi.ProfileID]++
+		u.add(p, gi.Start)
 	}
 	return u
 }
@@ -209,7 +216,7 @@ func (h *gpuHandle) createGpuInstance(info *nvml.GpuInstanceProfileInfo, placeme
 	if !ok {
 		return nil, nvml.ERROR_INVALID_ARGUMENT
 	}
-	if placement != nil && (placement.Size != uint32(p.MemorySlices) || placement.Start > MemorySlices || !p.hasPlacement(int(placement.Start))) {
+	if placement != nil && (placement.Size != uint32(p.MemorySlices) || !p.hasPlacement(int(placement.Start))) {
 		return nil, nvml.ERROR_INVALID_ARGUMENT
 	}
 	if !g.MigEnabled {

@@ -111,8 +111,7 @@ func (g *gpuState) check(m *Model) error {
 	if len(g.Instances) > 0 && !g.MigEnabled {
 		return errors.New("GPU instances while MIG mode is disabled")
 	}
-	var used [MemorySlices]bool
-	compute := 0
+	u := newUsage()
 	ids := map[uint32]bool{}
 	for _, gi := range g.Instances {
 		p, ok := m.profileByID(gi.ProfileID)
@@ -126,13 +125,13 @@ func (g *gpuState) check(m *Model) error {
 			return fmt.Errorf("GPU instance id %d used twice", gi.ID)
 		}
 		ids[gi.ID] = true
-		for s := gi.Start; s < gi.Start+p.MemorySlices; s++ {
-			if used[s] {
-				return fmt.Errorf("GPU instance %d overlaps another at memory slice %d", gi.ID, s)
-			}
-			used[s] = true
+		if !u.free(p, gi.Start) {
+			return fmt.Errorf("GPU instance %d (%s at %d) overlaps another", gi.ID, p.Name, gi.Start)
 		}
-		compute += p.Slices
+		if u.count[p.ID] >= p.MaxCount {
+			return fmt.Errorf("more %s instances than its max count %d", p.Name, p.MaxCount)
+		}
+		u.add(p, gi.Start)
 		for _, ci := range gi.CIs {
 			if ci.ProfileID != uint32(fullCIProfile(p.Slices)) {
 				return fmt.Errorf("GPU instance %d: compute instance %d has profile %d, only the full-size profile %d is simulated", gi.ID, ci.ID, ci.ProfileID, fullCIProfile(p.Slices))
@@ -142,8 +141,8 @@ func (g *gpuState) check(m *Model) error {
 			return fmt.Errorf("GPU instance %d: %d compute instances, a full-size one leaves room for no other", gi.ID, len(gi.CIs))
 		}
 	}
-	if compute > ComputeSlices {
-		return fmt.Errorf("instances use %d compute slices, the GPU has %d", compute, ComputeSlices)
+	if u.compute > ComputeSlices {
+		return fmt.Errorf("instances use %d compute slices, the GPU has %d", u.compute, ComputeSlices)
 	}
 	return nil
 }

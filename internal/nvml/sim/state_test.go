@@ -107,7 +107,12 @@ func TestStateFileErrors(t *testing.T) {
 		{name: "overlap", edit: func(st map[string]any) {
 			g := gpu0(st)
 			g["instances"] = append(g["instances"].([]any), map[string]any{"id": 2, "profileID": 19, "start": 1})
-		}, want: "overlaps another at memory slice 1"},
+		}, want: "GPU instance 2 (1g.10gb at 1) overlaps another"},
+		{name: "too many of a profile", edit: func(st map[string]any) {
+			g := gpu0(st)
+			g["instances"] = append(g["instances"].([]any),
+				map[string]any{"id": 2, "profileID": 20, "start": 4}, map[string]any{"id": 3, "profileID": 20, "start": 5})
+		}, want: "more 1g.10gb+me instances than its max count 1"},
 		{name: "schema version", edit: func(st map[string]any) { st["version"] = 9 }, want: "state version 9, want 1"},
 	}
 	for _, tc := range tests {
