@@ -25,7 +25,16 @@ type simNode struct {
 
 func newSimNode(t *testing.T) *simNode {
 	t.Helper()
-	lib, err := sim.New(sim.Config{GPUs: []sim.GPUSpec{{Model: "H100-SXM5-80GB", Count: 2}}, UUIDSeed: t.Name()})
+	return newSimNodeWith(t, simConfig(t, ""))
+}
+
+func simConfig(t *testing.T, stateDir string) sim.Config {
+	return sim.Config{GPUs: []sim.GPUSpec{{Model: "H100-SXM5-80GB", Count: 2}}, UUIDSeed: t.Name(), StateDir: stateDir}
+}
+
+func newSimNodeWith(t *testing.T, cfg sim.Config) *simNode {
+	t.Helper()
+	lib, err := sim.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,6 +187,25 @@ func TestSimulatedLayoutChangeMovesHealthChecks(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.wait("c unhealthy", serving(map[string][]string{r3: {a}, r1: {c.UUID + "!"}, ResourceGPU: {whole}}))
+}
+
+// TestSimulatedXidFromAnotherProcess sends the Xid the way a CLI in
+// another process would: through the running simulator's inbox.
+func TestSimulatedXidFromAnotherProcess(t *testing.T) {
+	cfg := simConfig(t, t.TempDir())
+	n := newSimNodeWith(t, cfg)
+	w := startWatcher(t, n.lib, -1)
+	e := start(t, Options{Backend: BackendSimulated, Health: w}, n.gpus)
+	const r = "nvidia.com/mig-3g.40gb"
+	a, b, whole := n.mig0.UUID, n.mig1.UUID, n.gpus[1].UUID
+	e.wait("healthy layout", serving(map[string][]string{r: {a, b}, ResourceGPU: {whole}}))
+	waitWatching(t, w, n.gpus)
+
+	queued, err := sim.Send(cfg, sim.Command{Op: sim.OpXid, GPU: 0, GI: n.mig0.GIID, CI: n.mig0.CIID, Xid: 79})
+	if err != nil || !queued {
+		t.Fatalf("Send = %v, %v; want queued for the running simulator", queued, err)
+	}
+	e.wait("a unhealthy", serving(map[string][]string{r: {a + "!", b}, ResourceGPU: {whole}}))
 }
 
 func statusOf(m *Manager, resource, id string) DeviceStatus {
