@@ -113,6 +113,9 @@ func TestStateFileErrors(t *testing.T) {
 			g["instances"] = append(g["instances"].([]any),
 				map[string]any{"id": 2, "profileID": 20, "start": 4}, map[string]any{"id": 3, "profileID": 20, "start": 5})
 		}, want: "more 1g.10gb+me instances than its max count 1"},
+		{name: "partial compute instance", edit: func(st map[string]any) {
+			instance(st)["computeInstances"].([]any)[0].(map[string]any)["profileID"] = 0
+		}, want: "compute instance 0 has profile 0, only the full-size profile 2 is simulated"},
 		{name: "schema version", edit: func(st map[string]any) { st["version"] = 9 }, want: "state version 9, want 1"},
 	}
 	for _, tc := range tests {
