@@ -1,10 +1,26 @@
 # migflex Makefile. The README's two commands are `make demo` and `make test`.
+#
+# Test layers:
+#   make test-unit         lint + go test ./...           no root, no cluster
+#   make test-integration  go test ./... against a real etcd + kube-apiserver
+#                          (envtest; the same packages, whose integration
+#                          tests stop skipping)           no root
+#   make test-e2e          the end-to-end suite on a local single-node cluster
+#                          (kubelet, containerd)           root; changes host
+#                          networking while up, restored by the tear-down
+#   make test              all of the above (what CI runs: .ci/run)
 SHELL := /bin/bash
 GO ?= go
 BIN := $(CURDIR)/bin
 STATICCHECK_VERSION ?= v0.7.0
+CACHE_DIR ?= $(CURDIR)/.cache
+ENVTEST_ASSETS := $(CACHE_DIR)/envtest
+# Hang protection for whole test binaries; no test relies on it.
+GO_TEST_FLAGS ?= -timeout 20m
+export CACHE_DIR
 
-.PHONY: all build lint test test-unit demo clean
+.PHONY: all build lint test test-unit test-integration test-e2e envtest-assets \
+	k8s-binaries images cluster-up cluster-down demo clean
 
 all: build
 
@@ -13,18 +29,53 @@ build:
 	CGO_ENABLED=1 $(GO) build -trimpath -o $(BIN)/device-plugin ./cmd/device-plugin
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/webhook ./cmd/webhook
 
+# The e2e tests (build tag e2e) are linted too.
 lint:
 	$(GO) vet ./...
+	$(GO) vet -tags e2e ./test/...
 	@out=$$(gofmt -l $$(git ls-files '*.go' ; git ls-files -o --exclude-standard '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	@command -v staticcheck >/dev/null || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	@PATH=$$PATH:$$($(GO) env GOPATH)/bin; command -v staticcheck >/dev/null || \
+	  $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	PATH=$$PATH:$$($(GO) env GOPATH)/bin staticcheck ./...
+	PATH=$$PATH:$$($(GO) env GOPATH)/bin staticcheck -tags e2e ./test/...
 
-# Unit tests: no root, no cluster.
-test-unit:
-	$(GO) test ./...
+# Unit tests: no root, no cluster. Integration tests (internal/testenv) skip
+# here unless envtest assets happen to be built.
+test-unit: lint
+	$(GO) test $(GO_TEST_FLAGS) ./...
 
-test: lint test-unit
+# Pinned kube-apiserver, kubelet, controller-manager, scheduler, kubectl and
+# etcd, built once into $(CACHE_DIR) (cold: ~6 min on 2 cores; then instant).
+k8s-binaries:
+	hack/cluster/build.sh
+
+# etcd, kube-apiserver and kubectl for envtest (KUBEBUILDER_ASSETS).
+envtest-assets:
+	hack/cluster/build.sh etcd kube-apiserver kubectl
+
+# MIGFLEX_REQUIRE_ENVTEST=1 turns testenv's skip into a failure, so this target
+# can never pass by skipping.
+test-integration: envtest-assets
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) MIGFLEX_REQUIRE_ENVTEST=1 $(GO) test $(GO_TEST_FLAGS) ./...
+
+# Builds bin/, the cluster binaries and images, brings the cluster up, runs
+# test/e2e, and always tears down (hack/cluster/e2e.sh). Needs root.
+test-e2e:
+	hack/cluster/e2e.sh
+
+test: lint test-unit test-integration test-e2e
+
+# Image tarballs the local cluster imports (testbox, pause, migflex from bin/).
+images: build
+	hack/cluster/images.sh
+
+# A local cluster to explore by hand (root); prints the KUBECONFIG to export.
+cluster-up: images k8s-binaries
+	hack/cluster/up.sh
+
+cluster-down:
+	hack/cluster/down.sh
 
 clean:
 	rm -rf $(BIN)
