@@ -101,19 +101,24 @@ func (m *Manager) Update(ctx context.Context, gpus []mig.GPU) error {
 			log.Info("New resource", "resource", name)
 		}
 	}
-	var targets []health.Target
+	// Health first, so each server sends its new list once, with the faults
+	// that apply to the new devices.
+	var faults map[string]health.Fault
+	if h := m.opts.Health; h != nil {
+		var targets []health.Target
+		for _, devs := range res {
+			for _, d := range devs {
+				targets = append(targets, health.Target{ID: d.ID, GPU: d.GPUUUID, MIG: d.MIG, GI: d.GI, CI: d.CI, Profile: d.Profile})
+			}
+		}
+		h.SetTargets(targets)
+		faults = h.Unhealthy()
+	}
 	for name, s := range m.servers {
 		devs := res[name]
-		if s.setDevices(devs) {
+		if s.set(devs, faults) {
 			log.Info("Devices changed", "resource", name, "devices", len(devs))
 		}
-		for _, d := range devs {
-			targets = append(targets, health.Target{ID: d.ID, GPU: d.GPUUUID, MIG: d.MIG, GI: d.GI, CI: d.CI, Profile: d.Profile})
-		}
-	}
-	if m.opts.Health != nil {
-		m.opts.Health.SetTargets(targets)
-		m.refreshHealthLocked()
 	}
 	var errs error
 	if m.running {

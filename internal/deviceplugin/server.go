@@ -90,12 +90,13 @@ func newServer(log klog.Logger, resource string, o Options, alloc allocator) *se
 	}
 }
 
-// setDevices replaces the device list; it reports whether the list the
-// kubelet sees changed.
-func (s *server) setDevices(devs []Device) bool {
+// set replaces the devices and the known faults; it reports whether the
+// list the kubelet sees changed.
+func (s *server) set(devs []Device, faults map[string]health.Fault) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.devices = slices.Clone(devs)
+	s.faults = faults
 	return s.recomputeLocked()
 }
 
