@@ -38,21 +38,36 @@ func (e *Error) Error() string { return fmt.Sprintf("GPU %d: %s: %v", e.GPU, e.O
 
 func (e *Error) Unwrap() error { return e.Ret }
 
-func (e *Error) Is(target error) bool {
+func (e *Error) Is(target error) bool { return returnIs(e.Ret, target) }
+
+// returnIs maps an NVML return to the sentinel it means.
+func returnIs(ret nvml.Return, target error) bool {
 	switch target {
 	case ErrInUse:
-		return e.Ret == nvml.ERROR_IN_USE
+		return ret == nvml.ERROR_IN_USE
 	case ErrResetRequired:
-		return e.Ret == nvml.ERROR_RESET_REQUIRED
+		return ret == nvml.ERROR_RESET_REQUIRED
 	case ErrInsufficientResources:
-		return e.Ret == nvml.ERROR_INSUFFICIENT_RESOURCES
+		return ret == nvml.ERROR_INSUFFICIENT_RESOURCES
 	case ErrNotFound:
-		return e.Ret == nvml.ERROR_NOT_FOUND
+		return ret == nvml.ERROR_NOT_FOUND
 	case ErrNotSupported:
-		return e.Ret == nvml.ERROR_NOT_SUPPORTED
+		return ret == nvml.ERROR_NOT_SUPPORTED
 	}
 	return false
 }
+
+// backendError is an error from a backend capability (GPUResetter) that
+// wraps an nvml.Return: its text is the backend's, and it matches the
+// sentinels like Error does.
+type backendError struct {
+	err error
+	ret nvml.Return
+}
+
+func (e *backendError) Error() string        { return e.err.Error() }
+func (e *backendError) Unwrap() error        { return e.err }
+func (e *backendError) Is(target error) bool { return returnIs(e.ret, target) }
 
 // nvmlErr wraps a failed return; nil for SUCCESS.
 func nvmlErr(gpu int, ret nvml.Return, format string, args ...any) error {

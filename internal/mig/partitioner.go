@@ -63,7 +63,9 @@ func (p *Partitioner) SetMigMode(gpu int, enabled bool) error {
 }
 
 // ResetGPU resets a GPU through the backend's GPUResetter capability, so a
-// pending MIG mode takes effect. Backends without it give ErrNotSupported.
+// pending MIG mode takes effect. Backends without it give ErrNotSupported;
+// a GPU that is not idle gives an error matching ErrInUse. The backend's
+// errors already name the GPU and the operation.
 func (p *Partitioner) ResetGPU(gpu int) error {
 	r, ok := p.lib.(GPUResetter)
 	if !ok {
@@ -72,9 +74,9 @@ func (p *Partitioner) ResetGPU(gpu int) error {
 	if err := r.ResetGPU(gpu); err != nil {
 		var ret nvml.Return
 		if errors.As(err, &ret) {
-			return &Error{GPU: gpu, Op: "reset", Ret: ret}
+			return &backendError{err: err, ret: ret}
 		}
-		return fmt.Errorf("GPU %d: reset: %w", gpu, err)
+		return err
 	}
 	return nil
 }

@@ -63,13 +63,13 @@ func TestResetGPUCapability(t *testing.T) {
 		t.Errorf("ResetGPU without the capability = %v, want ErrNotSupported", err)
 	}
 	p := mig.NewPartitioner(l)
-	if err := p.ResetGPU(4); err == nil || !strings.Contains(err.Error(), "GPU 4: reset") {
+	if err := p.ResetGPU(4); err == nil || err.Error() != "reset: no GPU 4 (the simulator has 1): ERROR_INVALID_ARGUMENT" {
 		t.Errorf("ResetGPU(4) = %v", err)
 	}
 	p.SetMigMode(0, true)
 	p.ResetGPU(0)
 	p.CreateInstance(0, "7g.40gb", 0)
-	if err := p.ResetGPU(0); !errors.Is(err, mig.ErrInUse) {
+	if err := p.ResetGPU(0); !errors.Is(err, mig.ErrInUse) || err.Error() != "GPU 0: reset: 1 GPU instances exist: ERROR_IN_USE" {
 		t.Errorf("ResetGPU with an instance = %v, want ErrInUse", err)
 	}
 }

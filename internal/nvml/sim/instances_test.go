@@ -353,7 +353,7 @@ func TestBusy(t *testing.T) {
 		gi   uint32
 		want string
 	}{
-		{1, 0, "no GPU 1 (the simulator has 1): ERROR_INVALID_ARGUMENT"},
+		{1, 0, "set busy: no GPU 1 (the simulator has 1): ERROR_INVALID_ARGUMENT"},
 		{0, id, fmt.Sprintf("GPU 0 has no GPU instance %d: ERROR_NOT_FOUND", id)},
 	} {
 		if err := l.SetBusy(tc.gpu, tc.gi, true); err == nil || err.Error() != tc.want {

@@ -45,7 +45,7 @@ func (l *Lib) InjectXid(gpu int, gi, ci uint32, xid uint64) error {
 
 func (l *Lib) checkXidTarget(gpu int, gi, ci uint32) error {
 	if err := l.checkGPU(gpu); err != nil {
-		return err
+		return fmt.Errorf("inject Xid: %w", err)
 	}
 	if gi == NoInstance {
 		if ci != NoInstance {
@@ -82,7 +82,7 @@ func (l *Lib) SetBusy(gpu int, gi uint32, busy bool) error {
 		return err
 	}
 	if err := l.checkGPU(gpu); err != nil {
-		return err
+		return fmt.Errorf("set busy: %w", err)
 	}
 	next := l.st.clone()
 	g := &next.GPUs[gpu]
@@ -108,7 +108,7 @@ func (l *Lib) ResetGPU(gpu int) error {
 		return err
 	}
 	if err := l.checkGPU(gpu); err != nil {
-		return err
+		return fmt.Errorf("reset: %w", err)
 	}
 	g := &l.st.GPUs[gpu]
 	if n := len(g.Instances); n > 0 {
