@@ -1,0 +1,185 @@
+package webhook
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/migflex/migflex/internal/fallback"
+)
+
+// DefaultMaxRequestBytes bounds a /mutate body. The API server accepts
+// objects up to 3 MiB; the review wraps one pod and some metadata.
+const DefaultMaxRequestBytes = 8 << 20
+
+// HandlerOptions configure the /mutate handler.
+type HandlerOptions struct {
+	Decider *fallback.Decider
+	Source  SnapshotSource
+	Metrics *Metrics
+	// MaxRequestBytes bounds the request body; 0 means DefaultMaxRequestBytes.
+	MaxRequestBytes int64
+	// Logger receives one line per rewrite and per denial; zero means klog's.
+	Logger klog.Logger
+}
+
+// Handler serves /mutate.
+type Handler struct {
+	opts HandlerOptions
+	log  klog.Logger
+}
+
+// NewHandler returns the /mutate handler. Decider, Source and Metrics are required.
+func NewHandler(o HandlerOptions) (*Handler, error) {
+	switch {
+	case o.Decider == nil:
+		return nil, errors.New("webhook handler: no decider")
+	case o.Source == nil:
+		return nil, errors.New("webhook handler: no snapshot source")
+	case o.Metrics == nil:
+		return nil, errors.New("webhook handler: no metrics")
+	}
+	if o.MaxRequestBytes <= 0 {
+		o.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	log := o.Logger
+	if log.GetSink() == nil {
+		log = klog.Background()
+	}
+	return &Handler{opts: o, log: log}, nil
+}
+
+var _ http.Handler = (*Handler)(nil)
+
+// ServeHTTP answers one AdmissionReview. Dry-run requests are answered like
+// any other: deciding has no side effects.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	code, result := h.serve(w, r)
+	h.opts.Metrics.admissions.WithLabelValues(result).Inc()
+	h.opts.Metrics.request.WithLabelValues(strconv.Itoa(code)).Observe(time.Since(start).Seconds())
+}
+
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request) (int, string) {
+	review, err := readReview(w, r, h.opts.MaxRequestBytes)
+	if err != nil {
+		return h.refuse(w, err), resultBadRequest
+	}
+	req := review.Request
+	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
+	result, err := h.admit(req, resp)
+	if err != nil {
+		return h.refuse(w, err), resultBadRequest
+	}
+	return h.respond(w, resp), result
+}
+
+// admit fills resp for one request and returns the result label.
+func (h *Handler) admit(req *admissionv1.AdmissionRequest, resp *admissionv1.AdmissionResponse) (string, error) {
+	if !isPodCreate(req) {
+		h.log.V(2).Info("Ignoring request that is not a pod CREATE",
+			"kind", req.Kind, "subResource", req.SubResource, "operation", req.Operation)
+		return resultIgnored, nil
+	}
+	if len(req.Object.Raw) == 0 {
+		return "", badRequest("AdmissionReview request has no object")
+	}
+	if !mayHaveGPU(req.Object.Raw) {
+		return string(fallback.OutcomeNoGPU), nil
+	}
+	pod, err := decodePod(req)
+	if err != nil {
+		return "", err
+	}
+	if !fallback.HasGPURequest(pod) {
+		return string(fallback.OutcomeNoGPU), nil
+	}
+	snap, ok := h.opts.Source.Snapshot()
+	if !ok {
+		resp.Warnings = []string{"migflex GPU webhook: node cache not synced yet, GPU request not checked"}
+		return resultNotReady, nil
+	}
+
+	start := time.Now()
+	d := h.opts.Decider.Decide(pod, snap)
+	h.opts.Metrics.decision.Observe(time.Since(start).Seconds())
+
+	// At CREATE a generated name is not assigned yet.
+	name := pod.Name
+	if name == "" {
+		name = pod.GenerateName + "*"
+	}
+	podRef := klog.KRef(req.Namespace, name)
+	resp.Warnings = d.Warnings
+	if !d.Allowed {
+		resp.Allowed = false
+		resp.Result = &metav1.Status{
+			Status:  metav1.StatusFailure,
+			Code:    http.StatusForbidden,
+			Reason:  metav1.StatusReasonForbidden,
+			Message: d.Message,
+		}
+		h.log.Info("Denied pod: no GPU type fits", "pod", podRef, "uid", req.UID, "dryRun", isDryRun(req), "reason", d.Message)
+		return string(d.Outcome), nil
+	}
+	if len(d.Patch) > 0 {
+		patch, err := json.Marshal(d.Patch)
+		if err != nil {
+			// Operations hold strings and string maps; this cannot fail.
+			return "", badRequest("encoding patch: %v", err)
+		}
+		pt := admissionv1.PatchTypeJSONPatch
+		resp.Patch, resp.PatchType = patch, &pt
+	}
+	for _, rw := range d.Rewrites {
+		from, to := fallback.ShortName(rw.From), fallback.ShortName(rw.To)
+		h.opts.Metrics.fallbacks.WithLabelValues(from, to).Inc()
+		h.log.Info("Rewrote GPU request", "pod", podRef, "uid", req.UID, "dryRun", isDryRun(req),
+			"from", string(rw.From), "to", string(rw.To), "reason", rw.Reason)
+	}
+	if d.Outcome == fallback.OutcomeUnsatisfiable {
+		h.log.Info("Allowed pod although no GPU type fits", "pod", podRef, "uid", req.UID, "reason", d.Warnings)
+	}
+	return string(d.Outcome), nil
+}
+
+func isDryRun(req *admissionv1.AdmissionRequest) bool { return req.DryRun != nil && *req.DryRun }
+
+func (h *Handler) respond(w http.ResponseWriter, resp *admissionv1.AdmissionResponse) int {
+	out := admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: reviewV1, Kind: "AdmissionReview"},
+		Response: resp,
+	}
+	body, err := json.Marshal(out)
+	if err != nil {
+		h.log.Error(err, "Encoding AdmissionReview response")
+		http.Error(w, "encoding response failed", http.StatusInternalServerError)
+		return http.StatusInternalServerError
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
+	return http.StatusOK
+}
+
+// refuse answers a request that could not be decided on with its 4xx and
+// the reason in the body. The API server applies the failure policy.
+func (h *Handler) refuse(w http.ResponseWriter, err error) int {
+	status := http.StatusBadRequest
+	var he *httpError
+	if errors.As(err, &he) {
+		status = he.status
+	}
+	if status == http.StatusMethodNotAllowed {
+		w.Header().Set("Allow", http.MethodPost)
+	}
+	h.log.V(1).Info("Refused admission request", "status", status, "reason", err.Error())
+	http.Error(w, err.Error(), status)
+	return status
+}

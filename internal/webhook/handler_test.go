@@ -1,0 +1,459 @@
+package webhook
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
+	"github.com/go-logr/logr"
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+
+	"github.com/migflex/migflex/internal/fallback"
+)
+
+const (
+	mig1g10 corev1.ResourceName = "nvidia.com/mig-1g.10gb"
+	mig2g20 corev1.ResourceName = "nvidia.com/mig-2g.20gb"
+)
+
+func gpuNode(name string, alloc map[corev1.ResourceName]int64) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelHostname: name}}}
+	n.Status.Allocatable = corev1.ResourceList{}
+	for r, v := range alloc {
+		n.Status.Allocatable[r] = *resource.NewQuantity(v, resource.DecimalSI)
+	}
+	return n
+}
+
+func snapshotOf(nodes ...*corev1.Node) *fallback.Snapshot {
+	var ns []fallback.Node
+	for _, n := range nodes {
+		ns = append(ns, fallback.NodeFromAPI(n))
+	}
+	return fallback.NewSnapshot(ns)
+}
+
+func gpuPod(name string, r corev1.ResourceName, n string) *corev1.Pod {
+	q := resource.MustParse(n)
+	return &corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name:  "main",
+			Image: "cuda",
+			Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{r: q},
+				Limits:   corev1.ResourceList{r: q},
+			},
+		}}},
+	}
+}
+
+func cpuPod(name string) *corev1.Pod {
+	return &corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name:      "main",
+			Image:     "busybox",
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}},
+		}}},
+	}
+}
+
+// reviewFor wraps an object in an admission.k8s.io/v1 AdmissionReview for a
+// pod CREATE; edit adjusts the request.
+func reviewFor(t testing.TB, obj any, edit func(*admissionv1.AdmissionRequest)) []byte {
+	t.Helper()
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &admissionv1.AdmissionRequest{
+		UID:       types.UID("0b4a7d6c-1111-2222-3333-444455556666"),
+		Kind:      metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
+		Resource:  metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
+		Namespace: "default",
+		Operation: admissionv1.Create,
+		Object:    runtime.RawExtension{Raw: raw},
+	}
+	if edit != nil {
+		edit(req)
+	}
+	body, err := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request:  req,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return body
+}
+
+type fixture struct {
+	h   *Handler
+	reg *prometheus.Registry
+	m   *Metrics
+}
+
+func newFixture(t testing.TB, src SnapshotSource, o fallback.Options) *fixture {
+	t.Helper()
+	if o.Policy.Chains == nil && !o.Policy.AllowDown {
+		o.Policy = fallback.DefaultPolicy()
+	}
+	d, err := fallback.NewDecider(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	// Fuzzing logs nothing (millions of rewrites); tests log through t.
+	logger := logr.Discard()
+	if tt, ok := t.(*testing.T); ok {
+		logger = ktesting.NewLogger(tt, ktesting.NewConfig())
+	}
+	h, err := NewHandler(HandlerOptions{Decider: d, Source: src, Metrics: m, MaxRequestBytes: 64 << 10, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{h: h, reg: reg, m: m}
+}
+
+func (f *fixture) post(method, contentType string, body []byte) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, "/mutate", bytes.NewReader(body))
+	if contentType != "" {
+		r.Header.Set("Content-Type", contentType)
+	}
+	w := httptest.NewRecorder()
+	f.h.ServeHTTP(w, r)
+	return w
+}
+
+func decodeResponse(t *testing.T, w *httptest.ResponseRecorder) *admissionv1.AdmissionResponse {
+	t.Helper()
+	if w.Code != http.StatusOK {
+		t.Fatalf("status = %d (%s), want 200", w.Code, w.Body)
+	}
+	if ct := w.Header().Get("Content-Type"); ct != "application/json" {
+		t.Errorf("content type = %q", ct)
+	}
+	var out admissionv1.AdmissionReview
+	if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil {
+		t.Fatalf("response: %v", err)
+	}
+	if out.APIVersion != "admission.k8s.io/v1" || out.Kind != "AdmissionReview" || out.Response == nil {
+		t.Fatalf("response = %s", w.Body)
+	}
+	return out.Response
+}
+
+func TestHandlerRefusesBadRequests(t *testing.T) {
+	f := newFixture(t, StaticSource{snapshotOf(gpuNode("n", map[corev1.ResourceName]int64{mig1g10: 7}))}, fallback.Options{})
+	valid := reviewFor(t, gpuPod("p", mig2g20, "1"), nil)
+	big := reviewFor(t, gpuPod("p", mig2g20, "1"), func(r *admissionv1.AdmissionRequest) {
+		r.UserInfo.Extra = map[string]authenticationv1.ExtraValue{"pad": {strings.Repeat("x", 70<<10)}}
+	})
+	tests := map[string]struct {
+		method, contentType string
+		body                []byte
+		status              int
+		reason              string
+	}{
+		"GET":                      {http.MethodGet, "application/json", nil, http.StatusMethodNotAllowed, "method GET not allowed"},
+		"no content type":          {http.MethodPost, "", valid, http.StatusUnsupportedMediaType, `content type ""`},
+		"yaml":                     {http.MethodPost, "application/yaml", valid, http.StatusUnsupportedMediaType, "is not application/json"},
+		"json with charset is ok":  {http.MethodPost, "application/json; charset=utf-8", valid, http.StatusOK, ""},
+		"empty body":               {http.MethodPost, "application/json", nil, http.StatusBadRequest, "empty request body"},
+		"not json":                 {http.MethodPost, "application/json", []byte("{{"), http.StatusBadRequest, "malformed AdmissionReview"},
+		"json array":               {http.MethodPost, "application/json", []byte("[]"), http.StatusBadRequest, "malformed AdmissionReview"},
+		"wrong field type":         {http.MethodPost, "application/json", []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":7}}`), http.StatusBadRequest, "malformed AdmissionReview"},
+		"v1beta1":                  {http.MethodPost, "application/json", bytes.Replace(valid, []byte("admission.k8s.io/v1"), []byte("admission.k8s.io/v1beta1"), 1), http.StatusBadRequest, `unsupported review apiVersion "admission.k8s.io/v1beta1"`},
+		"no apiVersion":            {http.MethodPost, "application/json", []byte(`{"kind":"AdmissionReview"}`), http.StatusBadRequest, "only admission.k8s.io/v1 AdmissionReview"},
+		"wrong kind":               {http.MethodPost, "application/json", []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"ConversionReview"}`), http.StatusBadRequest, `kind "ConversionReview"`},
+		"no request":               {http.MethodPost, "application/json", []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`), http.StatusBadRequest, "has no request"},
+		"no uid":                   {http.MethodPost, "application/json", []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"kind":{"version":"v1","kind":"Pod"}}}`), http.StatusBadRequest, "has no uid"},
+		"UID is not uid":           {http.MethodPost, "application/json", []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"UID":"x"}}`), http.StatusBadRequest, "has no uid"},
+		"no object":                {http.MethodPost, "application/json", reviewFor(t, nil, func(r *admissionv1.AdmissionRequest) { r.Object.Raw = nil }), http.StatusBadRequest, "has no object"},
+		"malformed pod":            {http.MethodPost, "application/json", reviewFor(t, map[string]any{"spec": map[string]any{"containers": "nvidia"}}, nil), http.StatusBadRequest, "malformed pod"},
+		"object is not a pod":      {http.MethodPost, "application/json", reviewFor(t, map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": map[string]any{"name": "nvidia"}}, nil), http.StatusBadRequest, `kind "Deployment", want v1 Pod`},
+		"pod without metadata":     {http.MethodPost, "application/json", reviewFor(t, map[string]any{"spec": map[string]any{"containers": []any{map[string]any{"name": "nvidia"}}}}, nil), http.StatusBadRequest, "neither metadata.name nor metadata.generateName"},
+		"body over the size limit": {http.MethodPost, "application/json", big, http.StatusRequestEntityTooLarge, "request body exceeds 65536 bytes"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			w := f.post(tc.method, tc.contentType, tc.body)
+			if w.Code != tc.status {
+				t.Fatalf("status = %d (%s), want %d", w.Code, strings.TrimSpace(w.Body.String()), tc.status)
+			}
+			if !strings.Contains(w.Body.String(), tc.reason) {
+				t.Errorf("body %q does not contain %q", w.Body, tc.reason)
+			}
+			if tc.status == http.StatusMethodNotAllowed && w.Header().Get("Allow") != http.MethodPost {
+				t.Errorf("Allow = %q, want POST", w.Header().Get("Allow"))
+			}
+		})
+	}
+	if got := counterValue(t, f.m.admissions.WithLabelValues(resultBadRequest)); got != float64(len(tests)-1) {
+		t.Errorf("bad_request count = %v, want %d", got, len(tests)-1)
+	}
+}
+
+func TestHandlerDecides(t *testing.T) {
+	snap := snapshotOf(gpuNode("a100", map[corev1.ResourceName]int64{mig1g10: 28}))
+	tests := map[string]struct {
+		src     SnapshotSource
+		opts    fallback.Options
+		body    []byte
+		allowed bool
+		// patched is the pod after the response's patch; nil means no patch.
+		patched  *corev1.Pod
+		code     int32
+		message  string
+		warnings []string
+		result   string
+	}{
+		"no-GPU pod: allowed untouched": {
+			body:    reviewFor(t, cpuPod("web"), nil),
+			allowed: true,
+			result:  "no_gpu",
+		},
+		"no-GPU fast path does not decode the pod": {
+			// Not a valid pod, but nothing in it can name a GPU type.
+			body:    reviewFor(t, map[string]any{"spec": map[string]any{"containers": "x"}}, nil),
+			allowed: true,
+			result:  "no_gpu",
+		},
+		"GPU word elsewhere: decoded, still no GPU request": {
+			body:    reviewFor(t, func() *corev1.Pod { p := cpuPod("nvidia-smi"); return p }(), nil),
+			allowed: true,
+			result:  "no_gpu",
+		},
+		"rewrite": {
+			body:    reviewFor(t, gpuPod("train", mig2g20, "2"), nil),
+			allowed: true,
+			patched: func() *corev1.Pod {
+				p := gpuPod("train", mig1g10, "2")
+				p.Annotations = map[string]string{
+					fallback.AnnotationFallback: "2g.20gb->1g.10gb",
+					fallback.AnnotationReason:   "2g.20gb->1g.10gb=absent",
+					fallback.AnnotationOriginal: `{"containers":{"main":{"requests":{"nvidia.com/mig-2g.20gb":"2"},"limits":{"nvidia.com/mig-2g.20gb":"2"}}}}`,
+				}
+				return p
+			}(),
+			result: "rewritten",
+		},
+		"dry run is answered the same": {
+			body: reviewFor(t, gpuPod("train", mig2g20, "1"), func(r *admissionv1.AdmissionRequest) {
+				r.DryRun = ptr.To(true)
+			}),
+			allowed: true,
+			patched: func() *corev1.Pod {
+				p := gpuPod("train", mig1g10, "1")
+				p.Annotations = map[string]string{
+					fallback.AnnotationFallback: "2g.20gb->1g.10gb",
+					fallback.AnnotationReason:   "2g.20gb->1g.10gb=absent",
+					fallback.AnnotationOriginal: `{"containers":{"main":{"requests":{"nvidia.com/mig-2g.20gb":"1"},"limits":{"nvidia.com/mig-2g.20gb":"1"}}}}`,
+				}
+				return p
+			}(),
+			result: "rewritten",
+		},
+		"denied with a message": {
+			src:     StaticSource{snapshotOf(gpuNode("cpu", nil))},
+			body:    reviewFor(t, gpuPod("train", mig2g20, "1"), nil),
+			code:    http.StatusForbidden,
+			message: "nvidia.com/mig-2g.20gb is on none of the 1 nodes",
+			result:  "denied",
+		},
+		"unsatisfiable allowed with a warning": {
+			src:      StaticSource{snapshotOf(gpuNode("cpu", nil))},
+			opts:     fallback.Options{OnUnsatisfiable: fallback.UnsatisfiableAllow},
+			body:     reviewFor(t, gpuPod("train", mig2g20, "1"), nil),
+			allowed:  true,
+			warnings: []string{"no GPU type fits: nvidia.com/mig-2g.20gb is on none of the 1 nodes this pod can be scheduled to (1 nodes in the cluster); they have no GPU types (left unchanged)"},
+			result:   "unsatisfiable_allowed",
+		},
+		"caches not synced: allowed unchecked with a warning": {
+			src:      StaticSource{},
+			body:     reviewFor(t, gpuPod("train", mig2g20, "1"), nil),
+			allowed:  true,
+			warnings: []string{"migflex GPU webhook: node cache not synced yet, GPU request not checked"},
+			result:   "not_ready",
+		},
+		"pod UPDATE is ignored": {
+			body: reviewFor(t, gpuPod("train", mig2g20, "1"), func(r *admissionv1.AdmissionRequest) {
+				r.Operation = admissionv1.Update
+			}),
+			allowed: true,
+			result:  "ignored",
+		},
+		"pod subresource is ignored": {
+			body: reviewFor(t, gpuPod("train", mig2g20, "1"), func(r *admissionv1.AdmissionRequest) {
+				r.SubResource = "status"
+			}),
+			allowed: true,
+			result:  "ignored",
+		},
+		"other kinds are ignored": {
+			body: reviewFor(t, map[string]any{"kind": "Deployment"}, func(r *admissionv1.AdmissionRequest) {
+				r.Kind = metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}
+				r.Resource = metav1.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+			}),
+			allowed: true,
+			result:  "ignored",
+		},
+		"generateName pod": {
+			body:    reviewFor(t, func() *corev1.Pod { p := gpuPod("", mig1g10, "1"); p.GenerateName = "job-"; return p }(), nil),
+			allowed: true,
+			result:  "unchanged",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			src := tc.src
+			if src == nil {
+				src = StaticSource{snap}
+			}
+			f := newFixture(t, src, tc.opts)
+			w := f.post(http.MethodPost, "application/json", tc.body)
+			resp := decodeResponse(t, w)
+			if resp.UID != "0b4a7d6c-1111-2222-3333-444455556666" {
+				t.Errorf("uid = %q, want the request's", resp.UID)
+			}
+			if resp.Allowed != tc.allowed {
+				t.Fatalf("allowed = %v, want %v (%+v)", resp.Allowed, tc.allowed, resp.Result)
+			}
+			if diff := cmp.Diff(tc.warnings, resp.Warnings); diff != "" {
+				t.Errorf("warnings (-want +got):\n%s", diff)
+			}
+			if !tc.allowed {
+				if resp.Result == nil || resp.Result.Code != tc.code || !strings.Contains(resp.Result.Message, tc.message) {
+					t.Errorf("result = %+v, want code %d and a message containing %q", resp.Result, tc.code, tc.message)
+				}
+			}
+			if tc.patched == nil {
+				if resp.Patch != nil || resp.PatchType != nil {
+					t.Errorf("unexpected patch %s", resp.Patch)
+				}
+			} else {
+				if resp.PatchType == nil || *resp.PatchType != admissionv1.PatchTypeJSONPatch {
+					t.Fatalf("patch type = %v", resp.PatchType)
+				}
+				var review admissionv1.AdmissionReview
+				if err := json.Unmarshal(tc.body, &review); err != nil {
+					t.Fatal(err)
+				}
+				patch, err := jsonpatch.DecodePatch(resp.Patch)
+				if err != nil {
+					t.Fatalf("patch %s: %v", resp.Patch, err)
+				}
+				out, err := patch.Apply(review.Request.Object.Raw)
+				if err != nil {
+					t.Fatalf("applying %s: %v", resp.Patch, err)
+				}
+				var got corev1.Pod
+				if err := json.Unmarshal(out, &got); err != nil {
+					t.Fatal(err)
+				}
+				if diff := cmp.Diff(tc.patched, &got, cmp.Comparer(func(a, b resource.Quantity) bool { return a.Cmp(b) == 0 })); diff != "" {
+					t.Errorf("patched pod (-want +got):\n%s", diff)
+				}
+			}
+			if got := counterValue(t, f.m.admissions.WithLabelValues(tc.result)); got != 1 {
+				t.Errorf("admissions{result=%q} = %v, want 1", tc.result, got)
+			}
+			if got := len(gather(t, f.reg, "gpu_webhook_request_duration_seconds")); got != 1 {
+				t.Errorf("request histogram series = %d, want 1", got)
+			}
+		})
+	}
+}
+
+func TestHandlerMetrics(t *testing.T) {
+	f := newFixture(t, StaticSource{snapshotOf(gpuNode("v100", map[corev1.ResourceName]int64{fallback.ResourceGPU: 4}))}, fallback.Options{})
+	for range 3 {
+		decodeResponse(t, f.post(http.MethodPost, "application/json", reviewFor(t, gpuPod("p", mig2g20, "1"), nil)))
+	}
+	decodeResponse(t, f.post(http.MethodPost, "application/json", reviewFor(t, cpuPod("c"), nil)))
+	fb := gather(t, f.reg, "gpu_webhook_fallback_total")
+	if len(fb) != 1 || labels(fb[0]) != "from=2g.20gb,to=gpu," || fb[0].GetCounter().GetValue() != 3 {
+		t.Errorf("gpu_webhook_fallback_total = %v, want one series from=2g.20gb,to=gpu at 3", fb)
+	}
+	// Only pods with a GPU request reach the decision.
+	dec := gather(t, f.reg, "gpu_webhook_decision_duration_seconds")
+	if len(dec) != 1 || dec[0].GetHistogram().GetSampleCount() != 3 {
+		t.Errorf("decision histogram = %v, want 3 samples", dec)
+	}
+	adm := gather(t, f.reg, "gpu_webhook_admissions_total")
+	got := map[string]float64{}
+	for _, m := range adm {
+		got[labels(m)] = m.GetCounter().GetValue()
+	}
+	if diff := cmp.Diff(map[string]float64{"result=rewritten,": 3, "result=no_gpu,": 1}, got); diff != "" {
+		t.Errorf("admissions (-want +got):\n%s", diff)
+	}
+}
+
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+// gather returns the series of one metric family.
+func gather(t *testing.T, reg *prometheus.Registry, name string) []*dto.Metric {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()
+		}
+	}
+	return nil
+}
+
+func labels(m *dto.Metric) string {
+	var b strings.Builder
+	for _, l := range m.GetLabel() {
+		b.WriteString(l.GetName() + "=" + l.GetValue() + ",")
+	}
+	return b.String()
+}
+
+func TestNewHandlerRequiresDependencies(t *testing.T) {
+	d, err := fallback.NewDecider(fallback.Options{Policy: fallback.DefaultPolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewMetrics(prometheus.NewRegistry())
+	for name, o := range map[string]HandlerOptions{
+		"decider": {Source: StaticSource{}, Metrics: m},
+		"source":  {Decider: d, Metrics: m},
+		"metrics": {Decider: d, Source: StaticSource{}},
+	} {
+		if _, err := NewHandler(o); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("without %s: err = %v", name, err)
+		}
+	}
+}

@@ -1,0 +1,47 @@
+package webhook
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Result labels of gpu_webhook_admissions_total besides the decision
+// outcomes (fallback.Outcome).
+const (
+	resultIgnored    = "ignored"     // not a pod CREATE
+	resultNotReady   = "not_ready"   // caches not synced: allowed unchecked
+	resultBadRequest = "bad_request" // refused with a 4xx
+)
+
+// Metrics are the webhook's Prometheus metrics.
+type Metrics struct {
+	admissions *prometheus.CounterVec
+	fallbacks  *prometheus.CounterVec
+	decision   prometheus.Histogram
+	request    *prometheus.HistogramVec
+}
+
+// NewMetrics registers the metrics with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpu_webhook_admissions_total",
+			Help: "Admission requests by result: no_gpu, already_processed, unchanged, rewritten, denied, unsatisfiable_allowed, ignored, not_ready, bad_request.",
+		}, []string{"result"}),
+		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpu_webhook_fallback_total",
+			Help: "GPU type rewrites, by requested and chosen type as in the fallback annotation (2g.20gb, gpu).",
+		}, []string{"from", "to"}),
+		decision: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "gpu_webhook_decision_duration_seconds",
+			Help:    "Time to decide for one pod that requests a GPU type, from decoded pod to patch.",
+			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 11), // 1µs .. ~1s
+		}),
+		request: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "gpu_webhook_request_duration_seconds",
+			Help:    "Time to serve one /mutate request, by HTTP status code.",
+			Buckets: prometheus.ExponentialBuckets(1e-5, 4, 10), // 10µs .. ~2.6s
+		}, []string{"code"}),
+	}
+	reg.MustRegister(m.admissions, m.fallbacks, m.decision, m.request)
+	return m
+}

@@ -1,0 +1,193 @@
+// Package webhook is the HTTPS adapter around internal/fallback: it decodes
+// AdmissionReviews, keeps the cluster view in informer caches, serves
+// /mutate, /healthz, /readyz and /metrics, and reloads its certificate.
+package webhook
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/migflex/migflex/internal/certwatch"
+	"github.com/migflex/migflex/internal/fallback"
+)
+
+// Options configure a Server.
+type Options struct {
+	// Listen is the HTTPS address; default ":8443".
+	Listen string
+	// CertDir holds tls.crt and tls.key (the mounted Secret).
+	CertDir string
+	// CertPollInterval re-reads the certificate this often besides the
+	// directory watch; 0 means one minute, negative disables.
+	CertPollInterval time.Duration
+
+	Decider *fallback.Decider
+	// Source overrides the informer-backed view (tests, benchmarks); when it
+	// is nil, Client is required.
+	Source SnapshotSource
+	Client kubernetes.Interface
+	// Resync is the informers' resync period; 0 disables resync.
+	Resync time.Duration
+
+	MaxRequestBytes int64
+	// Registry receives the metrics; nil means a new one with the Go and
+	// process collectors.
+	Registry *prometheus.Registry
+	// ShutdownTimeout bounds the drain of in-flight requests; default 10s.
+	ShutdownTimeout time.Duration
+}
+
+// Server is the webhook's HTTPS server.
+type Server struct {
+	opts     Options
+	ln       net.Listener
+	certs    *certwatch.Watcher
+	informer *InformerSource
+	source   SnapshotSource
+	http     *http.Server
+}
+
+// NewServer validates the options, loads the certificate, creates the
+// informers (not started) and binds the listener, so that Addr is known
+// before Run.
+func NewServer(o Options) (*Server, error) {
+	if o.Listen == "" {
+		o.Listen = ":8443"
+	}
+	if o.CertPollInterval == 0 {
+		o.CertPollInterval = time.Minute
+	}
+	if o.ShutdownTimeout <= 0 {
+		o.ShutdownTimeout = 10 * time.Second
+	}
+	if o.Decider == nil {
+		return nil, errors.New("webhook: no decider")
+	}
+	if o.Registry == nil {
+		o.Registry = prometheus.NewRegistry()
+		o.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	s := &Server{opts: o, source: o.Source}
+	if s.source == nil {
+		if o.Client == nil {
+			return nil, errors.New("webhook: neither a snapshot source nor a client")
+		}
+		inf, err := NewInformerSource(o.Client, o.Decider.Mode() == fallback.ModeCapacity, o.Resync)
+		if err != nil {
+			return nil, err
+		}
+		s.informer, s.source = inf, inf
+	}
+	certs, err := certwatch.New(certwatch.Options{Dir: o.CertDir, PollInterval: max(o.CertPollInterval, 0)})
+	if err != nil {
+		return nil, fmt.Errorf("webhook: %w", err)
+	}
+	s.certs = certs
+
+	h, err := NewHandler(HandlerOptions{
+		Decider:         o.Decider,
+		Source:          s.source,
+		Metrics:         NewMetrics(o.Registry),
+		MaxRequestBytes: o.MaxRequestBytes,
+	})
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/mutate", h)
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("/readyz", s.readyz)
+	mux.Handle("/metrics", promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{}))
+
+	s.http = &http.Server{
+		Handler: mux,
+		TLSConfig: &tls.Config{
+			MinVersion:     tls.VersionTLS12,
+			GetCertificate: certs.GetCertificate,
+		},
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       90 * time.Second,
+		// TLS handshake errors are what users look for when the caBundle
+		// and the certificate disagree; send them to the structured log.
+		ErrorLog: klog.NewStandardLogger("WARNING"),
+	}
+	ln, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("webhook: listening on %s: %w", o.Listen, err)
+	}
+	s.ln = ln
+	return s, nil
+}
+
+// Addr is the bound address (useful with ":0").
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	if _, ok := s.source.Snapshot(); !ok {
+		http.Error(w, "caches not synced", http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = w.Write([]byte("ok"))
+}
+
+// Run serves until ctx is done, then drains in-flight requests. It starts
+// the certificate watch and, unless a source was injected, the informers.
+func (s *Server) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := s.certs.Start(ctx); err != nil {
+			errs <- err
+		}
+	}()
+	if s.informer != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.informer.Run(ctx)
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		logger.Info("Serving HTTPS", "addr", s.ln.Addr().String(), "mode", s.opts.Decider.Mode())
+		if err := s.http.ServeTLS(s.ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs <- fmt.Errorf("webhook: serving: %w", err)
+		}
+	}()
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errs:
+		logger.Error(runErr, "Stopping")
+	}
+	shutdownCtx, stop := context.WithTimeout(context.WithoutCancel(ctx), s.opts.ShutdownTimeout)
+	defer stop()
+	if err := s.http.Shutdown(shutdownCtx); err != nil {
+		runErr = errors.Join(runErr, fmt.Errorf("webhook: shutdown: %w", err))
+	}
+	cancel()
+	wg.Wait()
+	return runErr
+}

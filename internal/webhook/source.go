@@ -1,0 +1,245 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/migflex/migflex/internal/fallback"
+)
+
+// SnapshotSource is the cluster view the handler decides against. The
+// informer-backed source is the product; tests and benchmarks inject their own.
+type SnapshotSource interface {
+	// Snapshot returns the current view, or false until the view is complete
+	// (caches synced). The snapshot is immutable.
+	Snapshot() (*fallback.Snapshot, bool)
+}
+
+// StaticSource serves one fixed snapshot; for tests and benchmarks.
+type StaticSource struct{ Snap *fallback.Snapshot }
+
+// Snapshot implements SnapshotSource.
+func (s StaticSource) Snapshot() (*fallback.Snapshot, bool) { return s.Snap, s.Snap != nil }
+
+var _ SnapshotSource = StaticSource{}
+var _ SnapshotSource = (*InformerSource)(nil)
+
+// activePods selects the pods that can hold a device: bound and not terminal.
+// Terminal and unbound pods never enter the cache, and a pod that finishes
+// leaves it as a delete.
+var activePods = fields.AndSelectors(
+	fields.OneTermNotEqualSelector("spec.nodeName", ""),
+	fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
+	fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed)),
+).String()
+
+// InformerSource keeps a fallback.Builder up to date from shared informers:
+// Nodes always, Pods in capacity mode. No API call is made per admission.
+type InformerSource struct {
+	mu sync.Mutex
+	b  *fallback.Builder
+
+	informers []cache.SharedIndexInformer
+	synced    []cache.InformerSynced
+	ready     atomic.Bool
+}
+
+// NewInformerSource creates the informers; Run starts them. withPods adds
+// the pod informer that capacity mode needs.
+func NewInformerSource(client kubernetes.Interface, withPods bool, resync time.Duration) (*InformerSource, error) {
+	s := &InformerSource{b: fallback.NewBuilder(nil)}
+
+	nodes := coreinformers.NewNodeInformer(client, resync, cache.Indexers{})
+	if err := nodes.SetTransform(TransformNode); err != nil {
+		return nil, fmt.Errorf("node informer transform: %w", err)
+	}
+	reg, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    s.setNode,
+		UpdateFunc: func(_, obj any) { s.setNode(obj) },
+		DeleteFunc: s.deleteNode,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node informer handler: %w", err)
+	}
+	s.informers = append(s.informers, nodes)
+	s.synced = append(s.synced, reg.HasSynced)
+
+	if withPods {
+		pods := coreinformers.NewFilteredPodInformer(client, metav1.NamespaceAll, resync, cache.Indexers{},
+			func(o *metav1.ListOptions) { o.FieldSelector = activePods })
+		if err := pods.SetTransform(TransformPod); err != nil {
+			return nil, fmt.Errorf("pod informer transform: %w", err)
+		}
+		reg, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    s.setPod,
+			UpdateFunc: func(_, obj any) { s.setPod(obj) },
+			DeleteFunc: s.deletePod,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("pod informer handler: %w", err)
+		}
+		s.informers = append(s.informers, pods)
+		s.synced = append(s.synced, reg.HasSynced)
+	}
+	return s, nil
+}
+
+// Run runs the informers until ctx is done.
+func (s *InformerSource) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, inf := range s.informers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			inf.RunWithContext(ctx)
+		}()
+	}
+	if cache.WaitForNamedCacheSyncWithContext(ctx, s.synced...) {
+		s.ready.Store(true)
+		klog.FromContext(ctx).Info("Caches synced; serving decisions")
+	}
+	wg.Wait()
+}
+
+// Snapshot implements SnapshotSource.
+func (s *InformerSource) Snapshot() (*fallback.Snapshot, bool) {
+	if !s.ready.Load() {
+		return nil, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Snapshot(), true
+}
+
+func (s *InformerSource) setNode(obj any) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return
+	}
+	node := fallback.NodeFromAPI(n)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.SetNode(node)
+}
+
+func (s *InformerSource) deleteNode(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.DeleteNode(n.Name)
+}
+
+func (s *InformerSource) setPod(obj any) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	key := p.Namespace + "/" + p.Name
+	var node string
+	var used map[corev1.ResourceName]int64
+	// The field selector keeps terminal pods out, but a watch can still
+	// deliver one before it is removed; it holds no device.
+	if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+		node, used = p.Spec.NodeName, fallback.Devices(p)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.SetPod(key, node, used)
+}
+
+func (s *InformerSource) deletePod(obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.DeletePod(key)
+}
+
+// TransformNode keeps only what the decision reads: name, labels, the
+// scheduling taints, the cordon and the GPU part of Allocatable. The rest of
+// a Node (images, conditions, managed fields) is most of its size.
+func TransformNode(obj any) (any, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+		Name:            n.Name,
+		UID:             n.UID,
+		ResourceVersion: n.ResourceVersion,
+		Labels:          n.Labels,
+	}}
+	out.Spec.Unschedulable = n.Spec.Unschedulable
+	for _, t := range n.Spec.Taints {
+		if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
+			out.Spec.Taints = append(out.Spec.Taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect})
+		}
+	}
+	out.Status.Allocatable = gpuOnly(n.Status.Allocatable)
+	return out, nil
+}
+
+// TransformPod keeps what the device accounting reads: identity, node,
+// phase and the GPU requests of each container (init containers with their
+// restart policy, which decides whether they add up or take the max).
+func TransformPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+		Name:            p.Name,
+		Namespace:       p.Namespace,
+		UID:             p.UID,
+		ResourceVersion: p.ResourceVersion,
+	}}
+	out.Spec.NodeName = p.Spec.NodeName
+	out.Status.Phase = p.Status.Phase
+	for _, c := range p.Spec.InitContainers {
+		if r := gpuOnly(c.Resources.Requests); r != nil {
+			out.Spec.InitContainers = append(out.Spec.InitContainers, corev1.Container{
+				Name: c.Name, RestartPolicy: c.RestartPolicy, Resources: corev1.ResourceRequirements{Requests: r},
+			})
+		}
+	}
+	for _, c := range p.Spec.Containers {
+		if r := gpuOnly(c.Resources.Requests); r != nil {
+			out.Spec.Containers = append(out.Spec.Containers, corev1.Container{
+				Name: c.Name, Resources: corev1.ResourceRequirements{Requests: r},
+			})
+		}
+	}
+	return out, nil
+}
+
+func gpuOnly(l corev1.ResourceList) corev1.ResourceList {
+	var out corev1.ResourceList
+	for name, q := range l {
+		if fallback.IsGPUResource(name) {
+			if out == nil {
+				out = corev1.ResourceList{}
+			}
+			out[name] = q
+		}
+	}
+	return out
+}

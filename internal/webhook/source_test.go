@@ -1,0 +1,258 @@
+package webhook
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+
+	"github.com/migflex/migflex/internal/fallback"
+)
+
+// eventually polls cond until it holds; the timeout only protects against a hang.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func runSource(t *testing.T, s *InformerSource) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	eventually(t, "caches to sync", func() bool { _, ok := s.Snapshot(); return ok })
+}
+
+// decision is the rewrites a fresh decider makes for pod against the source.
+func decision(t *testing.T, s SnapshotSource, mode fallback.Mode, pod *corev1.Pod) []fallback.Rewrite {
+	t.Helper()
+	d, err := fallback.NewDecider(fallback.Options{Policy: fallback.DefaultPolicy(), Mode: mode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, ok := s.Snapshot()
+	if !ok {
+		t.Fatal("source not ready")
+	}
+	return d.Decide(pod, snap).Rewrites
+}
+
+func TestInformerSourceFollowsNodes(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset(gpuNode("a", map[corev1.ResourceName]int64{mig2g20: 3}))
+	s, err := NewInformerSource(client, false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.Snapshot(); ok {
+		t.Fatal("ready before Run")
+	}
+	runSource(t, s)
+	pod := gpuPod("p", mig2g20, "1")
+	if got := decision(t, s, fallback.ModeExistence, pod); got != nil {
+		t.Fatalf("rewrites %v, want none", got)
+	}
+
+	// The device plugin reconfigures a: 2g.20gb drops to 0, 1g.10gb appears.
+	n, err := client.CoreV1().Nodes().Get(ctx, "a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Status.Allocatable[mig2g20] = resource.MustParse("0")
+	n.Status.Allocatable[mig1g10] = resource.MustParse("7")
+	if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := []fallback.Rewrite{{From: mig2g20, To: mig1g10, Reason: fallback.ReasonAbsent}}
+	eventually(t, "the reconfiguration", func() bool {
+		return cmp.Equal(want, decision(t, s, fallback.ModeExistence, pod))
+	})
+
+	// A new node with 2g.20gb, then it is cordoned, then deleted.
+	if _, err := client.CoreV1().Nodes().Create(ctx, gpuNode("b", map[corev1.ResourceName]int64{mig2g20: 3}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "node b", func() bool { return decision(t, s, fallback.ModeExistence, pod) == nil })
+	b, err := client.CoreV1().Nodes().Get(ctx, "b", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Spec.Unschedulable = true
+	if _, err := client.CoreV1().Nodes().Update(ctx, b, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the cordon", func() bool { return cmp.Equal(want, decision(t, s, fallback.ModeExistence, pod)) })
+	b.Spec.Unschedulable = false
+	if _, err := client.CoreV1().Nodes().Update(ctx, b, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the uncordon", func() bool { return decision(t, s, fallback.ModeExistence, pod) == nil })
+	if err := client.CoreV1().Nodes().Delete(ctx, "b", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the deletion", func() bool { return cmp.Equal(want, decision(t, s, fallback.ModeExistence, pod)) })
+}
+
+func TestInformerSourceCountsPods(t *testing.T) {
+	ctx := context.Background()
+	bound := func(name, node string, phase corev1.PodPhase) *corev1.Pod {
+		p := gpuPod(name, mig2g20, "1")
+		p.Spec.NodeName = node
+		p.Status.Phase = phase
+		return p
+	}
+	client := fake.NewClientset(
+		gpuNode("a", map[corev1.ResourceName]int64{mig2g20: 2}),
+		gpuNode("b", map[corev1.ResourceName]int64{mig1g10: 7}),
+		bound("running", "a", corev1.PodRunning),
+		// Terminal pods hold no device (the fake ignores the field selector,
+		// so the handler's own check is exercised here).
+		bound("done", "a", corev1.PodSucceeded),
+	)
+	s, err := NewInformerSource(client, true, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runSource(t, s)
+	pod := gpuPod("new", mig2g20, "1")
+	if got := decision(t, s, fallback.ModeCapacity, pod); got != nil {
+		t.Fatalf("1 of 2 used: rewrites %v, want none", got)
+	}
+	if _, err := client.CoreV1().Pods("default").Create(ctx, bound("second", "a", corev1.PodPending), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	exhausted := []fallback.Rewrite{{From: mig2g20, To: mig1g10, Reason: fallback.ReasonExhausted}}
+	eventually(t, "the second pod to count", func() bool { return cmp.Equal(exhausted, decision(t, s, fallback.ModeCapacity, pod)) })
+
+	// The pod finishing frees its device.
+	p, err := client.CoreV1().Pods("default").Get(ctx, "running", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Status.Phase = corev1.PodFailed
+	if _, err := client.CoreV1().Pods("default").UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the finished pod to be released", func() bool { return decision(t, s, fallback.ModeCapacity, pod) == nil })
+	if _, err := client.CoreV1().Pods("default").Create(ctx, bound("third", "a", corev1.PodRunning), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the third pod to count", func() bool { return cmp.Equal(exhausted, decision(t, s, fallback.ModeCapacity, pod)) })
+	if err := client.CoreV1().Pods("default").Delete(ctx, "third", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the deleted pod to be released", func() bool { return decision(t, s, fallback.ModeCapacity, pod) == nil })
+}
+
+func TestTransformNode(t *testing.T) {
+	n := gpuNode("a", map[corev1.ResourceName]int64{mig1g10: 7})
+	n.UID, n.ResourceVersion = "uid-a", "42"
+	n.Labels["pool"] = "p"
+	n.Annotations = map[string]string{"big": "annotation"}
+	n.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}
+	n.Spec.Unschedulable = true
+	n.Spec.PodCIDR = "10.0.0.0/24"
+	n.Spec.Taints = []corev1.Taint{
+		{Key: "hard", Value: "v", Effect: corev1.TaintEffectNoSchedule, TimeAdded: &metav1.Time{}},
+		{Key: "soft", Effect: corev1.TaintEffectPreferNoSchedule},
+	}
+	n.Status.Allocatable[corev1.ResourceCPU] = resource.MustParse("64")
+	n.Status.Capacity = n.Status.Allocatable.DeepCopy()
+	n.Status.Images = []corev1.ContainerImage{{Names: []string{"cuda"}, SizeBytes: 1 << 30}}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+
+	want := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "uid-a", ResourceVersion: "42",
+			Labels: map[string]string{corev1.LabelHostname: "a", "pool": "p"}},
+		Spec: corev1.NodeSpec{Unschedulable: true, Taints: []corev1.Taint{
+			{Key: "hard", Value: "v", Effect: corev1.TaintEffectNoSchedule},
+		}},
+		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{mig1g10: resource.MustParse("7")}},
+	}
+	got, err := TransformNode(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq := cmp.Comparer(func(a, b resource.Quantity) bool { return a.Cmp(b) == 0 })
+	if diff := cmp.Diff(want, got, eq); diff != "" {
+		t.Errorf("TransformNode (-want +got):\n%s", diff)
+	}
+	again, err := TransformNode(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(got, again, eq); diff != "" {
+		t.Errorf("TransformNode is not idempotent (-once +twice):\n%s", diff)
+	}
+	tomb := cache.DeletedFinalStateUnknown{Key: "a", Obj: n}
+	if got, _ := TransformNode(tomb); !cmp.Equal(got, tomb, eq) {
+		t.Errorf("TransformNode changed a tombstone")
+	}
+}
+
+func TestTransformPod(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	p := gpuPod("p", mig2g20, "2")
+	p.UID, p.ResourceVersion = "uid-p", "7"
+	p.Annotations = map[string]string{"a": "b"}
+	p.Spec.NodeName = "n1"
+	p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "X", Value: "y"}}
+	p.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("1")
+	p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "cpu-only", Resources: corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")},
+	}})
+	p.Spec.InitContainers = []corev1.Container{{Name: "sidecar", RestartPolicy: &always, Resources: corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{mig1g10: resource.MustParse("1")},
+	}}}
+	p.Status.Phase = corev1.PodRunning
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady}}
+
+	want := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default", UID: "uid-p", ResourceVersion: "7"},
+		Spec: corev1.PodSpec{
+			NodeName: "n1",
+			InitContainers: []corev1.Container{{Name: "sidecar", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways), Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{mig1g10: resource.MustParse("1")},
+			}}},
+			Containers: []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{mig2g20: resource.MustParse("2")},
+			}}},
+		},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+	got, err := TransformPod(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq := cmp.Comparer(func(a, b resource.Quantity) bool { return a.Cmp(b) == 0 })
+	if diff := cmp.Diff(want, got, eq); diff != "" {
+		t.Errorf("TransformPod (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[corev1.ResourceName]int64{mig2g20: 2, mig1g10: 1}, fallback.Devices(got.(*corev1.Pod))); diff != "" {
+		t.Errorf("devices of the transformed pod (-want +got):\n%s", diff)
+	}
+	again, _ := TransformPod(got)
+	if diff := cmp.Diff(got, again, eq); diff != "" {
+		t.Errorf("TransformPod is not idempotent (-once +twice):\n%s", diff)
+	}
+}
