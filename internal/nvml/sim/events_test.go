@@ -198,6 +198,17 @@ func TestInbox(t *testing.T) {
 	f.WriteString("{\"op\":\"explode\"}\nnot json\n")
 	f.Close()
 
+	// A bad target is refused at once, not queued for the agent's log.
+	for _, c := range []sim.Command{
+		{Op: sim.OpXid, GPU: 0, GI: giid + 1, CI: sim.NoInstance, Xid: 79},
+		{Op: sim.OpBusy, GPU: 2, GI: 0},
+		{Op: sim.OpReset, GPU: -1},
+	} {
+		if queued, err := sim.Send(cfg, c); err == nil || queued {
+			t.Errorf("Send(%+v) = %v, %v, want an error", c, queued, err)
+		}
+	}
+
 	queued, err := sim.Send(cfg, sim.Command{Op: sim.OpXid, GPU: 0, GI: giid, CI: 0, Xid: 79})
 	if err != nil || !queued {
 		t.Fatalf("Send(xid) = %v, %v, want queued", queued, err)

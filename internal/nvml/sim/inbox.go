@@ -78,6 +78,11 @@ func Send(cfg Config, c Command) (queued bool, err error) {
 	cfg.ReadOnly = false
 	l, err := New(cfg)
 	if errors.Is(err, ErrStateLocked) {
+		// Check the target against the persisted state first, so a typo
+		// gets an error here rather than a line in the agent's log.
+		if err := checkCommand(cfg, c); err != nil {
+			return false, err
+		}
 		return true, appendInbox(cfg.StateDir, c)
 	}
 	if err != nil {
@@ -88,6 +93,29 @@ func Send(cfg Config, c Command) (queued bool, err error) {
 		return false, fmt.Errorf("no simulator is running on %s: an Xid would reach no event set", cfg.StateDir)
 	}
 	return false, l.Apply(c)
+}
+
+// checkCommand validates c's target against a read-only view of the state.
+func checkCommand(cfg Config, c Command) error {
+	cfg.ReadOnly = true
+	l, err := New(cfg)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch c.Op {
+	case OpXid:
+		return l.checkXidTarget(c.GPU, c.GI, c.CI)
+	case OpBusy:
+		return l.checkBusyTarget(c.GPU, c.GI)
+	case OpReset:
+		if err := l.checkGPU(c.GPU); err != nil {
+			return fmt.Errorf("reset: %w", err)
+		}
+	}
+	return nil
 }
 
 // appendInbox appends one command line under an exclusive flock, which the

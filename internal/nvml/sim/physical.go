@@ -64,6 +64,16 @@ func (l *Lib) checkXidTarget(gpu int, gi, ci uint32) error {
 	return nil
 }
 
+func (l *Lib) checkBusyTarget(gpu int, gi uint32) error {
+	if err := l.checkGPU(gpu); err != nil {
+		return fmt.Errorf("set busy: %w", err)
+	}
+	if _, ok := l.st.GPUs[gpu].instance(gi); gi != 0 && !ok {
+		return fmt.Errorf("GPU %d has no GPU instance %d: %w", gpu, gi, nvml.ERROR_NOT_FOUND)
+	}
+	return nil
+}
+
 func (l *Lib) checkGPU(gpu int) error {
 	if gpu < 0 || gpu >= len(l.gpus) {
 		return fmt.Errorf("no GPU %d (the simulator has %d): %w", gpu, len(l.gpus), nvml.ERROR_INVALID_ARGUMENT)
@@ -81,18 +91,15 @@ func (l *Lib) SetBusy(gpu int, gi uint32, busy bool) error {
 	if err := l.checkWritable(); err != nil {
 		return err
 	}
-	if err := l.checkGPU(gpu); err != nil {
-		return fmt.Errorf("set busy: %w", err)
+	if err := l.checkBusyTarget(gpu, gi); err != nil {
+		return err
 	}
 	next := l.st.clone()
 	g := &next.GPUs[gpu]
 	if gi == 0 {
 		g.Busy = busy
 	} else {
-		inst, ok := g.instance(gi)
-		if !ok {
-			return fmt.Errorf("GPU %d has no GPU instance %d: %w", gpu, gi, nvml.ERROR_NOT_FOUND)
-		}
+		inst, _ := g.instance(gi)
 		inst.Busy = busy
 	}
 	return l.commitErr(next, "set busy")
