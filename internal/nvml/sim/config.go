@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"sigs.k8s.io/yaml"
 )
@@ -34,6 +35,11 @@ type Config struct {
 	// inbox; every change answers nvml.ERROR_NO_PERMISSION. For inspection
 	// (`device-plugin sim show`) while a simulator runs.
 	ReadOnly bool
+	// OperationDelay is added to every NVML call that changes MIG state.
+	// Real drivers take hundreds of milliseconds to create or destroy an
+	// instance; the delay gives tests and demos the same window, for
+	// example to kill the agent half way through a reconfiguration.
+	OperationDelay time.Duration
 }
 
 // GPUSpec is Count GPUs of one model.
@@ -114,6 +120,8 @@ type configFile struct {
 	ModelsFile string      `json:"modelsFile,omitempty"`
 	StateDir   string      `json:"stateDir,omitempty"`
 	UUIDSeed   string      `json:"uuidSeed,omitempty"`
+	// OperationDelay is a Go duration ("250ms"); see Config.OperationDelay.
+	OperationDelay string `json:"operationDelay,omitempty"`
 }
 
 type nodeOverride struct {
@@ -149,6 +157,7 @@ func LoadConfig(path, nodeName string) (Config, error) {
 //	  worker-2:
 //	    gpus: [{model: A100-SXM4-40GB, count: 1}]
 //	stateDir: /var/lib/migflex/sim
+//	operationDelay: 250ms
 func ParseConfig(data []byte, dir, nodeName string) (Config, error) {
 	var f configFile
 	if err := yaml.UnmarshalStrict(data, &f); err != nil {
@@ -161,6 +170,13 @@ func ParseConfig(data []byte, dir, nodeName string) (Config, error) {
 		return Config{}, errors.New("gpus: at least one GPU is required (a node override may set an empty list)")
 	}
 	cfg := Config{GPUs: f.GPUs, StateDir: f.StateDir, UUIDSeed: f.UUIDSeed}
+	if f.OperationDelay != "" {
+		d, err := time.ParseDuration(f.OperationDelay)
+		if err != nil || d < 0 {
+			return Config{}, fmt.Errorf("operationDelay: %q is not a non-negative duration such as 250ms", f.OperationDelay)
+		}
+		cfg.OperationDelay = d
+	}
 	if o, ok := f.Nodes[nodeName]; ok && nodeName != "" {
 		if o.GPUs != nil {
 			cfg.GPUs = *o.GPUs

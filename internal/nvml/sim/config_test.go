@@ -5,7 +5,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
@@ -110,6 +112,13 @@ models:
 			want:   sim.Config{GPUs: []sim.GPUSpec{{Model: "H100-PCIE-70GB", Count: 1}, {Model: "INLINE", Count: 1}}},
 			models: []string{"INLINE", "H100-PCIE-70GB"},
 		},
+		{
+			name: "operation delay",
+			yaml: base + "operationDelay: 250ms\n", node: "worker-1",
+			want: sim.Config{GPUs: []sim.GPUSpec{{Model: "H100-SXM5-80GB", Count: 2}}, StateDir: filepath.Join(dir, "state"), UUIDSeed: "worker-1", OperationDelay: 250 * time.Millisecond},
+		},
+		{name: "bad operation delay", yaml: base + "operationDelay: soon\n", wantErr: `operationDelay: "soon" is not a non-negative duration`},
+		{name: "negative operation delay", yaml: base + "operationDelay: -1s\n", wantErr: `operationDelay: "-1s" is not a non-negative duration`},
 		{name: "unknown field", yaml: base + "gpu: []\n", wantErr: `unknown field "gpu"`},
 		{name: "unknown node field", yaml: base + "nodes:\n  w:\n    gpu: []\n", wantErr: `unknown field "gpu"`},
 		{name: "no version", yaml: "gpus: [{model: H100-SXM5-80GB, count: 1}]\n", wantErr: `version: got "", want "v1"`},
@@ -185,5 +194,37 @@ func TestExampleConfig(t *testing.T) {
 		if n, _ := l.DeviceGetCount(); n != want[0].Count {
 			t.Errorf("%s: %d GPUs, want %d", node, n, want[0].Count)
 		}
+	}
+}
+
+// TestOperationDelay checks that a configured delay is spent on every
+// mutating call: the calls cannot finish sooner than the delays they add up to.
+func TestOperationDelay(t *testing.T) {
+	const delay = 20 * time.Millisecond
+	lib, err := sim.New(sim.Config{GPUs: []sim.GPUSpec{{Model: "H100-SXM5-80GB", Count: 1}}, OperationDelay: delay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := lib.Init(); r != nvml.SUCCESS {
+		t.Fatal(r)
+	}
+	defer lib.Shutdown()
+	dev, r := lib.DeviceGetHandleByIndex(0)
+	if r != nvml.SUCCESS {
+		t.Fatal(r)
+	}
+	start := time.Now()
+	if _, r := dev.SetMigMode(nvml.DEVICE_MIG_ENABLE); r != nvml.SUCCESS {
+		t.Fatalf("SetMigMode: %v", r)
+	}
+	info, r := dev.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_1_SLICE)
+	if r != nvml.SUCCESS {
+		t.Fatalf("GetGpuInstanceProfileInfo: %v", r)
+	}
+	if _, r := dev.CreateGpuInstance(&info); r != nvml.SUCCESS {
+		t.Fatalf("CreateGpuInstance: %v", r)
+	}
+	if got := time.Since(start); got < 2*delay {
+		t.Errorf("two mutating calls took %v, want at least 2 x %v", got, delay)
 	}
 }

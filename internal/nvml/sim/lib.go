@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
@@ -32,6 +33,8 @@ type Lib struct {
 	models []*Model // by GPU index
 	gpus   []*gpuHandle
 	store  *store // nil in memory
+	// opDelay is Config.OperationDelay.
+	opDelay time.Duration
 
 	mu sync.Mutex
 	// readOnly refuses changes: set by Config.ReadOnly, and by Close so a
@@ -57,7 +60,7 @@ func New(cfg Config) (*Lib, error) {
 	if err != nil {
 		return nil, fmt.Errorf("simulator config: %w", err)
 	}
-	l := &Lib{readOnly: cfg.ReadOnly, models: models, eventSets: map[*eventSet]struct{}{}}
+	l := &Lib{readOnly: cfg.ReadOnly, opDelay: cfg.OperationDelay, models: models, eventSets: map[*eventSet]struct{}{}}
 	for i := range models {
 		l.gpus = append(l.gpus, &gpuHandle{lib: l, index: i})
 	}
@@ -164,8 +167,13 @@ func (l *Lib) begin() nvml.Return {
 	return nvml.SUCCESS
 }
 
-// beginWrite is begin for calls that change state.
+// beginWrite is begin for calls that change state. The configured
+// operation delay is spent before taking the lock, so readers (the health
+// watcher, discovery) are not held up, as with a real driver.
 func (l *Lib) beginWrite() nvml.Return {
+	if l.opDelay > 0 {
+		time.Sleep(l.opDelay)
+	}
 	if r := l.begin(); r != nvml.SUCCESS {
 		return r
 	}
