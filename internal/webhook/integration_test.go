@@ -1,0 +1,442 @@
+package webhook
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+
+	"github.com/migflex/migflex/internal/certwatch/certtest"
+	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/testenv"
+)
+
+// Names the manifests use too (see the package report): the configuration,
+// the webhook within it, and the opt-out label on pods and namespaces.
+const (
+	webhookConfigName = "gpu-allocation-webhook"
+	webhookName       = "gpu-allocation.migflex.io"
+	optOutLabel       = "migflex.io/fallback"
+	optOutValue       = "disabled"
+)
+
+// webhookConfig is the MutatingWebhookConfiguration the deployment installs,
+// with a url instead of a Service (nothing routes ClusterIPs here).
+func webhookConfig(url string, caBundle []byte) *admissionregistrationv1.MutatingWebhookConfiguration {
+	notIn := func(key string, values ...string) metav1.LabelSelectorRequirement {
+		return metav1.LabelSelectorRequirement{Key: key, Operator: metav1.LabelSelectorOpNotIn, Values: values}
+	}
+	return &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: webhookConfigName},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name:         webhookName,
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: caBundle},
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Rule: admissionregistrationv1.Rule{
+					APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"},
+					Scope: ptr.To(admissionregistrationv1.NamespacedScope),
+				},
+			}},
+			// Fail here so that an unreachable webhook fails the test loudly;
+			// the deployment uses Ignore.
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			AdmissionReviewVersions: []string{"v1"},
+			TimeoutSeconds:          ptr.To[int32](5),
+			ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
+			NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+				notIn(corev1.LabelMetadataName, "gpu-webhook", metav1.NamespaceSystem),
+				notIn(optOutLabel, optOutValue),
+			}},
+			ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+				notIn(optOutLabel, optOutValue),
+			}},
+		}},
+	}
+}
+
+type cluster struct {
+	t      *testing.T
+	ctx    context.Context
+	client kubernetes.Interface
+}
+
+func (c *cluster) node(name string, labels map[string]string, alloc map[corev1.ResourceName]int64, cordon bool) {
+	c.t.Helper()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelHostname: name}}}
+	for k, v := range labels {
+		n.Labels[k] = v
+	}
+	n.Spec.Unschedulable = cordon
+	n, err := c.client.CoreV1().Nodes().Create(c.ctx, n, metav1.CreateOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	// The API server's TaintNodesByCondition admission taints a new node
+	// not-ready:NoSchedule, which keeps pods (and so the webhook) off it until
+	// the node lifecycle controller sees it Ready. There is no such
+	// controller here; play its part.
+	n.Spec.Taints = nil
+	if n, err = c.client.CoreV1().Nodes().Update(c.ctx, n, metav1.UpdateOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+	c.setAllocatable(n, alloc)
+}
+
+func (c *cluster) setAllocatable(n *corev1.Node, alloc map[corev1.ResourceName]int64) {
+	c.t.Helper()
+	n.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("512Gi")}
+	for r, v := range alloc {
+		n.Status.Allocatable[r] = *resource.NewQuantity(v, resource.DecimalSI)
+	}
+	n.Status.Capacity = n.Status.Allocatable.DeepCopy()
+	if _, err := c.client.CoreV1().Nodes().UpdateStatus(c.ctx, n, metav1.UpdateOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func (c *cluster) create(ns string, p *corev1.Pod, dryRun bool) (*corev1.Pod, error) {
+	opts := metav1.CreateOptions{}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	p = p.DeepCopy()
+	p.Namespace = ns
+	return c.client.CoreV1().Pods(ns).Create(c.ctx, p, opts)
+}
+
+// stored is the pod as etcd has it, read back with a GET.
+func (c *cluster) stored(ns string, p *corev1.Pod) *corev1.Pod {
+	c.t.Helper()
+	if _, err := c.create(ns, p, false); err != nil {
+		c.t.Fatalf("creating pod %s: %v", p.Name, err)
+	}
+	got, err := c.client.CoreV1().Pods(ns).Get(c.ctx, p.Name, metav1.GetOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return got
+}
+
+type runningWebhook struct {
+	addr    string
+	ca      *certtest.CA
+	certDir string
+}
+
+// startWebhook runs a Server on 127.0.0.1 against the API server, waits
+// until it is ready and registers it.
+func (c *cluster) startWebhook(d *fallback.Decider) runningWebhook {
+	t := c.t
+	t.Helper()
+	ca := certtest.NewCA(t)
+	certDir := t.TempDir()
+	certtest.WriteSecretDir(t, certDir, ca.Issue(t))
+	srv, err := NewServer(Options{Listen: "127.0.0.1:0", CertDir: certDir, CertPollInterval: -1, Decider: d, Client: c.client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(c.ctx)
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	addr := srv.Addr().String()
+	https := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
+	eventually(t, "/readyz", func() bool {
+		resp, err := https.Get("https://" + addr + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	// The API server picks the configuration up asynchronously; callers
+	// probe with dry-run creations (answered like real ones, nothing stored).
+	if _, err := c.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(c.ctx,
+		webhookConfig("https://"+addr+"/mutate", ca.PEM()), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return runningWebhook{addr: addr, ca: ca, certDir: certDir}
+}
+
+func (c *cluster) namespaces() {
+	c.t.Helper()
+	for _, ns := range []*corev1.Namespace{
+		{ObjectMeta: metav1.ObjectMeta{Name: "team"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "opted-out", Labels: map[string]string{optOutLabel: optOutValue}}},
+	} {
+		if _, err := c.client.CoreV1().Namespaces().Create(c.ctx, ns, metav1.CreateOptions{}); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+}
+
+func limitsOnly(name string, r corev1.ResourceName, n string) *corev1.Pod {
+	p := gpuPod(name, r, n)
+	p.Spec.Containers[0].Resources.Requests = nil
+	return p
+}
+
+// resources is the GPU requests and limits of every container, by name.
+func resources(p *corev1.Pod) map[string]corev1.ResourceRequirements {
+	out := map[string]corev1.ResourceRequirements{}
+	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for _, c := range cs {
+			out[c.Name] = corev1.ResourceRequirements{Requests: gpuOnly(c.Resources.Requests), Limits: gpuOnly(c.Resources.Limits)}
+		}
+	}
+	return out
+}
+
+func rr(r corev1.ResourceName, n string) corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{r: resource.MustParse(n)},
+		Limits:   corev1.ResourceList{r: resource.MustParse(n)},
+	}
+}
+
+var qtyEqual = cmp.Comparer(func(a, b resource.Quantity) bool { return a.Cmp(b) == 0 })
+
+func TestAgainstAPIServer(t *testing.T) {
+	cfg := testenv.Start(t)
+	_, ctx := ktesting.NewTestContext(t)
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{t: t, ctx: ctx, client: client}
+
+	// a100: 1g.10gb only; v100 (pool=v100): whole GPUs; h100: 2g.20gb but cordoned.
+	c.node("a100", map[string]string{"pool": "a100"}, map[corev1.ResourceName]int64{mig1g10: 28}, false)
+	c.node("v100", map[string]string{"pool": "v100"}, map[corev1.ResourceName]int64{fallback.ResourceGPU: 4}, false)
+	c.node("h100", map[string]string{"pool": "h100"}, map[corev1.ResourceName]int64{mig2g20: 8}, true)
+	c.namespaces()
+
+	d, err := fallback.NewDecider(fallback.Options{Policy: fallback.DefaultPolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := c.startWebhook(d)
+	addr, ca, certDir := w.addr, w.ca, w.certDir
+	probe := gpuPod("probe", mig2g20, "1")
+	eventually(t, "the webhook to be called", func() bool {
+		p, err := c.create("team", probe, true)
+		if err != nil {
+			t.Fatalf("dry-run create: %v", err)
+		}
+		return p.Annotations[fallback.AnnotationFallback] != ""
+	})
+
+	t.Run("seeds scenario: 2g.20gb falls back to 1g.10gb", func(t *testing.T) {
+		got := c.stored("team", gpuPod("train", mig2g20, "1"))
+		if diff := cmp.Diff(map[string]corev1.ResourceRequirements{"main": rr(mig1g10, "1")}, resources(got), qtyEqual); diff != "" {
+			t.Errorf("stored resources (-want +got):\n%s", diff)
+		}
+		if v := got.Annotations[fallback.AnnotationFallback]; v != "2g.20gb->1g.10gb" {
+			t.Errorf("annotation %s = %q", fallback.AnnotationFallback, v)
+		}
+		var orig fallback.OriginalResources
+		if err := json.Unmarshal([]byte(got.Annotations[fallback.AnnotationOriginal]), &orig); err != nil {
+			t.Fatalf("annotation %s: %v", fallback.AnnotationOriginal, err)
+		}
+		if diff := cmp.Diff(map[string]fallback.ContainerResources{"main": {Requests: rr(mig2g20, "1").Requests, Limits: rr(mig2g20, "1").Limits}}, orig.Containers, qtyEqual); diff != "" {
+			t.Errorf("original resources (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("limits only, quantity kept, init containers", func(t *testing.T) {
+		p := limitsOnly("multi", "nvidia.com/mig-3g.40gb", "2")
+		p.Spec.InitContainers = []corev1.Container{{Name: "warmup", Image: "cuda", Resources: rr(mig2g20, "1")}}
+		got := c.stored("team", p)
+		// The API server defaulted the requests from the rewritten limits.
+		want := map[string]corev1.ResourceRequirements{"main": rr(mig1g10, "2"), "warmup": rr(mig1g10, "1")}
+		if diff := cmp.Diff(want, resources(got), qtyEqual); diff != "" {
+			t.Errorf("stored resources (-want +got):\n%s", diff)
+		}
+		if v := got.Annotations[fallback.AnnotationFallback]; v != "3g.40gb->1g.10gb,2g.20gb->1g.10gb" {
+			t.Errorf("annotation = %q", v)
+		}
+	})
+
+	t.Run("nodeSelector narrows to whole GPUs", func(t *testing.T) {
+		p := gpuPod("v100-job", mig2g20, "1")
+		p.Spec.NodeSelector = map[string]string{"pool": "v100"}
+		got := c.stored("team", p)
+		if diff := cmp.Diff(map[string]corev1.ResourceRequirements{"main": rr(fallback.ResourceGPU, "1")}, resources(got), qtyEqual); diff != "" {
+			t.Errorf("stored resources (-want +got):\n%s", diff)
+		}
+		if v := got.Annotations[fallback.AnnotationFallback]; v != "2g.20gb->gpu" {
+			t.Errorf("annotation = %q", v)
+		}
+	})
+
+	t.Run("no GPU request: untouched", func(t *testing.T) {
+		got := c.stored("team", cpuPod("web"))
+		if len(got.Annotations) != 0 {
+			t.Errorf("annotations = %v, want none", got.Annotations)
+		}
+	})
+
+	t.Run("opted out by pod label or namespace label: untouched", func(t *testing.T) {
+		p := gpuPod("own-choice", mig2g20, "1")
+		p.Labels = map[string]string{optOutLabel: optOutValue}
+		for _, ns := range []string{"team", "opted-out"} {
+			q := p.DeepCopy()
+			if ns == "opted-out" {
+				q.Labels = nil
+			}
+			got := c.stored(ns, q)
+			if diff := cmp.Diff(map[string]corev1.ResourceRequirements{"main": rr(mig2g20, "1")}, resources(got), qtyEqual); diff != "" {
+				t.Errorf("%s: stored resources (-want +got):\n%s", ns, diff)
+			}
+		}
+	})
+
+	t.Run("nothing fits: denied with the message", func(t *testing.T) {
+		p := gpuPod("nowhere", mig2g20, "1")
+		p.Spec.NodeSelector = map[string]string{"pool": "h100"}
+		_, err := c.create("team", p, false)
+		if !apierrors.IsForbidden(err) {
+			t.Fatalf("create error = %v, want Forbidden", err)
+		}
+		for _, want := range []string{
+			`admission webhook "` + webhookName + `" denied the request`,
+			"nvidia.com/mig-2g.20gb is on none of the 0 nodes this pod can be scheduled to (3 nodes in the cluster)",
+		} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not contain %q", err, want)
+			}
+		}
+		if _, err := client.CoreV1().Pods("team").Get(ctx, "nowhere", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("denied pod was stored: %v", err)
+		}
+	})
+
+	t.Run("uncordoned node is seen without a restart", func(t *testing.T) {
+		n, err := client.CoreV1().Nodes().Get(ctx, "h100", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Spec.Unschedulable = false
+		if _, err := client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "2g.20gb to be present", func() bool {
+			p, err := c.create("team", probe, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return p.Annotations[fallback.AnnotationFallback] == ""
+		})
+		got := c.stored("team", gpuPod("h100-job", mig2g20, "1"))
+		if diff := cmp.Diff(map[string]corev1.ResourceRequirements{"main": rr(mig2g20, "1")}, resources(got), qtyEqual); diff != "" {
+			t.Errorf("stored resources (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("rotated certificate is served without a restart", func(t *testing.T) {
+		next := ca.Issue(t)
+		certtest.WriteSecretDir(t, certDir, next)
+		eventually(t, "the new certificate", func() bool {
+			conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.Pool()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			return conn.ConnectionState().PeerCertificates[0].SerialNumber.Cmp(next.Serial) == 0
+		})
+		// The API server keeps calling the webhook, now with the new certificate.
+		p := gpuPod("after-rotation", "nvidia.com/mig-3g.40gb", "1")
+		got := c.stored("team", p)
+		if v := got.Annotations[fallback.AnnotationFallback]; v != "3g.40gb->2g.20gb" {
+			t.Errorf("annotation = %q, want 3g.40gb->2g.20gb", v)
+		}
+	})
+}
+
+func TestCapacityModeAgainstAPIServer(t *testing.T) {
+	cfg := testenv.Start(t)
+	_, ctx := ktesting.NewTestContext(t)
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{t: t, ctx: ctx, client: client}
+	c.node("a", nil, map[corev1.ResourceName]int64{mig2g20: 2}, false)
+	c.node("b", nil, map[corev1.ResourceName]int64{mig1g10: 7}, false)
+	c.namespaces()
+	// Running pods, bound to a by nodeName (no scheduler here); the
+	// opted-out namespace keeps the webhook away from them.
+	bound := func(name string) *corev1.Pod {
+		p := gpuPod(name, mig2g20, "1")
+		p.Spec.NodeName = "a"
+		if _, err := c.create("opted-out", p, false); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	bound("running-1")
+
+	d, err := fallback.NewDecider(fallback.Options{Policy: fallback.DefaultPolicy(), Mode: fallback.ModeCapacity})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.startWebhook(d)
+	probe := gpuPod("probe", mig2g20, "1")
+	fallbackOf := func() string {
+		p, err := c.create("team", probe, true)
+		if err != nil {
+			t.Fatalf("dry-run create: %v", err)
+		}
+		return p.Annotations[fallback.AnnotationFallback]
+	}
+	// One of two devices is free: unchanged. Only a webhook that answers
+	// sets no annotation either, so first wait for it to answer at all.
+	eventually(t, "the webhook to be called", func() bool {
+		p := gpuPod("absent", "nvidia.com/mig-3g.40gb", "1")
+		got, err := c.create("team", p, true)
+		if err != nil {
+			t.Fatalf("dry-run create: %v", err)
+		}
+		return got.Annotations[fallback.AnnotationFallback] != ""
+	})
+	if got := fallbackOf(); got != "" {
+		t.Fatalf("with a free 2g.20gb: fallback %q, want none", got)
+	}
+
+	bound("running-2")
+	eventually(t, "2g.20gb to be exhausted", func() bool { return fallbackOf() == "2g.20gb->1g.10gb" })
+	got := c.stored("team", gpuPod("while-full", mig2g20, "1"))
+	if v := got.Annotations[fallback.AnnotationReason]; v != "2g.20gb->1g.10gb=exhausted" {
+		t.Errorf("reason = %q", v)
+	}
+
+	// A pod that finishes leaves the field-selected watch and frees its device.
+	p, err := client.CoreV1().Pods("opted-out").Get(ctx, "running-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Status.Phase = corev1.PodSucceeded
+	if _, err := client.CoreV1().Pods("opted-out").UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the finished pod's device to be free", func() bool { return fallbackOf() == "" })
+}
