@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -10,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -147,21 +149,13 @@ func (s *InformerSource) deleteNode(obj any) {
 }
 
 func (s *InformerSource) setPod(obj any) {
-	p, ok := obj.(*corev1.Pod)
+	p, ok := obj.(*PodDevices)
 	if !ok {
 		return
 	}
-	key := p.Namespace + "/" + p.Name
-	var node string
-	var used map[corev1.ResourceName]int64
-	// The field selector keeps terminal pods out, but a watch can still
-	// deliver one before it is removed; it holds no device.
-	if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-		node, used = p.Spec.NodeName, fallback.Devices(p)
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.b.SetPod(key, node, used)
+	s.b.SetPod(p.Namespace+"/"+p.Name, p.Node, p.Devices)
 }
 
 func (s *InformerSource) deletePod(obj any) {
@@ -198,35 +192,52 @@ func TransformNode(obj any) (any, error) {
 	return out, nil
 }
 
-// TransformPod keeps what the device accounting reads: identity, node,
-// phase and the GPU requests of each container (init containers with their
-// restart policy, which decides whether they add up or take the max).
+// PodDevices is what the pod informer stores instead of a Pod: its identity,
+// its node and the GPU devices it holds there. A Pod struct alone is over a
+// kilobyte before any field is set; at 50,000 pods the difference is tens of
+// megabytes.
+type PodDevices struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	// Node is spec.nodeName.
+	Node string `json:"node"`
+	// Devices is fallback.Devices of the pod; nil for a terminal pod, which
+	// holds none (the field selector keeps them out, but a watch can deliver
+	// the update that makes a pod terminal before it drops the pod).
+	Devices map[corev1.ResourceName]int64 `json:"devices,omitempty"`
+}
+
+// DeepCopyObject implements runtime.Object.
+func (p *PodDevices) DeepCopyObject() runtime.Object {
+	out := &PodDevices{TypeMeta: p.TypeMeta, Node: p.Node}
+	p.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	if p.Devices != nil {
+		out.Devices = maps.Clone(p.Devices)
+	}
+	return out
+}
+
+var _ runtime.Object = (*PodDevices)(nil)
+
+// TransformPod reduces a Pod to PodDevices: identity, node and devices by
+// the scheduler's request rules. Anything else passes through unchanged, a
+// PodDevices included, so the transform is idempotent.
 func TransformPod(obj any) (any, error) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil
 	}
-	out := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
-		Name:            p.Name,
-		Namespace:       p.Namespace,
-		UID:             p.UID,
-		ResourceVersion: p.ResourceVersion,
-	}}
-	out.Spec.NodeName = p.Spec.NodeName
-	out.Status.Phase = p.Status.Phase
-	for _, c := range p.Spec.InitContainers {
-		if r := gpuOnly(c.Resources.Requests); r != nil {
-			out.Spec.InitContainers = append(out.Spec.InitContainers, corev1.Container{
-				Name: c.Name, RestartPolicy: c.RestartPolicy, Resources: corev1.ResourceRequirements{Requests: r},
-			})
-		}
+	out := &PodDevices{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            p.Name,
+			Namespace:       p.Namespace,
+			UID:             p.UID,
+			ResourceVersion: p.ResourceVersion,
+		},
+		Node: p.Spec.NodeName,
 	}
-	for _, c := range p.Spec.Containers {
-		if r := gpuOnly(c.Resources.Requests); r != nil {
-			out.Spec.Containers = append(out.Spec.Containers, corev1.Container{
-				Name: c.Name, Resources: corev1.ResourceRequirements{Requests: r},
-			})
-		}
+	if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+		out.Devices = fallback.Devices(p)
 	}
 	return out, nil
 }

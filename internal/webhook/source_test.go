@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/utils/ptr"
 
 	"github.com/migflex/migflex/internal/fallback"
 )
@@ -227,32 +226,30 @@ func TestTransformPod(t *testing.T) {
 	p.Status.Phase = corev1.PodRunning
 	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady}}
 
-	want := &corev1.Pod{
+	want := &PodDevices{
 		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default", UID: "uid-p", ResourceVersion: "7"},
-		Spec: corev1.PodSpec{
-			NodeName: "n1",
-			InitContainers: []corev1.Container{{Name: "sidecar", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways), Resources: corev1.ResourceRequirements{
-				Requests: corev1.ResourceList{mig1g10: resource.MustParse("1")},
-			}}},
-			Containers: []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{
-				Requests: corev1.ResourceList{mig2g20: resource.MustParse("2")},
-			}}},
-		},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+		Node:       "n1",
+		// Sidecars add up with the main containers.
+		Devices: map[corev1.ResourceName]int64{mig2g20: 2, mig1g10: 1},
 	}
 	got, err := TransformPod(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	eq := cmp.Comparer(func(a, b resource.Quantity) bool { return a.Cmp(b) == 0 })
-	if diff := cmp.Diff(want, got, eq); diff != "" {
+	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("TransformPod (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(map[corev1.ResourceName]int64{mig2g20: 2, mig1g10: 1}, fallback.Devices(got.(*corev1.Pod))); diff != "" {
-		t.Errorf("devices of the transformed pod (-want +got):\n%s", diff)
-	}
 	again, _ := TransformPod(got)
-	if diff := cmp.Diff(got, again, eq); diff != "" {
+	if diff := cmp.Diff(got, again); diff != "" {
 		t.Errorf("TransformPod is not idempotent (-once +twice):\n%s", diff)
+	}
+	if diff := cmp.Diff(got, got.(*PodDevices).DeepCopyObject()); diff != "" {
+		t.Errorf("DeepCopyObject (-orig +copy):\n%s", diff)
+	}
+
+	p.Status.Phase = corev1.PodSucceeded
+	done, _ := TransformPod(p)
+	if d := done.(*PodDevices).Devices; d != nil {
+		t.Errorf("terminal pod holds %v, want no devices", d)
 	}
 }
