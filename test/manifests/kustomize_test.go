@@ -1,0 +1,199 @@
+package manifests
+
+import (
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/migflex/migflex/internal/nvml"
+	"github.com/migflex/migflex/internal/nvml/sim"
+)
+
+// overlays are every kustomization users apply.
+var overlays = []string{"overlays/simulated", "overlays/real", "overlays/real-cert-manager", "overlays/local"}
+
+// The kustomize overlays render the same objects as the chart with the
+// matching values, so the two install paths cannot drift apart. The
+// differences that are by design are normalised away (see normalise).
+func TestKustomizeMatchesHelm(t *testing.T) {
+	for _, tc := range []struct {
+		overlay string
+		helm    scenario
+	}{
+		{"overlays/simulated", scenario{name: "simulated", set: []string{"backend=simulated"}}},
+		{"overlays/real", scenario{name: "real"}},
+		{"overlays/real-cert-manager", scenario{name: "cert-manager", set: []string{"certificates.mode=cert-manager"}}},
+	} {
+		t.Run(tc.overlay, func(t *testing.T) {
+			fromHelm := normalise(helmTemplate(t, tc.helm), true)
+			fromKustomize := normalise(kustomizeBuild(t, tc.overlay), false)
+			if diff := cmp.Diff(fromHelm, fromKustomize); diff != "" {
+				t.Errorf("helm (-) and kustomize (+) differ:\n%s", diff)
+			}
+		})
+	}
+}
+
+// normalise keys the objects by name and removes what differs by design:
+//   - Helm's release labels (instance, version, managed-by, chart) and its
+//     hook and checksum annotations;
+//   - the Namespace, which kustomize creates (with Pod Security labels) and
+//     Helm leaves to --create-namespace;
+//   - certgen: Helm runs it as two hook Jobs (the Secret before the
+//     release, the CA injection after it); kustomize as one Job, which
+//     waits for the configuration and deletes itself after a while
+//     (ttlSecondsAfterFinished) so a later apply can run it again. The
+//     post-install Job is compared with kustomize's Job.
+//   - the order of env, volumes and volumeMounts, which means nothing here
+//     and which kustomize's patches change.
+func normalise(objs objects, helm bool) map[string]map[string]any {
+	out := map[string]map[string]any{}
+	for _, o := range objs {
+		o = o.DeepCopy()
+		if o.GetKind() == "Namespace" {
+			continue
+		}
+		if helm && o.GetKind() == "Job" {
+			if o.GetName() == "migflex-certgen-pre" {
+				continue
+			}
+			o.SetName("migflex-certgen")
+		}
+		if !helm && o.GetKind() == "Job" {
+			unstructured.RemoveNestedField(o.Object, "spec", "ttlSecondsAfterFinished")
+		}
+		cleanMeta(o.Object, "metadata")
+		for _, path := range [][]string{{"spec", "template", "metadata"}} {
+			if _, ok, _ := unstructured.NestedMap(o.Object, path...); ok {
+				cleanMeta(o.Object, path...)
+			}
+		}
+		if spec, ok, _ := unstructured.NestedMap(o.Object, "spec", "template", "spec"); ok {
+			sortByKey(spec, "volumes", "name")
+			for _, field := range []string{"containers", "initContainers"} {
+				cs, _ := spec[field].([]any)
+				for _, c := range cs {
+					c := c.(map[string]any)
+					sortByKey(c, "env", "name")
+					sortByKey(c, "volumeMounts", "mountPath")
+				}
+			}
+			_ = unstructured.SetNestedMap(o.Object, spec, "spec", "template", "spec")
+		}
+		out[key(o)] = o.Object
+	}
+	return out
+}
+
+var helmOnlyLabels = []string{"app.kubernetes.io/instance", "app.kubernetes.io/version", "app.kubernetes.io/managed-by", "helm.sh/chart"}
+
+func cleanMeta(obj map[string]any, path ...string) {
+	meta, _, _ := unstructured.NestedMap(obj, path...)
+	if labels, ok := meta["labels"].(map[string]any); ok {
+		for _, l := range helmOnlyLabels {
+			delete(labels, l)
+		}
+	}
+	if ann, ok := meta["annotations"].(map[string]any); ok {
+		maps.DeleteFunc(ann, func(k string, _ any) bool {
+			return strings.HasPrefix(k, "helm.sh/") || strings.HasPrefix(k, "checksum/")
+		})
+		if len(ann) == 0 {
+			delete(meta, "annotations")
+		}
+	}
+	_ = unstructured.SetNestedMap(obj, meta, path...)
+}
+
+func sortByKey(m map[string]any, field, key string) {
+	list, ok := m[field].([]any)
+	if !ok {
+		return
+	}
+	sort.SliceStable(list, func(i, j int) bool {
+		a, _ := list[i].(map[string]any)[key].(string)
+		b, _ := list[j].(map[string]any)[key].(string)
+		return a < b
+	})
+}
+
+// The local overlay is what the end-to-end suite installs on the harness
+// cluster: no registry, no kube-proxy, no cluster DNS, and nothing may leave
+// the machine.
+func TestLocalOverlay(t *testing.T) {
+	objs := kustomizeBuild(t, "overlays/local")
+	var pods []*corev1.PodTemplateSpec
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "DaemonSet":
+			pods = append(pods, &as[appsv1.DaemonSet](t, o).Spec.Template)
+		case "Deployment":
+			pods = append(pods, &as[appsv1.Deployment](t, o).Spec.Template)
+		case "Job":
+			pods = append(pods, &as[batchv1.Job](t, o).Spec.Template)
+		}
+	}
+	if len(pods) != 3 {
+		t.Fatalf("%d pod templates among %v, want the agent, the webhook and certgen", len(pods), objs.keys())
+	}
+	for _, p := range pods {
+		name := p.Labels["app"]
+		// Every one of them talks to the API server.
+		if !p.Spec.HostNetwork {
+			t.Errorf("%s: not on the host network; ClusterIPs are not routed here", name)
+		}
+		for _, c := range p.Spec.Containers {
+			if c.Image != "lc.local/migflex:e2e" || c.ImagePullPolicy != corev1.PullNever {
+				t.Errorf("%s/%s: image %s pull %s, want lc.local/migflex:e2e, Never", name, c.Name, c.Image, c.ImagePullPolicy)
+			}
+			env := map[string]string{}
+			for _, e := range c.Env {
+				env[e.Name] = e.Value
+			}
+			if env["KUBERNETES_SERVICE_HOST"] != "127.0.0.1" || env["KUBERNETES_SERVICE_PORT"] != "6443" {
+				t.Errorf("%s/%s: API server env %v, want 127.0.0.1:6443", name, c.Name, env)
+			}
+		}
+	}
+
+	d := get[appsv1.Deployment](t, objs, "Deployment", "gpu-webhook")
+	c := d.Spec.Template.Spec.Containers[0]
+	if !slices.Contains(c.Args, "--listen=:9443") || c.Ports[0].ContainerPort != 9443 || c.Ports[0].Name != "https" {
+		t.Errorf("webhook args %q ports %+v: want it on 9443, a port free on the host", c.Args, c.Ports)
+	}
+	if *d.Spec.Replicas != 1 || d.Spec.Strategy.RollingUpdate == nil || d.Spec.Strategy.RollingUpdate.MaxSurge.IntValue() != 0 {
+		t.Errorf("webhook replicas %d strategy %+v: two host-network pods cannot share one node's port", *d.Spec.Replicas, d.Spec.Strategy)
+	}
+
+	ds := get[appsv1.DaemonSet](t, objs, "DaemonSet", "migflex-agent")
+	cm := get[corev1.ConfigMap](t, objs, "ConfigMap", "migflex-sim-config")
+	cfg, err := sim.ParseConfig([]byte(cm.Data["config.yaml"]), "/etc/migflex/sim", "node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hostState string
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.Name == "sim-state" && v.HostPath != nil {
+			hostState = v.HostPath.Path
+		}
+	}
+	mounted := slices.ContainsFunc(ds.Spec.Template.Spec.Containers[0].VolumeMounts, func(m corev1.VolumeMount) bool {
+		return m.Name == "sim-state" && m.MountPath == cfg.StateDir
+	})
+	// down.sh removes /var/lib/kubelet with the cluster, so no simulated
+	// layout leaks from one run into the next.
+	if !strings.HasPrefix(hostState, "/var/lib/kubelet/") || !mounted {
+		t.Errorf("simulator state on host %q (mounted at stateDir %s: %v), want a hostPath under /var/lib/kubelet", hostState, cfg.StateDir, mounted)
+	}
+	if env := envOf(ds.Spec.Template.Spec.Containers[0]); env[nvml.EnvBackend] != "simulated" {
+		t.Errorf("agent env %v", env)
+	}
+}

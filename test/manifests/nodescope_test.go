@@ -1,0 +1,306 @@
+package manifests
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/migflex/migflex/internal/testenv"
+)
+
+// agentFieldManager is the node agent's (internal/agent DefaultFieldManager).
+const agentFieldManager = "migflex-agent"
+
+// The ValidatingAdmissionPolicy, applied from the rendered chart to a real
+// API server, limits the agent's ServiceAccount, authenticated with a token
+// bound to a pod on node-a as the kubelet mounts it, to node-a and to its
+// own labels and annotations, written by server-side apply as the agent
+// writes them.
+func TestAgentNodeScopePolicy(t *testing.T) {
+	objs := helmTemplate(t, scenarioNamed(t, "simulated"))
+	cfg := testenv.Start(t)
+	admin := kubernetes.NewForConfigOrDie(cfg)
+	c := newCluster(t, cfg)
+	ctx := t.Context()
+
+	mustCreate(t, admin.CoreV1().Namespaces(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}})
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
+			if strings.HasPrefix(o.GetName(), "migflex-agent") {
+				if err := c.apply(ctx, o, false); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	// No status type check here: that is kube-controller-manager's work,
+	// and testenv runs none. The cases below evaluate every expression of
+	// the policy; one that failed at run time would refuse the allowed
+	// cases (failurePolicy Fail) with its error instead of passing.
+
+	userLabels := map[string]string{"kubernetes.io/hostname": "x", "team": "ml"}
+	userAnnotations := map[string]string{"nvidia.com/mig.config": "version: v1", "note": "by hand"}
+	nodes := map[string]*corev1.Node{}
+	for _, name := range []string{"node-a", "node-b"} {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: userLabels, Annotations: userAnnotations}}
+		n.Labels = map[string]string{"kubernetes.io/hostname": name, "team": "ml"}
+		nodes[name] = mustCreate(t, admin.CoreV1().Nodes(), n)
+	}
+	pod := mustCreate(t, admin.CoreV1().Pods(namespace), &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "migflex-agent-xyz", Namespace: namespace},
+		Spec: corev1.PodSpec{
+			ServiceAccountName: "migflex-agent",
+			NodeName:           "node-a",
+			Containers:         []corev1.Container{{Name: "agent", Image: "ghcr.io/migflex/migflex:0.1.0"}},
+		},
+	})
+
+	bound := tokenClient(t, cfg, admin, &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID})
+	// Kubernetes >= 1.32 puts the node of the pod a token is bound to into
+	// its user info; the policy relies on it.
+	review, err := bound.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ui := review.Status.UserInfo
+	if ui.Username != "system:serviceaccount:gpu-webhook:migflex-agent" {
+		t.Fatalf("token authenticates as %q", ui.Username)
+	}
+	if diff := cmp.Diff(authenticationv1.ExtraValue{"node-a"}, ui.Extra["authentication.kubernetes.io/node-name"]); diff != "" {
+		t.Fatalf("node name in the token's user info (-want +got):\n%s\nextra: %v", diff, ui.Extra)
+	}
+
+	// The policy takes effect asynchronously: wait until a dry run of a
+	// forbidden change is refused by it.
+	waitForPolicy(t, bound, "node-b")
+
+	owned := func(node string, mods func(*corev1ac.NodeApplyConfiguration)) *corev1ac.NodeApplyConfiguration {
+		ac := corev1ac.Node(node).WithUID(nodes[node].UID).
+			WithLabels(map[string]string{
+				"nvidia.com/mig.config.state":     "success",
+				"nvidia.com/gpu.product":          "NVIDIA-H100-80GB-HBM3",
+				"nvidia.com/gpu.count":            "1",
+				"nvidia.com/mig.capable":          "true",
+				"nvidia.com/mig.strategy":         "mixed",
+				"nvidia.com/mig-1g.10gb.count":    "7",
+				"nvidia.com/mig-1g.10gb.me.count": "1",
+			}).
+			WithAnnotations(map[string]string{
+				"migflex.io/mig.layout":        `[{"index":0}]`,
+				"migflex.io/mig.config.reason": "busy",
+			})
+		if mods != nil {
+			mods(ac)
+		}
+		return ac
+	}
+	apply := func(cs kubernetes.Interface, ac *corev1ac.NodeApplyConfiguration) error {
+		_, err := cs.CoreV1().Nodes().Apply(ctx, ac, metav1.ApplyOptions{FieldManager: agentFieldManager, Force: true})
+		return err
+	}
+
+	for _, tc := range []struct {
+		name    string
+		do      func() error
+		wantErr string // empty: allowed
+		node    string // whose metadata must be unchanged when denied
+	}{
+		{
+			name: "own labels and annotations on its own node",
+			do:   func() error { return apply(bound, owned("node-a", nil)) },
+		},
+		{
+			// A profile count label the agent stops setting is removed by
+			// its apply: deleting an owned key is allowed.
+			name: "dropping an owned label",
+			do: func() error {
+				ac := owned("node-a", nil)
+				delete(ac.Labels, "nvidia.com/mig-1g.10gb.me.count")
+				delete(ac.Annotations, "migflex.io/mig.config.reason")
+				return apply(bound, ac)
+			},
+		},
+		{
+			name:    "own labels on another node",
+			do:      func() error { return apply(bound, owned("node-b", nil)) },
+			wantErr: "the migflex agent on node node-a may change only its own Node, not node-b",
+			node:    "node-b",
+		},
+		{
+			name: "a foreign label on its own node",
+			do: func() error {
+				return apply(bound, owned("node-a", func(ac *corev1ac.NodeApplyConfiguration) {
+					ac.WithLabels(map[string]string{"node-role.kubernetes.io/control-plane": ""})
+				}))
+			},
+			wantErr: "may change only its own Node labels, not node-role.kubernetes.io/control-plane",
+			node:    "node-a",
+		},
+		{
+			name: "a foreign annotation on its own node",
+			do: func() error {
+				return apply(bound, owned("node-a", func(ac *corev1ac.NodeApplyConfiguration) {
+					ac.WithAnnotations(map[string]string{"nvidia.com/mig.config": "version: v1\nmig-configs: {}"})
+				}))
+			},
+			wantErr: "may change only its own Node annotations, not nvidia.com/mig.config",
+			node:    "node-a",
+		},
+		{
+			name: "removing a user's label from its own node",
+			do: func() error {
+				_, err := bound.CoreV1().Nodes().Patch(ctx, "node-a", types.MergePatchType, []byte(`{"metadata":{"labels":{"team":null}}}`), metav1.PatchOptions{})
+				return err
+			},
+			wantErr: "may change only its own Node labels, not team",
+			node:    "node-a",
+		},
+		{
+			name: "cordoning its own node",
+			do: func() error {
+				_, err := bound.CoreV1().Nodes().Patch(ctx, "node-a", types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{})
+				return err
+			},
+			wantErr: "may change only labels and annotations of its Node",
+			node:    "node-a",
+		},
+		{
+			name: "a token bound to no pod",
+			do: func() error {
+				return apply(tokenClient(t, cfg, admin, nil), owned("node-a", nil))
+			},
+			wantErr: "credentials carry no node name",
+			node:    "node-a",
+		},
+		{
+			// The policy binds the agent only: an administrator (and the
+			// kubelet, GPU feature discovery, ...) are not affected.
+			name: "anyone else is not limited",
+			do: func() error {
+				return apply(admin, corev1ac.Node("node-b").WithLabels(map[string]string{"example.com/admin": "yes"}))
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var before *corev1.Node
+			if tc.node != "" {
+				before = getNode(t, admin, tc.node)
+			}
+			err := tc.do()
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("allowed, want refused with %q", tc.wantErr)
+			}
+			if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("%v\nwant the policy's refusal %q", err, tc.wantErr)
+			}
+			after := getNode(t, admin, tc.node)
+			if diff := cmp.Diff(before.ObjectMeta, after.ObjectMeta); diff != "" {
+				t.Errorf("a refused request changed %s (-before +after):\n%s", tc.node, diff)
+			}
+		})
+	}
+
+	// What the allowed applies left: the agent's keys on node-a next to the
+	// users', and nothing of the agent's on node-b.
+	a := getNode(t, admin, "node-a")
+	if a.Labels["team"] != "ml" || a.Annotations["note"] != "by hand" || a.Labels["nvidia.com/mig.config.state"] != "success" {
+		t.Errorf("node-a labels %v annotations %v", a.Labels, a.Annotations)
+	}
+	if _, ok := a.Labels["nvidia.com/mig-1g.10gb.me.count"]; ok {
+		t.Error("the dropped count label is still on node-a")
+	}
+	if b := getNode(t, admin, "node-b"); b.Labels["nvidia.com/mig.config.state"] != "" {
+		t.Errorf("node-b got the agent's labels: %v", b.Labels)
+	}
+
+	t.Run("events in default only", func(t *testing.T) {
+		ev := &corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{Name: "node-a.1", Namespace: "default"},
+			InvolvedObject: corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: "node-a"},
+			Reason:         "MigConfigApplied", Type: corev1.EventTypeNormal,
+		}
+		if _, err := bound.CoreV1().Events("default").Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+			t.Errorf("creating an Event about its Node: %v", err)
+		}
+		ev.Namespace = namespace
+		if _, err := bound.CoreV1().Events(namespace).Create(ctx, ev, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("creating an Event in %s: %v, want forbidden", namespace, err)
+		}
+	})
+}
+
+// tokenClient returns a client authenticated as the agent's ServiceAccount
+// with a token from the TokenRequest API, bound to ref when not nil.
+func tokenClient(t *testing.T, cfg *rest.Config, admin kubernetes.Interface, ref *authenticationv1.BoundObjectReference) kubernetes.Interface {
+	t.Helper()
+	tr, err := admin.CoreV1().ServiceAccounts(namespace).CreateToken(t.Context(), "migflex-agent", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{BoundObjectRef: ref, ExpirationSeconds: ptr(int64(3600))},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("TokenRequest: %v", err)
+	}
+	return kubernetes.NewForConfigOrDie(&rest.Config{
+		Host:            cfg.Host,
+		TLSClientConfig: rest.TLSClientConfig{CAData: cfg.CAData, CAFile: cfg.CAFile},
+		BearerToken:     tr.Status.Token,
+	})
+}
+
+// waitForPolicy polls a dry-run apply to another node until the policy
+// refuses it.
+func waitForPolicy(t *testing.T, agent kubernetes.Interface, otherNode string) {
+	t.Helper()
+	var last error
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		ac := corev1ac.Node(otherNode).WithLabels(map[string]string{"nvidia.com/mig.config.state": "pending"})
+		_, last = agent.CoreV1().Nodes().Apply(ctx, ac, metav1.ApplyOptions{FieldManager: agentFieldManager, Force: true, DryRun: []string{metav1.DryRunAll}})
+		return last != nil && strings.Contains(last.Error(), "may change only its own Node"), nil
+	})
+	if err != nil {
+		t.Fatalf("the policy never refused a change to %s: last answer %v", otherNode, last)
+	}
+}
+
+func getNode(t *testing.T, cs kubernetes.Interface, name string) *corev1.Node {
+	t.Helper()
+	n, err := cs.CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// creator is the Create method every typed client has.
+type creator[T any] interface {
+	Create(ctx context.Context, obj *T, opts metav1.CreateOptions) (*T, error)
+}
+
+func mustCreate[T any](t testing.TB, c creator[T], obj *T) *T {
+	t.Helper()
+	out, err := c.Create(t.Context(), obj, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating %T: %v", obj, fmt.Errorf("%w", err))
+	}
+	return out
+}
