@@ -1,12 +1,261 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/migflex/migflex/internal/agent"
+	"github.com/migflex/migflex/internal/deviceplugin"
+	"github.com/migflex/migflex/internal/health"
+	nvmlbackend "github.com/migflex/migflex/internal/nvml"
+	"github.com/migflex/migflex/internal/podresources"
 )
 
-// runAgent runs the node agent. It lands with the node-agent issue.
-func runAgent(args []string, stdout, stderr io.Writer) int {
-	fmt.Fprint(stderr, "the node agent is not built yet; available now:\n"+usage)
-	return 2
+const agentUsage = `usage: device-plugin [flags]
+
+Runs the node agent: partitions this node's GPUs as the Node's
+nvidia.com/mig.config asks, serves the devices to the kubelet and reports on
+the Node. Every flag has an environment variable twin (named in its help);
+a flag given on the command line wins.
+
+`
+
+// agentConfig is the node agent's command line.
+type agentConfig struct {
+	nodeName          string
+	nvml              nvmlbackend.Options
+	kubeconfig        string
+	pluginDir         string
+	podResources      string
+	migStrategy       string
+	deviceList        string
+	allocation        string
+	hostRoot          string
+	driverRoot        string
+	disableHealth     string
+	healthQuietPeriod time.Duration
+	configFile        string
+	busyPolicy        string
+	metricsAddr       string
+	retryInterval     time.Duration
+	resyncInterval    time.Duration
+}
+
+// agentEnv lists the environment variable twins of the agent's flags.
+var agentEnv = []string{
+	"NODE_NAME", nvmlbackend.EnvBackend, nvmlbackend.EnvSimConfig, "KUBECONFIG", "DEVICE_PLUGIN_DIR",
+	"POD_RESOURCES_SOCKET", "MIG_STRATEGY", "DEVICE_LIST_STRATEGY", "ALLOCATION_POLICY", "HOST_ROOT",
+	"NVIDIA_DRIVER_ROOT", "DP_DISABLE_HEALTHCHECKS", "HEALTH_QUIET_PERIOD", "MIG_CONFIG_FILE", "BUSY_POLICY",
+	"METRICS_ADDR", "RETRY_INTERVAL", "RESYNC_INTERVAL",
+}
+
+// parseAgentFlags parses args with defaults from the environment. It
+// returns the exit code to end with, or -1 to run.
+func parseAgentFlags(args []string, stderr io.Writer) (agentConfig, int) {
+	getenv := os.Getenv
+	fs := flag.NewFlagSet("device-plugin", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c agentConfig
+	var envErrs []error
+	str := func(p *string, name, env, def, help string) {
+		if v := getenv(env); v != "" {
+			def = v
+		}
+		fs.StringVar(p, name, def, fmt.Sprintf("%s (env %s)", help, env))
+	}
+	dur := func(p *time.Duration, name, env string, def time.Duration, help string) {
+		if v := getenv(env); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				envErrs = append(envErrs, fmt.Errorf("%s=%q: %w", env, v, err))
+			}
+			def = d
+		}
+		fs.DurationVar(p, name, def, fmt.Sprintf("%s (env %s)", help, env))
+	}
+	str(&c.nodeName, "node-name", "NODE_NAME", "", "this node's name, whose Node the agent watches and reports to; required")
+	c.nvml = nvmlbackend.NewOptions()
+	c.nvml.RegisterFlags(fs)
+	str(&c.kubeconfig, "kubeconfig", "KUBECONFIG", "", "kubeconfig file; empty uses the in-cluster service account")
+	str(&c.pluginDir, "device-plugin-dir", "DEVICE_PLUGIN_DIR", deviceplugin.DefaultPluginDir, "kubelet device-plugin directory (kubelet.sock and the plugin sockets)")
+	str(&c.podResources, "pod-resources-socket", "POD_RESOURCES_SOCKET", podresources.DefaultSocket, "kubelet pod-resources socket, asked which devices pods hold")
+	str(&c.migStrategy, "mig-strategy", "MIG_STRATEGY", string(deviceplugin.MigStrategyMixed), "how MIG devices are named as resources: mixed, single or none")
+	str(&c.deviceList, "device-list-strategy", "DEVICE_LIST_STRATEGY", string(deviceplugin.DeviceListEnvvar), "how containers are told their devices: envvar, cdi-cri or cdi-annotations")
+	str(&c.allocation, "allocation-policy", "ALLOCATION_POLICY", string(deviceplugin.AllocationPacked), "preferred allocation across GPUs: packed or distributed")
+	str(&c.hostRoot, "host-root", "HOST_ROOT", "/", "where the host's filesystem is mounted in this container (for /proc/driver/nvidia-caps and /dev)")
+	str(&c.driverRoot, "driver-root", "NVIDIA_DRIVER_ROOT", "/", "host root of the NVIDIA driver's device nodes, e.g. /run/nvidia/driver")
+	str(&c.disableHealth, "disable-health-checks", "DP_DISABLE_HEALTHCHECKS", "", `"all" or "xids" turns Xid health checks off; a comma-separated list of Xids ignores them besides the defaults (13,31,43,45,68,109)`)
+	dur(&c.healthQuietPeriod, "health-quiet-period", "HEALTH_QUIET_PERIOD", health.DefaultQuietPeriod, "how long an unhealthy device must go without a new Xid to be healthy again; negative: never")
+	str(&c.configFile, "config-file", "MIG_CONFIG_FILE", "", "mig-parted config file whose configurations the nvidia.com/mig.config label names (e.g. a mounted ConfigMap); re-read on change")
+	str(&c.busyPolicy, "busy-policy", "BUSY_POLICY", string(agent.BusyWait), "a GPU in use by pods: wait (leave it until they are gone) or evict (evict them through the Eviction API)")
+	str(&c.metricsAddr, "metrics-addr", "METRICS_ADDR", agent.DefaultMetricsAddr, `listen address for /metrics and /healthz; "" disables`)
+	dur(&c.retryInterval, "retry-interval", "RETRY_INTERVAL", agent.DefaultRetryInterval, "how often a pending change (busy GPUs) or a transient failure is retried")
+	dur(&c.resyncInterval, "resync-interval", "RESYNC_INTERVAL", agent.DefaultResyncInterval, "how often the GPUs are compared with the desired layout unprompted")
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	klogFlags.VisitAll(func(f *flag.Flag) {
+		if slices.Contains([]string{"v", "vmodule"}, f.Name) {
+			fs.Var(f.Value, f.Name, f.Usage)
+		}
+	})
+	fs.Usage = func() {
+		fmt.Fprint(stderr, agentUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return c, 0
+		}
+		return c, 2
+	}
+	problems := envErrs
+	if fs.NArg() > 0 {
+		problems = append(problems, fmt.Errorf("unexpected arguments %q", fs.Args()))
+	}
+	if c.nodeName == "" {
+		problems = append(problems, errors.New("--node-name (env NODE_NAME) is required"))
+	}
+	if err := errors.Join(problems...); err != nil {
+		fmt.Fprintf(stderr, "device-plugin: %v\n\n", err)
+		fs.Usage()
+		return c, 2
+	}
+	return c, -1
+}
+
+// runAgent runs the node agent until SIGINT or SIGTERM.
+func runAgent(args []string, _, stderr io.Writer) int {
+	c, code := parseAgentFlags(args, stderr)
+	if code >= 0 {
+		return code
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := c.run(ctx); err != nil {
+		fmt.Fprintf(stderr, "device-plugin: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// run wires the NVML backend, the device plugin, the pod-resources client
+// and the Kubernetes client into the agent and runs it.
+func (c agentConfig) run(ctx context.Context) error {
+	opts, err := c.devicePluginOptions()
+	if err != nil {
+		return err
+	}
+	busy, err := agent.ParseBusyPolicy(c.busyPolicy)
+	if err != nil {
+		return fmt.Errorf("--busy-policy: %w", err)
+	}
+	client, err := c.kubeClient()
+	if err != nil {
+		return err
+	}
+
+	c.nvml.NodeName = c.nodeName
+	lib, err := nvmlbackend.Open(c.nvml)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := lib.Close(); err != nil {
+			klog.Background().Error(err, "Closing NVML")
+		}
+	}()
+	if c.nvml.Backend == nvmlbackend.BackendSimulated {
+		opts.Backend = deviceplugin.BackendSimulated
+	}
+	disabled, extraIgnored, err := health.ParseDisable(c.disableHealth)
+	if err != nil {
+		return fmt.Errorf("--disable-health-checks: %w", err)
+	}
+	if !disabled {
+		w, err := health.New(lib, health.Options{
+			IgnoredXids: append(slices.Clone(health.DefaultIgnoredXids), extraIgnored...),
+			QuietPeriod: c.healthQuietPeriod,
+		})
+		if err != nil {
+			return fmt.Errorf("health checks: %w", err)
+		}
+		opts.Health = w
+	}
+	dp, err := deviceplugin.New(opts)
+	if err != nil {
+		return err
+	}
+	a, err := agent.New(agent.Options{
+		NodeName:       c.nodeName,
+		Client:         client,
+		NVML:           lib,
+		DevicePlugin:   dp,
+		PodResources:   podresources.New(c.podResources),
+		MigStrategy:    opts.MigStrategy,
+		ConfigFile:     c.configFile,
+		BusyPolicy:     busy,
+		RetryInterval:  c.retryInterval,
+		ResyncInterval: c.resyncInterval,
+		MetricsAddr:    c.metricsAddr,
+	})
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}
+
+func (c agentConfig) devicePluginOptions() (deviceplugin.Options, error) {
+	strategy, err := deviceplugin.ParseMigStrategy(c.migStrategy)
+	if err != nil {
+		return deviceplugin.Options{}, fmt.Errorf("--mig-strategy: %w", err)
+	}
+	list, err := deviceplugin.ParseDeviceListStrategy(c.deviceList)
+	if err != nil {
+		return deviceplugin.Options{}, fmt.Errorf("--device-list-strategy: %w", err)
+	}
+	alloc, err := deviceplugin.ParseAllocationPolicy(c.allocation)
+	if err != nil {
+		return deviceplugin.Options{}, fmt.Errorf("--allocation-policy: %w", err)
+	}
+	return deviceplugin.Options{
+		PluginDir:          c.pluginDir,
+		MigStrategy:        strategy,
+		DeviceListStrategy: list,
+		AllocationPolicy:   alloc,
+		Backend:            deviceplugin.BackendReal,
+		HostRoot:           c.hostRoot,
+		DriverRoot:         c.driverRoot,
+	}, nil
+}
+
+func (c agentConfig) kubeClient() (kubernetes.Interface, error) {
+	var cfg *rest.Config
+	var err error
+	if c.kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", c.kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("client config for the API server (--kubeconfig, or in-cluster): %w", err)
+	}
+	cfg.UserAgent = "migflex-agent/" + c.nodeName
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("client for the API server: %w", err)
+	}
+	return client, nil
 }

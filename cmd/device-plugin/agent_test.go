@@ -1,0 +1,407 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/migflex/migflex/internal/agent"
+	"github.com/migflex/migflex/internal/deviceplugin"
+	"github.com/migflex/migflex/internal/deviceplugin/kubeletstub"
+	"github.com/migflex/migflex/internal/health"
+	"github.com/migflex/migflex/internal/nvml/sim"
+	"github.com/migflex/migflex/internal/podresources"
+	"github.com/migflex/migflex/internal/podresources/podresourcestest"
+	"github.com/migflex/migflex/internal/testenv"
+)
+
+func TestParseAgentFlags(t *testing.T) {
+	defaults := func(c agentConfig) agentConfig {
+		c.pluginDir = deviceplugin.DefaultPluginDir
+		c.podResources = podresources.DefaultSocket
+		c.migStrategy = "mixed"
+		c.deviceList = "envvar"
+		c.allocation = "packed"
+		c.hostRoot = "/"
+		c.driverRoot = "/"
+		c.healthQuietPeriod = health.DefaultQuietPeriod
+		c.busyPolicy = "wait"
+		c.metricsAddr = agent.DefaultMetricsAddr
+		c.retryInterval = agent.DefaultRetryInterval
+		c.resyncInterval = agent.DefaultResyncInterval
+		return c
+	}
+	tests := []struct {
+		name     string
+		args     []string
+		env      map[string]string
+		want     agentConfig
+		wantCode int
+		wantErr  string
+	}{
+		{
+			name: "defaults", args: []string{"--node-name", "n1"},
+			want: defaults(agentConfig{nodeName: "n1"}), wantCode: -1,
+		},
+		{
+			name: "environment twins",
+			env: map[string]string{
+				"NODE_NAME": "n2", "NVML_BACKEND": "simulated", "SIM_CONFIG": "/etc/sim.yaml", "KUBECONFIG": "/kc",
+				"DEVICE_PLUGIN_DIR": "/dp", "POD_RESOURCES_SOCKET": "/pr.sock", "MIG_STRATEGY": "single",
+				"DEVICE_LIST_STRATEGY": "cdi-cri", "ALLOCATION_POLICY": "distributed", "HOST_ROOT": "/host",
+				"NVIDIA_DRIVER_ROOT": "/run/nvidia/driver", "DP_DISABLE_HEALTHCHECKS": "all", "HEALTH_QUIET_PERIOD": "1m",
+				"MIG_CONFIG_FILE": "/cfg/config.yaml", "BUSY_POLICY": "evict", "METRICS_ADDR": ":9999",
+				"RETRY_INTERVAL": "3s", "RESYNC_INTERVAL": "1h",
+			},
+			want: agentConfig{
+				nodeName: "n2", kubeconfig: "/kc", pluginDir: "/dp", podResources: "/pr.sock", migStrategy: "single",
+				deviceList: "cdi-cri", allocation: "distributed", hostRoot: "/host", driverRoot: "/run/nvidia/driver",
+				disableHealth: "all", healthQuietPeriod: time.Minute, configFile: "/cfg/config.yaml", busyPolicy: "evict",
+				metricsAddr: ":9999", retryInterval: 3 * time.Second, resyncInterval: time.Hour,
+			},
+			wantCode: -1,
+		},
+		{
+			name:     "a flag wins over its environment twin",
+			args:     []string{"--node-name", "flag", "--busy-policy", "wait", "--metrics-addr", ""},
+			env:      map[string]string{"NODE_NAME": "env", "BUSY_POLICY": "evict", "METRICS_ADDR": ":1"},
+			want:     func() agentConfig { c := defaults(agentConfig{nodeName: "flag"}); c.metricsAddr = ""; return c }(),
+			wantCode: -1,
+		},
+		{name: "no node name", wantCode: 2, wantErr: "--node-name (env NODE_NAME) is required"},
+		{name: "bad duration in the environment", env: map[string]string{"NODE_NAME": "n", "RETRY_INTERVAL": "soon"}, wantCode: 2, wantErr: `RETRY_INTERVAL="soon"`},
+		{name: "stray argument", args: []string{"--node-name", "n", "extra"}, wantCode: 2, wantErr: `unexpected arguments ["extra"]`},
+		{name: "unknown flag", args: []string{"--nope"}, wantCode: 2, wantErr: "flag provided but not defined: -nope"},
+		{name: "help", args: []string{"--help"}, wantCode: 0, wantErr: "usage: device-plugin [flags]"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, k := range agentEnv {
+				t.Setenv(k, tc.env[k])
+			}
+			var stderr bytes.Buffer
+			got, code := parseAgentFlags(tc.args, &stderr)
+			if code != tc.wantCode {
+				t.Fatalf("code %d, want %d; stderr:\n%s", code, tc.wantCode, stderr.String())
+			}
+			if tc.wantErr != "" && !strings.Contains(stderr.String(), tc.wantErr) {
+				t.Errorf("stderr lacks %q:\n%s", tc.wantErr, stderr.String())
+			}
+			if code != -1 {
+				return
+			}
+			if tc.env["NVML_BACKEND"] != "" && (got.nvml.Backend != "simulated" || got.nvml.SimConfig != "/etc/sim.yaml") {
+				t.Errorf("NVML options %+v, want the simulated backend with /etc/sim.yaml", got.nvml)
+			}
+			if tc.env["NVML_BACKEND"] == "" && got.nvml.Backend != "auto" {
+				t.Errorf("NVML backend %q, want auto", got.nvml.Backend)
+			}
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(agentConfig{}), cmpopts.IgnoreFields(agentConfig{}, "nvml")); diff != "" {
+				t.Errorf("config (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestRunAgentStartupErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"bad MIG strategy", []string{"--mig-strategy", "both"}, `--mig-strategy: unknown MIG strategy "both"`},
+		{"bad busy policy", []string{"--busy-policy", "delete"}, `--busy-policy: unknown busy policy "delete"`},
+		{"bad health switch", []string{"--kubeconfig", writeKubeconfig(t, &rest.Config{Host: "https://127.0.0.1:1"}), "--nvml-backend", "simulated", "--disable-health-checks", "79,x"}, "--disable-health-checks"},
+		{"no kubeconfig outside a cluster", nil, "in-cluster"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("KUBERNETES_SERVICE_HOST", "")
+			var stderr bytes.Buffer
+			args := append([]string{"--node-name", "n", "--metrics-addr", ""}, tc.args...)
+			if code := dispatch(args, io.Discard, &stderr); code != 1 {
+				t.Fatalf("exit %d, want 1; stderr:\n%s", code, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("stderr lacks %q:\n%s", tc.want, stderr.String())
+			}
+		})
+	}
+}
+
+func TestDispatchRunsTheAgentWithoutSubcommand(t *testing.T) {
+	t.Setenv("NODE_NAME", "")
+	var stderr bytes.Buffer
+	if code := dispatch(nil, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), "--node-name") {
+		t.Errorf("dispatch() = %d, stderr:\n%s", code, stderr.String())
+	}
+}
+
+// hangTimeout only protects against hangs; every wait polls a condition.
+const hangTimeout = 90 * time.Second
+
+var (
+	buildOnce sync.Once
+	binary    string
+	buildErr  error
+)
+
+// buildBinary builds this command once per test binary run.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "device-plugin-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binary = filepath.Join(dir, "device-plugin")
+		out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binary
+}
+
+func writeKubeconfig(t *testing.T, cfg *rest.Config) string {
+	t.Helper()
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["test"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
+	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "test"}
+	kc.CurrentContext = "test"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// process is the agent binary running.
+type process struct {
+	cmd  *exec.Cmd
+	logs *os.File
+	done chan struct{}
+}
+
+func startProcess(t *testing.T, bin string, args ...string) *process {
+	t.Helper()
+	logs, err := os.CreateTemp(t.TempDir(), "agent-*.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	cmd.Env = append(os.Environ(), "NODE_NAME=", "KUBECONFIG=")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &process{cmd: cmd, logs: logs, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			out, _ := os.ReadFile(logs.Name())
+			t.Logf("agent log %s:\n%s", logs.Name(), tail(string(out), 6000))
+		}
+	})
+	return p
+}
+
+func (p *process) kill(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Kill(); err != nil { // SIGKILL: no cleanup, no rollback
+		t.Fatal(err)
+	}
+	<-p.done
+}
+
+func (p *process) stop(t *testing.T) int {
+	t.Helper()
+	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(hangTimeout):
+		t.Fatal("the agent did not stop on SIGINT")
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}
+
+// simInstances reads the simulator's persisted state as another process
+// sees it: the number of GPU instances per GPU.
+func simInstances(t *testing.T, cfg sim.Config) []int {
+	t.Helper()
+	ro := cfg
+	ro.ReadOnly = true
+	lib, err := sim.New(ro)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lib.Close()
+	var out []int
+	for _, g := range lib.Snapshot() {
+		out = append(out, len(g.Instances))
+	}
+	return out
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// TestAgentKilledMidApplyConverges runs the real binary on a persisted
+// simulator whose every MIG change takes a while, SIGKILLs it half way
+// through a reconfiguration, starts it again and checks that the second
+// process finishes the layout from what NVML reports.
+func TestAgentKilledMidApplyConverges(t *testing.T) {
+	restCfg := testenv.Start(t)
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := buildBinary(t)
+	kubeconfig := writeKubeconfig(t, restCfg)
+
+	dir := t.TempDir()
+	stateDir := filepath.Join(dir, "state")
+	simConfig := filepath.Join(dir, "sim.yaml")
+	const delay = 150 * time.Millisecond
+	if err := os.WriteFile(simConfig, []byte(fmt.Sprintf("version: v1\ngpus:\n- {model: H100-SXM5-80GB, count: 2}\nstateDir: %s\noperationDelay: %s\n", stateDir, delay)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	simCfg := sim.Config{GPUs: []sim.GPUSpec{{Model: "H100-SXM5-80GB", Count: 2}}, StateDir: stateDir, UUIDSeed: "kill-node"}
+
+	pluginDir, err := os.MkdirTemp("", "dp") // short: unix socket paths are limited
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(pluginDir) })
+	kubelet, err := kubeletstub.Start(pluginDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kubelet.Stop)
+	podres := podresourcestest.Start(t)
+
+	const nodeName = "kill-node"
+	const allSeven = "version: v1\nmig-configs:\n  selected:\n  - devices: all\n    mig-enabled: true\n    mig-devices: {\"1g.10gb\": 7}\n"
+	ctx := context.Background()
+	if _, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+		Name: nodeName, Annotations: map[string]string{agent.AnnotationMigConfig: allSeven},
+	}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr := freeAddr(t)
+	args := []string{
+		"--node-name", nodeName, "--kubeconfig", kubeconfig,
+		"--nvml-backend", "simulated", "--sim-config", simConfig,
+		"--device-plugin-dir", pluginDir, "--pod-resources-socket", podres.Socket,
+		"--metrics-addr", metricsAddr, "--retry-interval", "100ms",
+	}
+
+	first := startProcess(t, bin, args...)
+	// 2 MIG mode changes and 14 creates take 16 x delay; kill once GPU 0
+	// is half done, well before all instances exist.
+	deadline := time.Now().Add(hangTimeout)
+	for {
+		n := simInstances(t, simCfg)
+		total := 0
+		for _, c := range n {
+			total += c
+		}
+		if total >= 3 && total < 14 {
+			break
+		}
+		if total == 14 {
+			t.Fatalf("the apply finished before the kill (instances %v); the operation delay gives no window", n)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the agent never started applying")
+		}
+		time.Sleep(10 * time.Millisecond) // polling the state file, which nothing signals
+	}
+	first.kill(t)
+	partial := simInstances(t, simCfg)
+	t.Logf("killed with instances per GPU %v", partial)
+	if partial[0]+partial[1] < 3 || partial[0]+partial[1] >= 14 {
+		t.Fatalf("instances %v after the kill: not mid-apply", partial)
+	}
+
+	second := startProcess(t, bin, args...)
+	waitFor(t, "state success", func() bool {
+		n, err := client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		return err == nil && n.Labels[agent.LabelMigConfigState] == agent.StateSuccess
+	})
+	if diff := cmp.Diff([]int{7, 7}, simInstances(t, simCfg)); diff != "" {
+		t.Errorf("instances per GPU (-want +got):\n%s", diff)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, hangTimeout)
+	defer cancel()
+	if st, err := kubelet.Wait(waitCtx, func(st kubeletstub.State) bool {
+		p, ok := st.Plugins["nvidia.com/mig-1g.10gb"]
+		return ok && p.Connected && len(p.Devices) == 14
+	}); err != nil {
+		t.Errorf("the kubelet stand-in never saw 14 1g.10gb devices: %v (%+v)", err, st.Plugins)
+	}
+	resp, err := http.Get("http://" + metricsAddr + "/healthz")
+	if err != nil {
+		t.Fatalf("/healthz: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("/healthz: %s", resp.Status)
+	}
+	if code := second.stop(t); code != 0 {
+		t.Errorf("exit code %d after SIGINT, want 0", code)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(hangTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a condition the API server does not signal here
+	}
+}

@@ -1,0 +1,471 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/fsnotify/fsnotify"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/migflex/migflex/internal/deviceplugin"
+	"github.com/migflex/migflex/internal/mig"
+	"github.com/migflex/migflex/internal/migconfig"
+	"github.com/migflex/migflex/internal/podresources"
+)
+
+// Defaults of Options.
+const (
+	DefaultFieldManager   = "migflex-agent"
+	DefaultRetryInterval  = 10 * time.Second
+	DefaultResyncInterval = 5 * time.Minute
+	// DefaultMetricsAddr is the metrics and /healthz listener the command
+	// uses unless told otherwise.
+	DefaultMetricsAddr = ":9123"
+)
+
+// BusyPolicy decides what happens to a GPU the new layout would change
+// while pods use it.
+type BusyPolicy string
+
+const (
+	// BusyWait leaves such a GPU as it is until its pods are gone; the
+	// other GPUs are configured meanwhile.
+	BusyWait BusyPolicy = "wait"
+	// BusyEvict evicts the pods through the Eviction API, which respects
+	// PodDisruptionBudgets, then configures the GPU once they are gone.
+	BusyEvict BusyPolicy = "evict"
+)
+
+// ParseBusyPolicy parses a --busy-policy value.
+func ParseBusyPolicy(s string) (BusyPolicy, error) {
+	switch p := BusyPolicy(s); p {
+	case BusyWait, BusyEvict:
+		return p, nil
+	}
+	return "", fmt.Errorf("unknown busy policy %q (want %s or %s)", s, BusyWait, BusyEvict)
+}
+
+// DevicePlugin serves the node's devices to the kubelet;
+// *deviceplugin.Manager is the real one.
+type DevicePlugin interface {
+	Run(ctx context.Context) error
+	Update(ctx context.Context, gpus []mig.GPU) error
+	Resources() []deviceplugin.ResourceStatus
+	Changes() <-chan struct{}
+}
+
+// PodResources lists the devices the kubelet assigned to pods;
+// *podresources.Client is the real one.
+type PodResources interface {
+	List(ctx context.Context) ([]podresources.Assignment, error)
+}
+
+// partitioner changes MIG state; *mig.Partitioner is the real one.
+type partitioner interface {
+	migconfig.Partitioner
+	ResetGPU(gpu int) error
+}
+
+// Options configure an Agent.
+type Options struct {
+	// NodeName is the Node the agent runs on and reports to. Required.
+	NodeName string
+	// Client talks to the API server. Required.
+	Client kubernetes.Interface
+	// NVML is the initialized backend, real or simulated. Required.
+	NVML nvml.Interface
+	// DevicePlugin serves the devices; the agent runs it. Required.
+	DevicePlugin DevicePlugin
+	// PodResources tells which devices pods hold. Required.
+	PodResources PodResources
+	// MigStrategy is the device plugin's, for the GFD labels. Default mixed.
+	MigStrategy deviceplugin.MigStrategy
+	// ConfigFile holds named configurations for the nvidia.com/mig.config
+	// label (mig-parted format, for example a mounted ConfigMap). Empty:
+	// the label source is an error.
+	ConfigFile string
+	// BusyPolicy decides about GPUs pods use. Default BusyWait.
+	BusyPolicy BusyPolicy
+	// RetryInterval is how often a pending change is retried, and a
+	// transient failure (NVML, pod-resources, config file unreadable).
+	// Default DefaultRetryInterval.
+	RetryInterval time.Duration
+	// ResyncInterval is how often the agent compares the GPUs with the
+	// desired layout without being told of a change, catching changes
+	// made behind its back (nvidia-smi, a GPU reset). Default
+	// DefaultResyncInterval.
+	ResyncInterval time.Duration
+	// FieldManager owns the agent's keys on the Node. Default
+	// DefaultFieldManager.
+	FieldManager string
+	// MetricsAddr is where /metrics and /healthz are served; empty
+	// serves nothing.
+	MetricsAddr string
+	// Registry receives the agent's metrics and is what /metrics serves.
+	// Nil: a new registry with the Go and process collectors.
+	Registry *prometheus.Registry
+}
+
+func (o *Options) setDefaults() {
+	if o.MigStrategy == "" {
+		o.MigStrategy = deviceplugin.MigStrategyMixed
+	}
+	if o.BusyPolicy == "" {
+		o.BusyPolicy = BusyWait
+	}
+	if o.RetryInterval <= 0 {
+		o.RetryInterval = DefaultRetryInterval
+	}
+	if o.ResyncInterval <= 0 {
+		o.ResyncInterval = DefaultResyncInterval
+	}
+	if o.FieldManager == "" {
+		o.FieldManager = DefaultFieldManager
+	}
+	if o.Registry == nil {
+		o.Registry = newRegistry()
+	}
+}
+
+func (o *Options) validate() error {
+	var errs []error
+	if o.NodeName == "" {
+		errs = append(errs, errors.New("the node name is required"))
+	}
+	if o.Client == nil {
+		errs = append(errs, errors.New("a Kubernetes client is required"))
+	}
+	if o.NVML == nil {
+		errs = append(errs, errors.New("an NVML backend is required"))
+	}
+	if o.DevicePlugin == nil {
+		errs = append(errs, errors.New("a device plugin is required"))
+	}
+	if o.PodResources == nil {
+		errs = append(errs, errors.New("a pod-resources client is required"))
+	}
+	if _, err := ParseBusyPolicy(string(o.BusyPolicy)); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := deviceplugin.ParseMigStrategy(string(o.MigStrategy)); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Agent is the node agent: it keeps the node's GPUs partitioned as the
+// Node asks, serves their devices, and reports on the Node.
+type Agent struct {
+	opts    Options
+	part    partitioner
+	metrics *metrics
+	log     klog.Logger
+	live    atomic.Bool
+	trigger chan struct{}
+
+	// nodes is the informer's view of the Node, corrected by the agent's
+	// own applies until the informer catches up. Set by Run.
+	nodes cache.MutationCache
+
+	// Owned by the loop in Run.
+	gpus []mig.GPU
+	// reported is the status last reported; known is false until the
+	// first reconcile, when the Node's labels stand in for it.
+	reported status
+	known    bool
+	// held are GPUs on which the current document failed, by index (see
+	// reconcile).
+	held map[int]hold
+}
+
+// New checks opts, fills in defaults and returns an Agent; Run starts it.
+func New(opts Options) (*Agent, error) {
+	opts.setDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, fmt.Errorf("node agent options: %w", err)
+	}
+	m, err := newMetrics(opts.Registry, opts.DevicePlugin)
+	if err != nil {
+		return nil, err
+	}
+	return &Agent{
+		opts:    opts,
+		part:    mig.NewPartitioner(opts.NVML),
+		metrics: m,
+		log:     klog.Background().WithName("agent"),
+		trigger: make(chan struct{}, 1),
+		held:    map[int]hold{},
+	}, nil
+}
+
+// Handler serves /metrics and /healthz, as Run does on MetricsAddr.
+func (a *Agent) Handler() http.Handler { return handler(a.opts.Registry, &a.live) }
+
+// Run serves the node's current devices at once, then watches the Node and
+// the config file and reconciles until ctx is cancelled. It returns an
+// error only when it cannot start: the metrics address cannot be bound,
+// the GPUs cannot be read, or the device plugin cannot run.
+func (a *Agent) Run(ctx context.Context) error {
+	a.log = klog.FromContext(ctx).WithName("agent").WithValues("node", a.opts.NodeName)
+	ctx = klog.NewContext(ctx, a.log)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+
+	if a.opts.MetricsAddr != "" {
+		l, err := net.Listen("tcp", a.opts.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("serving metrics on %s: %w", a.opts.MetricsAddr, err)
+		}
+		srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+				a.log.Error(err, "Metrics server stopped")
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			<-ctx.Done()
+			_ = srv.Close()
+		}()
+		a.log.Info("Serving metrics", "addr", l.Addr().String())
+	}
+
+	// Serve what the GPUs have before anything else, so a restarted agent
+	// does not zero the node's resources while it catches up.
+	gpus, err := mig.Discover(a.opts.NVML)
+	if err != nil {
+		return fmt.Errorf("reading the GPUs: %w", err)
+	}
+	a.gpus = gpus
+	if err := a.opts.DevicePlugin.Update(ctx, gpus); err != nil {
+		a.log.Error(err, "Serving the current layout")
+	}
+	dpErr := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		dpErr <- a.opts.DevicePlugin.Run(ctx)
+	}()
+	a.live.Store(true)
+	defer a.live.Store(false)
+	a.log.Info("Serving the current layout", "gpus", len(gpus))
+
+	factory := informers.NewSharedInformerFactoryWithOptions(a.opts.Client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", a.opts.NodeName).String()
+		}))
+	informer := factory.Core().V1().Nodes().Informer()
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { a.poke() },
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok1 := oldObj.(*corev1.Node)
+			n, ok2 := newObj.(*corev1.Node)
+			// Status heartbeats do not concern the agent.
+			if !ok1 || !ok2 || o.UID != n.UID || !maps.Equal(o.Labels, n.Labels) || !maps.Equal(o.Annotations, n.Annotations) {
+				a.poke()
+			}
+		},
+		DeleteFunc: func(any) { a.poke() },
+	}); err != nil {
+		return fmt.Errorf("watching Node %s: %w", a.opts.NodeName, err)
+	}
+	a.nodes = cache.NewIntegerResourceVersionMutationCache(a.log, informer.GetStore(), informer.GetIndexer(), time.Minute, false)
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	defer cancel() // before Shutdown, which waits for the informer
+
+	if a.opts.ConfigFile != "" {
+		stop, err := a.watchConfigFile()
+		if err != nil {
+			// The file may be mounted later; the resync reads it anyway.
+			a.log.Error(err, "Watching the config file; changes are picked up at the next resync", "file", a.opts.ConfigFile, "resync", a.opts.ResyncInterval)
+		} else {
+			defer stop()
+		}
+	}
+
+	synced := make(chan struct{})
+	go func() {
+		cache.WaitForCacheSync(ctx.Done(), informer.HasSynced)
+		close(synced)
+	}()
+	select {
+	case <-synced:
+	case err := <-dpErr:
+		return fmt.Errorf("device plugin: %w", err)
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return a.loop(ctx, dpErr)
+}
+
+// poke asks the loop for a reconcile; requests coalesce.
+func (a *Agent) poke() {
+	select {
+	case a.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// loop reconciles on every trigger, retry and resync, and refreshes the
+// report when device health changes.
+func (a *Agent) loop(ctx context.Context, dpErr <-chan error) error {
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	resync := time.NewTicker(a.opts.ResyncInterval)
+	defer resync.Stop()
+	a.poke()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-dpErr:
+			if err != nil {
+				return fmt.Errorf("device plugin: %w", err)
+			}
+			return nil
+		case <-a.opts.DevicePlugin.Changes():
+			a.refresh(ctx)
+			continue
+		case <-a.trigger:
+		case <-retry.C:
+		case <-resync.C:
+		}
+		if a.step(ctx) {
+			retry.Reset(a.opts.RetryInterval)
+		} else {
+			retry.Stop()
+		}
+	}
+}
+
+// node returns the Node from the cache, or nil.
+func (a *Agent) node() *corev1.Node {
+	obj, ok, err := a.nodes.GetByKey(a.opts.NodeName)
+	if err != nil || !ok {
+		return nil
+	}
+	n, _ := obj.(*corev1.Node)
+	return n
+}
+
+// step reconciles once and reports; it returns whether to retry soon.
+func (a *Agent) step(ctx context.Context) bool {
+	node := a.node()
+	if node == nil {
+		a.log.Info("Node not found; waiting for it", "node", a.opts.NodeName)
+		return false
+	}
+	if !a.known {
+		a.reported = status{State: node.Labels[LabelMigConfigState], Reason: node.Annotations[AnnotationReason]}
+		a.known = true
+	}
+	start := time.Now()
+	out := a.reconcile(ctx, node, a.reported)
+	if ctx.Err() != nil {
+		return false // shutting down; what was done stays, the next agent reports it
+	}
+	a.metrics.reconciles.WithLabelValues(out.result).Inc()
+	a.metrics.duration.WithLabelValues(out.result).Observe(time.Since(start).Seconds())
+	a.gpus = out.gpus
+	if err := a.report(ctx, node, out.status); err != nil {
+		a.metrics.errors.WithLabelValues(stageReport).Inc()
+		a.log.Error(err, "Reporting on the Node")
+		out.retry = true
+	} else {
+		a.reported = out.status
+	}
+	for _, ev := range out.events {
+		a.recordEvent(ctx, node, ev)
+	}
+	log := a.log.WithValues("result", out.result, "state", out.status.State, "took", time.Since(start))
+	if out.status.Reason != "" {
+		log = log.WithValues("reason", out.status.Reason)
+	}
+	log.Info("Reconciled")
+	return out.retry
+}
+
+// refresh reports again with the last status, for a change of device
+// health.
+func (a *Agent) refresh(ctx context.Context) {
+	node := a.node()
+	if node == nil || !a.known {
+		return
+	}
+	if err := a.report(ctx, node, a.reported); err != nil {
+		a.metrics.errors.WithLabelValues(stageReport).Inc()
+		a.log.Error(err, "Reporting device health on the Node")
+	}
+}
+
+// report applies the agent's labels and annotations for st and the last
+// discovered layout.
+func (a *Agent) report(ctx context.Context, node *corev1.Node, st status) error {
+	labels, annotations, err := ownedMetadata(st, a.gpus, servedHealth(a.opts.DevicePlugin.Resources()), a.opts.MigStrategy)
+	if err != nil {
+		return err
+	}
+	sent, err := a.applyMetadata(ctx, node, labels, annotations)
+	if sent && err == nil {
+		a.log.V(2).Info("Updated the Node's labels and annotations")
+	}
+	return err
+}
+
+// watchConfigFile pokes the loop when anything in the config file's
+// directory changes: a mounted ConfigMap is updated by swapping a symlink
+// next to the file, not by writing it.
+func (a *Agent) watchConfigFile() (stop func(), err error) {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Dir(a.opts.ConfigFile)
+	if err := w.Add(dir); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("watching %s: %w", dir, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case _, ok := <-w.Events:
+				if !ok {
+					return
+				}
+				a.poke()
+			case err, ok := <-w.Errors:
+				if !ok {
+					return
+				}
+				a.log.Error(err, "Watching the config file", "file", a.opts.ConfigFile)
+				a.poke()
+			}
+		}
+	}()
+	return func() { w.Close(); <-done }, nil
+}

@@ -1,0 +1,63 @@
+// Package agent is migflex's node agent: it watches its own Node for the
+// MIG layout users ask for, partitions the GPUs through NVML when no pod is
+// in the way, serves the resulting devices through the device plugin, and
+// reports what it did on the Node.
+//
+// # Sources of the desired layout
+//
+// In precedence order: the annotation nvidia.com/mig.config (a whole
+// mig.config document, any form internal/migconfig parses), the annotation
+// run.ai/mig.config (the same, under Run:ai's key), and the GPU operator's
+// label nvidia.com/mig.config=<name> naming a configuration in the config
+// file (for example a mounted ConfigMap in mig-parted format; it is watched
+// and re-read on change). Without a source the GPUs stay as they are and
+// the agent serves and reports what exists.
+//
+// # Reconcile
+//
+// Discover -> parse -> select -> validate -> plan -> busy check -> apply ->
+// discover -> serve. The plan is made from what NVML reports every time,
+// never from memory, so a restart with the same layout changes nothing and
+// an agent killed half way converges when it starts again.
+//
+// The busy check asks the kubelet's pod-resources API which devices pods
+// hold. A GPU the plan would disturb a pod on (its whole GPU changes, its
+// MIG device is destroyed, or its GPU's MIG mode changes) is not touched:
+// with the wait policy it stays pending until the pods are gone; with the
+// evict policy the pods are evicted through the Eviction API (a
+// PodDisruptionBudget's 429 means wait and retry; pods are never deleted
+// directly) and the GPU is changed once the kubelet no longer lists them.
+// Other GPUs proceed meanwhile.
+//
+// A MIG mode change that waits for a GPU reset (Ampere) is finished by a
+// reset where the backend can reset GPUs (the simulator); otherwise the
+// state is failed with a reason that tells the operator what to do.
+//
+// Failures never destroy the current layout: a document that does not parse
+// or fit changes nothing, and a failed step rolls its GPU back. A GPU on
+// which a document failed is not tried again until the document or the
+// GPU's layout changes, or the agent restarts.
+//
+// # Reporting
+//
+// Label nvidia.com/mig.config.state (pending, success, failed, as the GPU
+// operator's mig-manager) with the reason in annotation
+// migflex.io/mig.config.reason; GPU feature discovery labels
+// (nvidia.com/gpu.product, gpu.count, mig.capable, mig.strategy,
+// mig-<profile>.count); annotation migflex.io/mig.layout with the layout and
+// device health as JSON ([]LayoutGPU). They are written by server-side apply
+// under one field manager with only these keys, so keys the agent stops
+// setting are removed and nobody else's keys are touched; nothing is sent
+// when nothing changed. Events on the Node: Normal MigConfigApplied, Warning
+// MigConfigInvalid and MigConfigFailed, Normal MigConfigPending naming the
+// pods; each only when the state or reason changes, or GPUs were changed.
+//
+// # RBAC
+//
+//	nodes:          get, list, watch, patch (its own Node; apply is a patch)
+//	events (core):  create
+//	pods/eviction:  create (only with the evict policy)
+//
+// The agent reads pods from the kubelet's pod-resources socket, not from the
+// API server, so it needs no access to pods.
+package agent

@@ -1,0 +1,116 @@
+package agent
+
+import (
+	"fmt"
+	"net/http"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Results of one reconcile, the "result" label of the reconcile metrics.
+const (
+	resultSuccess = "success"
+	resultPending = "pending"
+	resultFailed  = "failed"
+	resultInvalid = "invalid"
+	// resultNone: the Node asks for no layout.
+	resultNone = "none"
+	// resultHeld: a source whose apply failed on this very layout is not
+	// applied again (see Agent.failed).
+	resultHeld = "held"
+)
+
+// Stages a reconcile error comes from, the "stage" label of
+// migflex_agent_reconcile_errors_total.
+const (
+	stageDiscover  = "discover"
+	stageConfig    = "config"
+	stageBusyCheck = "busy-check"
+	stageEvict     = "evict"
+	stageApply     = "apply"
+	stageReset     = "reset"
+	stageServe     = "serve"
+	stageReport    = "report"
+)
+
+type metrics struct {
+	reconciles *prometheus.CounterVec
+	duration   *prometheus.HistogramVec
+	errors     *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer, dp DevicePlugin) (*metrics, error) {
+	m := &metrics{
+		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "migflex", Subsystem: "agent", Name: "reconciles_total",
+			Help: "Reconciles of the Node's mig.config, by result (success, pending, failed, invalid, none, held).",
+		}, []string{"result"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "migflex", Subsystem: "agent", Name: "reconcile_duration_seconds",
+			Help: "Time one reconcile took, NVML changes included, by result.",
+			// MIG changes on real GPUs take seconds per instance.
+			Buckets: []float64{0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120},
+		}, []string{"result"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "migflex", Subsystem: "agent", Name: "reconcile_errors_total",
+			Help: "Reconcile errors by stage (discover, config, busy-check, evict, apply, reset, serve, report).",
+		}, []string{"stage"}),
+	}
+	for _, c := range []prometheus.Collector{m.reconciles, m.duration, m.errors, deviceCollector{dp}} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("registering agent metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// newRegistry is the registry used when Options.Registry is nil: the
+// agent's metrics plus the Go runtime and process collectors.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+var devicesDesc = prometheus.NewDesc("migflex_agent_devices",
+	"Devices served to the kubelet, by resource and health (healthy, unhealthy). A resource whose devices went away stays at 0.",
+	[]string{"resource", "health"}, nil)
+
+// deviceCollector reads the device plugin's devices at scrape time, so the
+// gauge is never staler than the device plugin itself.
+type deviceCollector struct{ dp DevicePlugin }
+
+func (c deviceCollector) Describe(ch chan<- *prometheus.Desc) { ch <- devicesDesc }
+
+func (c deviceCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, r := range c.dp.Resources() {
+		healthy, unhealthy := 0, 0
+		for _, d := range r.Devices {
+			if d.Healthy {
+				healthy++
+			} else {
+				unhealthy++
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(devicesDesc, prometheus.GaugeValue, float64(healthy), r.Name, "healthy")
+		ch <- prometheus.MustNewConstMetric(devicesDesc, prometheus.GaugeValue, float64(unhealthy), r.Name, "unhealthy")
+	}
+}
+
+// handler serves /metrics from reg and /healthz, which answers 200 while
+// the agent's loop runs and 503 before (and after) it.
+func handler(reg prometheus.Gatherer, live *atomic.Bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if !live.Load() {
+			http.Error(w, "the agent is not running its loop", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}

@@ -1,0 +1,350 @@
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/migflex/migflex/internal/mig"
+	"github.com/migflex/migflex/internal/migconfig"
+)
+
+// outcome is what one reconcile found and did.
+type outcome struct {
+	status status
+	events []event
+	// retry asks for another reconcile after RetryInterval.
+	retry bool
+	// result is the metrics label.
+	result string
+	// gpus is the layout NVML reports at the end.
+	gpus []mig.GPU
+}
+
+// reconcile brings the GPUs to the layout the Node asks for, as far as
+// busy GPUs allow, and serves the result. prev is the status reported
+// before, which decides whether the outcome is news worth an Event.
+//
+// The plan is always made from what NVML reports now, never from what an
+// earlier run did, so an agent killed half way converges when it starts
+// again, and an agent restarted with the same layout changes nothing.
+func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, prev status) outcome {
+	gpus, err := mig.Discover(a.opts.NVML)
+	if err != nil {
+		a.metrics.errors.WithLabelValues(stageDiscover).Inc()
+		msg := fmt.Sprintf("reading the GPUs through NVML: %v; the devices served before are still served", err)
+		return a.finish(prev, outcome{status: status{StateFailed, msg}, retry: true, result: resultFailed, gpus: a.gpus}, ReasonFailed, "")
+	}
+	// Serve what exists first: whatever happens below, the kubelet sees
+	// the devices NVML has.
+	serveErr := a.serve(ctx, gpus)
+
+	src := selectSource(node.Labels, node.Annotations)
+	if src.kind == sourceNone {
+		clear(a.held)
+		out := outcome{result: resultNone, gpus: gpus}
+		if serveErr != nil {
+			out.status, out.result = status{StateFailed, serveErr.Error()}, resultFailed
+			return a.finish(prev, out, ReasonFailed, "")
+		}
+		return out
+	}
+	doc, err := a.document(src)
+	if err != nil {
+		// A config file that is not there yet may be mounted soon.
+		a.metrics.errors.WithLabelValues(stageConfig).Inc()
+		return a.finish(prev, outcome{status: status{StateFailed, err.Error()}, retry: true, result: resultFailed, gpus: gpus}, ReasonFailed, "")
+	}
+	desired, plan, err := planFor(src, doc, gpus)
+	if err != nil {
+		a.metrics.errors.WithLabelValues(stageConfig).Inc()
+		msg := fmt.Sprintf("%s: %v; the GPUs are left as they are", src, err)
+		return a.finish(prev, outcome{status: status{StateFailed, msg}, result: resultInvalid, gpus: gpus}, ReasonInvalid, "")
+	}
+	if !slices.ContainsFunc(plan.GPUs, migconfig.GPUPlan.Changed) {
+		clear(a.held)
+		out := outcome{status: status{State: StateSuccess}, result: resultSuccess, gpus: gpus}
+		if serveErr != nil {
+			out.status, out.result = status{StateFailed, serveErr.Error()}, resultFailed
+			return a.finish(prev, out, ReasonFailed, "")
+		}
+		return a.finish(prev, out, ReasonApplied, fmt.Sprintf("%s: the layout is in place: %s", src, summarize(plan)))
+	}
+
+	// A GPU whose apply of this document failed on its very layout is
+	// not tried again: a rollback recreates instances with new ids, so
+	// each retry would churn the GPU, the Node and its Events. A new
+	// document, a GPU changed behind the agent's back (a reset) or a
+	// restart lifts the hold.
+	srcID := src.identity(doc)
+	var reasons []string
+	held := map[int]bool{}
+	for _, p := range plan.GPUs {
+		if h, ok := a.held[p.GPU]; ok && p.Changed() && h.key == holdKey(srcID, gpus, p.GPU) {
+			held[p.GPU] = true
+			reasons = append(reasons, h.reason)
+		}
+	}
+	maps.DeleteFunc(a.held, func(gpu int, _ hold) bool { return !held[gpu] })
+	todo := withoutGPUs(plan, held)
+	if !slices.ContainsFunc(todo.GPUs, migconfig.GPUPlan.Changed) {
+		return outcome{status: status{StateFailed, fmt.Sprintf("%s: %s", src, strings.Join(reasons, "; "))}, result: resultHeld, gpus: gpus}
+	}
+
+	assignments, err := a.opts.PodResources.List(ctx)
+	if err != nil {
+		a.metrics.errors.WithLabelValues(stageBusyCheck).Inc()
+		msg := fmt.Sprintf("%s: cannot tell which GPUs pods use, so none is changed: %v", src, err)
+		return a.finish(prev, outcome{status: status{StateFailed, joinReasons(append(reasons, msg)...)}, retry: true, result: resultFailed, gpus: gpus}, ReasonFailed, "")
+	}
+	busy := busyGPUs(todo, gpus, assignments)
+	var waitNote string
+	failed, retry := len(reasons) > 0, false
+	if len(busy) > 0 {
+		retry = true
+		waitNote = fmt.Sprintf("waiting for pods to release GPUs before they are repartitioned (--busy-policy=%s): %s", a.opts.BusyPolicy, describeBusy(busy))
+		if a.opts.BusyPolicy == BusyEvict {
+			note, err := a.evict(ctx, busyPods(busy))
+			if err != nil {
+				a.metrics.errors.WithLabelValues(stageEvict).Inc()
+				failed = true
+				reasons = append(reasons, err.Error())
+			}
+			waitNote = fmt.Sprintf("%s; waiting for them to stop before repartitioning (--busy-policy=%s): %s", note, a.opts.BusyPolicy, describeBusy(busy))
+		}
+		todo = withoutGPUs(todo, busy)
+	}
+
+	out := a.applyFree(ctx, src, srcID, desired, todo)
+	if ctx.Err() != nil {
+		return out
+	}
+	if out.status.State == StateFailed {
+		failed = true
+		reasons = append(reasons, out.status.Reason)
+	}
+	out.retry = retry
+	switch {
+	case failed:
+		out.status = status{StateFailed, fmt.Sprintf("%s: %s", src, joinReasons(append(reasons, waitNote)...))}
+		out.result = resultFailed
+		return a.finish(prev, out, ReasonFailed, "")
+	case len(busy) > 0:
+		out.status = status{StatePending, fmt.Sprintf("%s: %s", src, waitNote)}
+		out.result = resultPending
+		return a.finish(prev, out, ReasonPending, "")
+	}
+	return a.finish(prev, out, ReasonApplied, "")
+}
+
+// hold is a GPU on which applying a document failed.
+type hold struct {
+	// key is the document and the GPU's layout after the failure.
+	key    string
+	reason string
+}
+
+// holdKey identifies a document and one GPU's layout, instance ids
+// included.
+func holdKey(srcID string, gpus []mig.GPU, index int) string {
+	for _, g := range gpus {
+		if g.Index == index {
+			b, _ := json.Marshal(g)
+			sum := sha256.Sum256(b)
+			return srcID + "/" + hex.EncodeToString(sum[:])
+		}
+	}
+	return srcID + "/missing"
+}
+
+// applyFree applies plan, which leaves out busy and held GPUs, resets GPUs
+// whose MIG mode change waits for a reset where it can, and serves the
+// layout that results. Its status is success, or failed with every GPU's
+// reason (without the source: the caller adds it); GPUs that failed are
+// held. An Applied Event records what changed.
+func (a *Agent) applyFree(ctx context.Context, src source, srcID string, desired []migconfig.Desired, plan migconfig.Plan) outcome {
+	res, _ := migconfig.Apply(ctx, a.part, plan)
+	var errs, applied []string
+	failedGPUs := map[int]string{}
+	for i, r := range res.GPUs {
+		if r.Outcome == migconfig.OutcomeResetRequired {
+			r = a.resetAndApply(ctx, desired, r)
+			res.GPUs[i] = r
+		}
+		switch {
+		case r.Outcome == migconfig.OutcomeApplied:
+			applied = append(applied, plan.GPUs[i].Summary())
+		case r.Err != nil:
+			errs = append(errs, r.Err.Error())
+			failedGPUs[r.GPU] = r.Err.Error()
+		}
+	}
+	gpus, err := mig.Discover(a.opts.NVML)
+	if err != nil {
+		a.metrics.errors.WithLabelValues(stageDiscover).Inc()
+		errs = append(errs, fmt.Sprintf("reading the GPUs after the change: %v", err))
+		gpus = a.gpus
+	} else if err := a.serve(ctx, gpus); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if ctx.Err() == nil {
+		for gpu, reason := range failedGPUs {
+			a.held[gpu] = hold{key: holdKey(srcID, gpus, gpu), reason: reason}
+		}
+	}
+	out := outcome{status: status{State: StateSuccess}, result: resultSuccess, gpus: gpus}
+	if len(applied) > 0 {
+		out.events = append(out.events, event{corev1.EventTypeNormal, ReasonApplied, fmt.Sprintf("%s: %s", src, strings.Join(applied, "; "))})
+	}
+	if len(errs) > 0 {
+		if ctx.Err() == nil {
+			a.metrics.errors.WithLabelValues(stageApply).Inc()
+		}
+		out.status = status{StateFailed, strings.Join(errs, "; ")}
+		out.result = resultFailed
+	}
+	return out
+}
+
+// resetAndApply finishes a GPU whose MIG mode change waits for a reset
+// (Ampere): when the backend can reset GPUs it resets this one (nothing
+// uses it: pods on it made it busy, and NVML refuses to reset a GPU with
+// processes) and applies the rest of the plan, as mig-parted does with
+// nvidia-smi -r. Otherwise the result says what the operator must do.
+func (a *Agent) resetAndApply(ctx context.Context, desired []migconfig.Desired, r migconfig.GPUResult) migconfig.GPUResult {
+	if err := a.part.ResetGPU(r.GPU); err != nil {
+		if errors.Is(err, mig.ErrNotSupported) {
+			r.Err = fmt.Errorf("%w; the agent cannot reset GPUs with this NVML backend: drain the node, reset GPU %d (nvidia-smi -r -i %d) or reboot the node, and the agent completes the layout", r.Err, r.GPU, r.GPU)
+		} else {
+			a.metrics.errors.WithLabelValues(stageReset).Inc()
+			r.Err = fmt.Errorf("%w; resetting the GPU failed: %w", r.Err, err)
+		}
+		return r
+	}
+	a.log.Info("Reset the GPU so its MIG mode change takes effect", "gpu", r.GPU)
+	gpus, err := mig.Discover(a.opts.NVML)
+	if err != nil {
+		r.Err = fmt.Errorf("GPU %d: reading it after the reset: %w", r.GPU, err)
+		return r
+	}
+	var mine []migconfig.Desired
+	for _, d := range desired {
+		if d.GPU == r.GPU {
+			mine = append(mine, d)
+		}
+	}
+	plan, err := migconfig.MakePlan(gpus, mine)
+	if err != nil {
+		r.Err = fmt.Errorf("GPU %d: planning after the reset: %w", r.GPU, err)
+		return r
+	}
+	res, _ := migconfig.Apply(ctx, a.part, plan)
+	if len(res.GPUs) != 1 {
+		r.Err = fmt.Errorf("GPU %d: no plan after the reset", r.GPU)
+		return r
+	}
+	after := res.GPUs[0]
+	if after.Outcome == migconfig.OutcomeUnchanged {
+		after.Outcome = migconfig.OutcomeApplied
+	}
+	return after
+}
+
+// finish adds the Event an outcome is worth, given what was reported
+// before: a changed state or reason is news, the same one again is not,
+// so a restarted agent that finds everything in place records nothing.
+// An Applied Event the outcome already carries (GPUs were changed) is
+// always kept. reason is the Event reason for the outcome's state and
+// message the Applied message for a success that changed nothing.
+func (a *Agent) finish(prev status, out outcome, reason, message string) outcome {
+	if out.status == prev {
+		return out
+	}
+	switch out.status.State {
+	case StateSuccess:
+		if len(out.events) == 0 && message != "" {
+			out.events = append(out.events, event{corev1.EventTypeNormal, ReasonApplied, message})
+		}
+	case StatePending:
+		out.events = append(out.events, event{corev1.EventTypeNormal, ReasonPending, out.status.Reason})
+	case StateFailed:
+		out.events = append(out.events, event{corev1.EventTypeWarning, reason, out.status.Reason})
+	}
+	return out
+}
+
+// serve hands the layout to the device plugin.
+func (a *Agent) serve(ctx context.Context, gpus []mig.GPU) error {
+	if err := a.opts.DevicePlugin.Update(ctx, gpus); err != nil {
+		a.metrics.errors.WithLabelValues(stageServe).Inc()
+		return fmt.Errorf("the layout cannot be served under --mig-strategy=%s: %w", a.opts.MigStrategy, err)
+	}
+	return nil
+}
+
+// document returns the mig.config text of src: the annotation's, or the
+// config file's for the label.
+func (a *Agent) document(src source) (string, error) {
+	switch src.kind {
+	case sourceAnnotation, sourceRunAIAnnotation:
+		return src.document, nil
+	}
+	if a.opts.ConfigFile == "" {
+		return "", fmt.Errorf("%s names a configuration, but the agent has no --config-file to find it in", src)
+	}
+	data, err := os.ReadFile(a.opts.ConfigFile)
+	if err != nil {
+		return "", fmt.Errorf("%s: reading the config file: %w", src, err)
+	}
+	return string(data), nil
+}
+
+// planFor parses doc, selects the source's configuration and plans it on
+// gpus. Every error is the user's document or choice not fitting the node.
+func planFor(src source, doc string, gpus []mig.GPU) ([]migconfig.Desired, migconfig.Plan, error) {
+	spec, err := migconfig.Parse([]byte(doc))
+	if err != nil {
+		return nil, migconfig.Plan{}, err
+	}
+	cfg, err := spec.Select(src.configName)
+	if err != nil {
+		return nil, migconfig.Plan{}, err
+	}
+	desired, err := migconfig.Validate(cfg, gpus)
+	if err != nil {
+		return nil, migconfig.Plan{}, fmt.Errorf("config %q: %w", cfg.Name, err)
+	}
+	plan, err := migconfig.MakePlan(gpus, desired)
+	if err != nil {
+		return nil, migconfig.Plan{}, fmt.Errorf("config %q: %w", cfg.Name, err)
+	}
+	return desired, plan, nil
+}
+
+// summarize is one line per GPU of the plan.
+func summarize(plan migconfig.Plan) string {
+	parts := make([]string, len(plan.GPUs))
+	for i, p := range plan.GPUs {
+		parts[i] = p.Summary()
+	}
+	return strings.Join(parts, "; ")
+}
+
+func joinReasons(parts ...string) string {
+	var out []string
+	for _, p := range parts {
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	return strings.Join(out, "; ")
+}
