@@ -1,0 +1,110 @@
+package harness
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/migflex/migflex/test/bench/load"
+	"github.com/migflex/migflex/test/bench/proc"
+)
+
+func measurement(source, mode string, nodes int, throughput float64, p50, p99 time.Duration, noAnswer, wrong int) Measurement {
+	return Measurement{
+		Source: source, Mode: mode, Nodes: nodes,
+		Load: load.Result{
+			Requests: 100, Failures: noAnswer + wrong, NoAnswer: noAnswer, Wrong: wrong, Throughput: throughput,
+			Latency: load.Percentiles{Count: 100, P50: p50, P90: p50 * 2, P99: p99, Max: p99},
+		},
+		Sent:          108,
+		WebhookMemory: proc.Memory{Peak: 64 << 20, Current: 48 << 20},
+		WebhookCPU:    108 * time.Millisecond,
+	}
+}
+
+func TestCompare(t *testing.T) {
+	r := &Report{Runs: []Measurement{
+		measurement(SourceInformer, "existence", 100, 4000, time.Millisecond, 4*time.Millisecond, 0, 0),
+		measurement(SourceList, "existence", 100, 100, 40*time.Millisecond, 200*time.Millisecond, 0, 0),
+		measurement(SourceInformer, "existence", 1000, 3000, time.Millisecond, 5*time.Millisecond, 0, 0),
+		// No list run at 1000 nodes: no comparison.
+		measurement(SourceList, "capacity", 100, 1, time.Second, time.Second, 0, 0),
+	}}
+	want := []Comparison{{Mode: "existence", Nodes: 100, Throughput: 40, P50: 40, P90: 40, P99: 50}}
+	if diff := cmp.Diff(want, Compare(r)); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestProblems(t *testing.T) {
+	for name, tc := range map[string]struct {
+		run  Measurement
+		want int
+	}{
+		"clean informer":          {measurement(SourceInformer, "existence", 100, 1, 1, 1, 0, 0), 0},
+		"informer without answer": {measurement(SourceInformer, "existence", 100, 1, 1, 1, 1, 0), 1},
+		"informer wrong":          {measurement(SourceInformer, "existence", 100, 1, 1, 1, 0, 1), 1},
+		// The baseline timing out is what is measured, not a problem.
+		"list without answer": {measurement(SourceList, "capacity", 100, 1, 1, 1, 3, 0), 0},
+		"list wrong":          {measurement(SourceList, "capacity", 100, 1, 1, 1, 0, 2), 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := &Report{Runs: []Measurement{tc.run}}
+			if got := r.Problems(); len(got) != tc.want {
+				t.Errorf("problems %q, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestWriteMarkdown(t *testing.T) {
+	r := &Report{
+		Machine:     Machine{CPUs: 2, CPUModel: "AMD EPYC", MemoryGB: 23, LoadBefore: "1.00 2.00 3.00", LoadAfter: "4.00 5.00 6.00"},
+		Concurrency: 8,
+		Setup:       []SetupStep{{What: "create nodes 0..99", Objects: 100, Duration: 500 * time.Millisecond}},
+		Lists:       []ListSize{{Resource: "nodes", Objects: 100, Bytes: 618000}},
+		Runs: []Measurement{
+			measurement(SourceInformer, "existence", 100, 4000, time.Millisecond, 4*time.Millisecond, 0, 0),
+			measurement(SourceList, "existence", 100, 100, 40*time.Millisecond, 200*time.Millisecond, 2, 0),
+		},
+	}
+	r.Runs[1].WebhookCPU = 0
+	var b strings.Builder
+	if err := WriteMarkdown(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"| 2 | AMD EPYC | 23 GiB |",
+		"| create nodes 0..99 | 100 | 500ms | 200 |",
+		"| nodes | 100 | 618000 | 6180 |",
+		"| existence | 100 | 0 | informer | 100 | 0 | 0 | 4000.0 | 1.00ms | 2.00ms | 4.00ms | 4.00ms | 0 | 64 MiB | 48 MiB | 1.00ms |",
+		"| existence | 100 | 0 | list | 100 | 2 | 0 | 100.0 | 40.0ms |",
+		"| <93µs |", // no CPU tick in 108 admissions
+		"| existence | 100 | 0 | 40.0x | 40.0x | 40.0x | 50.0x |",
+		"Problems (wrong answers, or product admissions without an answer): 0.",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		0:                         "0",
+		1500 * time.Nanosecond:    "2µs",
+		999 * time.Microsecond:    "999µs",
+		1234 * time.Microsecond:   "1.23ms",
+		12345 * time.Microsecond:  "12.3ms",
+		123456 * time.Microsecond: "123ms",
+		1500 * time.Millisecond:   "1.50s",
+		90 * time.Second:          "90.0s",
+	} {
+		if got := Duration(d); got != want {
+			t.Errorf("Duration(%v) = %q, want %q", time.Duration(d), got, want)
+		}
+	}
+}
