@@ -5,7 +5,9 @@
 # what up.sh recorded creating. Logs stay in $CLUSTER_DIR/logs.
 #
 # What it cannot undo: see "Host changes" in hack/cluster/README.md.
-set -uo pipefail
+# No -e or -u: a tear-down does every step it can, whatever failed before.
+set -o pipefail
+# shellcheck source=hack/cluster/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 [[ $EUID -eq 0 ]] || die "needs root"
@@ -42,8 +44,9 @@ for f in "$RUN_DIR"/*.pid; do
 	n=$(basename "$f" .pid)
 	[[ " ${COMPONENTS[*]} " == *" $n "* ]] || stop "$n" 10
 done
-stop kube-controller-manager
-stop kube-scheduler
+stop kube-controller-manager &
+stop kube-scheduler &
+wait
 
 # 2. Let the kubelet tear the pods down itself (CNI DEL, volume unmounts,
 #    cgroups): delete them all and wait until the API has none left, which the
@@ -72,8 +75,8 @@ for p in /proc/[0-9]*; do
 	kill -KILL "${p#/proc/}" 2>/dev/null && log "killed leftover shim ${p#/proc/}"
 done
 # Pod processes orphaned by a killed shim live on in the kubelet's cgroups.
-for f in $(find /sys/fs/cgroup/*/kubepods -name cgroup.procs 2>/dev/null); do
-	while read -r pid; do kill -KILL "$pid" 2>/dev/null && log "killed leftover pod process $pid"; done <"$f"
+find /sys/fs/cgroup/*/kubepods -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u | while read -r pid; do
+	kill -KILL "$pid" 2>/dev/null && log "killed leftover pod process $pid"
 done
 
 # 4. Control plane. kube-apiserver may wait ~60s for open watches on SIGTERM;
@@ -81,8 +84,9 @@ done
 pid=$(pid_of kube-apiserver)
 if [[ -n $pid ]]; then
 	kill -TERM "$pid" 2>/dev/null
-	for ((i = 0; i < 600 && -d /proc/$pid; i++)); do
-		((i == 10)) && kill -TERM "$pid" 2>/dev/null # after 1s
+	for ((i = 0; i < 600; i++)); do
+		[[ -d /proc/$pid ]] || break
+		if ((i == 10)); then kill -TERM "$pid" 2>/dev/null; fi # after 1s
 		sleep 0.1
 	done
 	if [[ -d /proc/$pid ]]; then
@@ -104,7 +108,7 @@ mounts() {
 for m in $(mounts); do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
 rm -f /run/netns/cni-* 2>/dev/null
 ip link del "$BRIDGE" 2>/dev/null && log "removed bridge $BRIDGE"
-for d in $(find /sys/fs/cgroup/*/kubepods -depth -type d 2>/dev/null); do rmdir "$d" 2>/dev/null; done
+find /sys/fs/cgroup/*/kubepods -depth -type d -exec rmdir {} + 2>/dev/null
 
 # 6. Host settings up.sh recorded.
 if [[ -d $HOST_DIR ]]; then
@@ -138,7 +142,7 @@ if [[ -d $HOST_DIR ]]; then
 			done
 			for c in $new_chains; do ip${v}tables -t "$table" -F "$c" 2>/dev/null; done
 			for c in $new_chains; do ip${v}tables -t "$table" -X "$c" 2>/dev/null; done
-			log "removed ip${v}tables $table chains: $(echo $new_chains)"
+			log "removed ip${v}tables $table chains: ${new_chains//$'\n'/ }"
 		done
 	done
 

@@ -7,6 +7,7 @@
 # $CLUSTER_DIR/logs (until the next up.sh) and their tails are printed.
 # SKIP_BUILD=1 skips make build (bin/ already built).
 set -euo pipefail
+# shellcheck source=hack/cluster/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 [[ $EUID -eq 0 ]] || die "needs root (it runs a kubelet and changes host networking)"
 cd "$ROOT"

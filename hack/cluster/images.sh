@@ -7,6 +7,7 @@
 # into $IMAGES_DIR (default .cache/images). Fast when nothing changed; the
 # same inputs give the same image digests.
 set -euo pipefail
+# shellcheck source=hack/cluster/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 tools=$CACHE_DIR/tools

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034 # the scripts sourcing this use its variables
 # Shared settings for the local-cluster scripts; sourced, not run.
 # Every setting is an environment variable with a default.
 

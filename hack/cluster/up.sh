@@ -17,6 +17,7 @@
 #   at a url on 127.0.0.1; in-pod clients run hostNetwork with
 #   KUBERNETES_SERVICE_HOST=127.0.0.1 KUBERNETES_SERVICE_PORT=6443.
 set -euo pipefail
+# shellcheck source=hack/cluster/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 [[ $EUID -eq 0 ]] || die "needs root (it runs a kubelet and changes host networking)"
@@ -141,6 +142,7 @@ start() {
 	local name=$1
 	shift
 	echo "$1" >"$RUN_DIR/$name.exe"
+	# shellcheck disable=SC2016 # expanded by the inner bash
 	setsid bash -c 'echo $$ >"$0"; exec "$@"' "$RUN_DIR/$name.pid" "$@" </dev/null >"$LOG_DIR/$name.log" 2>&1 &
 	local i
 	for ((i = 0; i < 50; i++)); do [[ -s $RUN_DIR/$name.pid ]] && return 0; sleep 0.1; done
@@ -168,7 +170,7 @@ waitfor "etcd healthy" 120 curl -sf http://127.0.0.1:2381/health
 
 start kube-apiserver "$K8S_BIN/kube-apiserver" \
 	--etcd-servers=http://127.0.0.1:2379 \
-	--bind-address=127.0.0.1 --secure-port=$APISERVER_PORT --advertise-address=127.0.0.1 \
+	--bind-address=127.0.0.1 --secure-port="$APISERVER_PORT" --advertise-address=127.0.0.1 \
 	--endpoint-reconciler-type=none \
 	--tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" --client-ca-file="$PKI/ca.crt" \
 	--service-account-issuer=https://kubernetes.default.svc.cluster.local \

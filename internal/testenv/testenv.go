@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -107,10 +108,19 @@ func start(t testing.TB, getenv func(string) string, root func() (string, error)
 	}
 	// Explicit paths: envtest would otherwise prefer $KUBEBUILDER_ASSETS even
 	// when it is set but empty.
-	env.ControlPlane.Etcd = &envtest.Etcd{Path: filepath.Join(dir, "etcd")}
+	etcdPath, apiPath := filepath.Join(dir, "etcd"), filepath.Join(dir, "kube-apiserver")
+	if wrap, err := dieWithParent(t.TempDir(), etcdPath, apiPath); err != nil {
+		t.Logf("testenv: %v; etcd and kube-apiserver will outlive this test binary if it is killed", err)
+	} else {
+		etcdPath, apiPath = wrap[0], wrap[1]
+	}
+	// State in t.TempDir, which the testing package removes after the
+	// control plane has stopped (cleanups run last-registered first).
+	env.ControlPlane.Etcd = &envtest.Etcd{Path: etcdPath, DataDir: t.TempDir()}
 	env.ControlPlane.KubectlPath = filepath.Join(dir, "kubectl")
 	api := env.ControlPlane.GetAPIServer()
-	api.Path = filepath.Join(dir, "kube-apiserver")
+	api.Path = apiPath
+	api.CertDir = t.TempDir()
 	api.Out, api.Err = apiLog, apiLog
 	args := api.Configure()
 	args.Set("enable-aggregator-routing", "true")
@@ -131,6 +141,30 @@ func start(t testing.TB, getenv func(string) string, root func() (string, error)
 		}
 	})
 	return cfg
+}
+
+// dieWithParent writes, into dir, a wrapper for each binary that execs it
+// with PR_SET_PDEATHSIG=SIGKILL (util-linux setpriv). envtest stops its
+// processes in t.Cleanup, which never runs when the test binary is killed
+// (go test -timeout, ^C); without this, etcd and kube-apiserver would be left
+// running, orphaned.
+func dieWithParent(dir string, bins ...string) ([]string, error) {
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		return nil, fmt.Errorf("no setpriv to tie the control plane's lifetime to this process: %w", err)
+	}
+	out := make([]string, len(bins))
+	for i, bin := range bins {
+		if strings.ContainsAny(bin+setpriv, "'\n") {
+			return nil, fmt.Errorf("cannot quote %q in a shell script", bin)
+		}
+		script := fmt.Sprintf("#!/bin/sh\nexec '%s' --pdeathsig KILL -- '%s' \"$@\"\n", setpriv, bin)
+		out[i] = filepath.Join(dir, filepath.Base(bin))
+		if err := os.WriteFile(out[i], []byte(script), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 var errNoAssets = errors.New("no envtest binaries (etcd, kube-apiserver)")

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"encoding/pem"
@@ -9,8 +10,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -293,4 +297,80 @@ func labelConfigMaps(w http.ResponseWriter, r *http.Request) {
 	review.Request = nil
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(&review)
+}
+
+// TestControlPlaneDiesWithTestBinary kills a test binary that started a
+// control plane, skipping its cleanups as go test -timeout would, and
+// checks that etcd and kube-apiserver do not outlive it.
+func TestControlPlaneDiesWithTestBinary(t *testing.T) {
+	if os.Getenv(helperEnv) == "1" {
+		return // the helper's own run of this test
+	}
+	if _, err := resolveAssets(os.Getenv, moduleRoot); err != nil {
+		Start(t) // skips or fails exactly as Start does
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperStartAndDie$", "-test.v")
+	// The killed helper cannot clean up its temporary directories: keep
+	// them in one of ours.
+	cmd.Env = append(os.Environ(), helperEnv+"=1", "TMPDIR="+t.TempDir())
+	out, _ := cmd.CombinedOutput() // it dies of SIGKILL by design
+	var pids []int
+	for _, line := range strings.Split(string(out), "\n") {
+		if rest, ok := strings.CutPrefix(line, "child-pid "); ok {
+			pid, err := strconv.Atoi(strings.TrimSpace(rest))
+			if err != nil {
+				t.Fatalf("helper printed %q: %v", line, err)
+			}
+			pids = append(pids, pid)
+		}
+	}
+	if len(pids) < 2 {
+		t.Fatalf("helper reported %d control-plane processes, want etcd and kube-apiserver; output:\n%s", len(pids), out)
+	}
+	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		for _, pid := range pids {
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Errorf("control-plane processes %v outlived the killed test binary: %v", pids, err)
+		for _, pid := range pids { // do not leak them from this test either
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+const helperEnv = "MIGFLEX_TESTENV_HELPER"
+
+// TestHelperStartAndDie is run by TestControlPlaneDiesWithTestBinary in a
+// child test binary; on its own it does nothing.
+func TestHelperStartAndDie(t *testing.T) {
+	if os.Getenv(helperEnv) != "1" {
+		return
+	}
+	Start(t)
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	self := os.Getpid()
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(self) {
+			fmt.Printf("child-pid %d\n", pid)
+		}
+	}
+	_ = syscall.Kill(self, syscall.SIGKILL)
 }
