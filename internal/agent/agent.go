@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -189,6 +190,7 @@ type Agent struct {
 	// first reconcile, when the Node's labels stand in for it.
 	reported status
 	known    bool
+	nodeUID  types.UID
 	// held are GPUs on which the current document failed, by index (see
 	// reconcile).
 	held map[int]hold
@@ -352,6 +354,7 @@ func (a *Agent) loop(ctx context.Context, dpErr <-chan error) error {
 		case <-a.trigger:
 		case <-retry.C:
 		case <-resync.C:
+			a.liftBusyHolds()
 		}
 		if a.step(ctx) {
 			retry.Reset(a.opts.RetryInterval)
@@ -378,9 +381,12 @@ func (a *Agent) step(ctx context.Context) bool {
 		a.log.Info("Node not found; waiting for it", "node", a.opts.NodeName)
 		return false
 	}
-	if !a.known {
+	if !a.known || node.UID != a.nodeUID {
+		// What the Node shows stands in for what this process reported,
+		// so a restart does not repeat the last Event; a Node deleted and
+		// created again starts from its own labels too.
 		a.reported = status{State: node.Labels[LabelMigConfigState], Reason: node.Annotations[AnnotationReason]}
-		a.known = true
+		a.known, a.nodeUID = true, node.UID
 	}
 	start := time.Now()
 	out := a.reconcile(ctx, node, a.reported)

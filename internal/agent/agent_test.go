@@ -794,21 +794,29 @@ mig-configs:
 		if err := n.lib.SetBusy(0, gpus[0].Instances[1].GIID, true); err != nil {
 			t.Fatal(err)
 		}
-		r := n.start()
+		r := n.start(withResync(200 * time.Millisecond))
 		n.annotate(AnnotationMigConfig, "version: v1\nmig-configs:\n  selected:\n  - devices: [0]\n    mig-enabled: true\n    mig-devices: {\"1g.10gb\": 7}\n")
 		obj := n.waitState(StateFailed)
-		if r := obj.Annotations[AnnotationReason]; !strings.Contains(r, "rolled back") {
-			t.Errorf("reason %q does not say the GPU was rolled back", r)
+		if r := obj.Annotations[AnnotationReason]; !strings.Contains(r, "rolled back") || !strings.Contains(r, "busy") {
+			t.Errorf("reason %q does not say the GPU was busy and rolled back", r)
 		}
 		n.waitEvent(corev1.EventTypeWarning, ReasonFailed, "GPU 0")
 		waitLayout(t, n, []string{"GPU 0 mig=true 3g.40gb@0 3g.40gb@4", "GPU 1 mig=false"})
 		n.waitServed(map[string]int{resource3g: 2, deviceplugin.ResourceGPU: 1})
-		// Held: later reconciles (the agent's own Node update triggers
-		// one) do not try again.
-		waitCounter(t, r, "migflex_agent_reconciles_total", "result", resultHeld)
+		// Held: a reconcile that is not a resync (the agent's own Node
+		// update triggers one) does not try again ...
+		waitCounter(t, r, "migflex_agent_reconciles_total", "result", resultHeld, 1)
+		// ... a resync does, and the same failure is no news.
+		waitCounter(t, r, "migflex_agent_reconciles_total", "result", resultFailed, 2)
 		if failed := countReason(n.events(), ReasonFailed); failed != 1 {
-			t.Errorf("%d MigConfigFailed Events, want 1", failed)
+			t.Errorf("%d MigConfigFailed Events, want 1: %s", failed, describeEvents(n.events()))
 		}
+		// The processes end: the next resync gets through.
+		if err := n.lib.SetBusy(0, gpus[0].Instances[1].GIID, false); err != nil {
+			t.Fatal(err)
+		}
+		n.waitState(StateSuccess)
+		n.waitServed(map[string]int{resource3g: 0, deviceplugin.ResourceGPU: 1, resource1g: 7})
 	})
 
 	t.Run("health in the layout", func(t *testing.T) {
@@ -844,6 +852,23 @@ mig-configs:
 			}
 			return false
 		})
+	})
+
+	t.Run("serves before the API server answers", func(t *testing.T) {
+		n := newNode(t, api)
+		n.partition(0, "3g.40gb", "2g.20gb")
+		// Nothing listens there: the Node never arrives, the devices are
+		// served all the same.
+		down, err := kubernetes.NewForConfig(&rest.Config{Host: "http://127.0.0.1:1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := n.start(withClient(down))
+		n.waitServed(map[string]int{resource2g: 1, resource3g: 1, deviceplugin.ResourceGPU: 1})
+		if got := httptestGet(t, r.agent.Handler(), "/healthz"); got != "ok\n" {
+			t.Errorf("/healthz = %q", got)
+		}
+		r.stop()
 	})
 
 	t.Run("restart touches nothing", func(t *testing.T) {
@@ -976,12 +1001,17 @@ func waitLayout(t *testing.T, n *node, want []string) {
 	}
 }
 
-func waitCounter(t *testing.T, r *agentRun, name, label, value string) {
+// waitCounter waits until a counter reaches at least min (1 if omitted).
+func waitCounter(t *testing.T, r *agentRun, name, label, value string, min ...float64) {
 	t.Helper()
+	want := 1.0
+	if len(min) > 0 {
+		want = min[0]
+	}
 	deadline := time.Now().Add(hangTimeout)
-	for r.counter(name, label, value) < 1 {
+	for r.counter(name, label, value) < want {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s{%s=%q} stayed 0", name, label, value)
+			t.Fatalf("%s{%s=%q} = %v, want at least %v", name, label, value, r.counter(name, label, value), want)
 		}
 		time.Sleep(pollInterval) // polling a condition nothing signals
 	}

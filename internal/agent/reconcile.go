@@ -84,7 +84,9 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, prev status) o
 	// not tried again: a rollback recreates instances with new ids, so
 	// each retry would churn the GPU, the Node and its Events. A new
 	// document, a GPU changed behind the agent's back (a reset) or a
-	// restart lifts the hold.
+	// restart lifts the hold; so does a resync for a GPU that failed
+	// because processes the kubelet does not know of use it (see
+	// liftBusyHolds).
 	srcID := src.identity(doc)
 	var reasons []string
 	held := map[int]bool{}
@@ -151,6 +153,15 @@ type hold struct {
 	// key is the document and the GPU's layout after the failure.
 	key    string
 	reason string
+	// inUse: NVML refused because something uses the GPU, which may end
+	// without any sign the agent could see.
+	inUse bool
+}
+
+// liftBusyHolds forgets the holds of GPUs that failed because they were in
+// use, so the next reconcile tries them again.
+func (a *Agent) liftBusyHolds() {
+	maps.DeleteFunc(a.held, func(_ int, h hold) bool { return h.inUse })
 }
 
 // holdKey identifies a document and one GPU's layout, instance ids
@@ -174,7 +185,7 @@ func holdKey(srcID string, gpus []mig.GPU, index int) string {
 func (a *Agent) applyFree(ctx context.Context, src source, srcID string, desired []migconfig.Desired, plan migconfig.Plan) outcome {
 	res, _ := migconfig.Apply(ctx, a.part, plan)
 	var errs, applied []string
-	failedGPUs := map[int]string{}
+	failedGPUs := map[int]hold{}
 	for i, r := range res.GPUs {
 		if r.Outcome == migconfig.OutcomeResetRequired {
 			r = a.resetAndApply(ctx, desired, r)
@@ -185,7 +196,7 @@ func (a *Agent) applyFree(ctx context.Context, src source, srcID string, desired
 			applied = append(applied, plan.GPUs[i].Summary())
 		case r.Err != nil:
 			errs = append(errs, r.Err.Error())
-			failedGPUs[r.GPU] = r.Err.Error()
+			failedGPUs[r.GPU] = hold{reason: r.Err.Error(), inUse: r.Busy || errors.Is(r.Err, mig.ErrInUse)}
 		}
 	}
 	gpus, err := mig.Discover(a.opts.NVML)
@@ -197,8 +208,9 @@ func (a *Agent) applyFree(ctx context.Context, src source, srcID string, desired
 		errs = append(errs, err.Error())
 	}
 	if ctx.Err() == nil {
-		for gpu, reason := range failedGPUs {
-			a.held[gpu] = hold{key: holdKey(srcID, gpus, gpu), reason: reason}
+		for gpu, h := range failedGPUs {
+			h.key = holdKey(srcID, gpus, gpu)
+			a.held[gpu] = h
 		}
 	}
 	out := outcome{status: status{State: StateSuccess}, result: resultSuccess, gpus: gpus}

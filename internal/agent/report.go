@@ -89,8 +89,9 @@ func (a *Agent) recordEvent(ctx context.Context, node *corev1.Node, ev event) {
 	now := metav1.NewTime(time.Now())
 	e := &corev1.Event{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      fmt.Sprintf("%s.%x", node.Name, now.UnixNano()),
-			Namespace: metav1.NamespaceDefault,
+			// Two Events in the same clock tick must not collide.
+			GenerateName: node.Name + ".",
+			Namespace:    metav1.NamespaceDefault,
 		},
 		InvolvedObject: corev1.ObjectReference{
 			Kind:       "Node",
