@@ -24,6 +24,7 @@ import (
 	"github.com/migflex/migflex/test/bench/fleet"
 	"github.com/migflex/migflex/test/bench/load"
 	"github.com/migflex/migflex/test/bench/proc"
+	"github.com/migflex/migflex/test/bench/report"
 	"github.com/migflex/migflex/test/bench/tlsgen"
 )
 
@@ -68,12 +69,12 @@ type Options struct {
 
 // Report is everything a run measured.
 type Report struct {
-	Machine     Machine       `json:"machine"`
-	Concurrency int           `json:"concurrency"`
-	Setup       []SetupStep   `json:"setup"`
-	Lists       []ListSize    `json:"lists"`
-	Runs        []Measurement `json:"runs"`
-	Elapsed     time.Duration `json:"elapsedNs"`
+	Machine     report.Machine `json:"machine"`
+	Concurrency int            `json:"concurrency"`
+	Setup       []SetupStep    `json:"setup"`
+	Lists       []ListSize     `json:"lists"`
+	Runs        []Measurement  `json:"runs"`
+	Elapsed     time.Duration  `json:"elapsedNs"`
 }
 
 // SetupStep is how long part of filling the cluster took.
@@ -146,9 +147,9 @@ type bench struct {
 // returned with what was measured so far when it fails part way.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	start := time.Now()
-	r := &Report{Machine: describeMachine(), Concurrency: o.Concurrency}
+	r := &Report{Machine: report.DescribeMachine(), Concurrency: o.Concurrency}
 	defer func() {
-		r.Machine.LoadAfter = loadAverage()
+		r.Machine.LoadAfter = report.LoadAverage()
 		r.Elapsed = time.Since(start)
 	}()
 	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {

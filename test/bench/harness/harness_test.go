@@ -9,6 +9,7 @@ import (
 
 	"github.com/migflex/migflex/test/bench/load"
 	"github.com/migflex/migflex/test/bench/proc"
+	"github.com/migflex/migflex/test/bench/report"
 )
 
 func measurement(source, mode string, nodes int, throughput float64, p50, p99 time.Duration, noAnswer, wrong int) Measurement {
@@ -61,7 +62,7 @@ func TestProblems(t *testing.T) {
 
 func TestWriteMarkdown(t *testing.T) {
 	r := &Report{
-		Machine:     Machine{CPUs: 2, CPUModel: "AMD EPYC", MemoryGB: 23, LoadBefore: "1.00 2.00 3.00", LoadAfter: "4.00 5.00 6.00"},
+		Machine:     report.Machine{CPUs: 2, CPUModel: "AMD EPYC", MemoryGB: 23, LoadBefore: "1.00 2.00 3.00", LoadAfter: "4.00 5.00 6.00"},
 		Concurrency: 8,
 		Setup:       []SetupStep{{What: "create nodes 0..99", Objects: 100, Duration: 500 * time.Millisecond}},
 		Lists:       []ListSize{{Resource: "nodes", Objects: 100, Bytes: 618000}},
@@ -88,23 +89,6 @@ func TestWriteMarkdown(t *testing.T) {
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, out)
-		}
-	}
-}
-
-func TestDuration(t *testing.T) {
-	for d, want := range map[time.Duration]string{
-		0:                         "0",
-		1500 * time.Nanosecond:    "2µs",
-		999 * time.Microsecond:    "999µs",
-		1234 * time.Microsecond:   "1.23ms",
-		12345 * time.Microsecond:  "12.3ms",
-		123456 * time.Microsecond: "123ms",
-		1500 * time.Millisecond:   "1.50s",
-		90 * time.Second:          "90.0s",
-	} {
-		if got := Duration(d); got != want {
-			t.Errorf("Duration(%v) = %q, want %q", time.Duration(d), got, want)
 		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/migflex/migflex/test/bench/report"
 )
 
 // WriteMarkdown writes the report as the tables docs/BENCHMARKS.md quotes.
@@ -16,7 +18,7 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 
 	fmt.Fprintf(&b, "### Cluster setup\n\n| step | objects | time | objects/s |\n|---|--:|--:|--:|\n")
 	for _, s := range r.Setup {
-		fmt.Fprintf(&b, "| %s | %d | %s | %.0f |\n", s.What, s.Objects, Duration(s.Duration), float64(s.Objects)/s.Duration.Seconds())
+		fmt.Fprintf(&b, "| %s | %d | %s | %.0f |\n", s.What, s.Objects, report.Duration(s.Duration), float64(s.Objects)/s.Duration.Seconds())
 	}
 
 	fmt.Fprintf(&b, "\n### What one baseline admission lists (JSON, as client-go fetches it)\n\n| resource | objects | bytes | bytes/object |\n|---|--:|--:|--:|\n")
@@ -31,8 +33,8 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 		l := run.Load
 		fmt.Fprintf(&b, "| %s | %d | %d | %s | %d | %d | %d | %.1f | %s | %s | %s | %s | %s | %d MiB | %d MiB | %s | %s |\n",
 			run.Mode, run.Nodes, run.Pods, run.Source, l.Requests, l.NoAnswer, l.Wrong, l.Throughput,
-			Duration(l.Latency.P50), Duration(l.Latency.P90), Duration(l.Latency.P99), Duration(l.Latency.Max),
-			Duration(run.Ready), run.WebhookMemory.Peak>>20, run.WebhookMemory.Current>>20,
+			report.Duration(l.Latency.P50), report.Duration(l.Latency.P90), report.Duration(l.Latency.P99), report.Duration(l.Latency.Max),
+			report.Duration(run.Ready), run.WebhookMemory.Peak>>20, run.WebhookMemory.Current>>20,
 			cpuPerAdmission(run.WebhookCPU, run.Sent), cpuPerAdmission(run.APIServerCPU+run.EtcdCPU, run.Sent))
 	}
 
@@ -43,7 +45,7 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 		fmt.Fprintf(&b, "| %s | %d | %d | %s | %s | %s | %s |\n", c.Mode, c.Nodes, c.Pods,
 			ratio(c.Throughput), ratio(c.P50), ratio(c.P90), ratio(c.P99))
 	}
-	fmt.Fprintf(&b, "\nProblems (wrong answers, or product admissions without an answer): %d. Benchmark wall time: %s.\n", len(r.Problems()), Duration(r.Elapsed))
+	fmt.Fprintf(&b, "\nProblems (wrong answers, or product admissions without an answer): %d. Benchmark wall time: %s.\n", len(r.Problems()), report.Duration(r.Elapsed))
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -88,9 +90,9 @@ func cpuPerAdmission(d time.Duration, n int) string {
 		return "-"
 	}
 	if d == 0 {
-		return "<" + Duration(10*time.Millisecond/time.Duration(n))
+		return "<" + report.Duration(10*time.Millisecond/time.Duration(n))
 	}
-	return Duration(d / time.Duration(n))
+	return report.Duration(d / time.Duration(n))
 }
 
 func ratio(f float64) string {
@@ -101,30 +103,5 @@ func ratio(f float64) string {
 		return fmt.Sprintf("%.1fx", f)
 	default:
 		return fmt.Sprintf("%.2fx", f)
-	}
-}
-
-// Duration formats d with three significant digits in a readable unit.
-func Duration(d time.Duration) string {
-	switch {
-	case d <= 0:
-		return "0"
-	case d < time.Millisecond:
-		return fmt.Sprintf("%.0fµs", float64(d)/float64(time.Microsecond))
-	case d < time.Second:
-		return sig(float64(d)/float64(time.Millisecond)) + "ms"
-	default:
-		return sig(d.Seconds()) + "s"
-	}
-}
-
-func sig(f float64) string {
-	switch {
-	case f >= 100:
-		return fmt.Sprintf("%.0f", f)
-	case f >= 10:
-		return fmt.Sprintf("%.1f", f)
-	default:
-		return fmt.Sprintf("%.2f", f)
 	}
 }

@@ -1,4 +1,6 @@
-package harness
+// Package report holds what every benchmark report shares: the machine the
+// numbers were taken on and how durations are written.
+package report
 
 import (
 	"bufio"
@@ -22,8 +24,10 @@ type Machine struct {
 	LoadAfter  string `json:"loadAfter,omitempty"`
 }
 
-func describeMachine() Machine {
-	m := Machine{CPUs: runtime.NumCPU(), Go: runtime.Version(), LoadBefore: loadAverage()}
+// DescribeMachine reads the machine from /proc and the Go runtime, with the
+// load average now as LoadBefore.
+func DescribeMachine() Machine {
+	m := Machine{CPUs: runtime.NumCPU(), Go: runtime.Version(), LoadBefore: LoadAverage()}
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		m.CPUModel = field(b, "model name")
 	}
@@ -38,8 +42,8 @@ func describeMachine() Machine {
 	return m
 }
 
-// loadAverage is the first three fields of /proc/loadavg.
-func loadAverage() string {
+// LoadAverage is the first three fields of /proc/loadavg.
+func LoadAverage() string {
 	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
 		return "unknown"

@@ -1,0 +1,83 @@
+// Command reconfigbench measures how long the node agent takes to
+// reconfigure 8 simulated GPUs: from the nvidia.com/mig.config annotation
+// patch to the new ListAndWatch message at a kubelet stand-in and to
+// nvidia.com/mig.config.state=success on the Node, over many changes. The
+// agent (cmd/device-plugin) runs as its own process; the API server is a
+// real etcd + kube-apiserver. It writes reconfig.json and reconfig.md into
+// --out, and never fails because of a time.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/migflex/migflex/test/bench/reconfig"
+)
+
+func run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("reconfigbench", flag.ContinueOnError)
+	o := reconfig.Options{Progress: os.Stderr}
+	out := fs.String("out", "_output/bench", "directory for reconfig.json, reconfig.md and the logs")
+	fs.StringVar(&o.Assets, "assets", ".cache/envtest", "directory with etcd, kube-apiserver and kubectl")
+	fs.StringVar(&o.AgentBin, "agent-bin", "bin/device-plugin", "the cmd/device-plugin binary")
+	fs.StringVar(&o.Model, "model", "H100-SXM5-80GB", "simulated GPU model")
+	fs.IntVar(&o.GPUs, "gpus", 8, "simulated GPUs on the node")
+	fs.IntVar(&o.Changes, "changes", 50, "annotation changes to measure per interval, alternating between the two layouts")
+	intervals := fs.String("intervals", "2s,0s", "pauses between changes, one series of --changes per pause")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	for _, f := range strings.Split(*intervals, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(f))
+		if err != nil || d < 0 {
+			return fmt.Errorf("--intervals: %q is not a duration of 0 or more", f)
+		}
+		o.Intervals = append(o.Intervals, d)
+	}
+	o.WorkDir = filepath.Join(*out, "reconfig")
+	r, runErr := reconfig.Run(ctx, o)
+	if err := write(*out, r); err != nil {
+		return errors.Join(runErr, err)
+	}
+	return runErr
+}
+
+func write(dir string, r *reconfig.Report) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "reconfig.json"), append(data, '\n'), 0o644); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(dir, "reconfig.md"))
+	if err != nil {
+		return err
+	}
+	if err := reconfig.WriteMarkdown(f, r); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(os.Stderr, "reconfigbench:", err)
+		os.Exit(1)
+	}
+}
