@@ -220,9 +220,10 @@ func New(opts Options) (*Agent, error) {
 func (a *Agent) Handler() http.Handler { return handler(a.opts.Registry, &a.live) }
 
 // Run serves the node's current devices at once, then watches the Node and
-// the config file and reconciles until ctx is cancelled. It returns an
-// error only when it cannot start: the metrics address cannot be bound,
-// the GPUs cannot be read, or the device plugin cannot run.
+// the config file and reconciles until ctx is cancelled; an Agent runs
+// once. It returns an error only when it cannot start (the metrics address
+// cannot be bound, the GPUs cannot be read) or the device plugin stops
+// with one.
 func (a *Agent) Run(ctx context.Context) error {
 	a.log = klog.FromContext(ctx).WithName("agent").WithValues("node", a.opts.NodeName)
 	ctx = klog.NewContext(ctx, a.log)
@@ -314,7 +315,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	select {
 	case <-synced:
 	case err := <-dpErr:
-		return fmt.Errorf("device plugin: %w", err)
+		if err != nil {
+			return fmt.Errorf("device plugin: %w", err)
+		}
+		return nil
 	}
 	if ctx.Err() != nil {
 		return nil

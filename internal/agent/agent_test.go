@@ -228,6 +228,10 @@ func withClient(c kubernetes.Interface) agentOption {
 	return func(o *Options, _ *deviceplugin.Options) { o.Client = c }
 }
 
+func withPodResourcesSocket(path string) agentOption {
+	return func(o *Options, _ *deviceplugin.Options) { o.PodResources = podresources.New(path) }
+}
+
 func withHealth(h deviceplugin.HealthSource) agentOption {
 	return func(_ *Options, d *deviceplugin.Options) { d.Health = h }
 }
@@ -706,6 +710,22 @@ func TestAgent(t *testing.T) {
 		n.podres.Set()
 		n.waitState(StateSuccess)
 		n.waitServed(map[string]int{resource3g: 0, resource1g: 14, deviceplugin.ResourceGPU: 0})
+	})
+
+	t.Run("no pod-resources socket", func(t *testing.T) {
+		n := newNode(t, api)
+		n.partition(0, "3g.40gb")
+		before := n.layoutOf()
+		n.start(withPodResourcesSocket(filepath.Join(t.TempDir(), "missing.sock")))
+		n.annotate(AnnotationMigConfig, allSeven)
+		obj := n.waitState(StateFailed)
+		if r := obj.Annotations[AnnotationReason]; !strings.Contains(r, "cannot tell which GPUs pods use") {
+			t.Errorf("reason %q", r)
+		}
+		n.waitEvent(corev1.EventTypeWarning, ReasonFailed, "cannot tell which GPUs pods use")
+		if diff := cmp.Diff(before, n.layoutOf()); diff != "" {
+			t.Errorf("GPUs changed without a busy check (-before +after):\n%s", diff)
+		}
 	})
 
 	t.Run("label and config file", func(t *testing.T) {

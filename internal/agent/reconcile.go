@@ -105,8 +105,9 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, prev status) o
 	assignments, err := a.opts.PodResources.List(ctx)
 	if err != nil {
 		a.metrics.errors.WithLabelValues(stageBusyCheck).Inc()
-		msg := fmt.Sprintf("%s: cannot tell which GPUs pods use, so none is changed: %v", src, err)
-		return a.finish(prev, outcome{status: status{StateFailed, joinReasons(append(reasons, msg)...)}, retry: true, result: resultFailed, gpus: gpus}, ReasonFailed, "")
+		msg := fmt.Sprintf("cannot tell which GPUs pods use, so none is changed: %v", err)
+		st := status{StateFailed, fmt.Sprintf("%s: %s", src, joinReasons(append(reasons, msg)...))}
+		return a.finish(prev, outcome{status: st, retry: true, result: resultFailed, gpus: gpus}, ReasonFailed, "")
 	}
 	busy := busyGPUs(todo, gpus, assignments)
 	var waitNote string
