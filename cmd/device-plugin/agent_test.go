@@ -161,20 +161,30 @@ const hangTimeout = 90 * time.Second
 
 var (
 	buildOnce sync.Once
+	binDir    string
 	binary    string
 	buildErr  error
 )
+
+// TestMain removes the binary buildBinary built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
 
 // buildBinary builds this command once per test binary run.
 func buildBinary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "device-plugin-bin")
-		if err != nil {
+		var err error
+		if binDir, err = os.MkdirTemp("", "device-plugin-bin"); err != nil {
 			buildErr = err
 			return
 		}
-		binary = filepath.Join(dir, "device-plugin")
+		binary = filepath.Join(binDir, "device-plugin")
 		out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
