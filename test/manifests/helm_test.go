@@ -139,6 +139,7 @@ func TestHelmRefusesOldKubernetes(t *testing.T) {
 }
 
 func TestHelmTemplate(t *testing.T) {
+	helmPath(t)
 	for _, s := range scenarios {
 		t.Run(s.name, func(t *testing.T) {
 			objs := helmTemplate(t, s)

@@ -24,6 +24,8 @@ var overlays = []string{"overlays/simulated", "overlays/real", "overlays/real-ce
 // matching values, so the two install paths cannot drift apart. The
 // differences that are by design are normalised away (see normalise).
 func TestKustomizeMatchesHelm(t *testing.T) {
+	helmPath(t)
+	kubectlPath(t)
 	for _, tc := range []struct {
 		overlay string
 		helm    scenario

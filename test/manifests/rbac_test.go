@@ -130,6 +130,7 @@ func TestComponentPermissions(t *testing.T) {
 		{user: webhook, verb: "patch", resource: "nodes"},
 		{user: webhook, verb: "get", resource: "secrets", namespace: namespace, name: "gpu-webhook-tls"},
 	}
+	helmPath(t) // skip before starting a control plane
 	cfg := testenv.Start(t)
 	admin := kubernetes.NewForConfigOrDie(cfg)
 	c := newCluster(t, cfg)
