@@ -228,3 +228,13 @@ func TestOwnedMetadata(t *testing.T) {
 		})
 	}
 }
+
+func TestReportingInstance(t *testing.T) {
+	if got := reportingInstance("migflex-agent", "n1"); got != "migflex-agent-n1" {
+		t.Errorf("reportingInstance() = %q", got)
+	}
+	long := strings.Repeat("n", 253)
+	if got := reportingInstance("migflex-agent", long); len(got) != 128 || !strings.HasPrefix(got, "migflex-agent-nnn") {
+		t.Errorf("reportingInstance(long) = %q (%d)", got, len(got))
+	}
+}

@@ -107,7 +107,7 @@ func (a *Agent) recordEvent(ctx context.Context, node *corev1.Node, ev event) {
 		LastTimestamp:       now,
 		Count:               1,
 		ReportingController: eventController,
-		ReportingInstance:   a.opts.FieldManager + "-" + node.Name,
+		ReportingInstance:   reportingInstance(a.opts.FieldManager, node.Name),
 	}
 	if _, err := a.opts.Client.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, e, metav1.CreateOptions{}); err != nil {
 		a.log.Error(err, "Recording an Event on the Node failed", "reason", ev.Reason, "message", ev.Message)
@@ -119,3 +119,14 @@ func (a *Agent) recordEvent(ctx context.Context, node *corev1.Node, ev event) {
 // eventController names the agent as the reporting controller of its
 // Events.
 const eventController = "migflex.io/agent"
+
+// reportingInstance is "<manager>-<node>", cut to the 128 characters the
+// events API allows (node names may have 253).
+func reportingInstance(manager, node string) string {
+	const maxLength = 128
+	s := manager + "-" + node
+	if len(s) > maxLength {
+		s = s[:maxLength]
+	}
+	return s
+}
