@@ -34,8 +34,10 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		}
 		switch args[0] {
 		case "help", "-h", "--help":
-			fmt.Fprint(stdout, usage)
-			return 0
+			// The subcommands have their own --help; the agent's flags are
+			// the ones a user of the bare command needs to see.
+			fmt.Fprint(stdout, usage+"\nnode agent flags:\n")
+			return runAgent([]string{"--help"}, stdout, stdout)
 		}
 	}
 	return runAgent(args, stdout, stderr)
