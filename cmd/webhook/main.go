@@ -97,6 +97,9 @@ func newDecider(o options) (*fallback.Decider, error) {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string) error {
+	if len(args) > 0 && args[0] == "certgen" {
+		return runCertgen(ctx, args[1:], getenv)
+	}
 	o, err := parseFlags(args, getenv)
 	if err != nil {
 		return err

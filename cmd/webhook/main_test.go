@@ -120,9 +120,14 @@ func TestRunFailsClearly(t *testing.T) {
 		env     map[string]string
 		wantErr string
 	}{
-		"bad mode":           {args: []string{"--mode=x"}, wantErr: "--mode"},
-		"missing kubeconfig": {args: []string{"--kubeconfig=" + filepath.Join(dir, "kc")}, wantErr: "kubernetes client configuration"},
-		"missing KUBECONFIG": {env: map[string]string{"KUBECONFIG": filepath.Join(dir, "kc")}, wantErr: "kubernetes client configuration"},
+		"bad mode":                {args: []string{"--mode=x"}, wantErr: "--mode"},
+		"missing kubeconfig":      {args: []string{"--kubeconfig=" + filepath.Join(dir, "kc")}, wantErr: "kubernetes client configuration"},
+		"missing KUBECONFIG":      {env: map[string]string{"KUBECONFIG": filepath.Join(dir, "kc")}, wantErr: "kubernetes client configuration"},
+		"certgen: stray argument": {args: []string{"certgen", "extra"}, wantErr: `certgen: unexpected arguments ["extra"]`},
+		"certgen: missing kubeconfig": {
+			args:    []string{"certgen", "--kubeconfig=" + filepath.Join(dir, "kc")},
+			wantErr: "kubernetes client configuration",
+		},
 		"missing certificate": {
 			args:    []string{"--tls-cert-dir=" + dir, "--listen=127.0.0.1:0"},
 			env:     map[string]string{"KUBECONFIG": writeKubeconfig(t, dir)},
