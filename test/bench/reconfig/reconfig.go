@@ -54,6 +54,8 @@ type Options struct {
 	// changes of a real cluster; 0 sends each change as soon as the last
 	// one is done.
 	Intervals []time.Duration
+	// AgentArgs are extra flags for the agent (for example --v=3).
+	AgentArgs []string
 	// Progress receives one line per step.
 	Progress io.Writer
 }
@@ -182,11 +184,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 	b.progress("starting the agent %s on %d simulated %s", o.AgentBin, o.GPUs, o.Model)
 	agentStart := time.Now()
-	p, err := startAgent(o.AgentBin, filepath.Join(o.WorkDir, "agent.log"),
+	args := append([]string{
 		"--node-name", NodeName, "--kubeconfig", kubeconfig,
 		"--nvml-backend", "simulated", "--sim-config", simConfig,
 		"--device-plugin-dir", sockets, "--pod-resources-socket", podres.socket,
-		"--metrics-addr", "")
+		"--metrics-addr", "",
+	}, o.AgentArgs...)
+	p, err := startAgent(o.AgentBin, filepath.Join(o.WorkDir, "agent.log"), args...)
 	if err != nil {
 		return r, err
 	}

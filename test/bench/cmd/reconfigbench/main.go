@@ -33,6 +33,7 @@ func run(ctx context.Context, args []string) error {
 	fs.IntVar(&o.GPUs, "gpus", 8, "simulated GPUs on the node")
 	fs.IntVar(&o.Changes, "changes", 50, "annotation changes to measure per interval, alternating between the two layouts")
 	intervals := fs.String("intervals", "2s,0s", "pauses between changes, one series of --changes per pause")
+	agentArgs := fs.String("agent-args", "", "extra flags for the agent, space-separated (e.g. --v=3)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -43,6 +44,7 @@ func run(ctx context.Context, args []string) error {
 		}
 		o.Intervals = append(o.Intervals, d)
 	}
+	o.AgentArgs = strings.Fields(*agentArgs)
 	o.WorkDir = filepath.Join(*out, "reconfig")
 	r, runErr := reconfig.Run(ctx, o)
 	if err := write(*out, r); err != nil {

@@ -60,7 +60,7 @@ func run(ctx context.Context, args []string) error {
 	fs.IntVar(&o.Concurrency, "concurrency", 8, "admissions in flight")
 	fs.IntVar(&o.Requests, "requests", 20000, "measured admissions per informer-cache run")
 	baseline := fs.String("baseline-requests", "100=2000,1000=400,5000=100", "measured admissions per list-per-admission run, by cluster size")
-	fs.IntVar(&o.CapacityBaselineRequests, "capacity-baseline-requests", 40, "measured admissions per capacity-mode list-per-admission run")
+	fs.IntVar(&o.CapacityBaselineRequests, "capacity-baseline-requests", 24, "measured admissions per capacity-mode list-per-admission run")
 	fs.IntVar(&o.SetupWorkers, "setup-workers", 16, "parallel creates while filling the cluster")
 	if err := fs.Parse(args); err != nil {
 		return err
