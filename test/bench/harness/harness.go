@@ -101,6 +101,9 @@ type Measurement struct {
 	Load load.Result `json:"load"`
 	// Ready is from the process start to /readyz answering 200.
 	Ready time.Duration `json:"readyNs"`
+	// ReadyMemory is the webhook process's VmHWM and VmRSS once ready,
+	// before any admission: the cost of building its view of the cluster.
+	ReadyMemory proc.Memory `json:"readyMemory"`
 	// WebhookMemory is the webhook process's VmHWM and VmRSS after the load.
 	WebhookMemory proc.Memory `json:"webhookMemory"`
 	// Sent is every admission sent, the warm-up included.
@@ -376,6 +379,9 @@ func (b *bench) load(ctx context.Context, p *webhookProcess, client *http.Client
 		return err
 	}
 	run.Ready = ready
+	if run.ReadyMemory, err = proc.Default.Memory(p.pid()); err != nil {
+		return err
+	}
 	before, err := b.cpuTimes(p.pid())
 	if err != nil {
 		return err

@@ -20,6 +20,7 @@ func measurement(source, mode string, nodes int, throughput float64, p50, p99 ti
 			Latency: load.Percentiles{Count: 100, P50: p50, P90: p50 * 2, P99: p99, Max: p99},
 		},
 		Sent:          108,
+		ReadyMemory:   proc.Memory{Peak: 32 << 20, Current: 30 << 20},
 		WebhookMemory: proc.Memory{Peak: 64 << 20, Current: 48 << 20},
 		WebhookCPU:    108 * time.Millisecond,
 	}
@@ -81,7 +82,7 @@ func TestWriteMarkdown(t *testing.T) {
 		"| 2 | AMD EPYC | 23 GiB |",
 		"| create nodes 0..99 | 100 | 500ms | 200 |",
 		"| nodes | 100 | 618000 | 6180 |",
-		"| existence | 100 | 0 | informer | 100 | 0 | 0 | 4000.0 | 1.00ms | 2.00ms | 4.00ms | 4.00ms | 0 | 64 MiB | 48 MiB | 1.00ms |",
+		"| existence | 100 | 0 | informer | 100 | 0 | 0 | 4000.0 | 1.00ms | 2.00ms | 4.00ms | 4.00ms | 0 | 32 MiB | 64 MiB | 48 MiB | 1.00ms |",
 		"| existence | 100 | 0 | list | 100 | 2 | 0 | 100.0 | 40.0ms |",
 		"| <93µs |", // no CPU tick in 108 admissions
 		"| existence | 100 | 0 | 40.0x | 40.0x | 40.0x | 50.0x |",

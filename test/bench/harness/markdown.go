@@ -27,14 +27,14 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	}
 
 	fmt.Fprintf(&b, "\n### Webhook runs (concurrency %d)\n\n", r.Concurrency)
-	b.WriteString("| mode | nodes | pods | source | requests | no answer | wrong | admissions/s | p50 | p90 | p99 | max | ready after | peak RSS | RSS after | webhook CPU/adm | apiserver+etcd CPU/adm |\n")
-	b.WriteString("|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	b.WriteString("| mode | nodes | pods | source | requests | no answer | wrong | admissions/s | p50 | p90 | p99 | max | ready after | peak RSS when ready | peak RSS | RSS after | webhook CPU/adm | apiserver+etcd CPU/adm |\n")
+	b.WriteString("|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, run := range r.Runs {
 		l := run.Load
-		fmt.Fprintf(&b, "| %s | %d | %d | %s | %d | %d | %d | %.1f | %s | %s | %s | %s | %s | %d MiB | %d MiB | %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %d | %d | %s | %d | %d | %d | %.1f | %s | %s | %s | %s | %s | %d MiB | %d MiB | %d MiB | %s | %s |\n",
 			run.Mode, run.Nodes, run.Pods, run.Source, l.Requests, l.NoAnswer, l.Wrong, l.Throughput,
 			report.Duration(l.Latency.P50), report.Duration(l.Latency.P90), report.Duration(l.Latency.P99), report.Duration(l.Latency.Max),
-			report.Duration(run.Ready), run.WebhookMemory.Peak>>20, run.WebhookMemory.Current>>20,
+			report.Duration(run.Ready), run.ReadyMemory.Peak>>20, run.WebhookMemory.Peak>>20, run.WebhookMemory.Current>>20,
 			cpuPerAdmission(run.WebhookCPU, run.Sent), cpuPerAdmission(run.APIServerCPU+run.EtcdCPU, run.Sent))
 	}
 
