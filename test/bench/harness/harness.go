@@ -337,13 +337,13 @@ func (b *bench) measure(ctx context.Context, source string, mode fallback.Mode, 
 	}
 	name := fmt.Sprintf("%s-%s-%dn-%dp", source, mode, nodes, pods)
 	b.progress("%s: starting %s", name, bin)
-	p, err := startWebhook(bin, b.certDir, b.kubeconfig, string(mode), filepath.Join(b.o.WorkDir, name+".log"))
+	p, err := startWebhook(bin, b.certDir, b.kubeconfig, string(mode), logPath(b.o.WorkDir, name))
 	if err != nil {
 		return err
 	}
 	run := Measurement{Source: source, Mode: string(mode), Nodes: nodes, Pods: pods}
 	err = b.load(ctx, p, client, reqs, requests, &run)
-	if stopErr := p.stop(); err == nil {
+	if stopErr := p.Stop(stopTimeout); err == nil {
 		err = stopErr
 	}
 	if err != nil {
@@ -379,10 +379,10 @@ func (b *bench) load(ctx context.Context, p *webhookProcess, client *http.Client
 		return err
 	}
 	run.Ready = ready
-	if run.ReadyMemory, err = proc.Default.Memory(p.pid()); err != nil {
+	if run.ReadyMemory, err = proc.Default.Memory(p.PID()); err != nil {
 		return err
 	}
-	before, err := b.cpuTimes(p.pid())
+	before, err := b.cpuTimes(p.PID())
 	if err != nil {
 		return err
 	}
@@ -396,12 +396,12 @@ func (b *bench) load(ctx context.Context, p *webhookProcess, client *http.Client
 	if err != nil {
 		return err
 	}
-	after, err := b.cpuTimes(p.pid())
+	after, err := b.cpuTimes(p.PID())
 	if err != nil {
 		return err
 	}
 	run.Sent = requests + b.o.Concurrency
 	run.WebhookCPU, run.APIServerCPU, run.EtcdCPU = after[0]-before[0], after[1]-before[1], after[2]-before[2]
-	run.WebhookMemory, err = proc.Default.Memory(p.pid())
+	run.WebhookMemory, err = proc.Default.Memory(p.PID())
 	return err
 }

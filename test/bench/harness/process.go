@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
+	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
+
+	"github.com/migflex/migflex/test/bench/proc"
 )
 
 // Hang protection only.
@@ -21,10 +21,8 @@ const (
 
 // webhookProcess is a webhook under test running as its own process.
 type webhookProcess struct {
-	cmd   *exec.Cmd
+	*proc.Process
 	addr  string
-	done  chan struct{}
-	err   error // set before done is closed
 	start time.Time
 }
 
@@ -47,33 +45,15 @@ func startWebhook(bin, certDir, kubeconfig, mode, logPath string) (*webhookProce
 	if err != nil {
 		return nil, err
 	}
-	log, err := os.Create(logPath)
-	if err != nil {
-		return nil, fmt.Errorf("webhook log: %w", err)
-	}
-	cmd := exec.Command(bin,
-		"--listen="+addr,
-		"--tls-cert-dir="+certDir,
-		"--kubeconfig="+kubeconfig,
-		"--mode="+mode,
-	)
-	cmd.Stdout, cmd.Stderr = log, log
+	start := time.Now()
 	// KUBECONFIG from the caller's environment must not point it elsewhere.
-	cmd.Env = append(os.Environ(), "KUBECONFIG=")
-	p := &webhookProcess{cmd: cmd, addr: addr, done: make(chan struct{}), start: time.Now()}
-	if err := cmd.Start(); err != nil {
-		log.Close()
-		return nil, fmt.Errorf("starting %s: %w", bin, err)
+	p, err := proc.Start(logPath, bin, []string{"KUBECONFIG="},
+		"--listen="+addr, "--tls-cert-dir="+certDir, "--kubeconfig="+kubeconfig, "--mode="+mode)
+	if err != nil {
+		return nil, err
 	}
-	go func() {
-		p.err = cmd.Wait()
-		log.Close()
-		close(p.done)
-	}()
-	return p, nil
+	return &webhookProcess{Process: p, addr: addr, start: start}, nil
 }
-
-func (p *webhookProcess) pid() int { return p.cmd.Process.Pid }
 
 // waitReady polls /readyz until the webhook's view of the cluster is
 // complete (its caches synced) and returns how long that took from the
@@ -94,35 +74,14 @@ func (p *webhookProcess) waitReady(ctx context.Context, client *http.Client) (ti
 			}
 		}
 		select {
-		case <-p.done:
-			return 0, fmt.Errorf("webhook %s exited before it was ready: %v", p.cmd.Path, p.err)
+		case <-p.Done():
+			return 0, fmt.Errorf("%w before it was ready", p.Exited())
 		case <-ctx.Done():
-			return 0, fmt.Errorf("webhook %s not ready: %w", p.cmd.Path, ctx.Err())
-		case <-time.After(pollInterval):
+			return 0, fmt.Errorf("webhook on %s not ready: %w", p.addr, ctx.Err())
+		case <-time.After(pollInterval): // /readyz cannot be watched
 		}
 	}
 }
 
-// stop sends SIGTERM and waits; a webhook that does not drain in time is
-// killed and that is an error.
-func (p *webhookProcess) stop() error {
-	select {
-	case <-p.done:
-		return fmt.Errorf("webhook %s exited during the run: %v", p.cmd.Path, p.err)
-	default:
-	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		return fmt.Errorf("stopping webhook: %w", err)
-	}
-	select {
-	case <-p.done:
-		if p.err != nil {
-			return fmt.Errorf("webhook %s exited with %v after SIGTERM", p.cmd.Path, p.err)
-		}
-		return nil
-	case <-time.After(stopTimeout):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		return fmt.Errorf("webhook %s did not stop within %v of SIGTERM; killed", p.cmd.Path, stopTimeout)
-	}
-}
+// logPath is where the run called name logs.
+func logPath(dir, name string) string { return filepath.Join(dir, name+".log") }

@@ -115,3 +115,72 @@ func TestLiveProcess(t *testing.T) {
 		t.Error("Child found a command that does not run")
 	}
 }
+
+func TestProcess(t *testing.T) {
+	dir := t.TempDir()
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skipf("no sh: %v", err)
+	}
+	log := filepath.Join(dir, "log")
+
+	// waitLog waits for the shell to have set its trap, which it says in
+	// its log: a SIGTERM before that would kill it by default.
+	waitLog := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			out, _ := os.ReadFile(log)
+			if strings.TrimSpace(string(out)) == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("log %q, want %q", out, want)
+			}
+			time.Sleep(10 * time.Millisecond) // polling a file nothing signals
+		}
+	}
+
+	// Stops on SIGTERM: clean.
+	p, err := Start(log, sh, []string{"BENCH_WORD=hello"}, "-c", `trap 'exit 0' TERM; echo "$BENCH_WORD"; while :; do sleep 0.01; done`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLog("hello")
+	if err := p.Exited(); err != nil {
+		t.Fatalf("running process: %v", err)
+	}
+	if _, err := Default.Memory(p.PID()); err != nil {
+		t.Error(err)
+	}
+	if err := p.Stop(30 * time.Second); err != nil {
+		t.Errorf("Stop: %v", err)
+	}
+
+	// Exits on its own before Stop: an error.
+	p, err = Start(log, sh, nil, "-c", "exit 3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-p.Done()
+	if err := p.Stop(time.Second); err == nil || !strings.Contains(err.Error(), "exit status 3") {
+		t.Errorf("Stop after exit: %v, want the exit status", err)
+	}
+
+	// Ignores SIGTERM: killed after the timeout, an error.
+	p, err = Start(log, sh, nil, "-c", `trap '' TERM; echo trapped; while :; do sleep 0.01; done`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLog("trapped")
+	if err := p.Stop(200 * time.Millisecond); err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Errorf("Stop of a process ignoring SIGTERM: %v, want killed", err)
+	}
+
+	if _, err := Start(filepath.Join(dir, "missing", "log"), sh, nil); err == nil {
+		t.Error("no error for an unwritable log")
+	}
+	if _, err := Start(log, filepath.Join(dir, "no-such-binary"), nil); err == nil {
+		t.Error("no error for a missing binary")
+	}
+}

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -190,12 +188,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		"--device-plugin-dir", sockets, "--pod-resources-socket", podres.socket,
 		"--metrics-addr", "",
 	}, o.AgentArgs...)
-	p, err := startAgent(o.AgentBin, filepath.Join(o.WorkDir, "agent.log"), args...)
+	// The flags say everything; the caller's environment twins must not.
+	p, err := proc.Start(filepath.Join(o.WorkDir, "agent.log"), o.AgentBin,
+		[]string{"NODE_NAME=", "KUBECONFIG=", "NVML_BACKEND=", "SIM_CONFIG="}, args...)
 	if err != nil {
 		return r, err
 	}
 	err = b.measure(ctx, p, agentStart, r)
-	if stopErr := p.stop(); err == nil {
+	if stopErr := p.Stop(stopTimeout); err == nil {
 		err = stopErr
 	}
 	return r, err
@@ -313,7 +313,7 @@ func (b *bench) waitBoth(ctx context.Context, l Layout) (devices, success time.T
 	return devices, success, errors.Join(err, <-done)
 }
 
-func (b *bench) measure(ctx context.Context, p *agentProcess, agentStart time.Time, r *Report) error {
+func (b *bench) measure(ctx context.Context, p *proc.Process, agentStart time.Time, r *Report) error {
 	_, success, err := b.waitBoth(ctx, Layouts[0])
 	if err != nil {
 		return fmt.Errorf("first layout: %w", err)
@@ -330,15 +330,15 @@ func (b *bench) measure(ctx context.Context, p *agentProcess, agentStart time.Ti
 		b.progress("%d changes %v apart: to ListAndWatch p50 %v p99 %v; to success p50 %v p99 %v",
 			len(ph.Changes), interval, ph.ToListAndWatch.P50, ph.ToListAndWatch.P99, ph.ToSuccess.P50, ph.ToSuccess.P99)
 	}
-	r.AgentMemory, err = proc.Default.Memory(p.pid())
+	r.AgentMemory, err = proc.Default.Memory(p.PID())
 	return err
 }
 
 // phase makes b.o.Changes changes, interval apart; *next counts changes
 // over all phases so that the layouts keep alternating.
-func (b *bench) phase(ctx context.Context, p *agentProcess, interval time.Duration, next *int) (Phase, error) {
+func (b *bench) phase(ctx context.Context, p *proc.Process, interval time.Duration, next *int) (Phase, error) {
 	ph := Phase{Interval: interval, ByDirection: map[string][2]load.Percentiles{}}
-	cpuBefore, err := proc.Default.CPU(p.pid())
+	cpuBefore, err := proc.Default.CPU(p.PID())
 	if err != nil {
 		return ph, err
 	}
@@ -371,7 +371,7 @@ func (b *bench) phase(ctx context.Context, p *agentProcess, interval time.Durati
 		dir := from.Name + " -> " + to.Name
 		dirLW[dir], dirSuccess[dir] = append(dirLW[dir], c.ToListAndWatch), append(dirSuccess[dir], c.ToSuccess)
 	}
-	cpuAfter, err := proc.Default.CPU(p.pid())
+	cpuAfter, err := proc.Default.CPU(p.PID())
 	if err != nil {
 		return ph, err
 	}
@@ -381,57 +381,4 @@ func (b *bench) phase(ctx context.Context, p *agentProcess, interval time.Durati
 		ph.ByDirection[dir] = [2]load.Percentiles{load.Compute(dirLW[dir]), load.Compute(dirSuccess[dir])}
 	}
 	return ph, nil
-}
-
-// agentProcess is the node agent running.
-type agentProcess struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
-}
-
-func startAgent(bin, logPath string, args ...string) (*agentProcess, error) {
-	log, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = log, log
-	// The flags say everything; the caller's environment twins must not.
-	cmd.Env = append(os.Environ(), "NODE_NAME=", "KUBECONFIG=", "NVML_BACKEND=", "SIM_CONFIG=")
-	if err := cmd.Start(); err != nil {
-		log.Close()
-		return nil, fmt.Errorf("starting %s: %w", bin, err)
-	}
-	p := &agentProcess{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		log.Close()
-		close(p.done)
-	}()
-	return p, nil
-}
-
-func (p *agentProcess) pid() int { return p.cmd.Process.Pid }
-
-func (p *agentProcess) stop() error {
-	select {
-	case <-p.done:
-		return fmt.Errorf("the agent exited during the run: %v", p.err)
-	default:
-	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		return fmt.Errorf("stopping the agent: %w", err)
-	}
-	select {
-	case <-p.done:
-		if p.err != nil {
-			return fmt.Errorf("the agent exited with %v after SIGTERM", p.err)
-		}
-		return nil
-	case <-time.After(stopTimeout):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		return fmt.Errorf("the agent did not stop within %v of SIGTERM; killed", stopTimeout)
-	}
 }
