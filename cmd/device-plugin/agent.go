@@ -253,6 +253,11 @@ func (c agentConfig) kubeClient() (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("client config for the API server (--kubeconfig, or in-cluster): %w", err)
 	}
 	cfg.UserAgent = "migflex-agent/" + c.nodeName
+	// client-go's default (5 QPS, burst 10) throttled back-to-back
+	// reconfigurations by ~190 ms each (docs/BENCHMARKS.md). An agent makes a
+	// handful of requests per reconcile on one Node, so a higher ceiling
+	// costs the API server nothing in steady state.
+	cfg.QPS, cfg.Burst = 20, 40
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("client for the API server: %w", err)
