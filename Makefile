@@ -19,7 +19,7 @@ ENVTEST_ASSETS := $(CACHE_DIR)/envtest
 GO_TEST_FLAGS ?= -timeout 20m
 export CACHE_DIR
 
-.PHONY: all build lint test test-unit test-integration test-e2e envtest-assets \
+.PHONY: all build lint test test-unit test-integration test-e2e envtest-assets helm \
 	k8s-binaries images cluster-up cluster-down demo clean
 
 all: build
@@ -57,9 +57,13 @@ k8s-binaries:
 envtest-assets:
 	hack/cluster/build.sh etcd kube-apiserver kubectl
 
+# The pinned Helm the manifest tests render the chart with (test/manifests).
+helm:
+	deployments/hack/install-helm.sh >/dev/null
+
 # MIGFLEX_REQUIRE_ENVTEST=1 turns testenv's skip into a failure, so this target
 # can never pass by skipping.
-test-integration: envtest-assets
+test-integration: envtest-assets helm
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) MIGFLEX_REQUIRE_ENVTEST=1 $(GO) test $(GO_TEST_FLAGS) ./...
 
 # Builds bin/, the cluster binaries and images, brings the cluster up, runs
