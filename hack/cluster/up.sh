@@ -238,7 +238,7 @@ start containerd /usr/bin/env HTTP_PROXY=http://127.0.0.1:9 HTTPS_PROXY=http://1
 # env execs containerd, so the recorded binary is containerd's.
 command -v containerd >"$RUN_DIR/containerd.exe"
 waitfor "containerd serving" 120 ctr version
-for t in "$IMAGES_DIR"/*.tar; do ctr images import --no-unpack=false "$t" >/dev/null; done
+for t in "$IMAGES_DIR"/*.tar; do ctr images import "$t" >/dev/null; done
 log "images: $(ctr images ls -q | grep -v '^sha256:' | tr '\n' ' ')"
 
 # --- kubelet -----------------------------------------------------------------
