@@ -1,0 +1,141 @@
+package framework
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+)
+
+// Host paths of the local cluster's kubelet (hack/cluster/up.sh runs it
+// with --root-dir=/var/lib/kubelet). The suite runs as root on the node
+// itself, so it can look at them directly, as a node agent does.
+const (
+	DevicePluginDir    = "/var/lib/kubelet/device-plugins"
+	PodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
+)
+
+// RestartKubelet stops the node's kubelet and starts it again with the same
+// command line (hack/cluster/restart-kubelet.sh), returning once the new
+// one is healthy. Pods keep running; the new kubelet deletes every socket
+// in DevicePluginDir and creates a new kubelet.sock.
+func (c *Cluster) RestartKubelet(ctx context.Context) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "cluster", "restart-kubelet.sh"))
+	cmd.Dir = root
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("restarting the kubelet: %w: %s", err, out.String())
+	}
+	return out.String(), nil
+}
+
+// PluginSockets returns the modification time of every socket in the
+// kubelet's device-plugin directory but kubelet.sock, by file name.
+func PluginSockets() (map[string]time.Time, error) {
+	entries, err := os.ReadDir(DevicePluginDir)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]time.Time{}
+	for _, e := range entries {
+		if e.Type()&os.ModeSocket == 0 || e.Name() == "kubelet.sock" {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			return nil, err
+		}
+		out[e.Name()] = info.ModTime()
+	}
+	return out, nil
+}
+
+// podResources calls the kubelet's pod-resources API on the node.
+func podResources[T any](ctx context.Context, call func(context.Context, podresourcesv1.PodResourcesListerClient) (T, error)) (T, error) {
+	var zero T
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := grpc.NewClient("unix://"+PodResourcesSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return zero, fmt.Errorf("pod-resources socket %s: %w", PodResourcesSocket, err)
+	}
+	defer conn.Close()
+	return call(ctx, podresourcesv1.NewPodResourcesListerClient(conn))
+}
+
+// KubeletDevices is the kubelet's own view of the devices the device
+// plugins registered (pod-resources GetAllocatableResources): sorted device
+// IDs by resource name, healthy or not. Unlike the Node's status, which the
+// kubelet updates every few seconds, it is current.
+func KubeletDevices(ctx context.Context) (map[string][]string, error) {
+	resp, err := podResources(ctx, func(ctx context.Context, c podresourcesv1.PodResourcesListerClient) (*podresourcesv1.AllocatableResourcesResponse, error) {
+		return c.GetAllocatableResources(ctx, &podresourcesv1.AllocatableResourcesRequest{})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("kubelet GetAllocatableResources: %w", err)
+	}
+	out := map[string][]string{}
+	for _, d := range resp.GetDevices() {
+		out[d.GetResourceName()] = append(out[d.GetResourceName()], d.GetDeviceIds()...)
+	}
+	for _, ids := range out {
+		slices.Sort(ids)
+	}
+	return out, nil
+}
+
+// KubeletPodDevices is what the kubelet says a pod's containers hold
+// (pod-resources List, the API the node agent's busy check reads): sorted
+// device IDs by resource name.
+func KubeletPodDevices(ctx context.Context, namespace, name string) (map[string][]string, error) {
+	resp, err := podResources(ctx, func(ctx context.Context, c podresourcesv1.PodResourcesListerClient) (*podresourcesv1.ListPodResourcesResponse, error) {
+		return c.List(ctx, &podresourcesv1.ListPodResourcesRequest{})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("kubelet pod-resources List: %w", err)
+	}
+	out := map[string][]string{}
+	for _, p := range resp.GetPodResources() {
+		if p.GetNamespace() != namespace || p.GetName() != name {
+			continue
+		}
+		for _, ctr := range p.GetContainers() {
+			for _, d := range ctr.GetDevices() {
+				out[d.GetResourceName()] = append(out[d.GetResourceName()], d.GetDeviceIds()...)
+			}
+		}
+	}
+	for _, ids := range out {
+		slices.Sort(ids)
+	}
+	return out, nil
+}
+
+// ExecInAgent runs a command in the node's agent container through the API
+// server and the kubelet (kubectl exec), returning its output.
+func (c *Cluster) ExecInAgent(ctx context.Context, command ...string) (string, error) {
+	pod, err := c.AgentPod(ctx)
+	if err != nil {
+		return "", err
+	}
+	args := append([]string{"exec", "-n", pod.Namespace, pod.Name, "-c", AgentContainer, "--"}, command...)
+	out, err := c.Kubectl(ctx, args...)
+	if err != nil {
+		return out, fmt.Errorf("in agent pod %s: %w", pod.Name, err)
+	}
+	return strings.TrimSpace(out), nil
+}
