@@ -1,0 +1,77 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/migflex/migflex/test/e2e/framework"
+)
+
+// TestMigflexInstalled installs migflex from its own manifests
+// (deployments/kustomize/overlays/local, simulated GPUs) and checks that
+// every part is live: the certificate was injected, the agent reports the
+// simulated GPU on the Node, the real kubelet has the devices the agent
+// registered, and the API server gets answers from the webhook (the
+// install waits for that).
+func TestMigflexInstalled(t *testing.T) {
+	migflex(t)
+	ctx := t.Context()
+
+	whc, err := cluster.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, framework.WebhookConfig, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range whc.Webhooks {
+		if len(w.ClientConfig.CABundle) == 0 {
+			t.Errorf("webhook %s has no caBundle: certgen did not inject it", w.Name)
+		}
+	}
+
+	// Whatever layout the node has (none on a fresh cluster), the agent
+	// reports it, and the kubelet's allocatable follows its devices.
+	var layout []layoutGPU
+	node, err := cluster.WaitForNode(ctx, "the agent's layout and the kubelet's allocatable to agree", timeout, func(n *corev1.Node) error {
+		l, err := nodeLayout(n)
+		if err != nil {
+			return err
+		}
+		layout = l
+		return checkAllocatable(n, counts(devices(l)))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(layout) != 1 || layout[0].Model != simModel || !strings.HasPrefix(layout[0].UUID, "GPU-") {
+		t.Fatalf("layout %+v, want one simulated %s (the local overlay's sim-config)", layout, simModel)
+	}
+	for k, want := range map[string]string{labelGPUProduct: simModel, labelGPUCount: "1", labelMigCapable: "true", labelMigStrategy: "mixed"} {
+		if got := node.Labels[k]; got != want {
+			t.Errorf("label %s=%q, want %q", k, got, want)
+		}
+	}
+
+	// The kubelet's own device list (pod-resources), beyond the Node status.
+	got, err := framework.KubeletDevices(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(devices(layout), got); diff != "" {
+		t.Errorf("kubelet devices (pod-resources) vs the agent's layout (-layout +kubelet):\n%s", diff)
+	}
+
+	// The agent runs the simulated backend, whose state `sim show` reads
+	// from inside the agent's container.
+	out, err := cluster.ExecInAgent(ctx, "/device-plugin", "sim", "show")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, layout[0].UUID) || !strings.Contains(out, simModel) {
+		t.Errorf("sim show in the agent does not list GPU %s (%s):\n%s", layout[0].UUID, simModel, out)
+	}
+}

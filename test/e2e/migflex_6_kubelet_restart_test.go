@@ -1,0 +1,101 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/migflex/migflex/test/e2e/framework"
+)
+
+// TestKubeletRestart: the kubelet restarts (as `systemctl restart kubelet`
+// does), deleting every device-plugin socket and creating a new
+// kubelet.sock. The agent must notice, serve and register every resource
+// again, and the resources come back: the new kubelet lists the devices,
+// the Node's allocatable is right, and a new pod gets a device through the
+// re-registered plugin.
+func TestKubeletRestart(t *testing.T) {
+	migflex(t)
+	ctx := t.Context()
+	_, layout := applyLayout(t, "3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb")
+	want := devices(layout)
+	before, err := framework.PluginSockets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(before) == 0 {
+		t.Fatalf("no device-plugin sockets in %s before the restart", framework.DevicePluginDir)
+	}
+
+	restarted := time.Now()
+	out, err := cluster.RestartKubelet(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(strings.TrimSpace(out))
+
+	// The new kubelet deleted every plugin socket: each one there now was
+	// created again by the agent after the restart began.
+	var sockets map[string]time.Time
+	err = framework.WaitFor(ctx, "the agent to serve every resource again", timeout, func(context.Context) (bool, error) {
+		s, err := framework.PluginSockets()
+		if err != nil {
+			return false, err
+		}
+		sockets = s
+		for name := range before {
+			if mt, ok := s[name]; !ok || mt.Before(restarted) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("%v; sockets before %v, now %v (restart at %v)", err, before, sockets, restarted)
+	}
+	if diff := cmp.Diff(slices.Sorted(maps.Keys(before)), slices.Sorted(maps.Keys(sockets))); diff != "" {
+		t.Errorf("plugin sockets after the restart (-before +after):\n%s", diff)
+	}
+
+	// The new kubelet's own view: registrations, not the checkpoint.
+	var got map[string][]string
+	err = framework.WaitFor(ctx, "the new kubelet to list the layout's devices", timeout, func(ctx context.Context) (bool, error) {
+		d, err := framework.KubeletDevices(ctx)
+		if err != nil {
+			return false, err
+		}
+		got = d
+		return cmp.Equal(want, d), nil
+	})
+	if err != nil {
+		t.Fatalf("%v; kubelet devices (-want +got):\n%s", err, cmp.Diff(want, got))
+	}
+	node, err := cluster.WaitForNode(ctx, "the node Ready with the layout's allocatable", timeout, func(n *corev1.Node) error {
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+				return fmt.Errorf("node not Ready: %s", c.Message)
+			}
+		}
+		return checkAllocatable(n, counts(want))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := node.Labels[labelState]; s != "success" {
+		t.Errorf("state %q after the kubelet restart, want success (%s)", s, summary(node))
+	}
+
+	// Allocate goes through the plugin's new registration.
+	ns := cluster.Namespace(t)
+	env := runEnvPod(t, gpuPod(ns, "after-restart", "nvidia.com/mig-2g.20gb", 1, "env"))
+	checkAllocateEnv(t, env, layout, "2g.20gb", 1)
+}

@@ -1,0 +1,365 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/migflex/migflex/test/e2e/framework"
+)
+
+// The migflex tests (migflex_<n>_<flow>_test.go, run in that order after
+// the harness tests) share one installation, from the local kustomize
+// overlay as a user installs it, and the node's GPUs. Each test sets the
+// layout it needs and waits for it, so any one of them also runs alone
+// (go test -run).
+
+// Keys on the Node, as users and the GPU operator's tools know them. They
+// are written out here rather than imported: the suite checks the contract,
+// not the product's constants.
+const (
+	annotationMigConfig = "nvidia.com/mig.config"
+	annotationRunAI     = "run.ai/mig.config"
+	labelState          = "nvidia.com/mig.config.state"
+	annotationReason    = "migflex.io/mig.config.reason"
+	annotationLayout    = "migflex.io/mig.layout"
+
+	labelGPUProduct  = "nvidia.com/gpu.product"
+	labelGPUCount    = "nvidia.com/gpu.count"
+	labelMigCapable  = "nvidia.com/mig.capable"
+	labelMigStrategy = "nvidia.com/mig.strategy"
+
+	annotationFallback = "gpu-webhook.k8s.io/fallback"
+	annotationOriginal = "migflex.io/original-resources"
+	annotationPolicy   = "migflex.io/fallback-policy"
+	labelOptOut        = "migflex.io/fallback"
+
+	resourceGPU = "nvidia.com/gpu"
+	// simModel is the GPU the local overlay simulates (its sim-config).
+	simModel = "H100-SXM5-80GB"
+)
+
+// Timeout for waits on the agent and the kubelet: hang protection only.
+const timeout = framework.Timeout
+
+var install struct {
+	once sync.Once
+	err  error
+}
+
+// migflex installs migflex from deployments/kustomize/overlays/local the
+// first time a test asks, and fails every test if that failed.
+func migflex(t *testing.T) {
+	t.Helper()
+	install.once.Do(func() {
+		root, err := framework.RepoRoot()
+		if err != nil {
+			install.err = err
+			return
+		}
+		// Not t.Context(): the installation outlives the first test.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
+		defer cancel()
+		install.err = cluster.InstallMigflex(ctx, filepath.Join(root, framework.LocalOverlay))
+	})
+	if install.err != nil {
+		t.Fatalf("installing migflex from %s: %v", framework.LocalOverlay, install.err)
+	}
+}
+
+// layoutGPU and layoutInstance decode the agent's migflex.io/mig.layout
+// annotation.
+type layoutGPU struct {
+	Index     int              `json:"index"`
+	UUID      string           `json:"uuid"`
+	Model     string           `json:"model"`
+	MigMode   string           `json:"migMode"`
+	Health    string           `json:"health"`
+	Instances []layoutInstance `json:"instances"`
+}
+
+type layoutInstance struct {
+	Profile   string `json:"profile"`
+	Placement struct {
+		Start int `json:"start"`
+		Size  int `json:"size"`
+	} `json:"placement"`
+	GI     uint32 `json:"gi"`
+	CI     uint32 `json:"ci"`
+	UUID   string `json:"uuid"`
+	Health string `json:"health"`
+}
+
+func nodeLayout(node *corev1.Node) ([]layoutGPU, error) {
+	s, ok := node.Annotations[annotationLayout]
+	if !ok {
+		return nil, fmt.Errorf("node has no %s annotation", annotationLayout)
+	}
+	var l []layoutGPU
+	if err := json.Unmarshal([]byte(s), &l); err != nil {
+		return nil, fmt.Errorf("annotation %s: %w: %s", annotationLayout, err, s)
+	}
+	return l, nil
+}
+
+// profiles is each GPU's MIG profiles, sorted; a GPU without MIG has none.
+func profiles(l []layoutGPU) map[int][]string {
+	out := map[int][]string{}
+	for _, g := range l {
+		ps := []string{}
+		for _, in := range g.Instances {
+			ps = append(ps, in.Profile)
+		}
+		slices.Sort(ps)
+		out[g.Index] = ps
+	}
+	return out
+}
+
+// devices is the device IDs the layout serves under the mixed strategy, by
+// resource name: each MIG device as nvidia.com/mig-<profile>, each GPU
+// without MIG as nvidia.com/gpu.
+func devices(l []layoutGPU) map[string][]string {
+	out := map[string][]string{}
+	for _, g := range l {
+		if g.MigMode == "Disabled" {
+			out[resourceGPU] = append(out[resourceGPU], g.UUID)
+			continue
+		}
+		for _, in := range g.Instances {
+			if in.UUID != "" {
+				r := "nvidia.com/mig-" + strings.ReplaceAll(in.Profile, "+", ".")
+				out[r] = append(out[r], in.UUID)
+			}
+		}
+	}
+	for _, ids := range out {
+		slices.Sort(ids)
+	}
+	return out
+}
+
+// uuidsOf is the MIG device UUIDs of profile in the layout.
+func uuidsOf(l []layoutGPU, profile string) []string {
+	var out []string
+	for _, g := range l {
+		for _, in := range g.Instances {
+			if in.Profile == profile && in.UUID != "" {
+				out = append(out, in.UUID)
+			}
+		}
+	}
+	return out
+}
+
+// gpuResources is the node's nvidia.com/* entries of a resource list
+// (allocatable or capacity) as numbers.
+func gpuResources(l corev1.ResourceList) map[string]int64 {
+	out := map[string]int64{}
+	for name, q := range l {
+		if strings.HasPrefix(string(name), "nvidia.com/") {
+			out[string(name)] = q.Value()
+		}
+	}
+	return out
+}
+
+// checkAllocatable says how the node's GPU allocatable and capacity differ
+// from want: every resource in want with its count, every other nvidia.com
+// resource the kubelet knows at 0 (a profile that went away reads 0, it
+// does not linger), and capacity equal to allocatable (all healthy).
+func checkAllocatable(node *corev1.Node, want map[string]int64) error {
+	alloc, capacity := gpuResources(node.Status.Allocatable), gpuResources(node.Status.Capacity)
+	expect := map[string]int64{}
+	for r := range alloc {
+		expect[r] = 0
+	}
+	maps.Copy(expect, want)
+	if diff := cmp.Diff(expect, alloc); diff != "" {
+		return fmt.Errorf("GPU allocatable (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(alloc, capacity); diff != "" {
+		return fmt.Errorf("GPU capacity differs from allocatable (-allocatable +capacity):\n%s", diff)
+	}
+	return nil
+}
+
+// counts turns devices into allocatable counts.
+func counts(devs map[string][]string) map[string]int64 {
+	out := map[string]int64{}
+	for r, ids := range devs {
+		out[r] = int64(len(ids))
+	}
+	return out
+}
+
+// summary describes what the agent reported on the node, for failures.
+func summary(node *corev1.Node) string {
+	return fmt.Sprintf("state=%q reason=%q layout=%s allocatable=%v",
+		node.Labels[labelState], node.Annotations[annotationReason], node.Annotations[annotationLayout], gpuResources(node.Status.Allocatable))
+}
+
+// migConfig is a mig.config document giving every GPU the profiles in
+// list form.
+func migConfig(profiles ...string) string {
+	return "version: v1\nmig-configs:\n  selected:\n  - devices: all\n    mig-enabled: true\n    mig-devices: [" + strings.Join(profiles, ", ") + "]\n"
+}
+
+// setMigConfig puts doc in the node's annotation key and removes the other
+// layout annotation, whose precedence could otherwise hide it.
+func setMigConfig(t *testing.T, key, doc string) {
+	t.Helper()
+	ann := map[string]*string{annotationMigConfig: nil, annotationRunAI: nil}
+	ann[key] = &doc
+	if err := cluster.SetNodeAnnotations(t.Context(), ann); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitForLayout waits until the agent reports success with these profiles
+// on GPU 0, and the kubelet's allocatable on the Node matches the devices
+// of the reported layout. It returns the node and its layout.
+func waitForLayout(t *testing.T, want ...string) (*corev1.Node, []layoutGPU) {
+	t.Helper()
+	slices.Sort(want)
+	if want == nil {
+		want = []string{}
+	}
+	var layout []layoutGPU
+	node, err := cluster.WaitForNode(t.Context(), fmt.Sprintf("state success with layout %v and its allocatable", want), timeout, func(n *corev1.Node) error {
+		if s := n.Labels[labelState]; s != "success" {
+			return fmt.Errorf("state %q, reason %q", s, n.Annotations[annotationReason])
+		}
+		l, err := nodeLayout(n)
+		if err != nil {
+			return err
+		}
+		if diff := cmp.Diff(map[int][]string{0: want}, profiles(l)); diff != "" {
+			return fmt.Errorf("layout profiles (-want +got):\n%s", diff)
+		}
+		if err := checkAllocatable(n, counts(devices(l))); err != nil {
+			return err
+		}
+		layout = l
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return node, layout
+}
+
+// applyLayout annotates the node with a list-form mig.config of profiles
+// and waits until it is in place.
+func applyLayout(t *testing.T, profiles ...string) (*corev1.Node, []layoutGPU) {
+	t.Helper()
+	setMigConfig(t, annotationMigConfig, migConfig(profiles...))
+	return waitForLayout(t, profiles...)
+}
+
+// gpuPod is a testbox pod (args) that requests n devices of resource, left
+// to the scheduler so that it is placed by the Node's allocatable.
+func gpuPod(namespace, name, res string, n int64, args ...string) *corev1.Pod {
+	pod := cluster.TestboxPod(namespace, name, args...)
+	pod.Spec.NodeName = ""
+	q := *resource.NewQuantity(n, resource.DecimalSI)
+	pod.Spec.Containers[0].Resources = corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceName(res): q},
+		Limits:   corev1.ResourceList{corev1.ResourceName(res): q},
+	}
+	return pod
+}
+
+// envOf parses the `testbox env` output of a pod into a map.
+func envOf(logs string) map[string]string {
+	out := map[string]string{}
+	for _, line := range strings.Split(logs, "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// runEnvPod runs pod (a testbox env pod) to completion and returns its
+// environment.
+func runEnvPod(t *testing.T, pod *corev1.Pod) map[string]string {
+	t.Helper()
+	cluster.CreatePod(t, pod)
+	if _, err := cluster.WaitForPodSucceeded(t.Context(), pod.Namespace, pod.Name); err != nil {
+		t.Fatal(err)
+	}
+	logs, err := cluster.PodLogs(t.Context(), pod.Namespace, pod.Name, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return envOf(logs)
+}
+
+// checkAllocateEnv checks the variables the device plugin's Allocate gave
+// a container holding n devices of profile: NVIDIA_VISIBLE_DEVICES names n
+// distinct MIG devices of that profile from the layout.
+func checkAllocateEnv(t *testing.T, env map[string]string, layout []layoutGPU, profile string, n int) []string {
+	t.Helper()
+	visible := env["NVIDIA_VISIBLE_DEVICES"]
+	ids := strings.Split(visible, ",")
+	if visible == "" || len(ids) != n {
+		t.Fatalf("NVIDIA_VISIBLE_DEVICES=%q, want %d MIG device UUIDs; environment: %v", visible, n, env)
+	}
+	known := uuidsOf(layout, profile)
+	for _, id := range ids {
+		if !strings.HasPrefix(id, "MIG-") || !slices.Contains(known, id) {
+			t.Errorf("NVIDIA_VISIBLE_DEVICES has %q, not one of the %s devices of the layout %v", id, profile, known)
+		}
+	}
+	if s := slices.Compact(slices.Sorted(slices.Values(ids))); len(s) != n {
+		t.Errorf("NVIDIA_VISIBLE_DEVICES=%q repeats a device", visible)
+	}
+	if got := env["MIGFLEX_SIMULATED"]; got != "true" {
+		t.Errorf("MIGFLEX_SIMULATED=%q, want true", got)
+	}
+	if got := env["MIGFLEX_DEVICE_IDS"]; got != visible {
+		t.Errorf("MIGFLEX_DEVICE_IDS=%q, want the same list as NVIDIA_VISIBLE_DEVICES %q", got, visible)
+	}
+	if got, want := env["MIGFLEX_MIG_PROFILES"], strings.Repeat(","+profile, n)[1:]; got != want {
+		t.Errorf("MIGFLEX_MIG_PROFILES=%q, want %q", got, want)
+	}
+	return ids
+}
+
+// checkGFDLabels checks the GPU feature discovery labels for a node with
+// one simulated GPU under the mixed strategy whose MIG devices are counts.
+func checkGFDLabels(t *testing.T, node *corev1.Node, counts map[string]int) {
+	t.Helper()
+	want := map[string]string{
+		labelGPUProduct:  simModel,
+		labelGPUCount:    "1",
+		labelMigCapable:  "true",
+		labelMigStrategy: "mixed",
+	}
+	for p, n := range counts {
+		want["nvidia.com/mig-"+p+".count"] = strconv.Itoa(n)
+	}
+	got := map[string]string{}
+	for k, v := range node.Labels {
+		if _, ok := want[k]; ok || (strings.HasPrefix(k, "nvidia.com/mig-") && strings.HasSuffix(k, ".count")) {
+			got[k] = v
+		}
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("GPU feature discovery labels (-want +got):\n%s", diff)
+	}
+}
