@@ -12,6 +12,11 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 [[ $EUID -eq 0 ]] || die "needs root"
 check_cluster_dir
+if [[ -z ${MIGFLEX_CLUSTER_LOCK_HELD:-} ]]; then
+	mkdir -p "$CACHE_DIR"
+	exec 8>"$CACHE_DIR/cluster.lock"
+	flock -w 600 8 || die "another hack/cluster/up.sh or down.sh has held $CACHE_DIR/cluster.lock for 10 minutes"
+fi
 if [[ ! -d $CLUSTER_DIR ]]; then
 	log "nothing to tear down ($CLUSTER_DIR does not exist)"
 	exit 0

@@ -22,11 +22,15 @@ t_build=$((SECONDS - T0))
 export KUBECONFIG=$KUBECONFIG_ADMIN KUBECTL=$K8S_BIN/kubectl
 
 rc=0
+# Only a cluster this script brought up is torn down here: a failed up.sh has
+# already undone its own changes, and one that refused (exit 3) found another
+# cluster, which is not ours to stop.
+up_done=0
 finish() {
 	local status=$?
 	[[ $rc -ne 0 ]] || rc=$status
 	trap - EXIT INT TERM
-	if [[ $rc -ne 0 ]]; then
+	if [[ $rc -ne 0 && $up_done -eq 1 ]]; then
 		# State and log tails from the running cluster, before the tear-down
 		# fills the logs with shutdown noise.
 		if [[ -n $(pid_of kube-apiserver) ]]; then
@@ -45,7 +49,9 @@ finish() {
 		done
 	fi
 	local t=$SECONDS
-	"$HACK_CLUSTER/down.sh" || { [[ $rc -ne 0 ]] || rc=1; }
+	if [[ $up_done -eq 1 ]]; then
+		"$HACK_CLUSTER/down.sh" || { [[ $rc -ne 0 ]] || rc=1; }
+	fi
 	t_down=$((SECONDS - t))
 	log "timings: build ${t_build}s, up ${t_up:-?}s, tests ${t_tests:-?}s, down ${t_down}s"
 	exit "$rc"
@@ -55,6 +61,7 @@ trap 'rc=130; exit 130' INT TERM
 
 t=$SECONDS
 "$HACK_CLUSTER/up.sh"
+up_done=1
 t_up=$((SECONDS - t))
 
 t=$SECONDS

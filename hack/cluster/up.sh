@@ -41,18 +41,28 @@ getent ahostsv4 "$NODE_NAME" | awk '{print $1}' | grep -qx 127.0.0.1 ||
 [[ -n $(ls "$IMAGES_DIR"/*.tar 2>/dev/null) ]] || die "no image tarballs in $IMAGES_DIR; run hack/cluster/images.sh first"
 
 # --- refuse to run over anything (ours or another cluster) -----------------
+# Exit status 3 means "refused, nothing changed": callers that tear down after
+# a failed bring-up (e2e.sh) must not tear down a cluster they did not start.
+refuse() { echo "$(basename "$0"): $*" >&2; exit 3; }
+# One bring-up or tear-down at a time; the daemons must not inherit the lock
+# (start() closes fd 8), and the down.sh a failed bring-up runs must not wait
+# for it.
+mkdir -p "$CACHE_DIR"
+exec 8>"$CACHE_DIR/cluster.lock"
+flock -n 8 || refuse "another hack/cluster/up.sh or down.sh is running"
+export MIGFLEX_CLUSTER_LOCK_HELD=1
 for c in "${COMPONENTS[@]}"; do
-	[[ -z $(pid_of "$c") ]] || die "$c is already running (PID $(pid_of "$c")); run hack/cluster/down.sh first"
+	[[ -z $(pid_of "$c") ]] || refuse "$c is already running (PID $(pid_of "$c")); run hack/cluster/down.sh first"
 done
-if grep -q " $CLUSTER_DIR/" /proc/mounts; then die "mounts remain under $CLUSTER_DIR; run hack/cluster/down.sh first"; fi
+if grep -q " $CLUSTER_DIR/" /proc/mounts; then refuse "mounts remain under $CLUSTER_DIR; run hack/cluster/down.sh first"; fi
 for p in "${HOST_PATHS[@]}" /sys/fs/cgroup/*/kubepods; do
-	[[ ! -e $p ]] || die "$p exists: another kubelet/containerd, or a cluster that was not torn down (hack/cluster/down.sh)"
+	[[ ! -e $p ]] || refuse "$p exists: another kubelet/containerd, or a cluster that was not torn down (hack/cluster/down.sh)"
 done
-ip link show "$BRIDGE" >/dev/null 2>&1 && die "bridge $BRIDGE exists; run hack/cluster/down.sh first"
+ip link show "$BRIDGE" >/dev/null 2>&1 && refuse "bridge $BRIDGE exists; run hack/cluster/down.sh first"
 [[ -z $(ip route show "$SERVICE_CIDR") && -z $(ip route show "$POD_CIDR") ]] ||
-	die "routes for $SERVICE_CIDR or $POD_CIDR exist; run hack/cluster/down.sh, or choose SERVICE_CIDR/POD_CIDR"
+	refuse "routes for $SERVICE_CIDR or $POD_CIDR exist; run hack/cluster/down.sh, or choose SERVICE_CIDR/POD_CIDR"
 for port in 2379 2380 2381 $APISERVER_PORT 10248 10250 10257 10259; do
-	if ss -Hltn "sport = :$port" | grep -q .; then die "port $port on this host is in use"; fi
+	if ss -Hltn "sport = :$port" | grep -q .; then refuse "port $port on this host is in use"; fi
 done
 
 rm -rf "$CLUSTER_DIR"
@@ -143,7 +153,7 @@ start() {
 	shift
 	echo "$1" >"$RUN_DIR/$name.exe"
 	# shellcheck disable=SC2016 # expanded by the inner bash
-	setsid bash -c 'echo $$ >"$0"; exec "$@"' "$RUN_DIR/$name.pid" "$@" </dev/null >"$LOG_DIR/$name.log" 2>&1 &
+	setsid bash -c 'echo $$ >"$0"; exec "$@"' "$RUN_DIR/$name.pid" "$@" </dev/null >"$LOG_DIR/$name.log" 2>&1 8>&- &
 	local i
 	for ((i = 0; i < 50; i++)); do [[ -s $RUN_DIR/$name.pid ]] && return 0; sleep 0.1; done
 	die "$name did not start"
