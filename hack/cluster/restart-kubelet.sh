@@ -14,6 +14,11 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 [[ $EUID -eq 0 ]] || die "needs root"
 check_cluster_dir
+# Not while up.sh or down.sh works on the cluster (their lock); the new
+# kubelet must not inherit it.
+mkdir -p "$CACHE_DIR"
+exec 8>"$CACHE_DIR/cluster.lock"
+flock -w 600 8 || die "another hack/cluster/up.sh or down.sh has held $CACHE_DIR/cluster.lock for 10 minutes"
 old=$(pid_of kubelet)
 [[ -n $old ]] || die "no kubelet started by hack/cluster/up.sh is running (no live PID in $RUN_DIR/kubelet.pid)"
 
@@ -37,7 +42,7 @@ log "stopped kubelet ($old)"
 rm -f "$RUN_DIR/kubelet.pid"
 echo "--- restarted by $(basename "$0") at $(date -u +%FT%TZ)" >>"$LOG_DIR/kubelet.log"
 # shellcheck disable=SC2016 # expanded by the inner bash
-setsid bash -c 'echo $$ >"$0"; exec "$@"' "$RUN_DIR/kubelet.pid" "${args[@]}" </dev/null >>"$LOG_DIR/kubelet.log" 2>&1 &
+setsid bash -c 'echo $$ >"$0"; exec "$@"' "$RUN_DIR/kubelet.pid" "${args[@]}" </dev/null >>"$LOG_DIR/kubelet.log" 2>&1 8>&- &
 # The PID file is written just before the exec: wait until that PID runs
 # the kubelet binary (pid_of checks).
 new=
