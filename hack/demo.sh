@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# make demo: migflex's main job on a real (local, single-node) Kubernetes,
+# as root, as a narrated terminal session.
+#
+# It builds what is needed (bin/, the pinned Kubernetes binaries, the
+# images), brings up the local cluster of hack/cluster (a demo cluster
+# already up is torn down and brought up again, so every run starts from
+# the same state), installs migflex with simulated GPUs from
+# deployments/kustomize/overlays/local, and then shows with plain kubectl:
+# the Node's allocatable before and after `kubectl annotate node ...
+# nvidia.com/mig.config=...`, and a pod asking for a MIG profile the node
+# lacks, rewritten by the fallback webhook, running on the profile it has.
+# The cluster stays up to explore; hack/cluster/down.sh (make cluster-down)
+# tears it down.
+#
+# Nothing leaves this machine: see "Network safety" in hack/cluster/README.md.
+set -euo pipefail
+# shellcheck source=hack/cluster/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/cluster/lib.sh"
+[[ $EUID -eq 0 ]] || die "needs root: it runs a kubelet and changes host networking while the cluster is up (see hack/cluster/README.md)"
+cd "$ROOT"
+
+KUBECTL=$K8S_BIN/kubectl
+NS=default
+POD=fallback-demo
+STEP="starting"
+
+finish() {
+	local rc=$?
+	trap - EXIT
+	if [[ $rc -ne 0 ]]; then
+		{
+			echo
+			echo "demo failed (exit $rc) while: $STEP"
+			if [[ -n $(pid_of kube-apiserver) ]]; then
+				echo "The cluster is still up, to look around:"
+				echo "  export KUBECONFIG=$KUBECONFIG_ADMIN"
+				echo "  $KUBECTL get pods -A; $KUBECTL describe node $NODE_NAME"
+			fi
+			echo "Component logs: $LOG_DIR"
+			echo "Tear down with: make cluster-down   (or hack/cluster/down.sh)"
+		} >&2
+	fi
+	exit "$rc"
+}
+trap finish EXIT
+
+# Bold headers and cyan commands on a terminal only.
+bold='' cyan='' plain=''
+if [[ -t 1 ]]; then bold=$'\033[1m' cyan=$'\033[36m' plain=$'\033[0m'; fi
+# step <what>: a section header.
+step() {
+	STEP=$1
+	printf '\n%s==> %s%s\n' "$bold" "$1" "$plain"
+}
+# run <command>: shows the command as a user would type it, then runs
+# exactly that text. kubectl is lib.sh's function: the pinned kubectl with
+# the cluster's admin kubeconfig.
+run() {
+	printf '\n%s$ %s%s\n' "$cyan" "$1" "$plain"
+	eval "$1"
+}
+
+# --- build -------------------------------------------------------------------
+step "Building migflex (bin/), the pinned Kubernetes $K8S_VERSION binaries (cold: ~6 min, then cached) and the images"
+run "make build"
+"$HACK_CLUSTER/build.sh"
+"$HACK_CLUSTER/images.sh"
+
+# --- cluster -------------------------------------------------------------------
+running=()
+for c in "${COMPONENTS[@]}"; do
+	[[ -z $(pid_of "$c") ]] || running+=("$c")
+done
+if ((${#running[@]})); then
+	step "A local cluster is already up (${running[*]}): tearing it down to start clean"
+	"$HACK_CLUSTER/down.sh"
+fi
+step "Bringing up a local single-node cluster (etcd, kube-apiserver, controller-manager, scheduler, containerd, kubelet)"
+"$HACK_CLUSTER/up.sh"
+export KUBECONFIG=$KUBECONFIG_ADMIN
+NODE=$NODE_NAME
+echo
+echo "Below, kubectl is $KUBECTL (Kubernetes $K8S_VERSION) with KUBECONFIG=$KUBECONFIG_ADMIN."
+
+# --- install -------------------------------------------------------------------
+step "Installing migflex with simulated GPUs from its manifests"
+run "kubectl apply -k deployments/kustomize/overlays/local"
+run "kubectl -n gpu-webhook wait --for=condition=Complete job/migflex-certgen --timeout=180s"
+run "kubectl -n gpu-webhook rollout status daemonset/migflex-agent --timeout=180s"
+run "kubectl -n gpu-webhook rollout status deployment/gpu-webhook --timeout=180s"
+run "kubectl -n gpu-webhook get pods -o wide"
+
+# --- before ------------------------------------------------------------------
+step "BEFORE: the node's GPU, as the agent reports it and the kubelet serves it (MIG off: one whole GPU)"
+# The kubelet puts the agent's first registration into the Node status
+# within its next status update.
+run "kubectl wait --for=jsonpath='{.status.allocatable.nvidia\.com/gpu}'=1 node/$NODE --timeout=120s"
+run "kubectl get node $NODE -L nvidia.com/gpu.product -L nvidia.com/gpu.count -L nvidia.com/mig.capable -L nvidia.com/mig.config.state"
+run "kubectl describe node $NODE | sed -n '/^Allocatable:/,/^System Info:/p'"
+
+# --- the layout ----------------------------------------------------------------
+step "Partitioning the GPU: one 3g.40gb and four 1g.10gb, in mig-parted's format"
+run "kubectl annotate node $NODE --overwrite nvidia.com/mig.config='
+version: v1
+mig-configs:
+  selected:
+  - devices: all
+    mig-enabled: true
+    mig-devices:
+      3g.40gb: 1
+      1g.10gb: 4
+'"
+run "kubectl wait --for=jsonpath='{.metadata.labels.nvidia\.com/mig\.config\.state}'=success node/$NODE --timeout=120s"
+run "kubectl wait --for=jsonpath='{.status.allocatable.nvidia\.com/mig-1g\.10gb}'=4 node/$NODE --timeout=120s"
+
+step "AFTER: the kubelet serves the MIG profiles (the whole GPU reads 0 now)"
+run "kubectl get node $NODE -L nvidia.com/mig.config.state -L nvidia.com/mig-3g.40gb.count -L nvidia.com/mig-1g.10gb.count"
+run "kubectl describe node $NODE | sed -n '/^Allocatable:/,/^System Info:/p'"
+run "kubectl get events --field-selector involvedObject.kind=Node,reason=MigConfigApplied"
+
+# --- the fallback --------------------------------------------------------------
+step "A pod asks for nvidia.com/mig-2g.20gb, which this node does not have"
+pod_yaml="apiVersion: v1
+kind: Pod
+metadata:
+  name: $POD
+  namespace: $NS
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: lc.local/testbox:1
+    imagePullPolicy: Never
+    args: [env]
+    resources:
+      limits:
+        nvidia.com/mig-2g.20gb: 1"
+# The webhook decides from its informer's copy of the Node: make sure it
+# has seen the new allocatable (a server-side dry run stores nothing).
+for ((i = 0; i < 60; i++)); do
+	ann=$(kubectl create --dry-run=server -o jsonpath='{.metadata.annotations.gpu-webhook\.k8s\.io/fallback}' -f - <<<"$pod_yaml" 2>/dev/null) || ann=
+	[[ -n $ann ]] && break
+	sleep 0.5
+done
+[[ -n $ann ]] || die "the fallback webhook does not rewrite the demo pod (kubectl -n gpu-webhook logs deploy/gpu-webhook)"
+run "kubectl apply -f - <<EOF
+$pod_yaml
+EOF"
+run "kubectl wait --for=jsonpath='{.status.phase}'=Succeeded pod/$POD --timeout=120s"
+
+step "The webhook rewrote it to a profile the node has, and it ran there"
+run "kubectl get pod $POD -o jsonpath='{.metadata.annotations.gpu-webhook\.k8s\.io/fallback}{\"\\n\"}'"
+run "kubectl get pod $POD -o jsonpath='{.spec.containers[0].resources}{\"\\n\"}'"
+run "kubectl get pod $POD -o wide"
+run "kubectl logs $POD | grep -E '^(NVIDIA_VISIBLE_DEVICES|MIGFLEX_)'"
+run "kubectl -n gpu-webhook logs deployment/gpu-webhook | grep 'Rewrote GPU request' | grep -v 'dryRun=true'"
+
+# --- what next -----------------------------------------------------------------
+STEP="done"
+cat <<EOF
+
+${bold}==> Done in $((SECONDS - T0))s. The cluster stays up; to keep exploring:$plain
+
+  export KUBECONFIG=$KUBECONFIG_ADMIN
+  alias kubectl=$KUBECTL   # the pinned kubectl; the host's may differ
+
+  kubectl describe node $NODE                       # allocatable, labels, MigConfig* Events
+  kubectl get node $NODE -o jsonpath='{.metadata.annotations.migflex\.io/mig\.layout}' | jq .
+  kubectl -n gpu-webhook exec ds/migflex-agent -- /device-plugin sim show
+  kubectl -n gpu-webhook exec ds/migflex-agent -- /device-plugin sim inject-xid --gpu 0 --gi 1 --xid 79
+  kubectl annotate node $NODE --overwrite nvidia.com/mig.config='{version: v1, mig-configs: {selected: [{devices: all, mig-enabled: true, mig-devices: {2g.20gb: 3}}]}}'
+  kubectl -n gpu-webhook logs ds/migflex-agent
+  kubectl -n gpu-webhook logs deploy/gpu-webhook
+
+Tear down (stops everything and undoes the host changes):
+
+  make cluster-down        # or: hack/cluster/down.sh
+EOF
