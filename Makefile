@@ -19,7 +19,7 @@ ENVTEST_ASSETS := $(CACHE_DIR)/envtest
 GO_TEST_FLAGS ?= -timeout 20m
 export CACHE_DIR
 
-.PHONY: all build lint test test-unit test-integration test-e2e envtest-assets helm \
+.PHONY: all build lint test test-unit test-integration test-e2e envtest-assets helm bench \
 	k8s-binaries images cluster-up cluster-down demo clean
 
 all: build
@@ -83,6 +83,17 @@ cluster-up: images k8s-binaries
 
 cluster-down:
 	hack/cluster/down.sh
+
+# migflex's main job on simulated GPUs, narrated with kubectl (root): builds,
+# brings the local cluster up, installs migflex from its manifests,
+# partitions the node and shows a pod's fallback. The cluster stays up.
+demo:
+	hack/demo.sh
+
+# Benchmarks (docs/BENCHMARKS.md): never part of `make test`; results in
+# _output/bench/<UTC time>/.
+bench: envtest-assets
+	test/bench/run.sh
 
 clean:
 	rm -rf $(BIN)
