@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
@@ -18,16 +19,21 @@ import (
 
 // quietPeriod is the agent's health quiet period in this test. The local
 // overlay keeps the default (5m), too long to wait for, so the test sets
-// HEALTH_QUIET_PERIOD on the DaemonSet. It must be long enough for the
-// kubelet's periodic Node status update (10s) to show the unhealthy device
-// before it recovers.
-const quietPeriod = "30s"
+// HEALTH_QUIET_PERIOD on the DaemonSet.
+const quietPeriod = "20s"
+
+// reinject is how often the test raises the Xid again until it has seen
+// the device unhealthy on the Node: well within the quiet period, so the
+// device stays unhealthy however long the kubelet takes to update the
+// Node's status.
+const reinject = 5 * time.Second
 
 // TestXidHealth: an Xid error injected into the simulated GPU (through the
 // `device-plugin sim` CLI in the agent's container, via kubectl exec) makes
 // that MIG device Unhealthy: the real kubelet drops it from the Node's
 // allocatable (capacity unchanged) and the layout annotation says so. After
 // the quiet period without new errors it is healthy and allocatable again.
+// The other devices stay healthy.
 func TestXidHealth(t *testing.T) {
 	migflex(t)
 	ctx := t.Context()
@@ -41,12 +47,19 @@ func TestXidHealth(t *testing.T) {
 	}
 
 	victim := layout[0].Instances[0]
-	out, err := cluster.ExecInAgent(ctx, "/device-plugin", "sim", "inject-xid", "--gpu", "0",
-		"--gi", strconv.FormatUint(uint64(victim.GI), 10), "--ci", strconv.FormatUint(uint64(victim.CI), 10), "--xid", "79")
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out)
+	var injected time.Time
+	inject := func() error {
+		out, err := cluster.ExecInAgent(ctx, "/device-plugin", "sim", "inject-xid", "--gpu", "0",
+			"--gi", strconv.FormatUint(uint64(victim.GI), 10), "--ci", strconv.FormatUint(uint64(victim.CI), 10), "--xid", "79")
+		if err != nil {
+			return fmt.Errorf("sim inject-xid: %w: %s", err, out)
+		}
+		injected = time.Now()
+		return nil
 	}
-	t.Logf("sim inject-xid: %s", out)
+	if err := inject(); err != nil {
+		t.Fatal(err)
+	}
 
 	health := func(want map[string]string, allocatable int64) func(*corev1.Node) error {
 		return func(n *corev1.Node) error {
@@ -74,7 +87,18 @@ func TestXidHealth(t *testing.T) {
 		want[in.UUID] = "Healthy"
 	}
 	want[victim.UUID] = "Unhealthy"
-	if _, err := cluster.WaitForNode(ctx, "MIG device "+victim.UUID+" unhealthy", timeout, health(want, 2)); err != nil {
+	unhealthy := health(want, 2)
+	_, err := cluster.WaitForNode(ctx, "MIG device "+victim.UUID+" unhealthy", timeout, func(n *corev1.Node) error {
+		err := unhealthy(n)
+		if err != nil && time.Since(injected) > reinject {
+			// Keep the fault alive until the Node shows it.
+			if ierr := inject(); ierr != nil {
+				return ierr
+			}
+		}
+		return err
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	want[victim.UUID] = "Healthy"
