@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -16,7 +17,7 @@ import (
 // TestMigflexInstalled installs migflex from its own manifests
 // (deployments/kustomize/overlays/local, simulated GPUs) and checks that
 // every part is live: the certificate was injected, the agent reports the
-// simulated GPU on the Node, the real kubelet has the devices the agent
+// simulated GPUs on the Node, the real kubelet has the devices the agent
 // registered, and the API server gets answers from the webhook (the
 // install waits for that).
 func TestMigflexInstalled(t *testing.T) {
@@ -47,10 +48,17 @@ func TestMigflexInstalled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(layout) != 1 || layout[0].Model != simModel || !strings.HasPrefix(layout[0].UUID, "GPU-") {
-		t.Fatalf("layout %+v, want one simulated %s (the local overlay's sim-config)", layout, simModel)
+	uuids := map[string]bool{}
+	for i, g := range layout {
+		if g.Index != i || g.Model != simModel || !strings.HasPrefix(g.UUID, "GPU-") || uuids[g.UUID] {
+			t.Errorf("GPU %d in the layout: %+v, want index %d, a simulated %s with a GPU- UUID of its own", i, g, i, simModel)
+		}
+		uuids[g.UUID] = true
 	}
-	for k, want := range map[string]string{labelGPUProduct: simModel, labelGPUCount: "1", labelMigCapable: "true", labelMigStrategy: "mixed"} {
+	if len(layout) != simGPUs {
+		t.Fatalf("layout %+v, want %d simulated %s (the local overlay's sim-config)", layout, simGPUs, simModel)
+	}
+	for k, want := range map[string]string{labelGPUProduct: simModel, labelGPUCount: strconv.Itoa(simGPUs), labelMigCapable: "true", labelMigStrategy: "mixed"} {
 		if got := node.Labels[k]; got != want {
 			t.Errorf("label %s=%q, want %q", k, got, want)
 		}
@@ -71,7 +79,9 @@ func TestMigflexInstalled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out, layout[0].UUID) || !strings.Contains(out, simModel) {
-		t.Errorf("sim show in the agent does not list GPU %s (%s):\n%s", layout[0].UUID, simModel, out)
+	for _, g := range layout {
+		if !strings.Contains(out, g.UUID) || !strings.Contains(out, simModel) {
+			t.Errorf("sim show in the agent does not list GPU %d %s (%s):\n%s", g.Index, g.UUID, simModel, out)
+		}
 	}
 }

@@ -16,10 +16,11 @@ import (
 )
 
 // TestLayoutAnnotation is the main job: a user annotates the Node with a
-// layout, the agent partitions the (simulated) GPU, reports success, and
+// layout, the agent partitions the (simulated) GPUs, reports success, and
 // the real kubelet puts the profiles into the Node's allocatable from the
-// agent's device-plugin registrations. Then the user changes the layout:
-// the new profiles appear and the ones that went away read 0.
+// agent's device-plugin registrations. Then the user changes the layout,
+// differently per GPU: the new profiles appear and the ones that went away
+// read 0.
 func TestLayoutAnnotation(t *testing.T) {
 	migflex(t)
 	ctx := t.Context()
@@ -36,19 +37,22 @@ func TestLayoutAnnotation(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	node, layout := waitForLayout(t, mixed...)
-	checkGFDLabels(t, node, map[string]int{"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1})
+	// Counts are the node's: both GPUs have the layout.
+	checkGFDLabels(t, node, map[string]int{"1g.10gb": 4, "2g.20gb": 2, "3g.40gb": 2})
 	if r, ok := node.Annotations[annotationReason]; ok {
 		t.Errorf("annotation %s=%q after success, want none", annotationReason, r)
 	}
-	if g := layout[0]; g.MigMode != "Enabled" || g.Model != simModel {
-		t.Errorf("GPU 0 in the layout: model %q, MIG %q; want %s with MIG Enabled", g.Model, g.MigMode, simModel)
-	}
-	for _, in := range layout[0].Instances {
-		if !strings.HasPrefix(in.UUID, "MIG-") || in.Health != "Healthy" {
-			t.Errorf("instance %+v: want a MIG- UUID and Healthy", in)
+	for _, g := range layout {
+		if g.MigMode != "Enabled" || g.Model != simModel {
+			t.Errorf("GPU %d in the layout: model %q, MIG %q; want %s with MIG Enabled", g.Index, g.Model, g.MigMode, simModel)
+		}
+		for _, in := range g.Instances {
+			if !strings.HasPrefix(in.UUID, "MIG-") || in.Health != "Healthy" {
+				t.Errorf("GPU %d instance %+v: want a MIG- UUID and Healthy", g.Index, in)
+			}
 		}
 	}
-	want := map[string]int64{"nvidia.com/mig-1g.10gb": 2, "nvidia.com/mig-2g.20gb": 1, "nvidia.com/mig-3g.40gb": 1}
+	want := map[string]int64{"nvidia.com/mig-1g.10gb": 4, "nvidia.com/mig-2g.20gb": 2, "nvidia.com/mig-3g.40gb": 2}
 	if diff := cmp.Diff(want, counts(devices(layout))); diff != "" {
 		t.Errorf("devices of the layout (-want +got):\n%s", diff)
 	}
@@ -64,17 +68,21 @@ func TestLayoutAnnotation(t *testing.T) {
 	}
 
 	// 2. A change, in mig-parted's own form (one named configuration,
-	// profile -> count).
+	// profile -> count), with a layout for each GPU by its index.
 	setMigConfig(t, annotationMigConfig, `version: v1
 mig-configs:
-  all-2g.20gb:
-  - devices: all
+  per-gpu:
+  - devices: [0]
     mig-enabled: true
     mig-devices:
       "2g.20gb": 3
+  - devices: [1]
+    mig-enabled: true
+    mig-devices:
+      "7g.80gb": 1
 `)
-	node, _ = waitForLayout(t, "2g.20gb", "2g.20gb", "2g.20gb")
-	checkGFDLabels(t, node, map[string]int{"2g.20gb": 3})
+	node, _ = waitForLayouts(t, gpuLayouts{0: {"2g.20gb", "2g.20gb", "2g.20gb"}, 1: {"7g.80gb"}})
+	checkGFDLabels(t, node, map[string]int{"2g.20gb": 3, "7g.80gb": 1})
 	// Profiles that went away stay registered with no devices, so the
 	// kubelet reports them as 0 at once instead of dropping them minutes
 	// later; and the whole GPU, served before MIG was on, reads 0 as well.
@@ -90,7 +98,7 @@ mig-configs:
 
 // TestRunAIAnnotation: run.ai/mig.config, the key of Run:ai's
 // fake-gpu-operator, works the same way, including its form with explicit
-// placements.
+// placements; the GPU it does not name keeps its layout.
 func TestRunAIAnnotation(t *testing.T) {
 	migflex(t)
 	ctx := t.Context()
@@ -101,7 +109,7 @@ func TestRunAIAnnotation(t *testing.T) {
 		}
 	})
 
-	applyLayout(t, "7g.80gb") // a change follows, with its Event
+	_, before := applyLayout(t, "7g.80gb") // a change follows, with its Event
 	start := time.Now()
 	setMigConfig(t, annotationRunAI, `version: v1
 mig-configs:
@@ -112,13 +120,17 @@ mig-configs:
     - {name: 3g.40gb, position: 0, size: 4}
     - {name: 1g.10gb, position: 6, size: 1}
 `)
-	_, layout := waitForLayout(t, "1g.10gb", "3g.40gb")
+	_, layout := waitForLayouts(t, gpuLayouts{0: {"1g.10gb", "3g.40gb"}, 1: {"7g.80gb"}})
 	got := map[string]int{}
-	for _, in := range layout[0].Instances {
+	for _, in := range gpuOf(t, layout, 0).Instances {
 		got[in.Profile] = in.Placement.Start
 	}
 	if diff := cmp.Diff(map[string]int{"3g.40gb": 0, "1g.10gb": 6}, got); diff != "" {
 		t.Errorf("placements (profile -> start) (-want +got):\n%s", diff)
+	}
+	// Untouched: the same instance, not one destroyed and created again.
+	if diff := cmp.Diff(gpuOf(t, before, 1), gpuOf(t, layout, 1)); diff != "" {
+		t.Errorf("GPU 1, which the config does not name, changed (-before +after):\n%s", diff)
 	}
 	if _, err := cluster.WaitForNodeEvent(ctx, corev1.EventTypeNormal, "MigConfigApplied", start, "annotation "+annotationRunAI); err != nil {
 		t.Error(err)
@@ -144,7 +156,7 @@ func TestInvalidLayout(t *testing.T) {
 		name:    "three 3g.40gb do not fit",
 		doc:     migConfig("3g.40gb", "3g.40gb", "3g.40gb"),
 		reason:  "MigConfigInvalid",
-		message: []string{"GPU 0", "3g.40gb x3", "memory slices"},
+		message: []string{"GPU 0", "GPU 1", "3g.40gb x3", "memory slices"},
 	}, {
 		name:    "unknown profile",
 		doc:     migConfig("5g.50gb"),

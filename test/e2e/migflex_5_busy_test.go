@@ -18,18 +18,18 @@ import (
 	"github.com/migflex/migflex/test/e2e/framework"
 )
 
-// TestBusyGPU: a running pod holds a MIG device, as the real kubelet's
-// pod-resources API tells the agent. A layout that keeps that device is
-// applied around it; a layout that would destroy it waits (state pending,
-// the pod named in the reason and a MigConfigPending Event) and changes
-// nothing; once the pod is gone the layout is applied.
-//
-// The local overlay simulates one GPU, so "other GPUs proceed meanwhile"
-// is not shown here (internal/agent's tests cover it).
+// TestBusyGPU: a running pod holds a MIG device on GPU 0, as the real
+// kubelet's pod-resources API tells the agent. A layout that keeps that
+// device is applied around it. A layout that would destroy it, and changes
+// GPU 1 too, is applied to GPU 1 only: GPU 0 waits (state pending, the pod
+// named in the reason and a MigConfigPending Event) and keeps its layout
+// and its devices, while GPU 1's new profiles are served. Once the pod is
+// gone GPU 0 gets its layout as well.
 func TestBusyGPU(t *testing.T) {
 	migflex(t)
 	ctx := t.Context()
-	applyLayout(t, "1g.10gb", "1g.10gb")
+	// 1g.10gb only on GPU 0, so the scheduler's pick is a device there.
+	applyLayouts(t, gpuLayouts{0: {"1g.10gb", "1g.10gb"}, 1: {"2g.20gb", "2g.20gb"}})
 	ns := cluster.Namespace(t)
 
 	pod := gpuPod(ns, "holder", "nvidia.com/mig-1g.10gb", 1, "sleep", "3600")
@@ -50,9 +50,9 @@ func TestBusyGPU(t *testing.T) {
 
 	// 1. More 1g.10gb beside it: the held device stays where it is, so the
 	// change goes ahead while the pod runs.
-	_, layout := applyLayout(t, "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb")
-	if !slices.Contains(uuidsOf(layout, "1g.10gb"), device) {
-		t.Errorf("the pod's device %s is gone from the layout %v: a busy device was destroyed", device, uuidsOf(layout, "1g.10gb"))
+	_, layout := applyLayouts(t, gpuLayouts{0: {"1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb"}, 1: {"2g.20gb", "2g.20gb"}})
+	if gpu, ok := gpuHolding(layout, device); !ok || gpu != 0 {
+		t.Fatalf("the pod's device %s is on GPU %d (found %v) of the layout %+v, want it kept on GPU 0: a busy device was destroyed or moved", device, gpu, ok, layout)
 	}
 	p, err := cluster.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
 	if err != nil {
@@ -61,45 +61,70 @@ func TestBusyGPU(t *testing.T) {
 	if p.Status.Phase != corev1.PodRunning {
 		t.Fatalf("pod %s is %s after the change beside its device, want Running", podKey, p.Status.Phase)
 	}
-	before, err := cluster.Node(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 
-	// 2. A whole-GPU profile would destroy the pod's device: pending.
+	// 2. A layout that changes both GPUs: on GPU 0 a whole-GPU profile
+	// would destroy the pod's device, so GPU 0 waits; GPU 1, which no pod
+	// uses, is repartitioned meanwhile.
 	start := time.Now()
-	setMigConfig(t, annotationMigConfig, migConfig("7g.80gb"))
-	node, err := cluster.WaitForNode(ctx, "state pending naming "+podKey, timeout, func(n *corev1.Node) error {
+	want := gpuLayouts{0: {"7g.80gb"}, 1: {"3g.40gb", "1g.10gb"}}
+	setMigConfig(t, annotationMigConfig, migConfigPerGPU(want))
+	var pending []layoutGPU
+	node, err := cluster.WaitForNode(ctx, "state pending naming "+podKey+", GPU 1 repartitioned and served", timeout, func(n *corev1.Node) error {
 		if s, r := n.Labels[labelState], n.Annotations[annotationReason]; s != "pending" || !strings.Contains(r, podKey) {
 			return fmt.Errorf("state %q, reason %q", s, r)
 		}
+		l, err := nodeLayout(n)
+		if err != nil {
+			return err
+		}
+		got := profiles(l)
+		if diff := cmp.Diff(want.sorted()[1], got[1]); diff != "" {
+			return fmt.Errorf("GPU 1 profiles (-want +got):\n%s", diff)
+		}
+		if err := checkAllocatable(n, counts(devices(l))); err != nil {
+			return err
+		}
+		pending = l
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if r := node.Annotations[annotationReason]; !strings.Contains(r, "GPU 0") || strings.Contains(r, "GPU 1") {
+		t.Errorf("reason %q: want it to name GPU 0, the busy one, and only it", r)
+	}
 	if _, err := cluster.WaitForNodeEvent(ctx, corev1.EventTypeNormal, "MigConfigPending", start, podKey); err != nil {
 		t.Error(err)
 	}
-	pending, err := nodeLayout(node)
+	ev, err := cluster.WaitForNodeEvent(ctx, corev1.EventTypeNormal, "MigConfigApplied", start, "GPU 1 (", "3g.40gb")
 	if err != nil {
-		t.Fatal(err)
+		t.Error(err)
+	} else if strings.Contains(ev.Message, "GPU 0 (") {
+		t.Errorf("MigConfigApplied Event %q names GPU 0, which is busy", ev.Message)
 	}
-	if diff := cmp.Diff(layout, pending); diff != "" {
-		t.Errorf("layout changed while its GPU is busy (-before +pending):\n%s", diff)
+	// GPU 0 as it was: its instances, its devices at the kubelet (current,
+	// not the Node's periodic status) and in the allocatable, whose
+	// 1g.10gb are GPU 0's four while GPU 1's are new.
+	if diff := cmp.Diff(gpuOf(t, layout, 0), gpuOf(t, pending, 0)); diff != "" {
+		t.Errorf("GPU 0 changed while a pod uses it (-before +pending):\n%s", diff)
 	}
 	kubelet, err := framework.KubeletDevices(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(devices(layout), kubelet); diff != "" {
-		t.Errorf("kubelet devices changed while the GPU is busy (-before +now):\n%s", diff)
+	if diff := cmp.Diff(devices(pending), kubelet); diff != "" {
+		t.Errorf("kubelet devices vs the pending layout (-layout +kubelet):\n%s", diff)
 	}
-	if diff := cmp.Diff(gpuResources(before.Status.Allocatable), gpuResources(node.Status.Allocatable)); diff != "" {
-		t.Errorf("allocatable changed while the GPU is busy (-before +pending):\n%s", diff)
+	if !slices.Contains(kubelet["nvidia.com/mig-1g.10gb"], device) {
+		t.Errorf("the kubelet no longer lists the pod's device %s: %v", device, kubelet)
+	}
+	wantAlloc := map[string]int64{"nvidia.com/mig-1g.10gb": 5, "nvidia.com/mig-3g.40gb": 1}
+	if diff := cmp.Diff(wantAlloc, nonZero(gpuResources(node.Status.Allocatable))); diff != "" {
+		t.Errorf("allocatable while GPU 0 waits (-want +got):\n%s", diff)
 	}
 
-	// 3. The pod goes away: the agent's retry applies the layout.
+	// 3. The pod goes away: the agent's retry applies GPU 0's layout, and
+	// leaves GPU 1, already in place, alone.
 	if err := cluster.Client.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -113,8 +138,26 @@ func TestBusyGPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	node, _ = waitForLayout(t, "7g.80gb")
+	node, final := waitForLayouts(t, want)
 	if _, ok := node.Annotations[annotationReason]; ok {
 		t.Errorf("reason %q left after success", node.Annotations[annotationReason])
 	}
+	if diff := cmp.Diff(gpuOf(t, pending, 1), gpuOf(t, final, 1)); diff != "" {
+		t.Errorf("GPU 1 changed again after its layout was in place (-pending +final):\n%s", diff)
+	}
+	wantAlloc = map[string]int64{"nvidia.com/mig-7g.80gb": 1, "nvidia.com/mig-3g.40gb": 1, "nvidia.com/mig-1g.10gb": 1}
+	if diff := cmp.Diff(wantAlloc, nonZero(gpuResources(node.Status.Allocatable))); diff != "" {
+		t.Errorf("allocatable after the pod left (-want +got):\n%s", diff)
+	}
+}
+
+// nonZero is the resources of r with a count other than 0.
+func nonZero(r map[string]int64) map[string]int64 {
+	out := map[string]int64{}
+	for k, v := range r {
+		if v != 0 {
+			out[k] = v
+		}
+	}
+	return out
 }

@@ -12,15 +12,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/migflex/migflex/test/e2e/framework"
 )
-
-// quietPeriod is the agent's health quiet period in this test. The local
-// overlay keeps the default (5m), too long to wait for, so the test sets
-// HEALTH_QUIET_PERIOD on the DaemonSet.
-const quietPeriod = "20s"
 
 // reinject is how often the test raises the Xid again until it has seen
 // the device unhealthy on the Node: well within the quiet period, so the
@@ -33,20 +27,16 @@ const reinject = 5 * time.Second
 // that MIG device Unhealthy: the real kubelet drops it from the Node's
 // allocatable (capacity unchanged) and the layout annotation says so. After
 // the quiet period without new errors it is healthy and allocatable again.
-// The other devices stay healthy.
+// The other devices, on both GPUs, stay healthy. The quiet period is the
+// local overlay's (HEALTH_QUIET_PERIOD on the agent).
 func TestXidHealth(t *testing.T) {
 	migflex(t)
 	ctx := t.Context()
+	quietPeriod := agentQuietPeriod(t)
 	_, layout := applyLayout(t, "1g.10gb", "1g.10gb", "1g.10gb")
-	setQuietPeriod(t)
-	// The agent's restart by the rollout changed nothing (it plans from
-	// what NVML reports), so the devices are the same.
-	_, after := waitForLayout(t, "1g.10gb", "1g.10gb", "1g.10gb")
-	if diff := cmp.Diff(layout, after); diff != "" {
-		t.Errorf("layout changed by an agent restart with the same mig.config (-before +after):\n%s", diff)
-	}
+	total := int64(len(uuidsOf(layout, "1g.10gb")))
 
-	victim := layout[0].Instances[0]
+	victim := gpuOf(t, layout, 0).Instances[0]
 	var injected time.Time
 	inject := func() error {
 		out, err := cluster.ExecInAgent(ctx, "/device-plugin", "sim", "inject-xid", "--gpu", "0",
@@ -68,26 +58,30 @@ func TestXidHealth(t *testing.T) {
 				return err
 			}
 			got := map[string]string{}
-			for _, in := range l[0].Instances {
-				got[in.UUID] = in.Health
+			for _, g := range l {
+				for _, in := range g.Instances {
+					got[in.UUID] = in.Health
+				}
 			}
 			if diff := cmp.Diff(want, got); diff != "" {
 				return fmt.Errorf("device health in the layout annotation (-want +got):\n%s", diff)
 			}
 			const r = "nvidia.com/mig-1g.10gb"
 			a, c := n.Status.Allocatable[r], n.Status.Capacity[r]
-			if a.Value() != allocatable || c.Value() != 3 {
-				return fmt.Errorf("%s allocatable %s capacity %s, want %d and 3", r, a.String(), c.String(), allocatable)
+			if a.Value() != allocatable || c.Value() != total {
+				return fmt.Errorf("%s allocatable %s capacity %s, want %d and %d", r, a.String(), c.String(), allocatable, total)
 			}
 			return nil
 		}
 	}
 	want := map[string]string{}
-	for _, in := range layout[0].Instances {
-		want[in.UUID] = "Healthy"
+	for _, g := range layout {
+		for _, in := range g.Instances {
+			want[in.UUID] = "Healthy"
+		}
 	}
 	want[victim.UUID] = "Unhealthy"
-	unhealthy := health(want, 2)
+	unhealthy := health(want, total-1)
 	_, err := cluster.WaitForNode(ctx, "MIG device "+victim.UUID+" unhealthy", timeout, func(n *corev1.Node) error {
 		err := unhealthy(n)
 		if err != nil && time.Since(injected) > reinject {
@@ -102,34 +96,27 @@ func TestXidHealth(t *testing.T) {
 		t.Fatal(err)
 	}
 	want[victim.UUID] = "Healthy"
-	if _, err := cluster.WaitForNode(ctx, "MIG device "+victim.UUID+" to recover after "+quietPeriod, timeout, health(want, 3)); err != nil {
+	if _, err := cluster.WaitForNode(ctx, "MIG device "+victim.UUID+" to recover after "+quietPeriod.String(), timeout, health(want, total)); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// setQuietPeriod sets HEALTH_QUIET_PERIOD on the agent DaemonSet, unless it
-// is already set, and waits for the rollout (the agent restarts). The
-// setting stays for later tests: it only shortens recoveries.
-func setQuietPeriod(t *testing.T) {
+// agentQuietPeriod is the health quiet period the installed agent runs
+// with: HEALTH_QUIET_PERIOD, which the local overlay sets well below the
+// default (5m) so that a recovery can be waited for. It fails the test
+// unless that is so.
+func agentQuietPeriod(t *testing.T) time.Duration {
 	t.Helper()
-	ctx := t.Context()
-	dss := cluster.Client.AppsV1().DaemonSets(framework.MigflexNamespace)
-	ds, err := dss.Get(ctx, framework.AgentDaemonSet, metav1.GetOptions{})
+	ds, err := cluster.Client.AppsV1().DaemonSets(framework.MigflexNamespace).Get(t.Context(), framework.AgentDaemonSet, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if envValue(ds, framework.AgentContainer, "HEALTH_QUIET_PERIOD") == quietPeriod {
-		return
+	v := envValue(ds, framework.AgentContainer, "HEALTH_QUIET_PERIOD")
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 || d >= timeout/2 {
+		t.Fatalf("agent HEALTH_QUIET_PERIOD=%q (%v): want a positive duration well within the %v wait, set in %s", v, err, timeout, framework.LocalOverlay)
 	}
-	// A strategic merge patch merges env entries by name.
-	patch := fmt.Sprintf(`{"spec":{"template":{"spec":{"containers":[{"name":%q,"env":[{"name":"HEALTH_QUIET_PERIOD","value":%q}]}]}}}}`,
-		framework.AgentContainer, quietPeriod)
-	if _, err := dss.Patch(ctx, ds.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := cluster.WaitForDaemonSetRollout(ctx, framework.MigflexNamespace, framework.AgentDaemonSet); err != nil {
-		t.Fatal(err)
-	}
+	return d
 }
 
 func envValue(ds *appsv1.DaemonSet, container, name string) string {

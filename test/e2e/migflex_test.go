@@ -48,8 +48,10 @@ const (
 	labelOptOut        = "migflex.io/fallback"
 
 	resourceGPU = "nvidia.com/gpu"
-	// simModel is the GPU the local overlay simulates (its sim-config).
+	// The local overlay simulates simGPUs GPUs of model simModel
+	// (overlays/local/sim-config-local.yaml).
 	simModel = "H100-SXM5-80GB"
+	simGPUs  = 2
 )
 
 // Timeout for waits on the agent and the kubelet: hang protection only.
@@ -212,10 +214,33 @@ func summary(node *corev1.Node) string {
 		node.Labels[labelState], node.Annotations[annotationReason], node.Annotations[annotationLayout], gpuResources(node.Status.Allocatable))
 }
 
+// gpuLayouts is a layout by GPU index: each GPU's MIG profiles.
+type gpuLayouts map[int][]string
+
+// everyGPU is the same profiles on each of the node's GPUs.
+func everyGPU(profiles ...string) gpuLayouts {
+	l := gpuLayouts{}
+	for i := range simGPUs {
+		l[i] = profiles
+	}
+	return l
+}
+
 // migConfig is a mig.config document giving every GPU the profiles in
 // list form.
 func migConfig(profiles ...string) string {
 	return "version: v1\nmig-configs:\n  selected:\n  - devices: all\n    mig-enabled: true\n    mig-devices: [" + strings.Join(profiles, ", ") + "]\n"
+}
+
+// migConfigPerGPU is a mig.config document with one entry per GPU index
+// in l, in list form; GPUs not in l are left as they are.
+func migConfigPerGPU(l gpuLayouts) string {
+	var b strings.Builder
+	b.WriteString("version: v1\nmig-configs:\n  selected:\n")
+	for _, i := range slices.Sorted(maps.Keys(l)) {
+		fmt.Fprintf(&b, "  - devices: [%d]\n    mig-enabled: true\n    mig-devices: [%s]\n", i, strings.Join(l[i], ", "))
+	}
+	return b.String()
 }
 
 // setMigConfig puts doc in the node's annotation key and removes the other
@@ -229,17 +254,32 @@ func setMigConfig(t *testing.T, key, doc string) {
 	}
 }
 
+// sorted is l with each GPU's profiles sorted (and none as an empty list),
+// as profiles reports them.
+func (l gpuLayouts) sorted() map[int][]string {
+	out := map[int][]string{}
+	for i, ps := range l {
+		out[i] = append([]string{}, ps...)
+		slices.Sort(out[i])
+	}
+	return out
+}
+
 // waitForLayout waits until the agent reports success with these profiles
-// on GPU 0, and the kubelet's allocatable on the Node matches the devices
-// of the reported layout. It returns the node and its layout.
+// on every GPU, and the kubelet's allocatable on the Node matches the
+// devices of the reported layout. It returns the node and its layout.
 func waitForLayout(t *testing.T, want ...string) (*corev1.Node, []layoutGPU) {
 	t.Helper()
-	slices.Sort(want)
-	if want == nil {
-		want = []string{}
-	}
+	return waitForLayouts(t, everyGPU(want...))
+}
+
+// waitForLayouts is waitForLayout with each GPU's profiles, for every GPU
+// of the node.
+func waitForLayouts(t *testing.T, want gpuLayouts) (*corev1.Node, []layoutGPU) {
+	t.Helper()
+	w := want.sorted()
 	var layout []layoutGPU
-	node, err := cluster.WaitForNode(t.Context(), fmt.Sprintf("state success with layout %v and its allocatable", want), timeout, func(n *corev1.Node) error {
+	node, err := cluster.WaitForNode(t.Context(), fmt.Sprintf("state success with layout %v and its allocatable", w), timeout, func(n *corev1.Node) error {
 		if s := n.Labels[labelState]; s != "success" {
 			return fmt.Errorf("state %q, reason %q", s, n.Annotations[annotationReason])
 		}
@@ -247,7 +287,7 @@ func waitForLayout(t *testing.T, want ...string) (*corev1.Node, []layoutGPU) {
 		if err != nil {
 			return err
 		}
-		if diff := cmp.Diff(map[int][]string{0: want}, profiles(l)); diff != "" {
+		if diff := cmp.Diff(w, profiles(l)); diff != "" {
 			return fmt.Errorf("layout profiles (-want +got):\n%s", diff)
 		}
 		if err := checkAllocatable(n, counts(devices(l))); err != nil {
@@ -262,12 +302,44 @@ func waitForLayout(t *testing.T, want ...string) (*corev1.Node, []layoutGPU) {
 	return node, layout
 }
 
-// applyLayout annotates the node with a list-form mig.config of profiles
-// and waits until it is in place.
+// applyLayout annotates the node with a list-form mig.config giving every
+// GPU profiles and waits until it is in place.
 func applyLayout(t *testing.T, profiles ...string) (*corev1.Node, []layoutGPU) {
 	t.Helper()
 	setMigConfig(t, annotationMigConfig, migConfig(profiles...))
 	return waitForLayout(t, profiles...)
+}
+
+// applyLayouts annotates the node with a mig.config giving each GPU its
+// profiles and waits until it is in place.
+func applyLayouts(t *testing.T, l gpuLayouts) (*corev1.Node, []layoutGPU) {
+	t.Helper()
+	setMigConfig(t, annotationMigConfig, migConfigPerGPU(l))
+	return waitForLayouts(t, l)
+}
+
+// gpuOf is the layout's GPU with index i.
+func gpuOf(t *testing.T, l []layoutGPU, i int) layoutGPU {
+	t.Helper()
+	for _, g := range l {
+		if g.Index == i {
+			return g
+		}
+	}
+	t.Fatalf("no GPU %d in the layout %+v", i, l)
+	return layoutGPU{}
+}
+
+// gpuHolding is the index of the GPU in the layout with the MIG device id.
+func gpuHolding(l []layoutGPU, id string) (int, bool) {
+	for _, g := range l {
+		for _, in := range g.Instances {
+			if in.UUID == id {
+				return g.Index, true
+			}
+		}
+	}
+	return 0, false
 }
 
 // gpuPod is a testbox pod (args) that requests n devices of resource, left
@@ -340,13 +412,14 @@ func checkAllocateEnv(t *testing.T, env map[string]string, layout []layoutGPU, p
 	return ids
 }
 
-// checkGFDLabels checks the GPU feature discovery labels for a node with
-// one simulated GPU under the mixed strategy whose MIG devices are counts.
+// checkGFDLabels checks the GPU feature discovery labels for the node's
+// simulated GPUs under the mixed strategy whose MIG devices are counts
+// (over all GPUs).
 func checkGFDLabels(t *testing.T, node *corev1.Node, counts map[string]int) {
 	t.Helper()
 	want := map[string]string{
 		labelGPUProduct:  simModel,
-		labelGPUCount:    "1",
+		labelGPUCount:    strconv.Itoa(simGPUs),
 		labelMigCapable:  "true",
 		labelMigStrategy: "mixed",
 	}
