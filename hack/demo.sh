@@ -6,10 +6,11 @@
 # images), brings up the local cluster of hack/cluster (a demo cluster
 # already up is torn down and brought up again, so every run starts from
 # the same state), installs migflex with simulated GPUs from
-# deployments/kustomize/overlays/local, and then shows with plain kubectl:
-# the Node's allocatable before and after `kubectl annotate node ...
-# nvidia.com/mig.config=...`, and a pod asking for a MIG profile the node
-# lacks, rewritten by the fallback webhook, running on the profile it has.
+# deployments/kustomize/overlays/local (two simulated H100-SXM5-80GB), and
+# then shows with plain kubectl: the Node's allocatable before and after
+# `kubectl annotate node ... nvidia.com/mig.config=...` with a different
+# layout for each GPU, and a pod asking for a MIG profile the node lacks,
+# rewritten by the fallback webhook, running on the profile it has.
 # The cluster stays up to explore; hack/cluster/down.sh (make cluster-down)
 # tears it down.
 #
@@ -92,30 +93,35 @@ run "kubectl -n gpu-webhook rollout status deployment/gpu-webhook --timeout=180s
 run "kubectl -n gpu-webhook get pods -o wide"
 
 # --- before ------------------------------------------------------------------
-step "BEFORE: the node's GPU, as the agent reports it and the kubelet serves it (MIG off: one whole GPU)"
+step "BEFORE: the node's two GPUs, as the agent reports them and the kubelet serves them (MIG off: two whole GPUs)"
 # The kubelet puts the agent's first registration into the Node status
 # within its next status update.
-run "kubectl wait --for=jsonpath='{.status.allocatable.nvidia\.com/gpu}'=1 node/$NODE --timeout=120s"
+run "kubectl wait --for=jsonpath='{.status.allocatable.nvidia\.com/gpu}'=2 node/$NODE --timeout=120s"
 run "kubectl get node $NODE -L nvidia.com/gpu.product -L nvidia.com/gpu.count -L nvidia.com/mig.capable -L nvidia.com/mig.config.state"
 run "kubectl describe node $NODE | sed -n '/^Allocatable:/,/^System Info:/p'"
 
 # --- the layout ----------------------------------------------------------------
-step "Partitioning the GPU: one 3g.40gb and four 1g.10gb, in mig-parted's format"
+step "Partitioning the GPUs, in mig-parted's format: GPU 0 into one 3g.40gb and four 1g.10gb, GPU 1 into one 7g.80gb"
 run "kubectl annotate node $NODE --overwrite nvidia.com/mig.config='
 version: v1
 mig-configs:
   selected:
-  - devices: all
+  - devices: [0]
     mig-enabled: true
     mig-devices:
       3g.40gb: 1
       1g.10gb: 4
+  - devices: [1]
+    mig-enabled: true
+    mig-devices:
+      7g.80gb: 1
 '"
 run "kubectl wait --for=jsonpath='{.metadata.labels.nvidia\.com/mig\.config\.state}'=success node/$NODE --timeout=120s"
+run "kubectl wait --for=jsonpath='{.status.allocatable.nvidia\.com/mig-7g\.80gb}'=1 node/$NODE --timeout=120s"
 run "kubectl wait --for=jsonpath='{.status.allocatable.nvidia\.com/mig-1g\.10gb}'=4 node/$NODE --timeout=120s"
 
-step "AFTER: the kubelet serves the MIG profiles (the whole GPU reads 0 now)"
-run "kubectl get node $NODE -L nvidia.com/mig.config.state -L nvidia.com/mig-3g.40gb.count -L nvidia.com/mig-1g.10gb.count"
+step "AFTER: the kubelet serves the MIG profiles (the whole GPUs read 0 now)"
+run "kubectl get node $NODE -L nvidia.com/mig.config.state -L nvidia.com/mig-7g.80gb.count -L nvidia.com/mig-3g.40gb.count -L nvidia.com/mig-1g.10gb.count"
 run "kubectl describe node $NODE | sed -n '/^Allocatable:/,/^System Info:/p'"
 run "kubectl get events --field-selector involvedObject.kind=Node,reason=MigConfigApplied"
 
@@ -169,6 +175,7 @@ ${bold}==> Done in $((SECONDS - T0))s. The cluster stays up; to keep exploring:$
   kubectl get node $NODE -o jsonpath='{.metadata.annotations.migflex\.io/mig\.layout}' | jq .
   kubectl -n gpu-webhook exec ds/migflex-agent -- /device-plugin sim show
   kubectl -n gpu-webhook exec ds/migflex-agent -- /device-plugin sim inject-xid --gpu 0 --gi 1 --xid 79
+  #   the device drops out of allocatable and comes back 30s later (HEALTH_QUIET_PERIOD)
   kubectl annotate node $NODE --overwrite nvidia.com/mig.config='{version: v1, mig-configs: {selected: [{devices: all, mig-enabled: true, mig-devices: {2g.20gb: 3}}]}}'
   kubectl -n gpu-webhook logs ds/migflex-agent
   kubectl -n gpu-webhook logs deploy/gpu-webhook
