@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	clientfeatures "k8s.io/client-go/features"
 
 	"github.com/migflex/migflex/internal/fallback"
 )
@@ -160,4 +161,18 @@ current-context: x
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestEnableWatchList checks the streaming-list switch: an explicit
+// environment setting is left to client-go, otherwise it is turned on.
+func TestEnableWatchList(t *testing.T) {
+	for v, want := range map[string]bool{"": true, "false": false, "true": false} {
+		if got := wantWatchList(env(map[string]string{"KUBE_FEATURE_WatchListClient": v})); got != want {
+			t.Errorf("KUBE_FEATURE_WatchListClient=%q: wantWatchList = %v, want %v", v, got, want)
+		}
+	}
+	enableWatchList(env(nil))
+	if !clientfeatures.FeatureGates().Enabled(clientfeatures.WatchListClient) {
+		t.Fatal("WatchListClient still off without an environment setting")
+	}
 }
