@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/migflex/migflex/internal/health"
 	"github.com/migflex/migflex/internal/mig"
@@ -66,10 +67,15 @@ func (n *simNode) discover(t *testing.T) {
 	n.gpus = gpus
 }
 
-// startWatcher returns a health watcher over the simulator; the Manager runs it.
-func startWatcher(t *testing.T, lib *sim.Lib, quiet time.Duration) *health.Watcher {
+// startWatcher returns a health watcher over the simulator; the Manager
+// runs it. Devices never recover unless opts sets a quiet period.
+func startWatcher(t *testing.T, lib *sim.Lib, opts health.Options) *health.Watcher {
 	t.Helper()
-	w, err := health.New(lib, health.Options{QuietPeriod: quiet, PollInterval: 10 * time.Millisecond})
+	if opts.QuietPeriod == 0 {
+		opts.QuietPeriod = -1
+	}
+	opts.PollInterval = 10 * time.Millisecond
+	w, err := health.New(lib, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +102,11 @@ func waitWatching(t *testing.T, w *health.Watcher, gpus []mig.GPU) {
 
 func TestSimulatedXidMakesDeviceUnhealthyAndItRecovers(t *testing.T) {
 	n := newSimNode(t)
-	w := startWatcher(t, n.lib, 300*time.Millisecond)
+	// On a fake clock the quiet period passes only when the test steps it,
+	// so a device stays unhealthy for as long as the test looks at it.
+	const quiet = 5 * time.Minute
+	clk := testingclock.NewFakeClock(time.Now())
+	w := startWatcher(t, n.lib, health.Options{QuietPeriod: quiet, Clock: clk})
 	e := start(t, Options{Backend: BackendSimulated, Health: w}, n.gpus)
 	const r = "nvidia.com/mig-3g.40gb"
 	a, b, whole := n.mig0.UUID, n.mig1.UUID, n.gpus[1].UUID
@@ -116,6 +126,7 @@ func TestSimulatedXidMakesDeviceUnhealthyAndItRecovers(t *testing.T) {
 		t.Errorf("Resources() reports %+v for b, want unhealthy with Xid 79", st)
 	}
 	// After the quiet period without new errors it is healthy again.
+	clk.Step(quiet)
 	e.wait("b recovered", serving(map[string][]string{r: {a, b}, ResourceGPU: {whole}}))
 	if _, err := e.kubelet.Allocate(e.ctx, r, b); err != nil {
 		t.Errorf("Allocate after recovery: %v", err)
@@ -126,12 +137,13 @@ func TestSimulatedXidMakesDeviceUnhealthyAndItRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.wait("GPU 0 unhealthy", serving(map[string][]string{r: {a + "!", b + "!"}, ResourceGPU: {whole}}))
+	clk.Step(quiet)
 	e.wait("GPU 0 recovered", serving(map[string][]string{r: {a, b}, ResourceGPU: {whole}}))
 }
 
 func TestSimulatedIgnoredXid(t *testing.T) {
 	n := newSimNode(t)
-	w := startWatcher(t, n.lib, -1)
+	w := startWatcher(t, n.lib, health.Options{})
 	e := start(t, Options{Backend: BackendSimulated, Health: w}, n.gpus)
 	const r = "nvidia.com/mig-3g.40gb"
 	a, b, whole := n.mig0.UUID, n.mig1.UUID, n.gpus[1].UUID
@@ -156,7 +168,7 @@ func TestSimulatedIgnoredXid(t *testing.T) {
 
 func TestSimulatedLayoutChangeMovesHealthChecks(t *testing.T) {
 	n := newSimNode(t)
-	w := startWatcher(t, n.lib, -1)
+	w := startWatcher(t, n.lib, health.Options{})
 	e := start(t, Options{Backend: BackendSimulated, Health: w}, n.gpus)
 	const r3, r1 = "nvidia.com/mig-3g.40gb", "nvidia.com/mig-1g.10gb"
 	a, b, whole := n.mig0.UUID, n.mig1.UUID, n.gpus[1].UUID
@@ -194,7 +206,7 @@ func TestSimulatedLayoutChangeMovesHealthChecks(t *testing.T) {
 func TestSimulatedXidFromAnotherProcess(t *testing.T) {
 	cfg := simConfig(t, t.TempDir())
 	n := newSimNodeWith(t, cfg)
-	w := startWatcher(t, n.lib, -1)
+	w := startWatcher(t, n.lib, health.Options{})
 	e := start(t, Options{Backend: BackendSimulated, Health: w}, n.gpus)
 	const r = "nvidia.com/mig-3g.40gb"
 	a, b, whole := n.mig0.UUID, n.mig1.UUID, n.gpus[1].UUID

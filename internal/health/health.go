@@ -16,6 +16,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
 
 // AllInstances is the GPU-instance or compute-instance id NVML reports when
@@ -58,6 +59,11 @@ type Options struct {
 	// PollInterval is the timeout of one EventSet.Wait. Zero means
 	// DefaultPollInterval.
 	PollInterval time.Duration
+	// Clock stamps faults and runs the quiet-period timers. Nil means the
+	// real clock; tests pass a fake one and step it past the quiet period.
+	// NVML's Wait timeout and the pause after a Wait error are real time
+	// whatever the clock, as they pace calls into the driver.
+	Clock clock.WithDelayedExecution
 }
 
 // Target is one device whose health is tracked.
@@ -95,6 +101,7 @@ type Watcher struct {
 	ignored      map[uint64]bool
 	quiet        time.Duration
 	pollInterval time.Duration
+	clock        clock.WithDelayedExecution
 
 	mu        sync.Mutex
 	log       klog.Logger
@@ -112,7 +119,7 @@ type fault struct {
 	// seq identifies the latest error; a recovery timer only clears the
 	// fault if no newer error arrived after it was armed.
 	seq   uint64
-	timer *time.Timer
+	timer clock.Timer
 }
 
 // New returns a Watcher over lib.
@@ -129,6 +136,7 @@ func New(lib Lib, opts Options) (*Watcher, error) {
 		ignored:      make(map[uint64]bool, len(ignored)),
 		quiet:        opts.QuietPeriod,
 		pollInterval: opts.PollInterval,
+		clock:        opts.Clock,
 		faults:       map[string]*fault{},
 		changes:      make(chan struct{}, 1),
 	}
@@ -140,6 +148,9 @@ func New(lib Lib, opts Options) (*Watcher, error) {
 	}
 	if w.pollInterval == 0 {
 		w.pollInterval = DefaultPollInterval
+	}
+	if w.clock == nil {
+		w.clock = clock.RealClock{}
 	}
 	if w.pollInterval < time.Millisecond {
 		return nil, fmt.Errorf("health: poll interval %s is shorter than NVML's 1ms resolution", w.pollInterval)
@@ -255,7 +266,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			// NVML does not say which GPU fell off the bus; every device
 			// is suspect until the quiet period passes without this error.
 			log.Error(ret, "GPU lost while waiting for events; marking all devices unhealthy")
-			w.markAll(time.Now())
+			w.markAll(w.clock.Now())
 			w.pause(ctx)
 		default:
 			log.Error(ret, "Waiting for NVML events")
@@ -359,7 +370,7 @@ func (w *Watcher) handle(log klog.Logger, ev nvml.EventData) {
 		log.V(2).Info("Ignoring application Xid", kv...)
 		return
 	}
-	ids := w.markMatching(gpu, ev.GpuInstanceId, ev.ComputeInstanceId, xid, time.Now())
+	ids := w.markMatching(gpu, ev.GpuInstanceId, ev.ComputeInstanceId, xid, w.clock.Now())
 	if len(ids) == 0 {
 		log.Info("Xid on a GPU or instance with no served device", kv...)
 		return
@@ -423,7 +434,10 @@ func (w *Watcher) markLocked(id string, xid uint64, now time.Time) {
 		f.timer.Stop()
 	}
 	seq := f.seq
-	f.timer = time.AfterFunc(w.quiet, func() { w.recover(id, seq) })
+	// recover runs in a goroutine of its own, not in the callback: a fake
+	// clock calls the callback inside Step with its own lock held, while
+	// markLocked calls the clock with w.mu held.
+	f.timer = w.clock.AfterFunc(w.quiet, func() { go w.recover(id, seq) })
 }
 
 func (w *Watcher) recover(id string, seq uint64) {

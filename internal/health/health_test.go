@@ -8,6 +8,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/go-cmp/cmp"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 // fakeLib is an NVML stand-in with one event set. Like NVML it delivers an
@@ -135,6 +136,14 @@ var testTargets = []Target{
 // checking that Run returns nil and frees the event set.
 func start(t *testing.T, lib *fakeLib, opts Options, targets []Target) *Watcher {
 	t.Helper()
+	w := newWatcher(t, lib, opts)
+	run(t, lib, w, targets)
+	return w
+}
+
+// newWatcher is New with a short poll interval unless opts has one.
+func newWatcher(t *testing.T, lib *fakeLib, opts Options) *Watcher {
+	t.Helper()
 	if opts.PollInterval == 0 {
 		opts.PollInterval = 10 * time.Millisecond
 	}
@@ -142,6 +151,12 @@ func start(t *testing.T, lib *fakeLib, opts Options, targets []Target) *Watcher 
 	if err != nil {
 		t.Fatal(err)
 	}
+	return w
+}
+
+// run is the second half of start, for a test that sets up w before it runs.
+func run(t *testing.T, lib *fakeLib, w *Watcher, targets []Target) {
+	t.Helper()
 	w.SetTargets(targets)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -167,7 +182,6 @@ func start(t *testing.T, lib *fakeLib, opts Options, targets []Target) *Watcher 
 			t.Errorf("NVML left initialized %d times", lib.inits)
 		}
 	})
-	return w
 }
 
 // waitFor waits on Changes until cond holds for Unhealthy().
@@ -244,22 +258,38 @@ func TestAffects(t *testing.T) {
 	}
 }
 
+// epoch is where fake clocks start.
+var epoch = time.Date(2025, time.June, 1, 12, 0, 0, 0, time.UTC)
+
 func TestRecoversAfterQuietPeriod(t *testing.T) {
+	const quiet = 5 * time.Minute
+	clk := testingclock.NewFakeClock(epoch)
 	lib := newFakeLib("GPU-a", "GPU-b")
-	w := start(t, lib, Options{QuietPeriod: 50 * time.Millisecond}, testTargets)
+	w := start(t, lib, Options{QuietPeriod: quiet, Clock: clk}, testTargets)
 	lib.waitRegistered(t, "GPU-a")
 	lib.xid("GPU-a", 1, 0, 48)
 	u := waitFor(t, w, "MIG-a1 unhealthy", func(u map[string]Fault) bool { return len(u) == 1 })
-	f := u["MIG-a1"]
-	if f.Xid != 48 || !f.Until.Equal(f.At.Add(50*time.Millisecond)) {
-		t.Errorf("fault = %+v, want Xid 48 recovering 50ms after it was seen", f)
+	if diff := cmp.Diff(Fault{Xid: 48, At: epoch, Until: epoch.Add(quiet)}, u["MIG-a1"]); diff != "" {
+		t.Errorf("fault (-want +got):\n%s", diff)
 	}
+
+	// A fake clock fires timers only inside Step: short of the quiet period
+	// the recovery timer is still pending and the device still unhealthy.
+	clk.Step(quiet - time.Nanosecond)
+	if n := clk.Waiters(); n != 1 {
+		t.Errorf("%d timers pending before the quiet period ends, want the recovery timer", n)
+	}
+	if diff := cmp.Diff(map[string]uint64{"MIG-a1": 48}, ids(w.Unhealthy())); diff != "" {
+		t.Errorf("unhealthy before the quiet period ends (-want +got):\n%s", diff)
+	}
+	clk.Step(time.Nanosecond)
 	waitFor(t, w, "recovery", func(u map[string]Fault) bool { return len(u) == 0 })
 }
 
 func TestNewXidRearmsRecovery(t *testing.T) {
+	clk := testingclock.NewFakeClock(epoch)
 	lib := newFakeLib("GPU-a", "GPU-b")
-	w := start(t, lib, Options{QuietPeriod: time.Hour}, testTargets)
+	w := start(t, lib, Options{QuietPeriod: time.Hour, Clock: clk}, testTargets)
 	lib.waitRegistered(t, "GPU-a")
 	lib.xid("GPU-a", 1, 0, 48)
 	first := waitFor(t, w, "first Xid", func(u map[string]Fault) bool { return u["MIG-a1"].Xid == 48 })["MIG-a1"]
