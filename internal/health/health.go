@@ -102,6 +102,9 @@ type Watcher struct {
 	quiet        time.Duration
 	pollInterval time.Duration
 	clock        clock.WithDelayedExecution
+	// recovered, when set by a test, is called after every run of recover
+	// (whatever it decided), so the test knows a fired timer was handled.
+	recovered func()
 
 	mu        sync.Mutex
 	log       klog.Logger
@@ -441,6 +444,9 @@ func (w *Watcher) markLocked(id string, xid uint64, now time.Time) {
 }
 
 func (w *Watcher) recover(id string, seq uint64) {
+	if w.recovered != nil {
+		defer w.recovered()
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	f := w.faults[id]

@@ -287,16 +287,73 @@ func TestRecoversAfterQuietPeriod(t *testing.T) {
 }
 
 func TestNewXidRearmsRecovery(t *testing.T) {
+	const quiet = time.Hour
 	clk := testingclock.NewFakeClock(epoch)
 	lib := newFakeLib("GPU-a", "GPU-b")
-	w := start(t, lib, Options{QuietPeriod: time.Hour, Clock: clk}, testTargets)
+	w := start(t, lib, Options{QuietPeriod: quiet, Clock: clk}, testTargets)
 	lib.waitRegistered(t, "GPU-a")
 	lib.xid("GPU-a", 1, 0, 48)
-	first := waitFor(t, w, "first Xid", func(u map[string]Fault) bool { return u["MIG-a1"].Xid == 48 })["MIG-a1"]
+	waitFor(t, w, "first Xid", func(u map[string]Fault) bool { return u["MIG-a1"].Xid == 48 })
+
+	clk.Step(quiet / 2)
 	lib.xid("GPU-a", 1, 0, 63)
 	second := waitFor(t, w, "second Xid", func(u map[string]Fault) bool { return u["MIG-a1"].Xid == 63 })["MIG-a1"]
-	if second.At.Before(first.At) || !second.Until.Equal(second.At.Add(time.Hour)) {
-		t.Errorf("second fault %+v does not restart the quiet period of %+v", second, first)
+	secondAt := epoch.Add(quiet / 2)
+	if diff := cmp.Diff(Fault{Xid: 63, At: secondAt, Until: secondAt.Add(quiet)}, second); diff != "" {
+		t.Errorf("second fault does not restart the quiet period (-want +got):\n%s", diff)
+	}
+	// The first timer was cancelled, not left to fire.
+	if n := clk.Waiters(); n != 1 {
+		t.Errorf("%d recovery timers pending, want 1", n)
+	}
+
+	// When the first quiet period would have ended the device is still out.
+	clk.Step(quiet / 2)
+	if diff := cmp.Diff(map[string]uint64{"MIG-a1": 63}, ids(w.Unhealthy())); diff != "" {
+		t.Errorf("unhealthy an hour after the first Xid (-want +got):\n%s", diff)
+	}
+	clk.Step(quiet / 2)
+	waitFor(t, w, "recovery an hour after the second Xid", func(u map[string]Fault) bool { return len(u) == 0 })
+}
+
+// TestStaleRecoveryKeepsNewerFault: a recovery timer that already fired
+// (so it can no longer be stopped) but runs only after a newer Xid was
+// recorded must not clear the newer fault.
+func TestStaleRecoveryKeepsNewerFault(t *testing.T) {
+	const quiet = time.Hour
+	clk := testingclock.NewFakeClock(epoch)
+	lib := newFakeLib("GPU-a", "GPU-b")
+	w := newWatcher(t, lib, Options{QuietPeriod: quiet, Clock: clk})
+	recovered := make(chan struct{}, 2)
+	w.recovered = func() { recovered <- struct{}{} }
+	run(t, lib, w, testTargets)
+	waitRecover := func(what string) {
+		t.Helper()
+		select {
+		case <-recovered:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the recovery timer %s never ran", what)
+		}
+	}
+	lib.waitRegistered(t, "GPU-a")
+	lib.xid("GPU-a", 1, 0, 48)
+	waitFor(t, w, "first Xid", func(u map[string]Fault) bool { return u["MIG-a1"].Xid == 48 })
+
+	// Holding the watcher's lock: the first timer fires and its recovery
+	// waits for the lock while a second Xid on the device is recorded.
+	w.mu.Lock()
+	clk.Step(quiet)
+	w.markLocked("MIG-a1", 63, clk.Now())
+	w.mu.Unlock()
+	waitRecover("of the first Xid")
+	if diff := cmp.Diff(map[string]uint64{"MIG-a1": 63}, ids(w.Unhealthy())); diff != "" {
+		t.Errorf("after the stale recovery (-want +got):\n%s", diff)
+	}
+
+	clk.Step(quiet)
+	waitRecover("of the second Xid")
+	if u := w.Unhealthy(); len(u) != 0 {
+		t.Errorf("unhealthy %v after the second quiet period, want none", u)
 	}
 }
 
