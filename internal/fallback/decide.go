@@ -315,17 +315,14 @@ func (d *Decider) choose(r corev1.ResourceName, cands []candidate, v *view, need
 // explain names the requested type and what was checked, for a denial.
 func (d *Decider) explain(r corev1.ResourceName, cands []candidate, v *view, snap *Snapshot, f *podFilter, pp PodPolicy) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s is on none of the %d nodes this pod can be scheduled to (%d nodes in the cluster)",
-		r, snap.eligibleNodes(f), snap.Nodes())
-	types := slices.Sorted(maps.Keys(v.free))
-	if len(types) == 0 {
-		b.WriteString("; they have no GPU types")
-	} else {
-		names := make([]string, len(types))
-		for i, t := range types {
-			names[i] = string(t)
+	if f.nodeName != "" {
+		if !explainPinned(&b, r, v, snap, f) {
+			return b.String()
 		}
-		fmt.Fprintf(&b, "; GPU types there: %s", strings.Join(names, ", "))
+	} else {
+		fmt.Fprintf(&b, "%s is on none of the %d nodes this pod can be scheduled to (%d nodes in the cluster)",
+			r, snap.eligibleNodes(f), snap.Nodes())
+		writeTypes(&b, v, "they have")
 	}
 	var ruled []string
 	for _, c := range cands {
@@ -349,6 +346,43 @@ func (d *Decider) explain(r corev1.ResourceName, cands []candidate, v *view, sna
 		}
 	}
 	return b.String()
+}
+
+// explainPinned explains a denial for a pod bound to one node by
+// spec.nodeName: that node alone counts, so the message is about it. It
+// returns false when the node itself is out (unknown, or its filters exclude
+// the pod), where the fallback chain is beside the point.
+func explainPinned(b *strings.Builder, r corev1.ResourceName, v *view, snap *Snapshot, f *podFilter) bool {
+	g, m := snap.find(f.nodeName)
+	switch {
+	case m == nil:
+		fmt.Fprintf(b, "%s: the pod's spec.nodeName %q is not among the %d nodes in the cluster", r, f.nodeName, snap.Nodes())
+		return false
+	case !f.groupAllowed(g):
+		t, _ := f.untoleratedTaint(g)
+		fmt.Fprintf(b, "%s: node %q (the pod's spec.nodeName) has the taint %s, which the pod does not tolerate", r, f.nodeName, t.ToString())
+		return false
+	case !f.matches(m.node):
+		fmt.Fprintf(b, "%s: node %q (the pod's spec.nodeName) does not match its nodeSelector or required node affinity", r, f.nodeName)
+		return false
+	}
+	fmt.Fprintf(b, "%s is not on node %q (the pod's spec.nodeName)", r, f.nodeName)
+	writeTypes(b, v, "it has")
+	return true
+}
+
+// writeTypes lists the GPU types of the view; subject is "they have" or "it has".
+func writeTypes(b *strings.Builder, v *view, subject string) {
+	types := slices.Sorted(maps.Keys(v.free))
+	if len(types) == 0 {
+		fmt.Fprintf(b, "; %s no GPU types", subject)
+		return
+	}
+	names := make([]string, len(types))
+	for i, t := range types {
+		names[i] = string(t)
+	}
+	fmt.Fprintf(b, "; GPU types there: %s", strings.Join(names, ", "))
 }
 
 // podNeeds is the devices of each GPU type the pod needs on one node, by the

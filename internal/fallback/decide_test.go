@@ -303,6 +303,58 @@ func TestDecide(t *testing.T) {
 			writes: []Rewrite{{mig2g20, mig1g10, ReasonAbsent}},
 			label:  "2g.20gb->1g.10gb",
 		},
+		// A pod with spec.nodeName skips the scheduler: the kubelet admits
+		// it on a NoSchedule-tainted or cordoned node and refuses it only
+		// for a NoExecute taint it does not tolerate (and for a node
+		// selector or required affinity that excludes the node).
+		"spec.nodeName on a NoSchedule-tainted node: the node counts": {
+			nodes: []*corev1.Node{node("gpu1", alloc{mig1g10: 7}, tainted("nvidia.com/gpu", corev1.TaintEffectNoSchedule))},
+			pod:   gpuPod(mig1g10, "1", onNode("gpu1")),
+			want:  OutcomeUnchanged,
+		},
+		"spec.nodeName on a cordoned node: the node counts": {
+			nodes:   []*corev1.Node{node("gpu1", alloc{mig1g10: 7}, cordoned), node("gpu2", alloc{mig2g20: 3})},
+			pod:     gpuPod(mig2g20, "1", onNode("gpu1")),
+			want:    OutcomeRewritten,
+			writes:  []Rewrite{{mig2g20, mig1g10, ReasonAbsent}},
+			wantPod: gpuPod(mig1g10, "1", onNode("gpu1")),
+			label:   "2g.20gb->1g.10gb",
+		},
+		"spec.nodeName on a node with an untolerated NoExecute taint: denied, naming the taint": {
+			nodes:   []*corev1.Node{node("gpu1", alloc{mig1g10: 7}, tainted("broken", corev1.TaintEffectNoExecute)), node("gpu2", alloc{mig1g10: 7})},
+			pod:     gpuPod(mig1g10, "1", onNode("gpu1")),
+			want:    OutcomeDenied,
+			message: []string{`node "gpu1" (the pod's spec.nodeName) has the taint broken=true:NoExecute, which the pod does not tolerate`},
+		},
+		"spec.nodeName with a tolerated NoExecute taint: the node counts": {
+			nodes: []*corev1.Node{node("gpu1", alloc{mig1g10: 7}, tainted("broken", corev1.TaintEffectNoExecute))},
+			pod:   gpuPod(mig1g10, "1", onNode("gpu1"), tolerate("broken")),
+			want:  OutcomeUnchanged,
+		},
+		"spec.nodeName on a node without the type: denied, naming the node and its types": {
+			nodes:   []*corev1.Node{node("gpu1", alloc{mig1g10: 7}, tainted("nvidia.com/gpu", corev1.TaintEffectNoSchedule)), node("gpu2", alloc{mig2g20: 3})},
+			pod:     gpuPod(mig2g20, "1", onNode("gpu1"), withAnnotation(AnnotationPolicy, "none")),
+			want:    OutcomeDenied,
+			message: []string{`nvidia.com/mig-2g.20gb is not on node "gpu1" (the pod's spec.nodeName)`, "GPU types there: nvidia.com/mig-1g.10gb", "fallback disabled"},
+		},
+		"spec.nodeName on a node without GPUs: denied, saying so": {
+			nodes:   []*corev1.Node{node("cpu1", nil), node("gpu2", alloc{mig2g20: 3})},
+			pod:     gpuPod(mig2g20, "1", onNode("cpu1")),
+			want:    OutcomeDenied,
+			message: []string{`nvidia.com/mig-2g.20gb is not on node "cpu1" (the pod's spec.nodeName); it has no GPU types`},
+		},
+		"spec.nodeName naming an unknown node: denied, saying so": {
+			nodes:   []*corev1.Node{node("gpu2", alloc{mig2g20: 3})},
+			pod:     gpuPod(mig2g20, "1", onNode("gone")),
+			want:    OutcomeDenied,
+			message: []string{`spec.nodeName "gone" is not among the 1 nodes in the cluster`},
+		},
+		"spec.nodeName and a nodeSelector that excludes the node: denied, saying so": {
+			nodes:   []*corev1.Node{node("gpu1", alloc{mig2g20: 3}, labeled("pool", "a"))},
+			pod:     gpuPod(mig2g20, "1", onNode("gpu1"), withNodeSelector("pool", "b")),
+			want:    OutcomeDenied,
+			message: []string{`node "gpu1" (the pod's spec.nodeName) does not match its nodeSelector or required node affinity`},
+		},
 		"untolerated NoSchedule taint: node does not count": {
 			nodes: []*corev1.Node{
 				node("a", alloc{mig2g20: 8}, tainted("reserved", corev1.TaintEffectNoSchedule)),

@@ -6,10 +6,14 @@ import (
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 )
 
-// podFilter is the scheduler's node filters that depend only on the pod and
-// the node object: nodeName, nodeSelector plus required node affinity
-// (nodeaffinity, the scheduler's own code), taints with NoSchedule/NoExecute
-// and the cordon.
+// podFilter is the node filters that depend only on the pod and the node
+// object. For a pod the scheduler places they are the scheduler's:
+// nodeSelector plus required node affinity (nodeaffinity, the scheduler's own
+// code), taints with NoSchedule/NoExecute and the cordon. A pod created with
+// spec.nodeName bypasses the scheduler and is admitted by that node's
+// kubelet, which checks the node selector and affinity but, of the taints,
+// only NoExecute ones (pkg/kubelet/lifecycle's admission), and ignores the
+// cordon: so do these filters then.
 type podFilter struct {
 	affinity    nodeaffinity.RequiredNodeAffinity
 	tolerations []corev1.Toleration
@@ -61,11 +65,22 @@ func namesNode(pod *corev1.Pod, identity map[string]bool) bool {
 
 // groupAllowed applies the filters every member of g shares.
 func (f *podFilter) groupAllowed(g *group) bool {
-	if g.unschedulable && !f.tolerUnschedulable {
+	if f.nodeName == "" && g.unschedulable && !f.tolerUnschedulable {
 		return false
 	}
-	_, untolerated := corev1helpers.FindMatchingUntoleratedTaint(g.taints, f.tolerations, nil)
+	_, untolerated := f.untoleratedTaint(g)
 	return !untolerated
+}
+
+// untoleratedTaint finds a taint of g that keeps the pod off its members:
+// any scheduling taint for a pod the scheduler places, only a NoExecute one
+// for a pod bound by spec.nodeName.
+func (f *podFilter) untoleratedTaint(g *group) (corev1.Taint, bool) {
+	var only func(*corev1.Taint) bool
+	if f.nodeName != "" {
+		only = func(t *corev1.Taint) bool { return t.Effect == corev1.TaintEffectNoExecute }
+	}
+	return corev1helpers.FindMatchingUntoleratedTaint(g.taints, f.tolerations, only)
 }
 
 // matches applies the label and name filters to one node.
@@ -146,4 +161,16 @@ func (s *Snapshot) eligibleNodes(f *podFilter) int {
 		}
 	}
 	return n
+}
+
+// find returns the node named name and its group, or nils.
+func (s *Snapshot) find(name string) (*group, *member) {
+	for _, g := range s.groups {
+		for _, m := range g.members {
+			if m.node.Name == name {
+				return g, m
+			}
+		}
+	}
+	return nil, nil
 }

@@ -138,6 +138,8 @@ func withToleration(t corev1.Toleration) podOpt {
 	return func(p *corev1.Pod) { p.Spec.Tolerations = append(p.Spec.Tolerations, t) }
 }
 
+func onNode(name string) podOpt { return func(p *corev1.Pod) { p.Spec.NodeName = name } }
+
 func gpuPod(r corev1.ResourceName, n string, opts ...podOpt) *corev1.Pod {
 	return newPod(append([]podOpt{withContainer("main", both(string(r), n))}, opts...)...)
 }
