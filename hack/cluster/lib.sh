@@ -49,9 +49,20 @@ HOST_PATHS=(/var/lib/kubelet /var/log/pods /var/log/containers /var/lib/cni /run
 # Shared host paths the runtime may create: removed by down.sh only if up.sh
 # found them absent (and then only our entries in them).
 SHARED_PATHS=(/run/netns)
-# Sysctls the kubelet (vm.*, kernel.*) and the CNI bridge plugin (ip_forward)
-# set; up.sh records them and down.sh writes the old values back.
-SYSCTLS=(vm.overcommit_memory kernel.panic kernel.panic_on_oops net.ipv4.ip_forward
+# Sysctls this cluster may change; up.sh records them and down.sh writes the
+# old values back. The kubelet sets the six vm.* and kernel.* ones at start
+# wherever they differ from what it wants (setupKernelTunables in
+# pkg/kubelet/cm/container_manager_linux.go: overcommit_memory=1,
+# panic_on_oom=0, panic=10, panic_on_oops=1, keys.root_maxkeys=1000000,
+# keys.root_maxbytes=25000000); the CNI bridge plugin sets ip_forward; the
+# rest are recorded in case a runtime or plugin turns them on.
+# Setting ip_forward also makes the kernel set conf.all.accept_redirects to
+# its opposite and every conf.<interface>.forwarding (default included) to
+# it, so those follow it here (down.sh restores in this order), and up.sh
+# adds each existing interface's forwarding.
+SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
+	kernel.keys.root_maxkeys kernel.keys.root_maxbytes
+	net.ipv4.ip_forward net.ipv4.conf.all.accept_redirects net.ipv4.conf.default.forwarding
 	net.ipv6.conf.all.forwarding net.bridge.bridge-nf-call-iptables net.bridge.bridge-nf-call-ip6tables)
 # Components in start order; down.sh stops them in reverse.
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet)

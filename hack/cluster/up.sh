@@ -79,7 +79,14 @@ failed() {
 trap failed EXIT
 
 # --- record the host settings this changes, before changing any ------------
-for k in "${SYSCTLS[@]}"; do
+# Per interface in sysctl's slash form, which keeps a dot in a name
+# (eth0.100) literal.
+ifaces=()
+for d in /proc/sys/net/ipv4/conf/*; do
+	d=${d##*/}
+	[[ $d == all || $d == default ]] || ifaces+=("net/ipv4/conf/$d/forwarding")
+done
+for k in "${SYSCTLS[@]}" "${ifaces[@]}"; do
 	v=$(sysctl -n "$k" 2>/dev/null) && echo "$k=$v"
 done >"$HOST_DIR/sysctl"
 iptables-save >"$HOST_DIR/iptables.before"
