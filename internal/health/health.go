@@ -84,13 +84,22 @@ type Target struct {
 	Profile string
 }
 
-// Fault is why a device is unhealthy: its most recent Xid and when it was
+// ReasonGPULost is the Reason of the faults NVML's ERROR_GPU_IS_LOST causes:
+// it names no Xid and no GPU, so every device is suspect.
+const ReasonGPULost = "GPU lost (NVML ERROR_GPU_IS_LOST)"
+
+// Fault is why a device is unhealthy: its most recent error and when it was
 // seen. Until is when the device recovers if no new error arrives; it is
 // zero when devices never recover.
 type Fault struct {
-	Xid   uint64
-	At    time.Time
-	Until time.Time
+	// Xid is the Xid of the error, 0 for an error that is not an Xid event
+	// (ReasonGPULost).
+	Xid uint64
+	// Reason says what the error was in words, for messages: "Xid 79", or
+	// ReasonGPULost.
+	Reason string
+	At     time.Time
+	Until  time.Time
 }
 
 // Watcher tracks device health from NVML events. Create it with New, give it
@@ -249,16 +258,21 @@ func (w *Watcher) Run(ctx context.Context) error {
 		}
 	}()
 
-	registered := map[string]bool{}
+	regs := registrations{done: map[string]bool{}, failed: map[string]string{}}
 	var seenGen uint64
+	var retryAt time.Time
 	timeoutMs := uint32(w.pollInterval / time.Millisecond)
 	for {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if gen, gpus := w.gpus(); gen != seenGen {
-			seenGen = gen
-			w.register(log, set, gpus, registered)
+		// GPUs new in SetTargets are registered at once. Getting a handle
+		// or registering can fail transiently, so GPUs NVML refused are
+		// tried again every poll interval rather than at the next layout.
+		gen, gpus := w.gpus()
+		if now := time.Now(); gen != seenGen || (regs.missing(gpus) && !now.Before(retryAt)) {
+			seenGen, retryAt = gen, now.Add(w.pollInterval)
+			w.register(log, set, gpus, &regs)
 		}
 		ev, ret := set.Wait(timeoutMs)
 		switch ret {
@@ -311,42 +325,79 @@ func (w *Watcher) gpus() (uint64, []string) {
 	return w.targetGen, gpus
 }
 
+// registrations are the GPUs whose Xid events Run registered on its event
+// set, and the last error of each GPU it could not register, so a failure
+// that repeats every retry is logged once.
+type registrations struct {
+	done   map[string]bool
+	failed map[string]string
+}
+
+func (r *registrations) missing(gpus []string) bool {
+	return slices.ContainsFunc(gpus, func(uuid string) bool { return !r.done[uuid] })
+}
+
 // register adds Xid events of every GPU not yet in the set. NVML cannot
 // unregister, so GPUs that lost all their targets stay registered; their
 // events then match no target and are only logged.
-func (w *Watcher) register(log klog.Logger, set nvml.EventSet, gpus []string, registered map[string]bool) {
+func (w *Watcher) register(log klog.Logger, set nvml.EventSet, gpus []string, regs *registrations) {
+	added := false
 	for _, uuid := range gpus {
-		if registered[uuid] {
+		if regs.done[uuid] {
 			continue
 		}
-		dev, ret := w.lib.DeviceGetHandleByUUID(uuid)
-		if ret != nvml.SUCCESS {
-			log.Error(ret, "Getting GPU handle; its devices are not health checked", "gpu", uuid)
+		if err := w.registerGPU(uuid, set); err != nil {
+			if msg := err.Error(); regs.failed[uuid] != msg {
+				regs.failed[uuid] = msg
+				log.Error(err, "GPU's devices are not health checked; retrying every poll interval", "gpu", uuid, "pollInterval", w.pollInterval)
+			}
 			continue
 		}
-		// Registering a type the GPU cannot report fails the whole call.
-		if types, ret := dev.GetSupportedEventTypes(); ret == nvml.SUCCESS && types&nvml.EventTypeXidCriticalError == 0 {
-			log.Error(nil, "GPU does not report Xid events; its devices are not health checked", "gpu", uuid)
-			continue
+		regs.done[uuid] = true
+		added = true
+		if _, retried := regs.failed[uuid]; retried {
+			delete(regs.failed, uuid)
+			log.Info("Watching Xid events after an earlier failure", "gpu", uuid)
+		} else {
+			log.V(2).Info("Watching Xid events", "gpu", uuid)
 		}
-		if ret := dev.RegisterEvents(nvml.EventTypeXidCriticalError, set); ret != nvml.SUCCESS {
-			log.Error(ret, "Registering Xid events; the GPU's devices are not health checked", "gpu", uuid)
-			continue
+	}
+	// A GPU that is no longer a target is logged again if it comes back.
+	for uuid := range regs.failed {
+		if !slices.Contains(gpus, uuid) {
+			delete(regs.failed, uuid)
 		}
-		registered[uuid] = true
-		log.V(2).Info("Watching Xid events", "gpu", uuid)
+	}
+	if !added {
+		return
 	}
 	w.mu.Lock()
 	w.watching = w.watching[:0]
-	for uuid := range registered {
+	for uuid := range regs.done {
 		w.watching = append(w.watching, uuid)
 	}
 	slices.Sort(w.watching)
 	w.mu.Unlock()
 }
 
+func (w *Watcher) registerGPU(uuid string, set nvml.EventSet) error {
+	dev, ret := w.lib.DeviceGetHandleByUUID(uuid)
+	if ret != nvml.SUCCESS {
+		return fmt.Errorf("getting GPU handle: %w", ret)
+	}
+	// Registering a type the GPU cannot report fails the whole call.
+	if types, ret := dev.GetSupportedEventTypes(); ret == nvml.SUCCESS && types&nvml.EventTypeXidCriticalError == 0 {
+		return errors.New("GPU does not report Xid events")
+	}
+	if ret := dev.RegisterEvents(nvml.EventTypeXidCriticalError, set); ret != nvml.SUCCESS {
+		return fmt.Errorf("registering Xid events: %w", ret)
+	}
+	return nil
+}
+
 // Watching returns the UUIDs of the GPUs whose Xid events are registered,
-// sorted. A GPU of a target is missing when NVML refused it (see the log).
+// sorted. A GPU of a target is missing while NVML refuses it (see the log);
+// Run tries it again every poll interval.
 func (w *Watcher) Watching() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -399,7 +450,7 @@ func (w *Watcher) markMatching(gpu string, gi, ci uint32, xid uint64, now time.T
 	var ids []string
 	for _, t := range w.targets {
 		if Affects(t, gpu, gi, ci) {
-			w.markLocked(t.ID, xid, now)
+			w.markLocked(t.ID, xid, fmt.Sprintf("Xid %d", xid), now)
 			ids = append(ids, t.ID)
 		}
 	}
@@ -413,7 +464,7 @@ func (w *Watcher) markAll(now time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, t := range w.targets {
-		w.markLocked(t.ID, 0, now)
+		w.markLocked(t.ID, 0, ReasonGPULost, now)
 	}
 	if len(w.targets) > 0 {
 		w.notifyLocked()
@@ -421,14 +472,14 @@ func (w *Watcher) markAll(now time.Time) {
 }
 
 // markLocked records an error on id and (re)arms its recovery timer.
-func (w *Watcher) markLocked(id string, xid uint64, now time.Time) {
+func (w *Watcher) markLocked(id string, xid uint64, reason string, now time.Time) {
 	f := w.faults[id]
 	if f == nil {
 		f = &fault{}
 		w.faults[id] = f
 	}
 	f.seq++
-	f.Xid, f.At, f.Until = xid, now, time.Time{}
+	f.Xid, f.Reason, f.At, f.Until = xid, reason, now, time.Time{}
 	if w.quiet < 0 || w.stopped {
 		return
 	}
@@ -454,6 +505,6 @@ func (w *Watcher) recover(id string, seq uint64) {
 		return // a newer error re-armed the timer, or the device is gone
 	}
 	delete(w.faults, id)
-	w.log.Info("Device recovered after quiet period", "device", id, "lastXid", f.Xid, "quietPeriod", w.quiet)
+	w.log.Info("Device recovered after quiet period", "device", id, "lastError", f.Reason, "quietPeriod", w.quiet)
 	w.notifyLocked()
 }

@@ -19,6 +19,8 @@ type fakeLib struct {
 	set     *fakeSet
 	created chan struct{}
 	inits   int
+	// handleFailures is how many more handle lookups of a GPU fail.
+	handleFailures map[string]int
 }
 
 type fakeDevice struct {
@@ -27,6 +29,8 @@ type fakeDevice struct {
 	registered  chan struct{}
 	once        sync.Once
 	noXid       bool
+	// registerFailures is how many more RegisterEvents calls fail.
+	registerFailures int
 }
 
 func (d *fakeDevice) GetUUID() (string, nvml.Return) { return d.uuid, nvml.SUCCESS }
@@ -41,6 +45,10 @@ func (d *fakeDevice) GetSupportedEventTypes() (uint64, nvml.Return) {
 func (d *fakeDevice) RegisterEvents(types uint64, _ nvml.EventSet) nvml.Return {
 	if types&nvml.EventTypeXidCriticalError == 0 {
 		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	if d.registerFailures > 0 {
+		d.registerFailures--
+		return nvml.ERROR_UNKNOWN
 	}
 	d.once.Do(func() { close(d.registered) })
 	return nvml.SUCCESS
@@ -73,6 +81,8 @@ func newFakeLib(gpus ...string) *fakeLib {
 		devices: map[string]*fakeDevice{},
 		set:     &fakeSet{events: make(chan nvml.EventData, 16), freed: make(chan struct{})},
 		created: make(chan struct{}),
+
+		handleFailures: map[string]int{},
 	}
 	for _, g := range gpus {
 		l.devices[g] = &fakeDevice{uuid: g, registered: make(chan struct{})}
@@ -108,6 +118,10 @@ func (l *fakeLib) DeviceGetHandleByUUID(uuid string) (nvml.Device, nvml.Return) 
 	d, ok := l.devices[uuid]
 	if !ok {
 		return nil, nvml.ERROR_NOT_FOUND
+	}
+	if l.handleFailures[uuid] > 0 {
+		l.handleFailures[uuid]--
+		return nil, nvml.ERROR_UNKNOWN
 	}
 	return d, nvml.SUCCESS
 }
@@ -231,6 +245,11 @@ func TestXidScoping(t *testing.T) {
 			if diff := cmp.Diff(tc.want, ids(got)); diff != "" {
 				t.Errorf("unhealthy (-want +got):\n%s", diff)
 			}
+			for id, f := range got {
+				if f.Reason != "Xid 79" {
+					t.Errorf("%s: reason %q, want \"Xid 79\"", id, f.Reason)
+				}
+			}
 		})
 	}
 }
@@ -269,7 +288,7 @@ func TestRecoversAfterQuietPeriod(t *testing.T) {
 	lib.waitRegistered(t, "GPU-a")
 	lib.xid("GPU-a", 1, 0, 48)
 	u := waitFor(t, w, "MIG-a1 unhealthy", func(u map[string]Fault) bool { return len(u) == 1 })
-	if diff := cmp.Diff(Fault{Xid: 48, At: epoch, Until: epoch.Add(quiet)}, u["MIG-a1"]); diff != "" {
+	if diff := cmp.Diff(Fault{Xid: 48, Reason: "Xid 48", At: epoch, Until: epoch.Add(quiet)}, u["MIG-a1"]); diff != "" {
 		t.Errorf("fault (-want +got):\n%s", diff)
 	}
 
@@ -299,7 +318,7 @@ func TestNewXidRearmsRecovery(t *testing.T) {
 	lib.xid("GPU-a", 1, 0, 63)
 	second := waitFor(t, w, "second Xid", func(u map[string]Fault) bool { return u["MIG-a1"].Xid == 63 })["MIG-a1"]
 	secondAt := epoch.Add(quiet / 2)
-	if diff := cmp.Diff(Fault{Xid: 63, At: secondAt, Until: secondAt.Add(quiet)}, second); diff != "" {
+	if diff := cmp.Diff(Fault{Xid: 63, Reason: "Xid 63", At: secondAt, Until: secondAt.Add(quiet)}, second); diff != "" {
 		t.Errorf("second fault does not restart the quiet period (-want +got):\n%s", diff)
 	}
 	// The first timer was cancelled, not left to fire.
@@ -343,7 +362,7 @@ func TestStaleRecoveryKeepsNewerFault(t *testing.T) {
 	// waits for the lock while a second Xid on the device is recorded.
 	w.mu.Lock()
 	clk.Step(quiet)
-	w.markLocked("MIG-a1", 63, clk.Now())
+	w.markLocked("MIG-a1", 63, "Xid 63", clk.Now())
 	w.mu.Unlock()
 	waitRecover("of the first Xid")
 	if diff := cmp.Diff(map[string]uint64{"MIG-a1": 63}, ids(w.Unhealthy())); diff != "" {
@@ -412,12 +431,42 @@ func TestSetTargets(t *testing.T) {
 }
 
 func TestGPULostMarksEverything(t *testing.T) {
+	clk := testingclock.NewFakeClock(epoch)
 	lib := newFakeLib("GPU-a", "GPU-b")
-	w := start(t, lib, Options{QuietPeriod: -1}, testTargets)
+	w := start(t, lib, Options{QuietPeriod: -1, Clock: clk}, testTargets)
 	lib.set.events <- nvml.EventData{}
 	u := waitFor(t, w, "all unhealthy", func(u map[string]Fault) bool { return len(u) == len(testTargets) })
-	if !u["GPU-b"].Until.IsZero() {
-		t.Errorf("Until = %v with recovery off, want zero", u["GPU-b"].Until)
+	// No Xid: the reason says what happened, and Until is zero with
+	// recovery off.
+	for _, tg := range testTargets {
+		if diff := cmp.Diff(Fault{Reason: ReasonGPULost, At: epoch}, u[tg.ID]); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", tg.ID, diff)
+		}
+	}
+}
+
+// TestRegistrationRetried: a GPU whose handle or registration fails once
+// is watched from a later poll on, without a change of targets.
+func TestRegistrationRetried(t *testing.T) {
+	for name, fail := range map[string]func(*fakeLib){
+		"handle":       func(l *fakeLib) { l.handleFailures["GPU-a"] = 2 },
+		"registration": func(l *fakeLib) { l.devices["GPU-a"].registerFailures = 2 },
+	} {
+		t.Run(name, func(t *testing.T) {
+			lib := newFakeLib("GPU-a", "GPU-b")
+			fail(lib)
+			w := start(t, lib, Options{QuietPeriod: -1}, testTargets)
+			lib.waitRegistered(t, "GPU-a")
+			lib.xid("GPU-a", 1, 0, 79)
+			u := waitFor(t, w, "MIG-a1 unhealthy", func(u map[string]Fault) bool { return len(u) > 0 })
+			if diff := cmp.Diff(map[string]uint64{"MIG-a1": 79}, ids(u)); diff != "" {
+				t.Errorf("unhealthy (-want +got):\n%s", diff)
+			}
+			// Registration finished before the event was handled.
+			if diff := cmp.Diff([]string{"GPU-a", "GPU-b"}, w.Watching()); diff != "" {
+				t.Errorf("Watching (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 
