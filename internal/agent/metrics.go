@@ -19,7 +19,7 @@ const (
 	// resultNone: the Node asks for no layout.
 	resultNone = "none"
 	// resultHeld: a source whose apply failed on this very layout is not
-	// applied again (see Agent.failed).
+	// applied again (see Agent.held and liftBusyHolds).
 	resultHeld = "held"
 )
 
