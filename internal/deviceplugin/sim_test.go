@@ -150,7 +150,7 @@ func TestSimulatedIgnoredXid(t *testing.T) {
 	e.wait("healthy layout", serving(map[string][]string{r: {a, b}, ResourceGPU: {whole}}))
 	waitWatching(t, w, n.gpus)
 
-	for _, xid := range health.DefaultIgnoredXids {
+	for _, xid := range health.DefaultIgnoredXids() {
 		if err := n.lib.InjectXid(0, n.mig0.GIID, n.mig0.CIID, xid); err != nil {
 			t.Fatal(err)
 		}

@@ -33,10 +33,10 @@ const (
 	DefaultPollInterval = time.Second
 )
 
-// DefaultIgnoredXids are Xids caused by applications (illegal memory access,
-// MMU faults from user code, ...) rather than by the device; they say
-// nothing about the device's health.
-var DefaultIgnoredXids = []uint64{13, 31, 43, 45, 68, 109}
+// DefaultIgnoredXids returns the Xids caused by applications (illegal memory
+// access, MMU faults from user code, ...) rather than by the device; they say
+// nothing about the device's health. The slice is the caller's to change.
+func DefaultIgnoredXids() []uint64 { return []uint64{13, 31, 43, 45, 68, 109} }
 
 // Lib is the part of nvml.Interface the watcher needs.
 type Lib interface {
@@ -51,7 +51,7 @@ var _ Lib = nvml.Interface(nil)
 // Options configure a Watcher. The zero value is usable.
 type Options struct {
 	// IgnoredXids are never treated as device faults. Nil means
-	// DefaultIgnoredXids; an empty, non-nil slice ignores nothing.
+	// DefaultIgnoredXids(); an empty, non-nil slice ignores nothing.
 	IgnoredXids []uint64
 	// QuietPeriod is how long after its last Xid a device recovers. Zero
 	// means DefaultQuietPeriod; a negative value means devices never recover.
@@ -141,7 +141,7 @@ func New(lib Lib, opts Options) (*Watcher, error) {
 	}
 	ignored := opts.IgnoredXids
 	if ignored == nil {
-		ignored = DefaultIgnoredXids
+		ignored = DefaultIgnoredXids()
 	}
 	w := &Watcher{
 		lib:          lib,

@@ -2,6 +2,7 @@ package health
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -539,5 +540,14 @@ func TestParseDisable(t *testing.T) {
 		if disabled != tc.disabled || !cmp.Equal(tc.extra, extra) {
 			t.Errorf("ParseDisable(%q) = %v, %v; want %v, %v", in, disabled, extra, tc.disabled, tc.extra)
 		}
+	}
+}
+
+func TestDefaultIgnoredXidsIsACopy(t *testing.T) {
+	first := DefaultIgnoredXids()
+	want := slices.Clone(first)
+	first[0] = 79
+	if diff := cmp.Diff(want, DefaultIgnoredXids()); diff != "" {
+		t.Errorf("changing one result changed the next (-want +got):\n%s", diff)
 	}
 }
