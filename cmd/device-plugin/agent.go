@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"syscall"
 	"time"
@@ -128,6 +129,17 @@ func parseAgentFlags(args []string, stderr io.Writer) (agentConfig, int) {
 	if c.nodeName == "" {
 		problems = append(problems, errors.New("--node-name (env NODE_NAME) is required"))
 	}
+	// Both are dialled or listened on as unix sockets: a relative path would
+	// depend on the working directory, and gRPC rejects it with an error
+	// ("invalid (non-empty) authority") that does not name the flag.
+	for _, p := range []struct{ flag, env, value string }{
+		{"--device-plugin-dir", "DEVICE_PLUGIN_DIR", c.pluginDir},
+		{"--pod-resources-socket", "POD_RESOURCES_SOCKET", c.podResources},
+	} {
+		if !filepath.IsAbs(p.value) {
+			problems = append(problems, fmt.Errorf("%s (env %s) must be an absolute path, got %q", p.flag, p.env, p.value))
+		}
+	}
 	if err := errors.Join(problems...); err != nil {
 		fmt.Fprintf(stderr, "device-plugin: %v\n\n", err)
 		fs.Usage()
@@ -186,7 +198,7 @@ func (c agentConfig) run(ctx context.Context) error {
 	}
 	if !disabled {
 		w, err := health.New(lib, health.Options{
-			IgnoredXids: append(slices.Clone(health.DefaultIgnoredXids), extraIgnored...),
+			IgnoredXids: append(health.DefaultIgnoredXids(), extraIgnored...),
 			QuietPeriod: c.healthQuietPeriod,
 		})
 		if err != nil {
