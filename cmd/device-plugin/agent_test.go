@@ -88,6 +88,26 @@ func TestParseAgentFlags(t *testing.T) {
 			wantCode: -1,
 		},
 		{name: "no node name", wantCode: 2, wantErr: "--node-name (env NODE_NAME) is required"},
+		{
+			name: "relative pod-resources socket", args: []string{"--node-name", "n", "--pod-resources-socket", "kubelet.sock"}, wantCode: 2,
+			wantErr: `--pod-resources-socket (env POD_RESOURCES_SOCKET) must be an absolute path, got "kubelet.sock"`,
+		},
+		{
+			name: "relative pod-resources socket in the environment", env: map[string]string{"NODE_NAME": "n", "POD_RESOURCES_SOCKET": "pod-resources/kubelet.sock"}, wantCode: 2,
+			wantErr: `--pod-resources-socket (env POD_RESOURCES_SOCKET) must be an absolute path, got "pod-resources/kubelet.sock"`,
+		},
+		{
+			name: "empty pod-resources socket", args: []string{"--node-name", "n", "--pod-resources-socket", ""}, wantCode: 2,
+			wantErr: `--pod-resources-socket (env POD_RESOURCES_SOCKET) must be an absolute path, got ""`,
+		},
+		{
+			name: "relative device-plugin dir", args: []string{"--node-name", "n", "--device-plugin-dir", "./device-plugins"}, wantCode: 2,
+			wantErr: `--device-plugin-dir (env DEVICE_PLUGIN_DIR) must be an absolute path, got "./device-plugins"`,
+		},
+		{
+			name: "relative device-plugin dir in the environment", env: map[string]string{"NODE_NAME": "n", "DEVICE_PLUGIN_DIR": "dp"}, wantCode: 2,
+			wantErr: `--device-plugin-dir (env DEVICE_PLUGIN_DIR) must be an absolute path, got "dp"`,
+		},
 		{name: "bad duration in the environment", env: map[string]string{"NODE_NAME": "n", "RETRY_INTERVAL": "soon"}, wantCode: 2, wantErr: `RETRY_INTERVAL="soon"`},
 		{name: "stray argument", args: []string{"--node-name", "n", "extra"}, wantCode: 2, wantErr: `unexpected arguments ["extra"]`},
 		{name: "unknown flag", args: []string{"--nope"}, wantCode: 2, wantErr: "flag provided but not defined: -nope"},
