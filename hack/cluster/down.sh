@@ -22,6 +22,25 @@ if [[ ! -d $CLUSTER_DIR ]]; then
 	exit 0
 fi
 
+# The cni-* network namespaces that existed when up.sh ran are someone
+# else's. Without up.sh's record of them (it is gone once a tear-down has
+# finished) none is ours.
+netns_before=() netns_recorded=0
+if [[ -f $HOST_DIR/netns.before ]]; then
+	mapfile -t netns_before <"$HOST_DIR/netns.before"
+	netns_recorded=1
+fi
+# our_netns: the network namespaces this cluster's runtime created.
+our_netns() {
+	((netns_recorded)) || return 0
+	local f old
+	for f in /run/netns/cni-*; do
+		[[ -e $f ]] || continue
+		for old in "${netns_before[@]}"; do [[ $f != "$old" ]] || continue 2; done
+		echo "$f"
+	done
+}
+
 # stop <name> [seconds]: SIGTERM, wait, then SIGKILL, the recorded process.
 stop() {
 	local name=$1 secs=${2:-20} pid i
@@ -104,14 +123,20 @@ fi
 rm -f "$RUN_DIR/kube-apiserver.pid"
 stop etcd
 
-# 5. Mounts left by the kubelet and containerd (deepest first), network
+# 5. Mounts left by the kubelet and containerd (deepest first), our network
 #    namespaces, the bridge, cgroups.
 mounts() {
-	awk '{print $2}' /proc/mounts | sed 's/\\040/ /g' |
-		grep -E "^($CLUSTER_DIR/|/var/lib/kubelet(/|$)|/run/containerd/|/run/netns/cni-)" | sort -r
+	local ours m
+	ours=$(our_netns)
+	awk '{print $2}' /proc/mounts | sed 's/\\040/ /g' | while IFS= read -r m; do
+		case $m in
+		"$CLUSTER_DIR"/* | /var/lib/kubelet | /var/lib/kubelet/* | /run/containerd/*) echo "$m" ;;
+		/run/netns/cni-*) if grep -qxF -- "$m" <<<"$ours"; then echo "$m"; fi ;;
+		esac
+	done | sort -r
 }
 for m in $(mounts); do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
-rm -f /run/netns/cni-* 2>/dev/null
+for n in $(our_netns); do rm -f "$n" && log "removed network namespace ${n#/run/netns/}"; done
 ip link del "$BRIDGE" 2>/dev/null && log "removed bridge $BRIDGE"
 find /sys/fs/cgroup/*/kubepods -depth -type d -exec rmdir {} + 2>/dev/null
 
@@ -126,6 +151,8 @@ if [[ -d $HOST_DIR ]]; then
 			iptables -F "$c" 2>/dev/null && iptables -X "$c" 2>/dev/null && log "removed iptables chain $c"
 			;;
 		"path "*) rm -rf "${line#path }" ;;
+		# Shared with other runtimes: only if nothing of theirs is in it.
+		"shared "*) rmdir "${line#shared }" 2>/dev/null ;;
 		esac
 	done <"$HOST_DIR/created"
 
@@ -171,5 +198,6 @@ for c in "${COMPONENTS[@]}"; do
 done
 if [[ -n $(mounts) ]]; then echo "down.sh: mounts remain: $(mounts | tr '\n' ' ')" >&2; left=1; fi
 if ip link show "$BRIDGE" >/dev/null 2>&1; then echo "down.sh: bridge $BRIDGE remains" >&2; left=1; fi
+if [[ -n $(our_netns) ]]; then echo "down.sh: network namespaces remain: $(our_netns | tr '\n' ' ')" >&2; left=1; fi
 if [[ $left -ne 0 ]]; then exit 1; fi
 log "down"

@@ -46,8 +46,8 @@ CTRD_SOCK=$CLUSTER_DIR/containerd/containerd.sock
 # refuses to run when any already exists (another cluster's), and down.sh
 # removes those up.sh found absent.
 HOST_PATHS=(/var/lib/kubelet /var/log/pods /var/log/containers /var/lib/cni /run/containerd)
-# Shared host paths the runtime may create: removed by down.sh only if up.sh
-# found them absent (and then only our entries in them).
+# Shared host paths the runtime may create: down.sh removes only our entries
+# in them, then the directory if up.sh found it absent and it is empty.
 SHARED_PATHS=(/run/netns)
 # Sysctls this cluster may change; up.sh records them and down.sh writes the
 # old values back. The kubelet sets the six vm.* and kernel.* ones at start

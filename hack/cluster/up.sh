@@ -91,6 +91,9 @@ for k in "${SYSCTLS[@]}" "${ifaces[@]}"; do
 done >"$HOST_DIR/sysctl"
 iptables-save >"$HOST_DIR/iptables.before"
 ip6tables-save >"$HOST_DIR/ip6tables.before" 2>/dev/null || true
+# Network namespaces that exist now belong to someone else: down.sh removes
+# only the cni-* ones this cluster's runtime adds.
+for f in /run/netns/cni-*; do [[ -e $f ]] && echo "$f"; done >"$HOST_DIR/netns.before"
 : >"$HOST_DIR/created" # host paths and routes to remove in down.sh
 
 # --- network safety first ----------------------------------------------------
@@ -103,7 +106,7 @@ iptables -A "$ISOLATION_CHAIN" -s "$POD_CIDR" ! -o "$BRIDGE" -j DROP
 iptables -I FORWARD 1 -j "$ISOLATION_CHAIN"
 log "blackholed $SERVICE_CIDR; pod traffic may not leave $BRIDGE"
 for p in "${HOST_PATHS[@]}"; do echo "path $p" >>"$HOST_DIR/created"; done
-for p in "${SHARED_PATHS[@]}"; do [[ -e $p ]] || echo "path $p" >>"$HOST_DIR/created"; done
+for p in "${SHARED_PATHS[@]}"; do [[ -e $p ]] || echo "shared $p" >>"$HOST_DIR/created"; done
 
 # --- PKI ---------------------------------------------------------------------
 # cert <name> <subject> <extensions>: a key and a CA-signed certificate.
