@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	resourcehelper "k8s.io/component-helpers/resource"
 )
 
@@ -158,17 +159,18 @@ func (d *Decider) Decide(pod *corev1.Pod, snap *Snapshot) Decision {
 	}
 
 	filter := newPodFilter(pod, snap.identity)
-	v := snap.viewFor(filter)
-	var needs map[corev1.ResourceName]int64
-	if d.opts.Mode == ModeCapacity {
-		needs = podNeeds(pod)
+	capacity := d.opts.Mode == ModeCapacity
+	v := snap.viewFor(filter, capacity)
+	var fit *fitting
+	if capacity {
+		fit = newFitting(pod)
 	}
 
 	var rewrites []Rewrite
 	var unsatisfied []string
 	for _, r := range requested {
 		c := d.candidates(r, &v, podPolicy)
-		to, reason, ok := d.choose(r, c, &v, needs[r])
+		to, reason, ok := d.choose(r, c, &v, fit)
 		switch {
 		case !ok:
 			unsatisfied = append(unsatisfied, d.explain(r, c, &v, snap, filter, podPolicy))
@@ -282,13 +284,14 @@ func (d *Decider) candidates(r corev1.ResourceName, v *view, pp PodPolicy) []can
 }
 
 // choose picks the type for r: r itself when it fits, else the first
-// allowed candidate that does. In capacity mode "fits" first means a free
-// device on some eligible node; when no type has one, the existence rule
-// decides, and the scheduler queues the pod until a device frees up.
-func (d *Decider) choose(r corev1.ResourceName, cands []candidate, v *view, need int64) (corev1.ResourceName, string, bool) {
-	if d.opts.Mode == ModeCapacity {
-		need = max(need, 1)
-		if f, ok := v.free[r]; ok && f >= need {
+// allowed candidate that does. In capacity mode (fit not nil) "fits" first
+// means that one eligible node has free devices for everything the pod then
+// needs of the types chosen so far (fitting.try); when no type does, the
+// existence rule decides, and the scheduler queues the pod until devices
+// free up.
+func (d *Decider) choose(r corev1.ResourceName, cands []candidate, v *view, fit *fitting) (corev1.ResourceName, string, bool) {
+	if fit != nil {
+		if v.present(r) && fit.try(v, r, r) {
 			return r, "", true
 		}
 		reason := ReasonAbsent
@@ -296,21 +299,71 @@ func (d *Decider) choose(r corev1.ResourceName, cands []candidate, v *view, need
 			reason = ReasonExhausted
 		}
 		for _, c := range cands {
-			if f, ok := v.free[c.to]; ok && c.why == "" && f >= need {
+			if c.why == "" && v.present(c.to) && fit.try(v, r, c.to) {
 				return c.to, reason, true
 			}
 		}
 	}
-	if v.present(r) {
-		return r, "", true
-	}
+	to, reason, ok := r, "", v.present(r)
 	for _, c := range cands {
+		if ok {
+			break
+		}
 		if c.why == "" && v.present(c.to) {
-			return c.to, ReasonAbsent, true
+			to, reason, ok = c.to, ReasonAbsent, true
 		}
 	}
-	return "", "", false
+	if ok && fit != nil {
+		fit.settle(r, to)
+	}
+	return to, reason, ok
 }
+
+// fitting is capacity mode's record of the choices made for one pod so far,
+// so that each further choice is tested against the pod's whole need on one
+// node rather than each type's need alone: a pod asking for a 2g.20gb and a
+// 1g.10gb must not become two 1g.10gb where one node has one free.
+type fitting struct {
+	pod *corev1.Pod
+	// to is the type chosen for each requested type decided so far (itself
+	// when kept); the pod's need is computed with these renamed.
+	to map[corev1.ResourceName]corev1.ResourceName
+	// placed are the chosen types that a node had free devices for. Types
+	// left to the existence rule are not tested again: the pod waits for
+	// them anyway.
+	placed map[corev1.ResourceName]bool
+}
+
+func newFitting(pod *corev1.Pod) *fitting {
+	return &fitting{pod: pod, to: map[corev1.ResourceName]corev1.ResourceName{}, placed: map[corev1.ResourceName]bool{}}
+}
+
+// try reports whether, with r moved to t, one eligible node has free devices
+// for the pod's need of t and of every type placed before; if so the choice
+// is recorded. What the pod requests of t already (directly, or through an
+// earlier rewrite) adds to the need.
+func (f *fitting) try(v *view, r, t corev1.ResourceName) bool {
+	prev, had := f.to[r]
+	f.to[r] = t
+	need := podNeeds(f.pod, f.to)
+	check := map[corev1.ResourceName]int64{t: max(need[t], 1)}
+	for p := range f.placed {
+		check[p] = max(need[p], 1)
+	}
+	if v.fits(check) {
+		f.placed[t] = true
+		return true
+	}
+	if had {
+		f.to[r] = prev
+	} else {
+		delete(f.to, r)
+	}
+	return false
+}
+
+// settle records a choice the existence rule made.
+func (f *fitting) settle(r, t corev1.ResourceName) { f.to[r] = t }
 
 // explain names the requested type and what was checked, for a denial.
 func (d *Decider) explain(r corev1.ResourceName, cands []candidate, v *view, snap *Snapshot, f *podFilter, pp PodPolicy) string {
@@ -386,20 +439,31 @@ func writeTypes(b *strings.Builder, v *view, subject string) {
 }
 
 // podNeeds is the devices of each GPU type the pod needs on one node, by the
-// scheduler's rules (init containers take the max, sidecars add up). A GPU
-// limit without a request counts as the request, as API defaulting makes it.
-func podNeeds(pod *corev1.Pod) map[corev1.ResourceName]int64 {
+// scheduler's rules (init containers take the max, sidecars add up), after
+// renaming the types in to as the patch would (a container's quantities of
+// two types moved to one add up). A GPU limit without a request counts as
+// the request, as API defaulting makes it.
+func podNeeds(pod *corev1.Pod, to map[corev1.ResourceName]corev1.ResourceName) map[corev1.ResourceName]int64 {
 	gpuOnly := func(c *corev1.Container) corev1.Container {
 		out := corev1.Container{Name: c.Name, RestartPolicy: c.RestartPolicy}
+		requests := map[corev1.ResourceName]resource.Quantity{}
 		for _, l := range []corev1.ResourceList{c.Resources.Limits, c.Resources.Requests} {
 			for name, q := range l {
 				if IsGPUResource(name) {
-					if out.Resources.Requests == nil {
-						out.Resources.Requests = corev1.ResourceList{}
-					}
-					out.Resources.Requests[name] = q
+					requests[name] = q
 				}
 			}
+		}
+		for name, q := range requests {
+			if t, ok := to[name]; ok {
+				name = t
+			}
+			if out.Resources.Requests == nil {
+				out.Resources.Requests = corev1.ResourceList{}
+			}
+			sum := out.Resources.Requests[name]
+			sum.Add(q)
+			out.Resources.Requests[name] = sum
 		}
 		return out
 	}

@@ -738,6 +738,112 @@ func TestDecideCapacityMode(t *testing.T) {
 	}
 }
 
+// In capacity mode the pod's needs are tested together: everything the pod
+// would request after its rewrites, type by type (what it already requests
+// of a target included), must be free on one node.
+func TestDecideCapacityCombinedNeed(t *testing.T) {
+	type nodeUse struct {
+		alloc, used alloc
+	}
+	chain := DefaultPolicy()
+	chain.Chains = map[corev1.ResourceName][]corev1.ResourceName{mig3g40: {gpu, mig2g20}}
+	tests := map[string]struct {
+		nodes  map[string]nodeUse
+		policy *Policy
+		pod    *corev1.Pod
+		want   Outcome
+		writes []Rewrite
+	}{
+		"2g.20gb and 1g.10gb in one container, 2g.20gb exhausted, one 1g.10gb free: not 2 x 1g.10gb": {
+			nodes: map[string]nodeUse{
+				"a": {alloc{mig2g20: 2}, alloc{mig2g20: 2}},
+				"b": {alloc{mig1g10: 7}, alloc{mig1g10: 6}},
+			},
+			pod:  newPod(withContainer("main", both(string(mig2g20), "1", string(mig1g10), "1"))),
+			want: OutcomeUnchanged,
+		},
+		"the same in two containers, 2g.20gb first": {
+			nodes: map[string]nodeUse{
+				"a": {alloc{mig2g20: 2}, alloc{mig2g20: 2}},
+				"b": {alloc{mig1g10: 7}, alloc{mig1g10: 6}},
+			},
+			pod:  newPod(withContainer("x", both(string(mig2g20), "1")), withContainer("y", both(string(mig1g10), "1"))),
+			want: OutcomeUnchanged,
+		},
+		"a target the pod already requests counts: the next candidate that holds it all": {
+			nodes: map[string]nodeUse{
+				"a": {alloc{mig2g20: 2}, alloc{mig2g20: 2}},
+				"b": {alloc{mig1g10: 7, gpu: 1}, alloc{mig1g10: 5}},
+			},
+			pod:    newPod(withContainer("x", both(string(mig1g10), "2")), withContainer("y", both(string(mig2g20), "1"))),
+			want:   OutcomeRewritten,
+			writes: []Rewrite{{mig2g20, gpu, ReasonExhausted}},
+		},
+		"two rewrites to one target must fit together": {
+			nodes: map[string]nodeUse{
+				"a": {alloc{mig2g20: 2}, alloc{mig2g20: 2}},
+				"b": {alloc{mig1g10: 7, gpu: 1}, alloc{mig1g10: 6}},
+			},
+			pod:    newPod(withContainer("main", both(string(mig2g20), "1", string(mig3g40), "1"))),
+			want:   OutcomeRewritten,
+			writes: []Rewrite{{mig2g20, mig1g10, ReasonExhausted}, {mig3g40, gpu, ReasonAbsent}},
+		},
+		"free on two different nodes is not free on one: the next candidate that is": {
+			nodes: map[string]nodeUse{
+				"a": {alloc{mig1g10: 1, mig2g20: 1}, nil},
+				"b": {alloc{gpu: 1}, nil},
+			},
+			policy: &chain,
+			pod:    newPod(withContainer("main", both(string(mig1g10), "1", string(mig3g40), "1"))),
+			want:   OutcomeRewritten,
+			writes: []Rewrite{{mig3g40, mig2g20, ReasonAbsent}},
+		},
+		"nothing holds it all: the existence rule decides, as for one type": {
+			nodes: map[string]nodeUse{
+				"a": {alloc{mig1g10: 1}, nil},
+				"b": {alloc{gpu: 1}, nil},
+			},
+			policy: &chain,
+			pod:    newPod(withContainer("main", both(string(mig1g10), "1", string(mig3g40), "1"))),
+			want:   OutcomeRewritten,
+			writes: []Rewrite{{mig3g40, gpu, ReasonAbsent}},
+		},
+		"hostname selector: only that node's free devices count": {
+			nodes: map[string]nodeUse{
+				"a": {alloc{mig1g10: 7}, alloc{mig1g10: 6}},
+				"b": {alloc{mig1g10: 7}, nil},
+			},
+			pod:    gpuPod(mig2g20, "2", withNodeSelector(corev1.LabelHostname, "a")),
+			want:   OutcomeRewritten,
+			writes: []Rewrite{{mig2g20, mig1g10, ReasonAbsent}},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			b := NewBuilder(nil)
+			for n, u := range tc.nodes {
+				b.SetNode(NodeFromAPI(node(n, u.alloc)))
+				b.SetPod("default/used-on-"+n, n, u.used)
+			}
+			policy := DefaultPolicy()
+			if tc.policy != nil {
+				policy = *tc.policy
+			}
+			d, err := NewDecider(Options{Policy: policy, Mode: ModeCapacity})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := d.Decide(tc.pod, b.Snapshot())
+			if got.Outcome != tc.want {
+				t.Fatalf("outcome = %s, want %s (rewrites %v, message %q)", got.Outcome, tc.want, got.Rewrites, got.Message)
+			}
+			if diff := cmp.Diff(tc.writes, got.Rewrites); diff != "" {
+				t.Errorf("rewrites (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestNewDeciderRejectsBadOptions(t *testing.T) {
 	bad := DefaultPolicy()
 	bad.MinMemoryGB = -1

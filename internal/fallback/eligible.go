@@ -101,6 +101,53 @@ type view struct {
 	free map[corev1.ResourceName]int64
 	// gpuNodes is the number of eligible nodes with a GPU type.
 	gpuNodes int
+	// groups are the eligible groups with GPU types, for fits; collected
+	// only in capacity mode.
+	groups []eligibleGroup
+}
+
+// eligibleGroup is a group the pod can land on; members lists the members
+// that match when the pod's constraints name nodes, nil means all of them.
+type eligibleGroup struct {
+	g       *group
+	members []*member
+}
+
+// fits reports whether one eligible node has at least need[t] free devices
+// of every type t in need.
+func (v *view) fits(need map[corev1.ResourceName]int64) bool {
+	if len(need) == 1 {
+		// The most free on one node decides, without visiting nodes.
+		for t, n := range need {
+			f, ok := v.free[t]
+			return ok && f >= n
+		}
+	}
+	for _, e := range v.groups {
+		// No member has more free than the group's most.
+		if !covers(e.g.maxFree, need) {
+			continue
+		}
+		members := e.members
+		if members == nil {
+			members = e.g.members
+		}
+		for _, m := range members {
+			if covers(m.free, need) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func covers(free, need map[corev1.ResourceName]int64) bool {
+	for t, n := range need {
+		if f, ok := free[t]; !ok || f < n {
+			return false
+		}
+	}
+	return true
 }
 
 func (v *view) present(r corev1.ResourceName) bool {
@@ -116,8 +163,9 @@ func (v *view) add(types []corev1.ResourceName, free map[corev1.ResourceName]int
 	}
 }
 
-// viewFor collects the GPU types on the nodes the pod can be scheduled to.
-func (s *Snapshot) viewFor(f *podFilter) view {
+// viewFor collects the GPU types on the nodes the pod can be scheduled to;
+// withGroups also records those nodes for view.fits (capacity mode).
+func (s *Snapshot) viewFor(f *podFilter, withGroups bool) view {
 	v := view{free: map[corev1.ResourceName]int64{}}
 	for _, g := range s.groups {
 		if len(g.types) == 0 || !f.groupAllowed(g) {
@@ -127,14 +175,24 @@ func (s *Snapshot) viewFor(f *podFilter) view {
 			if f.matches(g.rep) {
 				v.add(g.types, g.maxFree)
 				v.gpuNodes += len(g.members)
+				if withGroups {
+					v.groups = append(v.groups, eligibleGroup{g: g})
+				}
 			}
 			continue
 		}
+		var matched []*member
 		for _, m := range g.members {
 			if f.matches(m.node) {
 				v.add(g.types, m.free)
 				v.gpuNodes++
+				if withGroups {
+					matched = append(matched, m)
+				}
 			}
+		}
+		if len(matched) > 0 {
+			v.groups = append(v.groups, eligibleGroup{g: g, members: matched})
 		}
 	}
 	return v
