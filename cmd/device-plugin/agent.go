@@ -10,6 +10,8 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -47,6 +49,7 @@ type agentConfig struct {
 	hostRoot          string
 	driverRoot        string
 	disableHealth     string
+	healthIgnoredXids string
 	healthQuietPeriod time.Duration
 	configFile        string
 	busyPolicy        string
@@ -59,7 +62,7 @@ type agentConfig struct {
 var agentEnv = []string{
 	"NODE_NAME", nvmlbackend.EnvBackend, nvmlbackend.EnvSimConfig, "KUBECONFIG", "DEVICE_PLUGIN_DIR",
 	"POD_RESOURCES_SOCKET", "MIG_STRATEGY", "DEVICE_LIST_STRATEGY", "ALLOCATION_POLICY", "HOST_ROOT",
-	"NVIDIA_DRIVER_ROOT", "DP_DISABLE_HEALTHCHECKS", "HEALTH_QUIET_PERIOD", "MIG_CONFIG_FILE", "BUSY_POLICY",
+	"NVIDIA_DRIVER_ROOT", "DP_DISABLE_HEALTHCHECKS", "HEALTH_IGNORED_XIDS", "HEALTH_QUIET_PERIOD", "MIG_CONFIG_FILE", "BUSY_POLICY",
 	"METRICS_ADDR", "RETRY_INTERVAL", "RESYNC_INTERVAL",
 }
 
@@ -98,7 +101,14 @@ func parseAgentFlags(args []string, stderr io.Writer) (agentConfig, int) {
 	str(&c.allocation, "allocation-policy", "ALLOCATION_POLICY", string(deviceplugin.AllocationPacked), "preferred allocation across GPUs: packed or distributed")
 	str(&c.hostRoot, "host-root", "HOST_ROOT", "/", "where the host's filesystem is mounted in this container (for /proc/driver/nvidia-caps and /dev)")
 	str(&c.driverRoot, "driver-root", "NVIDIA_DRIVER_ROOT", "/", "host root of the NVIDIA driver's device nodes, e.g. /run/nvidia/driver")
-	str(&c.disableHealth, "disable-health-checks", "DP_DISABLE_HEALTHCHECKS", "", `"all" or "xids" turns Xid health checks off; a comma-separated list of Xids ignores them besides the defaults (13,31,43,45,68,109)`)
+	str(&c.disableHealth, "disable-health-checks", "DP_DISABLE_HEALTHCHECKS", "", `"all" or "xids" turns Xid health checks off; a comma-separated list of Xids ignores them besides --health-ignored-xids`)
+	// Unlike the other twins, an empty HEALTH_IGNORED_XIDS counts: it is
+	// how a DaemonSet says "ignore no Xid".
+	ignored := formatXids(health.DefaultIgnoredXids())
+	if v, ok := os.LookupEnv(envHealthIgnoredXids); ok {
+		ignored = v
+	}
+	fs.StringVar(&c.healthIgnoredXids, "health-ignored-xids", ignored, fmt.Sprintf(`comma-separated Xids that are never device faults (application errors); replaces the default list, "" ignores none (env %s, which counts also when set but empty)`, envHealthIgnoredXids))
 	dur(&c.healthQuietPeriod, "health-quiet-period", "HEALTH_QUIET_PERIOD", health.DefaultQuietPeriod, "how long an unhealthy device must go without a new Xid to be healthy again; negative: never")
 	str(&c.configFile, "config-file", "MIG_CONFIG_FILE", "", "mig-parted config file whose configurations the nvidia.com/mig.config label names (e.g. a mounted ConfigMap); re-read on change")
 	str(&c.busyPolicy, "busy-policy", "BUSY_POLICY", string(agent.BusyWait), "a GPU in use by pods: wait (leave it until they are gone) or evict (evict them through the Eviction API)")
@@ -174,6 +184,10 @@ func (c agentConfig) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("--busy-policy: %w", err)
 	}
+	healthOpts, healthOff, err := c.healthOptions()
+	if err != nil {
+		return err
+	}
 	client, err := c.kubeClient()
 	if err != nil {
 		return err
@@ -192,15 +206,8 @@ func (c agentConfig) run(ctx context.Context) error {
 	if c.nvml.Backend == nvmlbackend.BackendSimulated {
 		opts.Backend = deviceplugin.BackendSimulated
 	}
-	disabled, extraIgnored, err := health.ParseDisable(c.disableHealth)
-	if err != nil {
-		return fmt.Errorf("--disable-health-checks: %w", err)
-	}
-	if !disabled {
-		w, err := health.New(lib, health.Options{
-			IgnoredXids: append(health.DefaultIgnoredXids(), extraIgnored...),
-			QuietPeriod: c.healthQuietPeriod,
-		})
+	if !healthOff {
+		w, err := health.New(lib, healthOpts)
 		if err != nil {
 			return fmt.Errorf("health checks: %w", err)
 		}
@@ -227,6 +234,52 @@ func (c agentConfig) run(ctx context.Context) error {
 		return err
 	}
 	return a.Run(ctx)
+}
+
+// envHealthIgnoredXids is the environment twin of --health-ignored-xids.
+const envHealthIgnoredXids = "HEALTH_IGNORED_XIDS"
+
+// healthOptions builds the health checks' options from
+// --health-ignored-xids, which replaces the default ignore list, and
+// --disable-health-checks, which turns the checks off (off is true) or adds
+// Xids to that list, as the NVIDIA device plugin's switch does.
+func (c agentConfig) healthOptions() (opts health.Options, off bool, err error) {
+	ignored, err := parseXids(c.healthIgnoredXids)
+	if err != nil {
+		return health.Options{}, false, fmt.Errorf("--health-ignored-xids: %w", err)
+	}
+	off, extra, err := health.ParseDisable(c.disableHealth)
+	if err != nil {
+		return health.Options{}, false, fmt.Errorf("--disable-health-checks: %w", err)
+	}
+	return health.Options{IgnoredXids: append(ignored, extra...), QuietPeriod: c.healthQuietPeriod}, off, nil
+}
+
+// parseXids reads a comma-separated list of Xids. The result is never nil:
+// health.Options reads nil as "the defaults" and an empty list as "none".
+func parseXids(s string) ([]uint64, error) {
+	out := []uint64{}
+	for _, field := range strings.Split(s, ",") {
+		field = strings.TrimSpace(field)
+		if field == "" {
+			continue
+		}
+		xid, err := strconv.ParseUint(field, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%q: %q is not an Xid (a non-negative integer)", s, field)
+		}
+		out = append(out, xid)
+	}
+	return out, nil
+}
+
+// formatXids is the flag form of xids: "13,31,43".
+func formatXids(xids []uint64) string {
+	parts := make([]string, len(xids))
+	for i, x := range xids {
+		parts[i] = strconv.FormatUint(x, 10)
+	}
+	return strings.Join(parts, ",")
 }
 
 func (c agentConfig) devicePluginOptions() (deviceplugin.Options, error) {

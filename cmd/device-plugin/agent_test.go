@@ -44,6 +44,7 @@ func TestParseAgentFlags(t *testing.T) {
 		c.hostRoot = "/"
 		c.driverRoot = "/"
 		c.healthQuietPeriod = health.DefaultQuietPeriod
+		c.healthIgnoredXids = "13,31,43,45,68,109"
 		c.busyPolicy = "wait"
 		c.metricsAddr = agent.DefaultMetricsAddr
 		c.retryInterval = agent.DefaultRetryInterval
@@ -68,14 +69,14 @@ func TestParseAgentFlags(t *testing.T) {
 				"NODE_NAME": "n2", "NVML_BACKEND": "simulated", "SIM_CONFIG": "/etc/sim.yaml", "KUBECONFIG": "/kc",
 				"DEVICE_PLUGIN_DIR": "/dp", "POD_RESOURCES_SOCKET": "/pr.sock", "MIG_STRATEGY": "single",
 				"DEVICE_LIST_STRATEGY": "cdi-cri", "ALLOCATION_POLICY": "distributed", "HOST_ROOT": "/host",
-				"NVIDIA_DRIVER_ROOT": "/run/nvidia/driver", "DP_DISABLE_HEALTHCHECKS": "all", "HEALTH_QUIET_PERIOD": "1m",
+				"NVIDIA_DRIVER_ROOT": "/run/nvidia/driver", "DP_DISABLE_HEALTHCHECKS": "all", "HEALTH_QUIET_PERIOD": "1m", "HEALTH_IGNORED_XIDS": "79,48",
 				"MIG_CONFIG_FILE": "/cfg/config.yaml", "BUSY_POLICY": "evict", "METRICS_ADDR": ":9999",
 				"RETRY_INTERVAL": "3s", "RESYNC_INTERVAL": "1h",
 			},
 			want: agentConfig{
 				nodeName: "n2", kubeconfig: "/kc", pluginDir: "/dp", podResources: "/pr.sock", migStrategy: "single",
 				deviceList: "cdi-cri", allocation: "distributed", hostRoot: "/host", driverRoot: "/run/nvidia/driver",
-				disableHealth: "all", healthQuietPeriod: time.Minute, configFile: "/cfg/config.yaml", busyPolicy: "evict",
+				disableHealth: "all", healthIgnoredXids: "79,48", healthQuietPeriod: time.Minute, configFile: "/cfg/config.yaml", busyPolicy: "evict",
 				metricsAddr: ":9999", retryInterval: 3 * time.Second, resyncInterval: time.Hour,
 			},
 			wantCode: -1,
@@ -86,6 +87,14 @@ func TestParseAgentFlags(t *testing.T) {
 			env:      map[string]string{"NODE_NAME": "env", "BUSY_POLICY": "evict", "METRICS_ADDR": ":1"},
 			want:     func() agentConfig { c := defaults(agentConfig{nodeName: "flag"}); c.metricsAddr = ""; return c }(),
 			wantCode: -1,
+		},
+		{
+			name: "an empty HEALTH_IGNORED_XIDS ignores no Xid", env: map[string]string{"NODE_NAME": "n", "HEALTH_IGNORED_XIDS": ""},
+			want: func() agentConfig { c := defaults(agentConfig{nodeName: "n"}); c.healthIgnoredXids = ""; return c }(), wantCode: -1,
+		},
+		{
+			name: "--health-ignored-xids wins over its twin", args: []string{"--node-name", "n", "--health-ignored-xids", "13"}, env: map[string]string{"HEALTH_IGNORED_XIDS": ""},
+			want: func() agentConfig { c := defaults(agentConfig{nodeName: "n"}); c.healthIgnoredXids = "13"; return c }(), wantCode: -1,
 		},
 		{name: "no node name", wantCode: 2, wantErr: "--node-name (env NODE_NAME) is required"},
 		{
@@ -116,7 +125,11 @@ func TestParseAgentFlags(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, k := range agentEnv {
-				t.Setenv(k, tc.env[k])
+				v, ok := tc.env[k]
+				t.Setenv(k, v) // restores the variable after the test
+				if !ok {
+					os.Unsetenv(k) // unset, not empty: an empty HEALTH_IGNORED_XIDS means something
+				}
 			}
 			var stderr bytes.Buffer
 			got, code := parseAgentFlags(tc.args, &stderr)
@@ -151,6 +164,8 @@ func TestRunAgentStartupErrors(t *testing.T) {
 		{"bad MIG strategy", []string{"--mig-strategy", "both"}, `--mig-strategy: unknown MIG strategy "both"`},
 		{"bad busy policy", []string{"--busy-policy", "delete"}, `--busy-policy: unknown busy policy "delete"`},
 		{"bad health switch", []string{"--kubeconfig", writeKubeconfig(t, &rest.Config{Host: "https://127.0.0.1:1"}), "--nvml-backend", "simulated", "--disable-health-checks", "79,x"}, "--disable-health-checks"},
+		// Refused before the client and NVML are even set up.
+		{"bad ignored Xids", []string{"--health-ignored-xids", "13,31,-1"}, `--health-ignored-xids: "13,31,-1": "-1" is not an Xid (a non-negative integer)`},
 		{"no kubeconfig outside a cluster", nil, "in-cluster"},
 	}
 	for _, tc := range tests {
@@ -163,6 +178,57 @@ func TestRunAgentStartupErrors(t *testing.T) {
 			}
 			if !strings.Contains(stderr.String(), tc.want) {
 				t.Errorf("stderr lacks %q:\n%s", tc.want, stderr.String())
+			}
+		})
+	}
+}
+
+func TestHealthOptions(t *testing.T) {
+	defaultList := formatXids(health.DefaultIgnoredXids())
+	tests := []struct {
+		name     string
+		ignored  string
+		disable  string
+		want     []uint64
+		wantOff  bool
+		wantErr  string
+		quietFor time.Duration
+	}{
+		{name: "defaults", ignored: defaultList, want: []uint64{13, 31, 43, 45, 68, 109}},
+		{name: "the list replaces the defaults", ignored: "79,48", want: []uint64{79, 48}},
+		{name: "an empty list ignores nothing", ignored: "", want: []uint64{}},
+		{name: "spaces and empty fields", ignored: " 13 , ,31,", want: []uint64{13, 31}},
+		{name: "the switch's numbers add to the list", ignored: "13", disable: "48, 63", want: []uint64{13, 48, 63}},
+		{name: "the switch's numbers add to an empty list", ignored: "", disable: "48", want: []uint64{48}},
+		{name: "the switch turns checks off", ignored: defaultList, disable: "xids", wantOff: true, want: []uint64{13, 31, 43, 45, 68, 109}},
+		{name: "the quiet period passes through", ignored: "13", quietFor: time.Minute, want: []uint64{13}},
+		{name: "not a number", ignored: "13,x", wantErr: `--health-ignored-xids: "13,x": "x" is not an Xid (a non-negative integer)`},
+		{name: "negative", ignored: "-13", wantErr: `"-13" is not an Xid`},
+		{name: "bad switch", ignored: "13", disable: "some", wantErr: "--disable-health-checks: "},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := agentConfig{healthIgnoredXids: tc.ignored, disableHealth: tc.disable, healthQuietPeriod: tc.quietFor}
+			got, off, err := c.healthOptions()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if off != tc.wantOff {
+				t.Errorf("off = %v, want %v", off, tc.wantOff)
+			}
+			// health.Options reads a nil list as the defaults: an empty
+			// list must stay empty, not nil.
+			if got.IgnoredXids == nil {
+				t.Error("IgnoredXids is nil, which health reads as the defaults")
+			}
+			if diff := cmp.Diff(health.Options{IgnoredXids: tc.want, QuietPeriod: tc.quietFor}, got); diff != "" {
+				t.Errorf("options (-want +got):\n%s", diff)
 			}
 		})
 	}
