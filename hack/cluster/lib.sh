@@ -64,6 +64,17 @@ SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
 	kernel.keys.root_maxkeys kernel.keys.root_maxbytes
 	net.ipv4.ip_forward net.ipv4.conf.all.accept_redirects net.ipv4.conf.default.forwarding
 	net.ipv6.conf.all.forwarding net.bridge.bridge-nf-call-iptables net.bridge.bridge-nf-call-ip6tables)
+# Proxy settings no component may inherit (start() in up.sh and
+# restart-kubelet.sh run every one through `env` with these): Go's net/http
+# reads HTTP_PROXY, HTTPS_PROXY and NO_PROXY, each falling back to its
+# lowercase twin when empty or unset. An inherited no_proxy=* would let
+# containerd pull around its dead proxy, and an inherited real proxy would
+# carry the API server's calls to webhook pod IPs off this machine.
+UNSET_PROXY_ENV=(-u http_proxy -u https_proxy -u no_proxy -u all_proxy
+	-u HTTP_PROXY -u HTTPS_PROXY -u NO_PROXY -u ALL_PROXY)
+# containerd's own: a proxy nobody listens on, for every host, so an image
+# that was not imported fails here instead of being pulled from the internet.
+DEAD_PROXY_ENV=(HTTP_PROXY=http://127.0.0.1:9 HTTPS_PROXY=http://127.0.0.1:9 NO_PROXY=)
 # Components in start order; down.sh stops them in reverse.
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet)
 

@@ -37,12 +37,14 @@ if [[ -d /proc/$old ]]; then
 fi
 log "stopped kubelet ($old)"
 
-# As up.sh's start(): its own session, the PID written by the shell that
-# then execs the binary, so the recorded PID is the kubelet's.
+# As up.sh's start(): its own session, no inherited proxy setting, the PID
+# written by the shell that then execs env, which execs the binary, so the
+# recorded PID is the kubelet's.
 rm -f "$RUN_DIR/kubelet.pid"
 echo "--- restarted by $(basename "$0") at $(date -u +%FT%TZ)" >>"$LOG_DIR/kubelet.log"
 # shellcheck disable=SC2016 # expanded by the inner bash
-setsid bash -c 'echo $$ >"$0"; exec "$@"' "$RUN_DIR/kubelet.pid" "${args[@]}" </dev/null >>"$LOG_DIR/kubelet.log" 2>&1 8>&- &
+setsid bash -c 'echo $$ >"$0"; exec "$@"' "$RUN_DIR/kubelet.pid" env "${UNSET_PROXY_ENV[@]}" "${args[@]}" \
+	</dev/null >>"$LOG_DIR/kubelet.log" 2>&1 8>&- &
 # The PID file is written just before the exec: wait until that PID runs
 # the kubelet binary (pid_of checks).
 new=

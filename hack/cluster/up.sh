@@ -12,7 +12,8 @@
 # - No cluster DNS; pods get a resolv.conf naming 127.0.0.1, not the host's
 #   nameserver.
 # - containerd runs with a dead proxy, so an image that is not imported fails
-#   locally instead of being pulled from the internet.
+#   locally instead of being pulled from the internet; no component inherits
+#   a proxy setting from this shell (lowercase ones included).
 # - The API server dials webhooks at their endpoints (aggregator routing) or
 #   at a url on 127.0.0.1; in-pod clients run hostNetwork with
 #   KUBERNETES_SERVICE_HOST=127.0.0.1 KUBERNETES_SERVICE_PORT=6443.
@@ -155,15 +156,22 @@ for u in admin kubelet kube-controller-manager kube-scheduler; do kubeconfig "$u
 log "PKI and kubeconfigs in $CLUSTER_DIR"
 
 # --- processes ---------------------------------------------------------------
-# start <name> <binary> <args...>: runs it in its own session with its log in
-# LOG_DIR, recording the real PID (bash execs the binary, keeping its PID)
-# and the binary, so down.sh stops exactly this process.
+# start <name> [VAR=value...] <binary> <args...>: runs the binary in its own
+# session with its log in LOG_DIR, without any inherited proxy setting
+# (UNSET_PROXY_ENV) but with the VAR=value ones, recording the real PID
+# (bash execs env, which execs the binary, keeping the PID) and the binary,
+# so down.sh stops exactly this process.
 start() {
-	local name=$1
+	local name=$1 vars=()
 	shift
+	while [[ $1 =~ ^[A-Za-z_][A-Za-z0-9_]*= ]]; do
+		vars+=("$1")
+		shift
+	done
 	echo "$1" >"$RUN_DIR/$name.exe"
 	# shellcheck disable=SC2016 # expanded by the inner bash
-	setsid bash -c 'echo $$ >"$0"; exec "$@"' "$RUN_DIR/$name.pid" "$@" </dev/null >"$LOG_DIR/$name.log" 2>&1 8>&- &
+	setsid bash -c 'echo $$ >"$0"; exec "$@"' "$RUN_DIR/$name.pid" env "${UNSET_PROXY_ENV[@]}" "${vars[@]}" "$@" \
+		</dev/null >"$LOG_DIR/$name.log" 2>&1 8>&- &
 	local i
 	for ((i = 0; i < 50; i++)); do [[ -s $RUN_DIR/$name.pid ]] && return 0; sleep 0.1; done
 	die "$name did not start"
@@ -253,10 +261,7 @@ cat >"$CLUSTER_DIR/cni/net.d/10-migflex.conflist" <<JSON
   }]
 }
 JSON
-start containerd /usr/bin/env HTTP_PROXY=http://127.0.0.1:9 HTTPS_PROXY=http://127.0.0.1:9 NO_PROXY= \
-	"$(command -v containerd)" --config "$CLUSTER_DIR/containerd/config.toml"
-# env execs containerd, so the recorded binary is containerd's.
-command -v containerd >"$RUN_DIR/containerd.exe"
+start containerd "${DEAD_PROXY_ENV[@]}" "$(command -v containerd)" --config "$CLUSTER_DIR/containerd/config.toml"
 waitfor "containerd serving" 120 ctr version
 for t in "$IMAGES_DIR"/*.tar; do ctr images import "$t" >/dev/null; done
 log "images: $(ctr images ls -q | grep -v '^sha256:' | tr '\n' ' ')"

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"os/exec"
 	"strings"
 	"testing"
@@ -125,6 +126,49 @@ func TestHarnessNetworkSafety(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"127.0.0.1"}, servers); diff != "" {
 		t.Errorf("pod nameservers (-want +got):\n%s\nresolv.conf:\n%s", diff, conf)
+	}
+}
+
+// TestHarnessImagePullStaysLocal checks that an image that was not imported
+// is pulled through containerd's dead proxy (127.0.0.1:9), and fails there.
+// The registry it names is the API server's ClusterIP, in the blackholed
+// service range, so even a pull that got past the proxy would die on this
+// machine: the test cannot send a packet off it either way.
+func TestHarnessImagePullStaysLocal(t *testing.T) {
+	ctx := t.Context()
+	svc, err := cluster.Client.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := cluster.Namespace(t)
+	pod := cluster.TestboxPod(ns, "pull", "env")
+	pod.Spec.Containers[0].Image = svc.Spec.ClusterIP + "/migflex-e2e/not-imported:1"
+	pod.Spec.Containers[0].ImagePullPolicy = corev1.PullAlways
+	cluster.CreatePod(t, pod)
+
+	// The kubelet's Event says why the pull failed: "Failed to pull image
+	// ...: <containerd's error>".
+	var msg string
+	err = framework.WaitFor(ctx, "the kubelet to report the failed pull", framework.Timeout, func(ctx context.Context) (bool, error) {
+		list, err := cluster.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.kind=Pod,involvedObject.name=" + pod.Name + ",reason=Failed",
+		})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range list.Items {
+			if strings.HasPrefix(e.Message, "Failed to pull image") {
+				msg = e.Message
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "proxyconnect tcp: dial tcp 127.0.0.1:9"; !strings.Contains(msg, want) {
+		t.Errorf("the pull did not go to containerd's dead proxy (want %q in the error):\n%s", want, msg)
 	}
 }
 
