@@ -197,6 +197,35 @@ func (d *Decider) Decide(pod *corev1.Pod, snap *Snapshot) Decision {
 	return dec
 }
 
+// LabelOther is MetricLabel's name for every type it does not name.
+const LabelOther = "other"
+
+// MetricLabel is the short name of r (as in the fallback annotation) for a
+// metric label, or LabelOther. Any pod creator can ask for any resource name,
+// and a dry run costs nothing, so a label taken from the pod would let anyone
+// add series without bound. The names kept form a set bounded by the
+// cluster and its configuration instead: nvidia.com/gpu, a type some node of
+// snap has, a type the policy's chains name, and the MIG profiles of the
+// GPUs NVIDIA makes (with their +me, +gfx attributes). A rewrite's target is
+// always on a node, so it always keeps its name.
+func (d *Decider) MetricLabel(r corev1.ResourceName, snap *Snapshot) string {
+	p, ok := ParseResource(r)
+	switch {
+	case ok && (p.WholeGPU() || knownProfile(p)), snap.Has(r), d.policyNames(r):
+		return ShortName(r)
+	}
+	return LabelOther
+}
+
+func (d *Decider) policyNames(r corev1.ResourceName) bool {
+	for from, chain := range d.opts.Policy.Chains {
+		if from == r || slices.Contains(chain, r) {
+			return true
+		}
+	}
+	return false
+}
+
 // managedRequests lists the distinct resource types the decider may rewrite,
 // in the order of the pod spec (containers, then init containers). A MIG
 // type always qualifies; nvidia.com/gpu and any other name only with an

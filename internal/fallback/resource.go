@@ -1,7 +1,9 @@
 package fallback
 
 import (
+	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -48,9 +50,9 @@ func ParseResource(name corev1.ResourceName) (Profile, bool) {
 	if m == nil {
 		return Profile{}, false
 	}
-	slices, _ := strconv.Atoi(m[1])
+	compute, _ := strconv.Atoi(m[1])
 	mem, _ := strconv.Atoi(m[2])
-	p := Profile{Resource: name, Slices: slices, MemoryGB: mem}
+	p := Profile{Resource: name, Slices: compute, MemoryGB: mem}
 	if m[3] != "" {
 		p.Attrs = strings.Split(m[3][1:], ".")
 	}
@@ -126,4 +128,49 @@ func direction(from, to Profile) Direction {
 	default:
 		return Up
 	}
+}
+
+// knownProfiles are the MIG profiles (compute slices and memory, without
+// attributes) of the GPUs NVIDIA makes, as NVIDIA's mig-parted lays them out
+// (its config-default.yaml and examples at commit bd7160f: A30, A100/A800
+// 40/80GB, H100/H800 80GB, H100 NVL, H100 96GB, H20, H200, GH200, B200,
+// B300, GB200, GB300, RTX PRO 6000 Blackwell). A profile missing here is
+// still named by MetricLabel when a node has it.
+var knownProfiles = wordSet(`
+	1g.5gb 1g.6gb 1g.10gb 1g.12gb 1g.18gb 1g.20gb 1g.23gb 1g.24gb 1g.34gb
+	1g.35gb 1g.36gb 1g.45gb 1g.47gb 1g.67gb 1g.70gb
+	2g.10gb 2g.12gb 2g.20gb 2g.24gb 2g.35gb 2g.36gb 2g.45gb 2g.47gb 2g.48gb
+	2g.67gb 2g.70gb
+	3g.20gb 3g.40gb 3g.47gb 3g.48gb 3g.71gb 3g.72gb 3g.90gb 3g.93gb 3g.95gb
+	3g.135gb 3g.139gb
+	4g.20gb 4g.24gb 4g.40gb 4g.47gb 4g.48gb 4g.71gb 4g.72gb 4g.90gb 4g.93gb
+	4g.95gb 4g.96gb 4g.135gb 4g.139gb
+	7g.40gb 7g.80gb 7g.94gb 7g.96gb 7g.141gb 7g.144gb 7g.180gb 7g.186gb
+	7g.189gb 7g.269gb 7g.278gb`)
+
+// knownAttrs are the profile attributes NVIDIA's GPUs have: media
+// extensions (+me, +me.all) and graphics (+gfx).
+var knownAttrs = wordSet("me gfx all")
+
+func wordSet(s string) map[string]bool {
+	out := map[string]bool{}
+	for _, w := range strings.Fields(s) {
+		out[w] = true
+	}
+	return out
+}
+
+// knownProfile reports whether p is a MIG profile of a GPU NVIDIA makes:
+// a known slices/memory pair with known attributes, none twice. The set of
+// such names is small and fixed, unlike the names a pod may ask for.
+func knownProfile(p Profile) bool {
+	if p.WholeGPU() || !knownProfiles[fmt.Sprintf("%dg.%dgb", p.Slices, p.MemoryGB)] {
+		return false
+	}
+	for i, a := range p.Attrs {
+		if !knownAttrs[a] || slices.Contains(p.Attrs[:i], a) {
+			return false
+		}
+	}
+	return true
 }

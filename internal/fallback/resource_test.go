@@ -80,3 +80,51 @@ func TestDirection(t *testing.T) {
 		}
 	}
 }
+
+func TestMetricLabel(t *testing.T) {
+	chain := DefaultPolicy()
+	chain.Chains = map[corev1.ResourceName][]corev1.ResourceName{
+		"nvidia.com/mig-5g.50gb": {"nvidia.com/mig-6g.60gb"},
+	}
+	d, err := NewDecider(Options{Policy: chain})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A custom simulated model's profile, present on a node.
+	snap := snapshotOf(node("n1", alloc{"nvidia.com/mig-1g.9gb": 7, mig1g10: 7}))
+	tests := map[corev1.ResourceName]string{
+		"nvidia.com/gpu":                    "gpu",
+		"nvidia.com/mig-2g.20gb":            "2g.20gb",        // A100-80GB, H100-80GB; absent here
+		"nvidia.com/mig-7g.141gb":           "7g.141gb",       // H200
+		"nvidia.com/mig-1g.10gb.me":         "1g.10gb.me",     // media extensions
+		"nvidia.com/mig-1g.24gb.me.all":     "1g.24gb.me.all", // RTX PRO 6000 Blackwell
+		"nvidia.com/mig-2g.48gb.gfx":        "2g.48gb.gfx",
+		"nvidia.com/mig-1g.9gb":             "1g.9gb",  // not a known GPU's, but on a node
+		"nvidia.com/mig-5g.50gb":            "5g.50gb", // the policy names it
+		"nvidia.com/mig-6g.60gb":            "6g.60gb", // the policy names it
+		"nvidia.com/mig-999g.99999gb.zz.yy": LabelOther,
+		"nvidia.com/mig-1g.11gb":            LabelOther, // well formed, no GPU has it
+		"nvidia.com/mig-9g.80gb":            LabelOther,
+		"nvidia.com/mig-1g.10gb.zz":         LabelOther, // unknown attribute
+		"nvidia.com/mig-1g.10gb.me.me":      LabelOther,
+		"nvidia.com/mig-1c.3g.40gb":         LabelOther, // not a profile name at all
+		"example.com/gpu":                   LabelOther,
+	}
+	for r, want := range tests {
+		if got := d.MetricLabel(r, snap); got != want {
+			t.Errorf("MetricLabel(%s) = %q, want %q", r, got, want)
+		}
+	}
+}
+
+// Every profile of NVIDIA's published MIG layouts is known, attributes included.
+func TestKnownProfilesParse(t *testing.T) {
+	for base := range knownProfiles {
+		for _, name := range []string{base, base + ".me", base + ".gfx", base + ".me.all"} {
+			p, ok := ParseResource(corev1.ResourceName(migPrefix + name))
+			if !ok || !knownProfile(p) {
+				t.Errorf("%s: parsed %v, known %v", name, ok, ok && knownProfile(p))
+			}
+		}
+	}
+}

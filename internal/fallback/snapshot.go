@@ -89,6 +89,17 @@ type member struct {
 // Nodes is the number of nodes in the snapshot.
 func (s *Snapshot) Nodes() int { return s.nodes }
 
+// Has reports whether some node of the snapshot, eligible for a pod or not,
+// has the type (Allocatable > 0).
+func (s *Snapshot) Has(r corev1.ResourceName) bool {
+	for _, g := range s.groups {
+		if _, ok := slices.BinarySearch(g.types, r); ok {
+			return true
+		}
+	}
+	return false
+}
+
 // Groups is the number of node groups; tests and benchmarks read it.
 func (s *Snapshot) Groups() int { return len(s.groups) }
 

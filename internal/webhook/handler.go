@@ -138,7 +138,8 @@ func (h *Handler) admit(req *admissionv1.AdmissionRequest, resp *admissionv1.Adm
 		resp.Patch, resp.PatchType = patch, &pt
 	}
 	for _, rw := range d.Rewrites {
-		from, to := fallback.ShortName(rw.From), fallback.ShortName(rw.To)
+		// Labels from a bounded set, whatever names pods ask for.
+		from, to := h.opts.Decider.MetricLabel(rw.From, snap), h.opts.Decider.MetricLabel(rw.To, snap)
 		h.opts.Metrics.fallbacks.WithLabelValues(from, to).Inc()
 		h.log.Info("Rewrote GPU request", "pod", podRef, "uid", req.UID, "dryRun", isDryRun(req),
 			"from", string(rw.From), "to", string(rw.To), "reason", rw.Reason)

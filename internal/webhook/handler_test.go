@@ -3,6 +3,7 @@ package webhook
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -406,6 +407,43 @@ func TestHandlerMetrics(t *testing.T) {
 	}
 	if diff := cmp.Diff(map[string]float64{"result=rewritten,": 3, "result=no_gpu,": 1}, got); diff != "" {
 		t.Errorf("admissions (-want +got):\n%s", diff)
+	}
+}
+
+// Anyone who may create pods can ask for any resource name, with a dry run
+// at no cost: the fallback metric's labels must not grow with them.
+func TestHandlerFallbackMetricIsBounded(t *testing.T) {
+	f := newFixture(t, StaticSource{snapshotOf(gpuNode("v100", map[corev1.ResourceName]int64{fallback.ResourceGPU: 4}))}, fallback.Options{})
+	dryRun := func(r *admissionv1.AdmissionRequest) { r.DryRun = ptr.To(true) }
+	var names []corev1.ResourceName
+	for i := range 200 {
+		names = append(names,
+			corev1.ResourceName(fmt.Sprintf("nvidia.com/mig-%dg.%dgb.zz.yy", 100+i, 99999-i)),
+			corev1.ResourceName(fmt.Sprintf("nvidia.com/mig-1g.%dgb", 1000+i)),
+			corev1.ResourceName(fmt.Sprintf("nvidia.com/mig-%dg.%dgb", i%8+1, 300+i)),
+		)
+	}
+	for _, r := range names {
+		resp := decodeResponse(t, f.post(http.MethodPost, "application/json", reviewFor(t, gpuPod("p", r, "1"), dryRun)))
+		if !resp.Allowed || resp.Patch == nil {
+			t.Fatalf("%s: allowed %v, patch %s: want a rewrite to gpu", r, resp.Allowed, resp.Patch)
+		}
+	}
+	// Real profiles keep their names, absent from the cluster or not.
+	for _, r := range []corev1.ResourceName{mig2g20, "nvidia.com/mig-7g.141gb"} {
+		decodeResponse(t, f.post(http.MethodPost, "application/json", reviewFor(t, gpuPod("p", r, "1"), nil)))
+	}
+	got := map[string]float64{}
+	for _, m := range gather(t, f.reg, "gpu_webhook_fallback_total") {
+		got[labels(m)] = m.GetCounter().GetValue()
+	}
+	want := map[string]float64{
+		"from=other,to=gpu,":    float64(len(names)),
+		"from=2g.20gb,to=gpu,":  1,
+		"from=7g.141gb,to=gpu,": 1,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("gpu_webhook_fallback_total (-want +got):\n%s", diff)
 	}
 }
 

@@ -29,7 +29,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"result"}),
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpu_webhook_fallback_total",
-			Help: "GPU type rewrites, by requested and chosen type as in the fallback annotation (2g.20gb, gpu).",
+			Help: "GPU type rewrites, by requested and chosen type as in the fallback annotation (2g.20gb, gpu); a requested type that is no NVIDIA GPU's MIG profile, on no node and not in the policy is \"other\".",
 		}, []string{"from", "to"}),
 		decision: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "gpu_webhook_decision_duration_seconds",
