@@ -5,6 +5,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"errors"
 	"os/exec"
 	"strings"
 	"testing"
@@ -68,19 +69,40 @@ func TestHarnessHostNetworkPodReachesAPIServer(t *testing.T) {
 }
 
 // TestHarnessNetworkSafety checks, without sending a packet, that nothing in
-// the cluster can reach beyond this machine: a ClusterIP is blackholed on
-// the host, a pod has no default route, and pod DNS points at loopback.
+// the cluster can reach beyond this machine: the service range is
+// blackholed on the host, a pod has no default route, and pod DNS points
+// at loopback.
 func TestHarnessNetworkSafety(t *testing.T) {
 	ctx := t.Context()
+	// The ranges the API server allocates ClusterIPs from: its default
+	// ServiceCIDR, "kubernetes", made from --service-cluster-ip-range.
+	cidrs, err := cluster.Client.NetworkingV1().ServiceCIDRs().Get(ctx, "kubernetes", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cidrs.Spec.CIDRs) == 0 {
+		t.Fatalf("ServiceCIDR kubernetes has no ranges: %+v", cidrs.Spec)
+	}
+	for _, cidr := range cidrs.Spec.CIDRs {
+		out, err := exec.CommandContext(ctx, "ip", "route", "show", "exact", cidr).CombinedOutput()
+		if err != nil {
+			t.Fatalf("ip route show exact %s: %v: %s", cidr, err, out)
+		}
+		if got, want := strings.Join(strings.Fields(string(out)), " "), "blackhole "+cidr; got != want {
+			t.Errorf("the host's route for the service range: %q, want %q", got, want)
+		}
+	}
+	// A more specific route would win over the blackhole, so ask the kernel
+	// which route a ClusterIP takes: for a blackhole it refuses to say
+	// ("RTNETLINK answers: Invalid argument") and ip exits non-zero.
 	svc, err := cluster.Client.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// `ip route get` asks the kernel which route it would use; for a
-	// blackhole route the kernel refuses ("Invalid argument").
 	out, err := exec.CommandContext(ctx, "ip", "route", "get", svc.Spec.ClusterIP).CombinedOutput()
-	if err == nil && !strings.HasPrefix(string(out), "blackhole") {
-		t.Errorf("the host routes ClusterIP %s: %s", svc.Spec.ClusterIP, out)
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || !strings.Contains(string(out), "Invalid argument") {
+		t.Errorf("ip route get %s: error %v, output %q; want it refused with \"Invalid argument\" (blackholed)", svc.Spec.ClusterIP, err, out)
 	}
 
 	ns := cluster.Namespace(t)
