@@ -6,8 +6,9 @@
 // "..data" symlink over the old one, which a watch on the file paths (the
 // old symlink targets) would never see. Every event in the directory
 // triggers a reload; one that fails (a half-written pair, a key that does
-// not match the certificate yet) keeps the pair in use, and the next event
-// retries.
+// not match the certificate yet) keeps the pair in use, is logged as an
+// error (repeats of the same failure at most every ten minutes), and the
+// next event retries.
 package certwatch
 
 import (
@@ -52,7 +53,19 @@ type Watcher struct {
 	certPEM  []byte
 	keyPEM   []byte
 	reloaded int
+
+	// now is the clock of the failure log's rate limit.
+	now func() time.Time
+	// failed is the last reload failure logged at the default verbosity,
+	// and failedLogged when; "" once a pair loads again. Only Start's
+	// goroutine uses them.
+	failed       string
+	failedLogged time.Time
 }
+
+// repeatLogInterval is how often a reload failure that repeats the last one
+// is logged again at the default verbosity.
+const repeatLogInterval = 10 * time.Minute
 
 // New loads the pair once; it fails when the files are missing or invalid,
 // so that a server never starts without a certificate.
@@ -66,7 +79,7 @@ func New(o Options) (*Watcher, error) {
 	if o.KeyFile == "" {
 		o.KeyFile = DefaultKeyFile
 	}
-	w := &Watcher{opts: o}
+	w := &Watcher{opts: o, now: time.Now}
 	if _, err := w.reload(); err != nil {
 		return nil, err
 	}
@@ -134,11 +147,14 @@ func (w *Watcher) Start(ctx context.Context) error {
 
 func (w *Watcher) reloadAndLog(logger klog.Logger) {
 	changed, err := w.reload()
-	switch {
-	case err != nil:
-		// Expected for a moment during a non-atomic update; keep serving the old pair.
-		logger.V(2).Info("Certificate not reloaded, keeping the current one", "err", err)
-	case changed:
+	if err != nil {
+		w.logFailure(logger, err)
+		return
+	}
+	// The files form a valid pair again (new or the one in use): a later
+	// failure is news.
+	w.failed = ""
+	if changed {
 		w.mu.RLock()
 		leaf := w.cert.Leaf
 		w.mu.RUnlock()
@@ -148,6 +164,28 @@ func (w *Watcher) reloadAndLog(logger klog.Logger) {
 		}
 		logger.Info("Loaded new TLS certificate", kv...)
 	}
+}
+
+// logFailure reports a pair that did not load. The old pair stays in use.
+// A pair replaced file by file fails for a moment; one that stays broken
+// (a renewed certificate with the wrong key, say) would otherwise go
+// unnoticed until the old certificate expires, so failures are logged at
+// the default verbosity: a new one at once, a repeat of the last one every
+// repeatLogInterval, and at V(2) in between.
+func (w *Watcher) logFailure(logger klog.Logger, err error) {
+	now := w.now()
+	if msg := err.Error(); msg != w.failed || now.Sub(w.failedLogged) >= repeatLogInterval {
+		w.failed, w.failedLogged = msg, now
+		kv := []any{}
+		w.mu.RLock()
+		if leaf := w.cert.Leaf; leaf != nil {
+			kv = append(kv, "servingSerial", leaf.SerialNumber.String(), "servingNotAfter", leaf.NotAfter)
+		}
+		w.mu.RUnlock()
+		logger.Error(err, "Certificate not reloaded, still serving the previous one", kv...)
+		return
+	}
+	logger.V(2).Info("Certificate still not reloaded, still serving the previous one", "err", err)
 }
 
 // reload reads both files and swaps the pair in when their content changed

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/klog/v2/ktesting"
+
 	"github.com/migflex/migflex/internal/certwatch/certtest"
 )
 
@@ -247,5 +249,71 @@ func TestStartFailsWithoutDirectory(t *testing.T) {
 	// The pair loaded before is still served.
 	if _, err := w.GetCertificate(nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A pair that fails to load is logged at the default verbosity, so that one
+// that stays broken is seen; the same failure again only once per
+// repeatLogInterval, a different one at once. The pair in use stays.
+func TestReloadFailureIsLogged(t *testing.T) {
+	ca := certtest.NewCA(t)
+	dir := t.TempDir()
+	first := ca.Issue(t)
+	certtest.WriteFiles(t, dir, first)
+	w, err := New(Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	w.now = func() time.Time { return now }
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(0), ktesting.BufferLogs(true)))
+	// failures are the log entries at the default verbosity about a failed reload.
+	failures := func() []string {
+		var out []string
+		for _, e := range logger.GetSink().(ktesting.Underlier).GetBuffer().Data() {
+			if e.Verbosity == 0 && strings.Contains(e.Message, "not reloaded") {
+				out = append(out, e.Err.Error())
+			}
+		}
+		return out
+	}
+	write := func(name string, data []byte) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	second := ca.Issue(t)
+	write("tls.crt", second.Cert) // the key is still first's
+	w.reloadAndLog(logger)
+	w.reloadAndLog(logger)
+	if got := failures(); len(got) != 1 || !strings.Contains(got[0], "private key does not match public key") {
+		t.Fatalf("after a mismatched pair, twice: logged %q, want the mismatch once", got)
+	}
+	now = now.Add(repeatLogInterval)
+	w.reloadAndLog(logger)
+	if got := len(failures()); got != 2 {
+		t.Fatalf("the same failure after %v: %d lines, want it logged again (2)", repeatLogInterval, got)
+	}
+	write("tls.key", []byte("not pem"))
+	w.reloadAndLog(logger)
+	if got := failures(); len(got) != 3 || !strings.Contains(got[2], "failed to find any PEM data in key input") {
+		t.Fatalf("a different failure: logged %q, want it at once", got)
+	}
+	if got := servedSerial(t, w); got.Cmp(first.Serial) != 0 {
+		t.Fatalf("serial = %v after failed reloads, want the old %v", got, first.Serial)
+	}
+
+	write("tls.key", second.Key)
+	w.reloadAndLog(logger)
+	if got := servedSerial(t, w); got.Cmp(second.Serial) != 0 {
+		t.Fatalf("serial = %v, want %v", got, second.Serial)
+	}
+	// After a good pair, the first failure is news again.
+	write("tls.crt", ca.Issue(t).Cert)
+	w.reloadAndLog(logger)
+	if got := len(failures()); got != 4 {
+		t.Fatalf("a failure after a good pair: %d lines, want it logged (4)", got)
 	}
 }
