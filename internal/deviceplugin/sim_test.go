@@ -179,15 +179,18 @@ func TestSimulatedLayoutChangeMovesHealthChecks(t *testing.T) {
 	}
 	e.wait("b unhealthy", serving(map[string][]string{r3: {a, b + "!"}, ResourceGPU: {whole}}))
 
-	// b is replaced by a 1g instance. The simulator derives MIG UUIDs from
-	// GPU, GI and CI, so the new device may reuse b's ID; being another
-	// profile, it does not inherit b's fault. Its Xids are scoped to it.
+	// b is replaced by a 1g instance in its place, which the simulator gives
+	// b's GPU instance id (the lowest free) but a UUID of its own: another
+	// device, without b's fault. Its Xids are scoped to it.
 	if err := n.part.DestroyInstance(0, n.mig1.GIID); err != nil {
 		t.Fatal(err)
 	}
 	c, err := n.part.CreateInstance(0, "1g.10gb", 4)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if c.UUID == b {
+		t.Errorf("the 1g instance in b's place has b's UUID %s", b)
 	}
 	n.discover(t)
 	if err := e.m.Update(e.ctx, n.gpus); err != nil {

@@ -79,8 +79,8 @@ type Target struct {
 	CI  uint32
 	// Profile is the MIG profile. A device ID that comes back in a new
 	// layout with another profile or place is another device, and does not
-	// inherit the old one's fault (the simulator derives MIG UUIDs from the
-	// GPU, GI and CI ids, so a re-created instance can reuse an ID).
+	// inherit the old one's fault: every instance should have a UUID of its
+	// own, but nothing here relies on a backend never reusing one.
 	Profile string
 }
 

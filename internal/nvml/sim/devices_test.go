@@ -209,3 +209,58 @@ func firstGI(t *testing.T, d nvml.Device, query int) nvml.GpuInstance {
 	}
 	return gis[0]
 }
+
+// TestMIGUUIDIdentity: a MIG device UUID names one instance. GPU instance
+// ids are reused (lowest free), so an instance created where a destroyed one
+// was gets the destroyed one's ids; it gets its UUID only if it is the same
+// instance again (profile and placement), never as another device.
+func TestMIGUUIDIdentity(t *testing.T) {
+	for name, tc := range map[string]struct {
+		kind  string
+		start int
+		same  bool
+	}{
+		"same profile and placement": {kind: "2g", start: 0, same: true},
+		"another profile":            {kind: "1g", start: 0},
+		"another placement":          {kind: "2g", start: 2},
+	} {
+		t.Run(name, func(t *testing.T) {
+			l := newLib(t, gpu("H100-SXM5-80GB"))
+			d := enableMIG(t, l, 0)
+			old, _ := createInstance(t, d, byKind["2g"], 0)
+			createInstance(t, d, byKind["2g"], 4)
+			oldGI := giID(t, old)
+			oldUUID := migUUIDOf(t, l, oldGI)
+			destroyAll(t, old)
+
+			gi, _ := createInstance(t, d, byKind[tc.kind], tc.start)
+			if id := giID(t, gi); id != oldGI {
+				t.Fatalf("new instance got GPU instance id %d, want the freed %d", id, oldGI)
+			}
+			uuid := migUUIDOf(t, l, oldGI)
+			if got := uuid == oldUUID; got != tc.same {
+				t.Errorf("UUID %s after %s (was %s): same = %v, want %v", uuid, name, oldUUID, got, tc.same)
+			}
+			if m, ret := l.DeviceGetHandleByUUID(uuid); ret != nvml.SUCCESS {
+				t.Errorf("DeviceGetHandleByUUID(new) = %v", ret)
+			} else if id, _ := m.GetGpuInstanceId(); uint32(id) != oldGI {
+				t.Errorf("DeviceGetHandleByUUID(new) found GPU instance %d, want %d", id, oldGI)
+			}
+			if _, ret := l.DeviceGetHandleByUUID(oldUUID); !tc.same && ret != nvml.ERROR_NOT_FOUND {
+				t.Errorf("DeviceGetHandleByUUID(destroyed device) = %v, want ERROR_NOT_FOUND", ret)
+			}
+		})
+	}
+}
+
+// migUUIDOf is the MIG device UUID of GPU 0's GPU instance gi.
+func migUUIDOf(t *testing.T, l *sim.Lib, gi uint32) string {
+	t.Helper()
+	for _, in := range l.Snapshot()[0].Instances {
+		if in.GI == gi && in.UUID != "" {
+			return in.UUID
+		}
+	}
+	t.Fatalf("GPU 0 has no MIG device in GPU instance %d", gi)
+	return ""
+}

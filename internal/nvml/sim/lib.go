@@ -283,8 +283,9 @@ func (l *Lib) DeviceGetHandleByUUID(uuid string) (nvml.Device, nvml.Return) {
 		}
 	case strings.HasPrefix(uuid, "MIG-"):
 		for i := range l.st.GPUs {
+			g := &l.st.GPUs[i]
 			for _, m := range l.migDevices(i) {
-				if migUUID(l.st.GPUs[i].UUID, m.gi, m.ci) == uuid {
+				if gi, _ := g.instance(m.gi); migUUID(g.UUID, gi, m.ci) == uuid {
 					return m, nvml.SUCCESS
 				}
 			}

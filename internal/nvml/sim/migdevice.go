@@ -91,7 +91,8 @@ func (h *migHandle) GetUUID() (string, nvml.Return) {
 		return "", r
 	}
 	defer h.lib.mu.Unlock()
-	return migUUID(g.UUID, h.gi, h.ci), nvml.SUCCESS
+	gi, _ := g.instance(h.gi) // begin found it
+	return migUUID(g.UUID, gi, h.ci), nvml.SUCCESS
 }
 
 // GetName is "<model> MIG <profile>", the shape real NVML uses ("NVIDIA

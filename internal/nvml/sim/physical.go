@@ -201,7 +201,7 @@ func (l *Lib) Snapshot() []GPUSnapshot {
 			is := InstanceSnapshot{GI: gi.ID, Profile: p.Name, Start: gi.Start, Size: p.MemorySlices, Busy: gi.Busy}
 			if len(gi.CIs) > 0 {
 				is.HasCI, is.CI = true, gi.CIs[0].ID
-				is.UUID = migUUID(g.UUID, gi.ID, is.CI)
+				is.UUID = migUUID(g.UUID, &gi, is.CI)
 			}
 			s.Instances = append(s.Instances, is)
 		}

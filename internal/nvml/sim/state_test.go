@@ -80,6 +80,60 @@ func TestRestartKeepsState(t *testing.T) {
 	}
 }
 
+// TestStateFileFromEarlierSimulator loads a state file as the simulator
+// wrote it before MIG UUIDs covered the profile and placement (the schema is
+// unchanged: MIG UUIDs are derived, never stored). The GPU UUID in the file
+// wins over the seed; the MIG device gets a UUID of the current scheme
+// (another than the earlier simulator reported) that stays the same across
+// restarts from then on.
+func TestStateFileFromEarlierSimulator(t *testing.T) {
+	const gpuUUID = "GPU-0d4c5f1e-8a7b-5c3d-9e2f-1a0b9c8d7e6f"
+	const earlier = `{
+  "version": 1,
+  "gpus": [
+    {
+      "model": "H100-SXM5-80GB",
+      "uuid": "` + gpuUUID + `",
+      "migEnabled": true,
+      "migPending": false,
+      "instances": [
+        {"id": 1, "profileID": 14, "start": 0, "computeInstances": [{"id": 0, "profileID": 1}]}
+      ]
+    }
+  ]
+}
+`
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "state.json"), []byte(earlier), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	load := func() sim.GPUSnapshot {
+		t.Helper()
+		l := open(t, persistentConfig(dir, gpu("H100-SXM5-80GB")))
+		defer closeLib(t, l)
+		snap := l.Snapshot()[0]
+		if len(snap.Instances) == 1 {
+			if _, ret := l.DeviceGetHandleByUUID(snap.Instances[0].UUID); ret != nvml.SUCCESS {
+				t.Errorf("DeviceGetHandleByUUID(%s) = %v", snap.Instances[0].UUID, ret)
+			}
+		}
+		return snap
+	}
+	first := load()
+	if len(first.Instances) != 1 {
+		t.Fatalf("loaded instances %+v, want the file's one", first.Instances)
+	}
+	want := sim.GPUSnapshot{Model: "H100-SXM5-80GB", UUID: gpuUUID, MigEnabled: true, Instances: []sim.InstanceSnapshot{
+		{GI: 1, Profile: "2g.20gb", Start: 0, Size: 2, HasCI: true, CI: 0, UUID: first.Instances[0].UUID},
+	}}
+	if diff := cmp.Diff(want, first); diff != "" || !strings.HasPrefix(first.Instances[0].UUID, "MIG-") {
+		t.Errorf("loaded state (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(first, load()); diff != "" {
+		t.Errorf("state after a restart (-first +second):\n%s", diff)
+	}
+}
+
 func TestStateFileErrors(t *testing.T) {
 	valid := func(t *testing.T, dir string) {
 		l := open(t, persistentConfig(dir, gpu("H100-SXM5-80GB")))

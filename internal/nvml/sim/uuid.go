@@ -13,10 +13,19 @@ func gpuUUID(seed string, index int) string {
 	return "GPU-" + hashUUID("gpu", seed, strconv.Itoa(index))
 }
 
-// migUUID is the MIG device UUID of a compute instance: the same GPU, GPU
-// instance and compute instance ids give the same UUID in every process.
-func migUUID(gpuUUID string, gi, ci uint32) string {
-	return "MIG-" + hashUUID("mig", gpuUUID, strconv.FormatUint(uint64(gi), 10), strconv.FormatUint(uint64(ci), 10))
+// migUUID is the MIG device UUID of compute instance ci of GPU instance gi.
+// The same instance has the same UUID in every process (a restart from the
+// state file keeps it). The profile and placement are part of the identity,
+// not only the ids: GPU instance ids are reused (lowest free), and a new
+// instance that got a destroyed one's ids must not get its UUID too, or a
+// kubelet checkpoint or a busy check would take a stale assignment of the old
+// device for one of the new.
+func migUUID(gpuUUID string, gi *giState, ci uint32) string {
+	return "MIG-" + hashUUID("mig", gpuUUID,
+		"gi", strconv.FormatUint(uint64(gi.ID), 10),
+		"ci", strconv.FormatUint(uint64(ci), 10),
+		"profile", strconv.FormatUint(uint64(gi.ProfileID), 10),
+		"start", strconv.Itoa(gi.Start))
 }
 
 // hashUUID formats a SHA-256 of parts as a name-based (version 5 layout) UUID.
