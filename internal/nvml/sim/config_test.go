@@ -197,34 +197,35 @@ func TestExampleConfig(t *testing.T) {
 	}
 }
 
-// TestOperationDelay checks that a configured delay is spent on every
-// mutating call: the calls cannot finish sooner than the delays they add up to.
+// TestOperationDelay checks that a configured delay is spent on every call
+// that changes MIG state, and on no other.
 func TestOperationDelay(t *testing.T) {
-	const delay = 20 * time.Millisecond
-	lib, err := sim.New(sim.Config{GPUs: []sim.GPUSpec{{Model: "H100-SXM5-80GB", Count: 1}}, OperationDelay: delay})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r := lib.Init(); r != nvml.SUCCESS {
-		t.Fatal(r)
-	}
-	defer lib.Shutdown()
-	dev, r := lib.DeviceGetHandleByIndex(0)
-	if r != nvml.SUCCESS {
-		t.Fatal(r)
-	}
-	start := time.Now()
-	if _, r := dev.SetMigMode(nvml.DEVICE_MIG_ENABLE); r != nvml.SUCCESS {
-		t.Fatalf("SetMigMode: %v", r)
-	}
-	info, r := dev.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_1_SLICE)
-	if r != nvml.SUCCESS {
-		t.Fatalf("GetGpuInstanceProfileInfo: %v", r)
-	}
-	if _, r := dev.CreateGpuInstance(&info); r != nvml.SUCCESS {
-		t.Fatalf("CreateGpuInstance: %v", r)
-	}
-	if got := time.Since(start); got < 2*delay {
-		t.Errorf("two mutating calls took %v, want at least 2 x %v", got, delay)
+	const delay = 250 * time.Millisecond
+	for name, tc := range map[string]struct {
+		delay time.Duration
+		want  []time.Duration
+	}{
+		"none":       {},
+		"configured": {delay: delay, want: []time.Duration{delay, delay}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			lib := newLibConfig(t, sim.Config{GPUs: []sim.GPUSpec{{Model: "H100-SXM5-80GB", Count: 1}}, OperationDelay: tc.delay})
+			var slept []time.Duration
+			sim.SetSleep(lib, func(d time.Duration) { slept = append(slept, d) })
+			dev := device(t, lib, 0)
+			if _, r := dev.SetMigMode(nvml.DEVICE_MIG_ENABLE); r != nvml.SUCCESS {
+				t.Fatalf("SetMigMode: %v", r)
+			}
+			info := profileInfo(t, dev, nvml.GPU_INSTANCE_PROFILE_1_SLICE)
+			if _, r := dev.GetGpuInstancePossiblePlacements(&info); r != nvml.SUCCESS {
+				t.Fatalf("GetGpuInstancePossiblePlacements: %v", r)
+			}
+			if _, r := dev.CreateGpuInstance(&info); r != nvml.SUCCESS {
+				t.Fatalf("CreateGpuInstance: %v", r)
+			}
+			if diff := cmp.Diff(tc.want, slept); diff != "" {
+				t.Errorf("delays of SetMigMode, two queries and CreateGpuInstance (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -33,8 +33,10 @@ type Lib struct {
 	models []*Model // by GPU index
 	gpus   []*gpuHandle
 	store  *store // nil in memory
-	// opDelay is Config.OperationDelay.
+	// opDelay is Config.OperationDelay, spent with sleep (time.Sleep but in
+	// tests).
 	opDelay time.Duration
+	sleep   func(time.Duration)
 
 	mu sync.Mutex
 	// readOnly refuses changes: set by Config.ReadOnly, and by Close so a
@@ -60,7 +62,7 @@ func New(cfg Config) (*Lib, error) {
 	if err != nil {
 		return nil, fmt.Errorf("simulator config: %w", err)
 	}
-	l := &Lib{readOnly: cfg.ReadOnly, opDelay: cfg.OperationDelay, models: models, eventSets: map[*eventSet]struct{}{}}
+	l := &Lib{readOnly: cfg.ReadOnly, opDelay: cfg.OperationDelay, sleep: time.Sleep, models: models, eventSets: map[*eventSet]struct{}{}}
 	for i := range models {
 		l.gpus = append(l.gpus, &gpuHandle{lib: l, index: i})
 	}
@@ -172,7 +174,7 @@ func (l *Lib) begin() nvml.Return {
 // watcher, discovery) are not held up, as with a real driver.
 func (l *Lib) beginWrite() nvml.Return {
 	if l.opDelay > 0 {
-		time.Sleep(l.opDelay)
+		l.sleep(l.opDelay)
 	}
 	if r := l.begin(); r != nvml.SUCCESS {
 		return r

@@ -1,0 +1,7 @@
+package sim
+
+import "time"
+
+// SetSleep replaces how l spends Config.OperationDelay, so a test sees the
+// delays without reading a clock. Call it before l is used.
+func SetSleep(l *Lib, sleep func(time.Duration)) { l.sleep = sleep }
