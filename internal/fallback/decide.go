@@ -5,6 +5,7 @@
 package fallback
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -43,6 +44,10 @@ const (
 	// --on-unsatisfiable=allow let the pod through (other types may still
 	// have been rewritten).
 	OutcomeUnsatisfiable Outcome = "unsatisfiable_allowed"
+	// OutcomeError: the decision failed for a fault of the decider, not of
+	// the pod (Decision.Err says which); the caller answers with a server
+	// error, so that the webhook's failure policy applies.
+	OutcomeError Outcome = "error"
 )
 
 // Reasons for a rewrite, as written into AnnotationReason and logs.
@@ -65,6 +70,8 @@ type Decision struct {
 	Rewrites []Rewrite
 	// Patch is the RFC 6902 JSON patch; empty when the pod is unchanged.
 	Patch []Operation
+	// Err is set with OutcomeError only.
+	Err error
 }
 
 // Rewrite is one type change applied to every container that requests From.
@@ -88,6 +95,8 @@ type Options struct {
 // besides its options and is safe for concurrent use.
 type Decider struct {
 	opts Options
+	// marshal encodes the annotation JSON; json.Marshal, replaced in tests.
+	marshal func(any) ([]byte, error)
 }
 
 // NewDecider validates the options; empty Mode and OnUnsatisfiable take the
@@ -108,7 +117,7 @@ func NewDecider(o Options) (*Decider, error) {
 	if err := o.Policy.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid fallback policy: %w", err)
 	}
-	return &Decider{opts: o}, nil
+	return &Decider{opts: o, marshal: json.Marshal}, nil
 }
 
 // Mode is the decider's mode; the server needs it to know whether to watch pods.
@@ -192,7 +201,11 @@ func (d *Decider) Decide(pod *corev1.Pod, snap *Snapshot) Decision {
 		if dec.Outcome == OutcomeUnchanged {
 			dec.Outcome = OutcomeRewritten
 		}
-		dec.Patch = buildPatch(pod, rewrites)
+		patch, err := buildPatch(pod, rewrites, d.marshal)
+		if err != nil {
+			return Decision{Outcome: OutcomeError, Err: fmt.Errorf("building the patch: %w", err)}
+		}
+		dec.Patch = patch
 	}
 	return dec
 }

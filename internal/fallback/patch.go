@@ -1,7 +1,6 @@
 package fallback
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -41,8 +40,8 @@ type ContainerResources struct {
 // buildPatch rewrites every container and init container, requests and
 // limits alike (the API server requires them equal for extended resources,
 // and defaults a missing request from the limit after mutation), and adds
-// the annotations.
-func buildPatch(pod *corev1.Pod, rewrites []Rewrite) []Operation {
+// the annotations. marshal encodes the original resources (json.Marshal).
+func buildPatch(pod *corev1.Pod, rewrites []Rewrite, marshal func(any) ([]byte, error)) ([]Operation, error) {
 	to := make(map[corev1.ResourceName]corev1.ResourceName, len(rewrites))
 	for _, rw := range rewrites {
 		to[rw.From] = rw.To
@@ -82,10 +81,9 @@ func buildPatch(pod *corev1.Pod, rewrites []Rewrite) []Operation {
 		labels[i] = rw.Label()
 		reasons[i] = rw.Label() + "=" + rw.Reason
 	}
-	origJSON, err := json.Marshal(orig)
+	origJSON, err := marshal(orig)
 	if err != nil {
-		// ResourceList and strings always marshal.
-		panic(fmt.Sprintf("marshal original resources: %v", err))
+		return nil, fmt.Errorf("encoding annotation %s: %w", AnnotationOriginal, err)
 	}
 	ann := map[string]string{
 		AnnotationFallback: strings.Join(labels, ","),
@@ -93,12 +91,12 @@ func buildPatch(pod *corev1.Pod, rewrites []Rewrite) []Operation {
 		AnnotationOriginal: string(origJSON),
 	}
 	if pod.Annotations == nil {
-		return append(ops, Operation{Op: "add", Path: "/metadata/annotations", Value: ann})
+		return append(ops, Operation{Op: "add", Path: "/metadata/annotations", Value: ann}), nil
 	}
 	for _, k := range slices.Sorted(maps.Keys(ann)) {
 		ops = append(ops, Operation{Op: "add", Path: "/metadata/annotations/" + EscapePointer(k), Value: ann[k]})
 	}
-	return ops
+	return ops, nil
 }
 
 // rewriteList moves the quantity of every rewritten type in l to its target,

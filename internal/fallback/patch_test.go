@@ -1,6 +1,9 @@
 package fallback
 
 import (
+	"encoding/json"
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -61,12 +64,29 @@ func TestBuildPatch(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got := buildPatch(tc.pod, tc.rewrites)
+			got, err := buildPatch(tc.pod, tc.rewrites, json.Marshal)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("patch (-want +got):\n%s", diff)
 			}
 			// The patch must apply to the pod it was built from.
 			applyPatch(t, tc.pod, got)
 		})
+	}
+}
+
+// A patch that cannot be encoded is an error of the decision, not a panic:
+// the webhook answers it as its own fault and the pod is not rewritten.
+func TestDecideReportsPatchErrors(t *testing.T) {
+	d, err := NewDecider(Options{Policy: DefaultPolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.marshal = func(any) ([]byte, error) { return nil, errors.New("disk on fire") }
+	got := d.Decide(gpuPod(mig2g20, "1"), snapshotOf(node("a", alloc{mig1g10: 7})))
+	if got.Outcome != OutcomeError || got.Allowed || got.Err == nil || !strings.Contains(got.Err.Error(), "disk on fire") || len(got.Patch) != 0 {
+		t.Errorf("Decide with a failing encoder = %+v, want outcome %s, not allowed, the error and no patch", got, OutcomeError)
 	}
 }

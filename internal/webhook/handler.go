@@ -69,13 +69,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request) (int, string) {
 	review, err := readReview(w, r, h.opts.MaxRequestBytes)
 	if err != nil {
-		return h.refuse(w, err), resultBadRequest
+		return h.refuse(w, err)
 	}
 	req := review.Request
 	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
 	result, err := h.admit(req, resp)
 	if err != nil {
-		return h.refuse(w, err), resultBadRequest
+		return h.refuse(w, err)
 	}
 	return h.respond(w, resp), result
 }
@@ -116,6 +116,9 @@ func (h *Handler) admit(req *admissionv1.AdmissionRequest, resp *admissionv1.Adm
 		name = pod.GenerateName + "*"
 	}
 	podRef := klog.KRef(req.Namespace, name)
+	if d.Err != nil {
+		return "", internalError("deciding for pod %s: %v", podRef, d.Err)
+	}
 	resp.Warnings = d.Warnings
 	if !d.Allowed {
 		resp.Allowed = false
@@ -169,9 +172,11 @@ func (h *Handler) respond(w http.ResponseWriter, resp *admissionv1.AdmissionResp
 	return http.StatusOK
 }
 
-// refuse answers a request that could not be decided on with its 4xx and
-// the reason in the body. The API server applies the failure policy.
-func (h *Handler) refuse(w http.ResponseWriter, err error) int {
+// refuse answers a request that could not be decided on with its status
+// (a 4xx for the request's fault, a 5xx for the webhook's) and the reason in
+// the body, and returns the status and the result label. The API server
+// applies the failure policy.
+func (h *Handler) refuse(w http.ResponseWriter, err error) (int, string) {
 	status := http.StatusBadRequest
 	var he *httpError
 	if errors.As(err, &he) {
@@ -180,7 +185,11 @@ func (h *Handler) refuse(w http.ResponseWriter, err error) int {
 	if status == http.StatusMethodNotAllowed {
 		w.Header().Set("Allow", http.MethodPost)
 	}
-	h.log.V(1).Info("Refused admission request", "status", status, "reason", err.Error())
 	http.Error(w, err.Error(), status)
-	return status
+	if status >= http.StatusInternalServerError {
+		h.log.Error(err, "Failed to answer admission request", "status", status)
+		return status, resultInternalError
+	}
+	h.log.V(1).Info("Refused admission request", "status", status, "reason", err.Error())
+	return status, resultBadRequest
 }

@@ -9,7 +9,10 @@ import (
 const (
 	resultIgnored    = "ignored"     // not a pod CREATE
 	resultNotReady   = "not_ready"   // caches not synced: allowed unchecked
-	resultBadRequest = "bad_request" // refused with a 4xx
+	resultBadRequest = "bad_request" // refused with a 4xx: the request's fault
+	// refused with a 5xx: the webhook's fault (a decision or a patch it
+	// could not encode)
+	resultInternalError = "internal_error"
 )
 
 // Metrics are the webhook's Prometheus metrics.
@@ -25,7 +28,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpu_webhook_admissions_total",
-			Help: "Admission requests by result: no_gpu, already_processed, unchanged, rewritten, denied, unsatisfiable_allowed, ignored, not_ready, bad_request.",
+			Help: "Admission requests by result: no_gpu, already_processed, unchanged, rewritten, denied, unsatisfiable_allowed, ignored, not_ready, bad_request, internal_error.",
 		}, []string{"result"}),
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpu_webhook_fallback_total",

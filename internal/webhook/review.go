@@ -13,7 +13,7 @@ import (
 	kjson "sigs.k8s.io/json"
 )
 
-// httpError is a request refused before any decision, with its status.
+// httpError is a request refused without a decision, with its status.
 type httpError struct {
 	status int
 	msg    string
@@ -23,6 +23,13 @@ func (e *httpError) Error() string { return e.msg }
 
 func badRequest(format string, args ...any) error {
 	return &httpError{status: http.StatusBadRequest, msg: fmt.Sprintf(format, args...)}
+}
+
+// internalError is a request the webhook cannot answer for a fault of its
+// own, not of the request: a 500, so that the API server applies the
+// webhook's failure policy.
+func internalError(format string, args ...any) error {
+	return &httpError{status: http.StatusInternalServerError, msg: fmt.Sprintf(format, args...)}
 }
 
 var reviewV1 = admissionv1.SchemeGroupVersion.String()
