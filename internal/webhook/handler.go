@@ -33,6 +33,8 @@ type HandlerOptions struct {
 type Handler struct {
 	opts HandlerOptions
 	log  klog.Logger
+	// marshal encodes the patch; json.Marshal, replaced in tests.
+	marshal func(any) ([]byte, error)
 }
 
 // NewHandler returns the /mutate handler. Decider, Source and Metrics are required.
@@ -52,7 +54,7 @@ func NewHandler(o HandlerOptions) (*Handler, error) {
 	if log.GetSink() == nil {
 		log = klog.Background()
 	}
-	return &Handler{opts: o, log: log}, nil
+	return &Handler{opts: o, log: log, marshal: json.Marshal}, nil
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -132,10 +134,11 @@ func (h *Handler) admit(req *admissionv1.AdmissionRequest, resp *admissionv1.Adm
 		return string(d.Outcome), nil
 	}
 	if len(d.Patch) > 0 {
-		patch, err := json.Marshal(d.Patch)
+		patch, err := h.marshal(d.Patch)
 		if err != nil {
-			// Operations hold strings and string maps; this cannot fail.
-			return "", badRequest("encoding patch: %v", err)
+			// Operations hold strings and string maps, so this should not
+			// fail; if it does, the fault is the webhook's.
+			return "", internalError("encoding patch: %v", err)
 		}
 		pt := admissionv1.PatchTypeJSONPatch
 		resp.Patch, resp.PatchType = patch, &pt

@@ -3,6 +3,7 @@ package webhook
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -211,6 +212,24 @@ func TestHandlerRefusesBadRequests(t *testing.T) {
 	}
 	if got := counterValue(t, f.m.admissions.WithLabelValues(resultBadRequest)); got != float64(len(tests)-1) {
 		t.Errorf("bad_request count = %v, want %d", got, len(tests)-1)
+	}
+}
+
+// A patch the webhook cannot encode is its own fault, not the request's:
+// a 500 with its own result label, so that it is not counted (or alerted
+// on) as a client's bad request.
+func TestHandlerPatchEncodingFailureIsInternal(t *testing.T) {
+	f := newFixture(t, StaticSource{snapshotOf(gpuNode("n", map[corev1.ResourceName]int64{mig1g10: 7}))}, fallback.Options{})
+	f.h.marshal = func(any) ([]byte, error) { return nil, errors.New("out of bytes") }
+	w := f.post(http.MethodPost, "application/json", reviewFor(t, gpuPod("p", mig2g20, "1"), nil))
+	if w.Code != http.StatusInternalServerError || !strings.Contains(w.Body.String(), "encoding patch: out of bytes") {
+		t.Fatalf("status %d (%s), want 500 with the reason", w.Code, strings.TrimSpace(w.Body.String()))
+	}
+	if got := counterValue(t, f.m.admissions.WithLabelValues(resultInternalError)); got != 1 {
+		t.Errorf("admissions{result=%q} = %v, want 1", resultInternalError, got)
+	}
+	if got := counterValue(t, f.m.admissions.WithLabelValues(resultBadRequest)); got != 0 {
+		t.Errorf("admissions{result=%q} = %v, want 0", resultBadRequest, got)
 	}
 }
 
