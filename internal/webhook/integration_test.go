@@ -5,6 +5,9 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -17,54 +20,66 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	"github.com/migflex/migflex/internal/certwatch/certtest"
 	"github.com/migflex/migflex/internal/fallback"
 	"github.com/migflex/migflex/internal/testenv"
 )
 
-// Names the manifests use too (see the package report): the configuration,
-// the webhook within it, and the opt-out label on pods and namespaces.
+// Names the manifests use (deployments/kustomize/base/webhook-configuration.yaml,
+// which the chart renders alike): the configuration, the webhook within it,
+// and the opt-out label on pods and namespaces. TestManifestNames keeps them
+// equal.
 const (
 	webhookConfigName = "gpu-allocation-webhook"
-	webhookName       = "gpu-allocation.migflex.io"
+	webhookName       = "gpu-fallback.migflex.io"
 	optOutLabel       = "migflex.io/fallback"
 	optOutValue       = "disabled"
 )
 
-// webhookConfig is the MutatingWebhookConfiguration the deployment installs,
-// with a url instead of a Service (nothing routes ClusterIPs here).
-func webhookConfig(url string, caBundle []byte) *admissionregistrationv1.MutatingWebhookConfiguration {
-	notIn := func(key string, values ...string) metav1.LabelSelectorRequirement {
-		return metav1.LabelSelectorRequirement{Key: key, Operator: metav1.LabelSelectorOpNotIn, Values: values}
+// manifestConfig is the MutatingWebhookConfiguration the manifests install.
+func manifestConfig(t testing.TB) *admissionregistrationv1.MutatingWebhookConfiguration {
+	t.Helper()
+	path := filepath.Join("..", "..", "deployments", "kustomize", "base", "webhook-configuration.yaml")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return &admissionregistrationv1.MutatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: webhookConfigName},
-		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name:         webhookName,
-			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: caBundle},
-			Rules: []admissionregistrationv1.RuleWithOperations{{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-				Rule: admissionregistrationv1.Rule{
-					APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"},
-					Scope: ptr.To(admissionregistrationv1.NamespacedScope),
-				},
-			}},
-			// Fail here so that an unreachable webhook fails the test loudly;
-			// the deployment uses Ignore.
-			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
-			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
-			AdmissionReviewVersions: []string{"v1"},
-			TimeoutSeconds:          ptr.To[int32](5),
-			ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
-			NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
-				notIn(corev1.LabelMetadataName, "gpu-webhook", metav1.NamespaceSystem),
-				notIn(optOutLabel, optOutValue),
-			}},
-			ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
-				notIn(optOutLabel, optOutValue),
-			}},
-		}},
+	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	if err := yaml.UnmarshalStrict(data, cfg); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if len(cfg.Webhooks) != 1 {
+		t.Fatalf("%s: %d webhooks, want 1", path, len(cfg.Webhooks))
+	}
+	return cfg
+}
+
+// webhookConfig is the manifests' configuration with a url instead of the
+// Service (nothing routes ClusterIPs here), and failurePolicy Fail instead of
+// Ignore, so that an unreachable webhook fails the test loudly.
+func webhookConfig(t testing.TB, url string, caBundle []byte) *admissionregistrationv1.MutatingWebhookConfiguration {
+	cfg := manifestConfig(t)
+	wh := &cfg.Webhooks[0]
+	wh.ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: caBundle}
+	wh.FailurePolicy = ptr.To(admissionregistrationv1.Fail)
+	return cfg
+}
+
+// The names the tests below assert on (the denial names the webhook, the
+// opt-out label) are the manifests'.
+func TestManifestNames(t *testing.T) {
+	cfg := manifestConfig(t)
+	wh := cfg.Webhooks[0]
+	if cfg.Name != webhookConfigName || wh.Name != webhookName {
+		t.Errorf("manifests name the configuration %q and its webhook %q, the tests %q and %q", cfg.Name, wh.Name, webhookConfigName, webhookName)
+	}
+	optOut := metav1.LabelSelectorRequirement{Key: optOutLabel, Operator: metav1.LabelSelectorOpNotIn, Values: []string{optOutValue}}
+	for what, sel := range map[string]*metav1.LabelSelector{"namespaceSelector": wh.NamespaceSelector, "objectSelector": wh.ObjectSelector} {
+		if sel == nil || !slices.ContainsFunc(sel.MatchExpressions, func(e metav1.LabelSelectorRequirement) bool { return cmp.Equal(e, optOut) }) {
+			t.Errorf("manifests' %s %+v lacks the opt-out %s NotIn [%s]", what, sel, optOutLabel, optOutValue)
+		}
 	}
 }
 
@@ -171,7 +186,7 @@ func (c *cluster) startWebhook(d *fallback.Decider) runningWebhook {
 	// The API server picks the configuration up asynchronously; callers
 	// probe with dry-run creations (answered like real ones, nothing stored).
 	if _, err := c.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(c.ctx,
-		webhookConfig("https://"+addr+"/mutate", ca.PEM()), metav1.CreateOptions{}); err != nil {
+		webhookConfig(t, "https://"+addr+"/mutate", ca.PEM()), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return runningWebhook{addr: addr, ca: ca, certDir: certDir}
