@@ -407,13 +407,14 @@ func checkWebhook(t *testing.T, s scenario, objs objects) {
 		t.Errorf("Service %+v", svc.Spec)
 	}
 
+	// Informers list and watch; nothing gets one object.
 	role := get[rbacv1.ClusterRole](t, objs, "ClusterRole", "gpu-webhook")
-	want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}}
+	want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "watch"}}}
 	if capacity {
-		want = append(want, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}})
+		want = append(want, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}})
 	}
 	if diff := cmp.Diff(want, role.Rules); diff != "" {
-		t.Errorf("webhook ClusterRole: pods only in capacity mode (-want +got):\n%s", diff)
+		t.Errorf("webhook ClusterRole: list and watch, pods only in capacity mode (-want +got):\n%s", diff)
 	}
 
 	mwc := get[admissionregistrationv1.MutatingWebhookConfiguration](t, objs, "MutatingWebhookConfiguration", "gpu-allocation-webhook")

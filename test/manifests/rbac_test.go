@@ -10,12 +10,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/migflex/migflex/internal/certgen"
 	"github.com/migflex/migflex/internal/testenv"
+	"github.com/migflex/migflex/internal/webhook"
 )
 
 // The certgen Job's RBAC, applied from each rendering, is enough for
@@ -127,6 +129,7 @@ func TestComponentPermissions(t *testing.T) {
 		{user: agent, verb: "get", resource: "secrets", namespace: namespace},
 		{user: webhook, verb: "list", resource: "nodes", allowed: true},
 		{user: webhook, verb: "watch", resource: "nodes", allowed: true},
+		{user: webhook, verb: "get", resource: "nodes", name: "gpu-1"},
 		{user: webhook, verb: "patch", resource: "nodes"},
 		{user: webhook, verb: "get", resource: "secrets", namespace: namespace, name: "gpu-webhook-tls"},
 	}
@@ -149,6 +152,7 @@ func TestComponentPermissions(t *testing.T) {
 		{"capacity", append(common,
 			check{user: webhook, verb: "list", resource: "pods", namespace: "team-a", allowed: true},
 			check{user: webhook, verb: "watch", resource: "pods", namespace: "team-a", allowed: true},
+			check{user: webhook, verb: "get", resource: "pods", namespace: "team-a", name: "train"},
 			check{user: webhook, verb: "delete", resource: "pods", namespace: "team-a"},
 		)},
 		{"evict", append(common,
@@ -182,6 +186,39 @@ func TestComponentPermissions(t *testing.T) {
 					t.Errorf("%s %s %s/%s in %q: allowed %v, want %v", ck.user, ck.verb, ck.resource, ck.sub, ck.namespace, got.Status.Allowed, ck.allowed)
 				}
 			}
+			// What the webhook does with them is enough: its informers
+			// (pods too in capacity mode) sync as its ServiceAccount.
+			if withPods, ok := map[string]bool{"default": false, "capacity": true}[tc.scenario]; ok {
+				informersSync(t, impersonate(cfg, webhook), withPods)
+			}
 		})
+	}
+}
+
+// informersSync runs the webhook's informer source with client until its
+// caches have synced, failing the test when they do not.
+func informersSync(t *testing.T, client kubernetes.Interface, withPods bool) {
+	t.Helper()
+	src, err := webhook.NewInformerSource(client, withPods, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute) // hang protection
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		src.Run(ctx)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	err = wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
+		_, synced := src.Snapshot()
+		return synced, nil
+	})
+	if err != nil {
+		t.Errorf("the webhook's informers (pods %v) did not sync as its ServiceAccount: %v", withPods, err)
 	}
 }
