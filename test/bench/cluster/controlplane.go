@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -29,33 +31,52 @@ type ControlPlane struct {
 	// Config is an admin (system:masters) client configuration.
 	Config *rest.Config
 	env    *envtest.Environment
+	// wrappers holds the scripts that start etcd and kube-apiserver.
+	wrappers string
 }
 
 // Start runs etcd and kube-apiserver from assets (a directory holding etcd,
 // kube-apiserver and kubectl, as `make envtest-assets` builds it) with
-// envtest's flags. The API server's output goes to apiLog.
+// envtest's flags, plus --enable-aggregator-routing=true: a webhook or
+// APIService that names a Service is dialled at its endpoints, never at a
+// ClusterIP, which nothing on a benchmark machine routes and which must
+// never leave it. The API server's output goes to apiLog.
+//
+// Both processes are killed with the calling process (PR_SET_PDEATHSIG
+// through util-linux setpriv): Stop never runs when a benchmark is
+// interrupted or killed, and envtest starts them in their own process
+// group, out of reach of a terminal's ^C.
 func Start(assets string, apiLog io.Writer) (*ControlPlane, error) {
 	for _, name := range []string{"etcd", "kube-apiserver", "kubectl"} {
 		if _, err := os.Stat(filepath.Join(assets, name)); err != nil {
 			return nil, fmt.Errorf("control plane binaries: %w (run `make envtest-assets`)", err)
 		}
 	}
+	wrappers, err := os.MkdirTemp("", "migflex-bench-controlplane-")
+	if err != nil {
+		return nil, fmt.Errorf("control plane wrappers: %w", err)
+	}
+	bins, err := dieWithParent(wrappers, filepath.Join(assets, "etcd"), filepath.Join(assets, "kube-apiserver"))
+	if err != nil {
+		return nil, errors.Join(err, os.RemoveAll(wrappers))
+	}
 	env := &envtest.Environment{
 		BinaryAssetsDirectory:    assets,
 		ControlPlaneStartTimeout: startTimeout,
 		ControlPlaneStopTimeout:  stopTimeout,
 	}
-	env.ControlPlane.Etcd = &envtest.Etcd{Path: filepath.Join(assets, "etcd")}
+	env.ControlPlane.Etcd = &envtest.Etcd{Path: bins[0]}
 	env.ControlPlane.KubectlPath = filepath.Join(assets, "kubectl")
 	api := env.ControlPlane.GetAPIServer()
-	api.Path = filepath.Join(assets, "kube-apiserver")
+	api.Path = bins[1]
 	api.Out, api.Err = apiLog, apiLog
+	api.Configure().Set("enable-aggregator-routing", "true")
 	cfg, err := env.Start()
 	if err != nil {
 		// envtest may have started etcd before the API server failed.
-		return nil, errors.Join(fmt.Errorf("starting etcd and kube-apiserver from %s: %w", assets, err), env.Stop())
+		return nil, errors.Join(fmt.Errorf("starting etcd and kube-apiserver from %s: %w", assets, err), env.Stop(), os.RemoveAll(wrappers))
 	}
-	return &ControlPlane{Config: cfg, env: env}, nil
+	return &ControlPlane{Config: cfg, env: env, wrappers: wrappers}, nil
 }
 
 // Stop stops kube-apiserver and etcd and removes their data.
@@ -63,7 +84,30 @@ func (c *ControlPlane) Stop() error {
 	if err := c.env.Stop(); err != nil {
 		return fmt.Errorf("stopping the control plane: %w", err)
 	}
-	return nil
+	return os.RemoveAll(c.wrappers)
+}
+
+// dieWithParent writes into dir, for each binary, a script of the same name
+// that execs it with PR_SET_PDEATHSIG=SIGKILL (util-linux setpriv), so the
+// process is killed when the one that started it dies. The same idea as
+// internal/testenv's, for a benchmark tool rather than a test.
+func dieWithParent(dir string, bins ...string) ([]string, error) {
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		return nil, fmt.Errorf("tying the control plane's lifetime to this process needs setpriv (util-linux): %w", err)
+	}
+	out := make([]string, len(bins))
+	for i, bin := range bins {
+		if strings.ContainsAny(bin+setpriv, "'\n") {
+			return nil, fmt.Errorf("cannot quote %q in a shell script", bin)
+		}
+		script := fmt.Sprintf("#!/bin/sh\nexec '%s' --pdeathsig KILL -- '%s' \"$@\"\n", setpriv, bin)
+		out[i] = filepath.Join(dir, filepath.Base(bin))
+		if err := os.WriteFile(out[i], []byte(script), 0o755); err != nil {
+			return nil, fmt.Errorf("writing %s: %w", out[i], err)
+		}
+	}
+	return out, nil
 }
 
 // WriteKubeconfig writes cfg (a certificate-authenticated configuration,
