@@ -385,7 +385,7 @@ func freeAddr(t *testing.T) string {
 }
 
 // TestAgentKilledMidApplyConverges runs the real binary on a persisted
-// simulator whose every MIG change takes a while, SIGKILLs it half way
+// simulator that holds MIG changes after the first few, SIGKILLs it half way
 // through a reconfiguration, starts it again and checks that the second
 // process finishes the layout from what NVML reports.
 func TestAgentKilledMidApplyConverges(t *testing.T) {
@@ -400,8 +400,13 @@ func TestAgentKilledMidApplyConverges(t *testing.T) {
 	dir := t.TempDir()
 	stateDir := filepath.Join(dir, "state")
 	simConfig := filepath.Join(dir, "sim.yaml")
-	const delay = 150 * time.Millisecond
-	if err := os.WriteFile(simConfig, []byte(fmt.Sprintf("version: v1\ngpus:\n- {model: H100-SXM5-80GB, count: 2}\nstateDir: %s\noperationDelay: %s\n", stateDir, delay)), 0o644); err != nil {
+	// The simulator lets the first holdAfter MIG changes through and holds
+	// the others until the release file exists: the first process cannot
+	// finish the layout (2 MIG mode changes, 14 GPU and compute instances),
+	// however fast or loaded the machine is.
+	release := filepath.Join(dir, "release")
+	const holdAfter = 9
+	if err := os.WriteFile(simConfig, []byte(fmt.Sprintf("version: v1\ngpus:\n- {model: H100-SXM5-80GB, count: 2}\nstateDir: %s\nholdFile: %s\nholdAfter: %d\n", stateDir, release, holdAfter)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	simCfg := sim.Config{GPUs: []sim.GPUSpec{{Model: "H100-SXM5-80GB", Count: 2}}, StateDir: stateDir, UUIDSeed: "kill-node"}
@@ -435,8 +440,8 @@ func TestAgentKilledMidApplyConverges(t *testing.T) {
 	}
 
 	first := startProcess(t, bin, args...)
-	// 2 MIG mode changes and 14 creates take 16 x delay; kill once GPU 0
-	// is half done, well before all instances exist.
+	// Kill once GPU 0 is partly done; the hold keeps the apply from
+	// finishing first.
 	deadline := time.Now().Add(hangTimeout)
 	for {
 		n := simInstances(t, simCfg)
@@ -448,7 +453,7 @@ func TestAgentKilledMidApplyConverges(t *testing.T) {
 			break
 		}
 		if total == 14 {
-			t.Fatalf("the apply finished before the kill (instances %v); the operation delay gives no window", n)
+			t.Fatalf("the apply finished before the kill (instances %v); the hold did not hold", n)
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the agent never started applying")
@@ -462,6 +467,9 @@ func TestAgentKilledMidApplyConverges(t *testing.T) {
 		t.Fatalf("instances %v after the kill: not mid-apply", partial)
 	}
 
+	if err := os.WriteFile(release, nil, 0o644); err != nil { // the second process is not held
+		t.Fatal(err)
+	}
 	second := startProcess(t, bin, args...)
 	waitFor(t, "state success", func() bool {
 		n, err := client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})

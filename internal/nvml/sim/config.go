@@ -40,6 +40,13 @@ type Config struct {
 	// instance; the delay gives tests and demos the same window, for
 	// example to kill the agent half way through a reconfiguration.
 	OperationDelay time.Duration
+	// HoldFile, when set, stops a reconfiguration at a known step: the
+	// first HoldAfter NVML calls that change MIG state run, and each later
+	// one waits until the file exists (or the simulator is closed). A test
+	// can then kill the process in the middle of an apply whatever the
+	// machine's speed, and release the next process by creating the file.
+	HoldFile  string
+	HoldAfter int
 }
 
 // GPUSpec is Count GPUs of one model.
@@ -85,8 +92,14 @@ func (c *Config) Validate() error {
 	return err
 }
 
-// resolve returns the model of each GPU index.
+// resolve checks the config and returns the model of each GPU index.
 func (c *Config) resolve() ([]*Model, error) {
+	switch {
+	case c.HoldAfter < 0:
+		return nil, fmt.Errorf("holdAfter %d: want the number of MIG changes to let through, >= 0", c.HoldAfter)
+	case c.HoldAfter > 0 && c.HoldFile == "":
+		return nil, errors.New("holdAfter needs holdFile, the file that releases the held changes")
+	}
 	models, err := newModelSet(c.Models)
 	if err != nil {
 		return nil, err
@@ -122,6 +135,10 @@ type configFile struct {
 	UUIDSeed   string      `json:"uuidSeed,omitempty"`
 	// OperationDelay is a Go duration ("250ms"); see Config.OperationDelay.
 	OperationDelay string `json:"operationDelay,omitempty"`
+	// HoldFile (relative to this file's directory) and HoldAfter: see
+	// Config.HoldFile.
+	HoldFile  string `json:"holdFile,omitempty"`
+	HoldAfter int    `json:"holdAfter,omitempty"`
 }
 
 type nodeOverride struct {
@@ -169,7 +186,7 @@ func ParseConfig(data []byte, dir, nodeName string) (Config, error) {
 	if len(f.GPUs) == 0 {
 		return Config{}, errors.New("gpus: at least one GPU is required (a node override may set an empty list)")
 	}
-	cfg := Config{GPUs: f.GPUs, StateDir: f.StateDir, UUIDSeed: f.UUIDSeed}
+	cfg := Config{GPUs: f.GPUs, StateDir: f.StateDir, UUIDSeed: f.UUIDSeed, HoldFile: f.HoldFile, HoldAfter: f.HoldAfter}
 	if f.OperationDelay != "" {
 		d, err := time.ParseDuration(f.OperationDelay)
 		if err != nil || d < 0 {
@@ -193,6 +210,9 @@ func ParseConfig(data []byte, dir, nodeName string) (Config, error) {
 	}
 	if cfg.StateDir != "" && !filepath.IsAbs(cfg.StateDir) {
 		cfg.StateDir = filepath.Join(dir, cfg.StateDir)
+	}
+	if cfg.HoldFile != "" && !filepath.IsAbs(cfg.HoldFile) {
+		cfg.HoldFile = filepath.Join(dir, cfg.HoldFile)
 	}
 	models, err := modelsFromSpecs(f.Models)
 	if err != nil {

@@ -117,6 +117,13 @@ models:
 			yaml: base + "operationDelay: 250ms\n", node: "worker-1",
 			want: sim.Config{GPUs: []sim.GPUSpec{{Model: "H100-SXM5-80GB", Count: 2}}, StateDir: filepath.Join(dir, "state"), UUIDSeed: "worker-1", OperationDelay: 250 * time.Millisecond},
 		},
+		{
+			name: "hold file next to the config",
+			yaml: base + "holdFile: release\nholdAfter: 6\n", node: "worker-1",
+			want: sim.Config{GPUs: []sim.GPUSpec{{Model: "H100-SXM5-80GB", Count: 2}}, StateDir: filepath.Join(dir, "state"), UUIDSeed: "worker-1", HoldFile: filepath.Join(dir, "release"), HoldAfter: 6},
+		},
+		{name: "hold count without a file", yaml: base + "holdAfter: 6\n", wantErr: "holdAfter needs holdFile"},
+		{name: "negative hold count", yaml: base + "holdFile: /r\nholdAfter: -1\n", wantErr: "holdAfter -1: want the number of MIG changes to let through, >= 0"},
 		{name: "bad operation delay", yaml: base + "operationDelay: soon\n", wantErr: `operationDelay: "soon" is not a non-negative duration`},
 		{name: "negative operation delay", yaml: base + "operationDelay: -1s\n", wantErr: `operationDelay: "-1s" is not a non-negative duration`},
 		{name: "unknown field", yaml: base + "gpu: []\n", wantErr: `unknown field "gpu"`},

@@ -37,6 +37,7 @@ type Lib struct {
 	// tests).
 	opDelay time.Duration
 	sleep   func(time.Duration)
+	hold    *hold // nil unless Config.HoldFile
 
 	mu sync.Mutex
 	// readOnly refuses changes: set by Config.ReadOnly, and by Close so a
@@ -65,6 +66,9 @@ func New(cfg Config) (*Lib, error) {
 	l := &Lib{readOnly: cfg.ReadOnly, opDelay: cfg.OperationDelay, sleep: time.Sleep, models: models, eventSets: map[*eventSet]struct{}{}}
 	for i := range models {
 		l.gpus = append(l.gpus, &gpuHandle{lib: l, index: i})
+	}
+	if cfg.HoldFile != "" {
+		l.hold = newHold(cfg.HoldFile, cfg.HoldAfter)
 	}
 	seed := cfg.UUIDSeed
 	if seed == "" {
@@ -123,7 +127,7 @@ func New(cfg Config) (*Lib, error) {
 // Close stops watching the inbox and releases the state directory. The
 // state stays on disk for the next simulator. A closed simulator still
 // answers queries from its last state but refuses changes
-// (ERROR_NO_PERMISSION).
+// (ERROR_NO_PERMISSION), those waiting for Config.HoldFile included.
 func (l *Lib) Close() error {
 	var errs []error
 	if l.inbox != nil { // first, so a command being applied still lands
@@ -133,6 +137,9 @@ func (l *Lib) Close() error {
 	l.mu.Lock()
 	l.readOnly = true
 	l.mu.Unlock()
+	if l.hold != nil { // after readOnly: a released change is refused
+		l.hold.close()
+	}
 	if l.store != nil {
 		errs = append(errs, l.store.close())
 	}
@@ -173,6 +180,9 @@ func (l *Lib) begin() nvml.Return {
 // operation delay is spent before taking the lock, so readers (the health
 // watcher, discovery) are not held up, as with a real driver.
 func (l *Lib) beginWrite() nvml.Return {
+	if l.hold != nil {
+		l.hold.wait()
+	}
 	if l.opDelay > 0 {
 		l.sleep(l.opDelay)
 	}
