@@ -2,6 +2,8 @@ package manifests
 
 import (
 	"flag"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -576,4 +578,44 @@ func envOf(c corev1.Container) map[string]string {
 		env[e.Name] = e.Value
 	}
 	return env
+}
+
+// The chart works in any namespace, but the documentation's and the seeds'
+// FAQ commands name gpu-webhook: NOTES.txt says so when the release is
+// elsewhere. helm template leaves NOTES.txt out, so a copy of the chart
+// renders the notes' template (migflex.notes) into a ConfigMap.
+func TestHelmNotesWarnAboutTheNamespace(t *testing.T) {
+	helm := helmPath(t)
+	chart := filepath.Join(t.TempDir(), "migflex")
+	if err := os.CopyFS(chart, os.DirFS(filepath.Join(repoRoot(t), chartDir))); err != nil {
+		t.Fatal(err)
+	}
+	notes, err := os.ReadFile(filepath.Join(chart, "templates", "NOTES.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(string(notes)) != `{{- include "migflex.notes" . }}` {
+		t.Fatalf("NOTES.txt is %q, want only the migflex.notes template, which this test renders", notes)
+	}
+	probe := `{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "notes"}, "data": {"notes": {{ include "migflex.notes" . | toJson }}}}`
+	if err := os.WriteFile(filepath.Join(chart, "templates", "notes-probe.yaml"), []byte(probe), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	render := func(ns string) string {
+		out, err := run(t, helm, "template", "migflex", chart, "--namespace", ns, "--kube-version", kubeVersion, "--show-only", "templates/notes-probe.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return as[corev1.ConfigMap](t, decode(t, out)[0]).Data["notes"]
+	}
+	const warning = "WARNING: migflex is installed in namespace"
+	if got := render(namespace); strings.Contains(got, warning) || !strings.Contains(got, "kubectl logs -n gpu-webhook -l app=gpu-webhook") {
+		t.Errorf("notes in %s:\n%s\nwant no namespace warning", namespace, got)
+	}
+	got := render("gpu")
+	for _, want := range []string{warning + " gpu, not gpu-webhook", "-n gpu", "kubectl logs -n gpu -l app=gpu-webhook"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("notes in namespace gpu:\n%s\nwant %q", got, want)
+		}
+	}
 }
