@@ -52,15 +52,13 @@ type Manager struct {
 	opts    Options
 	alloc   allocator
 	changes chan struct{}
-	retry   chan struct{}
+	// kick asks Run's registrar for a pass (coalesced).
+	kick chan struct{}
 
 	mu      sync.Mutex
 	log     klog.Logger
 	running bool
 	servers map[string]*server
-	// backoff is the delay before the next retry of a failed start or
-	// registration; it doubles per retry and resets once all succeeded.
-	backoff time.Duration
 }
 
 // New validates opts, fills in defaults and returns a Manager serving
@@ -74,19 +72,19 @@ func New(opts Options) (*Manager, error) {
 		opts:    opts,
 		alloc:   newAllocator(opts),
 		changes: make(chan struct{}, 1),
-		retry:   make(chan struct{}, 1),
+		kick:    make(chan struct{}, 1),
 		log:     klog.Background().WithName("deviceplugin"),
 		servers: map[string]*server{},
-		backoff: firstRetry,
 	}, nil
 }
 
-// Update serves a new GPU layout: servers for new resources start and
-// register, resources whose devices changed send the new list, and a
-// resource that disappears keeps its registration with an empty list so
-// the kubelet drops its capacity to 0 at once. When the layout cannot be
-// served under the MIG strategy Update returns the reason and keeps the
-// previous devices. Before Run, it only records the layout.
+// Update serves a new GPU layout: servers for new resources start (and
+// register in the background), resources whose devices changed send the
+// new list, and a resource that disappears keeps its registration with an
+// empty list so the kubelet drops its capacity to 0 at once. When the
+// layout cannot be served under the MIG strategy Update returns the reason
+// and keeps the previous devices. Before Run, it only records the layout.
+// Update never waits for the kubelet.
 func (m *Manager) Update(ctx context.Context, gpus []mig.GPU) error {
 	res, err := Resources(gpus, m.opts.MigStrategy)
 	if err != nil {
@@ -122,7 +120,8 @@ func (m *Manager) Update(ctx context.Context, gpus []mig.GPU) error {
 	}
 	var errs error
 	if m.running {
-		errs = m.ensureLocked(ctx)
+		errs = m.startLocked()
+		m.kickRegistrar()
 	}
 	m.notify()
 	return errs
@@ -153,8 +152,10 @@ func (m *Manager) notify() {
 
 // Run serves the resources until ctx is cancelled: it starts and registers
 // every server, runs the health source, re-registers everything when the
-// kubelet restarts, and stops all servers on the way out. It returns nil on
-// cancellation and an error only if it cannot start at all.
+// kubelet restarts, and stops all servers on the way out. Registration runs
+// in a goroutine of its own, so a kubelet that hangs in Register delays
+// nothing but the registration. It returns nil on cancellation and an error
+// only if it cannot start at all.
 func (m *Manager) Run(ctx context.Context) error {
 	log := klog.FromContext(ctx).WithName("deviceplugin")
 	ctx = klog.NewContext(ctx, log)
@@ -211,15 +212,21 @@ func (m *Manager) Run(ctx context.Context) error {
 		log.Info("Health checks are off")
 	}
 
-	m.mu.Lock()
-	if err := m.ensureLocked(ctx); err != nil {
-		log.Error(err, "Starting device plugin servers")
-	}
-	m.mu.Unlock()
+	// Registered after the deferred stop of every server, so it runs
+	// first: no registration is in flight once the servers stop.
+	rctx, rcancel := context.WithCancel(ctx)
+	var rwg sync.WaitGroup
+	rwg.Add(1)
+	go func() {
+		defer rwg.Done()
+		m.registrar(rctx)
+	}()
+	defer func() {
+		rcancel()
+		rwg.Wait()
+	}()
+	m.kickRegistrar()
 
-	retry := time.NewTimer(time.Hour)
-	retry.Stop()
-	defer retry.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -255,17 +262,6 @@ func (m *Manager) Run(ctx context.Context) error {
 			m.mu.Lock()
 			m.refreshHealthLocked()
 			m.mu.Unlock()
-		case <-m.retry:
-			m.mu.Lock()
-			retry.Reset(m.backoff)
-			m.backoff = min(2*m.backoff, m.opts.RetryInterval)
-			m.mu.Unlock()
-		case <-retry.C:
-			m.mu.Lock()
-			if err := m.ensureLocked(ctx); err != nil {
-				log.Error(err, "Serving devices")
-			}
-			m.mu.Unlock()
 		}
 	}
 }
@@ -276,8 +272,8 @@ type restartScope int
 
 const (
 	restartNone restartScope = iota
-	// restartStale restarts the servers not registered with the current
-	// kubelet.sock.
+	// restartStale restarts the servers registered with another kubelet
+	// than the one on the current kubelet.sock.
 	restartStale
 	// restartAll restarts every server.
 	restartAll
@@ -286,10 +282,11 @@ const (
 // restartScope maps a directory event to what must be restarted. A new
 // kubelet.sock means a new kubelet, which knows only the servers that
 // already registered with it (our own restart on the removal of our sockets
-// may have got there first). A removed socket of ours means the kubelet
-// restarted, or is about to. Our own restarts remove and re-create sockets
-// too; those are recognised because the socket exists again by the time the
-// event is handled.
+// may have got there first); servers not registered at all are the
+// registrar's, which is asked for a pass. A removed socket of ours means
+// the kubelet restarted, or is about to. Our own restarts remove and
+// re-create sockets too; those are recognised because the socket exists
+// again by the time the event is handled.
 func (m *Manager) restartScope(log klog.Logger, ev fsnotify.Event) restartScope {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -302,12 +299,13 @@ func (m *Manager) restartScope(log klog.Logger, ev fsnotify.Event) restartScope 
 			return restartNone // gone again; its successor sends its own event
 		}
 		for _, s := range m.servers {
-			if !s.registeredWith(fi) {
+			if s.registeredElsewhere(fi) {
 				log.Info("Kubelet socket created; registering again")
 				return restartStale
 			}
 		}
-		log.V(2).Info("Kubelet socket created; already registered with it")
+		log.V(2).Info("Kubelet socket created; registering what is not registered yet")
+		m.kickRegistrar()
 		return restartNone
 	}
 	if !ev.Has(fsnotify.Remove) && !ev.Has(fsnotify.Rename) {
@@ -326,65 +324,125 @@ func (m *Manager) restartScope(log klog.Logger, ev fsnotify.Event) restartScope 
 	return restartNone
 }
 
-// restart stops the servers in scope, then serves and registers them again.
-// All are stopped before any registers: an old stream closing after the
-// new registration would make the kubelet mark the devices unhealthy.
+// restart stops the servers in scope, then serves them again and has the
+// registrar register them. All are stopped before any registers (the
+// registrar reads what to register under m.mu, and a registration of a
+// stopped server is discarded): an old stream closing after the new
+// registration would make the kubelet mark the devices unhealthy.
 func (m *Manager) restart(ctx context.Context, scope restartScope) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	kubelet, err := os.Stat(m.kubeletSocket())
 	for _, s := range m.servers {
-		if scope == restartAll || err != nil || !s.registeredWith(kubelet) {
+		if scope == restartAll || err != nil || s.registeredElsewhere(kubelet) {
 			s.stop()
 		}
 	}
-	if err := m.ensureLocked(ctx); err != nil {
-		m.log.Error(err, "Serving again after kubelet restart")
+	if err := m.startLocked(); err != nil {
+		klog.FromContext(ctx).Error(err, "Serving again after kubelet restart")
 	}
+	m.kickRegistrar()
 	m.notify()
 }
 
-// ensureLocked starts servers that are not serving and registers those not
-// registered. Registration is only tried when kubelet.sock exists; its
-// creation triggers a restart anyway. Failures arm a retry.
-func (m *Manager) ensureLocked(ctx context.Context) error {
+// startLocked starts the servers that are not serving. It never waits for
+// the kubelet: registration is the registrar's.
+func (m *Manager) startLocked() error {
 	var errs []error
-	kubelet := m.kubeletSocket()
-	kubeletFile, statErr := os.Stat(kubelet)
-	kubeletUp := statErr == nil
-	pending := false
 	for _, name := range slices.Sorted(maps.Keys(m.servers)) {
-		s := m.servers[name]
-		if err := s.start(); err != nil {
+		if err := m.servers[name].start(); err != nil {
 			errs = append(errs, fmt.Errorf("serving %s: %w", name, err))
-			pending = true
-			continue
 		}
-		if s.isRegistered() {
-			continue
-		}
-		if !kubeletUp {
-			m.log.V(2).Info("Kubelet socket absent; registration waits for it", "resource", name, "socket", kubelet)
-			continue
-		}
-		start := time.Now()
-		if err := s.register(ctx, kubeletFile); err != nil {
-			m.log.Info("Registration failed; will retry", "resource", name, "err", err)
-			pending = true
-			continue
-		}
-		m.log.Info("Registered with kubelet", "resource", name, "socket", s.socket, "took", time.Since(start))
-		m.notify()
-	}
-	if !pending {
-		m.backoff = firstRetry
-		return nil
-	}
-	select {
-	case m.retry <- struct{}{}:
-	default:
 	}
 	return errors.Join(errs...)
+}
+
+func (m *Manager) kickRegistrar() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
+
+// registrar registers servers with the kubelet whenever asked, until ctx
+// ends. A pass that leaves something undone is retried after a delay that
+// starts at firstRetry and doubles up to Options.RetryInterval; it starts
+// again from firstRetry once a pass leaves nothing undone.
+func (m *Manager) registrar(ctx context.Context) {
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	backoff := firstRetry
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.kick:
+		case <-retry.C:
+		}
+		if m.registerPass(ctx) {
+			backoff = firstRetry
+			retry.Stop()
+			continue
+		}
+		if ctx.Err() == nil {
+			retry.Reset(backoff)
+			backoff = min(2*backoff, m.opts.RetryInterval)
+		}
+	}
+}
+
+// registerPass starts the servers that are not serving and registers those
+// not registered, one after the other. The Register calls, which wait for
+// the kubelet, run without m.mu held. Registration is only tried when
+// kubelet.sock exists; its creation triggers a restart anyway. It reports
+// whether nothing is left to retry.
+func (m *Manager) registerPass(ctx context.Context) bool {
+	type job struct {
+		name string
+		s    *server
+		gen  uint64
+	}
+	m.mu.Lock()
+	log := m.log
+	startErr := m.startLocked()
+	kubelet := m.kubeletSocket()
+	kubeletFile, statErr := os.Stat(kubelet)
+	var jobs []job
+	for _, name := range slices.Sorted(maps.Keys(m.servers)) {
+		s := m.servers[name]
+		gen, ok := s.needsRegistration()
+		switch {
+		case !ok:
+		case statErr != nil:
+			log.V(2).Info("Kubelet socket absent; registration waits for it", "resource", name, "socket", kubelet)
+		default:
+			jobs = append(jobs, job{name, s, gen})
+		}
+	}
+	m.mu.Unlock()
+	if startErr != nil {
+		log.Error(startErr, "Serving devices; will retry")
+	}
+
+	done := startErr == nil
+	for _, j := range jobs {
+		start := time.Now()
+		err := j.s.register(ctx, kubeletFile, j.gen)
+		switch {
+		case errors.Is(err, errStale):
+			// Stopped meanwhile: a restart serves it again and asks for
+			// another pass.
+			log.V(2).Info("Registration overtaken by a restart", "resource", j.name)
+		case err != nil:
+			log.Info("Registration failed; will retry", "resource", j.name, "err", err)
+			done = false
+		default:
+			log.Info("Registered with kubelet", "resource", j.name, "socket", j.s.socket, "took", time.Since(start))
+			m.notify()
+		}
+	}
+	return done
 }
 
 func (m *Manager) kubeletSocket() string {

@@ -83,6 +83,25 @@ func (e *env) wait(what string, cond func(kubeletstub.State) bool) kubeletstub.S
 	return st
 }
 
+// waitRegistered waits until the Manager reports every resource registered
+// and returns its resources. The kubelet can list a plugin's devices before
+// the plugin's Register call has returned.
+func (e *env) waitRegistered() []ResourceStatus {
+	e.t.Helper()
+	deadline := time.After(hangTimeout)
+	for {
+		res := e.m.Resources()
+		if !slices.ContainsFunc(res, func(r ResourceStatus) bool { return !r.Registered }) {
+			return res
+		}
+		select {
+		case <-e.m.Changes(): // a registration signals a change
+		case <-deadline:
+			e.t.Fatalf("resources not all registered: %+v", res)
+		}
+	}
+}
+
 func describe(st kubeletstub.State) string {
 	var b strings.Builder
 	for _, r := range slices.Sorted(maps.Keys(st.Plugins)) {
@@ -165,7 +184,7 @@ func TestRegistersMixedLayout(t *testing.T) {
 		t.Errorf("registrations (-want +got):\n%s", diff)
 	}
 
-	res := e.m.Resources()
+	res := e.waitRegistered()
 	var names []string
 	for _, r := range res {
 		names = append(names, r.Name)
@@ -211,7 +230,7 @@ func TestLiveLayoutChange(t *testing.T) {
 	if n := st.Plugins["nvidia.com/gpu"].Messages; n != 1 {
 		t.Errorf("nvidia.com/gpu got %d messages; its devices did not change, want 1", n)
 	}
-	res := e.m.Resources()
+	res := e.waitRegistered()
 	zeroed := res[slices.IndexFunc(res, func(r ResourceStatus) bool { return r.Name == "nvidia.com/mig-2g.20gb" })]
 	if !zeroed.Registered || zeroed.Devices == nil || len(zeroed.Devices) != 0 {
 		t.Errorf("zeroed resource status %+v, want registered with an empty device list", zeroed)
@@ -470,7 +489,7 @@ func TestSingleStrategyKeepsPreviousSet(t *testing.T) {
 	one := []mig.GPU{migGPU(0, inst("3g.40gb", 0, 4, 2), inst("3g.40gb", 4, 4, 1))}
 	e := start(t, Options{MigStrategy: MigStrategySingle}, one)
 	e.wait("single layout", serving(map[string][]string{ResourceGPU: {"MIG-0-2", "MIG-0-1"}}))
-	before := e.m.Resources()
+	before := e.waitRegistered()
 
 	two := []mig.GPU{migGPU(0, inst("4g.40gb", 0, 4, 1), inst("3g.40gb", 4, 4, 2))}
 	err := e.m.Update(e.ctx, two)
@@ -654,4 +673,140 @@ func TestParseOptions(t *testing.T) {
 	if _, err := ParseBackend(""); err == nil {
 		t.Error("ParseBackend(\"\") succeeded")
 	}
+}
+
+// TestHungRegistrationBlocksNothing holds the kubelet's Register as a
+// kubelet that accepts connections but hangs does: Update and Resources
+// (and with them the agent's loop and /metrics) must answer meanwhile, and
+// the registration completes once the kubelet answers.
+func TestHungRegistrationBlocksNothing(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	dir := t.TempDir()
+	k, err := kubeletstub.Start(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Stop()
+	entered := make(chan string, 16)
+	release := make(chan struct{})
+	k.SetRegisterHook(func(ctx context.Context, r *pluginapi.RegisterRequest) error {
+		entered <- r.ResourceName
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	// A register timeout far beyond the hang guard: the held call cannot
+	// end by itself while the test looks.
+	m, err := New(Options{PluginDir: dir, RegisterTimeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const first = "nvidia.com/mig-3g.40gb"
+	if err := m.Update(ctx, []mig.GPU{migGPU(0, inst("3g.40gb", 0, 4, 2))}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+
+	select {
+	case r := <-entered:
+		if r != first {
+			t.Fatalf("first registration for %s, want %s", r, first)
+		}
+	case <-time.After(hangTimeout):
+		t.Fatal("the manager never registered")
+	}
+	// The kubelet holds Register now, until release is closed.
+	returned := make(chan []ResourceStatus, 1)
+	go func() {
+		if err := m.Update(ctx, []mig.GPU{migGPU(0, inst("3g.40gb", 0, 4, 2), inst("2g.20gb", 4, 2, 3))}); err != nil {
+			t.Errorf("Update: %v", err)
+		}
+		returned <- m.Resources()
+	}()
+	select {
+	case res := <-returned:
+		for _, r := range res {
+			if r.Registered {
+				t.Errorf("%s registered while the kubelet holds Register", r.Name)
+			}
+		}
+		if len(res) != 2 {
+			t.Errorf("Resources() = %+v, want both resources", res)
+		}
+	case <-time.After(hangTimeout):
+		t.Fatal("Update and Resources are blocked behind a Register the kubelet holds")
+	}
+
+	close(release)
+	st := (&env{t: t, ctx: ctx, kubelet: k}).wait("both resources registered", serving(map[string][]string{
+		first: {"MIG-0-2"}, "nvidia.com/mig-2g.20gb": {"MIG-0-3"},
+	}))
+	if diff := cmp.Diff(map[string]int{first: 1, "nvidia.com/mig-2g.20gb": 1}, registrations(st)); diff != "" {
+		t.Errorf("registrations (-want +got):\n%s", diff)
+	}
+}
+
+// TestKubeletReplacedDuringRegistration has the kubelet restart while it
+// answers a Register: the old kubelet accepts the plugin, but the new one
+// on the re-created kubelet.sock must get its own registration.
+func TestKubeletReplacedDuringRegistration(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	dir := t.TempDir()
+	old, err := kubeletstub.Start(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Stop()
+	var (
+		once    sync.Once
+		current *kubeletstub.Kubelet
+		started = make(chan error, 1)
+	)
+	old.SetRegisterHook(func(context.Context, *pluginapi.RegisterRequest) error {
+		// A new kubelet takes kubelet.sock over while the old one is
+		// still answering the first call, which then succeeds.
+		once.Do(func() {
+			var err error
+			current, err = kubeletstub.Start(dir)
+			started <- err
+		})
+		return nil
+	})
+	m, err := New(Options{PluginDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Update(ctx, []mig.GPU{migGPU(0, inst("3g.40gb", 0, 4, 2))}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	select {
+	case err := <-started:
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer current.Stop()
+	case <-time.After(hangTimeout):
+		t.Fatal("the manager never registered")
+	}
+	(&env{t: t, ctx: ctx, kubelet: current}).wait("registered with the new kubelet", serving(map[string][]string{"nvidia.com/mig-3g.40gb": {"MIG-0-2"}}))
 }

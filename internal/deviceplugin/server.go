@@ -59,14 +59,17 @@ type server struct {
 	timeout       time.Duration
 	log           klog.Logger
 
-	mu         sync.Mutex
-	devices    []Device
-	faults     map[string]health.Fault
-	list       []*pluginapi.Device
-	changed    chan struct{} // closed when list changes, then replaced
-	grpc       *grpc.Server
-	served     chan struct{} // closed when grpc.Serve has returned
-	serving    bool
+	mu      sync.Mutex
+	devices []Device
+	faults  map[string]health.Fault
+	list    []*pluginapi.Device
+	changed chan struct{} // closed when list changes, then replaced
+	grpc    *grpc.Server
+	served  chan struct{} // closed when grpc.Serve has returned
+	serving bool
+	// gen counts starts: a registration made for an earlier gRPC server
+	// is not this one's.
+	gen        uint64
 	registered bool
 	regAt      time.Time
 	regErr     error
@@ -185,6 +188,7 @@ func (s *server) start() error {
 		}
 	}()
 	s.grpc, s.served, s.serving = g, served, true
+	s.gen++
 	s.log.V(2).Info("Serving device plugin", "socket", s.socket)
 	return nil
 }
@@ -212,28 +216,54 @@ func (s *server) isServing() bool {
 	return s.serving
 }
 
-func (s *server) isRegistered() bool {
+// needsRegistration reports whether the server serves but is not
+// registered, and the generation of the gRPC server to register.
+func (s *server) needsRegistration() (gen uint64, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.registered
+	return s.gen, s.serving && !s.registered
 }
 
-// registeredWith reports whether the server is registered through the
-// kubelet socket kubelet describes. A socket re-created at the same path
-// can reuse the inode, so the modification time must match too.
-func (s *server) registeredWith(kubelet os.FileInfo) bool {
+// registeredElsewhere reports whether the server is registered, but not
+// through the kubelet socket kubelet describes: with a kubelet that is gone.
+func (s *server) registeredElsewhere(kubelet os.FileInfo) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.registered && s.regWith != nil && os.SameFile(s.regWith, kubelet) && s.regWith.ModTime().Equal(kubelet.ModTime())
+	return s.registered && !sameSocket(s.regWith, kubelet)
 }
 
-// register announces the served socket to the kubelet listening on the
-// socket kubelet describes. The kubelet dials back and asks for the options
-// before it answers.
-func (s *server) register(ctx context.Context, kubelet os.FileInfo) error {
+// sameSocket reports whether a and b describe the same socket file. A
+// socket re-created at the same path can reuse the inode, so the
+// modification time must match too.
+func sameSocket(a, b os.FileInfo) bool {
+	return a != nil && b != nil && os.SameFile(a, b) && a.ModTime().Equal(b.ModTime())
+}
+
+// errStale is register's answer when the gRPC server it was asked to
+// register was stopped (and perhaps started again) meanwhile.
+var errStale = errors.New("the server was restarted during its registration")
+
+// register announces the gRPC server of generation gen to the kubelet
+// listening on the socket kubelet describes. The kubelet dials back and asks
+// for the options before it answers, which may take up to the register
+// timeout: register holds no lock meanwhile.
+func (s *server) register(ctx context.Context, kubelet os.FileInfo, gen uint64) error {
+	if g, ok := s.needsRegistration(); !ok || g != gen {
+		return errStale
+	}
 	err := s.callRegister(ctx)
+	if err == nil {
+		// The kubelet that answered may be one that was replaced during
+		// the call: the new one would not know this server.
+		if now, serr := os.Stat(s.kubeletSocket); serr != nil || !sameSocket(now, kubelet) {
+			err = fmt.Errorf("registering %s: the kubelet restarted during the call", s.resource)
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.serving || s.gen != gen {
+		return errStale
+	}
 	s.regErr = err
 	if err != nil {
 		s.registered, s.regWith = false, nil

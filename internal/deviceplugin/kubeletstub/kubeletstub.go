@@ -83,7 +83,13 @@ type Kubelet struct {
 	rejected []error
 	plugins  map[string]*plugin
 	changed  chan struct{}
+	hook     RegisterHook
 }
+
+// RegisterHook runs at the start of every Register call, before the
+// stand-in looks at the request; an error rejects the registration. ctx
+// ends when the caller gives up or the stand-in stops.
+type RegisterHook func(ctx context.Context, r *pluginapi.RegisterRequest) error
 
 type plugin struct {
 	Plugin
@@ -220,11 +226,30 @@ func (k *Kubelet) Wait(ctx context.Context, cond func(State) bool) (State, error
 	}
 }
 
+// SetRegisterHook makes every later Register call run hook first, for
+// example to hold it as a kubelet that accepts connections but hangs does;
+// nil removes it.
+func (k *Kubelet) SetRegisterHook(hook RegisterHook) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.hook = hook
+}
+
 // Register accepts a plugin the way the kubelet does: check the version and
 // resource name, dial the endpoint, read the options, open ListAndWatch.
 // A plugin registering again for the same resource replaces the old one.
 func (k *Kubelet) Register(ctx context.Context, r *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
-	if err := k.register(r); err != nil {
+	k.mu.Lock()
+	hook := k.hook
+	k.mu.Unlock()
+	var err error
+	if hook != nil {
+		err = hook(ctx, r)
+	}
+	if err == nil {
+		err = k.register(r)
+	}
+	if err != nil {
 		k.mu.Lock()
 		k.rejected = append(k.rejected, err)
 		k.broadcastLocked()

@@ -2,6 +2,7 @@ package kubeletstub
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -51,5 +52,45 @@ func TestRegisterRejects(t *testing.T) {
 	}
 	if _, err := k.Allocate(context.Background(), "example.com/x", "a"); err == nil {
 		t.Error("Allocate without a registered plugin succeeded")
+	}
+}
+
+func TestRegisterHook(t *testing.T) {
+	k, err := Start(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Stop()
+	conn, err := grpc.NewClient("unix://"+k.Socket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := pluginapi.NewRegistrationClient(conn)
+	// A valid request the stand-in would try to dial back, were it not
+	// for the hook.
+	req := &pluginapi.RegisterRequest{Version: pluginapi.Version, ResourceName: "example.com/x", Endpoint: "x.sock"}
+
+	seen := make(chan string, 1)
+	k.SetRegisterHook(func(_ context.Context, r *pluginapi.RegisterRequest) error {
+		seen <- r.ResourceName
+		return errors.New("held by the test")
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := client.Register(ctx, req); err == nil || !strings.Contains(err.Error(), "held by the test") {
+		t.Errorf("Register error = %v, want the hook's", err)
+	}
+	if got := <-seen; got != "example.com/x" {
+		t.Errorf("hook saw %q", got)
+	}
+
+	// Without the hook the stand-in handles the request itself again.
+	k.SetRegisterHook(nil)
+	if _, err := client.Register(ctx, req); err == nil || !strings.Contains(err.Error(), "getting options of example.com/x") {
+		t.Errorf("Register error = %v, want the stand-in's own", err)
+	}
+	if st := k.State(); len(st.Rejected) != 2 {
+		t.Errorf("%d rejected, want 2", len(st.Rejected))
 	}
 }
