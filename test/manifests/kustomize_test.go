@@ -4,6 +4,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -198,4 +199,35 @@ func TestLocalOverlay(t *testing.T) {
 	if env := envOf(ds.Spec.Template.Spec.Containers[0]); env[nvml.EnvBackend] != "simulated" {
 		t.Errorf("agent env %v", env)
 	}
+
+	// On the host network, the agent's :9123 would be every interface of
+	// the machine: /metrics and /healthz stay on its loopback. The kubelet
+	// probes from the host, so the probes name 127.0.0.1 (their default
+	// host, the pod IP, is the node's address here, where nothing listens).
+	agent := ds.Spec.Template.Spec.Containers[0]
+	var addrs []string
+	for _, a := range agent.Args {
+		if strings.HasPrefix(a, "--metrics-addr=") {
+			addrs = append(addrs, a)
+		}
+	}
+	if _, set := envOf(agent)["METRICS_ADDR"]; set || !slices.Equal(addrs, []string{"--metrics-addr=127.0.0.1:9123"}) {
+		t.Errorf("agent metrics address: args %q, env %v; want only --metrics-addr=127.0.0.1:9123", addrs, envOf(agent))
+	}
+	for name, p := range map[string]*corev1.Probe{"liveness": agent.LivenessProbe, "readiness": agent.ReadinessProbe} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Host != "127.0.0.1" || p.HTTPGet.Path != "/healthz" || portOf(agent, p.HTTPGet.Port.String()) != 9123 {
+			t.Errorf("agent %s probe %+v: want GET 127.0.0.1:9123/healthz", name, p)
+		}
+	}
+}
+
+// portOf resolves a probe's port, a number or a container port's name.
+func portOf(c corev1.Container, port string) int32 {
+	for _, p := range c.Ports {
+		if p.Name == port {
+			return p.ContainerPort
+		}
+	}
+	n, _ := strconv.Atoi(port)
+	return int32(n)
 }
