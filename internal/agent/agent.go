@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -194,6 +195,9 @@ type Agent struct {
 	// held are GPUs on which the current document failed, by index (see
 	// reconcile).
 	held map[int]hold
+	// unsent are the Events of reconciles whose report on the Node
+	// failed, recorded with the next report that succeeds (see step).
+	unsent []event
 }
 
 // New checks opts, fills in defaults and returns an Agent; Run starts it.
@@ -400,15 +404,21 @@ func (a *Agent) step(ctx context.Context) bool {
 	a.metrics.reconciles.WithLabelValues(out.result).Inc()
 	a.metrics.duration.WithLabelValues(out.result).Observe(time.Since(start).Seconds())
 	a.gpus = out.gpus
+	// Events follow the report: an Event the Node's state does not show
+	// yet would tell users of a change they cannot see, and the retry
+	// after a failed report, which still compares with the old state,
+	// would record it a second time.
 	if err := a.report(ctx, node, out.status); err != nil {
 		a.metrics.errors.WithLabelValues(stageReport).Inc()
-		a.log.Error(err, "Reporting on the Node")
+		a.log.Error(err, "Reporting on the Node; its Events wait for the next report", "events", len(out.events))
 		out.retry = true
+		a.unsent = keepUnsent(a.unsent, out.events)
 	} else {
 		a.reported = out.status
-	}
-	for _, ev := range out.events {
-		a.recordEvent(ctx, node, ev)
+		for _, ev := range withUnsent(a.unsent, out.events) {
+			a.recordEvent(ctx, node, ev)
+		}
+		a.unsent = nil
 	}
 	log := a.log.WithValues("result", out.result, "state", out.status.State, "took", time.Since(start))
 	if out.status.Reason != "" {
@@ -478,4 +488,31 @@ func (a *Agent) watchConfigFile() (stop func(), err error) {
 		}
 	}()
 	return func() { w.Close(); <-done }, nil
+}
+
+// maxUnsent bounds the Events kept while reports fail: the oldest go first.
+const maxUnsent = 8
+
+// keepUnsent adds to the Events waiting for a report those of evs of
+// another type or reason: a reconcile after a failed report finds the
+// change done and would only repeat what the waiting Event says, less
+// precisely ("the layout is in place" after "GPU 0: create 3g.40gb").
+func keepUnsent(unsent, evs []event) []event {
+	unsent = withUnsent(unsent, evs)
+	if len(unsent) > maxUnsent {
+		unsent = slices.Clone(unsent[len(unsent)-maxUnsent:])
+	}
+	return unsent
+}
+
+// withUnsent is what to record once a report succeeded: the Events that
+// waited for it, then those of evs of another type or reason.
+func withUnsent(unsent, evs []event) []event {
+	out := slices.Clone(unsent)
+	for _, ev := range evs {
+		if !slices.ContainsFunc(unsent, func(u event) bool { return u.Type == ev.Type && u.Reason == ev.Reason }) {
+			out = append(out, ev)
+		}
+	}
+	return out
 }
