@@ -122,8 +122,7 @@ k create namespace "$DEMO_NAMESPACE" --dry-run=client -o yaml | k apply -f -
 k delete pod fallback-demo -n "$DEMO_NAMESPACE" --ignore-not-found --wait
 # The migflex image is already on the nodes: the pod runs its `models`
 # subcommand and exits, no other image to pull.
-k apply -f - <<YAML
-apiVersion: v1
+pod_yaml="apiVersion: v1
 kind: Pod
 metadata:
   name: fallback-demo
@@ -137,8 +136,16 @@ spec:
     command: [/device-plugin, models]
     resources:
       limits:
-        nvidia.com/mig-2g.20gb: 1
-YAML
+        nvidia.com/mig-2g.20gb: 1"
+# The webhook decides from its informers' copy of the Nodes: wait until it
+# has seen the new allocatable, asking with server-side dry runs (they
+# store nothing), so the pod below is not rewritten to a stale choice.
+for ((i = 0; i < 60; i++)); do
+	ann=$(k create --dry-run=server -o jsonpath='{.metadata.annotations.gpu-webhook\.k8s\.io/fallback}' -f - <<<"$pod_yaml" 2>/dev/null) || ann=
+	[[ $ann == *1g.10gb* ]] && break
+	sleep 1
+done
+k apply -f - <<<"$pod_yaml"
 fallback=$(k get pod fallback-demo -n "$DEMO_NAMESPACE" -o jsonpath='{.metadata.annotations.gpu-webhook\.k8s\.io/fallback}')
 echo "gpu-webhook.k8s.io/fallback: ${fallback:-<none>}"
 echo "limits: $(k get pod fallback-demo -n "$DEMO_NAMESPACE" -o jsonpath='{.spec.containers[0].resources.limits}')"
