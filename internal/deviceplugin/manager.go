@@ -38,11 +38,17 @@ type ResourceStatus struct {
 	Devices []DeviceStatus `json:"devices"`
 }
 
-// DeviceStatus is one served device and its health.
+// DeviceStatus is one served device and its health. Healthy is the
+// device's own health (no fault); Draining is separate: a draining device
+// is sent to the kubelet as unhealthy while it drains, whatever Healthy
+// says, and goes back to its own health after.
 type DeviceStatus struct {
 	Device
 	Healthy bool          `json:"healthy"`
 	Fault   *health.Fault `json:"fault,omitempty"`
+	// Draining: the device's GPU is about to be repartitioned (see
+	// Manager.Drain).
+	Draining bool `json:"draining,omitempty"`
 }
 
 // Manager serves a GPU layout to the kubelet: one gRPC server per resource,
@@ -54,11 +60,18 @@ type Manager struct {
 	changes chan struct{}
 	// kick asks Run's registrar for a pass (coalesced).
 	kick chan struct{}
+	// gate is shared by every server's Allocate and taken by Drain (see
+	// Drain).
+	gate sync.RWMutex
+	// settle is Drain's; a field so tests can shorten it.
+	settle time.Duration
 
 	mu      sync.Mutex
 	log     klog.Logger
 	running bool
 	servers map[string]*server
+	// draining are the device IDs being drained (see Drain).
+	draining map[string]bool
 }
 
 // New validates opts, fills in defaults and returns a Manager serving
@@ -69,12 +82,14 @@ func New(opts Options) (*Manager, error) {
 		return nil, fmt.Errorf("device plugin options: %w", err)
 	}
 	return &Manager{
-		opts:    opts,
-		alloc:   newAllocator(opts),
-		changes: make(chan struct{}, 1),
-		kick:    make(chan struct{}, 1),
-		log:     klog.Background().WithName("deviceplugin"),
-		servers: map[string]*server{},
+		opts:     opts,
+		alloc:    newAllocator(opts),
+		changes:  make(chan struct{}, 1),
+		kick:     make(chan struct{}, 1),
+		settle:   drainSettle,
+		log:      klog.Background().WithName("deviceplugin"),
+		servers:  map[string]*server{},
+		draining: map[string]bool{},
 	}, nil
 }
 
@@ -83,8 +98,10 @@ func New(opts Options) (*Manager, error) {
 // new list, and a resource that disappears keeps its registration with an
 // empty list so the kubelet drops its capacity to 0 at once. When the
 // layout cannot be served under the MIG strategy Update returns the reason
-// and keeps the previous devices. Before Run, it only records the layout.
-// Update never waits for the kubelet.
+// and keeps the previous devices. A draining device that is not in the new
+// layout stops draining; one that still is keeps draining until Undrain.
+// Before Run, it only records the layout. Update never waits for the
+// kubelet.
 func (m *Manager) Update(ctx context.Context, gpus []mig.GPU) error {
 	res, err := Resources(gpus, m.opts.MigStrategy)
 	if err != nil {
@@ -95,7 +112,7 @@ func (m *Manager) Update(ctx context.Context, gpus []mig.GPU) error {
 	log := klog.FromContext(ctx).WithName("deviceplugin")
 	for _, name := range slices.Sorted(maps.Keys(res)) {
 		if _, ok := m.servers[name]; !ok {
-			m.servers[name] = newServer(m.log, name, m.opts, m.alloc)
+			m.servers[name] = newServer(m.log, name, m.opts, m.alloc, &m.gate)
 			log.Info("New resource", "resource", name)
 		}
 	}
@@ -112,9 +129,17 @@ func (m *Manager) Update(ctx context.Context, gpus []mig.GPU) error {
 		h.SetTargets(targets)
 		faults = h.Unhealthy()
 	}
+	// Draining ends for devices the new layout no longer has.
+	served := map[string]bool{}
+	for _, devs := range res {
+		for _, d := range devs {
+			served[d.ID] = true
+		}
+	}
+	maps.DeleteFunc(m.draining, func(id string, _ bool) bool { return !served[id] })
 	for name, s := range m.servers {
 		devs := res[name]
-		if s.set(devs, faults) {
+		if s.set(devs, faults, maps.Clone(m.draining)) {
 			log.Info("Devices changed", "resource", name, "devices", len(devs))
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -58,15 +59,25 @@ type server struct {
 	policy        AllocationPolicy
 	timeout       time.Duration
 	log           klog.Logger
+	// gate is the Manager's: Allocate holds it shared from the drain check
+	// to its answer, Drain takes it exclusively to wait for those in
+	// flight.
+	gate *sync.RWMutex
 
 	mu      sync.Mutex
 	devices []Device
 	faults  map[string]health.Fault
-	list    []*pluginapi.Device
-	changed chan struct{} // closed when list changes, then replaced
-	grpc    *grpc.Server
-	served  chan struct{} // closed when grpc.Serve has returned
-	serving bool
+	// draining are the device IDs the Manager drains (see Manager.Drain):
+	// sent unhealthy and refused by Allocate, whatever their health.
+	draining map[string]bool
+	// answered is when Allocate last handed out each device, for Drain's
+	// settle.
+	answered map[string]time.Time
+	list     []*pluginapi.Device
+	changed  chan struct{} // closed when list changes, then replaced
+	grpc     *grpc.Server
+	served   chan struct{} // closed when grpc.Serve has returned
+	serving  bool
 	// gen counts starts: a registration made for an earlier gRPC server
 	// is not this one's.
 	gen        uint64
@@ -79,8 +90,9 @@ type server struct {
 
 var _ pluginapi.DevicePluginServer = (*server)(nil)
 
-func newServer(log klog.Logger, resource string, o Options, alloc allocator) *server {
+func newServer(log klog.Logger, resource string, o Options, alloc allocator, gate *sync.RWMutex) *server {
 	return &server{
+		gate:          gate,
 		resource:      resource,
 		socket:        filepath.Join(o.PluginDir, socketName(o.SocketPrefix, resource)),
 		kubeletSocket: filepath.Join(o.PluginDir, filepath.Base(pluginapi.KubeletSocket)),
@@ -93,30 +105,63 @@ func newServer(log klog.Logger, resource string, o Options, alloc allocator) *se
 	}
 }
 
-// set replaces the devices and the known faults; it reports whether the
-// list the kubelet sees changed.
-func (s *server) set(devs []Device, faults map[string]health.Fault) bool {
+// set replaces the devices, the known faults and the draining IDs; it
+// reports whether the list the kubelet sees changed.
+func (s *server) set(devs []Device, faults map[string]health.Fault, draining map[string]bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.devices = slices.Clone(devs)
 	s.faults = faults
+	s.draining = draining
+	maps.DeleteFunc(s.answered, func(id string, _ time.Time) bool {
+		return !slices.ContainsFunc(s.devices, func(d Device) bool { return d.ID == id })
+	})
 	return s.recomputeLocked()
 }
 
-// setHealth replaces the known faults; it reports whether the list the
+// setDraining replaces the draining IDs; it reports whether the list the
 // kubelet sees changed.
+func (s *server) setDraining(draining map[string]bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.draining = draining
+	return s.recomputeLocked()
+}
+
+// lastAnswered is the latest time Allocate handed out one of ids; zero if
+// none was.
+func (s *server) lastAnswered(ids []string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var last time.Time
+	for _, id := range ids {
+		if t := s.answered[id]; t.After(last) {
+			last = t
+		}
+	}
+	return last
+}
+
+// setHealth replaces the known faults; it reports whether the list the
+// kubelet sees or a device's health in status changed (they differ for a
+// draining device, which the kubelet sees unhealthy either way).
 func (s *server) setHealth(faults map[string]health.Fault) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	healthChanged := slices.ContainsFunc(s.devices, func(d Device) bool {
+		_, was := s.faults[d.ID]
+		_, is := faults[d.ID]
+		return was != is
+	})
 	s.faults = faults
-	return s.recomputeLocked()
+	return s.recomputeLocked() || healthChanged
 }
 
 func (s *server) recomputeLocked() bool {
 	list := make([]*pluginapi.Device, len(s.devices))
 	for i, d := range s.devices {
 		h := pluginapi.Healthy
-		if _, bad := s.faults[d.ID]; bad {
+		if _, bad := s.faults[d.ID]; bad || s.draining[d.ID] {
 			h = pluginapi.Unhealthy
 		}
 		list[i] = &pluginapi.Device{ID: d.ID, Health: h}
@@ -150,7 +195,7 @@ func (s *server) status() ResourceStatus {
 		rs.RegisterError = s.regErr.Error()
 	}
 	for _, d := range s.devices {
-		ds := DeviceStatus{Device: d, Healthy: true}
+		ds := DeviceStatus{Device: d, Healthy: true, Draining: s.draining[d.ID]}
 		if f, bad := s.faults[d.ID]; bad {
 			ds.Healthy = false
 			ds.Fault = &f
@@ -315,8 +360,8 @@ func (s *server) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingSer
 	}
 }
 
-// lookup returns the devices for ids, refusing unknown, duplicate and
-// unhealthy ones.
+// lookup returns the devices for ids, refusing unknown, duplicate,
+// unhealthy and draining ones.
 func (s *server) lookup(ids []string) ([]Device, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -335,14 +380,23 @@ func (s *server) lookup(ids []string) ([]Device, error) {
 		if f, bad := s.faults[id]; bad {
 			return nil, status.Errorf(codes.FailedPrecondition, "resource %s: device %q is unhealthy (Xid %d at %s)", s.resource, id, f.Xid, f.At.Format(time.RFC3339))
 		}
+		if s.draining[id] {
+			return nil, status.Errorf(codes.FailedPrecondition, "resource %s: device %q is being repartitioned (its GPU's MIG layout is changing)", s.resource, id)
+		}
 		out = append(out, s.devices[i])
 	}
 	return out, nil
 }
 
-// Allocate tells the kubelet how to give each container its devices.
+// Allocate tells the kubelet how to give each container its devices. It
+// holds the drain gate shared from the lookup, which refuses draining
+// devices, until it answers, so a Drain that returned has seen the answer
+// of every Allocate that accepted one of its devices.
 func (s *server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	s.gate.RLock()
+	defer s.gate.RUnlock()
 	resp := &pluginapi.AllocateResponse{}
+	var ids []string
 	for _, creq := range req.GetContainerRequests() {
 		devs, err := s.lookup(creq.GetDevicesIds())
 		if err != nil {
@@ -355,8 +409,18 @@ func (s *server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 			return nil, status.Errorf(codes.Internal, "resource %s: %v", s.resource, err)
 		}
 		resp.ContainerResponses = append(resp.ContainerResponses, cresp)
+		ids = append(ids, creq.GetDevicesIds()...)
 		s.log.V(2).Info("Allocated", "devices", creq.GetDevicesIds())
 	}
+	s.mu.Lock()
+	if s.answered == nil {
+		s.answered = map[string]time.Time{}
+	}
+	now := time.Now()
+	for _, id := range ids {
+		s.answered[id] = now
+	}
+	s.mu.Unlock()
 	return resp, nil
 }
 
