@@ -70,6 +70,11 @@ type DevicePlugin interface {
 	Update(ctx context.Context, gpus []mig.GPU) error
 	Resources() []deviceplugin.ResourceStatus
 	Changes() <-chan struct{}
+	// Drain stops the kubelet from handing out the devices with these IDs
+	// and returns once every Allocate that handed one out has answered;
+	// Undrain lifts it. See deviceplugin.Manager.Drain.
+	Drain(ctx context.Context, ids []string) error
+	Undrain(ids []string)
 }
 
 // PodResources lists the devices the kubelet assigned to pods;

@@ -61,6 +61,8 @@ func (nopPlugin) Run(ctx context.Context) error            { <-ctx.Done(); retur
 func (nopPlugin) Update(context.Context, []mig.GPU) error  { return nil }
 func (nopPlugin) Resources() []deviceplugin.ResourceStatus { return nil }
 func (nopPlugin) Changes() <-chan struct{}                 { return nil }
+func (nopPlugin) Drain(context.Context, []string) error    { return nil }
+func (nopPlugin) Undrain([]string)                         {}
 
 // nopMutationCache holds nothing.
 type nopMutationCache struct{}

@@ -110,6 +110,28 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, prev status) o
 		return a.finish(prev, outcome{status: st, retry: true, result: resultFailed, gpus: gpus}, ReasonFailed, "")
 	}
 	busy := busyGPUs(todo, gpus, assignments)
+	// Between that List and the apply, the kubelet could still hand a
+	// device of a free GPU to a new pod, whose instance the apply would
+	// then destroy under it. So the devices of the free GPUs that change
+	// are drained first and the kubelet is asked again: a GPU a pod took
+	// meanwhile is busy after all (see drainFree).
+	late, draining, err := a.drainFree(ctx, withoutGPUs(todo, busy), gpus)
+	if err != nil {
+		a.metrics.errors.WithLabelValues(stageBusyCheck).Inc()
+		msg := fmt.Sprintf("cannot tell which GPUs pods use, so none is changed: %v", err)
+		st := status{StateFailed, fmt.Sprintf("%s: %s", src, joinReasons(append(reasons, msg)...))}
+		return a.finish(prev, outcome{status: st, retry: true, result: resultFailed, gpus: gpus}, ReasonFailed, "")
+	}
+	// Whatever happens to them, the GPUs still draining are served again
+	// once the apply is done: the instances it destroyed are gone from the
+	// layout it serves (which ends their draining), and those of a GPU
+	// that failed, or that it kept, can be handed out again.
+	if len(draining) > 0 {
+		defer a.opts.DevicePlugin.Undrain(draining)
+	}
+	for gpu, pods := range late {
+		busy[gpu] = pods
+	}
 	var waitNote string
 	failed, retry := len(reasons) > 0, false
 	if len(busy) > 0 {
@@ -147,6 +169,75 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, prev status) o
 		return a.finish(prev, out, ReasonPending, "")
 	}
 	return a.finish(prev, out, ReasonApplied, "")
+}
+
+// drainFree drains the devices of the GPUs plan changes (the free GPUs: no
+// pod held their devices at the busy check) and lists the kubelet's
+// assignments again. It returns the GPUs pods took in between, whose
+// devices it serves again at once, and the IDs it leaves draining, which
+// the caller undrains once the apply is done.
+//
+// Drain returns once every Allocate that handed out one of the devices
+// has answered, and the List after it sees the pods of those answers,
+// with one residual window: the kubelet records an assignment in its
+// pod-resources view only after it has read our answer, so a List made at
+// once could miss an Allocate answered microseconds earlier. Drain waits
+// a settle time (a second) after the latest Allocate of one of the devices
+// before it returns, which is free when none was handed out recently and
+// leaves the kubelet ample time when one was; nothing tells when the
+// kubelet has recorded an assignment, so the window is narrowed, not
+// closed.
+func (a *Agent) drainFree(ctx context.Context, plan migconfig.Plan, gpus []mig.GPU) (late map[int][]string, draining []string, err error) {
+	byGPU := drainIDs(plan, gpus)
+	if len(byGPU) == 0 {
+		return nil, nil, nil
+	}
+	all := slices.Concat(slices.Collect(maps.Values(byGPU))...)
+	if err := a.opts.DevicePlugin.Drain(ctx, all); err != nil {
+		return nil, nil, fmt.Errorf("draining the devices of GPUs %v before repartitioning them: %w", slices.Sorted(maps.Keys(byGPU)), err)
+	}
+	assignments, err := a.opts.PodResources.List(ctx)
+	if err != nil {
+		a.opts.DevicePlugin.Undrain(all)
+		return nil, nil, err
+	}
+	late = busyGPUs(plan, gpus, assignments)
+	for gpu := range late {
+		a.opts.DevicePlugin.Undrain(byGPU[gpu])
+		delete(byGPU, gpu)
+	}
+	if len(late) > 0 {
+		a.log.Info("Pods took devices of GPUs about to be repartitioned; those GPUs wait for them", "gpus", describeBusy(late))
+	}
+	return late, slices.Concat(slices.Collect(maps.Values(byGPU))...), nil
+}
+
+// drainIDs returns, for each GPU plan changes, the IDs of its devices a
+// pod must not get before the change: those busyGPUs would count. That is
+// the GPU itself (served whole when MIG is off, or under the none
+// strategy) and every MIG device the change destroys, which is all of
+// them when the MIG mode changes. MIG devices the plan keeps stay
+// allocatable.
+func drainIDs(plan migconfig.Plan, gpus []mig.GPU) map[int][]string {
+	out := map[int][]string{}
+	for _, p := range plan.GPUs {
+		if !p.Changed() {
+			continue
+		}
+		i := slices.IndexFunc(gpus, func(g mig.GPU) bool { return g.Index == p.GPU })
+		if i < 0 {
+			continue
+		}
+		g := gpus[i]
+		ids := []string{g.UUID}
+		for _, in := range g.Instances {
+			if in.UUID != "" && (p.Mode != migconfig.ModeUnchanged || destroys(p, in.GIID)) {
+				ids = append(ids, in.UUID)
+			}
+		}
+		out[p.GPU] = ids
+	}
+	return out
 }
 
 // hold is a GPU on which applying a document failed.
