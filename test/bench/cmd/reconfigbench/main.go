@@ -9,10 +9,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/migflex/migflex/test/bench/reconfig"
+	"github.com/migflex/migflex/test/bench/report"
 )
 
 func run(ctx context.Context, args []string) error {
@@ -47,32 +48,10 @@ func run(ctx context.Context, args []string) error {
 	o.AgentArgs = strings.Fields(*agentArgs)
 	o.WorkDir = filepath.Join(*out, "reconfig")
 	r, runErr := reconfig.Run(ctx, o)
-	if err := write(*out, r); err != nil {
+	if err := report.Write(*out, "reconfig", r, func(w io.Writer) error { return reconfig.WriteMarkdown(w, r) }); err != nil {
 		return errors.Join(runErr, err)
 	}
 	return runErr
-}
-
-func write(dir string, r *reconfig.Report) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	data, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "reconfig.json"), append(data, '\n'), 0o644); err != nil {
-		return err
-	}
-	f, err := os.Create(filepath.Join(dir, "reconfig.md"))
-	if err != nil {
-		return err
-	}
-	if err := reconfig.WriteMarkdown(f, r); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 func main() {

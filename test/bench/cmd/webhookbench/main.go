@@ -7,10 +7,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -19,6 +19,7 @@ import (
 	"syscall"
 
 	"github.com/migflex/migflex/test/bench/harness"
+	benchreport "github.com/migflex/migflex/test/bench/report"
 )
 
 func parseInts(s string) ([]int, error) {
@@ -77,7 +78,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	o.WorkDir = filepath.Join(*out, "webhook")
 	report, runErr := harness.Run(ctx, o)
-	if err := write(*out, report); err != nil {
+	if err := benchreport.Write(*out, "webhook", report, func(w io.Writer) error { return harness.WriteMarkdown(w, report) }); err != nil {
 		return errors.Join(runErr, err)
 	}
 	if runErr != nil {
@@ -87,28 +88,6 @@ func run(ctx context.Context, args []string) error {
 		return fmt.Errorf("invalid run (see %s):\n%s", filepath.Join(*out, "webhook.md"), strings.Join(p, "\n"))
 	}
 	return nil
-}
-
-func write(dir string, r *harness.Report) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	data, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "webhook.json"), append(data, '\n'), 0o644); err != nil {
-		return err
-	}
-	f, err := os.Create(filepath.Join(dir, "webhook.md"))
-	if err != nil {
-		return err
-	}
-	if err := harness.WriteMarkdown(f, r); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 func main() {
