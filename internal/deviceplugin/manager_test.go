@@ -39,13 +39,26 @@ type env struct {
 // stand-in; everything stops when the test ends.
 func start(t *testing.T, opts Options, gpus []mig.GPU) *env {
 	t.Helper()
-	_, ctx := ktesting.NewTestContext(t)
-	dir := t.TempDir()
+	return run(t, startKubelet(t, t.TempDir()), opts, gpus)
+}
+
+// startKubelet starts a kubelet stand-in in dir until the end of the test.
+func startKubelet(t *testing.T, dir string) *kubeletstub.Kubelet {
+	t.Helper()
 	k, err := kubeletstub.Start(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts.PluginDir = dir
+	t.Cleanup(k.Stop)
+	return k
+}
+
+// run runs a Manager with opts over gpus in k's directory until the end of
+// the test, when it checks that Run returned without an error.
+func run(t *testing.T, k *kubeletstub.Kubelet, opts Options, gpus []mig.GPU) *env {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	opts.PluginDir = filepath.Dir(k.Socket())
 	m, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -56,6 +69,7 @@ func start(t *testing.T, opts Options, gpus []mig.GPU) *env {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
+	// Registered after the stand-in's Stop, so it runs before it.
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -66,9 +80,8 @@ func start(t *testing.T, opts Options, gpus []mig.GPU) *env {
 		case <-time.After(hangTimeout):
 			t.Error("Run did not return after cancel")
 		}
-		k.Stop()
 	})
-	return &env{t: t, ctx: ctx, dir: dir, kubelet: k, m: m}
+	return &env{t: t, ctx: ctx, dir: opts.PluginDir, kubelet: k, m: m}
 }
 
 // wait waits until cond holds for the stand-in's state.
@@ -680,13 +693,7 @@ func TestParseOptions(t *testing.T) {
 // (and with them the agent's loop and /metrics) must answer meanwhile, and
 // the registration completes once the kubelet answers.
 func TestHungRegistrationBlocksNothing(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	dir := t.TempDir()
-	k, err := kubeletstub.Start(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Stop()
+	k := startKubelet(t, t.TempDir())
 	entered := make(chan string, 16)
 	release := make(chan struct{})
 	k.SetRegisterHook(func(ctx context.Context, r *pluginapi.RegisterRequest) error {
@@ -700,23 +707,9 @@ func TestHungRegistrationBlocksNothing(t *testing.T) {
 	})
 	// A register timeout far beyond the hang guard: the held call cannot
 	// end by itself while the test looks.
-	m, err := New(Options{PluginDir: dir, RegisterTimeout: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const first = "nvidia.com/mig-3g.40gb"
-	if err := m.Update(ctx, []mig.GPU{migGPU(0, inst("3g.40gb", 0, 4, 2))}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	e := run(t, k, Options{RegisterTimeout: time.Hour}, []mig.GPU{migGPU(0, inst("3g.40gb", 0, 4, 2))})
+	ctx, m := e.ctx, e.m
 
 	select {
 	case r := <-entered:
@@ -749,7 +742,7 @@ func TestHungRegistrationBlocksNothing(t *testing.T) {
 	}
 
 	close(release)
-	st := (&env{t: t, ctx: ctx, kubelet: k}).wait("both resources registered", serving(map[string][]string{
+	st := e.wait("both resources registered", serving(map[string][]string{
 		first: {"MIG-0-2"}, "nvidia.com/mig-2g.20gb": {"MIG-0-3"},
 	}))
 	if diff := cmp.Diff(map[string]int{first: 1, "nvidia.com/mig-2g.20gb": 1}, registrations(st)); diff != "" {
@@ -761,13 +754,8 @@ func TestHungRegistrationBlocksNothing(t *testing.T) {
 // answers a Register: the old kubelet accepts the plugin, but the new one
 // on the re-created kubelet.sock must get its own registration.
 func TestKubeletReplacedDuringRegistration(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
 	dir := t.TempDir()
-	old, err := kubeletstub.Start(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer old.Stop()
+	old := startKubelet(t, dir)
 	var (
 		once    sync.Once
 		current *kubeletstub.Kubelet
@@ -783,22 +771,7 @@ func TestKubeletReplacedDuringRegistration(t *testing.T) {
 		})
 		return nil
 	})
-	m, err := New(Options{PluginDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Update(ctx, []mig.GPU{migGPU(0, inst("3g.40gb", 0, 4, 2))}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	e := run(t, old, Options{}, []mig.GPU{migGPU(0, inst("3g.40gb", 0, 4, 2))})
 	select {
 	case err := <-started:
 		if err != nil {
@@ -808,5 +781,5 @@ func TestKubeletReplacedDuringRegistration(t *testing.T) {
 	case <-time.After(hangTimeout):
 		t.Fatal("the manager never registered")
 	}
-	(&env{t: t, ctx: ctx, kubelet: current}).wait("registered with the new kubelet", serving(map[string][]string{"nvidia.com/mig-3g.40gb": {"MIG-0-2"}}))
+	(&env{t: t, ctx: e.ctx, kubelet: current}).wait("registered with the new kubelet", serving(map[string][]string{"nvidia.com/mig-3g.40gb": {"MIG-0-2"}}))
 }
