@@ -109,7 +109,7 @@ func start(t testing.TB, getenv func(string) string, root func() (string, error)
 	// Explicit paths: envtest would otherwise prefer $KUBEBUILDER_ASSETS even
 	// when it is set but empty.
 	etcdPath, apiPath := filepath.Join(dir, "etcd"), filepath.Join(dir, "kube-apiserver")
-	if wrap, err := dieWithParent(t.TempDir(), etcdPath, apiPath); err != nil {
+	if wrap, err := DieWithParent(t.TempDir(), etcdPath, apiPath); err != nil {
 		t.Logf("testenv: %v; etcd and kube-apiserver will outlive this test binary if it is killed", err)
 	} else {
 		etcdPath, apiPath = wrap[0], wrap[1]
@@ -143,12 +143,13 @@ func start(t testing.TB, getenv func(string) string, root func() (string, error)
 	return cfg
 }
 
-// dieWithParent writes, into dir, a wrapper for each binary that execs it
-// with PR_SET_PDEATHSIG=SIGKILL (util-linux setpriv). envtest stops its
-// processes in t.Cleanup, which never runs when the test binary is killed
-// (go test -timeout, ^C); without this, etcd and kube-apiserver would be left
-// running, orphaned.
-func dieWithParent(dir string, bins ...string) ([]string, error) {
+// DieWithParent writes, into dir, a wrapper script of the same name for
+// each binary that execs it with PR_SET_PDEATHSIG=SIGKILL (util-linux
+// setpriv), and returns their paths. envtest stops its processes in
+// t.Cleanup (a benchmark tool in its own Stop), which never runs when the
+// process is killed (go test -timeout, ^C); without this, etcd and
+// kube-apiserver would be left running, orphaned.
+func DieWithParent(dir string, bins ...string) ([]string, error) {
 	setpriv, err := exec.LookPath("setpriv")
 	if err != nil {
 		return nil, fmt.Errorf("no setpriv to tie the control plane's lifetime to this process: %w", err)
@@ -161,7 +162,7 @@ func dieWithParent(dir string, bins ...string) ([]string, error) {
 		script := fmt.Sprintf("#!/bin/sh\nexec '%s' --pdeathsig KILL -- '%s' \"$@\"\n", setpriv, bin)
 		out[i] = filepath.Join(dir, filepath.Base(bin))
 		if err := os.WriteFile(out[i], []byte(script), 0o755); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("writing %s: %w", out[i], err)
 		}
 	}
 	return out, nil

@@ -9,15 +9,15 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/migflex/migflex/internal/testenv"
 )
 
 // Hang protection only; the API server starts in seconds here.
@@ -56,7 +56,7 @@ func Start(assets string, apiLog io.Writer) (*ControlPlane, error) {
 	if err != nil {
 		return nil, fmt.Errorf("control plane wrappers: %w", err)
 	}
-	bins, err := dieWithParent(wrappers, filepath.Join(assets, "etcd"), filepath.Join(assets, "kube-apiserver"))
+	bins, err := testenv.DieWithParent(wrappers, filepath.Join(assets, "etcd"), filepath.Join(assets, "kube-apiserver"))
 	if err != nil {
 		return nil, errors.Join(err, os.RemoveAll(wrappers))
 	}
@@ -85,29 +85,6 @@ func (c *ControlPlane) Stop() error {
 		return fmt.Errorf("stopping the control plane: %w", err)
 	}
 	return os.RemoveAll(c.wrappers)
-}
-
-// dieWithParent writes into dir, for each binary, a script of the same name
-// that execs it with PR_SET_PDEATHSIG=SIGKILL (util-linux setpriv), so the
-// process is killed when the one that started it dies. The same idea as
-// internal/testenv's, for a benchmark tool rather than a test.
-func dieWithParent(dir string, bins ...string) ([]string, error) {
-	setpriv, err := exec.LookPath("setpriv")
-	if err != nil {
-		return nil, fmt.Errorf("tying the control plane's lifetime to this process needs setpriv (util-linux): %w", err)
-	}
-	out := make([]string, len(bins))
-	for i, bin := range bins {
-		if strings.ContainsAny(bin+setpriv, "'\n") {
-			return nil, fmt.Errorf("cannot quote %q in a shell script", bin)
-		}
-		script := fmt.Sprintf("#!/bin/sh\nexec '%s' --pdeathsig KILL -- '%s' \"$@\"\n", setpriv, bin)
-		out[i] = filepath.Join(dir, filepath.Base(bin))
-		if err := os.WriteFile(out[i], []byte(script), 0o755); err != nil {
-			return nil, fmt.Errorf("writing %s: %w", out[i], err)
-		}
-	}
-	return out, nil
 }
 
 // WriteKubeconfig writes cfg (a certificate-authenticated configuration,

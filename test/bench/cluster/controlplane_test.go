@@ -130,7 +130,7 @@ func TestDieWithParent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wrapped, err := dieWithParent(t.TempDir(), sleep)
+	wrapped, err := testenv.DieWithParent(t.TempDir(), sleep)
 	if err != nil {
 		t.Fatal(err)
 	}
