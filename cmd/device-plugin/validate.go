@@ -27,9 +27,9 @@ const validateUsage = `usage: device-plugin validate -f FILE [--gpus MODEL[:COUN
 
 Checks a mig.config (mig-parted v1, the annotation list form or the Run:ai
 placement form) against simulated GPUs and prints what the node agent would
-do to a fresh node of that shape. With several configurations in FILE, none
-named "selected" and no --config-name, it checks each one and prints a line
-per configuration.
+do to a fresh node of that shape. With several configurations in FILE and no
+--config-name, it checks each one ("selected" too) and prints a line per
+configuration; name one to see its plan.
 
 Exit status: 0 valid, 1 invalid, 2 bad command line or unreadable file.
 
@@ -86,8 +86,7 @@ func runValidateIO(args []string, stdin io.Reader, stdout, stderr io.Writer) int
 		fmt.Fprintf(stdout, "%s: invalid:\n%s", source, indentLines(err))
 		return validateExitInvalid
 	}
-	_, hasSelected := spec.Configs[migconfig.SelectedName]
-	if *configName == "" && !hasSelected && len(spec.Configs) > 1 {
+	if *configName == "" && len(spec.Configs) > 1 {
 		return validateEach(stdout, spec, gpus)
 	}
 	cfg, err := spec.Select(*configName)

@@ -48,6 +48,11 @@ func TestRunValidate(t *testing.T) {
 	}
 	annotationFile := write("annotation.yaml", annotation)
 	twoFile := write("two.yaml", twoConfigs)
+	// A config named "selected" among others is one of them: each is
+	// checked, the broken one too.
+	withSelected := write("with-selected.yaml", twoConfigs+`  selected:
+  - {devices: all, mig-enabled: true, mig-devices: {"2g.20gb": 3}}
+`)
 	fixture := filepath.Join("..", "..", "internal", "migconfig", "testdata", "mig-parted", "examples-config.yaml")
 
 	tests := map[string]struct {
@@ -108,6 +113,16 @@ GPU 0 (H100-SXM5-80GB): enable MIG; create 4g.40gb@0:4, 3g.40gb@4:4
 			wantCode: 1,
 			wantOut: `3 configs on 2 x H100-SXM5-80GB (simulated):
 pinned: ok
+small: ok
+too-big: GPU 0 (H100-SXM5-80GB): 3g.40gb x3 needs 12 of 8 memory slices; GPU 1 (H100-SXM5-80GB): 3g.40gb x3 needs 12 of 8 memory slices
+`,
+		},
+		"every config, selected among them": {
+			args:     []string{"-f", withSelected, "--gpus", "H100-SXM5-80GB:2"},
+			wantCode: 1,
+			wantOut: `4 configs on 2 x H100-SXM5-80GB (simulated):
+pinned: ok
+selected: ok
 small: ok
 too-big: GPU 0 (H100-SXM5-80GB): 3g.40gb x3 needs 12 of 8 memory slices; GPU 1 (H100-SXM5-80GB): 3g.40gb x3 needs 12 of 8 memory slices
 `,
