@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/migflex/migflex/internal/deviceplugin"
 	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/migconfig"
 )
@@ -65,6 +66,9 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, prev status) o
 		return a.finish(prev, outcome{status: status{StateFailed, err.Error()}, retry: true, result: resultFailed, gpus: gpus}, ReasonFailed, "")
 	}
 	desired, plan, err := planFor(src, doc, gpus)
+	if err == nil {
+		err = a.servable(gpus, plan)
+	}
 	if err != nil {
 		a.metrics.errors.WithLabelValues(stageConfig).Inc()
 		msg := fmt.Sprintf("%s: %v; the GPUs are left as they are", src, err)
@@ -147,6 +151,14 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, prev status) o
 			waitNote = fmt.Sprintf("%s; waiting for them to stop before repartitioning (--busy-policy=%s): %s", note, a.opts.BusyPolicy, describeBusy(busy))
 		}
 		todo = withoutGPUs(todo, busy)
+	}
+	// The whole layout can be served (checked above), but the free GPUs'
+	// share of it alone may not: with --mig-strategy=single, one GPU on the
+	// new profile beside a busy one on the old. Then nothing changes until
+	// every GPU can.
+	if err := a.servable(gpus, todo); err != nil {
+		waitNote = joinReasons(waitNote, fmt.Sprintf("the free GPUs are left as they are too: %v", err))
+		todo = migconfig.Plan{}
 	}
 
 	out := a.applyFree(ctx, src, srcID, desired, todo)
@@ -432,6 +444,48 @@ func planFor(src source, doc string, gpus []mig.GPU) ([]migconfig.Desired, migco
 		return nil, migconfig.Plan{}, fmt.Errorf("config %q: %w", cfg.Name, err)
 	}
 	return desired, plan, nil
+}
+
+// servable checks that the device plugin can serve the layout gpus would
+// have once plan is applied, before any GPU is touched: a layout applied but
+// refused by the device plugin would leave it serving the destroyed
+// instances.
+func (a *Agent) servable(gpus []mig.GPU, plan migconfig.Plan) error {
+	if _, err := deviceplugin.Resources(projected(gpus, plan), a.opts.MigStrategy); err != nil {
+		return fmt.Errorf("the layout cannot be served under --mig-strategy=%s: %w", a.opts.MigStrategy, err)
+	}
+	return nil
+}
+
+// projected is the layout gpus have once plan is applied, with a
+// placeholder UUID for each MIG device.
+func projected(gpus []mig.GPU, plan migconfig.Plan) []mig.GPU {
+	byGPU := map[int]migconfig.GPUPlan{}
+	for _, p := range plan.GPUs {
+		byGPU[p.GPU] = p
+	}
+	out := make([]mig.GPU, len(gpus))
+	for i, g := range gpus {
+		if p, ok := byGPU[g.Index]; ok && p.Changed() {
+			on := p.BeforeMode
+			switch p.Mode {
+			case migconfig.ModeEnable:
+				on = true
+			case migconfig.ModeDisable:
+				on = false
+			}
+			g.MigEnabled, g.MigPending = on, on
+			g.Instances = nil
+			for j, pl := range p.After() {
+				g.Instances = append(g.Instances, mig.Instance{
+					Profile: pl.Profile, Start: pl.Start, Size: pl.Size,
+					HasCI: true, UUID: fmt.Sprintf("MIG-planned-%d-%d", g.Index, j),
+				})
+			}
+		}
+		out[i] = g
+	}
+	return out
 }
 
 // summarize is one line per GPU of the plan.
