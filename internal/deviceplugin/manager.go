@@ -98,14 +98,15 @@ func New(opts Options) (*Manager, error) {
 // new list, and a resource that disappears keeps its registration with an
 // empty list so the kubelet drops its capacity to 0 at once. When the
 // layout cannot be served under the MIG strategy Update returns the reason
-// and keeps the previous devices. A draining device that is not in the new
+// and keeps serving the previous devices that still exist. A draining device that is not in the new
 // layout stops draining; one that still is keeps draining until Undrain.
 // Before Run, it only records the layout. Update never waits for the
 // kubelet.
 func (m *Manager) Update(ctx context.Context, gpus []mig.GPU) error {
 	res, err := Resources(gpus, m.opts.MigStrategy)
 	if err != nil {
-		return fmt.Errorf("serving GPU layout, keeping the previous devices: %w", err)
+		m.keepExisting(ctx, gpus)
+		return fmt.Errorf("serving GPU layout, keeping the previous devices that still exist: %w", err)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -150,6 +151,34 @@ func (m *Manager) Update(ctx context.Context, gpus []mig.GPU) error {
 	}
 	m.notify()
 	return errs
+}
+
+// keepExisting stops serving the devices gpus no longer have, for a layout
+// that cannot be served: the previous devices stay served, but one whose
+// instance is gone (changed behind the agent's back) must not be handed to
+// a pod.
+func (m *Manager) keepExisting(ctx context.Context, gpus []mig.GPU) {
+	exists := map[string]bool{}
+	for _, g := range gpus {
+		if !g.MigEnabled {
+			exists[g.UUID] = true
+		}
+		for _, in := range instancesOf(g) {
+			exists[in.UUID] = true
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	changed := false
+	for name, s := range m.servers {
+		if gone := s.keepOnly(exists); len(gone) > 0 {
+			klog.FromContext(ctx).Info("Devices gone; no longer served", "resource", name, "devices", gone)
+			changed = true
+		}
+	}
+	if changed {
+		m.notify()
+	}
 }
 
 // Resources returns every served resource, the zeroed ones included, with

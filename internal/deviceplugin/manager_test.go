@@ -506,12 +506,20 @@ func TestSingleStrategyKeepsPreviousSet(t *testing.T) {
 
 	two := []mig.GPU{migGPU(0, inst("4g.40gb", 0, 4, 1), inst("3g.40gb", 4, 4, 2))}
 	err := e.m.Update(e.ctx, two)
-	if err == nil || !strings.Contains(err.Error(), "2 profiles (3g.40gb, 4g.40gb)") || !strings.Contains(err.Error(), "keeping the previous devices") {
+	if err == nil || !strings.Contains(err.Error(), "2 profiles (3g.40gb, 4g.40gb)") || !strings.Contains(err.Error(), "keeping the previous devices that still exist") {
 		t.Fatalf("Update error = %v, want the two profiles named and the previous devices kept", err)
 	}
 	if diff := cmp.Diff(before, e.m.Resources()); diff != "" {
 		t.Errorf("Resources changed after a refused layout (-before +after):\n%s", diff)
 	}
+	// A refused layout in which a served instance is gone (changed behind
+	// the agent's back): the others stay served, the gone one is not.
+	gone := []mig.GPU{migGPU(0, inst("4g.40gb", 0, 4, 3), inst("3g.40gb", 4, 4, 2))}
+	if err := e.m.Update(e.ctx, gone); err == nil {
+		t.Fatal("Update of a two-profile layout under single succeeded")
+	}
+	e.wait("the gone device no longer served", serving(map[string][]string{ResourceGPU: {"MIG-0-2"}}))
+
 	// Still served: a later valid layout goes through on the same server.
 	if err := e.m.Update(e.ctx, []mig.GPU{migGPU(0, inst("1g.10gb", 0, 1, 9))}); err != nil {
 		t.Fatal(err)

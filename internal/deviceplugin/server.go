@@ -119,6 +119,24 @@ func (s *server) set(devs []Device, faults map[string]health.Fault, draining map
 	return s.recomputeLocked()
 }
 
+// keepOnly drops the devices whose IDs are not in exists and returns
+// theirs.
+func (s *server) keepOnly(exists map[string]bool) (gone []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.devices = slices.DeleteFunc(slices.Clone(s.devices), func(d Device) bool {
+		if !exists[d.ID] {
+			gone = append(gone, d.ID)
+			return true
+		}
+		return false
+	})
+	if len(gone) > 0 {
+		s.recomputeLocked()
+	}
+	return gone
+}
+
 // setDraining replaces the draining IDs; it reports whether the list the
 // kubelet sees changed.
 func (s *server) setDraining(draining map[string]bool) bool {
