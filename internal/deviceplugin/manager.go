@@ -98,8 +98,9 @@ func New(opts Options) (*Manager, error) {
 // new list, and a resource that disappears keeps its registration with an
 // empty list so the kubelet drops its capacity to 0 at once. When the
 // layout cannot be served under the MIG strategy Update returns the reason
-// and keeps serving the previous devices that still exist. A draining device that is not in the new
-// layout stops draining; one that still is keeps draining until Undrain.
+// and keeps serving the previous devices that still exist. A draining
+// device that is not in the new layout stops draining; one that still is
+// keeps draining until Undrain.
 // Before Run, it only records the layout. Update never waits for the
 // kubelet.
 func (m *Manager) Update(ctx context.Context, gpus []mig.GPU) error {
