@@ -916,8 +916,11 @@ mig-configs:
 		if err != nil {
 			t.Fatal(err)
 		}
-		second := n.start(withClient(client))
-		waitCounter(t, second, "migflex_agent_reconciles_total", "result", resultSuccess)
+		// The counter counts a reconcile before its report and Events are
+		// sent; the loop is sequential, so a second reconcile (a resync)
+		// means the first one's requests, if any, were all made.
+		second := n.start(withClient(client), withResync(50*time.Millisecond))
+		waitCounter(t, second, "migflex_agent_reconciles_total", "result", resultSuccess, 2)
 		n.waitServed(map[string]int{resource2g: 2, resource3g: 1, resource7g: 1})
 		second.stop()
 
