@@ -122,13 +122,6 @@ func TestServer(t *testing.T) {
 		}
 	}
 
-	// TLS 1.1 is refused.
-	old := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), MaxVersion: tls.VersionTLS11}}}
-	if resp, err := old.Get(base + "/healthz"); err == nil {
-		resp.Body.Close()
-		t.Error("a TLS 1.1 client was served")
-	}
-
 	// A rotated certificate is served without a restart.
 	next := ca.Issue(t)
 	certtest.WriteSecretDir(t, dir, next)
@@ -141,6 +134,60 @@ func TestServer(t *testing.T) {
 		defer c.Close()
 		return c.ConnectionState().PeerCertificates[0].SerialNumber.Cmp(next.Serial) == 0
 	})
+}
+
+// The server refuses TLS before 1.2. The client offers exactly one version
+// and allows the old ones (Go's client would otherwise refuse them itself,
+// and the test would pass whatever the server allows), so a refusal can only
+// come from the server: it answers with a protocol_version alert.
+func TestServerTLSVersions(t *testing.T) {
+	ca := certtest.NewCA(t)
+	dir := t.TempDir()
+	certtest.WriteSecretDir(t, dir, ca.Issue(t))
+	_, base := startServer(t, Options{
+		Listen:           "127.0.0.1:0",
+		CertDir:          dir,
+		CertPollInterval: -1,
+		Decider:          newDecider(t),
+		Source:           StaticSource{},
+	})
+	addr := strings.TrimPrefix(base, "https://")
+	tests := map[string]struct {
+		version uint16
+		served  bool
+	}{
+		"TLS 1.0": {tls.VersionTLS10, false},
+		"TLS 1.1": {tls.VersionTLS11, false},
+		"TLS 1.2": {tls.VersionTLS12, true},
+		"TLS 1.3": {tls.VersionTLS13, true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			conn, err := tls.Dial("tcp", addr, &tls.Config{
+				RootCAs:    ca.Pool(),
+				MinVersion: tc.version,
+				MaxVersion: tc.version,
+			})
+			if tc.served {
+				if err != nil {
+					t.Fatalf("handshake: %v", err)
+				}
+				defer conn.Close()
+				if got := conn.ConnectionState().Version; got != tc.version {
+					t.Errorf("negotiated %s, want %s", tls.VersionName(got), tls.VersionName(tc.version))
+				}
+				return
+			}
+			if err == nil {
+				conn.Close()
+				t.Fatalf("the server completed a %s handshake", name)
+			}
+			// "remote error" is an alert the client received, not one it raised.
+			if !strings.Contains(err.Error(), "remote error: tls: protocol version not supported") {
+				t.Errorf("handshake error = %v, want the server's protocol version alert", err)
+			}
+		})
+	}
 }
 
 func TestServerWithInformers(t *testing.T) {
