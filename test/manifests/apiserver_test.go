@@ -88,6 +88,9 @@ func TestManifestsAcceptedByAPIServer(t *testing.T) {
 	for _, o := range overlays {
 		renderings = append(renderings, rendering{"kustomize/" + o, kustomizeBuild(t, o)})
 	}
+	for _, o := range testOverlays {
+		renderings = append(renderings, rendering{"kustomize/testdata/" + o, kustomizeBuildTestdata(t, o)})
+	}
 
 	cfg := testenv.Start(t)
 	c := newCluster(t, cfg)

@@ -29,6 +29,9 @@ func TestRenderedFlagsParse(t *testing.T) {
 	for _, o := range overlays {
 		renderings = append(renderings, rendering{"kustomize/" + o, kustomizeBuild(t, o)})
 	}
+	for _, o := range testOverlays {
+		renderings = append(renderings, rendering{"kustomize/testdata/" + o, kustomizeBuildTestdata(t, o)})
+	}
 
 	bin := t.TempDir()
 	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/device-plugin", "./cmd/webhook")
