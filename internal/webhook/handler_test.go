@@ -258,8 +258,18 @@ func TestHandlerDecides(t *testing.T) {
 			allowed: true,
 			result:  "no_gpu",
 		},
-		"GPU word elsewhere: decoded, still no GPU request": {
-			body:    reviewFor(t, func() *corev1.Pod { p := cpuPod("nvidia-smi"); return p }(), nil),
+		// The byte scan lets this pod through to the decode; only its
+		// resources count, so it is still a pod without a GPU request, and
+		// answered as one before the cache is consulted: not synced here,
+		// which would add a warning.
+		"GPU names outside resources: no GPU request": {
+			src: StaticSource{},
+			body: reviewFor(t, func() *corev1.Pod {
+				p := cpuPod("nvidia-smi")
+				p.Annotations = map[string]string{"example.com/wants": string(mig2g20)}
+				p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "RESOURCE", Value: string(mig2g20)}}
+				return p
+			}(), nil),
 			allowed: true,
 			result:  "no_gpu",
 		},
@@ -399,6 +409,55 @@ func TestHandlerDecides(t *testing.T) {
 			}
 			if got := len(gather(t, f.reg, "gpu_webhook_request_duration_seconds")); got != 1 {
 				t.Errorf("request histogram series = %d, want 1", got)
+			}
+		})
+	}
+}
+
+// The byte scan that answers most pods without decoding them must never
+// skip a pod that asks for a GPU type, wherever the request is and however
+// its JSON spells the name.
+func TestHandlerFastPathKeepsGPURequests(t *testing.T) {
+	snap := snapshotOf(gpuNode("a100", map[corev1.ResourceName]int64{mig1g10: 28}))
+	escaped := func() json.RawMessage {
+		raw, err := json.Marshal(gpuPod("escaped", mig2g20, "1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Valid JSON for the same name, without the bytes "nvidia".
+		raw = bytes.ReplaceAll(raw, []byte(`"nvidia.com/`), []byte(`"\u006evidia.com/`))
+		if bytes.Contains(raw, []byte("nvidia")) {
+			t.Fatalf("escaped pod still spells nvidia: %s", raw)
+		}
+		return raw
+	}()
+	tests := map[string]*corev1.Pod{
+		"init container only": func() *corev1.Pod {
+			p := cpuPod("init")
+			p.Spec.InitContainers = []corev1.Container{{Name: "warmup", Image: "cuda", Resources: rr(mig2g20, "1")}}
+			return p
+		}(),
+		"limits of the second container only": func() *corev1.Pod {
+			p := cpuPod("second")
+			p.Spec.Containers = append(p.Spec.Containers, *limitsOnly("x", mig2g20, "1").Spec.Containers[0].DeepCopy())
+			p.Spec.Containers[1].Name = "gpu"
+			return p
+		}(),
+	}
+	bodies := map[string][]byte{"name spelled with a JSON escape": reviewFor(t, escaped, nil)}
+	for name, p := range tests {
+		bodies[name] = reviewFor(t, p, nil)
+	}
+	for name, body := range bodies {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, StaticSource{snap}, fallback.Options{})
+			resp := decodeResponse(t, f.post(http.MethodPost, "application/json", body))
+			// JSON pointers spell "/" as "~1".
+			if want := `"add","path":"/spec/`; !resp.Allowed || !strings.Contains(string(resp.Patch), want) || !strings.Contains(string(resp.Patch), "nvidia.com~1mig-1g.10gb") {
+				t.Errorf("allowed %v, patch %s: want the request rewritten to %s", resp.Allowed, resp.Patch, mig1g10)
+			}
+			if got := counterValue(t, f.m.admissions.WithLabelValues("rewritten")); got != 1 {
+				t.Errorf("admissions{result=rewritten} = %v, want 1", got)
 			}
 		})
 	}
