@@ -17,11 +17,18 @@
 #   CLUSTER_NAME  kind cluster name (default migflex)
 #   IMAGE         image tag to build and load (default migflex:kind)
 #   SKIP_BUILD=1  load IMAGE as it is instead of building it
+#   KIND_NODE_IMAGE  kind node image of a new cluster (kind create cluster
+#                 --image), e.g. kindest/node:v1.34.0; default: kind's own.
+#                 The chart needs Kubernetes 1.32 or newer, which the script
+#                 checks.
 # Remove everything with: kind delete cluster --name "$CLUSTER_NAME"
 set -euo pipefail
 
 CLUSTER_NAME=${CLUSTER_NAME:-migflex}
 IMAGE=${IMAGE:-migflex:kind}
+KIND_NODE_IMAGE=${KIND_NODE_IMAGE:-}
+# The chart's kubeVersion (deployments/helm/migflex/Chart.yaml).
+MIN_MINOR=32
 NAMESPACE=gpu-webhook
 DEMO_NAMESPACE=migflex-demo
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -56,7 +63,9 @@ clusters=$(kind get clusters 2>/dev/null)
 if grep -qx "$CLUSTER_NAME" <<<"$clusters"; then
 	echo "exists; reusing it"
 else
-	kind create cluster --name "$CLUSTER_NAME" --wait 120s --config - <<'YAML'
+	image_args=()
+	[[ -z $KIND_NODE_IMAGE ]] || image_args=(--image "$KIND_NODE_IMAGE")
+	kind create cluster --name "$CLUSTER_NAME" "${image_args[@]}" --wait 120s --config - <<'YAML'
 kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
 nodes:
@@ -68,6 +77,15 @@ fi
 for node in "$WORKER" "$WORKER2"; do
 	k get node "$node" >/dev/null || die "node $node not found: is $CLUSTER_NAME a cluster this script created?"
 done
+
+# kind's default node image depends on the kind release; the chart refuses
+# clusters older than 1.32. minor reads "34" or, on some builds, "34+".
+version_json=$(k version -o json) || die "cannot reach the API server of $CLUSTER_NAME"
+minor=$(sed -n '/"serverVersion"/,/}/s/^ *"minor": *"\([0-9]*\).*/\1/p' <<<"$version_json")
+[[ $minor =~ ^[0-9]+$ ]] || die "cannot read the server version of $CLUSTER_NAME (kubectl version -o json)"
+if ((minor < MIN_MINOR)); then
+	die "$CLUSTER_NAME runs Kubernetes 1.$minor; migflex needs 1.$MIN_MINOR or newer. Delete it (kind delete cluster --name $CLUSTER_NAME) and set KIND_NODE_IMAGE to a newer node image, e.g. KIND_NODE_IMAGE=kindest/node:v1.34.0"
+fi
 
 if [[ ${SKIP_BUILD:-0} != 1 ]]; then
 	log "building $IMAGE"
