@@ -1,23 +1,28 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
@@ -454,4 +459,141 @@ func TestCapacityModeAgainstAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the finished pod's device to be free", func() bool { return fallbackOf() == "" })
+}
+
+// requestLog records the API requests a client makes while it is open.
+type requestLog struct {
+	mu   sync.Mutex
+	open bool
+	seen int
+	got  []string
+}
+
+func (l *requestLog) RoundTrip(next http.RoundTripper, r *http.Request) (*http.Response, error) {
+	l.mu.Lock()
+	l.seen++
+	if l.open {
+		l.got = append(l.got, requestVerb(r)+" "+r.URL.RequestURI())
+	}
+	l.mu.Unlock()
+	return next.RoundTrip(r)
+}
+
+// requestVerb names a request by what it costs the API server: a GET is a
+// list or a get unless it is a watch, which informers keep open.
+func requestVerb(r *http.Request) string {
+	if r.Method == http.MethodGet && r.URL.Query().Get("watch") == "true" {
+		return "watch"
+	}
+	if r.Method == http.MethodGet {
+		return "list/get"
+	}
+	return r.Method
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// The webhook decides from its informer caches: once they are synced, no
+// admission makes an API request. Both informers run (capacity mode), and the
+// admissions rewrite, keep and skip pods.
+func TestNoAPIRequestPerAdmission(t *testing.T) {
+	cfg := testenv.Start(t)
+	_, ctx := ktesting.NewTestContext(t)
+	admin, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{t: t, ctx: ctx, client: admin}
+	c.node("a", nil, map[corev1.ResourceName]int64{mig2g20: 2}, false)
+	c.node("b", nil, map[corev1.ResourceName]int64{mig1g10: 7}, false)
+	running := gpuPod("running", mig2g20, "1")
+	running.Spec.NodeName = "a"
+	if _, err := c.create("default", running, false); err != nil {
+		t.Fatal(err)
+	}
+
+	log := &requestLog{}
+	counted := rest.CopyConfig(cfg)
+	counted.Wrap(func(next http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(r *http.Request) (*http.Response, error) { return log.RoundTrip(next, r) })
+	})
+	client, err := kubernetes.NewForConfig(counted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := fallback.NewDecider(fallback.Options{Policy: fallback.DefaultPolicy(), Mode: fallback.ModeCapacity})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := certtest.NewCA(t)
+	certDir := t.TempDir()
+	certtest.WriteSecretDir(t, certDir, ca.Issue(t))
+	srv, err := NewServer(Options{Listen: "127.0.0.1:0", CertDir: certDir, CertPollInterval: -1, Decider: d, Client: client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	base := "https://" + srv.Addr().String()
+	https := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
+	eventually(t, "/readyz", func() bool {
+		resp, err := https.Get(base + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	log.mu.Lock()
+	seen := log.seen
+	log.open = true
+	log.mu.Unlock()
+	// The informers' requests went through the counting transport.
+	if seen == 0 {
+		t.Fatal("no request counted while the caches synced; the client does not use the counting transport")
+	}
+
+	pods := map[string]*corev1.Pod{
+		"rewritten": gpuPod("p", "nvidia.com/mig-3g.40gb", "1"),
+		"unchanged": gpuPod("p", mig2g20, "1"),
+		"no_gpu":    cpuPod("p"),
+	}
+	const n = 50
+	results := map[string]int{}
+	for i := range n {
+		want := []string{"rewritten", "unchanged", "no_gpu"}[i%3]
+		p := pods[want].DeepCopy()
+		p.Name = fmt.Sprintf("pod-%d", i)
+		resp, err := https.Post(base+"/mutate", "application/json", bytes.NewReader(reviewFor(t, p, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var review admissionv1.AdmissionReview
+		err = json.NewDecoder(resp.Body).Decode(&review)
+		resp.Body.Close()
+		if err != nil || review.Response == nil || !review.Response.Allowed {
+			t.Fatalf("admission %d: %v %+v", i, err, review.Response)
+		}
+		if got := len(review.Response.Patch) > 0; got != (want == "rewritten") {
+			t.Fatalf("admission %d (%s): patch %s", i, want, review.Response.Patch)
+		}
+		results[want]++
+	}
+
+	log.mu.Lock()
+	log.open = false
+	got := slices.DeleteFunc(slices.Clone(log.got), func(r string) bool { return strings.HasPrefix(r, "watch ") })
+	log.mu.Unlock()
+	if len(got) != 0 {
+		t.Errorf("%d admissions (%v) made %d API requests besides watches, want none:\n%s", n, results, len(got), strings.Join(got, "\n"))
+	}
 }
