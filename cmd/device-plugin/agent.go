@@ -56,6 +56,8 @@ type agentConfig struct {
 	metricsAddr       string
 	retryInterval     time.Duration
 	resyncInterval    time.Duration
+	kubeAPIQPS        float64
+	kubeAPIBurst      int
 }
 
 // agentEnv lists the environment variable twins of the agent's flags.
@@ -63,8 +65,19 @@ var agentEnv = []string{
 	"NODE_NAME", nvmlbackend.EnvBackend, nvmlbackend.EnvSimConfig, "KUBECONFIG", "DEVICE_PLUGIN_DIR",
 	"POD_RESOURCES_SOCKET", "MIG_STRATEGY", "DEVICE_LIST_STRATEGY", "ALLOCATION_POLICY", "HOST_ROOT",
 	"NVIDIA_DRIVER_ROOT", "DP_DISABLE_HEALTHCHECKS", "HEALTH_IGNORED_XIDS", "HEALTH_QUIET_PERIOD", "MIG_CONFIG_FILE", "BUSY_POLICY",
-	"METRICS_ADDR", "RETRY_INTERVAL", "RESYNC_INTERVAL",
+	"METRICS_ADDR", "RETRY_INTERVAL", "RESYNC_INTERVAL", "KUBE_API_QPS", "KUBE_API_BURST",
 }
+
+// The agent's client-side rate limit. client-go's default (5 QPS, burst
+// 10) throttled back-to-back reconfigurations by ~190 ms each; 20/40 still
+// throttles a sustained series of changes to ~50 ms a request once the
+// burst is spent (docs/BENCHMARKS.md), which only a benchmark does. An
+// agent makes a handful of requests per reconcile on one Node, so either
+// costs the API server nothing in steady state.
+const (
+	defaultKubeAPIQPS   = 20
+	defaultKubeAPIBurst = 40
+)
 
 // parseAgentFlags parses args with defaults from the environment. It
 // returns the exit code to end with, or -1 to run.
@@ -115,6 +128,23 @@ func parseAgentFlags(args []string, stderr io.Writer) (agentConfig, int) {
 	str(&c.metricsAddr, "metrics-addr", "METRICS_ADDR", agent.DefaultMetricsAddr, `listen address for /metrics and /healthz; "" disables`)
 	dur(&c.retryInterval, "retry-interval", "RETRY_INTERVAL", agent.DefaultRetryInterval, "how often a pending change (busy GPUs) or a transient failure is retried")
 	dur(&c.resyncInterval, "resync-interval", "RESYNC_INTERVAL", agent.DefaultResyncInterval, "how often the GPUs are compared with the desired layout unprompted")
+	qps, burst := float64(defaultKubeAPIQPS), defaultKubeAPIBurst
+	if v := getenv("KUBE_API_QPS"); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			envErrs = append(envErrs, fmt.Errorf("KUBE_API_QPS=%q: %w", v, err))
+		}
+		qps = f
+	}
+	if v := getenv("KUBE_API_BURST"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			envErrs = append(envErrs, fmt.Errorf("KUBE_API_BURST=%q: %w", v, err))
+		}
+		burst = n
+	}
+	fs.Float64Var(&c.kubeAPIQPS, "kube-api-qps", qps, "requests per second the agent's API client may make on average (env KUBE_API_QPS)")
+	fs.IntVar(&c.kubeAPIBurst, "kube-api-burst", burst, "requests the agent's API client may make in a burst (env KUBE_API_BURST)")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	klogFlags.VisitAll(func(f *flag.Flag) {
@@ -138,6 +168,9 @@ func parseAgentFlags(args []string, stderr io.Writer) (agentConfig, int) {
 	}
 	if c.nodeName == "" {
 		problems = append(problems, errors.New("--node-name (env NODE_NAME) is required"))
+	}
+	if c.kubeAPIQPS <= 0 || c.kubeAPIBurst < 1 {
+		problems = append(problems, fmt.Errorf("--kube-api-qps (env KUBE_API_QPS) must be above 0 and --kube-api-burst (env KUBE_API_BURST) at least 1, got %g and %d", c.kubeAPIQPS, c.kubeAPIBurst))
 	}
 	// Both are dialled or listened on as unix sockets: a relative path would
 	// depend on the working directory, and gRPC rejects it with an error
@@ -318,11 +351,7 @@ func (c agentConfig) kubeClient() (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("client config for the API server (--kubeconfig, or in-cluster): %w", err)
 	}
 	cfg.UserAgent = "migflex-agent/" + c.nodeName
-	// client-go's default (5 QPS, burst 10) throttled back-to-back
-	// reconfigurations by ~190 ms each (docs/BENCHMARKS.md). An agent makes a
-	// handful of requests per reconcile on one Node, so a higher ceiling
-	// costs the API server nothing in steady state.
-	cfg.QPS, cfg.Burst = 20, 40
+	cfg.QPS, cfg.Burst = float32(c.kubeAPIQPS), c.kubeAPIBurst
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("client for the API server: %w", err)

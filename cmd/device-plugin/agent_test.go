@@ -49,6 +49,7 @@ func TestParseAgentFlags(t *testing.T) {
 		c.metricsAddr = agent.DefaultMetricsAddr
 		c.retryInterval = agent.DefaultRetryInterval
 		c.resyncInterval = agent.DefaultResyncInterval
+		c.kubeAPIQPS, c.kubeAPIBurst = 20, 40
 		return c
 	}
 	tests := []struct {
@@ -71,13 +72,14 @@ func TestParseAgentFlags(t *testing.T) {
 				"DEVICE_LIST_STRATEGY": "cdi-cri", "ALLOCATION_POLICY": "distributed", "HOST_ROOT": "/host",
 				"NVIDIA_DRIVER_ROOT": "/run/nvidia/driver", "DP_DISABLE_HEALTHCHECKS": "all", "HEALTH_QUIET_PERIOD": "1m", "HEALTH_IGNORED_XIDS": "79,48",
 				"MIG_CONFIG_FILE": "/cfg/config.yaml", "BUSY_POLICY": "evict", "METRICS_ADDR": ":9999",
-				"RETRY_INTERVAL": "3s", "RESYNC_INTERVAL": "1h",
+				"RETRY_INTERVAL": "3s", "RESYNC_INTERVAL": "1h", "KUBE_API_QPS": "2.5", "KUBE_API_BURST": "5",
 			},
 			want: agentConfig{
 				nodeName: "n2", kubeconfig: "/kc", pluginDir: "/dp", podResources: "/pr.sock", migStrategy: "single",
 				deviceList: "cdi-cri", allocation: "distributed", hostRoot: "/host", driverRoot: "/run/nvidia/driver",
 				disableHealth: "all", healthIgnoredXids: "79,48", healthQuietPeriod: time.Minute, configFile: "/cfg/config.yaml", busyPolicy: "evict",
 				metricsAddr: ":9999", retryInterval: 3 * time.Second, resyncInterval: time.Hour,
+				kubeAPIQPS: 2.5, kubeAPIBurst: 5,
 			},
 			wantCode: -1,
 		},
@@ -117,6 +119,20 @@ func TestParseAgentFlags(t *testing.T) {
 			name: "relative device-plugin dir in the environment", env: map[string]string{"NODE_NAME": "n", "DEVICE_PLUGIN_DIR": "dp"}, wantCode: 2,
 			wantErr: `--device-plugin-dir (env DEVICE_PLUGIN_DIR) must be an absolute path, got "dp"`,
 		},
+		{
+			name: "API client limits as flags", args: []string{"--node-name", "n", "--kube-api-qps", "200", "--kube-api-burst", "400"},
+			env: map[string]string{"KUBE_API_QPS": "1", "KUBE_API_BURST": "1"},
+			want: func() agentConfig {
+				c := defaults(agentConfig{nodeName: "n"})
+				c.kubeAPIQPS, c.kubeAPIBurst = 200, 400
+				return c
+			}(), wantCode: -1,
+		},
+		{
+			name: "no API requests at all", args: []string{"--node-name", "n", "--kube-api-qps", "0"}, wantCode: 2,
+			wantErr: "--kube-api-qps (env KUBE_API_QPS) must be above 0 and --kube-api-burst (env KUBE_API_BURST) at least 1, got 0 and 40",
+		},
+		{name: "bad QPS in the environment", env: map[string]string{"NODE_NAME": "n", "KUBE_API_QPS": "fast"}, wantCode: 2, wantErr: `KUBE_API_QPS="fast"`},
 		{name: "bad duration in the environment", env: map[string]string{"NODE_NAME": "n", "RETRY_INTERVAL": "soon"}, wantCode: 2, wantErr: `RETRY_INTERVAL="soon"`},
 		{name: "stray argument", args: []string{"--node-name", "n", "extra"}, wantCode: 2, wantErr: `unexpected arguments ["extra"]`},
 		{name: "unknown flag", args: []string{"--nope"}, wantCode: 2, wantErr: "flag provided but not defined: -nope"},
