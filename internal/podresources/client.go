@@ -45,8 +45,10 @@ func New(path string) *Client {
 }
 
 // List returns every device the kubelet has assigned to a container, sorted
-// by pod, container, resource and device. From Kubernetes 1.34 the kubelet
-// reports only active pods, which is exactly the set that makes a GPU busy.
+// by pod, container, resource and device. The kubelet reports devices only
+// for active pods (it prunes finished pods' assignments before answering,
+// since 1.16; from 1.34 it leaves those pods out too), which is exactly the
+// set that makes a GPU busy; test/e2e checks it on the real kubelet.
 func (c *Client) List(ctx context.Context) ([]Assignment, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()

@@ -161,3 +161,49 @@ func nonZero(r map[string]int64) map[string]int64 {
 	}
 	return out
 }
+
+// TestFinishedPodDoesNotBlock: a pod that held a MIG device and ran to
+// completion (Succeeded, still in the API) no longer uses the GPU, so a
+// layout that destroys its device goes ahead. The agent relies on the
+// kubelet's pod-resources List to report devices only for active pods:
+// the kubelet drops finished pods' devices before it answers (its device
+// manager's UpdateAllocatedDevices, in List since 1.16), and from 1.34 it
+// also leaves such pods out (gate KubeletPodResourcesListUseActivePods).
+// Run once by hand with that gate off, this test passed as well: the pod
+// was listed without devices.
+func TestFinishedPodDoesNotBlock(t *testing.T) {
+	migflex(t)
+	ctx := t.Context()
+	_, layout := applyLayouts(t, gpuLayouts{0: {"1g.10gb", "1g.10gb"}, 1: {"2g.20gb", "2g.20gb"}})
+	ns := cluster.Namespace(t)
+
+	pod := gpuPod(ns, "finished", "nvidia.com/mig-1g.10gb", 1, "env")
+	ids := checkAllocateEnv(t, runEnvPod(t, pod), layout, "1g.10gb", 1)
+	if gpu, ok := gpuHolding(layout, ids[0]); !ok || gpu != 0 {
+		t.Fatalf("the pod got %v, on GPU %d (found %v), want a device of GPU 0", ids, gpu, ok)
+	}
+	held, err := framework.KubeletPodDevices(ctx, ns, pod.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(held) != 0 {
+		t.Fatalf("the kubelet's pod-resources List still names the finished pod %s/%s with %v", ns, pod.Name, held)
+	}
+
+	// GPU 0's 1g.10gb instances, the finished pod's among them, make way
+	// for one whole-GPU instance; the pod object stays until the test ends.
+	start := time.Now()
+	want := gpuLayouts{0: {"7g.80gb"}, 1: {"2g.20gb", "2g.20gb"}}
+	_, final := applyLayouts(t, want)
+	if _, ok := gpuHolding(final, ids[0]); ok {
+		t.Errorf("the finished pod's device %s is still in the layout %+v", ids[0], final)
+	}
+	if _, err := cluster.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{}); err != nil {
+		t.Fatalf("the finished pod should still exist while the layout changes: %v", err)
+	}
+	if ev, err := cluster.NodeEvent(ctx, corev1.EventTypeNormal, "MigConfigPending", start, ns+"/"+pod.Name); err != nil {
+		t.Fatal(err)
+	} else if ev != nil {
+		t.Errorf("the finished pod made the agent wait: Event %q", ev.Message)
+	}
+}

@@ -55,37 +55,51 @@ func (c *Cluster) WaitForNode(ctx context.Context, what string, timeout time.Dur
 // every string in contains, and returns it. On timeout the error lists the
 // node's Events of that reason.
 func (c *Cluster) WaitForNodeEvent(ctx context.Context, eventType, reason string, since time.Time, contains ...string) (*corev1.Event, error) {
-	// Event timestamps have whole seconds.
-	since = since.Truncate(time.Second)
 	var found *corev1.Event
 	var seen []string
 	err := WaitFor(ctx, fmt.Sprintf("a %s Event %s on node %s containing %q", eventType, reason, c.NodeName, contains), Timeout, func(ctx context.Context) (bool, error) {
-		list, err := c.Client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{
-			FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + c.NodeName + ",reason=" + reason,
-		})
-		if err != nil {
-			return false, err
-		}
-		seen = seen[:0]
-	events:
-		for i := range list.Items {
-			e := &list.Items[i]
-			seen = append(seen, fmt.Sprintf("[%s %s %s: %s]", e.LastTimestamp.UTC().Format(time.RFC3339), e.Type, e.Reason, e.Message))
-			if e.Type != eventType || e.LastTimestamp.Time.Before(since) {
-				continue
-			}
-			for _, s := range contains {
-				if !strings.Contains(e.Message, s) {
-					continue events
-				}
-			}
-			found = e
-			return true, nil
-		}
-		return false, nil
+		var err error
+		found, seen, err = c.nodeEvent(ctx, eventType, reason, since, contains)
+		return found != nil, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w; %s Events on the node since %s: %v", err, reason, since.UTC().Format(time.RFC3339), seen)
+		return nil, fmt.Errorf("%w; %s Events on the node since %s: %v", err, reason, since.Truncate(time.Second).UTC().Format(time.RFC3339), seen)
 	}
 	return found, nil
+}
+
+// NodeEvent is WaitForNodeEvent without the wait: the matching Event, or
+// nil when there is none now.
+func (c *Cluster) NodeEvent(ctx context.Context, eventType, reason string, since time.Time, contains ...string) (*corev1.Event, error) {
+	found, _, err := c.nodeEvent(ctx, eventType, reason, since, contains)
+	return found, err
+}
+
+// nodeEvent looks for the Event WaitForNodeEvent describes once, and
+// returns every Event of that reason it saw, for error messages.
+func (c *Cluster) nodeEvent(ctx context.Context, eventType, reason string, since time.Time, contains []string) (*corev1.Event, []string, error) {
+	// Event timestamps have whole seconds.
+	since = since.Truncate(time.Second)
+	list, err := c.Client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{
+		FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + c.NodeName + ",reason=" + reason,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	var seen []string
+events:
+	for i := range list.Items {
+		e := &list.Items[i]
+		seen = append(seen, fmt.Sprintf("[%s %s %s: %s]", e.LastTimestamp.UTC().Format(time.RFC3339), e.Type, e.Reason, e.Message))
+		if e.Type != eventType || e.LastTimestamp.Time.Before(since) {
+			continue
+		}
+		for _, s := range contains {
+			if !strings.Contains(e.Message, s) {
+				continue events
+			}
+		}
+		return e, seen, nil
+	}
+	return nil, seen, nil
 }
