@@ -75,6 +75,7 @@ var scenarios = []scenario{
 	{name: "evict", set: []string{"agent.busyPolicy=evict"}},
 	{name: "capacity", set: []string{"webhook.mode=capacity", "webhook.onUnsatisfiable=allow"}},
 	{name: "pools", values: poolsValues},
+	{name: "policy", values: policyValues},
 	{name: "host-network", set: []string{"backend=simulated", "agent.hostNetwork=true", "webhook.hostNetwork=true", "webhook.port=9443", "certificates.certgen.hostNetwork=true"}},
 	{name: "webhook-only", set: []string{"agent.enabled=false"}},
 	{name: "agent-only", set: []string{"webhook.enabled=false", "nodeScopePolicy.enabled=false"}},
