@@ -172,6 +172,16 @@ func (n *node) openSim() {
 	n.t.Cleanup(func() { lib.Close() })
 }
 
+// discover is what NVML reports on the node's simulated GPUs now.
+func (n *node) discover() []mig.GPU {
+	n.t.Helper()
+	gpus, err := mig.Discover(n.lib)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return gpus
+}
+
 // partition sets up a layout before the agent starts.
 func (n *node) partition(gpu int, profiles ...string) {
 	n.t.Helper()
@@ -179,10 +189,7 @@ func (n *node) partition(gpu int, profiles ...string) {
 	if err := p.SetMigMode(gpu, true); err != nil {
 		n.t.Fatal(err)
 	}
-	gpus, err := mig.Discover(n.lib)
-	if err != nil {
-		n.t.Fatal(err)
-	}
+	gpus := n.discover()
 	start := 0
 	for _, name := range profiles {
 		prof, ok := gpus[gpu].Profile(name)
@@ -639,10 +646,7 @@ func TestAgent(t *testing.T) {
 	t.Run("busy GPU waits", func(t *testing.T) {
 		n := newNode(t, api)
 		n.partition(0, "3g.40gb", "3g.40gb")
-		gpus, err := mig.Discover(n.lib)
-		if err != nil {
-			t.Fatal(err)
-		}
+		gpus := n.discover()
 		busyID := gpus[0].Instances[1].UUID
 		n.podres.Set(podresourcestest.Device{Namespace: "ml", Pod: "train-0", Container: "main", Resource: resource3g, IDs: []string{busyID}})
 		n.start()
@@ -671,10 +675,7 @@ func TestAgent(t *testing.T) {
 	t.Run("evict", func(t *testing.T) {
 		n := newNode(t, api)
 		n.partition(0, "3g.40gb", "3g.40gb")
-		gpus, err := mig.Discover(n.lib)
-		if err != nil {
-			t.Fatal(err)
-		}
+		gpus := n.discover()
 		pod := runningPod(t, api, n.name, "train-0")
 		n.podres.Set(podresourcestest.Device{Namespace: pod.Namespace, Pod: pod.Name, Container: "main", Resource: resource3g, IDs: []string{gpus[0].Instances[0].UUID}})
 		// A budget that allows no disruption: the eviction gets a 429.
@@ -809,7 +810,7 @@ mig-configs:
 	t.Run("processes unknown to the kubelet", func(t *testing.T) {
 		n := newNode(t, api)
 		n.partition(0, "3g.40gb", "3g.40gb")
-		gpus, _ := mig.Discover(n.lib)
+		gpus := n.discover()
 		// Something outside Kubernetes runs on the second instance.
 		if err := n.lib.SetBusy(0, gpus[0].Instances[1].GIID, true); err != nil {
 			t.Fatal(err)
@@ -848,7 +849,7 @@ mig-configs:
 		n.start(withHealth(w))
 		n.waitState(StateSuccess)
 		n.waitServed(map[string]int{resource3g: 4})
-		gpus, _ := mig.Discover(n.lib)
+		gpus := n.discover()
 		victim := gpus[1].Instances[0]
 		deadline := time.Now().Add(hangTimeout)
 		for len(w.Watching()) < 2 { // an Xid before the watch is lost, as on real NVML
@@ -991,10 +992,7 @@ func checkLayoutAnnotation(t *testing.T, n *node, obj *corev1.Node) {
 	if err := json.Unmarshal([]byte(obj.Annotations[AnnotationLayout]), &got); err != nil {
 		t.Fatalf("layout annotation: %v", err)
 	}
-	gpus, err := mig.Discover(n.lib)
-	if err != nil {
-		t.Fatal(err)
-	}
+	gpus := n.discover()
 	var want []LayoutGPU
 	for _, g := range gpus {
 		lg := LayoutGPU{Index: g.Index, UUID: g.UUID, Model: "H100-SXM5-80GB", MigMode: "Enabled"}

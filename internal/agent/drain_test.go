@@ -142,10 +142,7 @@ func TestDrainBeforeRepartition(t *testing.T) {
 		n := newNode(t, api)
 		n.partition(0, "3g.40gb", "3g.40gb")
 		n.partition(1, "3g.40gb", "3g.40gb")
-		gpus, err := mig.Discover(n.lib)
-		if err != nil {
-			t.Fatal(err)
-		}
+		gpus := n.discover()
 		lateID, otherID := gpus[0].Instances[0].UUID, gpus[0].Instances[1].UUID
 		// After the agent's first List, the kubelet admits a pod: it
 		// Allocates a device of GPU 0, which still looks free, through
@@ -199,10 +196,7 @@ func TestDrainBeforeRepartition(t *testing.T) {
 	t.Run("a failed apply serves the drained devices again", func(t *testing.T) {
 		n := newNode(t, api)
 		n.partition(0, "3g.40gb", "3g.40gb")
-		gpus, err := mig.Discover(n.lib)
-		if err != nil {
-			t.Fatal(err)
-		}
+		gpus := n.discover()
 		kept := gpus[0].Instances[1]
 		// Something outside Kubernetes runs on the second instance: its
 		// destruction fails, and the apply rolls back.

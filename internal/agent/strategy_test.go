@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/migflex/migflex/internal/deviceplugin"
-	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/podresources/podresourcestest"
 )
 
@@ -43,10 +42,7 @@ func TestSingleStrategy(t *testing.T) {
 		n := newNode(t, api)
 		n.partition(0, "3g.40gb", "3g.40gb")
 		n.partition(1, "3g.40gb", "3g.40gb")
-		gpus, err := mig.Discover(n.lib)
-		if err != nil {
-			t.Fatal(err)
-		}
+		gpus := n.discover()
 		n.podres.Set(podresourcestest.Device{Namespace: "ml", Pod: "train-0", Container: "main", Resource: deviceplugin.ResourceGPU, IDs: []string{gpus[0].Instances[0].UUID}})
 		n.start(withStrategy(deviceplugin.MigStrategySingle))
 

@@ -13,18 +13,7 @@ import (
 )
 
 func TestRegisterRejects(t *testing.T) {
-	dir := t.TempDir()
-	k, err := Start(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Stop()
-	conn, err := grpc.NewClient("unix://"+k.Socket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := pluginapi.NewRegistrationClient(conn)
+	k, client := startStub(t)
 
 	for name, tc := range map[string]struct {
 		req  *pluginapi.RegisterRequest
@@ -56,17 +45,7 @@ func TestRegisterRejects(t *testing.T) {
 }
 
 func TestRegisterHook(t *testing.T) {
-	k, err := Start(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Stop()
-	conn, err := grpc.NewClient("unix://"+k.Socket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := pluginapi.NewRegistrationClient(conn)
+	k, client := startStub(t)
 	// A valid request the stand-in would try to dial back, were it not
 	// for the hook.
 	req := &pluginapi.RegisterRequest{Version: pluginapi.Version, ResourceName: "example.com/x", Endpoint: "x.sock"}
@@ -93,4 +72,21 @@ func TestRegisterHook(t *testing.T) {
 	if st := k.State(); len(st.Rejected) != 2 {
 		t.Errorf("%d rejected, want 2", len(st.Rejected))
 	}
+}
+
+// startStub starts a stand-in kubelet for the test and a registration
+// client connected to its socket; both stop when the test ends.
+func startStub(t *testing.T) (*Kubelet, pluginapi.RegistrationClient) {
+	t.Helper()
+	k, err := Start(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(k.Stop)
+	conn, err := grpc.NewClient("unix://"+k.Socket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return k, pluginapi.NewRegistrationClient(conn)
 }
