@@ -79,15 +79,19 @@ func printModel(w io.Writer, m sim.Model, origin string) {
 		fmt.Fprintf(w, "  product %s\n", m.ProductName)
 	}
 	fmt.Fprintf(w, "  PCI device id 0x%08X, %d MiB, %d SMs, %s: %s\n", m.PCIDeviceID, m.MemoryMiB, m.SMs, m.Architecture, mode)
+	memorySlices, computeSlices := m.Geometry()
+	fmt.Fprintf(w, "  %d memory slices, %d compute slices\n", memorySlices, computeSlices)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  PROFILE\tID\tQUERY\tSLICES\tMEMORY SLICES\tMEMORY MiB\tSMs\tMAX\tPLACEMENTS")
+	fmt.Fprintln(tw, "  PROFILE\tID\tQUERY\tSLICES\tMEMORY SLICES\tMEMORY MiB\tSMs\tMAX\tPLACEMENTS\tCE/DEC/ENC/JPG/OFA")
 	for _, p := range m.Profiles {
 		starts := make([]string, len(p.Placements))
 		for i, s := range p.Placements {
 			starts[i] = strconv.Itoa(s)
 		}
-		fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t{%s}:%d\n", p.Name, p.ID, sim.QueryName(p.Query),
-			p.Slices, p.MemorySlices, p.MemoryMiB, p.SMs, p.MaxCount, strings.Join(starts, ","), p.MemorySlices)
+		e := p.Engines
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t{%s}:%d\t%d/%d/%d/%d/%d\n", p.Name, p.ID, sim.QueryName(p.Query),
+			p.Slices, p.MemorySlices, p.MemoryMiB, p.SMs, p.MaxCount, strings.Join(starts, ","), p.MemorySlices,
+			e.CopyEngines, e.Decoders, e.Encoders, e.JPEGs, e.OFAs)
 	}
 	tw.Flush()
 }

@@ -53,6 +53,32 @@ type Config struct {
 type GPUSpec struct {
 	Model string `json:"model"`
 	Count int    `json:"count"`
+	// Initial is the state these GPUs start in when there is no state file
+	// yet: what `device-plugin probe` read off a real GPU. Nil means MIG
+	// disabled and no instances.
+	Initial *InitialState `json:"initial,omitempty"`
+}
+
+// InitialState is a GPU's state at first start.
+type InitialState struct {
+	// UUID replaces the one derived from the UUID seed; only for a count of 1.
+	UUID       string `json:"uuid,omitempty"`
+	MigEnabled bool   `json:"migEnabled"`
+	// MigPending defaults to MigEnabled (no change pending).
+	MigPending *bool `json:"migPending,omitempty"`
+	// Instances are GPU instances, which need MIG enabled.
+	Instances []InitialInstance `json:"instances,omitempty"`
+}
+
+// InitialInstance is a GPU instance at first start.
+type InitialInstance struct {
+	Profile string `json:"profile"`
+	Start   int    `json:"start"`
+	// ComputeInstances are the compute-instance profiles (by name, such as
+	// "3_SLICE") of its compute instances; only the one spanning the GPU
+	// instance can be simulated. Empty: none, a GPU instance without a MIG
+	// device.
+	ComputeInstances []string `json:"computeInstances,omitempty"`
 }
 
 // DefaultConfig is one DefaultModel GPU, in memory.
@@ -94,30 +120,91 @@ func (c *Config) Validate() error {
 
 // resolve checks the config and returns the model of each GPU index.
 func (c *Config) resolve() ([]*Model, error) {
+	models, _, err := c.resolveGPUs()
+	return models, err
+}
+
+// resolveGPUs checks the config and returns the model and the state at first
+// start of each GPU index (UUIDs left empty where the seed derives them).
+func (c *Config) resolveGPUs() ([]*Model, []gpuState, error) {
 	switch {
 	case c.HoldAfter < 0:
-		return nil, fmt.Errorf("holdAfter %d: want the number of MIG changes to let through, >= 0", c.HoldAfter)
+		return nil, nil, fmt.Errorf("holdAfter %d: want the number of MIG changes to let through, >= 0", c.HoldAfter)
 	case c.HoldAfter > 0 && c.HoldFile == "":
-		return nil, errors.New("holdAfter needs holdFile, the file that releases the held changes")
+		return nil, nil, errors.New("holdAfter needs holdFile, the file that releases the held changes")
 	}
 	models, err := newModelSet(c.Models)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var gpus []*Model
+	var states []gpuState
 	for i, g := range c.GPUs {
 		if g.Count < 1 {
-			return nil, fmt.Errorf("gpus[%d]: count %d for %s must be >= 1", i, g.Count, g.Model)
+			return nil, nil, fmt.Errorf("gpus[%d]: count %d for %s must be >= 1", i, g.Count, g.Model)
 		}
 		m, err := models.get(g.Model)
 		if err != nil {
-			return nil, fmt.Errorf("gpus[%d]: %w", i, err)
+			return nil, nil, fmt.Errorf("gpus[%d]: %w", i, err)
+		}
+		st, err := g.Initial.state(m, g.Count)
+		if err != nil {
+			return nil, nil, fmt.Errorf("gpus[%d]: initial: %w", i, err)
 		}
 		for range g.Count {
 			gpus = append(gpus, m)
+			states = append(states, st.clone())
 		}
 	}
-	return gpus, nil
+	return gpus, states, nil
+}
+
+// state builds the GPU state in checks it. A nil s is a GPU with MIG
+// disabled.
+func (s *InitialState) state(m *Model, count int) (gpuState, error) {
+	g := gpuState{Model: m.Name}
+	if s == nil {
+		return g, nil
+	}
+	if s.UUID != "" && count != 1 {
+		return gpuState{}, fmt.Errorf("uuid %s given for %d GPUs: a UUID names one GPU", s.UUID, count)
+	}
+	g.UUID, g.MigEnabled, g.MigPending = s.UUID, s.MigEnabled, s.MigEnabled
+	if s.MigPending != nil {
+		g.MigPending = *s.MigPending
+	}
+	for i, in := range s.Instances {
+		p, ok := m.profileByName(in.Profile)
+		if !ok {
+			return gpuState{}, fmt.Errorf("instances[%d]: model %s has no profile %q", i, m.Name, in.Profile)
+		}
+		gi := giState{ID: uint32(i + 1), ProfileID: p.ID, Start: in.Start}
+		for _, ci := range in.ComputeInstances {
+			var q computeQuery
+			if err := q.UnmarshalJSON([]byte(strconv.Quote(ci))); err != nil {
+				return gpuState{}, fmt.Errorf("instances[%d]: computeInstances: %w", i, err)
+			}
+			if int(q) != fullCIProfile(p.Slices) {
+				return gpuState{}, fmt.Errorf("instances[%d]: compute instance profile %s: the simulator only has the one spanning the %s GPU instance (%s); remove the others", i, ci, p.Name, ComputeQueryName(fullCIProfile(p.Slices)))
+			}
+			gi.CIs = append(gi.CIs, ciState{ID: uint32(len(gi.CIs)), ProfileID: uint32(q)})
+		}
+		g.Instances = append(g.Instances, gi)
+	}
+	// check wants a UUID; the seed supplies the real one later.
+	probe := g
+	if probe.UUID == "" {
+		probe.UUID = "GPU-initial"
+	}
+	if err := probe.check(m); err != nil {
+		return gpuState{}, err
+	}
+	return g, nil
+}
+
+func (g gpuState) clone() gpuState {
+	s := state{GPUs: []gpuState{g}}
+	return s.clone().GPUs[0]
 }
 
 // configFile is the YAML form of --sim-config.
@@ -234,4 +321,18 @@ func ParseConfig(data []byte, dir, nodeName string) (Config, error) {
 		return Config{}, err
 	}
 	return cfg, nil
+}
+
+// MarshalConfig writes cfg's GPUs and custom models as a simulator config
+// file (ParseConfig reads it back): the models inline, every field spelled
+// out. Paths, seeds and test hooks are not written.
+func MarshalConfig(cfg Config) ([]byte, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	f := configFile{Version: FileVersion, GPUs: cfg.GPUs}
+	for i := range cfg.Models {
+		f.Models = append(f.Models, cfg.Models[i].spec())
+	}
+	return yaml.Marshal(f)
 }

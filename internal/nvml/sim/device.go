@@ -176,10 +176,11 @@ func (h *gpuHandle) SetMigMode(mode int) (activation nvml.Return, ret nvml.Retur
 	return activation, nvml.SUCCESS
 }
 
-// GetMaxMigDeviceCount is 7 (one MIG device per compute slice) with MIG
-// enabled and 0 otherwise, as NVML documents.
+// GetMaxMigDeviceCount is the number of compute slices (one MIG device per
+// compute slice: 7, or 4 on A30 and RTX PRO) with MIG enabled and 0
+// otherwise, as NVML documents.
 func (h *gpuHandle) GetMaxMigDeviceCount() (int, nvml.Return) {
-	g, _, r := h.begin()
+	g, m, r := h.begin()
 	if r != nvml.SUCCESS {
 		return 0, r
 	}
@@ -187,7 +188,8 @@ func (h *gpuHandle) GetMaxMigDeviceCount() (int, nvml.Return) {
 	if !g.MigEnabled {
 		return 0, nvml.SUCCESS
 	}
-	return ComputeSlices, nvml.SUCCESS
+	_, computeSlices := m.Geometry()
+	return computeSlices, nvml.SUCCESS
 }
 
 // GetMigDeviceHandleByIndex indexes the GPU's MIG devices ordered by GPU

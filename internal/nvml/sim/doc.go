@@ -6,9 +6,15 @@
 // device id and bus id, memory, minor number, architecture, compute
 // capability); MIG mode with Ampere's pending-until-reset and Hopper's
 // immediate switch; GPU instances with placements, overlap, per-profile
-// counts and the 7 compute slices; one full-size compute instance per GPU
-// instance; MIG device handles and UUIDs; Xid events through event sets;
-// and Init/Shutdown reference counting. Every other method answers
+// counts, the model's compute slices (7, or 4 on A30 and RTX PRO) and
+// placement units (8, 4 or 12), and the media engines instances share (a
+// GPU's decoders, encoders, JPEG decoders and OFAs are never handed out
+// twice, and an _ALL_ME instance coexists only with _NO_ME ones, as nvml.h
+// documents); one full-size compute instance per GPU instance (smaller
+// compute-instance profiles a model lists are reported, never created); MIG
+// device handles and UUIDs; Xid events through event sets; an initial state
+// per GPU (MIG mode and instances, what `device-plugin probe` reads off a
+// real GPU); and Init/Shutdown reference counting. Every other method answers
 // nvml.ERROR_NOT_SUPPORTED (see zz_generated_unsupported.go); none panics.
 //
 // The sim-only methods of *Lib stand in for the physical world: SetBusy
@@ -53,8 +59,9 @@
 //     process survives what a real one would not); instances, their handles
 //     and busy marks are gone; pending MIG modes take effect.
 //
-// Not modelled: compute instances smaller than their GPU instance, engine
-// counts (copy engines, decoders, ...) and P2P in profile info, processes
+// Not modelled: creating compute instances smaller than their GPU instance,
+// P2P and capabilities in profile info, compute capability per model (it
+// follows the architecture: RTX PRO Blackwell reports 10.0, not 12.0), processes
 // and utilization (busy is a flag, not a process list), ECC, clocks, power,
 // temperature, NVLink, vGPU, GPM, confidential computing, the V2/V3 profile
 // info handlers (they call C; the simulator returns zero handlers), and

@@ -35,6 +35,11 @@ func profileInfo(p *Profile) nvml.GpuInstanceProfileInfo {
 		SliceCount:          uint32(p.Slices),
 		InstanceCount:       uint32(p.MaxCount),
 		MultiprocessorCount: uint32(p.SMs),
+		CopyEngineCount:     uint32(p.Engines.CopyEngines),
+		DecoderCount:        uint32(p.Engines.Decoders),
+		EncoderCount:        uint32(p.Engines.Encoders),
+		JpegCount:           uint32(p.Engines.JPEGs),
+		OfaCount:            uint32(p.Engines.OFAs),
 		MemorySizeMB:        p.MemoryMiB,
 	}
 }
@@ -84,24 +89,35 @@ func (h *gpuHandle) GetGpuInstancePossiblePlacements(info *nvml.GpuInstanceProfi
 
 // usage is what a GPU's instances occupy.
 type usage struct {
-	memory  [MemorySlices]bool
+	model   *Model
+	memory  uint64 // occupied memory slices, bit s for slice s
 	compute int
+	media   Engines        // media engines in use (copy engines are not limited)
+	allMe   int            // instances of a profile with all media engines
+	others  int            // instances that are neither all- nor no-media
 	count   map[uint32]int // by profile id
 }
 
-func newUsage() usage { return usage{count: map[uint32]int{}} }
+func newUsage(m *Model) usage { return usage{model: m, count: map[uint32]int{}} }
+
+func sliceMask(start, size int) uint64 { return ((uint64(1) << size) - 1) << start }
 
 // add records an instance of p at start.
 func (u *usage) add(p *Profile, start int) {
-	for s := start; s < start+p.MemorySlices; s++ {
-		u.memory[s] = true
-	}
+	u.memory |= sliceMask(start, p.MemorySlices)
 	u.compute += p.Slices
+	u.media = u.media.plus(p.Engines)
+	switch mediaKind(p.Query) {
+	case allMedia:
+		u.allMe++
+	case someMedia:
+		u.others++
+	}
 	u.count[p.ID]++
 }
 
 func usageOf(m *Model, g *gpuState) usage {
-	u := newUsage()
+	u := newUsage(m)
 	for _, gi := range g.Instances {
 		p, _ := m.profileByID(gi.ProfileID) // checked when created or loaded
 		u.add(p, gi.Start)
@@ -110,26 +126,42 @@ func usageOf(m *Model, g *gpuState) usage {
 }
 
 func (u *usage) free(p *Profile, start int) bool {
-	for s := start; s < start+p.MemorySlices; s++ {
-		if u.memory[s] {
+	return u.memory&sliceMask(start, p.MemorySlices) == 0
+}
+
+// mediaFits reports whether one more instance of p leaves the GPU's media
+// engines enough: their total (the most any profile has) is never exceeded,
+// and, as nvml.h documents for the _ALL_ME profiles, an instance holding
+// all media engines coexists only with _NO_ME instances.
+func (u *usage) mediaFits(p *Profile) bool {
+	switch mediaKind(p.Query) {
+	case allMedia:
+		if u.allMe > 0 || u.others > 0 {
+			return false
+		}
+	case someMedia:
+		if u.allMe > 0 {
 			return false
 		}
 	}
-	return true
+	return u.media.plus(p.Engines).within(u.model.mediaLimits())
 }
 
-// fits checks one more instance of p at start against counts, compute slices
-// and memory overlap: ERROR_INSUFFICIENT_RESOURCES when it does not fit.
+// fits checks one more instance of p at start against counts, compute
+// slices, media engines and memory overlap: ERROR_INSUFFICIENT_RESOURCES
+// when it does not fit.
 func (u *usage) fits(p *Profile, start int) nvml.Return {
-	if u.count[p.ID] >= p.MaxCount || u.compute+p.Slices > ComputeSlices || !u.free(p, start) {
+	_, computeSlices := u.model.Geometry()
+	if u.count[p.ID] >= p.MaxCount || u.compute+p.Slices > computeSlices || !u.mediaFits(p) || !u.free(p, start) {
 		return nvml.ERROR_INSUFFICIENT_RESOURCES
 	}
 	return nvml.SUCCESS
 }
 
 // remaining is how many more instances of p can be created: the largest set
-// of free, mutually disjoint placements, capped by the profile's count and
-// the free compute slices. A brute force over at most 2^8 subsets.
+// of free, mutually disjoint placements, capped by the profile's count, the
+// free compute slices and the media engines left. A brute force over the
+// subsets of the profile's free placements (at most a few dozen).
 func (u *usage) remaining(p *Profile) int {
 	var free []int
 	for _, s := range p.Placements {
@@ -139,23 +171,39 @@ func (u *usage) remaining(p *Profile) int {
 	}
 	best := 0
 	for mask := 1; mask < 1<<len(free); mask++ {
-		var taken [MemorySlices]bool
+		var taken uint64
 		n, ok := 0, true
 		for i, s := range free {
 			if mask&(1<<i) == 0 {
 				continue
 			}
-			for j := s; j < s+p.MemorySlices; j++ {
-				ok = ok && !taken[j]
-				taken[j] = true
-			}
+			m := sliceMask(s, p.MemorySlices)
+			ok = ok && taken&m == 0
+			taken |= m
 			n++
 		}
 		if ok && n > best {
 			best = n
 		}
 	}
-	return max(0, min(best, p.MaxCount-u.count[p.ID], (ComputeSlices-u.compute)/p.Slices))
+	_, computeSlices := u.model.Geometry()
+	n := max(0, min(best, p.MaxCount-u.count[p.ID], (computeSlices-u.compute)/p.Slices))
+	// Media engines: count how many more fit one by one (each instance of
+	// p needs the same engines).
+	trial := *u
+	for i := range n {
+		if !trial.mediaFits(p) {
+			return i
+		}
+		trial.media = trial.media.plus(p.Engines)
+		switch mediaKind(p.Query) {
+		case allMedia:
+			trial.allMe++
+		case someMedia:
+			trial.others++
+		}
+	}
+	return n
 }
 
 func (h *gpuHandle) GetGpuInstanceRemainingCapacity(info *nvml.GpuInstanceProfileInfo) (int, nvml.Return) {
@@ -378,9 +426,28 @@ func (h *giHandle) Destroy() nvml.Return {
 	return l.commit(next)
 }
 
-// GetComputeInstanceProfileInfo knows the full-size compute instance of the
-// GPU instance with the shared engine profile; smaller compute instances are
-// not simulated and answer ERROR_NOT_SUPPORTED.
+// computeProfiles are the compute-instance profiles of p: the model's list,
+// or the full-size one.
+func computeProfiles(p *Profile) []ComputeProfile {
+	if len(p.ComputeProfiles) > 0 {
+		return p.ComputeProfiles
+	}
+	return []ComputeProfile{{Query: fullCIProfile(p.Slices), Slices: p.Slices, SMs: p.SMs, MaxCount: 1, Placements: []int{0}}}
+}
+
+func computeProfile(p *Profile, query int) (*ComputeProfile, bool) {
+	cps := computeProfiles(p)
+	for i := range cps {
+		if cps[i].Query == query {
+			return &cps[i], true
+		}
+	}
+	return nil, false
+}
+
+// GetComputeInstanceProfileInfo answers for the compute-instance profiles
+// of the model's table (by default the one spanning the GPU instance) with
+// the shared engine profile; others answer ERROR_NOT_SUPPORTED.
 func (h *giHandle) GetComputeInstanceProfileInfo(profile, engProfile int) (nvml.ComputeInstanceProfileInfo, nvml.Return) {
 	_, p, r := h.begin()
 	if r != nvml.SUCCESS {
@@ -391,30 +458,34 @@ func (h *giHandle) GetComputeInstanceProfileInfo(profile, engProfile int) (nvml.
 		engProfile < 0 || engProfile >= nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_COUNT {
 		return nvml.ComputeInstanceProfileInfo{}, nvml.ERROR_INVALID_ARGUMENT
 	}
-	if profile != fullCIProfile(p.Slices) {
+	c, ok := computeProfile(p, profile)
+	if !ok {
 		return nvml.ComputeInstanceProfileInfo{}, nvml.ERROR_NOT_SUPPORTED
 	}
-	return ciProfileInfo(p), nvml.SUCCESS
+	return ciProfileInfo(c), nvml.SUCCESS
 }
 
-func ciProfileInfo(p *Profile) nvml.ComputeInstanceProfileInfo {
+func ciProfileInfo(c *ComputeProfile) nvml.ComputeInstanceProfileInfo {
 	return nvml.ComputeInstanceProfileInfo{
-		Id:                  uint32(fullCIProfile(p.Slices)),
-		SliceCount:          uint32(p.Slices),
-		InstanceCount:       1,
-		MultiprocessorCount: uint32(p.SMs),
+		Id:                  uint32(c.Query),
+		SliceCount:          uint32(c.Slices),
+		InstanceCount:       uint32(c.MaxCount),
+		MultiprocessorCount: uint32(c.SMs),
 	}
 }
 
-// ciProfile checks that info names the full-size compute instance profile.
-func ciProfile(p *Profile, info *nvml.ComputeInstanceProfileInfo) nvml.Return {
-	switch {
-	case info == nil || info.Id >= nvml.COMPUTE_INSTANCE_PROFILE_COUNT:
-		return nvml.ERROR_INVALID_ARGUMENT
-	case int(info.Id) != fullCIProfile(p.Slices):
-		return nvml.ERROR_NOT_SUPPORTED
+// ciProfile finds the compute-instance profile info names:
+// ERROR_INVALID_ARGUMENT for no or a malformed info, ERROR_NOT_SUPPORTED for
+// one the GPU instance does not have.
+func ciProfile(p *Profile, info *nvml.ComputeInstanceProfileInfo) (*ComputeProfile, nvml.Return) {
+	if info == nil || info.Id >= nvml.COMPUTE_INSTANCE_PROFILE_COUNT {
+		return nil, nvml.ERROR_INVALID_ARGUMENT
 	}
-	return nvml.SUCCESS
+	c, ok := computeProfile(p, int(info.Id))
+	if !ok {
+		return nil, nvml.ERROR_NOT_SUPPORTED
+	}
+	return c, nvml.SUCCESS
 }
 
 func (h *giHandle) GetComputeInstancePossiblePlacements(info *nvml.ComputeInstanceProfileInfo) ([]nvml.ComputeInstancePlacement, nvml.Return) {
@@ -423,25 +494,34 @@ func (h *giHandle) GetComputeInstancePossiblePlacements(info *nvml.ComputeInstan
 		return nil, r
 	}
 	defer h.lib.mu.Unlock()
-	if r := ciProfile(p, info); r != nvml.SUCCESS {
+	c, r := ciProfile(p, info)
+	if r != nvml.SUCCESS {
 		return nil, r
 	}
-	return []nvml.ComputeInstancePlacement{{Start: 0, Size: uint32(p.Slices)}}, nvml.SUCCESS
+	out := make([]nvml.ComputeInstancePlacement, len(c.Placements))
+	for i, s := range c.Placements {
+		out[i] = nvml.ComputeInstancePlacement{Start: uint32(s), Size: uint32(c.Slices)}
+	}
+	return out, nvml.SUCCESS
 }
 
+// GetComputeInstanceRemainingCapacity: the simulator only ever creates the
+// full-size compute instance, which leaves room for no other; before it
+// exists, a profile's capacity is its count.
 func (h *giHandle) GetComputeInstanceRemainingCapacity(info *nvml.ComputeInstanceProfileInfo) (int, nvml.Return) {
 	gi, p, r := h.begin()
 	if r != nvml.SUCCESS {
 		return 0, r
 	}
 	defer h.lib.mu.Unlock()
-	if r := ciProfile(p, info); r != nvml.SUCCESS {
+	c, r := ciProfile(p, info)
+	if r != nvml.SUCCESS {
 		return 0, r
 	}
 	if len(gi.CIs) > 0 {
 		return 0, nvml.SUCCESS
 	}
-	return 1, nvml.SUCCESS
+	return c.MaxCount, nvml.SUCCESS
 }
 
 func (h *giHandle) CreateComputeInstance(info *nvml.ComputeInstanceProfileInfo) (nvml.ComputeInstance, nvml.Return) {
@@ -471,8 +551,11 @@ func (h *giHandle) createComputeInstance(info *nvml.ComputeInstanceProfileInfo, 
 	if r != nvml.SUCCESS {
 		return nil, r
 	}
-	if r := ciProfile(p, info); r != nvml.SUCCESS {
+	if _, r := ciProfile(p, info); r != nvml.SUCCESS {
 		return nil, r
+	}
+	if int(info.Id) != fullCIProfile(p.Slices) {
+		return nil, nvml.ERROR_NOT_SUPPORTED // smaller compute instances are not simulated
 	}
 	if placement != nil && (placement.Start != 0 || placement.Size != uint32(p.Slices)) {
 		return nil, nvml.ERROR_INVALID_ARGUMENT

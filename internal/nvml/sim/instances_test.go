@@ -152,7 +152,7 @@ func TestProfileQueries(t *testing.T) {
 		t.Errorf("GetGpuInstanceProfileInfo returns by query (-want +got):\n%s", diff)
 	}
 	info := profileInfo(t, d, nvml.GPU_INSTANCE_PROFILE_3_SLICE)
-	wantInfo := nvml.GpuInstanceProfileInfo{Id: 9, SliceCount: 3, InstanceCount: 2, MultiprocessorCount: 42, MemorySizeMB: 19968}
+	wantInfo := nvml.GpuInstanceProfileInfo{Id: 9, SliceCount: 3, InstanceCount: 2, MultiprocessorCount: 42, CopyEngineCount: 3, DecoderCount: 2, MemorySizeMB: 19968}
 	if diff := cmp.Diff(wantInfo, info); diff != "" {
 		t.Errorf("3g.20gb info (-want +got):\n%s", diff)
 	}

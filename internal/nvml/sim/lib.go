@@ -59,7 +59,7 @@ var _ nvml.Interface = (*Lib)(nil)
 // watches the inbox for commands from other processes. Like go-nvml's New,
 // the library must be initialized with Init before use.
 func New(cfg Config) (*Lib, error) {
-	models, err := cfg.resolve()
+	models, initial, err := cfg.resolveGPUs()
 	if err != nil {
 		return nil, fmt.Errorf("simulator config: %w", err)
 	}
@@ -76,11 +76,14 @@ func New(cfg Config) (*Lib, error) {
 			seed = "localhost"
 		}
 	}
-	fresh := state{Version: stateVersion}
-	for i, m := range models {
-		fresh.GPUs = append(fresh.GPUs, gpuState{Model: m.Name, UUID: gpuUUID(seed, i)})
+	fresh := state{Version: stateVersion, GPUs: initial}
+	for i := range fresh.GPUs {
+		if fresh.GPUs[i].UUID == "" {
+			fresh.GPUs[i].UUID = gpuUUID(seed, i)
+		}
 	}
 	l.st = fresh
+	l.assignSerials()
 	if cfg.StateDir == "" {
 		return l, nil
 	}
@@ -100,15 +103,7 @@ func New(cfg Config) (*Lib, error) {
 	}
 	if ok {
 		l.st = loaded
-		for i := range l.st.GPUs {
-			for j := range l.st.GPUs[i].Instances {
-				gi := &l.st.GPUs[i].Instances[j]
-				gi.serial = l.serial()
-				for k := range gi.CIs {
-					gi.CIs[k].serial = l.serial()
-				}
-			}
-		}
+		l.assignSerials()
 	} else if !cfg.ReadOnly {
 		if err := l.store.save(&l.st); err != nil {
 			l.store.close()
@@ -122,6 +117,20 @@ func New(cfg Config) (*Lib, error) {
 		}
 	}
 	return l, nil
+}
+
+// assignSerials gives every instance of a state not made by this process
+// (loaded, or initial) the serial its handles check.
+func (l *Lib) assignSerials() {
+	for i := range l.st.GPUs {
+		for j := range l.st.GPUs[i].Instances {
+			gi := &l.st.GPUs[i].Instances[j]
+			gi.serial = l.serial()
+			for k := range gi.CIs {
+				gi.CIs[k].serial = l.serial()
+			}
+		}
+	}
 }
 
 // Close stops watching the inbox and releases the state directory. The

@@ -8,12 +8,18 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
-// Every GPU the simulator knows has 8 memory slices and 7 compute slices,
-// like A100, H100 and H200.
+// The MIG geometry of A100, H100, H200, B200 and GB200: 8 memory slices
+// (placement units) and 7 compute slices. They are the defaults for a model
+// that sets none; A30 and the RTX PRO Blackwell cards differ (see their
+// tables).
 const (
 	MemorySlices  = 8
 	ComputeSlices = 7
 )
+
+// maxMemorySlices bounds a model's placement units: occupancy is a 64-bit
+// mask here and in the config engine.
+const maxMemorySlices = 64
 
 // Architecture is the GPU generation. It matters for MIG mode: Ampere keeps a
 // MIG mode change pending until the GPU is reset; Hopper and later switch on
@@ -62,7 +68,8 @@ type Model struct {
 	// returns: "H100-SXM5-80GB".
 	Name string
 	// ProductName is the name real NVML reports for this product ("NVIDIA
-	// H100 80GB HBM3"); informational, shown by `device-plugin models`.
+	// H100 80GB HBM3"); informational, shown by `device-plugin models`, and
+	// how `device-plugin probe` finds the built-in model of a real GPU.
 	ProductName string
 	// PCIDeviceID is PciInfo.PciDeviceId: device id in the high 16 bits,
 	// vendor 0x10DE in the low ones (0x233010DE).
@@ -72,9 +79,28 @@ type Model struct {
 	// SMs is the multiprocessor count of the whole GPU.
 	SMs          int
 	Architecture Architecture
+	// MemorySlices is the number of placement units a GPU instance's
+	// placement is counted in (8 on A100..GB200, 4 on A30, 12 on RTX PRO
+	// 6000 Blackwell); ComputeSlices the number of compute slices (7, or 4).
+	// Zero means the default (MemorySlices, ComputeSlices).
+	MemorySlices  int
+	ComputeSlices int
 	// Profiles are the GPU-instance profiles the model supports, ordered by
 	// Query.
 	Profiles []Profile
+}
+
+// Geometry returns the model's memory slices (placement units) and compute
+// slices, defaults filled in.
+func (m *Model) Geometry() (memorySlices, computeSlices int) {
+	memorySlices, computeSlices = m.MemorySlices, m.ComputeSlices
+	if memorySlices == 0 {
+		memorySlices = MemorySlices
+	}
+	if computeSlices == 0 {
+		computeSlices = ComputeSlices
+	}
+	return memorySlices, computeSlices
 }
 
 // Profile is one GPU-instance profile of a model.
@@ -88,13 +114,43 @@ type Profile struct {
 	Query int
 	// Slices is the number of compute slices (the 3 in 3g.40gb).
 	Slices int
-	// MemorySlices is the placement size in memory slices (out of 8).
+	// MemorySlices is the placement size in memory slices (placement units).
 	MemorySlices int
 	MemoryMiB    uint64
 	SMs          int
 	// MaxCount is how many instances of the profile fit on an empty GPU.
 	MaxCount int
 	// Placements are the memory-slice starts the profile may be created at.
+	Placements []int
+	// Engines are the copy and media engines an instance of the profile
+	// gets. The media engines of all instances on a GPU never add up to more
+	// than the GPU has (the most any one profile has, the whole-GPU one), so
+	// 1g.6gb+me and 2g.12gb+me, which both need the A30's only OFA, do not
+	// coexist. A model without engine counts has no such limit.
+	Engines Engines
+	// ComputeProfiles are the compute-instance profiles NVML reports for an
+	// instance of this profile. Empty means the one the simulator creates:
+	// a compute instance spanning the whole GPU instance. Smaller ones (from
+	// a probe of a real GPU) are reported, never created.
+	ComputeProfiles []ComputeProfile
+}
+
+// Engines are the engine counts of GpuInstanceProfileInfo.
+type Engines struct {
+	CopyEngines int
+	Decoders    int
+	Encoders    int
+	JPEGs       int
+	OFAs        int
+}
+
+// ComputeProfile is a compute-instance profile of a GPU-instance profile.
+type ComputeProfile struct {
+	// Query is the COMPUTE_INSTANCE_PROFILE_* constant (the id NVML reports).
+	Query      int
+	Slices     int
+	SMs        int
+	MaxCount   int
 	Placements []int
 }
 
@@ -109,6 +165,15 @@ func (m *Model) profileByID(id uint32) (*Profile, bool) {
 	return nil, false
 }
 
+func (m *Model) profileByName(name string) (*Profile, bool) {
+	for i := range m.Profiles {
+		if m.Profiles[i].Name == name {
+			return &m.Profiles[i], true
+		}
+	}
+	return nil, false
+}
+
 func (m *Model) profileByQuery(q int) (*Profile, bool) {
 	for i := range m.Profiles {
 		if m.Profiles[i].Query == q {
@@ -116,116 +181,6 @@ func (m *Model) profileByQuery(q int) (*Profile, bool) {
 		}
 	}
 	return nil, false
-}
-
-// The tables below are copied from ../shared/mig-profiles.md (MIG reference
-// tables gathered from public sources): NVML profile ids, max counts, memory,
-// SM counts and placements. The whole-GPU memory totals (40960, 81920, 81559
-// and 143771 MiB) and SM counts (108, 132) are the values nvidia-smi commonly
-// reports for these products; they are not in that file.
-//
-// Where the file gives GiB (H100) the MiB value is GiB*1024 (19.62 GiB read as
-// 19.625). Where it says "about" (H200) or gives nothing, the MiB and SM values
-// are plausible choices, not measurements: they are picked so that the name
-// derived from memory (internal/mig) equals the table's name, and the H200
-// 1g.35gb SM count copies the H100 1g.20gb row.
-func builtinModels() []Model {
-	// A100 and H100 tables share ids, queries and placements; only memory
-	// and SMs differ.
-	type row struct {
-		name   string
-		memMiB uint64
-		sms    int
-	}
-	build := func(rows [7]row) []Profile {
-		// Order: 1g, 1g+me, 1g (2 memory slices), 2g, 3g, 4g, 7g.
-		shape := [7]Profile{
-			{ID: 19, Query: nvml.GPU_INSTANCE_PROFILE_1_SLICE, Slices: 1, MemorySlices: 1, MaxCount: 7, Placements: []int{0, 1, 2, 3, 4, 5, 6}},
-			{ID: 20, Query: nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, Slices: 1, MemorySlices: 1, MaxCount: 1, Placements: []int{0, 1, 2, 3, 4, 5, 6}},
-			{ID: 15, Query: nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV2, Slices: 1, MemorySlices: 2, MaxCount: 4, Placements: []int{0, 2, 4, 6}},
-			{ID: 14, Query: nvml.GPU_INSTANCE_PROFILE_2_SLICE, Slices: 2, MemorySlices: 2, MaxCount: 3, Placements: []int{0, 2, 4}},
-			{ID: 9, Query: nvml.GPU_INSTANCE_PROFILE_3_SLICE, Slices: 3, MemorySlices: 4, MaxCount: 2, Placements: []int{0, 4}},
-			{ID: 5, Query: nvml.GPU_INSTANCE_PROFILE_4_SLICE, Slices: 4, MemorySlices: 4, MaxCount: 1, Placements: []int{0}},
-			{ID: 0, Query: nvml.GPU_INSTANCE_PROFILE_7_SLICE, Slices: 7, MemorySlices: 8, MaxCount: 1, Placements: []int{0}},
-		}
-		out := make([]Profile, len(shape))
-		for i, p := range shape {
-			p.Name, p.MemoryMiB, p.SMs = rows[i].name, rows[i].memMiB, rows[i].sms
-			out[i] = p
-		}
-		slices.SortFunc(out, func(a, b Profile) int { return a.Query - b.Query })
-		return out
-	}
-	return []Model{
-		{
-			Name:         "A100-SXM4-40GB",
-			ProductName:  "NVIDIA A100-SXM4-40GB",
-			PCIDeviceID:  0x20B010DE,
-			MemoryMiB:    40960,
-			SMs:          108,
-			Architecture: Ampere,
-			Profiles: build([7]row{
-				{"1g.5gb", 4864, 14},
-				{"1g.5gb+me", 4864, 14},
-				{"1g.10gb", 9856, 14},
-				{"2g.10gb", 9856, 28},
-				{"3g.20gb", 19968, 42},
-				{"4g.20gb", 19968, 56},
-				{"7g.40gb", 40192, 98},
-			}),
-		},
-		{
-			Name:         "A100-SXM4-80GB",
-			ProductName:  "NVIDIA A100-SXM4-80GB",
-			PCIDeviceID:  0x20B210DE,
-			MemoryMiB:    81920,
-			SMs:          108,
-			Architecture: Ampere,
-			Profiles: build([7]row{
-				{"1g.10gb", 9856, 14},
-				{"1g.10gb+me", 9856, 14},
-				{"1g.20gb", 19968, 14},
-				{"2g.20gb", 19968, 28},
-				{"3g.40gb", 40192, 42},
-				{"4g.40gb", 40192, 56},
-				{"7g.80gb", 80384, 98},
-			}),
-		},
-		{
-			Name:         "H100-SXM5-80GB",
-			ProductName:  "NVIDIA H100 80GB HBM3",
-			PCIDeviceID:  0x233010DE,
-			MemoryMiB:    81559,
-			SMs:          132,
-			Architecture: Hopper,
-			Profiles: build([7]row{
-				{"1g.10gb", 9984, 16},    // 9.75 GiB
-				{"1g.10gb+me", 9984, 16}, // 9.75 GiB
-				{"1g.20gb", 20096, 26},   // 19.62 GiB
-				{"2g.20gb", 20096, 32},   // 19.62 GiB
-				{"3g.40gb", 40448, 60},   // 39.50 GiB
-				{"4g.40gb", 40448, 64},   // 39.50 GiB
-				{"7g.80gb", 81152, 132},  // 79.25 GiB
-			}),
-		},
-		{
-			Name:         "H200-SXM-141GB",
-			ProductName:  "NVIDIA H200",
-			PCIDeviceID:  0x233510DE,
-			MemoryMiB:    143771,
-			SMs:          132,
-			Architecture: Hopper,
-			Profiles: build([7]row{
-				{"1g.18gb", 16384, 16},    // "about 16 GiB"
-				{"1g.18gb+me", 16384, 16}, // as 1g.18gb
-				{"1g.35gb", 33280, 26},    // 32.5 GiB as 2g.35gb; SMs as H100 1g.20gb
-				{"2g.35gb", 33280, 32},    // "about 32.5 GiB"
-				{"3g.71gb", 66560, 60},    // 65 GiB, chosen
-				{"4g.71gb", 66560, 64},    // as 3g.71gb
-				{"7g.141gb", 143360, 132}, // "about 140 GiB"
-			}),
-		},
-	}
 }
 
 // BuiltinModels returns the GPU models the simulator knows without a models
@@ -267,4 +222,49 @@ func (s modelSet) names() []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// plus adds the media engines of o to e (copy engines too, unchecked).
+func (e Engines) plus(o Engines) Engines {
+	return Engines{e.CopyEngines + o.CopyEngines, e.Decoders + o.Decoders, e.Encoders + o.Encoders, e.JPEGs + o.JPEGs, e.OFAs + o.OFAs}
+}
+
+// within reports whether e's media engines are at most limit's. Copy
+// engines are not limited: nvidia-smi shows the whole-GPU profile with
+// fewer copy engines than seven 1g instances have between them (B200).
+func (e Engines) within(limit Engines) bool {
+	return e.Decoders <= limit.Decoders && e.Encoders <= limit.Encoders && e.JPEGs <= limit.JPEGs && e.OFAs <= limit.OFAs
+}
+
+// mediaLimits is how many media engines the GPU has: per engine, the most
+// any profile has (the whole-GPU profile, or an _ALL_ME one, holds them
+// all).
+func (m *Model) mediaLimits() Engines {
+	var l Engines
+	for _, p := range m.Profiles {
+		l.Decoders = max(l.Decoders, p.Engines.Decoders)
+		l.Encoders = max(l.Encoders, p.Engines.Encoders)
+		l.JPEGs = max(l.JPEGs, p.Engines.JPEGs)
+		l.OFAs = max(l.OFAs, p.Engines.OFAs)
+	}
+	return l
+}
+
+// media says how a profile's media engines relate to the rest of the GPU.
+type media int
+
+const (
+	someMedia media = iota // the usual profiles: their share, or none
+	allMedia               // _ALL_ME: every media engine of the GPU
+	noMedia                // _NO_ME: none, and compatible with _ALL_ME
+)
+
+func mediaKind(query int) media {
+	switch query {
+	case nvml.GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME, nvml.GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME:
+		return allMedia
+	case nvml.GPU_INSTANCE_PROFILE_1_SLICE_NO_ME, nvml.GPU_INSTANCE_PROFILE_2_SLICE_NO_ME:
+		return noMedia
+	}
+	return someMedia
 }

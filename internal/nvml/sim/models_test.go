@@ -22,6 +22,19 @@ func TestBuiltinModels(t *testing.T) {
 		"A100-SXM4-80GB": {0x20B210DE, sim.Ampere, []string{"1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "1g.10gb+me", "1g.20gb"}},
 		"H100-SXM5-80GB": {0x233010DE, sim.Hopper, []string{"1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "1g.10gb+me", "1g.20gb"}},
 		"H200-SXM-141GB": {0x233510DE, sim.Hopper, []string{"1g.18gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb", "1g.18gb+me", "1g.35gb"}},
+		// PCI ids from mig-parted's config-default.yaml device filters, names
+		// from its configs and NVIDIA's MIG user guide (docs/MODELS.md).
+		"A30-24GB":       {0x20B710DE, sim.Ampere, []string{"1g.6gb", "2g.12gb", "4g.24gb", "1g.6gb+me", "2g.12gb+me"}},
+		"A100-PCIE-40GB": {0x20F110DE, sim.Ampere, []string{"1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb", "1g.5gb+me", "1g.10gb"}},
+		"A100-PCIE-80GB": {0x20B510DE, sim.Ampere, []string{"1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "1g.10gb+me", "1g.20gb"}},
+		"H100-PCIE-80GB": {0x233110DE, sim.Hopper, []string{"1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "1g.10gb+me", "1g.20gb"}},
+		"H100-NVL-94GB":  {0x232110DE, sim.Hopper, []string{"1g.12gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb", "1g.12gb+me", "1g.24gb"}},
+		"H20-96GB":       {0x232910DE, sim.Hopper, []string{"1g.12gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb", "1g.12gb+me", "1g.24gb"}},
+		"H200-NVL-141GB": {0x233B10DE, sim.Hopper, []string{"1g.18gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb", "1g.18gb+me", "1g.35gb"}},
+		"B200-180GB":     {0x290110DE, sim.Blackwell, []string{"1g.23gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb", "1g.23gb+me", "1g.45gb"}},
+		"GB200-186GB":    {0x294110DE, sim.Blackwell, []string{"1g.23gb", "2g.47gb", "3g.93gb", "4g.93gb", "7g.186gb", "1g.23gb+me", "1g.47gb"}},
+		"RTX-PRO-6000-Server-96GB": {0x2BB510DE, sim.Blackwell, []string{"1g.24gb", "2g.48gb", "4g.96gb", "1g.24gb+me", "1g.24gb+gfx", "2g.48gb+gfx", "4g.96gb+gfx",
+			"1g.24gb-me", "2g.48gb-me", "1g.24gb+me.all", "2g.48gb+me.all"}},
 	}
 	models := sim.BuiltinModels()
 	if len(models) != len(want) {
@@ -85,6 +98,9 @@ func TestParseModels(t *testing.T) {
 		MemoryMiB:    71680,
 		SMs:          114,
 		Architecture: sim.Hopper,
+		// The 8 memory and 7 compute slices of A100 and H100 by default.
+		MemorySlices:  8,
+		ComputeSlices: 7,
 		Profiles: []sim.Profile{ // ordered by query; ids defaulted from it
 			{Name: "1g.9gb", ID: 19, Query: nvml.GPU_INSTANCE_PROFILE_1_SLICE, Slices: 1, MemorySlices: 1, MemoryMiB: 8960, SMs: 14, MaxCount: 7, Placements: []int{0, 1, 2, 3, 4, 5, 6}},
 			{Name: "3g.30gb", ID: 9, Query: nvml.GPU_INSTANCE_PROFILE_3_SLICE, Slices: 3, MemorySlices: 4, MemoryMiB: 30720, SMs: 42, MaxCount: 2, Placements: []int{0, 4}},
@@ -123,7 +139,7 @@ func TestParseModelsErrors(t *testing.T) {
 		{"zero counts", header + "  - {name: 3g, slices: 3, memorySlices: 4, memoryMiB: 0, sms: 0, maxCount: 0, placements: [0]}\n",
 			[]string{"memoryMiB: 0", "sms: 0", "maxCount: 0"}},
 		{"no compute instance profile for 5 slices", header + "  - {name: 5g, query: 3_SLICE, id: 1, slices: 5, memorySlices: 4, memoryMiB: 19000, sms: 70, maxCount: 1, placements: [0]}\n",
-			[]string{"slices: 5 is not 1, 2, 3, 4, 6 or 7"}},
+			[]string{"slices: 5 is not one of 1, 2, 3, 4, 6, 7"}},
 		{"memory above the GPU's", header + "  - {name: 7g, slices: 7, memorySlices: 8, memoryMiB: 50000, sms: 98, maxCount: 1, placements: [0]}\n",
 			[]string{"memoryMiB: 50000 is not in 1..40960"}},
 		{"duplicate name", header + okProfile + "  - {name: 1g.5gb, query: 1_SLICE_REV1, slices: 1, memorySlices: 1, memoryMiB: 4864, sms: 14, maxCount: 1, placements: [0]}\n",
@@ -204,7 +220,7 @@ func TestCustomModel(t *testing.T) {
 
 func TestUnknownModel(t *testing.T) {
 	_, err := sim.New(sim.Config{GPUs: []sim.GPUSpec{gpu("V100")}})
-	want := `simulator config: gpus[0]: unknown GPU model "V100" (known: A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB, H200-SXM-141GB)`
+	want := `simulator config: gpus[0]: unknown GPU model "V100" (known: A100-PCIE-40GB, A100-PCIE-80GB, A100-SXM4-40GB, A100-SXM4-80GB, A30-24GB, B200-180GB, GB200-186GB, H100-NVL-94GB, H100-PCIE-80GB, H100-SXM5-80GB, H20-96GB, H200-NVL-141GB, H200-SXM-141GB, RTX-PRO-6000-Server-96GB)`
 	if err == nil || err.Error() != want {
 		t.Errorf("New() error = %v, want %q", err, want)
 	}

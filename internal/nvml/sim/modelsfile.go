@@ -121,6 +121,12 @@ func (m *Model) validate() error {
 	if m.SMs <= 0 {
 		errs = append(errs, errors.New("sms: must be > 0"))
 	}
+	if m.MemorySlices < 0 || m.MemorySlices > maxMemorySlices {
+		errs = append(errs, fmt.Errorf("memorySlices: %d is not in 1..%d", m.MemorySlices, maxMemorySlices))
+	}
+	if m.ComputeSlices < 0 || m.ComputeSlices > ComputeSlices {
+		errs = append(errs, fmt.Errorf("computeSlices: %d is not in 1..%d", m.ComputeSlices, ComputeSlices))
+	}
 	switch m.Architecture {
 	case Ampere, Hopper, Blackwell:
 	default:
@@ -152,6 +158,7 @@ func (m *Model) validate() error {
 }
 
 func (p *Profile) validate(m *Model) error {
+	memorySlices, computeSlices := m.Geometry()
 	var errs []error
 	if p.Name == "" {
 		errs = append(errs, errors.New("name: must be set"))
@@ -159,11 +166,11 @@ func (p *Profile) validate(m *Model) error {
 	if p.Query < 0 || p.Query >= nvml.GPU_INSTANCE_PROFILE_COUNT {
 		errs = append(errs, fmt.Errorf("query: %d is not a GPU_INSTANCE_PROFILE_* constant", p.Query))
 	}
-	if p.Slices < 1 || p.Slices > ComputeSlices || fullCIProfile(p.Slices) < 0 {
-		errs = append(errs, fmt.Errorf("slices: %d is not 1, 2, 3, 4, 6 or 7 (sizes NVML has compute instance profiles for)", p.Slices))
+	if p.Slices < 1 || p.Slices > computeSlices || fullCIProfile(p.Slices) < 0 {
+		errs = append(errs, fmt.Errorf("slices: %d is not one of 1, 2, 3, 4, 6, 7 up to the GPU's %d compute slices (sizes NVML has compute instance profiles for)", p.Slices, computeSlices))
 	}
-	if p.MemorySlices < 1 || p.MemorySlices > MemorySlices {
-		errs = append(errs, fmt.Errorf("memorySlices: %d is not in 1..%d", p.MemorySlices, MemorySlices))
+	if p.MemorySlices < 1 || p.MemorySlices > memorySlices {
+		errs = append(errs, fmt.Errorf("memorySlices: %d is not in 1..%d", p.MemorySlices, memorySlices))
 	}
 	if p.MemoryMiB == 0 || p.MemoryMiB > m.MemoryMiB {
 		errs = append(errs, fmt.Errorf("memoryMiB: %d is not in 1..%d (the GPU's memory)", p.MemoryMiB, m.MemoryMiB))
@@ -176,8 +183,8 @@ func (p *Profile) validate(m *Model) error {
 	}
 	seen := map[int]bool{}
 	for _, s := range p.Placements {
-		if s < 0 || s+p.MemorySlices > MemorySlices {
-			errs = append(errs, fmt.Errorf("placements: start %d with size %d does not fit in %d memory slices", s, p.MemorySlices, MemorySlices))
+		if s < 0 || s+p.MemorySlices > memorySlices {
+			errs = append(errs, fmt.Errorf("placements: start %d with size %d does not fit in %d memory slices", s, p.MemorySlices, memorySlices))
 		}
 		if seen[s] {
 			errs = append(errs, fmt.Errorf("placements: start %d listed twice", s))
@@ -186,6 +193,48 @@ func (p *Profile) validate(m *Model) error {
 	}
 	if p.MaxCount < 1 || p.MaxCount > len(p.Placements) {
 		errs = append(errs, fmt.Errorf("maxCount: %d is not in 1..%d (the number of placements)", p.MaxCount, len(p.Placements)))
+	}
+	e := p.Engines
+	if e.CopyEngines < 0 || e.Decoders < 0 || e.Encoders < 0 || e.JPEGs < 0 || e.OFAs < 0 {
+		errs = append(errs, fmt.Errorf("engines: counts must be >= 0, got %+v", e))
+	}
+	queries := map[int]bool{}
+	for i, c := range p.ComputeProfiles {
+		if err := c.validate(p); err != nil {
+			errs = append(errs, fmt.Errorf("computeProfiles[%d]: %w", i, err))
+		}
+		if queries[c.Query] {
+			errs = append(errs, fmt.Errorf("computeProfiles[%d]: query %d listed twice", i, c.Query))
+		}
+		queries[c.Query] = true
+	}
+	if len(p.ComputeProfiles) > 0 && fullCIProfile(p.Slices) >= 0 && !queries[fullCIProfile(p.Slices)] {
+		errs = append(errs, fmt.Errorf("computeProfiles: the full-size profile (query %d, %d slices) is missing: it is the one migflex creates", fullCIProfile(p.Slices), p.Slices))
+	}
+	return errors.Join(errs...)
+}
+
+func (c *ComputeProfile) validate(p *Profile) error {
+	var errs []error
+	if c.Query < 0 || c.Query >= nvml.COMPUTE_INSTANCE_PROFILE_COUNT {
+		errs = append(errs, fmt.Errorf("query: %d is not a COMPUTE_INSTANCE_PROFILE_* constant", c.Query))
+	}
+	if c.Slices < 1 || c.Slices > p.Slices {
+		errs = append(errs, fmt.Errorf("slices: %d is not in 1..%d (the GPU instance's)", c.Slices, p.Slices))
+	}
+	if c.SMs < 1 || c.SMs > p.SMs {
+		errs = append(errs, fmt.Errorf("sms: %d is not in 1..%d (the GPU instance's)", c.SMs, p.SMs))
+	}
+	if len(c.Placements) == 0 {
+		errs = append(errs, errors.New("placements: at least one start is required"))
+	}
+	for _, s := range c.Placements {
+		if s < 0 || s+c.Slices > p.Slices {
+			errs = append(errs, fmt.Errorf("placements: start %d with size %d does not fit in %d compute slices", s, c.Slices, p.Slices))
+		}
+	}
+	if c.MaxCount < 1 || c.MaxCount > p.Slices {
+		errs = append(errs, fmt.Errorf("maxCount: %d is not in 1..%d", c.MaxCount, p.Slices))
 	}
 	return errors.Join(errs...)
 }
@@ -199,13 +248,16 @@ type modelsFile struct {
 // modelSpec is a Model as written in YAML. Optional fields are pointers so
 // that an omitted id or query (0 is a valid value for both) can be defaulted.
 type modelSpec struct {
-	Name         string        `json:"name"`
-	ProductName  string        `json:"productName,omitempty"`
-	PCIDeviceID  hexUint32     `json:"pciDeviceID"`
-	MemoryMiB    uint64        `json:"memoryMiB"`
-	SMs          int           `json:"sms"`
-	Architecture Architecture  `json:"architecture"`
-	Profiles     []profileSpec `json:"profiles"`
+	Name         string       `json:"name"`
+	ProductName  string       `json:"productName,omitempty"`
+	PCIDeviceID  hexUint32    `json:"pciDeviceID"`
+	MemoryMiB    uint64       `json:"memoryMiB"`
+	SMs          int          `json:"sms"`
+	Architecture Architecture `json:"architecture"`
+	// MemorySlices and ComputeSlices default to 8 and 7.
+	MemorySlices  int           `json:"memorySlices,omitempty"`
+	ComputeSlices int           `json:"computeSlices,omitempty"`
+	Profiles      []profileSpec `json:"profiles"`
 }
 
 type profileSpec struct {
@@ -214,24 +266,46 @@ type profileSpec struct {
 	ID *uint32 `json:"id,omitempty"`
 	// Query defaults from slices and memorySlices (N_SLICE, or 1_SLICE_REV2
 	// for 1 compute and 2 memory slices).
-	Query        *queryConstant `json:"query,omitempty"`
-	Slices       int            `json:"slices"`
-	MemorySlices int            `json:"memorySlices"`
-	MemoryMiB    uint64         `json:"memoryMiB"`
-	SMs          int            `json:"sms"`
-	MaxCount     int            `json:"maxCount"`
-	Placements   []int          `json:"placements"`
+	Query           *queryConstant       `json:"query,omitempty"`
+	Slices          int                  `json:"slices"`
+	MemorySlices    int                  `json:"memorySlices"`
+	MemoryMiB       uint64               `json:"memoryMiB"`
+	SMs             int                  `json:"sms"`
+	MaxCount        int                  `json:"maxCount"`
+	Placements      []int                `json:"placements"`
+	Engines         *enginesSpec         `json:"engines,omitempty"`
+	ComputeProfiles []computeProfileSpec `json:"computeProfiles,omitempty"`
+}
+
+// enginesSpec is Engines in YAML; omitted counts are 0.
+type enginesSpec struct {
+	CopyEngines int `json:"copyEngines,omitempty"`
+	Decoders    int `json:"decoders,omitempty"`
+	Encoders    int `json:"encoders,omitempty"`
+	JPEGs       int `json:"jpegs,omitempty"`
+	OFAs        int `json:"ofas,omitempty"`
+}
+
+type computeProfileSpec struct {
+	Query      computeQuery `json:"query"`
+	Slices     int          `json:"slices"`
+	SMs        int          `json:"sms"`
+	MaxCount   int          `json:"maxCount"`
+	Placements []int        `json:"placements"`
 }
 
 func (s *modelSpec) model() (Model, error) {
 	m := Model{
-		Name:         s.Name,
-		ProductName:  s.ProductName,
-		PCIDeviceID:  uint32(s.PCIDeviceID),
-		MemoryMiB:    s.MemoryMiB,
-		SMs:          s.SMs,
-		Architecture: Architecture(strings.ToLower(string(s.Architecture))),
+		Name:          s.Name,
+		ProductName:   s.ProductName,
+		PCIDeviceID:   uint32(s.PCIDeviceID),
+		MemoryMiB:     s.MemoryMiB,
+		SMs:           s.SMs,
+		Architecture:  Architecture(strings.ToLower(string(s.Architecture))),
+		MemorySlices:  s.MemorySlices,
+		ComputeSlices: s.ComputeSlices,
 	}
+	m.MemorySlices, m.ComputeSlices = m.Geometry()
 	for _, ps := range s.Profiles {
 		p := Profile{
 			Name:         ps.Name,
@@ -241,6 +315,14 @@ func (s *modelSpec) model() (Model, error) {
 			SMs:          ps.SMs,
 			MaxCount:     ps.MaxCount,
 			Placements:   slices.Clone(ps.Placements),
+		}
+		if ps.Engines != nil {
+			p.Engines = Engines(*ps.Engines)
+		}
+		for _, cs := range ps.ComputeProfiles {
+			p.ComputeProfiles = append(p.ComputeProfiles, ComputeProfile{
+				Query: int(cs.Query), Slices: cs.Slices, SMs: cs.SMs, MaxCount: cs.MaxCount, Placements: slices.Clone(cs.Placements),
+			})
 		}
 		if ps.Query != nil {
 			p.Query = int(*ps.Query)
@@ -263,6 +345,46 @@ func (s *modelSpec) model() (Model, error) {
 		return Model{}, err
 	}
 	return m, nil
+}
+
+// spec is the YAML form of m with every field spelled out, the inverse of
+// modelSpec.model.
+func (m *Model) spec() modelSpec {
+	s := modelSpec{
+		Name:         m.Name,
+		ProductName:  m.ProductName,
+		PCIDeviceID:  hexUint32(m.PCIDeviceID),
+		MemoryMiB:    m.MemoryMiB,
+		SMs:          m.SMs,
+		Architecture: m.Architecture,
+	}
+	s.MemorySlices, s.ComputeSlices = m.Geometry()
+	for i := range m.Profiles {
+		p := &m.Profiles[i]
+		id, q := p.ID, queryConstant(p.Query)
+		ps := profileSpec{
+			Name:         p.Name,
+			ID:           &id,
+			Query:        &q,
+			Slices:       p.Slices,
+			MemorySlices: p.MemorySlices,
+			MemoryMiB:    p.MemoryMiB,
+			SMs:          p.SMs,
+			MaxCount:     p.MaxCount,
+			Placements:   slices.Clone(p.Placements),
+		}
+		if p.Engines != (Engines{}) {
+			e := enginesSpec(p.Engines)
+			ps.Engines = &e
+		}
+		for _, c := range p.ComputeProfiles {
+			ps.ComputeProfiles = append(ps.ComputeProfiles, computeProfileSpec{
+				Query: computeQuery(c.Query), Slices: c.Slices, SMs: c.SMs, MaxCount: c.MaxCount, Placements: slices.Clone(c.Placements),
+			})
+		}
+		s.Profiles = append(s.Profiles, ps)
+	}
+	return s
 }
 
 func modelsFromSpecs(specs []modelSpec) ([]Model, error) {
@@ -319,8 +441,13 @@ func LoadModelsFile(path string) ([]Model, error) {
 	return models, nil
 }
 
-// hexUint32 reads a number or a string such as "0x233010DE".
+// hexUint32 reads a number or a string such as "0x233010DE" and writes the
+// string.
 type hexUint32 uint32
+
+func (h hexUint32) MarshalJSON() ([]byte, error) {
+	return json.Marshal(fmt.Sprintf("0x%08X", uint32(h)))
+}
 
 func (h *hexUint32) UnmarshalJSON(b []byte) error {
 	var n uint32
@@ -340,8 +467,11 @@ func (h *hexUint32) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// queryConstant reads "3_SLICE", "GPU_INSTANCE_PROFILE_3_SLICE" or a number.
+// queryConstant reads "3_SLICE", "GPU_INSTANCE_PROFILE_3_SLICE" or a number
+// and writes the name.
 type queryConstant int
+
+func (q queryConstant) MarshalJSON() ([]byte, error) { return json.Marshal(QueryName(int(q))) }
 
 func (q *queryConstant) UnmarshalJSON(b []byte) error {
 	var n int
@@ -358,4 +488,55 @@ func (q *queryConstant) UnmarshalJSON(b []byte) error {
 	}
 	*q = queryConstant(v)
 	return nil
+}
+
+// computeQueryNames spells the COMPUTE_INSTANCE_PROFILE_* constants without
+// their prefix, indexed by value.
+var computeQueryNames = [nvml.COMPUTE_INSTANCE_PROFILE_COUNT]string{
+	nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE:      "1_SLICE",
+	nvml.COMPUTE_INSTANCE_PROFILE_2_SLICE:      "2_SLICE",
+	nvml.COMPUTE_INSTANCE_PROFILE_3_SLICE:      "3_SLICE",
+	nvml.COMPUTE_INSTANCE_PROFILE_4_SLICE:      "4_SLICE",
+	nvml.COMPUTE_INSTANCE_PROFILE_7_SLICE:      "7_SLICE",
+	nvml.COMPUTE_INSTANCE_PROFILE_8_SLICE:      "8_SLICE",
+	nvml.COMPUTE_INSTANCE_PROFILE_6_SLICE:      "6_SLICE",
+	nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE_REV1: "1_SLICE_REV1",
+	nvml.COMPUTE_INSTANCE_PROFILE_7_SLICE_NVL:  "7_SLICE_NVL",
+}
+
+// ComputeQueryName returns the COMPUTE_INSTANCE_PROFILE_* constant's name
+// without the prefix ("3_SLICE"), or the number for a value go-nvml does not
+// define.
+func ComputeQueryName(q int) string {
+	if q >= 0 && q < len(computeQueryNames) {
+		return computeQueryNames[q]
+	}
+	return strconv.Itoa(q)
+}
+
+// computeQuery reads "3_SLICE", "COMPUTE_INSTANCE_PROFILE_3_SLICE" or a
+// number and writes the name.
+type computeQuery int
+
+func (q computeQuery) MarshalJSON() ([]byte, error) { return json.Marshal(ComputeQueryName(int(q))) }
+
+func (q *computeQuery) UnmarshalJSON(b []byte) error {
+	var n int
+	if err := json.Unmarshal(b, &n); err == nil {
+		if n < 0 || n >= len(computeQueryNames) {
+			return fmt.Errorf("compute instance profile query %d is not a COMPUTE_INSTANCE_PROFILE_* constant", n)
+		}
+		*q = computeQuery(n)
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want a COMPUTE_INSTANCE_PROFILE_* name like \"3_SLICE\", got %s", b)
+	}
+	name := strings.TrimPrefix(strings.ToUpper(strings.TrimSpace(s)), "COMPUTE_INSTANCE_PROFILE_")
+	if i := slices.Index(computeQueryNames[:], name); i >= 0 {
+		*q = computeQuery(i)
+		return nil
+	}
+	return fmt.Errorf("unknown compute instance profile query %q (want one of %s)", s, strings.Join(computeQueryNames[:], ", "))
 }

@@ -111,7 +111,8 @@ func (g *gpuState) check(m *Model) error {
 	if len(g.Instances) > 0 && !g.MigEnabled {
 		return errors.New("GPU instances while MIG mode is disabled")
 	}
-	u := newUsage()
+	_, computeSlices := m.Geometry()
+	u := newUsage(m)
 	ids := map[uint32]bool{}
 	for _, gi := range g.Instances {
 		p, ok := m.profileByID(gi.ProfileID)
@@ -131,6 +132,12 @@ func (g *gpuState) check(m *Model) error {
 		if u.count[p.ID] >= p.MaxCount {
 			return fmt.Errorf("more %s instances than its max count %d", p.Name, p.MaxCount)
 		}
+		if u.compute+p.Slices > computeSlices {
+			return fmt.Errorf("instances use more than the GPU's %d compute slices", computeSlices)
+		}
+		if !u.mediaFits(p) {
+			return fmt.Errorf("GPU instance %d (%s at %d): not enough media engines left beside the other instances (%s)", gi.ID, p.Name, gi.Start, mediaRule(p))
+		}
 		u.add(p, gi.Start)
 		for _, ci := range gi.CIs {
 			if ci.ProfileID != uint32(fullCIProfile(p.Slices)) {
@@ -141,10 +148,20 @@ func (g *gpuState) check(m *Model) error {
 			return fmt.Errorf("GPU instance %d: %d compute instances, a full-size one leaves room for no other", gi.ID, len(gi.CIs))
 		}
 	}
-	if u.compute > ComputeSlices {
-		return fmt.Errorf("instances use %d compute slices, the GPU has %d", u.compute, ComputeSlices)
-	}
 	return nil
+}
+
+// mediaRule explains why a profile may lack media engines.
+func mediaRule(p *Profile) string {
+	switch mediaKind(p.Query) {
+	case allMedia:
+		return "a profile with all media engines coexists only with -me profiles"
+	case someMedia:
+		if p.Engines == (Engines{}) {
+			return "no instance but -me ones may coexist with a +me.all one"
+		}
+	}
+	return "the GPU's decoders, encoders, JPEG decoders and OFAs are shared out among its instances"
 }
 
 // Files in Config.StateDir.
