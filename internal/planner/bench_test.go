@@ -1,0 +1,75 @@
+package planner_test
+
+import (
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/migflex/migflex/internal/planner"
+)
+
+// BenchmarkPlanRound is one round at the scale of the planner issue: 5,000
+// nodes of 8 GPUs and 1,000 pending pods (results in docs/PLANNER.md).
+func BenchmarkPlanRound(b *testing.B) {
+	for _, size := range []struct {
+		name           string
+		nodes, pending int
+		busy           float64
+		maxGPUs        int
+	}{
+		// Six in ten instances in use: many pods find a free instance.
+		{"nodes=5000/pending=1000/busy=0.6", 5000, 1000, 0.6, 64},
+		// Almost everything in use and no cap: most pods need a reshape.
+		{"nodes=5000/pending=1000/busy=1/nocap", 5000, 1000, 1, 0},
+		{"nodes=500/pending=100/busy=0.6", 500, 100, 0.6, 64},
+	} {
+		b.Run(size.name, func(b *testing.B) {
+			snap := bigScenarioBusy(1, size.nodes, size.pending, size.busy)
+			pol := planner.DefaultPolicy()
+			pol.MaxGPUsPerRound = size.maxGPUs
+			pl, err := planner.New(pol)
+			if err != nil {
+				b.Fatal(err)
+			}
+			// Build the per-model tables outside the timed loop: they are
+			// built once per process.
+			if _, err := pl.Plan(snap); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			var res planner.Result
+			cpu0 := cpuTime()
+			for b.Loop() {
+				res, err = pl.Plan(snap)
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			// On a shared machine wall time includes waiting for a core;
+			// the process's CPU time per round (GC included) does not.
+			b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+			served := 0
+			for _, p := range res.Pods {
+				if p.Action != planner.ActionNone {
+					served++
+				}
+			}
+			b.ReportMetric(float64(served), "served")
+			gpus := 0
+			for _, n := range res.Nodes {
+				gpus += len(n.GPUs)
+			}
+			b.ReportMetric(float64(gpus), "gpus-changed")
+		})
+	}
+}
+
+// cpuTime is the process's user and system CPU time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

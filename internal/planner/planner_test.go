@@ -1,0 +1,614 @@
+package planner_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/migflex/migflex/internal/planner"
+)
+
+// outcome is "reshape node/gpu", "existing node/gpu" or "none: <words the
+// reason must contain>"; several devices list every node/gpu, comma-separated.
+func outcome(p planner.PodPlan) string {
+	if p.Action == planner.ActionNone {
+		return "none: " + p.Reason
+	}
+	var where []string
+	for _, d := range p.Devices {
+		where = append(where, fmt.Sprintf("%s/%d", p.Node, d.GPU))
+	}
+	return string(p.Action) + " " + strings.Join(where, ",")
+}
+
+func layoutOf(gc planner.GPUChange) []string {
+	if !gc.MigEnabled {
+		return []string{"MIG disabled"}
+	}
+	var out []string
+	for _, in := range gc.Layout {
+		s := fmt.Sprintf("%s@%d", in.Profile, in.Start)
+		if in.InUse {
+			s += "*"
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+type ruleCase struct {
+	nodes []planner.Node
+	pods  []*corev1.Pod
+	mix   []planner.Demand
+	pol   func(*planner.Policy)
+	// want maps a pod name to its outcome; a "none: " outcome matches when
+	// the reason contains the rest.
+	want map[string]string
+	// changed lists node/gpu of every GPU the round changes, with layouts
+	// when given (nil: any layout).
+	changed map[string][]string
+}
+
+func runRule(t *testing.T, tc ruleCase) planner.Result {
+	t.Helper()
+	pol := planner.DefaultPolicy()
+	if tc.pol != nil {
+		tc.pol(&pol)
+	}
+	pl, err := planner.New(pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := snapshot(tc.nodes, tc.pods...)
+	snap.Mix = tc.mix
+	res, err := pl.Plan(snap)
+	if err != nil {
+		t.Fatalf("Plan: %v", err)
+	}
+	checkInvariants(t, snap, pol, res)
+	for _, p := range res.Pods {
+		name := strings.TrimPrefix(p.Pod, "ns/")
+		want, ok := tc.want[name]
+		if !ok {
+			continue
+		}
+		got := outcome(p)
+		if rest, isNone := strings.CutPrefix(want, "none: "); isNone {
+			if p.Action != planner.ActionNone || !strings.Contains(p.Reason, rest) {
+				t.Errorf("pod %s: got %q, want none with a reason containing %q", name, got, rest)
+			}
+			continue
+		}
+		if got != want {
+			t.Errorf("pod %s: got %q, want %q", name, got, want)
+		}
+	}
+	gotChanged := map[string][]string{}
+	for _, nc := range res.Nodes {
+		for _, gc := range nc.GPUs {
+			gotChanged[fmt.Sprintf("%s/%d", nc.Node, gc.Index)] = layoutOf(gc)
+		}
+	}
+	for k, want := range tc.changed {
+		got, ok := gotChanged[k]
+		if !ok {
+			t.Errorf("GPU %s not changed, want it changed", k)
+			continue
+		}
+		if want != nil {
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("GPU %s layout (-want +got):\n%s", k, diff)
+			}
+		}
+	}
+	for k, layout := range gotChanged {
+		if _, ok := tc.changed[k]; !ok {
+			t.Errorf("GPU %s changed to %v, want it left alone", k, layout)
+		}
+	}
+	if t.Failed() {
+		for _, nc := range res.Nodes {
+			t.Logf("node %s:\n%s", nc.Node, nc.Config)
+		}
+		for _, p := range res.Pods {
+			t.Logf("%s: %s", p.Pod, outcome(p))
+		}
+	}
+	return res
+}
+
+// TestBusyInstancesKept: an instance in use stays where it is, the new
+// layout is built around it, and a pod that only a busy GPU could serve
+// waits.
+func TestBusyInstancesKept(t *testing.T) {
+	for name, tc := range map[string]ruleCase{
+		"3g next to a busy 1g goes to the other half": {
+			nodes: []planner.Node{node("n0", optedIn, gpus(migGPU(0, "1g.10gb@3*", "1g.10gb@4", "1g.10gb@5", "1g.10gb@6")))},
+			pods:  []*corev1.Pod{pod("p", mig3g, "1")},
+			want:  map[string]string{"p": "reshape n0/0"},
+			// The busy 1g stays; the three free 1g on the upper half go.
+			changed: map[string][]string{"n0/0": {"1g.10gb@3*", "3g.40gb@4"}},
+		},
+		"busy 4g leaves room for 3g at 4 only": {
+			nodes:   []planner.Node{node("n0", optedIn, gpus(migGPU(0, "4g.40gb@0*")))},
+			pods:    []*corev1.Pod{pod("p", mig3g, "1")},
+			want:    map[string]string{"p": "reshape n0/0"},
+			changed: map[string][]string{"n0/0": {"4g.40gb@0*", "3g.40gb@4"}},
+		},
+		"every GPU busy where it matters: the pod waits": {
+			nodes: []planner.Node{node("n0", optedIn, gpus(
+				migGPU(0, "1g.10gb@0*", "1g.10gb@5*"),
+				migGPU(1, "2g.20gb@2*", "2g.20gb@4*"),
+				wholeGPUOf(2, inUse),
+			))},
+			pods: []*corev1.Pod{pod("p", mig3g, "1")},
+			want: map[string]string{"p": "none: 3 have no room for it next to instances in use"},
+		},
+		"a whole GPU is never taken from under its pod": {
+			nodes: []planner.Node{node("n0", optedIn, gpus(wholeGPUOf(0, inUse), migGPU(1, "7g.80gb@0*")))},
+			pods:  []*corev1.Pod{pod("p", mig1g, "1"), pod("q", wholeGPU, "1")},
+			want: map[string]string{
+				"p": "none: no room for it next to instances in use",
+				"q": "none: no room for it next to instances in use",
+			},
+		},
+		"MIG is not disabled under a busy instance": {
+			nodes: []planner.Node{node("n0", optedIn, gpus(migGPU(0, "1g.10gb@6*")))},
+			pods:  []*corev1.Pod{pod("p", wholeGPU, "1")},
+			want:  map[string]string{"p": "none: 1 have no room"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) { runRule(t, tc) })
+	}
+}
+
+// TestPlacementsValid: the layouts follow the model's placement table, and
+// what cannot be placed is not proposed.
+func TestPlacementsValid(t *testing.T) {
+	for name, tc := range map[string]ruleCase{
+		// 2g.20gb starts only at 0, 2 or 4: with a busy 1g at 1, slot 0-1
+		// is out and the 2g goes to 2 (lowest usable).
+		"2g avoids the odd slot": {
+			nodes:   []planner.Node{node("n0", optedIn, gpus(migGPU(0, "1g.10gb@1*")))},
+			pods:    []*corev1.Pod{pod("p", mig2g, "1")},
+			mix:     []planner.Demand{{Resource: mig2g, Count: 1, Weight: 1}},
+			want:    map[string]string{"p": "reshape n0/0"},
+			changed: map[string][]string{"n0/0": {"1g.10gb@1*", "2g.20gb@2", "2g.20gb@4"}},
+		},
+		// Seven memory slices free (0-6) but 4g.40gb only starts at 0.
+		"4g cannot start after a busy instance at 0": {
+			nodes: []planner.Node{node("n0", optedIn, gpus(migGPU(0, "1g.10gb@0*")))},
+			pods:  []*corev1.Pod{pod("p", mig4g, "1")},
+			want:  map[string]string{"p": "none: no room"},
+		},
+		// Compute slices: 4g + 2g + 1g use all 7; nothing more fits even
+		// though a 1g placement at 6... is taken; and a second 4g never.
+		"7 compute slices": {
+			nodes: []planner.Node{node("n0", optedIn, gpus(migGPU(0, "4g.40gb@0*", "2g.20gb@4*")))},
+			pods:  []*corev1.Pod{pod("p", mig1g, "1"), pod("q", mig1g, "1")},
+			want: map[string]string{
+				"p": "reshape n0/0",
+				"q": "none: no room",
+			},
+			changed: map[string][]string{"n0/0": {"4g.40gb@0*", "2g.20gb@4*", "1g.10gb@6"}},
+		},
+		"profile of another model": {
+			nodes: []planner.Node{node("n0", optedIn, gpus(migGPU(0)))},
+			pods:  []*corev1.Pod{pod("p", mig1g5, "1")},
+			want:  map[string]string{"p": "none: 1 are of a model without it"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) { runRule(t, tc) })
+	}
+}
+
+// TestOptOutNeverTouched: nodes not opted in, and frozen ones, are never
+// changed; their free instances still count.
+func TestOptOutNeverTouched(t *testing.T) {
+	for name, tc := range map[string]ruleCase{
+		"opted out, empty": {
+			nodes: []planner.Node{node("n0", optedOut, gpus(migGPU(0)))},
+			pods:  []*corev1.Pod{pod("p", mig1g, "1")},
+			want:  map[string]string{"p": "none: 1 are on nodes not opted in"},
+		},
+		"opted out node's free instance serves as it is": {
+			nodes: []planner.Node{
+				node("n0", optedOut, gpus(migGPU(0, "1g.10gb@0"))),
+				node("n1", optedIn, gpus(migGPU(0))),
+			},
+			pods: []*corev1.Pod{pod("p", mig1g, "1")},
+			want: map[string]string{"p": "existing n0/0"},
+		},
+		"opted out node skipped for an opted-in one": {
+			nodes: []planner.Node{
+				node("a", optedOut, gpus(migGPU(0))),
+				node("b", optedIn, gpus(migGPU(0, "7g.80gb@0*"), migGPU(1))),
+			},
+			pods:    []*corev1.Pod{pod("p", mig3g, "1")},
+			want:    map[string]string{"p": "reshape b/1"},
+			changed: map[string][]string{"b/1": nil},
+		},
+		"frozen node": {
+			nodes: []planner.Node{node("n0", optedIn, gpus(migGPU(0)), frozen("agent state pending"))},
+			pods:  []*corev1.Pod{pod("p", mig1g, "1")},
+			want:  map[string]string{"p": "none: 1 are on nodes whose layout must not change now (n0: agent state pending)"},
+		},
+		"unknown model left alone": {
+			nodes: []planner.Node{node("n0", optedIn, gpus(modelGPU("Mystery-GPU", 0)))},
+			pods:  []*corev1.Pod{pod("p", mig1g, "1")},
+			want:  map[string]string{"p": "none: no GPU can take"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) { runRule(t, tc) })
+	}
+}
+
+// TestPriorityOrder: higher priority first, then older, whatever the input
+// order.
+func TestPriorityOrder(t *testing.T) {
+	oneSlot := []planner.Node{node("n0", optedIn, gpus(migGPU(0, "4g.40gb@0*")))}
+	for name, tc := range map[string]ruleCase{
+		"priority beats age": {
+			nodes: oneSlot,
+			pods: []*corev1.Pod{
+				with(pod("old-low", mig3g, "1"), priority(0), age(time.Hour)),
+				with(pod("new-high", mig3g, "1"), priority(1000), age(time.Second)),
+			},
+			want:    map[string]string{"new-high": "reshape n0/0", "old-low": "none: no room"},
+			changed: map[string][]string{"n0/0": {"4g.40gb@0*", "3g.40gb@4"}},
+		},
+		"same priority: older first": {
+			nodes: oneSlot,
+			pods: []*corev1.Pod{
+				with(pod("young", mig3g, "1"), age(time.Second)),
+				with(pod("old", mig3g, "1"), age(time.Hour)),
+			},
+			want:    map[string]string{"old": "reshape n0/0", "young": "none: no room"},
+			changed: map[string][]string{"n0/0": {"4g.40gb@0*", "3g.40gb@4"}},
+		},
+		"a small high-priority pod first, then what still fits": {
+			nodes: oneSlot,
+			pods: []*corev1.Pod{
+				with(pod("big", mig3g, "1"), priority(0), age(time.Hour)),
+				with(pod("small", mig1g, "1"), priority(10)),
+			},
+			want:    map[string]string{"small": "reshape n0/0", "big": "none: no room"},
+			changed: map[string][]string{"n0/0": nil},
+		},
+	} {
+		t.Run(name, func(t *testing.T) { runRule(t, tc) })
+	}
+}
+
+// TestCooldownAndCap: a GPU changed recently is left alone until its
+// cooldown ends, and a round changes at most MaxGPUsPerRound GPUs.
+func TestCooldownAndCap(t *testing.T) {
+	recent := migGPU(0)
+	recent.LastChanged = t0.Add(-30 * time.Second)
+	old := migGPU(0)
+	old.LastChanged = t0.Add(-10 * time.Minute)
+	cap2 := func(p *planner.Policy) { p.MaxGPUsPerRound = 2 }
+	for name, tc := range map[string]ruleCase{
+		"inside the cooldown": {
+			nodes: []planner.Node{node("n0", optedIn, gpus(recent))},
+			pods:  []*corev1.Pod{pod("p", mig1g, "1")},
+			want:  map[string]string{"p": "none: 1 are cooling down after a change (cooldown 2m0s)"},
+		},
+		"cooldown over": {
+			nodes:   []planner.Node{node("n0", optedIn, gpus(old))},
+			pods:    []*corev1.Pod{pod("p", mig1g, "1")},
+			want:    map[string]string{"p": "reshape n0/0"},
+			changed: map[string][]string{"n0/0": nil},
+		},
+		"a cooling GPU's free instance still serves": {
+			nodes: []planner.Node{node("n0", optedIn, gpus(func() planner.GPU {
+				g := migGPU(0, "1g.10gb@0")
+				g.LastChanged = t0.Add(-time.Second)
+				return g
+			}()))},
+			pods: []*corev1.Pod{pod("p", mig1g, "1")},
+			want: map[string]string{"p": "existing n0/0"},
+		},
+		"zero cooldown": {
+			nodes:   []planner.Node{node("n0", optedIn, gpus(recent))},
+			pods:    []*corev1.Pod{pod("p", mig1g, "1")},
+			pol:     func(p *planner.Policy) { p.Cooldown = 0 },
+			want:    map[string]string{"p": "reshape n0/0"},
+			changed: map[string][]string{"n0/0": nil},
+		},
+		"cap: the third GPU waits for the next round": {
+			nodes: []planner.Node{node("n0", optedIn, gpus(migGPU(0), migGPU(1), migGPU(2)))},
+			pods: []*corev1.Pod{
+				with(pod("a", mig7g, "1"), age(3*time.Minute)),
+				with(pod("b", mig7g, "1"), age(2*time.Minute)),
+				with(pod("c", mig7g, "1"), age(time.Minute)),
+			},
+			pol: cap2,
+			want: map[string]string{
+				"a": "reshape n0/0", "b": "reshape n0/1",
+				"c": "none: 1 wait for the round's limit of GPUs repartitioned (2)",
+			},
+			changed: map[string][]string{"n0/0": {"7g.80gb@0"}, "n0/1": {"7g.80gb@0"}},
+		},
+		"cap: GPUs already changed this round take more": {
+			nodes: []planner.Node{node("n0", optedIn, gpus(migGPU(0), migGPU(1)))},
+			pods:  []*corev1.Pod{pod("a", mig1g, "1"), pod("b", mig1g, "1"), pod("c", mig1g, "1")},
+			pol:   func(p *planner.Policy) { p.MaxGPUsPerRound = 1 },
+			want:  map[string]string{"a": "reshape n0/0", "b": "reshape n0/0", "c": "reshape n0/0"},
+			changed: map[string][]string{"n0/0": {
+				"1g.10gb@0", "1g.10gb@1", "1g.10gb@2", "1g.10gb@3", "1g.10gb@4", "1g.10gb@5", "1g.10gb@6",
+			}},
+		},
+	} {
+		t.Run(name, func(t *testing.T) { runRule(t, tc) })
+	}
+}
+
+// TestObjectiveOrder: existing free devices before any change; GPUs already
+// changed this round before new ones; fewest instances destroyed; then the
+// capacity left most usable for the demand mix.
+func TestObjectiveOrder(t *testing.T) {
+	for name, tc := range map[string]ruleCase{
+		"a free instance before a reshape": {
+			nodes: []planner.Node{node("n0", optedIn, gpus(migGPU(0), migGPU(1, "2g.20gb@0*", "1g.10gb@4")))},
+			pods:  []*corev1.Pod{pod("p", mig1g, "1")},
+			want:  map[string]string{"p": "existing n0/1"},
+		},
+		"fewest GPUs touched": {
+			nodes:   []planner.Node{node("n0", optedIn, gpus(migGPU(0), migGPU(1)))},
+			pods:    []*corev1.Pod{pod("a", mig3g, "1"), pod("b", mig3g, "1")},
+			want:    map[string]string{"a": "reshape n0/0", "b": "reshape n0/0"},
+			changed: map[string][]string{"n0/0": {"3g.40gb@0", "3g.40gb@4"}},
+		},
+		"fewest instances destroyed": {
+			nodes: []planner.Node{node("n0", optedIn, gpus(
+				migGPU(0, "1g.10gb@0", "1g.10gb@1", "1g.10gb@2", "1g.10gb@3", "1g.10gb@4", "1g.10gb@5", "1g.10gb@6"),
+				migGPU(1, "1g.10gb@0*", "1g.10gb@1", "1g.10gb@2", "2g.20gb@4"),
+			))},
+			pods: []*corev1.Pod{pod("p", mig3g, "1")},
+			// GPU 0 would lose four 1g for a 3g; GPU 1 loses only its 2g
+			// (3g at 4), keeping both free 1g.
+			want:    map[string]string{"p": "reshape n0/1"},
+			changed: map[string][]string{"n0/1": {"1g.10gb@0*", "1g.10gb@1", "1g.10gb@2", "3g.40gb@4"}},
+		},
+		"the capacity left stays usable for the mix": {
+			// A 1g can go on an empty GPU or next to a busy 3g. The recent
+			// mix asks for 7g too: the empty GPU is kept whole for it.
+			nodes:   []planner.Node{node("n0", optedIn, gpus(migGPU(0), migGPU(1, "3g.40gb@0*")))},
+			pods:    []*corev1.Pod{pod("p", mig1g, "1")},
+			mix:     []planner.Demand{{Resource: mig1g, Count: 1, Weight: 1}, {Resource: mig7g, Count: 1, Weight: 1}},
+			want:    map[string]string{"p": "reshape n0/1"},
+			changed: map[string][]string{"n0/1": {"3g.40gb@0*", "1g.10gb@4", "1g.10gb@5", "1g.10gb@6"}},
+		},
+		"a one-GPU pod keeps the node with all GPUs idle for an eight-GPU mix": {
+			nodes: []planner.Node{
+				node("a", optedIn, gpus(wholeGPUOf(0, notInUse), wholeGPUOf(1, notInUse), wholeGPUOf(2, notInUse), wholeGPUOf(3, notInUse))),
+				node("b", optedIn, gpus(wholeGPUOf(0, inUse), wholeGPUOf(1, notInUse), wholeGPUOf(2, inUse), wholeGPUOf(3, inUse))),
+			},
+			pods: []*corev1.Pod{pod("p", wholeGPU, "1")},
+			mix:  []planner.Demand{{Resource: wholeGPU, Count: 1, Weight: 1}, {Resource: wholeGPU, Count: 4, Weight: 1}},
+			want: map[string]string{"p": "existing b/1"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) { runRule(t, tc) })
+	}
+}
+
+// TestWholeAndMultiGPU covers whole GPUs (MIG disabled) and pods that need
+// several devices on one node.
+func TestWholeAndMultiGPU(t *testing.T) {
+	for name, tc := range map[string]ruleCase{
+		"MIG disabled and idle: served as it is": {
+			nodes: []planner.Node{node("n0", optedIn, gpus(wholeGPUOf(0, notInUse)))},
+			pods:  []*corev1.Pod{pod("p", wholeGPU, "1")},
+			want:  map[string]string{"p": "existing n0/0"},
+		},
+		"idle MIG GPU becomes whole": {
+			nodes:   []planner.Node{node("n0", optedIn, gpus(migGPU(0, "3g.40gb@0", "3g.40gb@4")))},
+			pods:    []*corev1.Pod{pod("p", wholeGPU, "1")},
+			want:    map[string]string{"p": "reshape n0/0"},
+			changed: map[string][]string{"n0/0": {"MIG disabled"}},
+		},
+		"whole GPU becomes MIG": {
+			nodes:   []planner.Node{node("n0", optedIn, gpus(wholeGPUOf(0, notInUse)))},
+			pods:    []*corev1.Pod{pod("p", mig2g, "1")},
+			mix:     []planner.Demand{{Resource: mig2g, Count: 1, Weight: 1}},
+			want:    map[string]string{"p": "reshape n0/0"},
+			changed: map[string][]string{"n0/0": {"2g.20gb@0", "2g.20gb@2", "2g.20gb@4"}},
+		},
+		"four whole GPUs on one node": {
+			nodes: []planner.Node{
+				node("a", optedIn, gpus(wholeGPUOf(0, notInUse), wholeGPUOf(1, notInUse), wholeGPUOf(2, inUse), wholeGPUOf(3, notInUse))),
+				node("b", optedIn, gpus(wholeGPUOf(0, notInUse), migGPU(1), wholeGPUOf(2, notInUse), migGPU(3, "1g.10gb@0"))),
+			},
+			pods:    []*corev1.Pod{pod("p", wholeGPU, "4")},
+			want:    map[string]string{"p": "reshape b/0,b/2,b/1,b/3"},
+			changed: map[string][]string{"b/1": {"MIG disabled"}, "b/3": {"MIG disabled"}},
+		},
+		"two 1g on one node": {
+			nodes: []planner.Node{
+				node("a", optedIn, gpus(migGPU(0, "1g.10gb@0"))),
+				node("b", optedIn, gpus(migGPU(0, "1g.10gb@0", "1g.10gb@1"))),
+			},
+			pods: []*corev1.Pod{pod("p", mig1g, "2")},
+			want: map[string]string{"p": "existing b/0,b/0"},
+		},
+		"no node holds all": {
+			nodes: []planner.Node{
+				node("a", optedIn, gpus(wholeGPUOf(0, notInUse), wholeGPUOf(1, inUse))),
+				node("b", optedIn, gpus(wholeGPUOf(0, notInUse), wholeGPUOf(1, inUse))),
+			},
+			pods: []*corev1.Pod{pod("p", wholeGPU, "2")},
+			want: map[string]string{"p": "none: no node it may be scheduled to can hold 2 x nvidia.com/gpu on one node"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) { runRule(t, tc) })
+	}
+}
+
+// TestWhereItMayLand: the fallback package's node filters decide where a
+// pod may land.
+func TestWhereItMayLand(t *testing.T) {
+	for name, tc := range map[string]ruleCase{
+		"node selector": {
+			nodes: []planner.Node{
+				node("a", optedIn, gpus(migGPU(0)), labeled("pool", "x")),
+				node("b", optedIn, gpus(migGPU(0)), labeled("pool", "y")),
+			},
+			pods:    []*corev1.Pod{with(pod("p", mig1g, "1"), selector("pool", "y"))},
+			want:    map[string]string{"p": "reshape b/0"},
+			changed: map[string][]string{"b/0": nil},
+		},
+		"taint": {
+			nodes: []planner.Node{
+				node("a", optedIn, gpus(migGPU(0)), tainted("dedicated")),
+				node("b", optedIn, gpus(migGPU(0, "7g.80gb@0*"))),
+			},
+			pods: []*corev1.Pod{pod("p", mig1g, "1")},
+			want: map[string]string{"p": "none: of the 1 GPUs on the 1 nodes"},
+		},
+		"nowhere": {
+			nodes: []planner.Node{node("a", optedIn, gpus(migGPU(0)), labeled("pool", "x"))},
+			pods:  []*corev1.Pod{with(pod("p", mig1g, "1"), selector("pool", "z"))},
+			want:  map[string]string{"p": "none: no node it may be scheduled to"},
+		},
+		"hostname selector": {
+			nodes:   []planner.Node{node("a", optedIn, gpus(migGPU(0))), node("b", optedIn, gpus(migGPU(0)))},
+			pods:    []*corev1.Pod{with(pod("p", mig1g, "1"), selector(corev1.LabelHostname, "b"))},
+			want:    map[string]string{"p": "reshape b/0"},
+			changed: map[string][]string{"b/0": nil},
+		},
+		"no GPU asked": {
+			nodes: []planner.Node{node("a", optedIn, gpus(migGPU(0)))},
+			pods:  []*corev1.Pod{pod("p", "cpu", "1")},
+			want:  map[string]string{"p": "none: the pod asks for no GPU"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) { runRule(t, tc) })
+	}
+}
+
+// TestBadInput: a malformed snapshot or policy is an error that says what;
+// a GPU the planner does not understand is left alone with a warning.
+func TestBadInput(t *testing.T) {
+	pl, err := planner.New(planner.DefaultPolicy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		snap planner.Snapshot
+		want string
+	}{
+		"duplicate node": {
+			snap: snapshot([]planner.Node{node("a", optedIn, nil), node("a", optedIn, nil)}),
+			want: `node "a" given twice`,
+		},
+		"duplicate GPU": {
+			snap: snapshot([]planner.Node{node("a", optedIn, gpus(migGPU(0), migGPU(0)))}),
+			want: `node "a": GPU 0 given twice`,
+		},
+		"nil pod": {
+			snap: snapshot([]planner.Node{node("a", optedIn, nil)}, nil),
+			want: "pending pod 0 is nil",
+		},
+		"unnamed node": {
+			snap: snapshot([]planner.Node{node("", optedIn, nil)}),
+			want: "has no name",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := pl.Plan(tc.snap)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Plan error = %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+	for name, pol := range map[string]planner.Policy{
+		"negative cap":      {MaxGPUsPerRound: -1},
+		"negative cooldown": {Cooldown: -time.Second},
+		"negative weight":   {Weights: planner.Weights{Touch: -1}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := planner.New(pol); err == nil {
+				t.Error("New accepted an invalid policy")
+			}
+		})
+	}
+
+	for name, tc := range map[string]struct {
+		gpu  planner.GPU
+		warn string
+	}{
+		"instance at an invalid start": {migGPU(0, "3g.40gb@2"), "is not a placement of"},
+		"overlapping instances":        {migGPU(0, "2g.20gb@0", "1g.10gb@1"), "not valid"},
+		"instances with MIG disabled": {
+			planner.GPU{Index: 0, Model: h100Name, Instances: []planner.Instance{inst("1g.10gb@0")}}, "MIG disabled",
+		},
+		"unknown model": {modelGPU("Mystery-GPU", 0), `no MIG profile table for model "Mystery-GPU"`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			snap := snapshot([]planner.Node{node("a", optedIn, gpus(tc.gpu))}, pod("p", mig1g, "1"))
+			res, err := pl.Plan(snap)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Nodes) != 0 {
+				t.Errorf("changed %v, want the GPU left alone", res.Nodes)
+			}
+			if !slices.ContainsFunc(res.Warnings, func(w string) bool { return strings.Contains(w, tc.warn) }) {
+				t.Errorf("warnings %q, want one containing %q", res.Warnings, tc.warn)
+			}
+		})
+	}
+}
+
+// TestDeterministic: the same snapshot, nodes in any order, plans the same.
+func TestDeterministic(t *testing.T) {
+	pl, err := planner.New(planner.DefaultPolicy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := bigScenario(7, 200, 300)
+	first, err := pl.Plan(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkInvariants(t, snap, pl.Policy(), first)
+	slices.Reverse(snap.Nodes)
+	second, err := pl.Plan(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(first, second); diff != "" {
+		t.Errorf("plans differ with the nodes reversed (-first +second):\n%s", diff)
+	}
+}
+
+// TestRandomFleets checks the invariants on seeded random fleets with tight
+// policies.
+func TestRandomFleets(t *testing.T) {
+	for seed := range uint64(20) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			pol := planner.DefaultPolicy()
+			pol.MaxGPUsPerRound = int(seed % 7)
+			pl, err := planner.New(pol)
+			if err != nil {
+				t.Fatal(err)
+			}
+			snap := bigScenario(seed, 40, 120)
+			res, err := pl.Plan(snap)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkInvariants(t, snap, pol, res)
+			if len(res.Warnings) != 0 {
+				t.Errorf("warnings on a well-formed fleet: %q", res.Warnings)
+			}
+		})
+	}
+}
