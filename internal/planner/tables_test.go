@@ -36,11 +36,12 @@ func TestTableAgreesWithMigconfig(t *testing.T) {
 				t.Fatal(err)
 			}
 			g := mig.GPU{Model: m.Name, MigCapable: true, MigEnabled: true, MigPending: true, Profiles: tab.profiles}
-			if len(tab.sets) < 100 {
+			// At least the empty layout and one instance of each profile.
+			if len(tab.sets) <= len(tab.profiles) {
 				t.Errorf("only %d layouts", len(tab.sets))
 			}
 			rng := rand.New(rand.NewPCG(1, 2))
-			for i := range len(tab.sets) + 3000 {
+			for i := range len(tab.sets) + 1000 {
 				var set uint64
 				if i < len(tab.sets) {
 					set = tab.sets[i]
