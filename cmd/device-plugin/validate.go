@@ -67,6 +67,11 @@ func runValidateIO(args []string, stdin io.Reader, stdout, stderr io.Writer) int
 		return validateExitUsage
 	}
 	data, err := readConfigInput(*file, stdin)
+	if errors.Is(err, migconfig.ErrTooLarge) {
+		// Readable, but more than the agent takes: the document is invalid.
+		fmt.Fprintf(stdout, "%s: invalid:\n  %v\n", *file, err)
+		return validateExitInvalid
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "validate: %v\n", err)
 		return validateExitUsage
@@ -106,13 +111,22 @@ func runValidateIO(args []string, stdin io.Reader, stdout, stderr io.Writer) int
 
 func readConfigInput(path string, stdin io.Reader) ([]byte, error) {
 	if path == "-" {
-		data, err := io.ReadAll(stdin)
+		data, err := migconfig.ReadDocument(stdin)
 		if err != nil {
 			return nil, fmt.Errorf("reading standard input: %w", err)
 		}
 		return data, nil
 	}
-	return os.ReadFile(path)
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := migconfig.ReadDocument(f)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	return data, nil
 }
 
 // simulatedGPUs builds an in-memory simulator of the listed GPUs and reads

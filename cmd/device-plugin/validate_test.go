@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/migflex/migflex/internal/migconfig"
 )
 
 // annotation is the kind of mig.config users put in a Node annotation.
@@ -54,6 +56,7 @@ func TestRunValidate(t *testing.T) {
   - {devices: all, mig-enabled: true, mig-devices: {"2g.20gb": 3}}
 `)
 	fixture := filepath.Join("..", "..", "internal", "migconfig", "testdata", "mig-parted", "examples-config.yaml")
+	bigFile := write("big.yaml", annotation+"# "+strings.Repeat("x", 256<<10)+"\n")
 
 	tests := map[string]struct {
 		args       []string
@@ -170,6 +173,19 @@ custom-config: ` + strings.Join([]string{
   mig-configs.selected[0]: missing required field "mig-devices" when mig-enabled is true (use mig-devices: {} for MIG without instances)
 `,
 		},
+		"the issue 14 document, bounded": {
+			// One placement anchored and aliased 1,500 times: 1,125,751
+			// lines before the limits.
+			args:     []string{"-f", "-", "--gpus", "H100-SXM5-80GB:2"},
+			stdin:    "version: v1\nmig-configs:\n  selected:\n  - devices: [0]\n    mig-enabled: true\n    mig-devices: [&p {name: 1g.10gb, position: 0, size: 1}," + strings.Repeat("*p,", 1499) + "*p]",
+			wantCode: 1,
+			wantOut:  "standard input: invalid:\n  the document has more than 8192 YAML values, counting what its aliases stand for\n",
+		},
+		"a file past the size limit": {
+			args:     []string{"-f", bigFile},
+			wantCode: 1,
+			wantOut:  bigFile + ": invalid:\n  reading " + bigFile + ": the document is more than 262144 bytes, the limit\n",
+		},
 		"unknown config name": {
 			args:     []string{"-f", twoFile, "--config-name", "medium"},
 			wantCode: 1,
@@ -238,6 +254,10 @@ func eachGPUFrom(first, n int, msgs ...string) string {
 		for _, m := range msgs {
 			parts = append(parts, fmt.Sprintf("GPU %d (H100-SXM5-80GB): %s", i, m))
 		}
+	}
+	// A configuration's errors stop at migconfig.MaxErrors.
+	if more := len(parts) - migconfig.MaxErrors; more > 0 {
+		parts = append(parts[:migconfig.MaxErrors], fmt.Sprintf("... and %d more", more))
 	}
 	return strings.Join(parts, "; ")
 }

@@ -417,9 +417,14 @@ func (a *Agent) document(src source) (string, error) {
 	if a.opts.ConfigFile == "" {
 		return "", fmt.Errorf("%s names a configuration, but the agent has no --config-file to find it in", src)
 	}
-	data, err := os.ReadFile(a.opts.ConfigFile)
+	f, err := os.Open(a.opts.ConfigFile)
 	if err != nil {
 		return "", fmt.Errorf("%s: reading the config file: %w", src, err)
+	}
+	defer f.Close()
+	data, err := migconfig.ReadDocument(f)
+	if err != nil {
+		return "", fmt.Errorf("%s: reading the config file %s: %w", src, a.opts.ConfigFile, err)
 	}
 	return string(data), nil
 }

@@ -29,6 +29,12 @@
 //
 // Decisions worth knowing:
 //
+//   - Work is bounded whatever a document holds (it comes from a Node's
+//     annotation, which anyone allowed to edit the Node writes): the limits
+//     in limits.go (size, YAML values counting aliases, depth, configs,
+//     entries, devices, errors reported) are checked before and while
+//     decoding, and duplicates and overlaps are found by sorting or hashing,
+//     never by comparing every pair.
 //   - version is required and must be "v1". mig-parted rejects a document
 //     without it, and a document migflex accepts should not stop parsing the
 //     day a second version exists; the extra line costs users nothing.

@@ -2,15 +2,19 @@ package migconfig
 
 import (
 	"context"
+	"runtime"
 	"testing"
 
 	"github.com/migflex/migflex/internal/mig"
+	"github.com/migflex/migflex/internal/migconfig/migconfigtest"
 )
 
 // FuzzParse feeds Parse arbitrary documents, seeded with the mig-parted
-// fixtures and the three forms. Parse must not panic, must return a spec or
-// an error and never both, and whatever it accepts must hold the model's
-// invariants and go through Validate, MakePlan and Apply without panicking.
+// fixtures, the three forms and the hostile corpus (migconfigtest). Parse
+// must not panic, must return a spec or an error and never both, must stay
+// within allocBudget and give a short error, and whatever it accepts must
+// hold the model's invariants and go through Validate, MakePlan and Apply
+// without panicking.
 //
 //	go test -run '^$' -fuzz FuzzParse -fuzzminimizetime 50x ./internal/migconfig
 //
@@ -19,6 +23,9 @@ import (
 func FuzzParse(f *testing.F) {
 	for file := range fixtureFiles {
 		f.Add(readFixture(f, file))
+	}
+	for _, d := range append(migconfigtest.Hostile(), migconfigtest.Controls()...) {
+		f.Add(d.Data)
 	}
 	for _, seed := range []string{
 		"version: v1\nmig-configs:\n  selected:\n  - devices: [0,1,2,3]\n    mig-enabled: true\n    mig-devices:\n    - 2g.20gb\n    - 2g.20gb\n    - 3g.40gb\n",
@@ -38,11 +45,24 @@ func FuzzParse(f *testing.F) {
 		gpu(3, t4),
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		spec, err := Parse(data)
+		var spec *Spec
+		var err error
+		// TotalAlloc counts every byte allocated, so the delta bounds what
+		// Parse allocated without a GC to settle the heap first.
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		spec, err = Parse(data)
+		runtime.ReadMemStats(&after)
 		if (spec == nil) == (err == nil) {
 			t.Fatalf("Parse returned spec %v and error %v", spec, err)
 		}
+		if n := after.TotalAlloc - before.TotalAlloc; n > allocBudget {
+			t.Fatalf("Parse of %d bytes allocated %d bytes, more than %d", len(data), n, allocBudget)
+		}
 		if err != nil {
+			if len(err.Error()) > maxErrorBytes {
+				t.Fatalf("error of %d bytes: %.300s", len(err.Error()), err)
+			}
 			return
 		}
 		if spec.Version != Version || len(spec.Configs) == 0 {

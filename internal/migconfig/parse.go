@@ -17,48 +17,73 @@ import (
 // described in the package documentation. It is strict: unknown fields,
 // duplicate keys, wrong types and malformed profile names are errors, each
 // naming where it is, and all of them are returned joined.
+//
+// Its work is bounded by the limits in limits.go whatever data holds: a
+// document beyond them fails with one short error before it is decoded, and
+// at most MaxErrors problems are spelled out.
 func Parse(data []byte) (*Spec, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, errors.New("empty mig.config")
 	}
-	// sigs.k8s.io/yaml, as Kubernetes and mig-parted read YAML; the strict
-	// variant rejects duplicate keys, such as a configuration name given twice.
+	if err := checkSize(data); err != nil {
+		return nil, err
+	}
+	doc, err := decode(data)
+	if err != nil {
+		return nil, err
+	}
+	p := &parser{}
+	spec := p.spec(doc)
+	if err := p.errs.err(); err != nil {
+		return nil, err
+	}
+	return spec, nil
+}
+
+// decode reads data, which checkSize let through, into JSON values with
+// sigs.k8s.io/yaml, as Kubernetes and mig-parted read YAML; the strict
+// variant rejects duplicate keys, such as a configuration name given twice.
+func decode(data []byte) (doc any, err error) {
+	defer func() {
+		// As in compose: a decoder's panic is the document's error.
+		if r := recover(); r != nil {
+			doc, err = nil, fmt.Errorf("invalid YAML: the decoder failed: %v", r)
+		}
+	}()
 	js, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
 		return nil, fmt.Errorf("invalid YAML: %w", err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(js))
 	dec.UseNumber()
-	var doc any
 	if err := dec.Decode(&doc); err != nil {
 		return nil, fmt.Errorf("invalid YAML: %w", err)
 	}
-	p := &parser{}
-	spec := p.spec(doc)
-	if err := errors.Join(p.errs...); err != nil {
-		return nil, err
-	}
-	return spec, nil
+	return doc, nil
 }
 
-// parser walks the decoded document and collects every error it finds.
+// parser walks the decoded document and collects the errors it finds.
 type parser struct {
-	errs []error
+	errs errorList
 }
 
 func (p *parser) fail(path, format string, args ...any) {
+	if p.errs.len() >= MaxErrors {
+		p.errs.extra++ // not spelled out: skip formatting it
+		return
+	}
 	msg := fmt.Sprintf(format, args...)
 	if path != "" {
 		msg = path + ": " + msg
 	}
-	p.errs = append(p.errs, errors.New(msg))
+	p.errs.add(errors.New(msg))
 }
 
 // fields checks that m has only known keys and all required ones.
 func (p *parser) fields(path string, m map[string]any, known, required []string) {
 	for _, k := range sortedKeys(m) {
 		if !slices.Contains(known, k) {
-			p.fail(path, "unknown field %q (known: %s)", k, strings.Join(known, ", "))
+			p.fail(path, "unknown field %s (known: %s)", quote(k), strings.Join(known, ", "))
 		}
 	}
 	for _, k := range required {
@@ -82,7 +107,7 @@ func (p *parser) spec(doc any) *Spec {
 		case !isString:
 			p.fail("version", "must be the string %q, got %s", Version, kind(v))
 		case s != Version:
-			p.fail("version", "unsupported version %q (want %q)", s, Version)
+			p.fail("version", "unsupported version %s (want %q)", quote(s), Version)
 		default:
 			spec.Version = s
 		}
@@ -96,11 +121,15 @@ func (p *parser) spec(doc any) *Spec {
 		p.fail("mig-configs", "must be a map of configuration name to a list of entries, got %s", kind(v))
 		return spec
 	}
-	if len(configs) == 0 {
+	switch {
+	case len(configs) == 0:
 		p.fail("mig-configs", "no configurations")
+	case len(configs) > MaxConfigs:
+		p.fail("mig-configs", "%d configurations, more than the limit of %d", len(configs), MaxConfigs)
+		return spec
 	}
 	for _, name := range sortedKeys(configs) {
-		path := "mig-configs." + name
+		path := "mig-configs." + clipName(name)
 		if strings.TrimSpace(name) == "" {
 			p.fail("mig-configs", "empty configuration name")
 			continue
@@ -110,8 +139,12 @@ func (p *parser) spec(doc any) *Spec {
 			p.fail(path, "must be a list of entries, got %s", kind(configs[name]))
 			continue
 		}
-		if len(list) == 0 {
+		switch {
+		case len(list) == 0:
 			p.fail(path, "no entries")
+			continue
+		case len(list) > MaxEntries:
+			p.fail(path, "%d entries, more than the limit of %d", len(list), MaxEntries)
 			continue
 		}
 		c := Config{Name: name}
@@ -166,12 +199,16 @@ func (p *parser) devices(path string, v any) (all bool, idx []int) {
 	switch d := v.(type) {
 	case string:
 		if d != "all" {
-			p.fail(path, "must be \"all\" or a list of GPU indices, got the string %q", d)
+			p.fail(path, "must be \"all\" or a list of GPU indices, got the string %s", quote(d))
 		}
 		return d == "all", nil
 	case []any:
-		if len(d) == 0 {
+		switch {
+		case len(d) == 0:
 			p.fail(path, "empty list of GPU indices (use devices: all, or list indices)")
+			return false, nil
+		case len(d) > MaxDevices:
+			p.fail(path, "%d GPU indices, more than the limit of %d", len(d), MaxDevices)
 			return false, nil
 		}
 		seen := map[int]bool{}
@@ -198,8 +235,12 @@ func (p *parser) deviceFilter(path string, v any) []uint32 {
 	var items []any
 	switch d := v.(type) {
 	case []any:
-		if len(d) == 0 {
+		switch {
+		case len(d) == 0:
 			p.fail(path, "empty list (leave device-filter out to match every GPU)")
+			return nil
+		case len(d) > MaxDevices:
+			p.fail(path, "%d device ids, more than the limit of %d", len(d), MaxDevices)
 			return nil
 		}
 		items = d
@@ -207,6 +248,7 @@ func (p *parser) deviceFilter(path string, v any) []uint32 {
 		items = []any{v}
 	}
 	var ids []uint32
+	seen := map[uint32]bool{}
 	for i, item := range items {
 		ipath := path
 		if _, isList := v.([]any); isList {
@@ -217,7 +259,8 @@ func (p *parser) deviceFilter(path string, v any) []uint32 {
 			p.fail(ipath, "%v", err)
 			continue
 		}
-		if !slices.Contains(ids, id) {
+		if !seen[id] {
+			seen[id] = true
 			ids = append(ids, id)
 		}
 	}
@@ -229,7 +272,7 @@ func parsePCIID(v any) (uint32, error) {
 	switch d := v.(type) {
 	case string:
 		if strings.Contains(d, ":") {
-			return 0, fmt.Errorf("%q: subsystem-qualified device ids are not supported; give the device/vendor id alone", d)
+			return 0, fmt.Errorf("%s: subsystem-qualified device ids are not supported; give the device/vendor id alone", quote(d))
 		}
 		if hex, ok := strings.CutPrefix(strings.ToLower(d), "0x"); ok && hex != "" {
 			if n, err := strconv.ParseUint(hex, 16, 32); err == nil {
@@ -250,7 +293,7 @@ func (p *parser) migDevices(path string, v any) (map[string]int, []Placement) {
 	switch d := v.(type) {
 	case map[string]any: // mig-parted: profile -> count
 		for _, name := range sortedKeys(d) {
-			ipath := fmt.Sprintf("%s[%q]", path, name)
+			ipath := fmt.Sprintf("%s[%s]", path, quote(name))
 			if err := checkProfileName(name); err != nil {
 				p.fail(path, "%v", err)
 				continue
@@ -293,7 +336,7 @@ func (p *parser) migDevices(path string, v any) (map[string]int, []Placement) {
 // placement reads the Run:ai item {name, position, size}; position and size
 // come together, and without them the item is just a profile name.
 func (p *parser) placement(path string, m map[string]any) (pl Placement, pinned, ok bool) {
-	errsBefore := len(p.errs)
+	errsBefore := p.errs.len()
 	p.fields(path, m, []string{"name", "position", "size"}, []string{"name"})
 	if v, has := m["name"]; has {
 		name, isString := v.(string)
@@ -316,7 +359,7 @@ func (p *parser) placement(path string, m map[string]any) (pl Placement, pinned,
 		pl.Start, _ = p.integer(path+".position", pos, 0, "a memory-slice start")
 		pl.Size, _ = p.integer(path+".size", size, 1, "a size in memory slices")
 	}
-	return pl, pinned, len(p.errs) == errsBefore
+	return pl, pinned, p.errs.len() == errsBefore
 }
 
 // integer reads a whole number no smaller than minimum.
@@ -366,8 +409,11 @@ func kind(v any) string {
 func describe(v any) string {
 	switch d := v.(type) {
 	case string:
-		return strconv.Quote(d)
+		return quote(d)
 	case json.Number:
+		if s := d.String(); len(s) > maxQuoted {
+			return s[:maxQuoted] + "..."
+		}
 		return d.String()
 	case bool:
 		return strconv.FormatBool(d)

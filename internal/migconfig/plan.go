@@ -174,8 +174,9 @@ func planGPU(g *mig.GPU, d Desired) (GPUPlan, error) {
 		p.Destroy = slices.Clone(p.Before)
 		return p, nil
 	}
-	if errs := checkGPU(g, d); len(errs) > 0 {
-		return GPUPlan{}, errors.Join(errs...)
+	var errs errorList
+	if !checkGPU(g, d, &errs) {
+		return GPUPlan{}, errs.err()
 	}
 	l := newLayout(g, d.Profiles, d.Placements)
 	// Only a complete instance of a profile the GPU knows, at its proper

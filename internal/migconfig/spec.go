@@ -70,7 +70,7 @@ func (s *Spec) Select(name string) (Config, error) {
 	if name != "" {
 		c, ok := s.Configs[name]
 		if !ok {
-			return Config{}, fmt.Errorf("mig-config %q not found (have: %s)", name, strings.Join(s.Names(), ", "))
+			return Config{}, fmt.Errorf("mig-config %s not found (have: %s)", quote(name), nameList(s.Names()))
 		}
 		return c, nil
 	}
@@ -82,7 +82,22 @@ func (s *Spec) Select(name string) (Config, error) {
 			return c, nil
 		}
 	}
-	return Config{}, fmt.Errorf("%d mig-configs and none named %q: choose one of %s", len(s.Configs), SelectedName, strings.Join(s.Names(), ", "))
+	return Config{}, fmt.Errorf("%d mig-configs and none named %q: choose one of %s", len(s.Configs), SelectedName, nameList(s.Names()))
+}
+
+// nameList lists configuration names for a message: the first MaxErrors,
+// then how many more.
+func nameList(names []string) string {
+	shown := names[:min(len(names), MaxErrors)]
+	parts := make([]string, len(shown))
+	for i, n := range shown {
+		parts[i] = clipName(n)
+	}
+	out := strings.Join(parts, ", ")
+	if more := len(names) - len(shown); more > 0 {
+		out += fmt.Sprintf(" and %d more", more)
+	}
+	return out
 }
 
 // matches reports whether the entry's device-filter accepts a PCI id.

@@ -1,6 +1,7 @@
 package migconfig
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -24,13 +25,13 @@ type Desired struct {
 // Validate checks a configuration against the node's GPUs and returns the
 // desired state of every GPU an entry covers, ordered by GPU index; GPUs no
 // entry covers are absent and left untouched. It returns every problem it
-// finds, joined.
+// finds, joined (at most MaxErrors of them, then how many more).
 func Validate(cfg Config, gpus []mig.GPU) ([]Desired, error) {
 	byIndex := make(map[int]*mig.GPU, len(gpus))
 	for i := range gpus {
 		byIndex[gpus[i].Index] = &gpus[i]
 	}
-	var errs []error
+	var errs errorList
 	owner := map[int]int{} // GPU index -> entry index
 	for i := range cfg.Entries {
 		e := &cfg.Entries[i]
@@ -47,7 +48,7 @@ func Validate(cfg Config, gpus []mig.GPU) ([]Desired, error) {
 		}
 		for _, d := range e.Devices {
 			if _, ok := byIndex[d]; !ok {
-				errs = append(errs, fmt.Errorf("%s: GPU %d does not exist (node has %s)", entryPath(cfg, i), d, indexList(gpus)))
+				errs.addf("%s: GPU %d does not exist (node has %s)", entryPath(cfg, i), d, indexList(gpus))
 			}
 		}
 		for _, g := range gpus {
@@ -55,7 +56,7 @@ func Validate(cfg Config, gpus []mig.GPU) ([]Desired, error) {
 				continue
 			}
 			if first, taken := owner[g.Index]; taken {
-				errs = append(errs, fmt.Errorf("%s: matched by %s and %s; each GPU may be matched by one entry", gpuName(&g), entryPath(cfg, first), entryPath(cfg, i)))
+				errs.addf("%s: matched by %s and %s; each GPU may be matched by one entry", gpuName(&g), entryPath(cfg, first), entryPath(cfg, i))
 				continue
 			}
 			owner[g.Index] = i
@@ -63,14 +64,14 @@ func Validate(cfg Config, gpus []mig.GPU) ([]Desired, error) {
 	}
 	switch {
 	case len(cfg.Entries) == 0:
-		errs = append(errs, fmt.Errorf("mig-configs.%s: no entries", cfg.Name))
-	case len(gpus) == 0 && len(errs) == 0:
-		errs = append(errs, fmt.Errorf("mig-configs.%s: the node has no GPUs", cfg.Name))
-	case len(owner) == 0 && len(errs) == 0:
+		errs.addf("mig-configs.%s: no entries", clipName(cfg.Name))
+	case len(gpus) == 0 && errs.len() == 0:
+		errs.addf("mig-configs.%s: the node has no GPUs", clipName(cfg.Name))
+	case len(owner) == 0 && errs.len() == 0:
 		// Every entry filtered itself out. mig-parted would do nothing and
 		// succeed; an agent reporting success while ignoring the config is
 		// worse than saying the config is not for this node.
-		errs = append(errs, fmt.Errorf("mig-configs.%s: no entry's device-filter matches a GPU on this node (%s)", cfg.Name, pciList(gpus)))
+		errs.addf("mig-configs.%s: no entry's device-filter matches a GPU on this node (%s)", clipName(cfg.Name), pciList(gpus))
 	}
 	var desired []Desired
 	for _, idx := range slices.Sorted(maps.Keys(owner)) {
@@ -81,32 +82,34 @@ func Validate(cfg Config, gpus []mig.GPU) ([]Desired, error) {
 			d.Profiles = maps.Clone(e.Profiles)
 			d.Placements = slices.Clone(e.Placements)
 		}
-		if gerrs := checkGPU(g, d); len(gerrs) > 0 {
-			errs = append(errs, gerrs...)
+		if !checkGPU(g, d, &errs) {
 			continue
 		}
 		desired = append(desired, d)
 	}
-	if err := errors.Join(errs...); err != nil {
+	if err := errs.err(); err != nil {
 		return nil, err
 	}
 	return desired, nil
 }
 
-// checkGPU returns everything that keeps d from being applied to g, on an
-// empty GPU: the plan may destroy whatever is there now.
-func checkGPU(g *mig.GPU, d Desired) []error {
+// checkGPU adds to errs everything that keeps d from being applied to g, on
+// an empty GPU (the plan may destroy whatever is there now), and reports
+// whether there was nothing.
+func checkGPU(g *mig.GPU, d Desired, errs *errorList) bool {
 	if !d.MigEnabled {
-		return nil
+		return true
 	}
 	prefix := gpuName(g) + ": "
 	if !g.MigCapable {
-		return []error{errors.New(prefix + "MIG is not supported on this GPU")}
+		errs.add(errors.New(prefix + "MIG is not supported on this GPU"))
+		return false
 	}
-	var errs []error
+	before := errs.len()
 	fail := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf(prefix+format, args...))
+		errs.addf(prefix+format, args...)
 	}
+	failed := func() bool { return errs.len() > before }
 	unknown := map[string]bool{}
 	for _, name := range requestedNames(d) {
 		if _, ok := g.Profile(name); !ok {
@@ -119,11 +122,13 @@ func checkGPU(g *mig.GPU, d Desired) []error {
 	if counts == nil {
 		counts = map[string]int{}
 	}
+	var known []int // indices of d.Placements with a known profile
 	for i, pin := range d.Placements {
 		counts[pin.Profile]++
 		if unknown[pin.Profile] {
 			continue
 		}
+		known = append(known, i)
 		p, _ := g.Profile(pin.Profile)
 		if pin.Size != p.MemorySlices {
 			fail("%s at position %d has size %d, but the profile takes %d memory slices", pin.Profile, pin.Start, pin.Size, p.MemorySlices)
@@ -131,14 +136,12 @@ func checkGPU(g *mig.GPU, d Desired) []error {
 		if !slices.Contains(p.Placements, pin.Start) {
 			fail("%s cannot start at position %d (valid: %s)", pin.Profile, pin.Start, intList(slices.Sorted(slices.Values(p.Placements))))
 		}
-		for _, other := range d.Placements[:i] {
-			if pin.Start < other.Start+other.Size && other.Start < pin.Start+pin.Size {
-				fail("%s overlaps %s", pin, other)
-			}
-		}
 	}
-	if len(errs) > 0 {
-		return errs
+	for _, o := range overlaps(d.Placements, known) {
+		fail("%s overlaps %s", d.Placements[o[0]], d.Placements[o[1]])
+	}
+	if failed() {
+		return false
 	}
 	// One explanation per GPU, the plainest first: memory, then profile
 	// counts, then compute slices, then placements. A layout that breaks
@@ -151,24 +154,46 @@ func checkGPU(g *mig.GPU, d Desired) []error {
 	}
 	if needed > total {
 		fail("%s needs %d of %d memory slices", describeCounts(g, counts), needed, total)
-		return errs
+		return false
 	}
 	for _, name := range slices.Sorted(maps.Keys(counts)) {
 		if p, _ := g.Profile(name); counts[name] > p.MaxCount {
 			fail("%s x%d exceeds the maximum of %d per GPU", name, counts[name], p.MaxCount)
 		}
 	}
-	if len(errs) > 0 {
-		return errs
+	if failed() {
+		return false
 	}
 	if c := computeSlices(g); compute > c {
 		fail("%s needs %d of %d compute slices", describeCounts(g, counts), compute, c)
-		return errs
+		return false
 	}
 	if _, _, ok := newLayout(g, d.Profiles, d.Placements).solve(); !ok {
 		fail("no placement fits %s on %d memory slices (%s)", describeCounts(g, counts), total, startsOf(g, counts))
+		return false
 	}
-	return errs
+	return true
+}
+
+// overlaps finds the pinned placements, among pins[i] for i in idx, whose
+// memory slices overlap an earlier one's, in O(n log n): sorted by start,
+// each is compared with the one reaching furthest before it. It returns
+// pairs of indices, the later placement in the document first; each
+// overlapping placement is named once.
+func overlaps(pins []Placement, idx []int) [][2]int {
+	order := slices.Clone(idx)
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(pins[a].Start, pins[b].Start) })
+	var out [][2]int
+	reach := -1 // index of the placement ending furthest so far
+	for _, i := range order {
+		if reach >= 0 && pins[i].Start < pins[reach].Start+pins[reach].Size {
+			out = append(out, [2]int{max(i, reach), min(i, reach)})
+		}
+		if reach < 0 || pins[i].Start+pins[i].Size > pins[reach].Start+pins[reach].Size {
+			reach = i
+		}
+	}
+	return out
 }
 
 // requestedNames lists the profiles d names, sorted, each once.
@@ -188,7 +213,7 @@ func gpuName(g *mig.GPU) string {
 }
 
 func entryPath(cfg Config, i int) string {
-	return fmt.Sprintf("mig-configs.%s[%d]", cfg.Name, i)
+	return fmt.Sprintf("mig-configs.%s[%d]", clipName(cfg.Name), i)
 }
 
 func supportedNames(g *mig.GPU) string {

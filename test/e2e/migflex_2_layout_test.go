@@ -144,6 +144,10 @@ mig-configs:
 func TestInvalidLayout(t *testing.T) {
 	migflex(t)
 	before, layout := applyLayout(t, "3g.40gb", "2g.20gb")
+	agent, err := cluster.AgentPod(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	for _, tc := range []struct {
 		name string
@@ -167,6 +171,13 @@ func TestInvalidLayout(t *testing.T) {
 		doc:     "version: v1\nmig-configs: [",
 		reason:  "MigConfigInvalid",
 		message: []string{"invalid YAML"},
+	}, {
+		// Issue 14: one placement anchored and aliased 1,500 times took
+		// the agent past its memory limit into CrashLoopBackOff.
+		name:    "aliases expanding past the limit",
+		doc:     "version: v1\nmig-configs:\n  selected:\n  - devices: [0]\n    mig-enabled: true\n    mig-devices: [&p {name: 1g.10gb, position: 0, size: 1}," + strings.Repeat("*p,", 1499) + "*p]",
+		reason:  "MigConfigInvalid",
+		message: []string{"more than 8192 YAML values"},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()
@@ -223,4 +234,20 @@ func TestInvalidLayout(t *testing.T) {
 			}
 		})
 	}
+	// No document took the agent down: the same pod, never restarted.
+	after, err := cluster.AgentPod(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.UID != agent.UID || restarts(after) != restarts(agent) {
+		t.Errorf("agent pod %s (%d restarts) is now %s (%d restarts)", agent.Name, restarts(agent), after.Name, restarts(after))
+	}
+}
+
+func restarts(pod *corev1.Pod) int32 {
+	var n int32
+	for _, cs := range pod.Status.ContainerStatuses {
+		n += cs.RestartCount
+	}
+	return n
 }

@@ -1,0 +1,120 @@
+package migconfig
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Limits on a mig.config document. A node agent parses whatever a user
+// writes into its Node's annotation, so every stage from the bytes to the
+// plan does work bounded by these, whatever the input (see
+// docs/BENCHMARKS.md for what a document at the limits costs). Real
+// documents are far inside them: mig-parted's config-default.yaml, every
+// GPU model NVIDIA ships in one file, is about 12 KB with 81 configurations
+// of one or two entries.
+const (
+	// MaxDocumentBytes is the largest document read: the API server's limit
+	// on all of an object's annotations together.
+	MaxDocumentBytes = 256 << 10
+	// MaxValues bounds the YAML values (scalars, lists, maps) of a document
+	// once its aliases are expanded, and the characters that can start one
+	// (':', ',', '-', '[', '{', '?', '*') before it is decoded.
+	MaxValues = 8192
+	// MaxDepth bounds how deeply values nest. A mig.config needs seven levels
+	// (document, mig-configs, configuration, entry, mig-devices, placement,
+	// field).
+	MaxDepth = 32
+	// MaxConfigs bounds the configurations in a document.
+	MaxConfigs = 1024
+	// MaxEntries bounds the entries of one configuration.
+	MaxEntries = 128
+	// MaxDevices bounds the GPU indices one entry lists, and the items of
+	// one device-filter.
+	MaxDevices = 64
+	// MaxErrors bounds the problems reported for a document or a
+	// configuration: the first MaxErrors, then how many more there are.
+	MaxErrors = 10
+	// maxQuoted bounds how much of a string from the document an error
+	// message repeats.
+	maxQuoted = 64
+)
+
+// errorList collects problems, keeping the first MaxErrors and counting
+// the rest, so that a document with a million mistakes costs no more to
+// report than one with ten.
+type errorList struct {
+	errs  []error
+	extra int
+}
+
+func (l *errorList) add(err error) {
+	if len(l.errs) < MaxErrors {
+		l.errs = append(l.errs, err)
+		return
+	}
+	l.extra++
+}
+
+func (l *errorList) addf(format string, args ...any) {
+	if len(l.errs) < MaxErrors {
+		l.errs = append(l.errs, fmt.Errorf(format, args...))
+		return
+	}
+	l.extra++
+}
+
+func (l *errorList) len() int { return len(l.errs) + l.extra }
+
+// err joins the problems kept, one per line, and says how many were left
+// out; nil when there are none.
+func (l *errorList) err() error {
+	if l.len() == 0 {
+		return nil
+	}
+	if l.extra == 0 {
+		return errors.Join(l.errs...)
+	}
+	return errors.Join(append(l.errs[:len(l.errs):len(l.errs)], fmt.Errorf("... and %d more", l.extra))...)
+}
+
+// quote quotes s for an error message, cut to maxQuoted bytes on a rune
+// boundary.
+func quote(s string) string {
+	if len(s) <= maxQuoted {
+		return strconv.Quote(s)
+	}
+	cut := maxQuoted
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + fmt.Sprintf("... (%d bytes)", len(s))
+}
+
+// clipName shortens a configuration name for an error's path.
+func clipName(s string) string {
+	if len(s) <= maxQuoted && !strings.ContainsAny(s, "\n\r") {
+		return s
+	}
+	return quote(s)
+}
+
+// ErrTooLarge is ReadDocument's error for a document past MaxDocumentBytes.
+var ErrTooLarge = fmt.Errorf("the document is more than %d bytes, the limit", MaxDocumentBytes)
+
+// ReadDocument reads a document from r, at most MaxDocumentBytes of it: a
+// config file or standard input is held to the annotation's limit without
+// reading more than one byte past it.
+func ReadDocument(r io.Reader) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, MaxDocumentBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxDocumentBytes {
+		return nil, ErrTooLarge
+	}
+	return data, nil
+}
