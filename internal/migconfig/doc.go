@@ -40,6 +40,8 @@
 //     day a second version exists; the extra line costs users nothing.
 //   - Unknown fields are errors that name the field and where it is; every
 //     error in a document is reported, not just the first.
+//   - A GPU index is a whole number or a string of decimal digits: Run:ai
+//     and fake-gpu-operator write devices: ["0"].
 //   - devices and mig-enabled are required in every entry, and mig-devices
 //     is required when mig-enabled is true (mig-devices: {} enables MIG with no
 //     instances), as in mig-parted. mig-devices with mig-enabled: false is an

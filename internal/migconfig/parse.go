@@ -213,7 +213,7 @@ func (p *parser) devices(path string, v any) (all bool, idx []int) {
 		}
 		seen := map[int]bool{}
 		for i, item := range d {
-			n, ok := p.integer(fmt.Sprintf("%s[%d]", path, i), item, 0, "a GPU index")
+			n, ok := p.index(fmt.Sprintf("%s[%d]", path, i), item)
 			if !ok {
 				continue
 			}
@@ -360,6 +360,37 @@ func (p *parser) placement(path string, m map[string]any) (pl Placement, pinned,
 		pl.Size, _ = p.integer(path+".size", size, 1, "a size in memory slices")
 	}
 	return pl, pinned, p.errs.len() == errsBefore
+}
+
+// index reads a GPU index: a whole number, or a string of decimal digits
+// as Run:ai and fake-gpu-operator write them (devices: ["0"]: their
+// devices field is a list of strings).
+func (p *parser) index(path string, v any) (int, bool) {
+	var digits string
+	switch d := v.(type) {
+	case json.Number:
+		digits = d.String()
+	case string:
+		digits = d
+	}
+	if digits != "" && strings.Trim(digits, "0123456789") == "" {
+		if n, err := strconv.ParseInt(digits, 10, 32); err == nil {
+			return int(n), true
+		}
+	}
+	given := describe(v)
+	switch v.(type) {
+	case string:
+		given = "the string " + given
+	case json.Number:
+		given = "the number " + given
+	}
+	hint := ""
+	if v == "all" {
+		hint = " (for every GPU, write devices: all instead of a list)"
+	}
+	p.fail(path, "a GPU index must be a whole number from 0 to %d, written 3 or \"3\", got %s%s", math.MaxInt32, given, hint)
+	return 0, false
 }
 
 // integer reads a whole number no smaller than minimum.

@@ -244,9 +244,8 @@ func TestParseErrors(t *testing.T) {
 			doc: entryDoc(`devices: [0, 0, -1, "1", 1.5]`, "mig-enabled: false"),
 			want: []string{
 				"mig-configs.c[0].devices: GPU 0 listed twice",
-				"mig-configs.c[0].devices[2]: a GPU index must be a whole number from 0 to 2147483647, got -1",
-				`mig-configs.c[0].devices[3]: a GPU index must be a whole number from 0 to 2147483647, got "1"`,
-				"mig-configs.c[0].devices[4]: a GPU index must be a whole number from 0 to 2147483647, got 1.5",
+				`mig-configs.c[0].devices[2]: a GPU index must be a whole number from 0 to 2147483647, written 3 or "3", got the number -1`,
+				`mig-configs.c[0].devices[4]: a GPU index must be a whole number from 0 to 2147483647, written 3 or "3", got the number 1.5`,
 			},
 		},
 		"mig-enabled not a bool": {
@@ -367,7 +366,7 @@ mig-configs:
 `,
 			want: []string{
 				`mig-configs.a[0].mig-devices: profile "9x.1gb": not a MIG profile name (want <n>g.<m>gb with optional attributes, e.g. 2g.20gb, 1g.10gb+me, 1g.24gb-me)`,
-				`mig-configs.b[0].devices[0]: a GPU index must be a whole number from 0 to 2147483647, got "x"`,
+				`mig-configs.b[0].devices[0]: a GPU index must be a whole number from 0 to 2147483647, written 3 or "3", got the string "x"`,
 				"mig-configs.b[1].mig-devices[0]: position without size (give both, in memory slices, or neither)",
 			},
 		},
@@ -426,5 +425,101 @@ func TestSelect(t *testing.T) {
 				t.Errorf("Select(%q) = %q, want %q", tc.name, got.Name, tc.want)
 			}
 		})
+	}
+}
+
+// TestParseStringIndices: issue 14 point 2. Run:ai and fake-gpu-operator
+// write devices as strings (fake-gpu-operator's migfaker.SelectedDevices
+// has Devices []string, its test TestFakeMapping uses []string{"0"}), so a
+// string of digits is an index in every form, and "all" is every GPU.
+// Anything else names what was given and what is allowed.
+func TestParseStringIndices(t *testing.T) {
+	accepted := map[string]struct {
+		devices string
+		all     bool
+		want    []int
+	}{
+		"one string index":            {devices: `["0"]`, want: []int{0}},
+		"several":                     {devices: `["0", "1", "7"]`, want: []int{0, 1, 7}},
+		"strings and numbers mixed":   {devices: `[0, "1"]`, want: []int{0, 1}},
+		"leading zeros are decimal":   {devices: `["007"]`, want: []int{7}},
+		"the largest index":           {devices: `["2147483647"]`, want: []int{2147483647}},
+		"all, quoted":                 {devices: `"all"`, all: true},
+		"all, plain":                  {devices: `all`, all: true},
+		"a block list of strings":     {devices: "\n    - \"2\"\n    - '3'", want: []int{2, 3}},
+		"unquoted numbers, as before": {devices: `[4, 5]`, want: []int{4, 5}},
+	}
+	for name, tc := range accepted {
+		t.Run(name, func(t *testing.T) {
+			spec, err := Parse([]byte(entryDoc("devices: "+tc.devices, "mig-enabled: false")))
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			e := spec.Configs["c"].Entries[0]
+			if e.AllDevices != tc.all || !cmp.Equal(e.Devices, tc.want) {
+				t.Errorf("all %v devices %v, want all %v devices %v", e.AllDevices, e.Devices, tc.all, tc.want)
+			}
+		})
+	}
+
+	const allowed = `a GPU index must be a whole number from 0 to 2147483647, written 3 or "3", got `
+	rejected := map[string]struct{ devices, want string }{
+		"not a number":        {`["x"]`, `mig-configs.c[0].devices[0]: ` + allowed + `the string "x"`},
+		"negative string":     {`["-1"]`, `mig-configs.c[0].devices[0]: ` + allowed + `the string "-1"`},
+		"fraction string":     {`["1.5"]`, `mig-configs.c[0].devices[0]: ` + allowed + `the string "1.5"`},
+		"negative number":     {`[-1]`, `mig-configs.c[0].devices[0]: ` + allowed + `the number -1`},
+		"fraction number":     {`[1.5]`, `mig-configs.c[0].devices[0]: ` + allowed + `the number 1.5`},
+		"spaces":              {`[" 1"]`, `mig-configs.c[0].devices[0]: ` + allowed + `the string " 1"`},
+		"empty string":        {`[""]`, `mig-configs.c[0].devices[0]: ` + allowed + `the string ""`},
+		"hex string":          {`["0x1"]`, `mig-configs.c[0].devices[0]: ` + allowed + `the string "0x1"`},
+		"past the largest":    {`["2147483648"]`, `mig-configs.c[0].devices[0]: ` + allowed + `the string "2147483648"`},
+		"all inside a list":   {`["all"]`, `mig-configs.c[0].devices[0]: ` + allowed + `the string "all" (for every GPU, write devices: all instead of a list)`},
+		"a string, not all":   {`"0"`, `mig-configs.c[0].devices: must be "all" or a list of GPU indices, got the string "0"`},
+		"a list in the list":  {`[["0"]]`, `mig-configs.c[0].devices[0]: ` + allowed + `a list`},
+		"true is not a GPU":   {`[true]`, `mig-configs.c[0].devices[0]: ` + allowed + `true`},
+		"duplicate by string": {`[0, "0"]`, `mig-configs.c[0].devices: GPU 0 listed twice`},
+	}
+	for name, tc := range rejected {
+		t.Run(name, func(t *testing.T) {
+			_, err := Parse([]byte(entryDoc("devices: "+tc.devices, "mig-enabled: false")))
+			if err == nil || err.Error() != tc.want {
+				t.Errorf("Parse error = %v\nwant %s", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestParseRunAIAnnotation is the annotation as fake-gpu-operator's users
+// write it: Run:ai's placement form with string indices.
+func TestParseRunAIAnnotation(t *testing.T) {
+	doc := `version: v1
+mig-configs:
+  selected:
+  - devices: ["0"]
+    mig-enabled: true
+    mig-devices:
+    - name: 4g.20gb
+      position: 0
+      size: 4
+  - devices: ["1"]
+    mig-enabled: true
+    mig-devices:
+    - {name: 1g.5gb, position: 0, size: 1}
+    - {name: 1g.5gb, position: 1, size: 1}
+`
+	spec, err := Parse([]byte(doc))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	want := &Spec{Version: "v1", Configs: map[string]Config{"selected": {Name: "selected", Entries: []Entry{
+		{Devices: []int{0}, MigEnabled: true, Placements: []Placement{{"4g.20gb", 0, 4}}},
+		{Devices: []int{1}, MigEnabled: true, Placements: []Placement{{"1g.5gb", 0, 1}, {"1g.5gb", 1, 1}}},
+	}}}}
+	if diff := cmp.Diff(want, spec); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+	desired, err := Validate(spec.Configs["selected"], gpus(2, a100x40))
+	if err != nil || len(desired) != 2 {
+		t.Fatalf("Validate on two A100-40GB: %v, %v", desired, err)
 	}
 }

@@ -111,10 +111,11 @@ func TestRunAIAnnotation(t *testing.T) {
 
 	_, before := applyLayout(t, "7g.80gb") // a change follows, with its Event
 	start := time.Now()
+	// Indices as strings, as Run:ai and fake-gpu-operator write them.
 	setMigConfig(t, annotationRunAI, `version: v1
 mig-configs:
   selected:
-  - devices: [0]
+  - devices: ["0"]
     mig-enabled: true
     mig-devices:
     - {name: 3g.40gb, position: 0, size: 4}

@@ -16,13 +16,20 @@ import (
 // the API server limits all of an object's annotations together to 256 KiB.
 const maxAnnotationDoc = 200 << 10
 
-// TestAgentHostileAnnotations annotates a running agent's Node with every
+// TestAgentConfigDocuments: how the agent reports what the config engine
+// makes of a document, on a real API server.
+func TestAgentConfigDocuments(t *testing.T) {
+	api := startAPIServer(t)
+	t.Run("hostile annotations", func(t *testing.T) { testHostileAnnotations(t, api) })
+	t.Run("run.ai string indices", func(t *testing.T) { testRunAIStringIndices(t, api) })
+}
+
+// testHostileAnnotations annotates a running agent's Node with every
 // document of the hostile corpus that the API server takes (issue 14):
 // each must end failed with a short reason, the layout kept and still
 // served, and the agent still working, which a document in place after each
 // shows. An agent that panicked would take the test binary down with it.
-func TestAgentHostileAnnotations(t *testing.T) {
-	api := startAPIServer(t)
+func testHostileAnnotations(t *testing.T, api *apiServer) {
 	n := newNode(t, api)
 	n.partition(0, "3g.40gb", "3g.40gb")
 	before := n.layoutOf()
@@ -62,4 +69,34 @@ func TestAgentHostileAnnotations(t *testing.T) {
 		t.Errorf("Event message of %d bytes", len(ev.Message))
 	}
 	t.Logf("%d hostile annotations, each failed with the layout kept", sent)
+}
+
+// testRunAIStringIndices: run.ai/mig.config as fake-gpu-operator's users
+// write it, indices as strings (issue 14 point 2).
+func testRunAIStringIndices(t *testing.T, api *apiServer) {
+	n := newNode(t, api)
+	n.start()
+	n.annotate(AnnotationRunAIConfig, `version: v1
+mig-configs:
+  selected:
+  - devices: ["0"]
+    mig-enabled: true
+    mig-devices:
+    - {name: 3g.40gb, position: 4, size: 4}
+  - devices: ["1"]
+    mig-enabled: true
+    mig-devices: [{name: 7g.80gb, position: 0, size: 8}]
+`)
+	n.waitState(StateSuccess)
+	if diff := cmp.Diff([]string{"GPU 0 mig=true 3g.40gb@4", "GPU 1 mig=true 7g.80gb@0"}, n.layoutOf()); diff != "" {
+		t.Errorf("layout (-want +got):\n%s", diff)
+	}
+	n.waitServed(map[string]int{resource3g: 1, resource7g: 1})
+
+	n.annotate(AnnotationRunAIConfig, "version: v1\nmig-configs:\n  selected:\n  - {devices: [\"x\"], mig-enabled: false}\n")
+	obj := n.waitState(StateFailed)
+	want := `annotation run.ai/mig.config: mig-configs.selected[0].devices[0]: a GPU index must be a whole number from 0 to 2147483647, written 3 or "3", got the string "x"; the GPUs are left as they are`
+	if r := obj.Annotations[AnnotationReason]; r != want {
+		t.Errorf("reason %q\nwant   %q", r, want)
+	}
 }
