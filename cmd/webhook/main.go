@@ -30,6 +30,7 @@ type options struct {
 	config          string
 	mode            string
 	onUnsatisfiable string
+	onInsufficient  string
 	maxRequestBytes int64
 	resync          time.Duration
 }
@@ -37,12 +38,13 @@ type options struct {
 // envTwins are the environment variables a Deployment sets instead of flags;
 // a flag given on the command line wins.
 var envTwins = map[string]string{
-	"listen":            "MIGFLEX_WEBHOOK_LISTEN",
-	"tls-cert-dir":      "MIGFLEX_WEBHOOK_TLS_CERT_DIR",
-	"config":            "MIGFLEX_WEBHOOK_CONFIG",
-	"mode":              "MIGFLEX_WEBHOOK_MODE",
-	"on-unsatisfiable":  "MIGFLEX_WEBHOOK_ON_UNSATISFIABLE",
-	"max-request-bytes": "MIGFLEX_WEBHOOK_MAX_REQUEST_BYTES",
+	"listen":                "MIGFLEX_WEBHOOK_LISTEN",
+	"tls-cert-dir":          "MIGFLEX_WEBHOOK_TLS_CERT_DIR",
+	"config":                "MIGFLEX_WEBHOOK_CONFIG",
+	"mode":                  "MIGFLEX_WEBHOOK_MODE",
+	"on-unsatisfiable":      "MIGFLEX_WEBHOOK_ON_UNSATISFIABLE",
+	"on-insufficient-count": "MIGFLEX_WEBHOOK_ON_INSUFFICIENT_COUNT",
+	"max-request-bytes":     "MIGFLEX_WEBHOOK_MAX_REQUEST_BYTES",
 }
 
 func parseFlags(args []string, getenv func(string) string) (options, error) {
@@ -55,6 +57,7 @@ func parseFlags(args []string, getenv func(string) string) (options, error) {
 	fs.StringVar(&o.config, "config", "", "FallbackPolicy file (apiVersion migflex.io/v1alpha1); empty means the default policy")
 	fs.StringVar(&o.mode, "mode", string(fallback.ModeExistence), "existence: a type fits when a node has it; capacity: prefer types with a free device (watches pods)")
 	fs.StringVar(&o.onUnsatisfiable, "on-unsatisfiable", string(fallback.UnsatisfiableDeny), "deny or allow a pod for which no GPU type fits")
+	fs.StringVar(&o.onInsufficient, "on-insufficient-count", string(fallback.UnsatisfiableAllow), "allow (with a warning) or deny a pod that needs more devices of a GPU type on one node than any node it can be scheduled to has")
 	fs.Int64Var(&o.maxRequestBytes, "max-request-bytes", webhook.DefaultMaxRequestBytes, "largest AdmissionReview body accepted")
 	fs.DurationVar(&o.resync, "resync", 0, "informer resync period; 0 disables")
 	for name, env := range envTwins {
@@ -94,7 +97,11 @@ func newDecider(o options) (*fallback.Decider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--on-unsatisfiable: %w", err)
 	}
-	return fallback.NewDecider(fallback.Options{Policy: policy, Mode: mode, OnUnsatisfiable: unsat})
+	insufficient, err := fallback.ParseUnsatisfiable(o.onInsufficient)
+	if err != nil {
+		return nil, fmt.Errorf("--on-insufficient-count: %w", err)
+	}
+	return fallback.NewDecider(fallback.Options{Policy: policy, Mode: mode, OnUnsatisfiable: unsat, OnInsufficientCount: insufficient})
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string) error {

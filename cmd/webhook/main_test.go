@@ -26,23 +26,24 @@ func TestParseFlags(t *testing.T) {
 		wantErr string
 	}{
 		"defaults": {
-			want: options{listen: ":8443", certDir: "/etc/webhook/certs", mode: "existence", onUnsatisfiable: "deny", maxRequestBytes: 8 << 20},
+			want: options{listen: ":8443", certDir: "/etc/webhook/certs", mode: "existence", onUnsatisfiable: "deny", onInsufficient: "allow", maxRequestBytes: 8 << 20},
 		},
 		"flags": {
-			args: []string{"--listen=:9443", "--tls-cert-dir=/certs", "--kubeconfig=/kc", "--config=/p.yaml", "--mode=capacity", "--on-unsatisfiable=allow", "--max-request-bytes=1024", "--resync=1m"},
-			want: options{listen: ":9443", certDir: "/certs", kubeconfig: "/kc", config: "/p.yaml", mode: "capacity", onUnsatisfiable: "allow", maxRequestBytes: 1024, resync: time.Minute},
+			args: []string{"--listen=:9443", "--tls-cert-dir=/certs", "--kubeconfig=/kc", "--config=/p.yaml", "--mode=capacity", "--on-unsatisfiable=allow", "--on-insufficient-count=deny", "--max-request-bytes=1024", "--resync=1m"},
+			want: options{listen: ":9443", certDir: "/certs", kubeconfig: "/kc", config: "/p.yaml", mode: "capacity", onUnsatisfiable: "allow", onInsufficient: "deny", maxRequestBytes: 1024, resync: time.Minute},
 		},
 		"environment twins": {
 			env: map[string]string{
 				"MIGFLEX_WEBHOOK_LISTEN": ":7443", "MIGFLEX_WEBHOOK_TLS_CERT_DIR": "/s", "MIGFLEX_WEBHOOK_CONFIG": "/c",
 				"MIGFLEX_WEBHOOK_MODE": "capacity", "MIGFLEX_WEBHOOK_ON_UNSATISFIABLE": "allow", "MIGFLEX_WEBHOOK_MAX_REQUEST_BYTES": "99",
+				"MIGFLEX_WEBHOOK_ON_INSUFFICIENT_COUNT": "deny",
 			},
-			want: options{listen: ":7443", certDir: "/s", config: "/c", mode: "capacity", onUnsatisfiable: "allow", maxRequestBytes: 99},
+			want: options{listen: ":7443", certDir: "/s", config: "/c", mode: "capacity", onUnsatisfiable: "allow", onInsufficient: "deny", maxRequestBytes: 99},
 		},
 		"a flag beats its environment twin": {
 			args: []string{"--mode=existence"},
 			env:  map[string]string{"MIGFLEX_WEBHOOK_MODE": "capacity"},
-			want: options{listen: ":8443", certDir: "/etc/webhook/certs", mode: "existence", onUnsatisfiable: "deny", maxRequestBytes: 8 << 20},
+			want: options{listen: ":8443", certDir: "/etc/webhook/certs", mode: "existence", onUnsatisfiable: "deny", onInsufficient: "allow", maxRequestBytes: 8 << 20},
 		},
 		"bad environment value": {
 			env:     map[string]string{"MIGFLEX_WEBHOOK_MAX_REQUEST_BYTES": "lots"},
@@ -81,7 +82,7 @@ func TestNewDecider(t *testing.T) {
 	}
 	good := write("good.yaml", "apiVersion: migflex.io/v1alpha1\nkind: FallbackPolicy\nallowUp: false\n")
 	bad := write("bad.yaml", "apiVersion: migflex.io/v1alpha1\nkind: FallbackPolicy\nallowUp: maybe\n")
-	base := options{mode: "existence", onUnsatisfiable: "deny"}
+	base := options{mode: "existence", onUnsatisfiable: "deny", onInsufficient: "allow"}
 	with := func(f func(*options)) options { o := base; f(&o); return o }
 
 	tests := map[string]struct {
@@ -94,6 +95,8 @@ func TestNewDecider(t *testing.T) {
 		"invalid file":      {o: with(func(o *options) { o.config = bad }), wantErr: "--config " + bad},
 		"bad mode":          {o: with(func(o *options) { o.mode = "free" }), wantErr: "--mode"},
 		"bad unsatisfiable": {o: with(func(o *options) { o.onUnsatisfiable = "ignore" }), wantErr: "--on-unsatisfiable"},
+		"deny insufficient": {o: with(func(o *options) { o.onInsufficient = "deny" })},
+		"bad insufficient":  {o: with(func(o *options) { o.onInsufficient = "warn" }), wantErr: "--on-insufficient-count"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -5,7 +5,9 @@
 package fallback
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -44,6 +46,23 @@ const (
 	// --on-unsatisfiable=allow let the pod through (other types may still
 	// have been rewritten).
 	OutcomeUnsatisfiable Outcome = "unsatisfiable_allowed"
+	// OutcomeUnknown: the pod's only GPU types the webhook may change are
+	// names it does not understand (no NVIDIA GPU's MIG profile, on no
+	// node, not in the policy); left as they are, with a warning.
+	OutcomeUnknown Outcome = "unknown_type"
+	// OutcomeTooManyTypes: the pod names more GPU types than the cap
+	// (Options.MaxTypes); left as it is, with a warning.
+	OutcomeTooManyTypes Outcome = "too_many_types"
+	// OutcomeInvalid: the pod's extended-resource quantities are ones the
+	// API server rejects (not whole, negative, requests unequal to limits);
+	// left as it is, for the API server to say so.
+	OutcomeInvalid Outcome = "invalid_quantity"
+	// OutcomeTooLarge: the rewrite's annotations would take the pod over
+	// the API server's limit on annotations; left as it is, with a warning.
+	OutcomeTooLarge Outcome = "annotations_too_large"
+	// OutcomeCanceled: the context ended before the decision did
+	// (Decision.Err says how); nobody waits for the answer.
+	OutcomeCanceled Outcome = "canceled"
 	// OutcomeError: the decision failed for a fault of the decider, not of
 	// the pod (Decision.Err says which); the caller answers with a server
 	// error, so that the webhook's failure policy applies.
@@ -62,7 +81,8 @@ const (
 type Decision struct {
 	Outcome Outcome
 	Allowed bool
-	// Message explains a denial; the API server shows it to the user.
+	// Message explains a denial (the API server shows it to the user), or
+	// why a pod was left alone (for the log). It is bounded, whatever the pod.
 	Message string
 	// Warnings are returned to the client (kubectl prints them).
 	Warnings []string
@@ -70,7 +90,7 @@ type Decision struct {
 	Rewrites []Rewrite
 	// Patch is the RFC 6902 JSON patch; empty when the pod is unchanged.
 	Patch []Operation
-	// Err is set with OutcomeError only.
+	// Err is set with OutcomeError and OutcomeCanceled only.
 	Err error
 }
 
@@ -89,18 +109,29 @@ type Options struct {
 	Policy          Policy
 	Mode            Mode
 	OnUnsatisfiable Unsatisfiable
+	// OnInsufficientCount is what to do with a pod whose GPU types exist
+	// but of which no node it can be scheduled to has as many devices as it
+	// needs on one node, by Allocatable: allow it with a warning (the
+	// default; it stays Pending until a node has them, which the planner
+	// may arrange) or deny it.
+	OnInsufficientCount Unsatisfiable
+	// MaxTypes caps the distinct GPU types a pod may name for the webhook
+	// to decide on it; 0 means DefaultMaxTypes.
+	MaxTypes int
 }
 
 // Decider applies one validated configuration to pods. It holds no state
 // besides its options and is safe for concurrent use.
 type Decider struct {
 	opts Options
+	// policyNames are the types the policy names, as keys or in chains.
+	policyNames map[corev1.ResourceName]bool
 	// marshal encodes the annotation JSON; json.Marshal, replaced in tests.
 	marshal func(any) ([]byte, error)
 }
 
-// NewDecider validates the options; empty Mode and OnUnsatisfiable take the
-// defaults (existence, deny).
+// NewDecider validates the options; empty Mode, OnUnsatisfiable and
+// OnInsufficientCount take the defaults (existence, deny, allow).
 func NewDecider(o Options) (*Decider, error) {
 	if o.Mode == "" {
 		o.Mode = ModeExistence
@@ -108,16 +139,35 @@ func NewDecider(o Options) (*Decider, error) {
 	if o.OnUnsatisfiable == "" {
 		o.OnUnsatisfiable = UnsatisfiableDeny
 	}
+	if o.OnInsufficientCount == "" {
+		o.OnInsufficientCount = UnsatisfiableAllow
+	}
+	if o.MaxTypes == 0 {
+		o.MaxTypes = DefaultMaxTypes
+	}
 	if _, err := ParseMode(string(o.Mode)); err != nil {
 		return nil, err
 	}
 	if _, err := ParseUnsatisfiable(string(o.OnUnsatisfiable)); err != nil {
 		return nil, err
 	}
+	if _, err := ParseUnsatisfiable(string(o.OnInsufficientCount)); err != nil {
+		return nil, fmt.Errorf("on insufficient count: %w", err)
+	}
+	if o.MaxTypes < 0 {
+		return nil, fmt.Errorf("max types %d is negative", o.MaxTypes)
+	}
 	if err := o.Policy.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid fallback policy: %w", err)
 	}
-	return &Decider{opts: o, marshal: json.Marshal}, nil
+	names := map[corev1.ResourceName]bool{}
+	for from, chain := range o.Policy.Chains {
+		names[from] = true
+		for _, t := range chain {
+			names[t] = true
+		}
+	}
+	return &Decider{opts: o, policyNames: names, marshal: json.Marshal}, nil
 }
 
 // Mode is the decider's mode; the server needs it to know whether to watch pods.
@@ -148,6 +198,12 @@ func hasGPU(l corev1.ResourceList) bool {
 
 // Decide decides for one pod at admission. snap must not be nil.
 func (d *Decider) Decide(pod *corev1.Pod, snap *Snapshot) Decision {
+	return d.DecideContext(context.Background(), pod, snap)
+}
+
+// DecideContext is Decide that stops, with OutcomeCanceled, once ctx is
+// done: the API server that asked has given up, so the answer is wasted.
+func (d *Decider) DecideContext(ctx context.Context, pod *corev1.Pod, snap *Snapshot) Decision {
 	if !HasGPURequest(pod) {
 		return Decision{Outcome: OutcomeNoGPU, Allowed: true}
 	}
@@ -162,52 +218,178 @@ func (d *Decider) Decide(pod *corev1.Pod, snap *Snapshot) Decision {
 		}
 		podPolicy = pp
 	}
-	requested := d.managedRequests(pod)
+	g := gather(pod, d.opts.MaxTypes)
+	switch {
+	case g.tooMany:
+		msg := fmt.Sprintf("the pod names more than %d GPU resource types (nvidia.com/gpu, nvidia.com/mig-*), the most the migflex GPU webhook decides on; its GPU requests are left as they are", d.opts.MaxTypes)
+		return Decision{Outcome: OutcomeTooManyTypes, Allowed: true, Message: msg, Warnings: []string{msg}}
+	case g.invalid != "":
+		// The API server rejects the pod with its own message, which names
+		// what the user wrote; a rewrite would only change that.
+		return Decision{Outcome: OutcomeInvalid, Allowed: true, Message: clip(g.invalid, maxMessage)}
+	}
+	var requested, unknown []corev1.ResourceName
+	for _, r := range g.types {
+		switch {
+		case !d.understood(r, snap):
+			unknown = append(unknown, r)
+		case d.managed(r):
+			requested = append(requested, r)
+		}
+	}
+	var warnings []string
+	if len(unknown) > 0 {
+		warnings = append(warnings, unknownWarning(unknown))
+	}
 	if len(requested) == 0 {
+		if len(unknown) > 0 {
+			return Decision{Outcome: OutcomeUnknown, Allowed: true, Warnings: warnings}
+		}
 		return Decision{Outcome: OutcomeUnchanged, Allowed: true}
 	}
 
 	filter := newPodFilter(pod, snap.identity)
-	capacity := d.opts.Mode == ModeCapacity
-	v := snap.viewFor(filter, capacity)
+	v := snap.viewFor(filter)
 	var fit *fitting
-	if capacity {
+	if d.opts.Mode == ModeCapacity {
 		fit = newFitting(pod)
 	}
 
 	var rewrites []Rewrite
-	var unsatisfied []string
+	// explained are the denial's explanations of the first unsatisfied
+	// types; unsatisfied counts them all.
+	var explained []string
+	unsatisfied := 0
+	// chosen is the type decided for each requested type (itself when kept).
+	chosen := make(map[corev1.ResourceName]corev1.ResourceName, len(requested))
 	for _, r := range requested {
+		if err := ctx.Err(); err != nil {
+			return Decision{Outcome: OutcomeCanceled, Err: err}
+		}
 		c := d.candidates(r, &v, podPolicy)
 		to, reason, ok := d.choose(r, c, &v, fit)
 		switch {
 		case !ok:
-			unsatisfied = append(unsatisfied, d.explain(r, c, &v, snap, filter, podPolicy))
+			if unsatisfied < maxListed {
+				explained = append(explained, d.explain(r, c, &v, snap, filter, podPolicy))
+			}
+			unsatisfied++
 		case to != r:
 			rewrites = append(rewrites, Rewrite{From: r, To: to, Reason: reason})
+			chosen[r] = to
+		default:
+			chosen[r] = r
 		}
 	}
 
 	dec := Decision{Outcome: OutcomeUnchanged, Allowed: true, Rewrites: rewrites}
-	if len(unsatisfied) > 0 {
-		msg := "no GPU type fits: " + strings.Join(unsatisfied, "; ")
+	if unsatisfied > 0 {
+		msg := "no GPU type fits: " + strings.Join(explained, "; ")
+		more := ""
+		if n := unsatisfied - maxListed; n > 0 {
+			more = "; and " + count(n, "more type")
+		}
 		if d.opts.OnUnsatisfiable == UnsatisfiableDeny {
-			return Decision{Outcome: OutcomeDenied, Message: msg}
+			return Decision{Outcome: OutcomeDenied, Message: clip(msg, maxMessage-len(more)) + more, Warnings: warnings}
 		}
 		dec.Outcome = OutcomeUnsatisfiable
-		dec.Warnings = []string{msg + " (left unchanged)"}
+		more += " (left unchanged)"
+		warnings = append(warnings, clip(msg, maxWarning-len(more))+more)
+	}
+	if short := d.insufficient(pod, chosen, &v); short != "" {
+		if d.opts.OnInsufficientCount == UnsatisfiableDeny {
+			return Decision{Outcome: OutcomeDenied, Message: clip(short, maxMessage), Warnings: warnings}
+		}
+		warnings = append(warnings, clip(short, maxWarning))
+	}
+	if err := ctx.Err(); err != nil {
+		return Decision{Outcome: OutcomeCanceled, Err: err}
 	}
 	if len(rewrites) > 0 {
+		patch, err := buildPatch(pod, rewrites, d.marshal)
+		var large *annotationsTooLarge
+		switch {
+		case errors.As(err, &large):
+			msg := fmt.Sprintf("rewriting the GPU requests (%s) needs %d bytes of annotations, over the API server's limit of %d for all of a pod's annotations; the pod is left as it was",
+				rewriteLabels(rewrites), large.size, large.limit)
+			return Decision{Outcome: OutcomeTooLarge, Allowed: true, Message: msg, Warnings: append(warnings, clip(msg, maxWarning))}
+		case err != nil:
+			return Decision{Outcome: OutcomeError, Err: fmt.Errorf("building the patch: %w", err)}
+		}
 		if dec.Outcome == OutcomeUnchanged {
 			dec.Outcome = OutcomeRewritten
 		}
-		patch, err := buildPatch(pod, rewrites, d.marshal)
-		if err != nil {
-			return Decision{Outcome: OutcomeError, Err: fmt.Errorf("building the patch: %w", err)}
-		}
 		dec.Patch = patch
 	}
+	dec.Warnings = warnings
 	return dec
+}
+
+// understood reports whether the webhook knows what r is: a whole GPU, a
+// MIG profile of a GPU NVIDIA makes, a type some node has, or a type the
+// policy names. Any other name is left alone with a warning: rewriting
+// nvidia.com/mig-9g.99gb to whatever is near would be a guess.
+func (d *Decider) understood(r corev1.ResourceName, snap *Snapshot) bool {
+	return Known(r) || d.policyNames[r] || snap.Has(r)
+}
+
+func unknownWarning(unknown []corev1.ResourceName) string {
+	names := make([]string, len(unknown))
+	for i, r := range unknown {
+		names[i] = name(r)
+	}
+	if len(unknown) == 1 {
+		return clip("unknown GPU resource "+names[0]+" left as it is: no node has it and it is no MIG profile of an NVIDIA GPU", maxWarning)
+	}
+	return clip("unknown GPU resources "+listed(names)+" left as they are: no node has them and they are no MIG profiles of NVIDIA GPUs", maxWarning)
+}
+
+// rewriteLabels is the rewrites in the annotation's form, bounded.
+func rewriteLabels(rewrites []Rewrite) string {
+	labels := make([]string, len(rewrites))
+	for i, rw := range rewrites {
+		labels[i] = rw.Label()
+	}
+	return listed(labels)
+}
+
+// insufficient says why no node the pod can be scheduled to can ever give
+// it the devices it asks for of the types decided (chosen), by their
+// allocatable counts, used or not; or returns "". Such a pod is admitted
+// and stays Pending until some node has more (the planner may reshape
+// one), unless --on-insufficient-count=deny.
+func (d *Decider) insufficient(pod *corev1.Pod, chosen map[corev1.ResourceName]corev1.ResourceName, v *view) string {
+	if len(chosen) == 0 {
+		return ""
+	}
+	to := make(map[corev1.ResourceName]corev1.ResourceName, len(chosen))
+	decided := make(map[corev1.ResourceName]bool, len(chosen))
+	for r, t := range chosen {
+		if r != t {
+			to[r] = t
+		}
+		decided[t] = true
+	}
+	all := podNeeds(pod, to)
+	need := make(map[corev1.ResourceName]int64, len(decided))
+	for t := range decided {
+		if n := all[t]; n > 0 {
+			need[t] = n
+		}
+	}
+	if len(need) == 0 || v.fitsAllocatable(need) {
+		return ""
+	}
+	items := make([]string, 0, len(need))
+	for _, t := range slices.Sorted(maps.Keys(need)) {
+		item := fmt.Sprintf("%d %s", need[t], t)
+		if need[t] > v.most[t] {
+			item += fmt.Sprintf(" (at most %d on one node)", v.most[t])
+		}
+		items = append(items, item)
+	}
+	return "no node this pod can be scheduled to has the GPU devices it needs on one node: " + listed(items) +
+		"; it stays Pending until one has"
 }
 
 // LabelOther is MetricLabel's name for every type it does not name.
@@ -222,45 +404,15 @@ const LabelOther = "other"
 // GPUs NVIDIA makes (with their +me, +gfx attributes). A rewrite's target is
 // always on a node, so it always keeps its name.
 func (d *Decider) MetricLabel(r corev1.ResourceName, snap *Snapshot) string {
-	p, ok := ParseResource(r)
-	switch {
-	case ok && (p.WholeGPU() || knownProfile(p)), snap.Has(r), d.policyNames(r):
+	if d.understood(r, snap) {
 		return ShortName(r)
 	}
 	return LabelOther
 }
 
-func (d *Decider) policyNames(r corev1.ResourceName) bool {
-	for from, chain := range d.opts.Policy.Chains {
-		if from == r || slices.Contains(chain, r) {
-			return true
-		}
-	}
-	return false
-}
-
-// managedRequests lists the distinct resource types the decider may rewrite,
-// in the order of the pod spec (containers, then init containers). A MIG
-// type always qualifies; nvidia.com/gpu and any other name only with an
-// explicit chain, as the webhook never changed whole-GPU requests by itself.
-func (d *Decider) managedRequests(pod *corev1.Pod) []corev1.ResourceName {
-	var out []corev1.ResourceName
-	seen := func(r corev1.ResourceName) bool { return slices.Contains(out, r) }
-	for _, cs := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
-		for i := range cs {
-			for _, l := range []corev1.ResourceList{cs[i].Resources.Requests, cs[i].Resources.Limits} {
-				for _, r := range slices.Sorted(maps.Keys(l)) {
-					q := l[r]
-					if q.Sign() > 0 && d.managed(r) && !seen(r) {
-						out = append(out, r)
-					}
-				}
-			}
-		}
-	}
-	return out
-}
-
+// managed reports whether the decider may rewrite r: a MIG type always
+// qualifies; nvidia.com/gpu and any other name only with an explicit chain,
+// as the webhook never changed whole-GPU requests by itself.
 func (d *Decider) managed(r corev1.ResourceName) bool {
 	if _, ok := d.opts.Policy.Chains[r]; ok {
 		return true
@@ -279,8 +431,10 @@ type candidate struct {
 // candidates returns the fallback chain for r, in order, with the present
 // types the policies rule out appended with their reason (for the message).
 // The explicit chain replaces the derived one. The derived chain is built
-// from the types present on the pod's nodes: smaller MIG profiles nearest
-// first, larger ones nearest first, then a whole GPU.
+// from the types present on the pod's nodes with the same attribute suffix
+// (a 1g.10gb.me request falls back among .me profiles only: media
+// extensions are part of the type): smaller MIG profiles nearest first,
+// larger ones nearest first, then a whole GPU, which has every engine.
 func (d *Decider) candidates(r corev1.ResourceName, v *view, pp PodPolicy) []candidate {
 	from, _ := ParseResource(r)
 	pol := d.opts.Policy
@@ -291,7 +445,7 @@ func (d *Decider) candidates(r corev1.ResourceName, v *view, pp PodPolicy) []can
 		var down, up []Profile
 		for t := range v.free {
 			p, ok := ParseResource(t)
-			if !ok || t == r || p.WholeGPU() {
+			if !ok || t == r || p.WholeGPU() || p.Suffix != from.Suffix {
 				continue
 			}
 			if direction(from, p) == Down {
@@ -415,9 +569,14 @@ func (d *Decider) explain(r corev1.ResourceName, cands []candidate, v *view, sna
 			return b.String()
 		}
 	} else {
-		fmt.Fprintf(&b, "%s is on none of the %d nodes this pod can be scheduled to (%d nodes in the cluster)",
-			r, snap.eligibleNodes(f), snap.Nodes())
-		writeTypes(&b, v, "they have")
+		eligible := snap.eligibleNodes(f)
+		fmt.Fprintf(&b, "%s is on no node this pod can be scheduled to (%s of the cluster's %d)",
+			r, count(eligible, "node"), snap.Nodes())
+		subject := "they have"
+		if eligible == 1 {
+			subject = "it has"
+		}
+		writeTypes(&b, v, subject)
 	}
 	var ruled []string
 	for _, c := range cands {
@@ -429,16 +588,14 @@ func (d *Decider) explain(r corev1.ResourceName, cands []candidate, v *view, sna
 	case pp == PodPolicyNone:
 		fmt.Fprintf(&b, "; fallback disabled by pod annotation %s=none", AnnotationPolicy)
 	case len(ruled) > 0:
-		fmt.Fprintf(&b, "; ruled out by policy: %s", strings.Join(ruled, ", "))
+		fmt.Fprintf(&b, "; ruled out by policy: %s", listed(ruled))
 	}
-	if _, ok := d.opts.Policy.Chains[r]; ok {
-		b.WriteString("; explicit fallback chain: ")
-		for i, t := range d.opts.Policy.Chains[r] {
-			if i > 0 {
-				b.WriteString(" -> ")
-			}
-			b.WriteString(string(t))
+	if chain, ok := d.opts.Policy.Chains[r]; ok {
+		names := make([]string, len(chain))
+		for i, t := range chain {
+			names[i] = string(t)
 		}
+		b.WriteString("; explicit fallback chain: " + strings.Join(names, " -> "))
 	}
 	return b.String()
 }
@@ -451,17 +608,17 @@ func explainPinned(b *strings.Builder, r corev1.ResourceName, v *view, snap *Sna
 	g, m := snap.find(f.nodeName)
 	switch {
 	case m == nil:
-		fmt.Fprintf(b, "%s: the pod's spec.nodeName %q is not among the %d nodes in the cluster", r, f.nodeName, snap.Nodes())
+		fmt.Fprintf(b, "%s: the pod's spec.nodeName %s names no node in the cluster (of %s)", r, quote(f.nodeName), count(snap.Nodes(), "node"))
 		return false
 	case !f.groupAllowed(g):
 		t, _ := f.untoleratedTaint(g)
-		fmt.Fprintf(b, "%s: node %q (the pod's spec.nodeName) has the taint %s, which the pod does not tolerate", r, f.nodeName, t.ToString())
+		fmt.Fprintf(b, "%s: node %s (the pod's spec.nodeName) has the taint %s, which the pod does not tolerate", r, quote(f.nodeName), clip(t.ToString(), 2*maxQuoted))
 		return false
 	case !f.matches(m.node):
-		fmt.Fprintf(b, "%s: node %q (the pod's spec.nodeName) does not match its nodeSelector or required node affinity", r, f.nodeName)
+		fmt.Fprintf(b, "%s: node %s (the pod's spec.nodeName) does not match its nodeSelector or required node affinity", r, quote(f.nodeName))
 		return false
 	}
-	fmt.Fprintf(b, "%s is not on node %q (the pod's spec.nodeName)", r, f.nodeName)
+	fmt.Fprintf(b, "%s is not on node %s (the pod's spec.nodeName)", r, quote(f.nodeName))
 	writeTypes(b, v, "it has")
 	return true
 }
@@ -477,7 +634,7 @@ func writeTypes(b *strings.Builder, v *view, subject string) {
 	for i, t := range types {
 		names[i] = string(t)
 	}
-	fmt.Fprintf(b, "; GPU types there: %s", strings.Join(names, ", "))
+	fmt.Fprintf(b, "; GPU types there: %s", listed(names))
 }
 
 // podNeeds is the devices of each GPU type the pod needs on one node, by the

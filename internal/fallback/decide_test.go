@@ -124,13 +124,42 @@ func TestDecide(t *testing.T) {
 			wantPod: gpuPod(mig1g20, "1"),
 			label:   "2g.20gb->1g.20gb",
 		},
-		"attributes: 1g.10gb.me falls to plain 1g.10gb": {
+		// A profile's attribute suffix is part of its type: media
+		// extensions, graphics or their absence are never dropped or added.
+		"attributes: 1g.10gb.me never falls to plain profiles": {
 			nodes:   []*corev1.Node{node("n1", alloc{mig1g10: 7, mig2g20: 1})},
 			pod:     gpuPod(mig1g10m, "1"),
+			want:    OutcomeDenied,
+			message: []string{"nvidia.com/mig-1g.10gb.me is on no node", "GPU types there: nvidia.com/mig-1g.10gb, nvidia.com/mig-2g.20gb"},
+		},
+		"attributes: 1g.10gb.me falls among .me profiles, nearest first": {
+			nodes:   []*corev1.Node{node("n1", alloc{mig1g10: 7, "nvidia.com/mig-1g.5gb.me": 1, "nvidia.com/mig-2g.12gb.me": 1, "nvidia.com/mig-1g.24gb-me": 1})},
+			pod:     gpuPod(mig1g10m, "1"),
 			want:    OutcomeRewritten,
-			writes:  []Rewrite{{mig1g10m, mig1g10, ReasonAbsent}},
-			wantPod: gpuPod(mig1g10, "1"),
-			label:   "1g.10gb.me->1g.10gb",
+			writes:  []Rewrite{{mig1g10m, "nvidia.com/mig-1g.5gb.me", ReasonAbsent}},
+			wantPod: gpuPod("nvidia.com/mig-1g.5gb.me", "1"),
+			label:   "1g.10gb.me->1g.5gb.me",
+		},
+		"attributes: 1g.10gb.me falls to a whole GPU, which has every engine": {
+			nodes:   []*corev1.Node{node("n1", alloc{mig1g10: 7, gpu: 1})},
+			pod:     gpuPod(mig1g10m, "1"),
+			want:    OutcomeRewritten,
+			writes:  []Rewrite{{mig1g10m, gpu, ReasonAbsent}},
+			wantPod: gpuPod(gpu, "1"),
+			label:   "1g.10gb.me->gpu",
+		},
+		"attributes: plain 1g.10gb never falls to 1g.10gb.me": {
+			nodes:   []*corev1.Node{node("n1", alloc{mig1g10m: 7})},
+			pod:     gpuPod(mig1g10, "1"),
+			want:    OutcomeDenied,
+			message: []string{"nvidia.com/mig-1g.10gb is on no node", "GPU types there: nvidia.com/mig-1g.10gb.me"},
+		},
+		"attributes: +gfx and -me keep their suffix": {
+			nodes:  []*corev1.Node{node("n1", alloc{"nvidia.com/mig-1g.24gb.gfx": 4, "nvidia.com/mig-1g.24gb-me": 4, "nvidia.com/mig-1g.24gb": 4})},
+			pod:    newPod(withContainer("g", both("nvidia.com/mig-2g.48gb.gfx", "1")), withContainer("m", both("nvidia.com/mig-2g.48gb-me", "1"))),
+			want:   OutcomeRewritten,
+			writes: []Rewrite{{"nvidia.com/mig-2g.48gb.gfx", "nvidia.com/mig-1g.24gb.gfx", ReasonAbsent}, {"nvidia.com/mig-2g.48gb-me", "nvidia.com/mig-1g.24gb-me", ReasonAbsent}},
+			label:  "2g.48gb.gfx->1g.24gb.gfx,2g.48gb-me->1g.24gb-me",
 		},
 		"quantity kept: 2 x 2g.20gb to 2 x 1g.10gb": {
 			nodes:   []*corev1.Node{node("n1", alloc{mig1g10: 7})},
@@ -176,6 +205,8 @@ func TestDecide(t *testing.T) {
 				withContainer("d", both(string(mig4g40), "1")),
 			),
 			label: "2g.20gb->1g.10gb,3g.40gb->1g.10gb",
+			// n1 has the 1g.10gb, n2 the 4g.40gb: no node has both.
+			warning: []string{"no node this pod can be scheduled to has the GPU devices it needs on one node: 6 nvidia.com/mig-1g.10gb, 1 nvidia.com/mig-4g.40gb"},
 		},
 		"limits only: only limits rewritten (the API server defaults requests)": {
 			nodes: []*corev1.Node{node("n1", alloc{mig1g10: 7})},
@@ -204,7 +235,7 @@ func TestDecide(t *testing.T) {
 			pod:   gpuPod(mig2g20, "1"),
 			want:  OutcomeDenied,
 			message: []string{
-				"nvidia.com/mig-2g.20gb is on none of the 3 nodes this pod can be scheduled to (3 nodes in the cluster)",
+				"nvidia.com/mig-2g.20gb is on no node this pod can be scheduled to (3 nodes of the cluster's 3); they have no GPU types",
 				"they have no GPU types",
 			},
 		},
@@ -213,7 +244,7 @@ func TestDecide(t *testing.T) {
 			pod:     gpuPod(mig2g20, "1"),
 			opts:    Options{OnUnsatisfiable: UnsatisfiableAllow},
 			want:    OutcomeUnsatisfiable,
-			warning: []string{"nvidia.com/mig-2g.20gb is on none of the 1 nodes", "left unchanged"},
+			warning: []string{"nvidia.com/mig-2g.20gb is on no node this pod can be scheduled to (1 node of the cluster's 1); it has no GPU types", "left unchanged"},
 		},
 		"allow on unsatisfiable still rewrites what fits": {
 			nodes:   []*corev1.Node{node("n1", alloc{mig1g10: 7})},
@@ -223,7 +254,7 @@ func TestDecide(t *testing.T) {
 			writes:  []Rewrite{{mig2g20, mig1g10, ReasonAbsent}},
 			wantPod: newPod(withContainer("a", both(string(mig1g10), "1")), withContainer("b", both(string(mig3g40), "1"))),
 			label:   "2g.20gb->1g.10gb",
-			warning: []string{"nvidia.com/mig-3g.40gb is on none", "explicit fallback chain: nvidia.com/mig-2g.20gb"},
+			warning: []string{"nvidia.com/mig-3g.40gb is on no node", "explicit fallback chain: nvidia.com/mig-2g.20gb"},
 		},
 		"nodeSelector narrows the nodes": {
 			nodes: []*corev1.Node{
@@ -243,7 +274,7 @@ func TestDecide(t *testing.T) {
 			},
 			pod:     gpuPod(mig2g20, "1", withNodeSelector("pool", "cpu")),
 			want:    OutcomeDenied,
-			message: []string{"on none of the 1 nodes this pod can be scheduled to (2 nodes in the cluster)"},
+			message: []string{"nvidia.com/mig-2g.20gb is on no node this pod can be scheduled to (1 node of the cluster's 2)"},
 		},
 		"required node affinity narrows the nodes": {
 			nodes: []*corev1.Node{
@@ -285,7 +316,7 @@ func TestDecide(t *testing.T) {
 				{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{"nope"}},
 			}})),
 			want:    OutcomeDenied,
-			message: []string{"on none of the 0 nodes this pod can be scheduled to (2 nodes in the cluster)"},
+			message: []string{"is on no node this pod can be scheduled to (0 nodes of the cluster's 2)"},
 		},
 		"matchFields on metadata.name": {
 			nodes: []*corev1.Node{node("a", alloc{mig2g20: 8}), node("b", alloc{mig1g10: 7})},
@@ -347,7 +378,7 @@ func TestDecide(t *testing.T) {
 			nodes:   []*corev1.Node{node("gpu2", alloc{mig2g20: 3})},
 			pod:     gpuPod(mig2g20, "1", onNode("gone")),
 			want:    OutcomeDenied,
-			message: []string{`spec.nodeName "gone" is not among the 1 nodes in the cluster`},
+			message: []string{`spec.nodeName "gone" names no node in the cluster (of 1 node)`},
 		},
 		"spec.nodeName and a nodeSelector that excludes the node: denied, saying so": {
 			nodes:   []*corev1.Node{node("gpu1", alloc{mig2g20: 3}, labeled("pool", "a"))},
@@ -532,6 +563,149 @@ func TestDecide(t *testing.T) {
 			pod:     gpuPod(mig2g20, "1", withAnnotation(AnnotationPolicy, "sideways")),
 			want:    OutcomeDenied,
 			message: []string{`"sideways" is not one of none, down, up, any`},
+		},
+		// Issue 14, point 5: names the webhook does not understand are left
+		// alone with a warning naming them, never rewritten to a near type.
+		"unknown profile 9g.99gb: left alone with a warning": {
+			nodes:   []*corev1.Node{node("a", alloc{mig1g10: 7, mig7g80: 1, gpu: 1})},
+			pod:     gpuPod("nvidia.com/mig-9g.99gb", "1"),
+			want:    OutcomeUnknown,
+			warning: []string{"unknown GPU resource nvidia.com/mig-9g.99gb left as it is: no node has it and it is no MIG profile of an NVIDIA GPU"},
+		},
+		"unknown profile 999g.99999gb": {
+			nodes:   []*corev1.Node{node("a", alloc{mig1g10: 7, gpu: 1})},
+			pod:     gpuPod("nvidia.com/mig-999g.99999gb", "1"),
+			want:    OutcomeUnknown,
+			warning: []string{"nvidia.com/mig-999g.99999gb left as it is"},
+		},
+		"unknown attributes 1g.10gb.zzz.yyy": {
+			nodes:   []*corev1.Node{node("a", alloc{mig1g10: 7, gpu: 1})},
+			pod:     gpuPod("nvidia.com/mig-1g.10gb.zzz.yyy", "1"),
+			want:    OutcomeUnknown,
+			warning: []string{"nvidia.com/mig-1g.10gb.zzz.yyy left as it is"},
+		},
+		"not a profile name: mig-foo": {
+			nodes:   []*corev1.Node{node("a", alloc{mig1g10: 7, gpu: 1})},
+			pod:     gpuPod("nvidia.com/mig-foo", "1"),
+			want:    OutcomeUnknown,
+			warning: []string{`unknown GPU resource "nvidia.com/mig-foo" left as it is`},
+		},
+		"upper case: mig-3g.40GB": {
+			nodes:   []*corev1.Node{node("a", alloc{mig1g10: 7, gpu: 1})},
+			pod:     gpuPod("nvidia.com/mig-3g.40GB", "1"),
+			want:    OutcomeUnknown,
+			warning: []string{`"nvidia.com/mig-3g.40GB" left as it is`},
+		},
+		"unknown and known in one pod: the known one is rewritten, the unknown named": {
+			nodes: []*corev1.Node{node("a", alloc{mig1g10: 7})},
+			pod:   newPod(withContainer("main", both(string(mig2g20), "1", "nvidia.com/mig-9g.99gb", "1", "nvidia.com/mig-foo", "1"))),
+			want:  OutcomeRewritten,
+			writes: []Rewrite{
+				{mig2g20, mig1g10, ReasonAbsent},
+			},
+			wantPod: newPod(withContainer("main", both(string(mig1g10), "1", "nvidia.com/mig-9g.99gb", "1", "nvidia.com/mig-foo", "1"))),
+			label:   "2g.20gb->1g.10gb",
+			warning: []string{`unknown GPU resources nvidia.com/mig-9g.99gb, "nvidia.com/mig-foo" left as they are`},
+		},
+		"a profile no NVIDIA GPU has but some node has is understood": {
+			nodes: []*corev1.Node{
+				node("a", alloc{mig1g10: 7}, labeled("pool", "a")),
+				node("custom", alloc{"nvidia.com/mig-1g.9gb": 7}, labeled("pool", "custom")),
+			},
+			pod:     gpuPod("nvidia.com/mig-1g.9gb", "1", withNodeSelector("pool", "a")),
+			want:    OutcomeRewritten,
+			writes:  []Rewrite{{"nvidia.com/mig-1g.9gb", mig1g10, ReasonAbsent}},
+			wantPod: gpuPod(mig1g10, "1", withNodeSelector("pool", "a")),
+			label:   "1g.9gb->1g.10gb",
+		},
+		"a profile the policy names is understood": {
+			nodes: []*corev1.Node{node("a", alloc{mig1g10: 7})},
+			pod:   gpuPod("nvidia.com/mig-5g.50gb", "1"),
+			opts: Options{Policy: Policy{AllowDown: true, AllowUp: true, AllowWholeGPU: true,
+				Chains: map[corev1.ResourceName][]corev1.ResourceName{"nvidia.com/mig-5g.50gb": {mig1g10}}}},
+			want:   OutcomeRewritten,
+			writes: []Rewrite{{"nvidia.com/mig-5g.50gb", mig1g10, ReasonAbsent}},
+			label:  "5g.50gb->1g.10gb",
+		},
+		// Issue 14, point 5: a count no node can hold is said, not passed
+		// in silence; --on-insufficient-count=deny denies it.
+		"more devices than any node has: allowed with a warning": {
+			nodes:   []*corev1.Node{node("a", alloc{mig7g80: 1}), node("b", alloc{mig7g80: 1})},
+			pod:     gpuPod(mig7g80, "3"),
+			want:    OutcomeUnchanged,
+			warning: []string{"no node this pod can be scheduled to has the GPU devices it needs on one node: 3 nvidia.com/mig-7g.80gb (at most 1 on one node); it stays Pending until one has"},
+		},
+		"more devices than any node has, on-insufficient-count=deny: denied": {
+			nodes:   []*corev1.Node{node("a", alloc{mig7g80: 1}), node("b", alloc{mig7g80: 1})},
+			pod:     gpuPod(mig7g80, "3"),
+			opts:    Options{OnInsufficientCount: UnsatisfiableDeny},
+			want:    OutcomeDenied,
+			message: []string{"3 nvidia.com/mig-7g.80gb (at most 1 on one node)"},
+		},
+		"count of the rewritten type is checked": {
+			nodes:   []*corev1.Node{node("a", alloc{mig1g10: 1})},
+			pod:     gpuPod(mig2g20, "2"),
+			want:    OutcomeRewritten,
+			writes:  []Rewrite{{mig2g20, mig1g10, ReasonAbsent}},
+			wantPod: gpuPod(mig1g10, "2"),
+			label:   "2g.20gb->1g.10gb",
+			warning: []string{"2 nvidia.com/mig-1g.10gb (at most 1 on one node)"},
+		},
+		"count by the scheduler's rules: init containers take the max": {
+			nodes: []*corev1.Node{node("a", alloc{mig7g80: 2})},
+			pod:   newPod(withInit("i", both(string(mig7g80), "2")), withContainer("main", both(string(mig7g80), "1"))),
+			want:  OutcomeUnchanged,
+		},
+		"count only on the nodes the pod can be scheduled to": {
+			nodes:   []*corev1.Node{node("a", alloc{mig7g80: 1}, labeled("pool", "a")), node("b", alloc{mig7g80: 8}, labeled("pool", "b"))},
+			pod:     gpuPod(mig7g80, "2", withNodeSelector("pool", "a")),
+			want:    OutcomeUnchanged,
+			warning: []string{"2 nvidia.com/mig-7g.80gb (at most 1 on one node)"},
+		},
+		"count enough on some node: no warning": {
+			nodes: []*corev1.Node{node("a", alloc{mig7g80: 1}), node("b", alloc{mig7g80: 8})},
+			pod:   gpuPod(mig7g80, "2"),
+			want:  OutcomeUnchanged,
+		},
+		// Issue 14, point 5: quantities the API server rejects are left to
+		// it, so that its message names what the user wrote.
+		"non-integer quantity 1.5: left alone": {
+			nodes: []*corev1.Node{node("a", alloc{mig1g10: 7})},
+			pod:   gpuPod(mig2g20, "1.5"),
+			want:  OutcomeInvalid,
+		},
+		"non-integer quantity 100m: left alone": {
+			nodes: []*corev1.Node{node("a", alloc{mig1g10: 7})},
+			pod:   newPod(withContainer("main", corev1.ResourceRequirements{Limits: rl(string(mig2g20), "100m")})),
+			want:  OutcomeInvalid,
+		},
+		"requests unequal to limits: left alone": {
+			nodes: []*corev1.Node{node("a", alloc{mig1g10: 7})},
+			pod:   newPod(withContainer("main", corev1.ResourceRequirements{Requests: rl(string(mig2g20), "1"), Limits: rl(string(mig2g20), "2")})),
+			want:  OutcomeInvalid,
+		},
+		"a request without a limit: left alone": {
+			nodes: []*corev1.Node{node("a", alloc{mig1g10: 7})},
+			pod:   newPod(withContainer("main", corev1.ResourceRequirements{Requests: rl(string(mig2g20), "1")})),
+			want:  OutcomeInvalid,
+		},
+		"a negative quantity elsewhere in the pod: left alone": {
+			nodes: []*corev1.Node{node("a", alloc{mig1g10: 7})},
+			pod:   newPod(withContainer("main", both(string(mig2g20), "1")), withInit("i", both(string(mig1g10), "-1"))),
+			want:  OutcomeInvalid,
+		},
+		"another vendor's extended resource that is not whole: left alone": {
+			nodes: []*corev1.Node{node("a", alloc{mig1g10: 7})},
+			pod:   newPod(withContainer("main", both(string(mig2g20), "1", "example.com/fpga", "500m"))),
+			want:  OutcomeInvalid,
+		},
+		"fractions of native resources are fine": {
+			nodes:   []*corev1.Node{node("a", alloc{mig1g10: 7})},
+			pod:     newPod(withContainer("main", both(string(mig2g20), "1", "cpu", "500m", "memory", "1.5Gi"))),
+			want:    OutcomeRewritten,
+			writes:  []Rewrite{{mig2g20, mig1g10, ReasonAbsent}},
+			wantPod: newPod(withContainer("main", both(string(mig1g10), "1", "cpu", "500m", "memory", "1.5Gi"))),
+			label:   "2g.20gb->1g.10gb",
 		},
 		"already processed pod is not rewritten again": {
 			nodes: []*corev1.Node{node("a", alloc{mig1g10: 7})},

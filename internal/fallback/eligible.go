@@ -99,10 +99,12 @@ type view struct {
 	// free maps each present type to the most free devices of it on one
 	// eligible node. In existence mode only the keys matter.
 	free map[corev1.ResourceName]int64
+	// most maps each present type to the most allocatable devices of it on
+	// one eligible node: what the pod can ever get of it there.
+	most map[corev1.ResourceName]int64
 	// gpuNodes is the number of eligible nodes with a GPU type.
 	gpuNodes int
-	// groups are the eligible groups with GPU types, for fits; collected
-	// only in capacity mode.
+	// groups are the eligible groups with GPU types, for fits.
 	groups []eligibleGroup
 }
 
@@ -116,16 +118,32 @@ type eligibleGroup struct {
 // fits reports whether one eligible node has at least need[t] free devices
 // of every type t in need.
 func (v *view) fits(need map[corev1.ResourceName]int64) bool {
+	return v.covered(need, v.free, func(g *group) map[corev1.ResourceName]int64 { return g.maxFree },
+		func(m *member) map[corev1.ResourceName]int64 { return m.free })
+}
+
+// fitsAllocatable reports whether one eligible node has at least need[t]
+// allocatable devices of every type t in need, used or not.
+func (v *view) fitsAllocatable(need map[corev1.ResourceName]int64) bool {
+	return v.covered(need, v.most, func(g *group) map[corev1.ResourceName]int64 { return g.maxAlloc },
+		func(m *member) map[corev1.ResourceName]int64 { return m.alloc })
+}
+
+// covered reports whether one eligible node's counts (of member) cover
+// need; most and ofGroup are the most on one node, over the view and over
+// a group.
+func (v *view) covered(need, most map[corev1.ResourceName]int64,
+	ofGroup func(*group) map[corev1.ResourceName]int64, of func(*member) map[corev1.ResourceName]int64) bool {
 	if len(need) == 1 {
-		// The most free on one node decides, without visiting nodes.
+		// The most on one node decides, without visiting nodes.
 		for t, n := range need {
-			f, ok := v.free[t]
+			f, ok := most[t]
 			return ok && f >= n
 		}
 	}
 	for _, e := range v.groups {
-		// No member has more free than the group's most.
-		if !covers(e.g.maxFree, need) {
+		// No member has more than the group's most.
+		if !covers(ofGroup(e.g), need) {
 			continue
 		}
 		members := e.members
@@ -133,7 +151,7 @@ func (v *view) fits(need map[corev1.ResourceName]int64) bool {
 			members = e.g.members
 		}
 		for _, m := range members {
-			if covers(m.free, need) {
+			if covers(of(m), need) {
 				return true
 			}
 		}
@@ -155,40 +173,39 @@ func (v *view) present(r corev1.ResourceName) bool {
 	return ok
 }
 
-func (v *view) add(types []corev1.ResourceName, free map[corev1.ResourceName]int64) {
+func (v *view) add(types []corev1.ResourceName, free, alloc map[corev1.ResourceName]int64) {
 	for _, r := range types {
 		if f, ok := v.free[r]; !ok || free[r] > f {
 			v.free[r] = free[r]
 		}
+		if a, ok := v.most[r]; !ok || alloc[r] > a {
+			v.most[r] = alloc[r]
+		}
 	}
 }
 
-// viewFor collects the GPU types on the nodes the pod can be scheduled to;
-// withGroups also records those nodes for view.fits (capacity mode).
-func (s *Snapshot) viewFor(f *podFilter, withGroups bool) view {
-	v := view{free: map[corev1.ResourceName]int64{}}
+// viewFor collects the GPU types on the nodes the pod can be scheduled to,
+// and those nodes for view.fits.
+func (s *Snapshot) viewFor(f *podFilter) view {
+	v := view{free: map[corev1.ResourceName]int64{}, most: map[corev1.ResourceName]int64{}}
 	for _, g := range s.groups {
 		if len(g.types) == 0 || !f.groupAllowed(g) {
 			continue
 		}
 		if !f.perNode {
 			if f.matches(g.rep) {
-				v.add(g.types, g.maxFree)
+				v.add(g.types, g.maxFree, g.maxAlloc)
 				v.gpuNodes += len(g.members)
-				if withGroups {
-					v.groups = append(v.groups, eligibleGroup{g: g})
-				}
+				v.groups = append(v.groups, eligibleGroup{g: g})
 			}
 			continue
 		}
 		var matched []*member
 		for _, m := range g.members {
 			if f.matches(m.node) {
-				v.add(g.types, m.free)
+				v.add(g.types, m.free, m.alloc)
 				v.gpuNodes++
-				if withGroups {
-					matched = append(matched, m)
-				}
+				matched = append(matched, m)
 			}
 		}
 		if len(matched) > 0 {

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 )
 
 // Operation is one RFC 6902 JSON patch operation.
@@ -46,25 +47,23 @@ func buildPatch(pod *corev1.Pod, rewrites []Rewrite, marshal func(any) ([]byte, 
 	for _, rw := range rewrites {
 		to[rw.From] = rw.To
 	}
-	var ops []Operation
-	orig := OriginalResources{}
-	for _, part := range []struct {
+	parts := []struct {
 		field string
 		cs    []corev1.Container
 		rec   *map[string]ContainerResources
 	}{
-		{"containers", pod.Spec.Containers, &orig.Containers},
-		{"initContainers", pod.Spec.InitContainers, &orig.InitContainers},
-	} {
+		{"containers", pod.Spec.Containers, nil},
+		{"initContainers", pod.Spec.InitContainers, nil},
+	}
+	// The annotations first: when they do not fit, no operation is built.
+	orig := OriginalResources{}
+	parts[0].rec, parts[1].rec = &orig.Containers, &orig.InitContainers
+	for _, part := range parts {
 		for i := range part.cs {
 			c := &part.cs[i]
-			base := fmt.Sprintf("/spec/%s/%d/resources/", part.field, i)
-			reqOps := rewriteList(base+"requests", c.Resources.Requests, to)
-			limOps := rewriteList(base+"limits", c.Resources.Limits, to)
-			if len(reqOps)+len(limOps) == 0 {
+			if !rewritten(c.Resources.Requests, to) && !rewritten(c.Resources.Limits, to) {
 				continue
 			}
-			ops = append(append(ops, reqOps...), limOps...)
 			if *part.rec == nil {
 				*part.rec = map[string]ContainerResources{}
 			}
@@ -74,7 +73,6 @@ func buildPatch(pod *corev1.Pod, rewrites []Rewrite, marshal func(any) ([]byte, 
 			}
 		}
 	}
-
 	labels := make([]string, len(rewrites))
 	reasons := make([]string, len(rewrites))
 	for i, rw := range rewrites {
@@ -90,6 +88,22 @@ func buildPatch(pod *corev1.Pod, rewrites []Rewrite, marshal func(any) ([]byte, 
 		AnnotationReason:   strings.Join(reasons, ","),
 		AnnotationOriginal: string(origJSON),
 	}
+	if err := checkAnnotationsSize(pod.Annotations, ann); err != nil {
+		return nil, err
+	}
+
+	var ops []Operation
+	for _, part := range parts {
+		for i := range part.cs {
+			c := &part.cs[i]
+			if !rewritten(c.Resources.Requests, to) && !rewritten(c.Resources.Limits, to) {
+				continue
+			}
+			base := fmt.Sprintf("/spec/%s/%d/resources/", part.field, i)
+			ops = append(ops, rewriteList(base+"requests", c.Resources.Requests, to)...)
+			ops = append(ops, rewriteList(base+"limits", c.Resources.Limits, to)...)
+		}
+	}
 	if pod.Annotations == nil {
 		return append(ops, Operation{Op: "add", Path: "/metadata/annotations", Value: ann}), nil
 	}
@@ -97,6 +111,16 @@ func buildPatch(pod *corev1.Pod, rewrites []Rewrite, marshal func(any) ([]byte, 
 		ops = append(ops, Operation{Op: "add", Path: "/metadata/annotations/" + EscapePointer(k), Value: ann[k]})
 	}
 	return ops, nil
+}
+
+// rewritten reports whether l has a positive quantity of a type in to.
+func rewritten(l corev1.ResourceList, to map[corev1.ResourceName]corev1.ResourceName) bool {
+	for from := range to {
+		if q, ok := l[from]; ok && q.Sign() > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // rewriteList moves the quantity of every rewritten type in l to its target,
@@ -142,4 +166,34 @@ func gpuResources(l corev1.ResourceList) corev1.ResourceList {
 		}
 	}
 	return out
+}
+
+// annotationsTooLarge is a rewrite whose annotations would take the pod
+// over the API server's limit on the total size of its annotations.
+type annotationsTooLarge struct {
+	size, limit int
+}
+
+func (e *annotationsTooLarge) Error() string {
+	return fmt.Sprintf("annotations would total %d bytes, over the API server's limit of %d", e.size, e.limit)
+}
+
+// checkAnnotationsSize applies the API server's limit on the total size of a
+// pod's annotations (keys and values, apimachinery's
+// ValidateAnnotationsSize) to the pod's annotations with ours added: a
+// mutation must never make a valid pod invalid.
+func checkAnnotationsSize(existing, added map[string]string) error {
+	size := 0
+	for k, v := range existing {
+		if _, replaced := added[k]; !replaced {
+			size += len(k) + len(v)
+		}
+	}
+	for k, v := range added {
+		size += len(k) + len(v)
+	}
+	if size > apivalidation.TotalAnnotationSizeLimitB {
+		return &annotationsTooLarge{size: size, limit: apivalidation.TotalAnnotationSizeLimitB}
+	}
+	return nil
 }

@@ -15,12 +15,17 @@ func TestParseResource(t *testing.T) {
 		"nvidia.com/gpu":             {Profile{Resource: "nvidia.com/gpu"}, true},
 		"nvidia.com/mig-1g.10gb":     {Profile{Resource: "nvidia.com/mig-1g.10gb", Slices: 1, MemoryGB: 10}, true},
 		"nvidia.com/mig-7g.141gb":    {Profile{Resource: "nvidia.com/mig-7g.141gb", Slices: 7, MemoryGB: 141}, true},
-		"nvidia.com/mig-1g.10gb.me":  {Profile{Resource: "nvidia.com/mig-1g.10gb.me", Slices: 1, MemoryGB: 10, Attrs: []string{"me"}}, true},
-		"nvidia.com/mig-1g.5gb.me.x": {Profile{Resource: "nvidia.com/mig-1g.5gb.me.x", Slices: 1, MemoryGB: 5, Attrs: []string{"me", "x"}}, true},
+		"nvidia.com/mig-1g.10gb.me":  {Profile{Resource: "nvidia.com/mig-1g.10gb.me", Slices: 1, MemoryGB: 10, Suffix: ".me"}, true},
+		"nvidia.com/mig-1g.5gb.me.x": {Profile{Resource: "nvidia.com/mig-1g.5gb.me.x", Slices: 1, MemoryGB: 5, Suffix: ".me.x"}, true},
+		"nvidia.com/mig-1g.24gb-me":  {Profile{Resource: "nvidia.com/mig-1g.24gb-me", Slices: 1, MemoryGB: 24, Suffix: "-me"}, true},
+		"nvidia.com/mig-2g.48gb.gfx": {Profile{Resource: "nvidia.com/mig-2g.48gb.gfx", Slices: 2, MemoryGB: 48, Suffix: ".gfx"}, true},
 		"nvidia.com/mig-1c.3g.40gb":  {},
 		"nvidia.com/mig-0g.10gb":     {},
 		"nvidia.com/mig-2g.20":       {},
 		"nvidia.com/mig-2g.20gb.":    {},
+		"nvidia.com/mig-2g.20gb-":    {},
+		"nvidia.com/mig-3g.40GB":     {},
+		"nvidia.com/mig-foo":         {},
 		"nvidia.com/mig-2g.20gb+me":  {},
 		"amd.com/gpu":                {},
 		"cpu":                        {},
@@ -117,14 +122,32 @@ func TestMetricLabel(t *testing.T) {
 	}
 }
 
-// Every profile of NVIDIA's published MIG layouts is known, attributes included.
-func TestKnownProfilesParse(t *testing.T) {
-	for base := range knownProfiles {
-		for _, name := range []string{base, base + ".me", base + ".gfx", base + ".me.all"} {
-			p, ok := ParseResource(corev1.ResourceName(migPrefix + name))
-			if !ok || !knownProfile(p) {
-				t.Errorf("%s: parsed %v, known %v", name, ok, ok && knownProfile(p))
-			}
+// Every profile in the known table parses, and attributes are known only
+// on the profiles that have them.
+func TestKnown(t *testing.T) {
+	for short := range knownProfiles {
+		r := corev1.ResourceName(migPrefix + short)
+		if _, ok := ParseResource(r); !ok || !Known(r) {
+			t.Errorf("%s: parses %v, known %v", r, ok, Known(r))
+		}
+	}
+	for r, want := range map[corev1.ResourceName]bool{
+		"nvidia.com/gpu":                true,
+		"nvidia.com/mig-1g.10gb":        true,
+		"nvidia.com/mig-1g.10gb.me":     true,
+		"nvidia.com/mig-1g.24gb-me":     true,
+		"nvidia.com/mig-1g.24gb.me.all": true,
+		"nvidia.com/mig-4g.96gb.gfx":    true,
+		"nvidia.com/mig-7g.80gb.me":     false, // +me is on one-slice profiles
+		"nvidia.com/mig-1g.10gb.gfx":    false,
+		"nvidia.com/mig-1g.10gb.me.me":  false,
+		"nvidia.com/mig-9g.99gb":        false,
+		"nvidia.com/mig-3g.40GB":        false,
+		"mig-1g.10gb":                   false,
+		"example.com/mig-1g.10gb":       false,
+	} {
+		if got := Known(r); got != want {
+			t.Errorf("Known(%s) = %v, want %v", r, got, want)
 		}
 	}
 }

@@ -77,6 +77,8 @@ type group struct {
 	members []*member
 	// maxFree is the most free devices of each type on one member.
 	maxFree map[corev1.ResourceName]int64
+	// maxAlloc is the most allocatable devices of each type on one member.
+	maxAlloc map[corev1.ResourceName]int64
 }
 
 // member is one node. It is replaced, never changed, once in a Snapshot.
@@ -84,6 +86,8 @@ type member struct {
 	// node carries only the name and labels, for nodeaffinity matching.
 	node *corev1.Node
 	free map[corev1.ResourceName]int64
+	// alloc is the node's Allocatable (shared with its Node, not copied).
+	alloc map[corev1.ResourceName]int64
 }
 
 // Nodes is the number of nodes in the snapshot.
@@ -133,8 +137,11 @@ type groupEntry struct {
 	order []*nodeEntry
 	// hist counts the members by free devices of each type, so that maxFree
 	// is found without visiting every member after each pod event.
-	hist  map[corev1.ResourceName]map[int64]int
-	built *group
+	hist map[corev1.ResourceName]map[int64]int
+	// allocHist counts the members by allocatable devices of each type,
+	// for maxAlloc; pod events leave it alone.
+	allocHist map[corev1.ResourceName]map[int64]int
+	built     *group
 }
 
 func (g *groupEntry) index(name string) (int, bool) {
@@ -147,21 +154,27 @@ func (g *groupEntry) add(e *nodeEntry) {
 	i, _ := g.index(e.node.Name)
 	g.order = slices.Insert(g.order, i, e)
 	g.count(e.m.free, 1)
+	countIn(g.allocHist, e.m.alloc, 1)
 }
 
 func (g *groupEntry) remove(e *nodeEntry) {
 	if i, ok := g.index(e.node.Name); ok {
 		g.order = slices.Delete(g.order, i, i+1)
 		g.count(e.m.free, -1)
+		countIn(g.allocHist, e.m.alloc, -1)
 	}
 }
 
 func (g *groupEntry) count(free map[corev1.ResourceName]int64, delta int) {
-	for r, f := range free {
-		h := g.hist[r]
+	countIn(g.hist, free, delta)
+}
+
+func countIn(hist map[corev1.ResourceName]map[int64]int, counts map[corev1.ResourceName]int64, delta int) {
+	for r, f := range counts {
+		h := hist[r]
 		if h == nil {
 			h = map[int64]int{}
-			g.hist[r] = h
+			hist[r] = h
 		}
 		h[f] += delta
 		if h[f] == 0 {
@@ -222,10 +235,10 @@ func (b *Builder) SetNode(n Node) {
 	}
 	e.api.Name = n.Name
 	e.api.Labels = n.Labels
-	e.m = &member{node: e.api, free: freeDevices(n.Allocatable, b.used[n.Name])}
+	e.m = &member{node: e.api, free: freeDevices(n.Allocatable, b.used[n.Name]), alloc: n.Allocatable}
 	g := b.groups[e.key]
 	if g == nil {
-		g = &groupEntry{key: e.key, hist: map[corev1.ResourceName]map[int64]int{}}
+		g = &groupEntry{key: e.key, hist: map[corev1.ResourceName]map[int64]int{}, allocHist: map[corev1.ResourceName]map[int64]int{}}
 		b.groups[e.key] = g
 	}
 	g.add(e)
@@ -294,7 +307,7 @@ func (b *Builder) addUsage(node string, used map[corev1.ResourceName]int64, sign
 	if e := b.nodes[node]; e != nil {
 		// A new member, so that Snapshots already handed out keep theirs.
 		e.group.count(e.m.free, -1)
-		e.m = &member{node: e.api, free: freeDevices(e.node.Allocatable, b.used[node])}
+		e.m = &member{node: e.api, free: freeDevices(e.node.Allocatable, b.used[node]), alloc: e.node.Allocatable}
 		e.group.count(e.m.free, 1)
 		b.markDirty(e.group)
 	}
@@ -332,14 +345,20 @@ func buildGroup(g *groupEntry) *group {
 		unschedulable: first.node.Unschedulable,
 		types:         slices.Sorted(maps.Keys(first.node.Allocatable)),
 		members:       make([]*member, len(g.order)),
-		maxFree:       make(map[corev1.ResourceName]int64, len(g.hist)),
+		maxFree:       maxOf(g.hist),
+		maxAlloc:      maxOf(g.allocHist),
 	}
 	for i, e := range g.order {
 		out.members[i] = e.m
 	}
-	for r, h := range g.hist {
+	return out
+}
+
+func maxOf(hist map[corev1.ResourceName]map[int64]int) map[corev1.ResourceName]int64 {
+	out := make(map[corev1.ResourceName]int64, len(hist))
+	for r, h := range hist {
 		for f := range h {
-			out.maxFree[r] = max(out.maxFree[r], f)
+			out[r] = max(out[r], f)
 		}
 	}
 	return out

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -69,21 +70,35 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request) (int, string) {
+	ctx, cancel := requestContext(r)
+	defer cancel()
 	review, err := readReview(w, r, h.opts.MaxRequestBytes)
 	if err != nil {
 		return h.refuse(w, err)
 	}
 	req := review.Request
 	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
-	result, err := h.admit(req, resp)
+	result, err := h.admit(ctx, req, resp)
 	if err != nil {
 		return h.refuse(w, err)
 	}
 	return h.respond(w, resp), result
 }
 
+// requestContext is the request's context, which ends when the caller goes
+// away, bounded by the timeout the API server asks with: it passes its
+// webhook timeout (timeoutSeconds) as the query parameter "timeout", as
+// Kubernetes rest clients do, and once that has passed it has applied the
+// failure policy and reads no answer.
+func requestContext(r *http.Request) (context.Context, context.CancelFunc) {
+	if d, err := time.ParseDuration(r.URL.Query().Get("timeout")); err == nil && d > 0 {
+		return context.WithTimeout(r.Context(), d)
+	}
+	return context.WithCancel(r.Context())
+}
+
 // admit fills resp for one request and returns the result label.
-func (h *Handler) admit(req *admissionv1.AdmissionRequest, resp *admissionv1.AdmissionResponse) (string, error) {
+func (h *Handler) admit(ctx context.Context, req *admissionv1.AdmissionRequest, resp *admissionv1.AdmissionResponse) (string, error) {
 	if !isPodCreate(req) {
 		h.log.V(2).Info("Ignoring request that is not a pod CREATE",
 			"kind", req.Kind, "subResource", req.SubResource, "operation", req.Operation)
@@ -102,6 +117,9 @@ func (h *Handler) admit(req *admissionv1.AdmissionRequest, resp *admissionv1.Adm
 	if !fallback.HasGPURequest(pod) {
 		return string(fallback.OutcomeNoGPU), nil
 	}
+	if err := ctx.Err(); err != nil {
+		return "", canceled(err)
+	}
 	snap, ok := h.opts.Source.Snapshot()
 	if !ok {
 		resp.Warnings = []string{"migflex GPU webhook: node cache not synced yet, GPU request not checked"}
@@ -109,8 +127,11 @@ func (h *Handler) admit(req *admissionv1.AdmissionRequest, resp *admissionv1.Adm
 	}
 
 	start := time.Now()
-	d := h.opts.Decider.Decide(pod, snap)
+	d := h.opts.Decider.DecideContext(ctx, pod, snap)
 	h.opts.Metrics.decision.Observe(time.Since(start).Seconds())
+	if d.Outcome == fallback.OutcomeCanceled {
+		return "", canceled(d.Err)
+	}
 
 	// At CREATE a generated name is not assigned yet.
 	name := pod.Name
@@ -150,8 +171,18 @@ func (h *Handler) admit(req *admissionv1.AdmissionRequest, resp *admissionv1.Adm
 		h.log.Info("Rewrote GPU request", "pod", podRef, "uid", req.UID, "dryRun", isDryRun(req),
 			"from", string(rw.From), "to", string(rw.To), "reason", rw.Reason)
 	}
-	if d.Outcome == fallback.OutcomeUnsatisfiable {
+	switch d.Outcome {
+	case fallback.OutcomeUnsatisfiable:
 		h.log.Info("Allowed pod although no GPU type fits", "pod", podRef, "uid", req.UID, "reason", d.Warnings)
+	case fallback.OutcomeTooManyTypes, fallback.OutcomeTooLarge:
+		h.log.Info("Left pod unchanged", "pod", podRef, "uid", req.UID, "dryRun", isDryRun(req), "outcome", d.Outcome, "reason", d.Message)
+	case fallback.OutcomeInvalid:
+		// The API server rejects the pod next, with its own message.
+		h.log.V(2).Info("Left pod with invalid quantities unchanged", "pod", podRef, "uid", req.UID, "reason", d.Message)
+	default:
+		if len(d.Warnings) > 0 {
+			h.log.V(1).Info("Warned about pod", "pod", podRef, "uid", req.UID, "outcome", d.Outcome, "warnings", d.Warnings)
+		}
 	}
 	return string(d.Outcome), nil
 }
@@ -184,6 +215,12 @@ func (h *Handler) refuse(w http.ResponseWriter, err error) (int, string) {
 	var he *httpError
 	if errors.As(err, &he) {
 		status = he.status
+	}
+	if he != nil && he.canceled {
+		// Written for form's sake: the caller has stopped reading.
+		http.Error(w, err.Error(), status)
+		h.log.V(1).Info("Stopped deciding: the caller gave up", "reason", err.Error())
+		return status, resultCanceled
 	}
 	if status == http.StatusMethodNotAllowed {
 		w.Header().Set("Allow", http.MethodPost)

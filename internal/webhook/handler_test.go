@@ -307,7 +307,7 @@ func TestHandlerDecides(t *testing.T) {
 			src:     StaticSource{snapshotOf(gpuNode("cpu", nil))},
 			body:    reviewFor(t, gpuPod("train", mig2g20, "1"), nil),
 			code:    http.StatusForbidden,
-			message: "nvidia.com/mig-2g.20gb is on none of the 1 nodes",
+			message: "nvidia.com/mig-2g.20gb is on no node this pod can be scheduled to (1 node of the cluster's 1)",
 			result:  "denied",
 		},
 		"unsatisfiable allowed with a warning": {
@@ -315,7 +315,7 @@ func TestHandlerDecides(t *testing.T) {
 			opts:     fallback.Options{OnUnsatisfiable: fallback.UnsatisfiableAllow},
 			body:     reviewFor(t, gpuPod("train", mig2g20, "1"), nil),
 			allowed:  true,
-			warnings: []string{"no GPU type fits: nvidia.com/mig-2g.20gb is on none of the 1 nodes this pod can be scheduled to (1 nodes in the cluster); they have no GPU types (left unchanged)"},
+			warnings: []string{"no GPU type fits: nvidia.com/mig-2g.20gb is on no node this pod can be scheduled to (1 node of the cluster's 1); it has no GPU types (left unchanged)"},
 			result:   "unsatisfiable_allowed",
 		},
 		"caches not synced: allowed unchecked with a warning": {
@@ -489,7 +489,9 @@ func TestHandlerMetrics(t *testing.T) {
 }
 
 // Anyone who may create pods can ask for any resource name, with a dry run
-// at no cost: the fallback metric's labels must not grow with them.
+// at no cost: the fallback metric's labels must not grow with them. Names
+// that are no NVIDIA GPU's profile, on no node, are left alone with a
+// warning naming them, and add no series.
 func TestHandlerFallbackMetricIsBounded(t *testing.T) {
 	f := newFixture(t, StaticSource{snapshotOf(gpuNode("v100", map[corev1.ResourceName]int64{fallback.ResourceGPU: 4}))}, fallback.Options{})
 	dryRun := func(r *admissionv1.AdmissionRequest) { r.DryRun = ptr.To(true) }
@@ -503,8 +505,8 @@ func TestHandlerFallbackMetricIsBounded(t *testing.T) {
 	}
 	for _, r := range names {
 		resp := decodeResponse(t, f.post(http.MethodPost, "application/json", reviewFor(t, gpuPod("p", r, "1"), dryRun)))
-		if !resp.Allowed || resp.Patch == nil {
-			t.Fatalf("%s: allowed %v, patch %s: want a rewrite to gpu", r, resp.Allowed, resp.Patch)
+		if !resp.Allowed || resp.Patch != nil || len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], string(r)) {
+			t.Fatalf("%s: allowed %v, patch %s, warnings %q: want it left alone with a warning naming it", r, resp.Allowed, resp.Patch, resp.Warnings)
 		}
 	}
 	// Real profiles keep their names, absent from the cluster or not.
@@ -516,12 +518,14 @@ func TestHandlerFallbackMetricIsBounded(t *testing.T) {
 		got[labels(m)] = m.GetCounter().GetValue()
 	}
 	want := map[string]float64{
-		"from=other,to=gpu,":    float64(len(names)),
 		"from=2g.20gb,to=gpu,":  1,
 		"from=7g.141gb,to=gpu,": 1,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("gpu_webhook_fallback_total (-want +got):\n%s", diff)
+	}
+	if got := counterValue(t, f.m.admissions.WithLabelValues(string(fallback.OutcomeUnknown))); got != float64(len(names)) {
+		t.Errorf("admissions{result=unknown_type} = %v, want %d", got, len(names))
 	}
 }
 

@@ -339,7 +339,7 @@ func TestAgainstAPIServer(t *testing.T) {
 		}
 		for _, want := range []string{
 			`admission webhook "` + webhookName + `" denied the request`,
-			"nvidia.com/mig-2g.20gb is on none of the 0 nodes this pod can be scheduled to (3 nodes in the cluster)",
+			"nvidia.com/mig-2g.20gb is on no node this pod can be scheduled to (0 nodes of the cluster's 3)",
 		} {
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("error %q does not contain %q", err, want)

@@ -10,6 +10,8 @@ const (
 	resultIgnored    = "ignored"     // not a pod CREATE
 	resultNotReady   = "not_ready"   // caches not synced: allowed unchecked
 	resultBadRequest = "bad_request" // refused with a 4xx: the request's fault
+	// the request's context ended (the API server gave up) before an answer
+	resultCanceled = "canceled"
 	// refused with a 5xx: the webhook's fault (a decision or a patch it
 	// could not encode)
 	resultInternalError = "internal_error"
@@ -28,7 +30,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpu_webhook_admissions_total",
-			Help: "Admission requests by result: no_gpu, already_processed, unchanged, rewritten, denied, unsatisfiable_allowed, ignored, not_ready, bad_request, internal_error.",
+			Help: "Admission requests by result: no_gpu, already_processed, unchanged, rewritten, denied, unsatisfiable_allowed, unknown_type, too_many_types, invalid_quantity, annotations_too_large, ignored, not_ready, bad_request, canceled, internal_error.",
 		}, []string{"result"}),
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpu_webhook_fallback_total",

@@ -17,6 +17,9 @@ import (
 type httpError struct {
 	status int
 	msg    string
+	// canceled: the request's context ended (the caller gave up) before
+	// the decision.
+	canceled bool
 }
 
 func (e *httpError) Error() string { return e.msg }
@@ -30,6 +33,12 @@ func badRequest(format string, args ...any) error {
 // webhook's failure policy.
 func internalError(format string, args ...any) error {
 	return &httpError{status: http.StatusInternalServerError, msg: fmt.Sprintf(format, args...)}
+}
+
+// canceled is a request whose context ended before it was decided: 503,
+// which the API server, gone or past its timeout, does not read.
+func canceled(err error) error {
+	return &httpError{status: http.StatusServiceUnavailable, msg: fmt.Sprintf("admission request abandoned: %v", err), canceled: true}
 }
 
 var reviewV1 = admissionv1.SchemeGroupVersion.String()

@@ -56,6 +56,7 @@ type Server struct {
 	certs    *certwatch.Watcher
 	informer *InformerSource
 	source   SnapshotSource
+	metrics  *Metrics
 	http     *http.Server
 }
 
@@ -96,10 +97,11 @@ func NewServer(o Options) (*Server, error) {
 	}
 	s.certs = certs
 
+	s.metrics = NewMetrics(o.Registry)
 	h, err := NewHandler(HandlerOptions{
 		Decider:         o.Decider,
 		Source:          s.source,
-		Metrics:         NewMetrics(o.Registry),
+		Metrics:         s.metrics,
 		MaxRequestBytes: o.MaxRequestBytes,
 	})
 	if err != nil {
