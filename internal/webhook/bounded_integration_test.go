@@ -1,10 +1,7 @@
 package webhook
 
 import (
-	"context"
-	"crypto/tls"
 	"fmt"
-	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,7 +18,6 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
-	"github.com/migflex/migflex/internal/certwatch/certtest"
 	"github.com/migflex/migflex/internal/fallback"
 	"github.com/migflex/migflex/internal/testenv"
 )
@@ -170,38 +167,9 @@ func TestBoundsAgainstAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		gate := &gateSource{snap: snapshotOf(gpuNode("a100", map[corev1.ResourceName]int64{mig1g10: 7})), release: make(chan struct{})}
-		reg := prometheus.NewRegistry()
-		ca := certtest.NewCA(t)
-		certDir := t.TempDir()
-		certtest.WriteSecretDir(t, certDir, ca.Issue(t))
-		srv, err := NewServer(Options{Listen: "127.0.0.1:0", CertDir: certDir, CertPollInterval: -1, Decider: d, Source: gate, Registry: reg})
-		if err != nil {
-			t.Fatal(err)
-		}
-		runCtx, stop := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- srv.Run(runCtx) }()
-		t.Cleanup(func() {
-			stop()
-			if err := <-done; err != nil {
-				t.Errorf("Run: %v", err)
-			}
+		_, srv := c.serve(Options{Decider: d, Source: gate, Registry: prometheus.NewRegistry()}, func(wc *admissionregistrationv1.MutatingWebhookConfiguration) {
+			wc.Webhooks[0].TimeoutSeconds = ptr.To[int32](1)
 		})
-		addr := srv.Addr().String()
-		https := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
-		eventually(t, "/readyz", func() bool {
-			resp, err := https.Get("https://" + addr + "/readyz")
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
-			return resp.StatusCode == http.StatusOK
-		})
-		wc := webhookConfig(t, "https://"+addr+"/mutate", ca.PEM())
-		wc.Webhooks[0].TimeoutSeconds = ptr.To[int32](1)
-		if _, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, wc, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
 		eventually(t, "the new webhook to be called", func() bool {
 			p, err := c.create("team", gpuPod("probe", mig2g20, "1"), true)
 			return err == nil && p.Annotations[fallback.AnnotationFallback] != ""

@@ -160,12 +160,22 @@ type runningWebhook struct {
 // startWebhook runs a Server on 127.0.0.1 against the API server, waits
 // until it is ready and registers it.
 func (c *cluster) startWebhook(d *fallback.Decider) runningWebhook {
+	c.t.Helper()
+	w, _ := c.serve(Options{Decider: d, Client: c.client}, nil)
+	return w
+}
+
+// serve runs a Server with o (listening on 127.0.0.1, with a new
+// certificate), waits until it is ready and registers it with the
+// manifests' configuration, changed by edit when it is not nil.
+func (c *cluster) serve(o Options, edit func(*admissionregistrationv1.MutatingWebhookConfiguration)) (runningWebhook, *Server) {
 	t := c.t
 	t.Helper()
 	ca := certtest.NewCA(t)
 	certDir := t.TempDir()
 	certtest.WriteSecretDir(t, certDir, ca.Issue(t))
-	srv, err := NewServer(Options{Listen: "127.0.0.1:0", CertDir: certDir, CertPollInterval: -1, Decider: d, Client: c.client})
+	o.Listen, o.CertDir, o.CertPollInterval = "127.0.0.1:0", certDir, -1
+	srv, err := NewServer(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,11 +200,14 @@ func (c *cluster) startWebhook(d *fallback.Decider) runningWebhook {
 	})
 	// The API server picks the configuration up asynchronously; callers
 	// probe with dry-run creations (answered like real ones, nothing stored).
-	if _, err := c.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(c.ctx,
-		webhookConfig(t, "https://"+addr+"/mutate", ca.PEM()), metav1.CreateOptions{}); err != nil {
+	cfg := webhookConfig(t, "https://"+addr+"/mutate", ca.PEM())
+	if edit != nil {
+		edit(cfg)
+	}
+	if _, err := c.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(c.ctx, cfg, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	return runningWebhook{addr: addr, ca: ca, certDir: certDir}
+	return runningWebhook{addr: addr, ca: ca, certDir: certDir}, srv
 }
 
 func (c *cluster) namespaces() {
