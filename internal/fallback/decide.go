@@ -249,7 +249,7 @@ func (d *Decider) DecideContext(ctx context.Context, pod *corev1.Pod, snap *Snap
 	}
 
 	filter := newPodFilter(pod, snap.identity)
-	v := snap.viewFor(filter)
+	v := snap.viewFor(filter, d.opts.Mode == ModeCapacity)
 	var fit *fitting
 	if d.opts.Mode == ModeCapacity {
 		fit = newFitting(pod)
@@ -296,7 +296,7 @@ func (d *Decider) DecideContext(ctx context.Context, pod *corev1.Pod, snap *Snap
 		more += " (left unchanged)"
 		warnings = append(warnings, clip(msg, maxWarning-len(more))+more)
 	}
-	if short := d.insufficient(pod, chosen, &v); short != "" {
+	if short := insufficient(pod, chosen, &v, func() view { return snap.viewFor(filter, true) }); short != "" {
 		if d.opts.OnInsufficientCount == UnsatisfiableDeny {
 			return Decision{Outcome: OutcomeDenied, Message: clip(short, maxMessage), Warnings: warnings}
 		}
@@ -357,8 +357,9 @@ func rewriteLabels(rewrites []Rewrite) string {
 // it the devices it asks for of the types decided (chosen), by their
 // allocatable counts, used or not; or returns "". Such a pod is admitted
 // and stays Pending until some node has more (the planner may reshape
-// one), unless --on-insufficient-count=deny.
-func (d *Decider) insufficient(pod *corev1.Pod, chosen map[corev1.ResourceName]corev1.ResourceName, v *view) string {
+// one), unless --on-insufficient-count=deny. withGroups is v with its
+// nodes, for a need of several types when v has none.
+func insufficient(pod *corev1.Pod, chosen map[corev1.ResourceName]corev1.ResourceName, v *view, withGroups func() view) string {
 	if len(chosen) == 0 {
 		return ""
 	}
@@ -377,7 +378,22 @@ func (d *Decider) insufficient(pod *corev1.Pod, chosen map[corev1.ResourceName]c
 			need[t] = n
 		}
 	}
-	if len(need) == 0 || v.fitsAllocatable(need) {
+	short := false
+	for t, n := range need {
+		short = short || n > v.most[t]
+	}
+	switch {
+	case len(need) == 0:
+		return ""
+	case !short && len(need) == 1:
+		return ""
+	case !short && v.groups == nil:
+		// Each type alone fits on some node: whether one node holds them
+		// all takes the nodes, which existence mode did not collect.
+		if wv := withGroups(); wv.fitsAllocatable(need) {
+			return ""
+		}
+	case !short && v.fitsAllocatable(need):
 		return ""
 	}
 	items := make([]string, 0, len(need))

@@ -104,7 +104,8 @@ type view struct {
 	most map[corev1.ResourceName]int64
 	// gpuNodes is the number of eligible nodes with a GPU type.
 	gpuNodes int
-	// groups are the eligible groups with GPU types, for fits.
+	// groups are the eligible groups with GPU types, for fits; collected
+	// only when asked for (capacity mode, or a need of several types).
 	groups []eligibleGroup
 }
 
@@ -184,9 +185,9 @@ func (v *view) add(types []corev1.ResourceName, free, alloc map[corev1.ResourceN
 	}
 }
 
-// viewFor collects the GPU types on the nodes the pod can be scheduled to,
-// and those nodes for view.fits.
-func (s *Snapshot) viewFor(f *podFilter) view {
+// viewFor collects the GPU types on the nodes the pod can be scheduled to;
+// withGroups also records those nodes for view.fits and fitsAllocatable.
+func (s *Snapshot) viewFor(f *podFilter, withGroups bool) view {
 	v := view{free: map[corev1.ResourceName]int64{}, most: map[corev1.ResourceName]int64{}}
 	for _, g := range s.groups {
 		if len(g.types) == 0 || !f.groupAllowed(g) {
@@ -196,7 +197,9 @@ func (s *Snapshot) viewFor(f *podFilter) view {
 			if f.matches(g.rep) {
 				v.add(g.types, g.maxFree, g.maxAlloc)
 				v.gpuNodes += len(g.members)
-				v.groups = append(v.groups, eligibleGroup{g: g})
+				if withGroups {
+					v.groups = append(v.groups, eligibleGroup{g: g})
+				}
 			}
 			continue
 		}
@@ -205,7 +208,9 @@ func (s *Snapshot) viewFor(f *podFilter) view {
 			if f.matches(m.node) {
 				v.add(g.types, m.free, m.alloc)
 				v.gpuNodes++
-				matched = append(matched, m)
+				if withGroups {
+					matched = append(matched, m)
+				}
 			}
 		}
 		if len(matched) > 0 {
