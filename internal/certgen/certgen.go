@@ -2,7 +2,9 @@
 // cert-manager: it keeps a CA and a certificate for <svc>.<ns>.svc in a
 // kubernetes.io/tls Secret (reusing a valid one, replacing one that is
 // missing, broken or about to expire) and writes the CA into the caBundle of
-// the MutatingWebhookConfiguration's webhooks that call that Service.
+// the MutatingWebhookConfiguration's webhooks that call that Service. The
+// Secret is then owned by that configuration, so deleting migflex (helm
+// uninstall, kubectl delete -k) lets the garbage collector delete it too.
 //
 // It runs as a one-shot Job (`webhook certgen ...`) at install and upgrade,
 // and is idempotent: a second run with nothing to do changes nothing.
@@ -116,7 +118,8 @@ func (o Options) withDefaults() (Options, error) {
 
 // Run makes sure the Secret holds a usable certificate and, when
 // WebhookConfigName is set, that the webhooks calling the Service trust its
-// CA. It returns the first error; running it again resumes where it failed.
+// CA and that the configuration owns the Secret. It returns the first
+// error; running it again resumes where it failed.
 func Run(ctx context.Context, client kubernetes.Interface, o Options) error {
 	o, err := o.withDefaults()
 	if err != nil {
@@ -132,5 +135,9 @@ func Run(ctx context.Context, client kubernetes.Interface, o Options) error {
 	if o.WebhookConfigName == "" {
 		return nil
 	}
-	return injectCABundle(ctx, client.AdmissionregistrationV1(), o, bundle)
+	cfg, err := injectCABundle(ctx, client.AdmissionregistrationV1(), o, bundle)
+	if err != nil {
+		return err
+	}
+	return ownSecret(ctx, client.CoreV1(), o, cfg)
 }

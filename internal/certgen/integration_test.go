@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/funcr"
+	"github.com/google/go-cmp/cmp"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -126,6 +127,7 @@ func TestRunAgainstAPIServer(t *testing.T) {
 		if first.secret.Labels["app.kubernetes.io/managed-by"] != "migflex-certgen" {
 			t.Errorf("Secret labels %v", first.secret.Labels)
 		}
+		checkOwner(t, first.secret, first.config)
 	})
 
 	t.Run("second run changes nothing", func(t *testing.T) {
@@ -215,6 +217,9 @@ func TestRunAgainstAPIServer(t *testing.T) {
 		if err := check(s.Data, names, now, time.Hour); err != nil {
 			t.Error(err)
 		}
+		if len(s.OwnerReferences) != 0 {
+			t.Errorf("owner references %+v without a configuration, want none", s.OwnerReferences)
+		}
 	})
 
 	t.Run("waits for a configuration created after it started", func(t *testing.T) {
@@ -272,4 +277,45 @@ func TestRunAgainstAPIServer(t *testing.T) {
 			t.Fatalf("Run: %v", err)
 		}
 	})
+
+	t.Run("a configuration created again owns the Secret instead of the old one", func(t *testing.T) {
+		o := opts(now)
+		o.WebhookConfigName, o.SecretName = "recreated", "recreated-tls"
+		configs := client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+		old, err := configs.Create(t.Context(), webhookConfig(o.WebhookConfigName), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := run(t, o); err != nil {
+			t.Fatal(err)
+		}
+		// No garbage collector runs here: the Secret outlives its owner,
+		// as it would while the collector is behind.
+		if err := configs.Delete(t.Context(), old.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		again, err := configs.Create(t.Context(), webhookConfig(o.WebhookConfigName), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := run(t, o); err != nil {
+			t.Fatal(err)
+		}
+		s, err := client.CoreV1().Secrets(testNS).Get(t.Context(), o.SecretName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkOwner(t, s, again)
+	})
+}
+
+// checkOwner checks that the configuration is the Secret's only owner.
+func checkOwner(t *testing.T, s *corev1.Secret, cfg *admissionregistrationv1.MutatingWebhookConfiguration) {
+	t.Helper()
+	want := []metav1.OwnerReference{{
+		APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingWebhookConfiguration", Name: cfg.Name, UID: cfg.UID,
+	}}
+	if diff := cmp.Diff(want, s.OwnerReferences); diff != "" {
+		t.Errorf("Secret %s owner references (-want +got):\n%s", s.Name, diff)
+	}
 }

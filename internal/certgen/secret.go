@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -87,6 +88,57 @@ func ensureSecret(ctx context.Context, secrets corev1client.SecretsGetter, o Opt
 		return nil, err
 	}
 	return bundle, nil
+}
+
+// ownSecret makes cfg an owner of the Secret, replacing an owner reference
+// to an earlier configuration of the same name (one deleted and created
+// again while the Secret stayed). The Secret's only creator is certgen, and
+// nothing but migflex's webhook uses it: when the configuration goes, so
+// does the Secret, instead of staying behind after an uninstall. A
+// cluster-scoped owner of a namespaced object is allowed; the reference
+// blocks nothing, so certgen needs no permission on the configuration's
+// finalizers.
+func ownSecret(ctx context.Context, secrets corev1client.SecretsGetter, o Options, cfg *admissionregistrationv1.MutatingWebhookConfiguration) error {
+	ref := o.Namespace + "/" + o.SecretName
+	owner := metav1.OwnerReference{
+		APIVersion: admissionregistrationv1.SchemeGroupVersion.String(),
+		Kind:       "MutatingWebhookConfiguration",
+		Name:       cfg.Name,
+		UID:        cfg.UID,
+	}
+	api := secrets.Secrets(o.Namespace)
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		s, err := api.Get(ctx, o.SecretName, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("reading Secret %s: %w", ref, err)
+		}
+		var refs []metav1.OwnerReference
+		has := false
+		for _, r := range s.OwnerReferences {
+			switch {
+			case r.UID == owner.UID:
+				has = true
+				refs = append(refs, r)
+			case r.APIVersion == owner.APIVersion && r.Kind == owner.Kind && r.Name == owner.Name:
+				// An earlier configuration of the same name: gone.
+			default:
+				refs = append(refs, r)
+			}
+		}
+		if has && len(refs) == len(s.OwnerReferences) {
+			return nil
+		}
+		if !has {
+			refs = append(refs, owner)
+		}
+		s = s.DeepCopy()
+		s.OwnerReferences = refs
+		if _, err := api.Update(ctx, s, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+			return fmt.Errorf("making MutatingWebhookConfiguration %s the owner of Secret %s: %w", cfg.Name, ref, err)
+		}
+		o.Logger.Info("The webhook configuration owns the certificate Secret now: deleting it deletes the Secret", "secret", ref, "mutatingWebhookConfiguration", cfg.Name)
+		return nil
+	})
 }
 
 // fieldManager names certgen in managedFields.

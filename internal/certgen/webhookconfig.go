@@ -29,18 +29,19 @@ type patchOp struct {
 // JSON patch on just those fields. Each is guarded by a test of the
 // webhook's name at its index, so a configuration reordered in the meantime
 // fails the patch (and the read starts over) instead of getting the bundle
-// on the wrong webhook. Webhooks calling anything else are left alone.
-func injectCABundle(ctx context.Context, api admissionv1client.MutatingWebhookConfigurationsGetter, o Options, bundle []byte) error {
+// on the wrong webhook. Webhooks calling anything else are left alone. It
+// returns the configuration as last read.
+func injectCABundle(ctx context.Context, api admissionv1client.MutatingWebhookConfigurationsGetter, o Options, bundle []byte) (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
 	log := o.Logger.WithValues("mutatingWebhookConfiguration", o.WebhookConfigName)
 	cfg, err := waitForConfig(ctx, api, o)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// A failed test op is answered 422 Invalid; a concurrent write between
 	// Get and Patch therefore retries from a fresh Get.
 	retriable := func(err error) bool { return apierrors.IsInvalid(err) || apierrors.IsConflict(err) }
 	first := true
-	return retry.OnError(retry.DefaultRetry, retriable, func() error {
+	err = retry.OnError(retry.DefaultRetry, retriable, func() error {
 		if !first {
 			if cfg, err = api.MutatingWebhookConfigurations().Get(ctx, o.WebhookConfigName, metav1.GetOptions{}); err != nil {
 				return fmt.Errorf("reading MutatingWebhookConfiguration %s: %w", o.WebhookConfigName, err)
@@ -66,6 +67,10 @@ func injectCABundle(ctx context.Context, api admissionv1client.MutatingWebhookCo
 		log.Info("Injected the CA bundle", "webhooks", matched, "patched", len(ops)/2)
 		return nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	return cfg, nil
 }
 
 // caBundlePatch returns the operations that set bundle on every webhook of

@@ -34,6 +34,6 @@ Opt a namespace or pod out with the label migflex.io/fallback=disabled.
 {{- if eq .Values.certificates.mode "certgen" }}
 
 The webhook's certificate is in Secret {{ .Values.certificates.secretName }}, made by the
-migflex-certgen Jobs; helm uninstall leaves it: kubectl delete secret -n {{ .Release.Namespace }} {{ .Values.certificates.secretName }}
+migflex-certgen Jobs and owned by {{ include "migflex.webhookConfigName" . }}: helm uninstall deletes it with that.
 {{- end }}
 {{- end }}
