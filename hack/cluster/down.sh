@@ -148,6 +148,7 @@ if [[ -d $HOST_DIR ]]; then
 		"chain "*)
 			c=${line#chain }
 			while iptables -D FORWARD -j "$c" 2>/dev/null; do :; done
+			while iptables -D INPUT -j "$c" 2>/dev/null; do :; done
 			iptables -F "$c" 2>/dev/null && iptables -X "$c" 2>/dev/null && log "removed iptables chain $c"
 			;;
 		"path "*) rm -rf "${line#path }" ;;

@@ -17,9 +17,11 @@ if [[ ${SKIP_BUILD:-0} != 1 ]]; then
 fi
 "$HACK_CLUSTER/build.sh"
 "$HACK_CLUSTER/images.sh"
+# The pinned helm, for the test that installs migflex with its chart.
+HELM=$("$ROOT/deployments/hack/install-helm.sh")
 t_build=$((SECONDS - T0))
 
-export KUBECONFIG=$KUBECONFIG_ADMIN KUBECTL=$K8S_BIN/kubectl
+export KUBECONFIG=$KUBECONFIG_ADMIN KUBECTL=$K8S_BIN/kubectl HELM POD_APISERVER_HOST=$POD_GATEWAY
 
 rc=0
 # Only a cluster this script brought up is torn down here: a failed up.sh has

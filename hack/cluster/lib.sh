@@ -24,9 +24,17 @@ SERVICE_IP=${SERVICE_IP:-10.96.0.1}
 # Pods: a bridge of our own with no route out (see the CNI config in up.sh).
 POD_CIDR=${POD_CIDR:-10.88.0.0/24}
 BRIDGE=${BRIDGE:-mfcni0}
+# The host's address on the bridge (the first of POD_CIDR, the CNI
+# gateway): pods on the pod network reach the API server there, as they
+# would reach the kubernetes Service in a cluster with kube-proxy.
+POD_GATEWAY=${POD_GATEWAY:-${POD_CIDR%.*}.1}
 APISERVER_PORT=6443
 # The chain up.sh puts in front of FORWARD to drop pod traffic leaving the bridge.
 ISOLATION_CHAIN=MIGFLEX-HARNESS
+# The chain up.sh puts in front of INPUT: the API server listens on every
+# address (so that pods reach it at POD_GATEWAY) but answers only loopback
+# and the bridge.
+INPUT_CHAIN=MIGFLEX-HARNESS-IN
 
 modversion() {
 	awk -v m="$2" '$1 == "require" && $2 == m { print $3; exit } $1 == m && $2 ~ /^v/ { print $2; exit }' "$1"

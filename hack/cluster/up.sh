@@ -16,7 +16,10 @@
 #   a proxy setting from this shell (lowercase ones included).
 # - The API server dials webhooks at their endpoints (aggregator routing) or
 #   at a url on 127.0.0.1; in-pod clients run hostNetwork with
-#   KUBERNETES_SERVICE_HOST=127.0.0.1 KUBERNETES_SERVICE_PORT=6443.
+#   KUBERNETES_SERVICE_HOST=127.0.0.1 KUBERNETES_SERVICE_PORT=6443, or on
+#   the pod network with KUBERNETES_SERVICE_HOST=$POD_GATEWAY (the host's
+#   address on the bridge). The API server listens on every address, and
+#   an INPUT rule drops its port on anything but loopback and the bridge.
 set -euo pipefail
 # shellcheck source=hack/cluster/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -105,7 +108,13 @@ echo "chain $ISOLATION_CHAIN" >>"$HOST_DIR/created"
 iptables -A "$ISOLATION_CHAIN" -i "$BRIDGE" ! -o "$BRIDGE" -j DROP
 iptables -A "$ISOLATION_CHAIN" -s "$POD_CIDR" ! -o "$BRIDGE" -j DROP
 iptables -I FORWARD 1 -j "$ISOLATION_CHAIN"
-log "blackholed $SERVICE_CIDR; pod traffic may not leave $BRIDGE"
+iptables -N "$INPUT_CHAIN"
+echo "chain $INPUT_CHAIN" >>"$HOST_DIR/created"
+iptables -A "$INPUT_CHAIN" -i lo -j RETURN
+iptables -A "$INPUT_CHAIN" -i "$BRIDGE" -j RETURN
+iptables -A "$INPUT_CHAIN" -p tcp --dport "$APISERVER_PORT" -j DROP
+iptables -I INPUT 1 -j "$INPUT_CHAIN"
+log "blackholed $SERVICE_CIDR; pod traffic may not leave $BRIDGE; the API server answers only loopback and $BRIDGE"
 for p in "${HOST_PATHS[@]}"; do echo "path $p" >>"$HOST_DIR/created"; done
 for p in "${SHARED_PATHS[@]}"; do [[ -e $p ]] || echo "shared $p" >>"$HOST_DIR/created"; done
 
@@ -146,7 +155,7 @@ openssl req -x509 -new -key "$PKI/ca.key" -subj "/CN=migflex-local-ca" -days 30 
 openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
 openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
 cert apiserver "/CN=kube-apiserver" \
-	"subjectAltName=IP:127.0.0.1,IP:$SERVICE_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\nextendedKeyUsage=serverAuth\n"
+	"subjectAltName=IP:127.0.0.1,IP:$SERVICE_IP,IP:$POD_GATEWAY,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\nextendedKeyUsage=serverAuth\n"
 cert admin "/O=system:masters/CN=migflex-admin" 'extendedKeyUsage=clientAuth\n'
 cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" 'extendedKeyUsage=clientAuth\n'
 cert kubelet "/O=system:nodes/CN=system:node:$NODE_NAME" 'extendedKeyUsage=clientAuth\n'
@@ -198,7 +207,7 @@ waitfor "etcd healthy" 120 curl -sf http://127.0.0.1:2381/health
 
 start kube-apiserver "$K8S_BIN/kube-apiserver" \
 	--etcd-servers=http://127.0.0.1:2379 \
-	--bind-address=127.0.0.1 --secure-port="$APISERVER_PORT" --advertise-address=127.0.0.1 \
+	--bind-address=0.0.0.0 --secure-port="$APISERVER_PORT" --advertise-address=127.0.0.1 \
 	--endpoint-reconciler-type=none \
 	--tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" --client-ca-file="$PKI/ca.crt" \
 	--service-account-issuer=https://kubernetes.default.svc.cluster.local \
@@ -257,7 +266,7 @@ cat >"$CLUSTER_DIR/cni/net.d/10-migflex.conflist" <<JSON
   "name": "migflex-harness",
   "plugins": [{
     "type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "ipMasq": false, "hairpinMode": true,
-    "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_CIDR"}]], "dataDir": "$CLUSTER_DIR/cni/ipam"}
+    "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_CIDR", "gateway": "$POD_GATEWAY"}]], "dataDir": "$CLUSTER_DIR/cni/ipam"}
   }]
 }
 JSON

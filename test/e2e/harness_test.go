@@ -68,6 +68,29 @@ func TestHarnessHostNetworkPodReachesAPIServer(t *testing.T) {
 	}
 }
 
+// A pod on the pod network reaches the API server at the host's address on
+// the bridge (hack/cluster/up.sh), as a pod in a cluster with kube-proxy
+// reaches the kubernetes Service.
+func TestHarnessPodNetworkPodReachesAPIServer(t *testing.T) {
+	ns := cluster.Namespace(t)
+	pod := cluster.TestboxPod(ns, "whoami", "whoami")
+	pod.Spec.Containers[0].Env = []corev1.EnvVar{
+		{Name: "KUBERNETES_SERVICE_HOST", Value: framework.PodAPIServerHost()},
+		{Name: "KUBERNETES_SERVICE_PORT", Value: framework.APIServerPort},
+	}
+	cluster.CreatePod(t, pod)
+	if _, err := cluster.WaitForPodSucceeded(t.Context(), ns, pod.Name); err != nil {
+		t.Fatal(err)
+	}
+	logs, err := cluster.PodLogs(t.Context(), ns, pod.Name, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "username=system:serviceaccount:" + ns + ":default"; !hasLine(logs, want) {
+		t.Errorf("pod log = %q, want a line %q", logs, want)
+	}
+}
+
 // TestHarnessNetworkSafety checks, without sending a packet, that nothing in
 // the cluster can reach beyond this machine: the service range is
 // blackholed on the host, a pod has no default route, and pod DNS points
@@ -103,6 +126,41 @@ func TestHarnessNetworkSafety(t *testing.T) {
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || !strings.Contains(string(out), "Invalid argument") {
 		t.Errorf("ip route get %s: error %v, output %q; want it refused with \"Invalid argument\" (blackholed)", svc.Spec.ClusterIP, err, out)
+	}
+
+	// The API server listens on every address (for pods at the bridge's
+	// gateway): an INPUT rule ahead of any that accepts leads to a chain
+	// dropping its port on anything but loopback and the bridge. (The
+	// kubelet puts its KUBE-FIREWALL jump first; that chain only drops.)
+	input, err := exec.CommandContext(ctx, "iptables", "-S", "INPUT").CombinedOutput()
+	if err != nil {
+		t.Fatalf("iptables -S INPUT: %v: %s", err, input)
+	}
+	jumped := false
+	for _, rule := range strings.Split(strings.TrimSpace(string(input)), "\n") {
+		if rule == "-A INPUT -j MIGFLEX-HARNESS-IN" {
+			jumped = true
+			break
+		}
+		if strings.HasSuffix(rule, "-j ACCEPT") {
+			t.Errorf("INPUT accepts before the harness's guard: %s", rule)
+		}
+	}
+	if !jumped {
+		t.Errorf("INPUT rules:\n%s\nwant a jump to MIGFLEX-HARNESS-IN", input)
+	}
+	guard, err := exec.CommandContext(ctx, "iptables", "-S", "MIGFLEX-HARNESS-IN").CombinedOutput()
+	if err != nil {
+		t.Fatalf("iptables -S MIGFLEX-HARNESS-IN: %v: %s", err, guard)
+	}
+	want := []string{
+		"-N MIGFLEX-HARNESS-IN",
+		"-A MIGFLEX-HARNESS-IN -i lo -j RETURN",
+		"-A MIGFLEX-HARNESS-IN -i mfcni0 -j RETURN",
+		"-A MIGFLEX-HARNESS-IN -p tcp -m tcp --dport " + framework.APIServerPort + " -j DROP",
+	}
+	if diff := cmp.Diff(want, strings.Split(strings.TrimSpace(string(guard)), "\n")); diff != "" {
+		t.Errorf("chain MIGFLEX-HARNESS-IN (-want +got):\n%s", diff)
 	}
 
 	ns := cluster.Namespace(t)

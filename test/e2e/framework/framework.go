@@ -36,6 +36,11 @@ const (
 	// API server: ClusterIPs are not routed on this machine (no kube-proxy).
 	APIServerHost = "127.0.0.1"
 	APIServerPort = "6443"
+	// EnvPodAPIServerHost is where a pod on the pod network reaches the API
+	// server; e2e.sh sets it from hack/cluster/lib.sh's POD_GATEWAY.
+	EnvPodAPIServerHost = "POD_APISERVER_HOST"
+	// defaultPodAPIServerHost is lib.sh's default POD_GATEWAY.
+	defaultPodAPIServerHost = "10.88.0.1"
 
 	// Poll is how often waits re-check their condition.
 	Poll = 250 * time.Millisecond
@@ -181,6 +186,17 @@ func UseHostNetworkAPIServer(pod *corev1.Pod) {
 			corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: APIServerPort},
 		)
 	}
+}
+
+// PodAPIServerHost is the address at which a pod on the pod network (not
+// hostNetwork) reaches the API server: the host's address on the cluster's
+// bridge, where up.sh lets the API server answer. In a cluster with
+// kube-proxy that is the kubernetes Service; here nothing routes it.
+func PodAPIServerHost() string {
+	if h := os.Getenv(EnvPodAPIServerHost); h != "" {
+		return h
+	}
+	return defaultPodAPIServerHost
 }
 
 // CreatePod creates pod and deletes it (without waiting) when t ends.
