@@ -1,0 +1,508 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/rand"
+
+	"github.com/migflex/migflex/test/e2e/framework"
+)
+
+// helmRelease is the release TestHelmChart installs.
+const helmRelease = "migflex-e2e"
+
+// helmValues installs the chart as a user of a cluster without GPUs would
+// (backend simulated), with what this cluster needs: the imported image,
+// never pulled; the API server at the host's bridge address, as no
+// kube-proxy routes the kubernetes Service; and the simulated GPUs' state
+// under /var/lib/kubelet, which hack/cluster/down.sh removes. Every pod
+// stays on the pod network, so the webhook runs its two replicas side by
+// side and rolls like it would in a real cluster. The GPUs are the local
+// overlay's (two H100-SXM5-80GB), which the layout helpers expect.
+func helmValues(apiServerHost string) string {
+	env := fmt.Sprintf(`[{name: KUBERNETES_SERVICE_HOST, value: %q}, {name: KUBERNETES_SERVICE_PORT, value: %q}]`, apiServerHost, framework.APIServerPort)
+	return fmt.Sprintf(`backend: simulated
+image: {repository: lc.local/migflex, tag: e2e, pullPolicy: Never}
+simulator:
+  gpus: [{model: %s, count: %d}]
+  stateDir: /var/lib/kubelet/migflex/helm-sim
+agent:
+  extraEnv: %[3]s
+webhook:
+  extraEnv: %[3]s
+certificates:
+  certgen:
+    extraEnv: %[3]s
+`, simModel, simGPUs, env)
+}
+
+// helmPolicy is the upgrade's change: a FallbackPolicy that forbids
+// smaller profiles, so a 2g.20gb request goes up to 3g.40gb where the
+// built-in policy took it down to 1g.10gb.
+const helmPolicy = `webhook:
+  policy:
+    apiVersion: migflex.io/v1alpha1
+    kind: FallbackPolicy
+    allowDown: false
+`
+
+// Keys the agent leaves on its Node when migflex is uninstalled: its
+// report (state label, GPU feature discovery labels, layout annotation) and
+// the user's own layout annotation. docs/INSTALL.md lists them.
+var (
+	agentLabelsLeft = []string{
+		"nvidia.com/gpu.count", "nvidia.com/gpu.product", "nvidia.com/mig.capable", "nvidia.com/mig.config.state", "nvidia.com/mig.strategy",
+	}
+	agentAnnotationsLeft = []string{annotationLayout, annotationMigConfig}
+)
+
+// TestHelmChart installs migflex with its Helm chart (not the kustomize
+// overlay the other migflex tests use), runs the basic flows through it,
+// upgrades it with a new fallback policy while admissions keep coming, and
+// uninstalls it, checking that every object the chart made is gone.
+//
+// The chart's object names are fixed (one migflex per cluster), so this
+// test needs a cluster without migflex; it runs before the migflex_* tests
+// (file order) and leaves the cluster and the Node as it found them.
+func TestHelmChart(t *testing.T) {
+	ctx := t.Context()
+	if _, err := cluster.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, framework.WebhookConfig, metav1.GetOptions{}); err == nil {
+		t.Fatalf("migflex is already installed (MutatingWebhookConfiguration %s exists): this test installs its own with Helm; run it on a cluster without migflex", framework.WebhookConfig)
+	} else if !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	chart := filepath.Join(root, framework.Chart)
+	dir := t.TempDir()
+	values := filepath.Join(dir, "values.yaml")
+	policy := filepath.Join(dir, "policy.yaml")
+	for f, s := range map[string]string{values: helmValues(framework.PodAPIServerHost()), policy: helmPolicy} {
+		if err := os.WriteFile(f, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	restoreNode(t)
+	ns := helmNamespace(t)
+
+	uninstalled := false
+	t.Cleanup(func() {
+		if uninstalled {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
+		defer cancel()
+		if out, err := cluster.Helm(ctx, "uninstall", helmRelease, "-n", ns, "--wait", "--timeout", "3m"); err != nil {
+			t.Errorf("cleanup: %v\n%s", err, out)
+		}
+	})
+
+	t.Log("helm install")
+	if out, err := cluster.Helm(ctx, "install", helmRelease, chart, "-n", ns, "-f", values, "--wait", "--timeout", "5m"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	waitForHelmRollout(t, ns)
+
+	// annotate -> success -> allocatable, through the chart's agent.
+	_, layout := applyLayouts(t, gpuLayouts{0: {"1g.10gb", "1g.10gb"}, 1: {"3g.40gb"}})
+
+	// A pod's fallback, through the chart's webhook: no node has 2g.20gb,
+	// the built-in policy goes down to 1g.10gb, and the pod runs on it.
+	podNS := cluster.Namespace(t)
+	waitForFallback(t, podNS, "2g.20gb->1g.10gb")
+	pod := gpuPod(podNS, "wants-2g", "nvidia.com/mig-2g.20gb", 1, "env")
+	stored := cluster.CreatePod(t, pod)
+	if got := stored.Annotations[annotationFallback]; got != "2g.20gb->1g.10gb" {
+		t.Errorf("annotation %s=%q, want %q", annotationFallback, got, "2g.20gb->1g.10gb")
+	}
+	checkResources(t, stored, map[corev1.ResourceName]string{"nvidia.com/mig-1g.10gb": "1"})
+	checkAllocateEnv(t, runEnvPodCreated(t, podNS, pod.Name), layout, "1g.10gb", 1)
+
+	// helm upgrade with a new policy rolls the webhook (its pods'
+	// checksum/policy annotation changes); admissions keep coming all the
+	// while, and each one must be answered by a webhook, old or new.
+	before := webhookPods(t, ns)
+	t.Log("helm upgrade with a FallbackPolicy while admitting pods")
+	admissions := probeAdmissions(t, podNS)
+	if out, err := cluster.Helm(ctx, "upgrade", helmRelease, chart, "-n", ns, "-f", values, "-f", policy, "--wait", "--timeout", "5m"); err != nil {
+		admissions.stop()
+		t.Fatalf("%v\n%s", err, out)
+	}
+	waitForHelmRollout(t, ns)
+	after := webhookPods(t, ns)
+	if common := intersect(before, after); len(common) > 0 {
+		t.Errorf("webhook pods %v survived the upgrade: the new policy did not roll the Deployment", common)
+	}
+	// Once the rollout is done only new webhooks answer: the next answers
+	// all follow the new policy.
+	admissions.untilStreak("2g.20gb->3g.40gb", 10)
+	res := admissions.stop()
+	t.Logf("admissions during the upgrade: %v", res.answers)
+	if res.missed > 0 || len(res.errs) > 0 {
+		t.Errorf("%d of %d admissions during the upgrade got no webhook answer (admitted unchanged), errors %v", res.missed, res.total, res.errs)
+	}
+	if res.answers["2g.20gb->1g.10gb"] == 0 || res.answers["2g.20gb->3g.40gb"] == 0 {
+		t.Errorf("admissions during the upgrade: %v; want answers from the old webhooks (->1g.10gb) and the new (->3g.40gb)", res.answers)
+	}
+
+	// Whole GPUs again, as a fresh agent finds them, before the agent goes:
+	// the kubelet keeps an unregistered plugin's resources in the Node's
+	// capacity for a grace period, and the migflex tests after this one
+	// expect the capacity of a fresh node once their agent registers.
+	setMigConfig(t, annotationMigConfig, "version: v1\nmig-configs:\n  selected:\n  - devices: all\n    mig-enabled: false\n")
+	waitForLayouts(t, gpuLayouts{0: {}, 1: {}})
+
+	// helm uninstall removes every object of the release, hooks included,
+	// and what its Jobs made (the certificate Secret).
+	manifest, err := cluster.Helm(ctx, "get", "manifest", helmRelease, "-n", ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hooks, err := cluster.Helm(ctx, "get", "hooks", helmRelease, "-n", ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("helm uninstall")
+	if out, err := cluster.Helm(ctx, "uninstall", helmRelease, "-n", ns, "--wait", "--timeout", "3m"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	uninstalled = true
+	checkUninstalled(t, ns, map[string]string{"manifest": manifest, "hooks": hooks})
+
+	// What stays on the Node, deliberately: the agent's last report and the
+	// user's layout annotation (docs/INSTALL.md). The kubelet stops
+	// offering the devices once their plugin is gone.
+	node, err := cluster.WaitForNode(ctx, "the kubelet to offer no GPU devices", timeout, func(n *corev1.Node) error {
+		for r, v := range gpuResources(n.Status.Allocatable) {
+			if v != 0 {
+				return fmt.Errorf("allocatable %s=%d", r, v)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(agentLabelsLeft, migflexKeys(node.Labels)); diff != "" {
+		t.Errorf("migflex labels left on the Node (-documented +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(agentAnnotationsLeft, migflexKeys(node.Annotations)); diff != "" {
+		t.Errorf("migflex annotations left on the Node (-documented +got):\n%s", diff)
+	}
+}
+
+// helmNamespace creates the release's namespace, labelled to admit the
+// agent's host paths under Pod Security (as docs/INSTALL.md tells Helm
+// users to do), and deletes it when t ends.
+func helmNamespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name:   "migflex-helm-" + rand.String(5),
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged", "e2e.migflex.io/test": "true"},
+	}}
+	if _, err := cluster.Client.CoreV1().Namespaces().Create(t.Context(), ns, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := cluster.Client.CoreV1().Namespaces().Delete(ctx, ns.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("deleting namespace %s: %v", ns.Name, err)
+		}
+	})
+	return ns.Name
+}
+
+// restoreNode puts back, when t ends, the Node's labels and annotations
+// as they are now: what the agent and the test added goes, so the tests
+// after this one start from the Node they would have found.
+func restoreNode(t *testing.T) {
+	t.Helper()
+	node, err := cluster.Node(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels, annotations := maps.Clone(node.Labels), maps.Clone(node.Annotations)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		now, err := cluster.Node(ctx)
+		if err != nil {
+			t.Errorf("restoring the node: %v", err)
+			return
+		}
+		patch := map[string]map[string]any{"labels": {}, "annotations": {}}
+		for k := range now.Labels {
+			if _, ok := labels[k]; !ok {
+				patch["labels"][k] = nil
+			}
+		}
+		for k := range now.Annotations {
+			if _, ok := annotations[k]; !ok {
+				patch["annotations"][k] = nil
+			}
+		}
+		b, err := json.Marshal(map[string]any{"metadata": patch})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if _, err := cluster.Client.CoreV1().Nodes().Patch(ctx, now.Name, types.MergePatchType, b, metav1.PatchOptions{}); err != nil {
+			t.Errorf("restoring the node: %v", err)
+		}
+	})
+}
+
+// waitForHelmRollout waits until the chart's workloads run their current
+// templates and the API server gets answers from the webhook.
+func waitForHelmRollout(t *testing.T, ns string) {
+	t.Helper()
+	ctx := t.Context()
+	if err := cluster.WaitForDaemonSetRollout(ctx, ns, framework.AgentDaemonSet); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.WaitForDeploymentRollout(ctx, ns, framework.WebhookName); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.WaitForWebhookAnswers(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitForFallback waits until a dry run of a 2g.20gb pod in ns gets the
+// fallback annotation want: the webhook decides from its informer's copy
+// of the Node, which follows the API server closely but not instantly.
+func waitForFallback(t *testing.T, ns, want string) {
+	t.Helper()
+	probe := gpuPod(ns, "probe", "nvidia.com/mig-2g.20gb", 1, "env")
+	var last string
+	err := framework.WaitFor(t.Context(), "the webhook to answer "+want, timeout, func(ctx context.Context) (bool, error) {
+		p, err := cluster.Client.CoreV1().Pods(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return false, err
+		}
+		last = p.Annotations[annotationFallback]
+		return last == want, nil
+	})
+	if err != nil {
+		t.Fatalf("%v; last answer %q", err, last)
+	}
+}
+
+// runEnvPodCreated waits for the created testbox env pod to succeed and
+// returns its environment.
+func runEnvPodCreated(t *testing.T, ns, name string) map[string]string {
+	t.Helper()
+	if _, err := cluster.WaitForPodSucceeded(t.Context(), ns, name); err != nil {
+		t.Fatal(err)
+	}
+	logs, err := cluster.PodLogs(t.Context(), ns, name, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return envOf(logs)
+}
+
+// webhookPods is the names of the webhook's pods.
+func webhookPods(t *testing.T, ns string) []string {
+	t.Helper()
+	pods, err := cluster.Client.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app=" + framework.WebhookName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range pods.Items {
+		names = append(names, p.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func intersect(a, b []string) []string {
+	var out []string
+	for _, s := range a {
+		if slices.Contains(b, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// admissionProbe creates dry-run 2g.20gb pods one after another until
+// stopped, recording each webhook answer (the fallback annotation). With
+// the chart's failurePolicy Ignore, a webhook the API server cannot reach
+// admits the pod unchanged: that is a missed admission.
+type admissionProbe struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu     sync.Mutex
+	res    admissionResults
+	streak struct {
+		answer string
+		n      int
+	}
+}
+
+type admissionResults struct {
+	total, missed int
+	answers       map[string]int
+	errs          []string
+}
+
+func probeAdmissions(t *testing.T, ns string) *admissionProbe {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	p := &admissionProbe{cancel: cancel, done: make(chan struct{}), res: admissionResults{answers: map[string]int{}}}
+	pod := gpuPod(ns, "upgrade-probe", "nvidia.com/mig-2g.20gb", 1, "env")
+	go func() {
+		defer close(p.done)
+		for ctx.Err() == nil {
+			got, err := cluster.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			if ctx.Err() != nil {
+				return
+			}
+			p.record(got, err)
+			// Keep the API server and the webhooks busy, not saturated:
+			// the machine runs the whole cluster on two cores.
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	return p
+}
+
+func (p *admissionProbe) record(pod *corev1.Pod, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.res.total++
+	var answer string
+	switch {
+	case err != nil:
+		p.res.errs = append(p.res.errs, err.Error())
+	case pod.Annotations[annotationFallback] == "":
+		p.res.missed++
+	default:
+		answer = pod.Annotations[annotationFallback]
+		p.res.answers[answer]++
+	}
+	if answer != "" && answer == p.streak.answer {
+		p.streak.n++
+	} else {
+		p.streak.answer, p.streak.n = answer, 1
+	}
+}
+
+// untilStreak waits until n answers in a row were want.
+func (p *admissionProbe) untilStreak(want string, n int) {
+	_ = framework.WaitFor(context.Background(), fmt.Sprintf("%d answers %s in a row", n, want), timeout, func(context.Context) (bool, error) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.streak.answer == want && p.streak.n >= n, nil
+	})
+}
+
+func (p *admissionProbe) stop() admissionResults {
+	p.cancel()
+	<-p.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.res
+}
+
+// checkUninstalled checks that no object of the release's manifest and
+// hooks exists any more, that nothing labelled with the release is left in
+// any namespace or cluster-wide, and that the release's namespace holds
+// nothing but what Kubernetes puts in every namespace.
+func checkUninstalled(t *testing.T, ns string, manifests map[string]string) {
+	t.Helper()
+	ctx := t.Context()
+	dir := t.TempDir()
+	for name, m := range manifests {
+		if strings.TrimSpace(m) == "" {
+			continue
+		}
+		f := filepath.Join(dir, name+".yaml")
+		if err := os.WriteFile(f, []byte(m), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, err := cluster.Kubectl(ctx, "get", "-f", f, "--ignore-not-found", "-o", "name")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.TrimSpace(out) != "" {
+			t.Errorf("objects of the release's %s left after helm uninstall:\n%s", name, out)
+		}
+	}
+
+	// Events about the release's objects age out on their own.
+	listable := func(namespaced bool) string {
+		out, err := cluster.Kubectl(ctx, "api-resources", "--verbs=list", fmt.Sprintf("--namespaced=%t", namespaced), "-o", "name")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var kinds []string
+		for _, k := range strings.Fields(out) {
+			if k != "events" && k != "events.events.k8s.io" {
+				kinds = append(kinds, k)
+			}
+		}
+		return strings.Join(kinds, ",")
+	}
+	namespaced, clusterScoped := listable(true), listable(false)
+	// Pods and the like go after their owners, by garbage collection.
+	var left string
+	err := framework.WaitFor(ctx, "nothing of the release left", timeout, func(ctx context.Context) (bool, error) {
+		labelled, err := cluster.Kubectl(ctx, "get", namespaced+","+clusterScoped, "-A", "-l", "app.kubernetes.io/instance="+helmRelease, "-o", "name")
+		if err != nil {
+			return false, err
+		}
+		inNS, err := cluster.Kubectl(ctx, "get", namespaced, "-n", ns, "-o", "name")
+		if err != nil {
+			return false, err
+		}
+		var objs []string
+		for _, o := range strings.Fields(labelled + "\n" + inNS) {
+			// Every namespace has these.
+			if o != "serviceaccount/default" && o != "configmap/kube-root-ca.crt" && !slices.Contains(objs, o) {
+				objs = append(objs, o)
+			}
+		}
+		left = strings.Join(objs, "\n")
+		return len(objs) == 0, nil
+	})
+	if err != nil {
+		t.Errorf("%v; left:\n%s", err, left)
+	}
+}
+
+// migflexKeys is the sorted keys of m that migflex or its users set on a
+// Node.
+func migflexKeys(m map[string]string) []string {
+	var out []string
+	for k := range m {
+		if strings.HasPrefix(k, "nvidia.com/") || strings.HasPrefix(k, "migflex.io/") || strings.HasPrefix(k, "run.ai/") {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
