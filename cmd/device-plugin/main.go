@@ -15,12 +15,14 @@ var subcommands = map[string]func(args []string, stdout, stderr io.Writer) int{
 	"validate": runValidate,
 	"models":   runModels,
 	"sim":      runSim,
+	"probe":    runProbe,
 }
 
 const usage = `usage: device-plugin [flags]            run the node agent
        device-plugin validate -f FILE --gpus MODEL:N[,...] [--config-name N]
        device-plugin models [--models-file FILE]
        device-plugin sim COMMAND [flags]    inspect or poke the simulated GPUs
+       device-plugin probe [--compare] [-o FILE]   dump the GPUs as a simulator config (read-only)
 `
 
 func main() {

@@ -16,7 +16,8 @@ const modelsUsage = `usage: device-plugin models [--models-file FILE]
 
 Prints the GPU models the simulator knows and their MIG profiles: the
 built-in ones and, with --models-file, custom ones from a models file
-(version: v1, models: [...]).
+(version: v1, models: [...]). A custom model named like a built-in one
+replaces it, as in the simulator.
 
 `
 
@@ -39,30 +40,44 @@ func runModels(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "models: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
-	models := sim.BuiltinModels()
-	builtin := len(models)
+	var custom []sim.Model
 	if *modelsFile != "" {
-		custom, err := sim.LoadModelsFile(*modelsFile)
-		if err != nil {
+		var err error
+		if custom, err = sim.LoadModelsFile(*modelsFile); err != nil {
 			fmt.Fprintf(stderr, "models: %v\n", err)
 			return 2
 		}
-		// The simulator rejects a custom model named like another; say so
-		// here too rather than list two of a name.
+		// The simulator rejects two custom models of one name; say so here
+		// too rather than list two of a name.
 		cfg := sim.Config{Models: custom}
 		if err := cfg.Validate(); err != nil {
 			fmt.Fprintf(stderr, "models: %s: %v\n", *modelsFile, err)
 			return 2
 		}
-		models = append(models, custom...)
 	}
-	for i, m := range models {
-		if i > 0 {
+	replaced := map[string]bool{}
+	for _, m := range custom {
+		replaced[m.Name] = true
+	}
+	first := true
+	for _, m := range sim.BuiltinModels() {
+		if replaced[m.Name] {
+			continue
+		}
+		if !first {
 			fmt.Fprintln(stdout)
 		}
-		origin := "built-in"
-		if i >= builtin {
-			origin = "custom"
+		first = false
+		printModel(stdout, m, "built-in")
+	}
+	for _, m := range custom {
+		if !first {
+			fmt.Fprintln(stdout)
+		}
+		first = false
+		origin := "custom"
+		if sim.IsBuiltin(m.Name) {
+			origin = "custom, replaces the built-in model"
 		}
 		printModel(stdout, m, origin)
 	}

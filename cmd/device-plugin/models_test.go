@@ -23,6 +23,8 @@ models:
 `), 0o644)
 	clash := filepath.Join(dir, "clash.yaml")
 	os.WriteFile(clash, []byte(strings.Replace(mustRead(t, custom), "H100-PCIE-70GB", "A100-SXM4-40GB", 1)), 0o644)
+	twice := filepath.Join(dir, "twice.yaml")
+	os.WriteFile(twice, []byte(mustRead(t, custom)+strings.SplitN(mustRead(t, custom), "models:\n", 2)[1]), 0o644)
 	bad := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(bad, []byte("version: v1\nmodels:\n- name: X\n  colour: red\n"), 0o644)
 
@@ -54,7 +56,13 @@ models:
 			wantOut: []string{"H100-PCIE-70GB (custom)\n  PCI device id 0x233110DE, 71680 MiB, 114 SMs, hopper", "  3g.30gb  9   3_SLICE  3       4              30720       42   2    {0,4}:4     0/0/0/0/0\n"},
 		},
 		{name: "bad file", args: []string{"--models-file", bad}, wantCode: 2, wantStderr: `unknown field "colour"`},
-		{name: "name clash", args: []string{"--models-file", clash}, wantCode: 2, wantStderr: `model "A100-SXM4-40GB": name already used by another model`},
+		{
+			name:    "custom replaces a built-in",
+			args:    []string{"--models-file", clash},
+			wantOut: []string{"A100-SXM4-40GB (custom, replaces the built-in model)\n  PCI device id 0x233110DE"},
+			notOut:  []string{"A100-SXM4-40GB (built-in)"},
+		},
+		{name: "two custom models of one name", args: []string{"--models-file", twice}, wantCode: 2, wantStderr: `model "H100-PCIE-70GB": name used by two custom models`},
 		{name: "missing file", args: []string{"--models-file", filepath.Join(dir, "nope")}, wantCode: 2, wantStderr: "reading models file"},
 		{name: "extra argument", args: []string{"A100"}, wantCode: 2, wantStderr: "unexpected arguments"},
 		{name: "unknown flag", args: []string{"--gpus", "x"}, wantCode: 2, wantStderr: "flag provided but not defined"},

@@ -89,7 +89,7 @@ func discoverGPU(lib nvml.Interface, i int) (GPU, error) {
 	g.MigEnabled = cur == nvml.DEVICE_MIG_ENABLE
 	g.MigPending = pending == nvml.DEVICE_MIG_ENABLE
 
-	profiles, err := gpuProfiles(d, i, mem.Total)
+	profiles, err := gpuProfiles(lib, d, i, mem.Total)
 	if err != nil {
 		return GPU{}, err
 	}
@@ -112,7 +112,7 @@ type profile struct {
 
 // gpuProfiles enumerates the GPU_INSTANCE_PROFILE_* constants, skipping
 // those the GPU does not support.
-func gpuProfiles(d nvml.Device, gpu int, totalMem uint64) ([]profile, error) {
+func gpuProfiles(lib nvml.Interface, d nvml.Device, gpu int, totalMem uint64) ([]profile, error) {
 	var out []profile
 	for q := range nvml.GPU_INSTANCE_PROFILE_COUNT {
 		info, ret := d.GetGpuInstanceProfileInfo(q)
@@ -128,7 +128,7 @@ func gpuProfiles(d nvml.Device, gpu int, totalMem uint64) ([]profile, error) {
 			return nil, nvmlErr(gpu, ret, "get placements of GPU instance profile %d", q)
 		}
 		p := profile{info: info, Profile: Profile{
-			Name:     profileName(d, q, info, totalMem),
+			Name:     ProfileName(lib, d, q, info, totalMem),
 			ID:       info.Id,
 			Query:    q,
 			Slices:   int(info.SliceCount),

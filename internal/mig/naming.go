@@ -15,43 +15,68 @@ type ProfileNamer interface {
 	ProfileName(info nvml.GpuInstanceProfileInfo) (string, bool)
 }
 
-// profileName names a profile: by the device's ProfileNamer, else by the
-// name real NVML reports through the versioned profile info, else derived
-// from memory like NVIDIA's go-nvlib.
-func profileName(d nvml.Device, query int, info nvml.GpuInstanceProfileInfo, totalMemBytes uint64) string {
+// ProfileName names a GPU-instance profile: by the device's ProfileNamer,
+// else by the name NVML reports through the versioned profile info, else
+// derived from memory like NVIDIA's go-nvlib.
+func ProfileName(lib nvml.Interface, d nvml.Device, query int, info nvml.GpuInstanceProfileInfo, totalMemBytes uint64) string {
 	if n, ok := d.(ProfileNamer); ok {
 		if name, ok := n.ProfileName(info); ok {
 			return name
 		}
 	}
-	if name, ok := nvmlProfileName(d, query); ok {
-		return name
+	if v, ok := VersionedProfileInfo(lib, d, query); ok && v.Name != "" {
+		return v.Name
 	}
 	return DeriveProfileName(query, info, totalMemBytes)
 }
 
-// nvmlProfileName asks real NVML (R510 and later) for the profile's name.
-// The versioned handler calls into the C library, so it is only used on a
-// handler go-nvml filled from a real device: a zero handler comes from a
-// fake, and calling it would crash the process.
-func nvmlProfileName(d nvml.Device, query int) (string, bool) {
+// profileInfoVSymbol is the NVML function behind the versioned profile info
+// (R510 and later).
+const profileInfoVSymbol = "nvmlDeviceGetGpuInstanceProfileInfoV"
+
+// ProfileInfoV is what the versioned profile info adds to version 1.
+type ProfileInfoV struct {
+	// Name is the profile's name without the "MIG " prefix ("1g.10gb+me").
+	Name string
+	// Capabilities are NVML's GPU_INSTANCE_PROFILE_CAPS_* bits (P2P, GFX);
+	// only version 3 reports them.
+	Capabilities uint32
+	// Version is the struct version the driver answered: 3 or 2.
+	Version int
+}
+
+// VersionedProfileInfo asks NVML for a profile's version-3 info, or version 2
+// on a driver without it. It answers false where the library lacks the call
+// (drivers before R510, the simulator) or the device handle is not one
+// go-nvml filled from the C library: calling the handler then would crash
+// the process.
+func VersionedProfileInfo(lib nvml.Interface, d nvml.Device, query int) (ProfileInfoV, bool) {
+	if lib == nil || lib.Extensions().LookupSymbol(profileInfoVSymbol) != nil {
+		return ProfileInfoV{}, false
+	}
 	h := d.GetGpuInstanceProfileInfoV(query)
 	if h == (nvml.GpuInstanceProfileInfoHandler{}) {
-		return "", false
+		return ProfileInfoV{}, false
 	}
-	info, ret := h.V2()
-	if ret != nvml.SUCCESS {
-		return "", false
+	if v3, ret := h.V3(); ret == nvml.SUCCESS {
+		return ProfileInfoV{Name: cName(v3.Name[:]), Capabilities: v3.Capabilities, Version: 3}, true
 	}
+	if v2, ret := h.V2(); ret == nvml.SUCCESS {
+		return ProfileInfoV{Name: cName(v2.Name[:]), Version: 2}, true
+	}
+	return ProfileInfoV{}, false
+}
+
+// cName reads a NUL-terminated C string and drops NVML's "MIG " prefix.
+func cName(c []int8) string {
 	var b strings.Builder
-	for _, c := range info.Name {
-		if c == 0 {
+	for _, ch := range c {
+		if ch == 0 {
 			break
 		}
-		b.WriteByte(byte(c))
+		b.WriteByte(byte(ch))
 	}
-	name := strings.TrimPrefix(b.String(), "MIG ")
-	return name, name != ""
+	return strings.TrimPrefix(b.String(), "MIG ")
 }
 
 // DeriveProfileName builds a profile's canonical name from NVML's numbers

@@ -101,7 +101,7 @@ func (p *Partitioner) createInstance(gpu int, name string, start int) (Instance,
 	if err != nil {
 		return Instance{}, err
 	}
-	prof, err := findProfile(d, gpu, name)
+	prof, err := findProfile(p.lib, d, gpu, name)
 	if err != nil {
 		return Instance{}, fmt.Errorf("GPU %d: %s: %w", gpu, op, err)
 	}
@@ -218,12 +218,12 @@ func (p *Partitioner) DestroyInstance(gpu int, gi uint32) error {
 }
 
 // findProfile looks a profile up by name among those the GPU supports.
-func findProfile(d nvml.Device, gpu int, name string) (profile, error) {
+func findProfile(lib nvml.Interface, d nvml.Device, gpu int, name string) (profile, error) {
 	mem, ret := d.GetMemoryInfo()
 	if ret != nvml.SUCCESS {
 		return profile{}, nvmlErr(gpu, ret, "get memory info")
 	}
-	profiles, err := gpuProfiles(d, gpu, mem.Total)
+	profiles, err := gpuProfiles(lib, d, gpu, mem.Total)
 	if err != nil {
 		return profile{}, err
 	}

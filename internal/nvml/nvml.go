@@ -46,6 +46,11 @@ type Options struct {
 	// NodeName selects per-node settings in the simulator config and seeds
 	// its GPU UUIDs. The agent passes its node name.
 	NodeName string
+	// ReadOnly opens the simulator without taking its state directory's
+	// lock, refusing every change (for inspection beside a running agent,
+	// such as `device-plugin probe`). The real backend ignores it: NVML has
+	// no read-only mode, so read-only callers make no changing calls.
+	ReadOnly bool
 
 	// libraryPath overrides libnvidia-ml.so.1, for tests.
 	libraryPath string
@@ -135,6 +140,7 @@ func openSim(o Options) (Library, error) {
 			return nil, err
 		}
 	}
+	cfg.ReadOnly = o.ReadOnly
 	lib, err := sim.New(cfg)
 	if err != nil {
 		return nil, err

@@ -435,6 +435,17 @@ func computeProfiles(p *Profile) []ComputeProfile {
 	return []ComputeProfile{{Query: fullCIProfile(p.Slices), Slices: p.Slices, SMs: p.SMs, MaxCount: 1, Placements: []int{0}}}
 }
 
+// EffectiveComputeProfiles are the compute-instance profiles the simulator
+// reports for an instance of p: ComputeProfiles, or by default the one
+// spanning the GPU instance. The result is a copy.
+func (p *Profile) EffectiveComputeProfiles() []ComputeProfile {
+	out := slices.Clone(computeProfiles(p))
+	for i := range out {
+		out[i].Placements = slices.Clone(out[i].Placements)
+	}
+	return out
+}
+
 func computeProfile(p *Profile, query int) (*ComputeProfile, bool) {
 	cps := computeProfiles(p)
 	for i := range cps {

@@ -187,7 +187,9 @@ func (m *Model) profileByQuery(q int) (*Profile, bool) {
 // file. The result is a fresh copy the caller may change.
 func BuiltinModels() []Model { return builtinModels() }
 
-// modelSet resolves model names; custom models come after the built-ins.
+// modelSet resolves model names. A custom model named like a built-in one
+// replaces it: a `device-plugin probe` dump of a real GPU names its model
+// after the built-in it corrects.
 type modelSet map[string]*Model
 
 func newModelSet(custom []Model) (modelSet, error) {
@@ -195,17 +197,29 @@ func newModelSet(custom []Model) (modelSet, error) {
 	for _, m := range builtinModels() {
 		set[m.Name] = &m
 	}
+	seen := map[string]bool{}
 	for i := range custom {
 		m := custom[i]
 		if err := m.Validate(); err != nil {
 			return nil, err
 		}
-		if _, dup := set[m.Name]; dup {
-			return nil, fmt.Errorf("model %q: name already used by another model", m.Name)
+		if seen[m.Name] {
+			return nil, fmt.Errorf("model %q: name used by two custom models", m.Name)
 		}
+		seen[m.Name] = true
 		set[m.Name] = &m
 	}
 	return set, nil
+}
+
+// IsBuiltin reports whether name is a built-in model's.
+func IsBuiltin(name string) bool {
+	for _, m := range builtinModels() {
+		if m.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 func (s modelSet) get(name string) (*Model, error) {

@@ -224,8 +224,25 @@ func TestUnknownModel(t *testing.T) {
 	if err == nil || err.Error() != want {
 		t.Errorf("New() error = %v, want %q", err, want)
 	}
-	models, _ := sim.ParseModels([]byte(strings.Replace(customModels, "H100-PCIE-70GB", "A100-SXM4-40GB", 1)))
-	if _, err := sim.New(sim.Config{Models: models}); err == nil || !strings.Contains(err.Error(), "name already used") {
-		t.Errorf("New() with a custom model named like a built-in = %v, want a name clash", err)
+	models, _ := sim.ParseModels([]byte(customModels))
+	if _, err := sim.New(sim.Config{Models: append(models, models...)}); err == nil || !strings.Contains(err.Error(), "name used by two custom models") {
+		t.Errorf("New() with two custom models of one name = %v, want a name clash", err)
+	}
+}
+
+// TestCustomModelReplacesBuiltin: a probe dump names its model after the
+// built-in one it corrects, and the simulator runs the dump's table.
+func TestCustomModelReplacesBuiltin(t *testing.T) {
+	models, err := sim.ParseModels([]byte(strings.Replace(customModels, "H100-PCIE-70GB", "A100-SXM4-40GB", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLibConfig(t, sim.Config{Models: models, GPUs: []sim.GPUSpec{gpu("A100-SXM4-40GB")}})
+	info := profileInfo(t, device(t, l, 0), nvml.GPU_INSTANCE_PROFILE_3_SLICE)
+	if info.MemorySizeMB != 30720 {
+		t.Errorf("3-slice profile memory = %d MiB, want the custom table's 30720", info.MemorySizeMB)
+	}
+	if !sim.IsBuiltin("A100-SXM4-40GB") || sim.IsBuiltin("H100-PCIE-70GB") {
+		t.Error("IsBuiltin is wrong")
 	}
 }

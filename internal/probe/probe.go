@@ -1,0 +1,392 @@
+// Package probe reads what NVML reports about a node's MIG-capable GPUs
+// (identity, MIG mode, every GPU-instance profile with its placements and
+// engines, compute-instance profiles, current instances) into the
+// simulator's own types, so the dump runs as a simulated node
+// (`--nvml-backend=simulated --sim-config dump.yaml`) and compares with the
+// built-in model of the same name.
+//
+// Probing only reads: it never changes the MIG mode and never creates or
+// destroys an instance. NVML answers compute-instance profile queries only
+// on an existing GPU instance, so those profiles are read for the profiles
+// that have an instance and for no other.
+package probe
+
+import (
+	"cmp"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/migflex/migflex/internal/mig"
+	"github.com/migflex/migflex/internal/nvml/sim"
+)
+
+// Result is what a probe read.
+type Result struct {
+	// Config holds one GPU entry per probed GPU (count 1, the GPU's state as
+	// its initial state) and one model per distinct GPU model.
+	Config sim.Config
+	// Driver is the driver version NVML reports ("" when it does not).
+	Driver string
+	// Notes say what the dump could not hold or how names were chosen, one
+	// line each; they become comments in the YAML.
+	Notes []string
+}
+
+// Probe reads every GPU of lib. builtins are the models a GPU is named
+// after when its product name or PCI device id matches one (so --compare
+// finds it); other GPUs get a model named after their product.
+func Probe(lib nvml.Interface, builtins []sim.Model) (*Result, error) {
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("initializing NVML: %w", ret)
+	}
+	defer lib.Shutdown()
+	r := &Result{}
+	if v, ret := lib.SystemGetDriverVersion(); ret == nvml.SUCCESS {
+		r.Driver = v
+	}
+	n, ret := lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("counting GPUs: %w", ret)
+	}
+	byName := map[string]int{} // model name -> index in r.Config.Models
+	for i := range n {
+		g, err := probeGPU(lib, i)
+		if err != nil {
+			return nil, err
+		}
+		if g == nil {
+			r.Notes = append(r.Notes, fmt.Sprintf("GPU %d is not MIG capable and is left out: the simulator has no model without MIG profiles", i))
+			continue
+		}
+		r.Notes = append(r.Notes, g.notes...)
+		m := g.model
+		m.Name = modelName(g.productName, m.PCIDeviceID, builtins)
+		if j, ok := byName[m.Name]; ok && !sameTable(r.Config.Models[j], m) {
+			r.Notes = append(r.Notes, fmt.Sprintf("GPU %d reports another table than the earlier GPUs named %s: its model is %s-gpu%d", i, m.Name, m.Name, i))
+			m.Name = fmt.Sprintf("%s-gpu%d", m.Name, i)
+		}
+		if j, ok := byName[m.Name]; ok {
+			mergeComputeProfiles(&r.Config.Models[j], m)
+		} else {
+			byName[m.Name] = len(r.Config.Models)
+			r.Config.Models = append(r.Config.Models, m)
+		}
+		r.Config.GPUs = append(r.Config.GPUs, sim.GPUSpec{Model: m.Name, Count: 1, Initial: &g.state})
+	}
+	if len(r.Config.GPUs) == 0 {
+		return nil, fmt.Errorf("no MIG-capable GPU among the %d NVML reports", n)
+	}
+	if err := r.Config.Validate(); err != nil {
+		return nil, fmt.Errorf("the probed tables do not make a valid simulator model (a GPU the simulator cannot represent?): %w", err)
+	}
+	return r, nil
+}
+
+// gpu is one probed GPU before naming.
+type gpu struct {
+	productName string
+	model       sim.Model
+	state       sim.InitialState
+	notes       []string
+}
+
+func probeGPU(lib nvml.Interface, i int) (*gpu, error) {
+	d, ret := lib.DeviceGetHandleByIndex(i)
+	if ret != nvml.SUCCESS {
+		return nil, gpuErr(i, ret, "get device handle")
+	}
+	cur, pending, ret := d.GetMigMode()
+	switch ret {
+	case nvml.SUCCESS:
+	case nvml.ERROR_NOT_SUPPORTED:
+		return nil, nil
+	default:
+		return nil, gpuErr(i, ret, "get MIG mode")
+	}
+	g := &gpu{}
+	if g.productName, ret = d.GetName(); ret != nvml.SUCCESS {
+		return nil, gpuErr(i, ret, "get name")
+	}
+	if g.state.UUID, ret = d.GetUUID(); ret != nvml.SUCCESS {
+		return nil, gpuErr(i, ret, "get UUID")
+	}
+	pci, ret := d.GetPciInfo()
+	if ret != nvml.SUCCESS {
+		return nil, gpuErr(i, ret, "get PCI info")
+	}
+	mem, ret := d.GetMemoryInfo()
+	if ret != nvml.SUCCESS {
+		return nil, gpuErr(i, ret, "get memory info")
+	}
+	arch, ret := d.GetArchitecture()
+	if ret != nvml.SUCCESS {
+		return nil, gpuErr(i, ret, "get architecture")
+	}
+	g.model = sim.Model{
+		ProductName:  g.productName,
+		PCIDeviceID:  pci.PciDeviceId,
+		MemoryMiB:    mem.Total >> 20,
+		Architecture: architecture(arch),
+	}
+	g.state.MigEnabled = cur == nvml.DEVICE_MIG_ENABLE
+	pendingEnabled := pending == nvml.DEVICE_MIG_ENABLE
+	g.state.MigPending = &pendingEnabled
+
+	profiles, err := readProfiles(lib, d, i, mem.Total, &g.notes)
+	if err != nil {
+		return nil, err
+	}
+	if len(profiles) == 0 {
+		return nil, fmt.Errorf("GPU %d (%s): NVML reports MIG mode but no GPU-instance profile", i, g.productName)
+	}
+	for _, p := range profiles {
+		g.model.Profiles = append(g.model.Profiles, p.Profile)
+		memEnd := 0
+		for _, s := range p.Placements {
+			memEnd = max(memEnd, s+p.MemorySlices)
+		}
+		g.model.MemorySlices = max(g.model.MemorySlices, memEnd)
+		g.model.ComputeSlices = max(g.model.ComputeSlices, p.Slices)
+		// NVML has no SM count of a whole GPU for a handle that is not a
+		// MIG device; the largest profile's is the nearest it reports.
+		g.model.SMs = max(g.model.SMs, p.SMs)
+	}
+	if g.state.MigEnabled {
+		if g.state.Instances, err = readInstances(d, i, profiles, &g.model, &g.notes); err != nil {
+			return nil, err
+		}
+	}
+	return g, nil
+}
+
+// profile is a probed profile with the NVML info it came from.
+type profile struct {
+	sim.Profile
+	info nvml.GpuInstanceProfileInfo
+}
+
+func readProfiles(lib nvml.Interface, d nvml.Device, gpu int, totalMem uint64, notes *[]string) ([]profile, error) {
+	var out []profile
+	derived := 0
+	for q := range nvml.GPU_INSTANCE_PROFILE_COUNT {
+		info, ret := d.GetGpuInstanceProfileInfo(q)
+		switch ret {
+		case nvml.SUCCESS:
+		case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_INVALID_ARGUMENT:
+			continue // the GPU (or this driver) has no such profile
+		default:
+			return nil, gpuErr(gpu, ret, "get GPU instance profile %s", sim.QueryName(q))
+		}
+		if _, named := d.(mig.ProfileNamer); !named {
+			if _, ok := mig.VersionedProfileInfo(lib, d, q); !ok {
+				derived++
+			}
+		}
+		placements, ret := d.GetGpuInstancePossiblePlacements(&info)
+		if ret != nvml.SUCCESS {
+			return nil, gpuErr(gpu, ret, "get placements of GPU instance profile %s", sim.QueryName(q))
+		}
+		if len(placements) == 0 {
+			return nil, fmt.Errorf("GPU %d: GPU instance profile %s (id %d) has no placement", gpu, sim.QueryName(q), info.Id)
+		}
+		p := profile{info: info, Profile: sim.Profile{
+			Name:      mig.ProfileName(lib, d, q, info, totalMem),
+			ID:        info.Id,
+			Query:     q,
+			Slices:    int(info.SliceCount),
+			MemoryMiB: info.MemorySizeMB,
+			SMs:       int(info.MultiprocessorCount),
+			MaxCount:  int(info.InstanceCount),
+			Engines: sim.Engines{
+				CopyEngines: int(info.CopyEngineCount),
+				Decoders:    int(info.DecoderCount),
+				Encoders:    int(info.EncoderCount),
+				JPEGs:       int(info.JpegCount),
+				OFAs:        int(info.OfaCount),
+			},
+		}}
+		for _, pl := range placements {
+			p.Placements = append(p.Placements, int(pl.Start))
+			if p.MemorySlices != 0 && p.MemorySlices != int(pl.Size) {
+				return nil, fmt.Errorf("GPU %d: GPU instance profile %s has placements of sizes %d and %d", gpu, sim.QueryName(q), p.MemorySlices, pl.Size)
+			}
+			p.MemorySlices = int(pl.Size)
+		}
+		out = append(out, p)
+	}
+	if derived > 0 {
+		*notes = append(*notes, fmt.Sprintf("GPU %d: %d profile names derived from memory sizes (NVML here has no versioned profile info with names)", gpu, derived))
+	}
+	return out, nil
+}
+
+// readInstances reads the GPU instances and, on each, its compute-instance
+// profiles (recorded on the model's profile the first time one is seen) and
+// its compute instances.
+func readInstances(d nvml.Device, gpu int, profiles []profile, m *sim.Model, notes *[]string) ([]sim.InitialInstance, error) {
+	var out []sim.InitialInstance
+	for pi, p := range profiles {
+		if p.info.InstanceCount == 0 {
+			continue // go-nvml would index an empty buffer
+		}
+		gis, ret := d.GetGpuInstances(&p.info)
+		if ret != nvml.SUCCESS {
+			return nil, gpuErr(gpu, ret, "list %s GPU instances", p.Name)
+		}
+		for _, gi := range gis {
+			info, ret := gi.GetInfo()
+			if ret != nvml.SUCCESS {
+				return nil, gpuErr(gpu, ret, "get %s GPU instance info", p.Name)
+			}
+			cps, cis, err := readComputeInstances(gi, gpu, p.Name)
+			if err != nil {
+				return nil, err
+			}
+			mp := &m.Profiles[pi]
+			if len(mp.ComputeProfiles) == 0 {
+				mp.ComputeProfiles = cps
+			}
+			out = append(out, sim.InitialInstance{Profile: p.Name, Start: int(info.Placement.Start), ComputeInstances: cis})
+		}
+	}
+	slices.SortFunc(out, func(a, b sim.InitialInstance) int { return cmp.Compare(a.Start, b.Start) })
+	for _, in := range out {
+		p, _ := profileNamed(m, in.Profile)
+		full := sim.ComputeQueryName(fullCompute(p.Slices))
+		for _, ci := range in.ComputeInstances {
+			if ci != full {
+				*notes = append(*notes, fmt.Sprintf("GPU %d: the %s GPU instance at %d has a %s compute instance; the simulator creates only the full-size one (%s): remove it to run this dump", gpu, in.Profile, in.Start, ci, full))
+			}
+		}
+	}
+	return out, nil
+}
+
+func readComputeInstances(gi nvml.GpuInstance, gpu int, profileName string) ([]sim.ComputeProfile, []string, error) {
+	var cps []sim.ComputeProfile
+	var cis []string
+	for q := range nvml.COMPUTE_INSTANCE_PROFILE_COUNT {
+		info, ret := gi.GetComputeInstanceProfileInfo(q, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+		switch ret {
+		case nvml.SUCCESS:
+		case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_INVALID_ARGUMENT:
+			continue
+		default:
+			return nil, nil, gpuErr(gpu, ret, "get compute instance profile %s of a %s GPU instance", sim.ComputeQueryName(q), profileName)
+		}
+		placements, ret := gi.GetComputeInstancePossiblePlacements(&info)
+		if ret != nvml.SUCCESS {
+			return nil, nil, gpuErr(gpu, ret, "get placements of compute instance profile %s", sim.ComputeQueryName(q))
+		}
+		cp := sim.ComputeProfile{Query: q, Slices: int(info.SliceCount), SMs: int(info.MultiprocessorCount), MaxCount: int(info.InstanceCount)}
+		for _, pl := range placements {
+			cp.Placements = append(cp.Placements, int(pl.Start))
+		}
+		cps = append(cps, cp)
+		if info.InstanceCount == 0 {
+			continue
+		}
+		list, ret := gi.GetComputeInstances(&info)
+		if ret != nvml.SUCCESS {
+			return nil, nil, gpuErr(gpu, ret, "list %s compute instances", sim.ComputeQueryName(q))
+		}
+		for range list {
+			cis = append(cis, sim.ComputeQueryName(q))
+		}
+	}
+	return cps, cis, nil
+}
+
+func profileNamed(m *sim.Model, name string) (sim.Profile, bool) {
+	for _, p := range m.Profiles {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return sim.Profile{}, false
+}
+
+// fullCompute is the COMPUTE_INSTANCE_PROFILE_* constant spanning a GPU
+// instance of that many slices.
+func fullCompute(slices int) int {
+	switch slices {
+	case 1:
+		return nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE
+	case 2:
+		return nvml.COMPUTE_INSTANCE_PROFILE_2_SLICE
+	case 3:
+		return nvml.COMPUTE_INSTANCE_PROFILE_3_SLICE
+	case 4:
+		return nvml.COMPUTE_INSTANCE_PROFILE_4_SLICE
+	case 6:
+		return nvml.COMPUTE_INSTANCE_PROFILE_6_SLICE
+	case 7:
+		return nvml.COMPUTE_INSTANCE_PROFILE_7_SLICE
+	case 8:
+		return nvml.COMPUTE_INSTANCE_PROFILE_8_SLICE
+	}
+	return -1
+}
+
+func architecture(a nvml.DeviceArchitecture) sim.Architecture {
+	switch a {
+	case nvml.DEVICE_ARCH_AMPERE:
+		return sim.Ampere
+	case nvml.DEVICE_ARCH_HOPPER:
+		return sim.Hopper
+	case nvml.DEVICE_ARCH_BLACKWELL:
+		return sim.Blackwell
+	}
+	return sim.Architecture(fmt.Sprintf("unknown-%d", a))
+}
+
+var notNameChars = regexp.MustCompile(`[^A-Za-z0-9.]+`)
+
+// modelName names a GPU's model: the built-in model with its product name
+// (or, in the simulator, its name), else the one with its PCI device id,
+// else its product name made a model name ("NVIDIA H100 80GB HBM3" ->
+// "H100-80GB-HBM3").
+func modelName(product string, pciDeviceID uint32, builtins []sim.Model) string {
+	for _, m := range builtins {
+		if product == m.ProductName || product == m.Name {
+			return m.Name
+		}
+	}
+	var byID []string
+	for _, m := range builtins {
+		if m.PCIDeviceID == pciDeviceID {
+			byID = append(byID, m.Name)
+		}
+	}
+	if len(byID) == 1 {
+		return byID[0]
+	}
+	name := strings.Trim(notNameChars.ReplaceAllString(strings.TrimPrefix(product, "NVIDIA "), "-"), "-")
+	if name == "" {
+		name = fmt.Sprintf("GPU-0x%08X", pciDeviceID)
+	}
+	return name
+}
+
+// mergeComputeProfiles keeps the compute-instance profiles another GPU of
+// the model had an instance to read them on.
+func mergeComputeProfiles(dst *sim.Model, src sim.Model) {
+	for i := range dst.Profiles {
+		if len(dst.Profiles[i].ComputeProfiles) == 0 {
+			dst.Profiles[i].ComputeProfiles = src.Profiles[i].ComputeProfiles
+		}
+	}
+}
+
+func sameTable(a, b sim.Model) bool {
+	a.Name, b.Name = "", ""
+	return len(Compare(a, b)) == 0
+}
+
+func gpuErr(gpu int, ret nvml.Return, format string, args ...any) error {
+	return fmt.Errorf("GPU %d: %s: %w", gpu, fmt.Sprintf(format, args...), error(ret))
+}
