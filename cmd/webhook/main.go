@@ -32,6 +32,7 @@ type options struct {
 	onUnsatisfiable string
 	onInsufficient  string
 	maxRequestBytes int64
+	maxInflight     int64
 	resync          time.Duration
 }
 
@@ -45,6 +46,7 @@ var envTwins = map[string]string{
 	"on-unsatisfiable":      "MIGFLEX_WEBHOOK_ON_UNSATISFIABLE",
 	"on-insufficient-count": "MIGFLEX_WEBHOOK_ON_INSUFFICIENT_COUNT",
 	"max-request-bytes":     "MIGFLEX_WEBHOOK_MAX_REQUEST_BYTES",
+	"max-inflight-bytes":    "MIGFLEX_WEBHOOK_MAX_INFLIGHT_BYTES",
 }
 
 func parseFlags(args []string, getenv func(string) string) (options, error) {
@@ -59,6 +61,7 @@ func parseFlags(args []string, getenv func(string) string) (options, error) {
 	fs.StringVar(&o.onUnsatisfiable, "on-unsatisfiable", string(fallback.UnsatisfiableDeny), "deny or allow a pod for which no GPU type fits")
 	fs.StringVar(&o.onInsufficient, "on-insufficient-count", string(fallback.UnsatisfiableAllow), "allow (with a warning) or deny a pod that needs more devices of a GPU type on one node than any node it can be scheduled to has")
 	fs.Int64Var(&o.maxRequestBytes, "max-request-bytes", webhook.DefaultMaxRequestBytes, "largest AdmissionReview body accepted")
+	fs.Int64Var(&o.maxInflight, "max-inflight-bytes", webhook.DefaultMaxInflightBytes, "most request bytes decoded at once; further requests wait (bounds the memory parallel admissions take)")
 	fs.DurationVar(&o.resync, "resync", 0, "informer resync period; 0 disables")
 	for name, env := range envTwins {
 		f := fs.Lookup(name)
@@ -127,12 +130,13 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
 	srv, err := webhook.NewServer(webhook.Options{
-		Listen:          o.listen,
-		CertDir:         o.certDir,
-		Decider:         d,
-		Client:          client,
-		Resync:          o.resync,
-		MaxRequestBytes: o.maxRequestBytes,
+		Listen:           o.listen,
+		CertDir:          o.certDir,
+		Decider:          d,
+		Client:           client,
+		Resync:           o.resync,
+		MaxRequestBytes:  o.maxRequestBytes,
+		MaxInflightBytes: o.maxInflight,
 	})
 	if err != nil {
 		return err

@@ -214,3 +214,77 @@ func TestRequestContextTakesTheCallersTimeout(t *testing.T) {
 		}
 	}
 }
+
+// holdSource holds every Snapshot call until release is closed, and says on
+// entered when one starts.
+type holdSource struct {
+	snap    *fallback.Snapshot
+	entered chan string
+	release chan struct{}
+}
+
+func (s *holdSource) Snapshot() (*fallback.Snapshot, bool) {
+	s.entered <- "entered"
+	<-s.release
+	return s.snap, true
+}
+
+// Requests are decoded together only up to a budget of request bytes, so
+// that parallel large pods cannot add up past the webhook's memory limit: a
+// second large request waits until the first is answered, and one that
+// waits past its context is not decided.
+func TestHandlerBoundsBytesInFlight(t *testing.T) {
+	src := &holdSource{snap: snapshotOf(gpuNode("n", map[corev1.ResourceName]int64{mig1g10: 7})), entered: make(chan string, 4), release: make(chan struct{})}
+	d, err := fallback.NewDecider(fallback.Options{Policy: fallback.DefaultPolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := reviewFor(t, namesPod(fallback.DefaultMaxTypes), nil)
+	m := NewMetrics(prometheus.NewRegistry())
+	h, err := NewHandler(HandlerOptions{Decider: d, Source: src, Metrics: m, MaxInflightBytes: int64(len(body)) * 3 / 2,
+		Logger: ktesting.NewLogger(t, ktesting.NewConfig())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan struct{}, 4)
+	h.waiting = func() { waiting <- struct{}{} }
+	serve := func(ctx context.Context) <-chan int {
+		done := make(chan int, 1)
+		go func() {
+			r := httptest.NewRequest(http.MethodPost, "/mutate", bytes.NewReader(body)).WithContext(ctx)
+			r.Header.Set("Content-Type", "application/json")
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			done <- w.Code
+		}()
+		return done
+	}
+
+	first := serve(context.Background())
+	<-src.entered
+	// A second one does not fit beside it: it waits, undecided.
+	ctx, cancel := context.WithCancel(context.Background())
+	abandoned := serve(ctx)
+	<-waiting
+	cancel()
+	if code := <-abandoned; code != http.StatusServiceUnavailable {
+		t.Errorf("request abandoned while waiting: status %d, want 503", code)
+	}
+	// A third waits too, and is served once the first is answered.
+	third := serve(context.Background())
+	<-waiting
+	select {
+	case <-src.entered:
+		t.Fatal("a request was decoded beside the first although both do not fit in the budget")
+	default:
+	}
+	close(src.release)
+	for name, done := range map[string]<-chan int{"first": first, "third": third} {
+		if code := <-done; code != http.StatusOK {
+			t.Errorf("%s request: status %d, want 200", name, code)
+		}
+	}
+	if got := counterValue(t, m.admissions.WithLabelValues(resultCanceled)); got != 1 {
+		t.Errorf("admissions{result=canceled} = %v, want 1", got)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"golang.org/x/sync/semaphore"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
@@ -19,6 +20,12 @@ import (
 // objects up to 3 MiB; the review wraps one pod and some metadata.
 const DefaultMaxRequestBytes = 8 << 20
 
+// DefaultMaxInflightBytes bounds the request bodies served at once.
+// Decoding a pod of many resource names takes many times its JSON
+// (docs/BENCHMARKS.md), so this bounds the memory admissions take together;
+// ordinary pods, a few KiB each, do not wait for it.
+const DefaultMaxInflightBytes = 8 << 20
+
 // HandlerOptions configure the /mutate handler.
 type HandlerOptions struct {
 	Decider *fallback.Decider
@@ -26,14 +33,22 @@ type HandlerOptions struct {
 	Metrics *Metrics
 	// MaxRequestBytes bounds the request body; 0 means DefaultMaxRequestBytes.
 	MaxRequestBytes int64
+	// MaxInflightBytes bounds the bodies of the requests served at once;
+	// a request that would go over waits until its context ends. 0 means
+	// DefaultMaxInflightBytes.
+	MaxInflightBytes int64
 	// Logger receives one line per rewrite and per denial; zero means klog's.
 	Logger klog.Logger
 }
 
 // Handler serves /mutate.
 type Handler struct {
-	opts HandlerOptions
-	log  klog.Logger
+	opts     HandlerOptions
+	log      klog.Logger
+	inflight *semaphore.Weighted
+	// waiting is called when a request starts to wait for the in-flight
+	// budget; nil but in tests.
+	waiting func()
 	// marshal encodes the patch; json.Marshal, replaced in tests.
 	marshal func(any) ([]byte, error)
 }
@@ -51,11 +66,14 @@ func NewHandler(o HandlerOptions) (*Handler, error) {
 	if o.MaxRequestBytes <= 0 {
 		o.MaxRequestBytes = DefaultMaxRequestBytes
 	}
+	if o.MaxInflightBytes <= 0 {
+		o.MaxInflightBytes = DefaultMaxInflightBytes
+	}
 	log := o.Logger
 	if log.GetSink() == nil {
 		log = klog.Background()
 	}
-	return &Handler{opts: o, log: log, marshal: json.Marshal}, nil
+	return &Handler{opts: o, log: log, inflight: semaphore.NewWeighted(o.MaxInflightBytes), marshal: json.Marshal}, nil
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -72,6 +90,24 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request) (int, string) {
 	ctx, cancel := requestContext(r)
 	defer cancel()
+	// The request's share of the in-flight budget: its declared length, or
+	// the most it may send when it declares none.
+	weight := h.opts.MaxRequestBytes
+	if r.ContentLength >= 0 {
+		weight = min(weight, max(r.ContentLength, 1))
+	}
+	weight = min(weight, h.opts.MaxInflightBytes)
+	if !h.inflight.TryAcquire(weight) {
+		h.log.V(1).Info("Waiting for other admissions to finish: in-flight request bytes at their limit",
+			"bytes", weight, "limit", h.opts.MaxInflightBytes)
+		if h.waiting != nil {
+			h.waiting()
+		}
+		if err := h.inflight.Acquire(ctx, weight); err != nil {
+			return h.refuse(w, canceled(err))
+		}
+	}
+	defer h.inflight.Release(weight)
 	review, err := readReview(w, r, h.opts.MaxRequestBytes)
 	if err != nil {
 		return h.refuse(w, err)

@@ -42,6 +42,9 @@ type Options struct {
 	Resync time.Duration
 
 	MaxRequestBytes int64
+	// MaxInflightBytes bounds the request bodies served at once (see
+	// HandlerOptions).
+	MaxInflightBytes int64
 	// Registry receives the metrics; nil means a new one with the Go and
 	// process collectors.
 	Registry *prometheus.Registry
@@ -99,10 +102,11 @@ func NewServer(o Options) (*Server, error) {
 
 	s.metrics = NewMetrics(o.Registry)
 	h, err := NewHandler(HandlerOptions{
-		Decider:         o.Decider,
-		Source:          s.source,
-		Metrics:         s.metrics,
-		MaxRequestBytes: o.MaxRequestBytes,
+		Decider:          o.Decider,
+		Source:           s.source,
+		Metrics:          s.metrics,
+		MaxRequestBytes:  o.MaxRequestBytes,
+		MaxInflightBytes: o.MaxInflightBytes,
 	})
 	if err != nil {
 		return nil, err
