@@ -180,6 +180,7 @@ func TestDecideMessagesAreBounded(t *testing.T) {
 	}{
 		"denied":                 {noFallback, Options{}},
 		"allowed with a warning": {noFallback, Options{OnUnsatisfiable: UnsatisfiableAllow}},
+		"a 1 MiB pod policy":     {gpuPod(mig2g20, "1", withAnnotation(AnnotationPolicy, strings.Repeat("x", 1<<20))), Options{}},
 		"20000 names":            {huge, Options{}},
 		"20000 names, allowed":   {huge, Options{OnUnsatisfiable: UnsatisfiableAllow}},
 	} {

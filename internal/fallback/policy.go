@@ -182,7 +182,7 @@ func parsePodPolicy(s string) (PodPolicy, error) {
 	case PodPolicyNone, PodPolicyDown, PodPolicyUp, PodPolicyAny:
 		return pp, nil
 	}
-	return "", fmt.Errorf("annotation %s: %q is not one of none, down, up, any", AnnotationPolicy, s)
+	return "", fmt.Errorf("annotation %s: %s is not one of none, down, up, any", AnnotationPolicy, quote(s))
 }
 
 // Mode is what "a type fits" means.

@@ -288,3 +288,30 @@ func TestHandlerBoundsBytesInFlight(t *testing.T) {
 		t.Errorf("admissions{result=canceled} = %v, want 1", got)
 	}
 }
+
+// A pod's name is validated only after mutating admission: a huge one is
+// cut in the log lines that name the pod.
+func TestHandlerLogsBoundedPodNames(t *testing.T) {
+	d, err := fallback.NewDecider(fallback.Options{Policy: fallback.DefaultPolicy()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+	h, err := NewHandler(HandlerOptions{Decider: d, Source: StaticSource{snapshotOf(gpuNode("n", map[corev1.ResourceName]int64{mig1g10: 7}))},
+		Metrics: NewMetrics(prometheus.NewRegistry()), Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := gpuPod(strings.Repeat("p", 1<<20), mig2g20, "1")
+	w := (&fixture{h: h}).post(http.MethodPost, "application/json", reviewFor(t, pod, nil))
+	if resp := decodeResponse(t, w); resp.Patch == nil {
+		t.Fatal("not rewritten")
+	}
+	underlier := logger.GetSink().(ktesting.Underlier)
+	if n := len(underlier.GetBuffer().Data()); n != 1 {
+		t.Errorf("%d log lines, want the one rewrite line", n)
+	}
+	if logged := len(underlier.GetBuffer().String()); logged > 1<<10 {
+		t.Errorf("logged %d bytes for a pod with a 1 MiB name, want at most 1 KiB", logged)
+	}
+}

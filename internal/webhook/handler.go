@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/semaphore"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 
 	"github.com/migflex/migflex/internal/fallback"
@@ -173,6 +174,11 @@ func (h *Handler) admit(ctx context.Context, req *admissionv1.AdmissionRequest, 
 	name := pod.Name
 	if name == "" {
 		name = pod.GenerateName + "*"
+	}
+	// Names are validated after mutating admission: a longer one than any
+	// valid name is cut, so that it cannot make every log line as long.
+	if len(name) > validation.DNS1123SubdomainMaxLength {
+		name = name[:validation.DNS1123SubdomainMaxLength] + "..."
 	}
 	podRef := klog.KRef(req.Namespace, name)
 	if d.Err != nil {
