@@ -1,5 +1,3 @@
-# syntax=docker/dockerfile:1
-#
 # migflex's image: /device-plugin (the node agent) and /webhook (the
 # admission webhook and its `webhook certgen` Job), the same layout as the
 # local test cluster's lc.local/migflex:e2e (hack/cluster/images.sh).
@@ -17,23 +15,40 @@
 #
 #   docker build -t ghcr.io/migflex/migflex:0.1.0 .
 #
+# It needs BuildKit (RUN --mount; the default since Docker 23, or
+# DOCKER_BUILDKIT=1 on Docker 20.10) and its built-in Dockerfile frontend:
+# there is no `# syntax=` line, which would make every build pull a
+# frontend image.
+#
 # The build is `make build`, the one CI runs and tests. Build per platform
 # natively (the cgo agent does not cross-compile without a C cross
 # toolchain). Debian 12 in both stages, so the agent links the glibc it
 # runs with.
+#
+# Both base images are build arguments, for builders that cannot pull them
+# and build their own (hack/docker/base-images.sh, for the kind run on a
+# machine with no registry): BUILD_IMAGE needs Go with cgo (gcc, libc6-dev)
+# and make, GOPATH=/go as in the golang image; BASE_IMAGE needs glibc.
+# GOPROXY (and GOSUMDB, GOFLAGS) reach `go mod download` when given, e.g. a
+# local module proxy; unset, Go's defaults apply.
 ARG GO_VERSION=1.26.8
+ARG BUILD_IMAGE=golang:${GO_VERSION}-bookworm
+ARG BASE_IMAGE=gcr.io/distroless/base-debian12:nonroot
 
-FROM golang:${GO_VERSION}-bookworm AS build
+FROM ${BUILD_IMAGE} AS build
+ARG GOPROXY
+ARG GOSUMDB
+ARG GOFLAGS
 WORKDIR /src
 COPY go.mod go.sum ./
-RUN --mount=type=cache,target=/root/go/pkg/mod go mod download
+RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY Makefile ./
 COPY cmd/ cmd/
 COPY internal/ internal/
-RUN --mount=type=cache,target=/root/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     make build
 
-FROM gcr.io/distroless/base-debian12:nonroot
+FROM ${BASE_IMAGE}
 COPY --from=build /src/bin/device-plugin /src/bin/webhook /
 USER 65532:65532
 ENTRYPOINT ["/device-plugin"]
