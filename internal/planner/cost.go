@@ -22,14 +22,22 @@ type classKey struct {
 	reshapable bool
 	block      blockReason
 	touched    bool
-	// nodeFree is the node's count of idle GPUs that can be given whole,
-	// when this GPU is one of them; -1 otherwise.
-	nodeFree int8
+	// When the GPU is idle and can be whole, nodeIdle is the node's count
+	// of such GPUs and nodeWhole its count of GPUs that are or will be
+	// whole (see wholePotential); both -1 otherwise.
+	nodeIdle, nodeWhole int8
 }
 
 // servesWhole: the GPU is idle and is, or can be made, a whole GPU.
 func (k classKey) servesWhole() bool {
 	return !k.whole && k.occ == 0 && (!k.migEnabled || k.reshapable)
+}
+
+// wholePotential: the GPU is, or will be when its pod ends, a whole GPU
+// for pods asking for several on one node: idle and able to be whole, or
+// held whole now.
+func (k classKey) wholePotential() bool {
+	return k.servesWhole() || k.whole && !k.migEnabled
 }
 
 // canChange: this round may repartition the GPU.
@@ -76,9 +84,10 @@ func (r *round) intern(k classKey) int32 {
 func (r *round) classOf(gi int32) int32 {
 	g := &r.gpus[gi]
 	k := g.key
-	k.nodeFree = -1
+	k.nodeIdle, k.nodeWhole = -1, -1
 	if k.servesWhole() {
-		k.nodeFree = int8(min(r.nodes[g.node].wholeFree, math.MaxInt8))
+		n := &r.nodes[g.node]
+		k.nodeIdle, k.nodeWhole = int8(min(n.idle, math.MaxInt8)), int8(min(n.wholeFree, math.MaxInt8))
 	}
 	g.key = k
 	return r.intern(k)
@@ -104,9 +113,14 @@ func (r *round) computeOption(k classKey, res int32, capped bool) option {
 	}
 	w := r.pol.Weights
 	before := r.usable(k)
-	if k.nodeFree >= 0 {
-		// Serving anything takes the GPU out of the node's idle ones.
-		before += r.mix.wholeValue(int(k.nodeFree)) - r.mix.wholeValue(int(k.nodeFree)-1)
+	if k.nodeIdle >= 0 {
+		// Serving anything takes the GPU out of the node's idle ones;
+		// serving a MIG device takes it out of the node's whole ones for
+		// good, as far as pods asking for several GPUs are concerned.
+		before += r.mix.wholeValue(int(k.nodeIdle)) - r.mix.wholeValue(int(k.nodeIdle)-1)
+		if res != 0 {
+			before += r.mix.wholeValue(int(k.nodeWhole)) - r.mix.wholeValue(int(k.nodeWhole)-1)
+		}
 	}
 	if res == 0 { // a whole GPU
 		if k.occ != 0 {
@@ -173,7 +187,7 @@ func (r *round) computeOption(k classKey, res int32, capped bool) option {
 
 // after is the class a GPU of class k moves to when o serves res on it.
 func after(k classKey, res int32, o *option) classKey {
-	k.nodeFree = -1
+	k.nodeIdle, k.nodeWhole = -1, -1
 	if res == 0 {
 		k.whole, k.free, k.occ = true, 0, 0
 		if k.migEnabled {

@@ -42,14 +42,18 @@
 // In the spirit of FGD (Weng et al., ATC'23), fragmentation is the free
 // capacity that the demand expected next cannot use. The expectation is
 // the recent demand mix (Snapshot.Mix, e.g. from MixTracker): request kinds
-// t (a MIG profile, or k whole GPUs) with weights w_t summing to one. A
-// GPU's capacity usable by kind t is the memory share of t times how many
-// more instances of t the GPU could hold, by its placement table, next to
-// what is occupied (in use, or given to a pod this round); free instances
-// count as reshapable on nodes the planner may change, and only as
-// themselves elsewhere. For k whole GPUs it is k times the pods of k GPUs
-// that the node's idle GPUs could take (floor(idle/k)): the node term that
-// keeps a node whole for an eight-GPU pod. The usable capacity
+// t (a MIG profile, or k whole GPUs on one node) with weights w_t summing
+// to one, each kind weighted by the GPUs' worth it asks for (so a rare
+// eight-GPU pod counts for what it holds). A GPU's capacity usable by a MIG
+// kind t is the memory share of t times how many more instances of t the
+// GPU could hold, by its placement table, next to what is occupied (in
+// use, or given to a pod this round); free instances count as reshapable
+// on nodes the planner may change, and only as themselves elsewhere. For k
+// whole GPUs it is k times the pods of k GPUs a node could take, counted
+// twice: now, from its idle GPUs (floor(idle/k)), and later, from its GPUs
+// that are or will be whole again when their pods end (a GPU given to MIG
+// leaves that count; one given whole to a pod does not). The usable
+// capacity
 //
 //	U = sum over t of w_t * usable_t
 //
@@ -57,7 +61,8 @@
 // alone, which every placement of the same device lowers equally; so the
 // planner takes the placement that loses the least U. Unlike FGD's
 // resource-share model, usable_t follows MIG's placement rules: a busy 1g
-// at slice 3 leaves room for 3g.40gb only at slice 4.
+// at slice 3 leaves room for 3g.40gb only at slice 4. The node terms keep
+// MIG off the nodes that can still hold multi-GPU pods.
 //
 // # After the pods
 //

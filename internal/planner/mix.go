@@ -48,10 +48,25 @@ func (r *round) mixFrom(demands []Demand) mixWeights {
 	for ti, t := range r.tabs {
 		m.prof[ti] = make([]float64, len(t.profiles))
 	}
+	// Each request kind weighs what it asks for: its share of the demand
+	// in GPUs, not in pods, so that a rare eight-GPU pod counts for what it
+	// holds.
+	size := func(res corev1.ResourceName) float64 {
+		if res == ResourceGPU {
+			return 1
+		}
+		for _, t := range r.tabs {
+			if p := t.profileOf(res); p >= 0 {
+				return t.size[p]
+			}
+		}
+		return 0
+	}
+	weight := func(d Demand) float64 { return d.Weight * float64(d.Count) * size(d.Resource) }
 	total := 0.0
 	for _, d := range demands {
 		if d.Weight > 0 && d.Count > 0 && !math.IsInf(d.Weight, 0) {
-			total += d.Weight
+			total += weight(d)
 		}
 	}
 	if total == 0 {
@@ -61,7 +76,7 @@ func (r *round) mixFrom(demands []Demand) mixWeights {
 		if d.Weight <= 0 || d.Count <= 0 || math.IsInf(d.Weight, 0) {
 			continue
 		}
-		w := d.Weight / total
+		w := weight(d) / total
 		if d.Resource == ResourceGPU {
 			k := int(min(d.Count, 64))
 			for len(m.whole) <= k {
@@ -74,7 +89,7 @@ func (r *round) mixFrom(demands []Demand) mixWeights {
 		// many one-device requests.
 		for ti, t := range r.tabs {
 			if p := t.profileOf(d.Resource); p >= 0 {
-				m.prof[ti][p] += w * float64(d.Count)
+				m.prof[ti][p] += w
 			}
 		}
 	}

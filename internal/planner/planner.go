@@ -101,9 +101,13 @@ type nodeState struct {
 	n    *Node
 	name string
 	// block is why the node's GPUs cannot change (blockNone when they can).
-	block     blockReason
-	gpus      []int32
-	group     int32
+	block blockReason
+	gpus  []int32
+	group int32
+	// idle counts the GPUs that are, or can be made, an idle whole GPU;
+	// wholeFree adds those held whole by a pod, which will be whole and
+	// idle again when it ends (the cost model's node term).
+	idle      int
 	wholeFree int
 	ver       uint32
 }
@@ -287,7 +291,7 @@ func (r *round) addNodes(nodes []Node) error {
 
 func (r *round) newGPU(node int32, n *Node, g *GPU, block blockReason) gpuState {
 	s := gpuState{node: node, g: g}
-	k := classKey{tab: -1, migEnabled: g.MigEnabled, block: block, nodeFree: -1}
+	k := classKey{tab: -1, migEnabled: g.MigEnabled, block: block, nodeIdle: -1, nodeWhole: -1}
 	leave := func(format string, args ...any) gpuState {
 		r.warnings = append(r.warnings, fmt.Sprintf("node %s GPU %d: ", n.Name, g.Index)+fmt.Sprintf(format, args...))
 		k.block, k.whole, k.reshapable = blockUnknown, true, false
@@ -388,18 +392,17 @@ func (r *round) sortNeeds(needs []need) {
 	})
 }
 
-// refreshNode recounts the node's wholly free GPUs.
+// refreshNode recounts the node's idle GPUs and its whole ones.
 func (r *round) refreshNode(ni int32) {
 	n := &r.nodes[ni]
-	n.wholeFree = 0
+	n.idle, n.wholeFree = 0, 0
 	for _, gi := range n.gpus {
-		if r.servesWhole(&r.gpus[gi]) {
+		k := r.gpus[gi].key
+		if k.servesWhole() {
+			n.idle++
+		}
+		if k.wholePotential() {
 			n.wholeFree++
 		}
 	}
-}
-
-// servesWhole: the GPU is idle and can be, or is, a whole GPU.
-func (r *round) servesWhole(g *gpuState) bool {
-	return g.key.servesWhole()
 }

@@ -385,6 +385,19 @@ func TestObjectiveOrder(t *testing.T) {
 			want:    map[string]string{"p": "reshape n0/1"},
 			changed: map[string][]string{"n0/1": {"3g.40gb@0*", "1g.10gb@4", "1g.10gb@5", "1g.10gb@6"}},
 		},
+		"MIG goes where whole GPUs are fewest": {
+			// Both idle GPUs need MIG enabled. Node a's busy whole GPUs
+			// will be idle again when their pods end: with its idle one,
+			// a four-GPU pod could run there; node b has no such future.
+			nodes: []planner.Node{
+				node("a", optedIn, gpus(wholeGPUOf(0, inUse), wholeGPUOf(1, inUse), wholeGPUOf(2, inUse), wholeGPUOf(3, notInUse))),
+				node("b", optedIn, gpus(migGPU(0, "7g.80gb@0*"), wholeGPUOf(1, notInUse))),
+			},
+			pods:    []*corev1.Pod{pod("p", mig1g, "1")},
+			mix:     []planner.Demand{{Resource: mig1g, Count: 1, Weight: 1}, {Resource: wholeGPU, Count: 4, Weight: 1}},
+			want:    map[string]string{"p": "reshape b/1"},
+			changed: map[string][]string{"b/1": nil},
+		},
 		"a one-GPU pod keeps the node with all GPUs idle for an eight-GPU mix": {
 			nodes: []planner.Node{
 				node("a", optedIn, gpus(wholeGPUOf(0, notInUse), wholeGPUOf(1, notInUse), wholeGPUOf(2, notInUse), wholeGPUOf(3, notInUse))),

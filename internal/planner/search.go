@@ -231,7 +231,7 @@ func (r *round) bestNode(el eligibility, ps *podState) int32 {
 func (r *round) nodeCost(ni int32, needs []need) (float64, bool) {
 	n := &r.nodes[ni]
 	for _, nd := range needs {
-		if nd.res == 0 && n.wholeFree < int(nd.count) {
+		if nd.res == 0 && n.idle < int(nd.count) {
 			return 0, false
 		}
 	}
@@ -280,13 +280,9 @@ func (r *round) assignNode(ni int32, needs []need) []assignment {
 	var keyBuf [8]classKey
 	var classBuf [8]int32
 	keys, classes := keyBuf[:0], classBuf[:0]
-	idle := 0
 	for _, gi := range n.gpus {
 		g := &r.gpus[gi]
 		keys, classes = append(keys, g.key), append(classes, g.class)
-		if g.key.servesWhole() {
-			idle++
-		}
 	}
 	savedCapped, savedTouched := r.capped, r.touched
 	defer func() { r.capped, r.touched = savedCapped, savedTouched }()
@@ -308,18 +304,22 @@ func (r *round) assignNode(ni int32, needs []need) []assignment {
 				r.touched++
 				r.capped = r.pol.MaxGPUsPerRound > 0 && r.touched >= r.pol.MaxGPUsPerRound
 			}
-			wasIdle := keys[bi].servesWhole()
 			keys[bi] = after(keys[bi], nd.res, bo)
 			classes[bi] = r.intern(keys[bi])
-			if !wasIdle {
-				continue
-			}
-			// The node's idle count moved: so did the class of every idle
-			// GPU left.
-			idle--
-			for i, k := range keys {
+			// The node's counts may have moved: so did the class of every
+			// idle GPU left.
+			idle, whole := 0, 0
+			for _, k := range keys {
 				if k.servesWhole() {
-					k.nodeFree = int8(idle)
+					idle++
+				}
+				if k.wholePotential() {
+					whole++
+				}
+			}
+			for i, k := range keys {
+				if k.servesWhole() && (int(k.nodeIdle) != idle || int(k.nodeWhole) != whole) {
+					k.nodeIdle, k.nodeWhole = int8(idle), int8(whole)
 					keys[i], classes[i] = k, r.intern(k)
 				}
 			}
@@ -395,9 +395,9 @@ func (r *round) touchNode(ni int32) {
 // refreshNodeClasses recounts the node's idle GPUs and refiles those whose
 // class depends on it.
 func (r *round) refreshNodeClasses(ni int32) {
-	before := r.nodes[ni].wholeFree
+	idle, whole := r.nodes[ni].idle, r.nodes[ni].wholeFree
 	r.refreshNode(ni)
-	if r.nodes[ni].wholeFree == before {
+	if r.nodes[ni].idle == idle && r.nodes[ni].wholeFree == whole {
 		return
 	}
 	for _, gi := range r.nodes[ni].gpus {
