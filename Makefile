@@ -19,7 +19,7 @@ ENVTEST_ASSETS := $(CACHE_DIR)/envtest
 GO_TEST_FLAGS ?= -timeout 20m
 export CACHE_DIR
 
-.PHONY: all build lint test test-unit test-integration test-e2e envtest-assets helm bench \
+.PHONY: all build lint test test-unit test-integration test-e2e envtest-assets helm bench replay \
 	k8s-binaries images cluster-up cluster-down demo clean test-docker
 
 all: build
@@ -101,6 +101,17 @@ test-docker:
 # _output/bench/<UTC time>/.
 bench: envtest-assets
 	test/bench/run.sh
+
+# The planner's trace replay (docs/PLANNER.md); never part of `make test`.
+# The openb trace is not in the repository: TRACE_DIR holds its CSV files
+# (github.com/alibaba/clusterdata, cluster-trace-gpu-v2023/csv), TRACE picks
+# the pod list. Results in _output/replay/<pod list>/replay.{json,md}.
+TRACE_DIR ?= ../shared/traces/alibaba-openb
+TRACE ?= openb_pod_list_default.csv
+REPLAY_FLAGS ?=
+replay:
+	$(GO) run ./test/bench/cmd/replay -pods $(TRACE_DIR)/$(TRACE) -nodes $(TRACE_DIR)/openb_node_list_gpu_node.csv \
+	  -out _output/replay/$(basename $(TRACE)) $(REPLAY_FLAGS)
 
 clean:
 	rm -rf $(BIN)

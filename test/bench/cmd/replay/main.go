@@ -1,0 +1,120 @@
+// Command replay replays a pod list of Alibaba's openb GPU trace on a
+// simulated MIG fleet for every policy (static layouts, static with the
+// fallback webhook, first fit at allocation, nos-style greedy batches, the
+// migflex planner, a fluid bound) at several loads, plus the FGD fill
+// experiment, and writes replay.json and replay.md into --out. The same
+// seed gives the same numbers; docs/PLANNER.md explains the model.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/migflex/migflex/internal/planner"
+	"github.com/migflex/migflex/test/bench/replay"
+	"github.com/migflex/migflex/test/bench/report"
+)
+
+func run(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	pods := fs.String("pods", "", "pod list of the openb format (columns found by name), e.g. openb_pod_list_default.csv")
+	nodes := fs.String("nodes", "", "node list (sn, gpu, model), e.g. openb_node_list_gpu_node.csv")
+	timesFrom := fs.String("times-from", "", "when the pod list has no times: a pod list whose arrival gaps and durations are resampled")
+	models := fs.String("models", "", `trace GPU model to simulator model, e.g. "G2=H100-SXM5-80GB,T4=A100-SXM4-40GB"; "*" is the rest (default: every GPU an `+replay.DefaultModel+`)`)
+	speedup := fs.Float64("speedup", 100, "divide the trace's inter-arrival times by this (durations stay)")
+	loads := fs.String("loads", "0.6,0.8,1,1.25,1.5,2", "loads (peak GPU demand / fleet GPUs) to replay at; the fleet is shrunk to match")
+	drain := fs.Duration("drain", time.Hour, "how long to replay after the last arrival")
+	latency := fs.Duration("latency", 5*time.Second, "time for a layout change (or a carved instance) to become usable")
+	seed := fs.Uint64("seed", 1, "seed for the fleet sample and resampled times")
+	policies := fs.String("policies", strings.Join(replay.AllPolicies, ","), "policies to replay")
+	fgd := fs.Bool("fgd", true, "run the FGD fill experiment")
+	fgdFraction := fs.Float64("fgd-fleet", 0.25, "share of the node list the fill experiment uses (1: the whole list)")
+	fgdOffered := fs.Float64("fgd-offered", 1.3, "demand the fill experiment offers, as a multiple of the fleet's GPUs")
+	parallel := fs.Int("parallel", 0, "replays run at once (default: the CPUs)")
+	out := fs.String("out", "_output/replay", "directory for replay.json and replay.md")
+	pol := planner.DefaultPolicy()
+	fs.IntVar(&pol.MaxGPUsPerRound, "planner-max-gpus", pol.MaxGPUsPerRound, "migflex: GPUs one round may repartition (0: no cap)")
+	fs.DurationVar(&pol.Cooldown, "planner-cooldown", pol.Cooldown, "migflex: time a GPU is left alone after a change")
+	halfLife := fs.Duration("mix-half-life", time.Hour, "migflex: half-life of the observed demand mix")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *pods == "" || *nodes == "" {
+		return errors.New("-pods and -nodes are required (the trace: github.com/alibaba/clusterdata, cluster-trace-gpu-v2023/csv)")
+	}
+	o := replay.Options{TraceName: filepath.Base(*pods), Speedup: *speedup, Drain: *drain, Latency: *latency,
+		Seed: *seed, Planner: pol, MixHalfLife: *halfLife, FGD: *fgd, FGDFraction: *fgdFraction, FGDOffered: *fgdOffered,
+		Parallel: *parallel, Progress: func(s string) { fmt.Fprintln(stderr, s) }}
+	var err error
+	if o.Models, err = replay.ParseModelMap(*models); err != nil {
+		return err
+	}
+	for _, l := range strings.Split(*loads, ",") {
+		if l = strings.TrimSpace(l); l == "" {
+			continue
+		}
+		v, err := strconv.ParseFloat(l, 64)
+		if err != nil {
+			return fmt.Errorf("-loads: %q is not a number", l)
+		}
+		o.Loads = append(o.Loads, v)
+	}
+	for _, p := range strings.Split(*policies, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			o.Policies = append(o.Policies, p)
+		}
+	}
+	if o.Tasks, o.Columns, err = readTasks(*pods); err != nil {
+		return err
+	}
+	if *timesFrom != "" {
+		if o.TimesFrom, _, err = readTasks(*timesFrom); err != nil {
+			return err
+		}
+	}
+	f, err := os.Open(*nodes)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if o.Nodes, err = replay.ReadNodes(f); err != nil {
+		return fmt.Errorf("%s: %w", *nodes, err)
+	}
+	r, err := replay.Run(o)
+	if err != nil {
+		return err
+	}
+	if err := report.Write(*out, "replay", r, func(w io.Writer) error { return replay.WriteMarkdown(w, r) }); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "wrote %s and %s\n", filepath.Join(*out, "replay.json"), filepath.Join(*out, "replay.md"))
+	return nil
+}
+
+func readTasks(path string) ([]replay.Task, replay.Columns, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, replay.Columns{}, err
+	}
+	defer f.Close()
+	tasks, cols, err := replay.ReadTasks(f)
+	if err != nil {
+		return nil, replay.Columns{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return tasks, cols, nil
+}
+
+func main() {
+	if err := run(os.Args[1:], os.Stderr); err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(os.Stderr, "replay:", err)
+		os.Exit(1)
+	}
+}

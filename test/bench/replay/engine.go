@@ -1,0 +1,568 @@
+package replay
+
+import (
+	"cmp"
+	"container/heap"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/planner"
+)
+
+// simPod is one task in the replay.
+type simPod struct {
+	id   int
+	name string
+	// req is what the pod asks for now (the fallback webhook may rewrite
+	// it); asked is the original request's size in GPUs.
+	req      request
+	asked    float64
+	wholeAsk bool
+	prio     int32
+	arrival  float64
+	duration float64
+	elig     int
+	k8s      *corev1.Pod
+	// start is when the pod began running (-1: not yet); node and devs
+	// where.
+	start float64
+	node  *node
+	devs  []devRef
+	// got is the size in GPUs of the devices it runs on.
+	got float64
+	// plannedUntil: a reshape planned for this pod is in flight until then.
+	plannedUntil float64
+	done         bool
+}
+
+// resyncPeriod is how often a batching policy looks again while pods wait.
+const resyncPeriod = 30.0
+
+type eventKind int
+
+const (
+	evArrive eventKind = iota
+	evDepart
+	evChanged
+	evBatch
+	evResync
+)
+
+type event struct {
+	t    float64
+	seq  int
+	kind eventKind
+	pod  *simPod
+	gpu  *gpu
+}
+
+type eventQueue []event
+
+func (q eventQueue) Len() int { return len(q) }
+func (q eventQueue) Less(i, j int) bool {
+	return q[i].t < q[j].t || q[i].t == q[j].t && q[i].seq < q[j].seq
+}
+func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *eventQueue) Push(x any)   { *q = append(*q, x.(event)) }
+func (q *eventQueue) Pop() any {
+	old := *q
+	x := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return x
+}
+
+// classKey groups pending pods the scheduler cannot tell apart: when the
+// first does not fit, none does.
+type classKey struct {
+	res   corev1.ResourceName
+	count int
+	elig  int
+}
+
+type podClass struct {
+	key     classKey
+	q       []*simPod
+	blocked bool
+}
+
+// policy is one way of running the fleet. The scheduler, the queue and the
+// metrics are the engine's and the same for every policy.
+type policy interface {
+	name() string
+	setup(s *sim) error
+	// carves: devices are created for a pod when it is bound (DRA), not
+	// bound from a layout.
+	carves() bool
+	// arrive may rewrite a pod's request (fallback webhook).
+	arrive(s *sim, p *simPod)
+	// batching says whether the policy plans in batches of pending pods,
+	// with its window (idle, max) in seconds.
+	batching() (idle, maxWindow float64, ok bool)
+	// round plans for the pending pods when a batch window closes.
+	round(s *sim)
+	// started is called when a pod is bound, released when its devices
+	// are freed.
+	started(s *sim, p *simPod)
+	released(s *sim, p *simPod)
+}
+
+// sim is one replay of one policy on one fleet.
+type sim struct {
+	cfg     *runConfig
+	pol     policy
+	f       *fleet
+	now     float64
+	seq     int
+	events  eventQueue
+	pods    []*simPod
+	eligs   *eligCache
+	classes map[classKey]*podClass
+	pending int
+	// dirty are the resources whose free devices grew since the last pass;
+	// dirtyAll makes every class worth another try.
+	dirty    map[corev1.ResourceName]bool
+	dirtyAll bool
+	batch    struct {
+		open           bool
+		opened, last   float64
+		idle, maxWin   float64
+		resyncPlanned  bool
+		enabled        bool
+		pendingTrigger bool
+	}
+	m metrics
+}
+
+func (s *sim) push(e event) {
+	e.seq = s.seq
+	s.seq++
+	heap.Push(&s.events, e)
+}
+
+// run replays the pods through the policy until the horizon.
+func (s *sim) run() error {
+	if err := s.pol.setup(s); err != nil {
+		return fmt.Errorf("%s: %w", s.pol.name(), err)
+	}
+	s.batch.idle, s.batch.maxWin, s.batch.enabled = s.pol.batching()
+	for _, p := range s.pods {
+		s.push(event{t: p.arrival, kind: evArrive, pod: p})
+	}
+	for s.events.Len() > 0 {
+		t := s.events[0].t
+		if t > s.cfg.horizon {
+			break
+		}
+		s.advance(t)
+		var arrived []*simPod
+		for s.events.Len() > 0 && s.events[0].t == t {
+			e := heap.Pop(&s.events).(event)
+			switch e.kind {
+			case evArrive:
+				s.pol.arrive(s, e.pod)
+				s.enqueue(e.pod)
+				arrived = append(arrived, e.pod)
+			case evDepart:
+				s.depart(e.pod)
+			case evChanged:
+				s.f.finishChange(e.gpu)
+				s.dirtyAll = true
+			case evBatch:
+				s.maybeCloseBatch()
+			case evResync:
+				s.batch.resyncPlanned = false
+				if s.pending > 0 {
+					s.trigger()
+				}
+			}
+		}
+		s.pass()
+		for _, p := range arrived {
+			if p.start < 0 && !p.done {
+				s.trigger()
+				break
+			}
+		}
+	}
+	s.advance(s.cfg.horizon)
+	return nil
+}
+
+// advance moves the clock, integrating the idle capacity while pods wait.
+func (s *sim) advance(t float64) {
+	if dt := t - s.now; dt > 0 && s.pending > 0 {
+		s.m.waitingTime += dt
+		s.m.idleWhileWaiting += dt * (1 - s.f.allocated/s.f.capacity)
+	}
+	s.now = t
+}
+
+func (s *sim) enqueue(p *simPod) {
+	k := classKey{res: p.req.res, count: p.req.count, elig: p.elig}
+	c := s.classes[k]
+	if c == nil {
+		c = &podClass{key: k}
+		s.classes[k] = c
+	}
+	i, _ := slices.BinarySearchFunc(c.q, p, queueOrder)
+	c.q = slices.Insert(c.q, i, p)
+	c.blocked = false
+	s.pending++
+}
+
+// queueOrder is the scheduler's: priority, then arrival, then id.
+func queueOrder(a, b *simPod) int {
+	return cmp.Or(cmp.Compare(b.prio, a.prio), cmp.Compare(a.arrival, b.arrival), cmp.Compare(a.id, b.id))
+}
+
+// pass binds pending pods in queue order while they fit; a class whose
+// first pod does not fit waits until its resource frees up.
+func (s *sim) pass() {
+	var heads []*podClass
+	for _, c := range s.classes {
+		if len(c.q) == 0 {
+			continue
+		}
+		if s.dirtyAll || s.dirty[c.key.res] {
+			c.blocked = false
+		}
+		if !c.blocked {
+			heads = append(heads, c)
+		}
+	}
+	clear(s.dirty)
+	s.dirtyAll = false
+	for len(heads) > 0 {
+		bi := 0
+		for i, c := range heads {
+			if queueOrder(c.q[0], heads[bi].q[0]) < 0 {
+				bi = i
+			}
+		}
+		c := heads[bi]
+		p := c.q[0]
+		if s.bind(p) {
+			c.q = c.q[1:]
+			s.pending--
+			if len(c.q) > 0 {
+				continue
+			}
+		} else {
+			c.blocked = true
+		}
+		heads = slices.Delete(heads, bi, bi+1)
+	}
+}
+
+// bind places a pod now if it fits.
+func (s *sim) bind(p *simPod) bool {
+	if s.pol.carves() {
+		return s.carve(p)
+	}
+	var best *node
+	for _, n := range s.f.nodes {
+		if !s.eligs.masks[p.elig][n.idx] || n.free[p.req.res] < p.req.count {
+			continue
+		}
+		// Most allocated first: the node with the fewest free devices of
+		// the kind (the bin-packing scoring GPU clusters use).
+		if best == nil || n.free[p.req.res] < best.free[p.req.res] {
+			best = n
+		}
+	}
+	if best == nil {
+		return false
+	}
+	need := p.req.count
+	for _, g := range best.gpus {
+		if g.changing {
+			continue
+		}
+		if p.req.res == planner.ResourceGPU {
+			if !g.mig && g.whole < 0 && need > 0 {
+				s.hold(p, g, -1)
+				need--
+			}
+			continue
+		}
+		for i := range g.insts {
+			if need > 0 && g.insts[i].pod < 0 && g.insts[i].res == p.req.res {
+				s.hold(p, g, i)
+				need--
+			}
+		}
+	}
+	if need != 0 {
+		panic(fmt.Sprintf("replay: node %s counted %d free %s but had fewer", best.name, best.free[p.req.res], p.req.res))
+	}
+	s.started(p, best, s.now)
+	return true
+}
+
+// hold gives one device to a pod: instance i, or the whole GPU (-1).
+func (s *sim) hold(p *simPod, g *gpu, i int) {
+	if i < 0 {
+		g.whole = p.id
+		g.node.free[planner.ResourceGPU]--
+		s.f.allocated++
+		p.got++
+		p.devs = append(p.devs, devRef{g: g, start: -1})
+		return
+	}
+	g.insts[i].pod = p.id
+	g.node.free[g.insts[i].res]--
+	sh := g.share(g.insts[i])
+	s.f.allocated += sh
+	p.got += sh
+	p.devs = append(p.devs, devRef{g: g, start: g.insts[i].start})
+}
+
+func (s *sim) started(p *simPod, n *node, at float64) {
+	p.node, p.start = n, at
+	s.pol.started(s, p)
+	s.push(event{t: at + p.duration, kind: evDepart, pod: p})
+}
+
+// depart frees a pod's devices.
+func (s *sim) depart(p *simPod) {
+	p.done = true
+	for _, d := range p.devs {
+		g := d.g
+		if d.start < 0 {
+			g.whole = -1
+			s.f.allocated--
+			if !g.changing && !g.mig {
+				g.node.free[planner.ResourceGPU]++
+			}
+			s.dirty[planner.ResourceGPU] = true
+			continue
+		}
+		i := g.instAt(d.start, p.id)
+		if i < 0 {
+			panic(fmt.Sprintf("replay: pod %s lost its instance at %d on %s GPU %d", p.name, d.start, g.node.name, g.index))
+		}
+		in := &g.insts[i]
+		in.pod = -1
+		s.f.allocated -= g.share(*in)
+		if s.pol.carves() {
+			// Carved instances go with their pod.
+			g.insts = slices.Delete(g.insts, i, i+1)
+			g.lastChanged = s.now
+			s.m.repartitions++
+		} else if !g.changing {
+			g.node.free[in.res]++
+		}
+		s.dirty[in.res] = true
+	}
+	if s.pol.carves() {
+		s.dirtyAll = true
+	}
+	s.pol.released(s, p)
+}
+
+// carve binds a pod by creating its devices where they first fit (nodes
+// in name order, GPUs in index order, lowest start): the DRA DynamicMIG /
+// HAMi model. The instances are created now and the pod starts when they
+// are there.
+func (s *sim) carve(p *simPod) bool {
+	for _, n := range s.f.nodes {
+		if !s.eligs.masks[p.elig][n.idx] {
+			continue
+		}
+		if plan, ok := s.carvePlan(p, n); ok {
+			created := false
+			for _, c := range plan {
+				g := c.g
+				if c.start < 0 {
+					g.whole = p.id
+					s.f.allocated++
+					p.got++
+					p.devs = append(p.devs, devRef{g: g, start: -1})
+					continue
+				}
+				g.insts = append(g.insts, inst{profile: c.profile, start: c.start, res: p.req.res, pod: p.id})
+				sh := g.share(g.insts[len(g.insts)-1])
+				s.f.allocated += sh
+				p.got += sh
+				p.devs = append(p.devs, devRef{g: g, start: c.start})
+				g.lastChanged = s.now
+				s.m.repartitions++
+				created = true
+			}
+			at := s.now
+			if created {
+				at += s.cfg.latency
+			}
+			s.started(p, n, at)
+			return true
+		}
+	}
+	return false
+}
+
+type carved struct {
+	g       *gpu
+	profile string
+	start   int // -1: the whole GPU
+}
+
+func (s *sim) carvePlan(p *simPod, n *node) ([]carved, bool) {
+	var out []carved
+	extra := map[*gpu][]planner.Instance{}
+	taken := map[*gpu]bool{}
+	for range p.req.count {
+		found := false
+		for _, g := range n.gpus {
+			if g.whole >= 0 || taken[g] {
+				continue
+			}
+			if p.req.res == planner.ResourceGPU {
+				if len(g.insts) == 0 && len(extra[g]) == 0 {
+					taken[g] = true
+					out = append(out, carved{g: g, start: -1})
+					found = true
+					break
+				}
+				continue
+			}
+			profile := profileOfResource(g.model, p.req.res)
+			if profile == "" {
+				continue
+			}
+			have := append(instances(g.insts), extra[g]...)
+			if start, ok := g.model.lay.Add(have, profile); ok {
+				extra[g] = append(extra[g], planner.Instance{Profile: profile, Start: start})
+				out = append(out, carved{g: g, profile: profile, start: start})
+				found = true
+				break
+			}
+		}
+		if !found {
+			return nil, false
+		}
+	}
+	return out, true
+}
+
+func instances(in []inst) []planner.Instance {
+	out := make([]planner.Instance, len(in))
+	for i, x := range in {
+		out[i] = planner.Instance{Profile: x.profile, Start: x.start, InUse: x.pod >= 0}
+	}
+	return out
+}
+
+func profileOfResource(mi *modelInfo, res corev1.ResourceName) string {
+	for _, p := range mi.m.Profiles {
+		if planner.MigResource(p.Name) == res {
+			return p.Name
+		}
+	}
+	return ""
+}
+
+// trigger notes a pod waiting, for policies that plan in batches: a batch
+// window opens, or stays open a little longer.
+func (s *sim) trigger() {
+	if !s.batch.enabled {
+		return
+	}
+	if !s.batch.open {
+		s.batch.open, s.batch.opened = true, s.now
+	}
+	s.batch.last = s.now
+	s.push(event{t: s.batchCloses(), kind: evBatch})
+}
+
+func (s *sim) batchCloses() float64 {
+	return min(s.batch.opened+s.batch.maxWin, s.batch.last+s.batch.idle)
+}
+
+func (s *sim) maybeCloseBatch() {
+	if !s.batch.open || s.now < s.batchCloses() {
+		return
+	}
+	s.batch.open = false
+	start := time.Now()
+	s.pol.round(s)
+	s.m.rounds = append(s.m.rounds, time.Since(start))
+	s.dirtyAll = true
+	// Pods that cannot be scheduled open a window; while pods wait the
+	// planner also looks again every resync period, for capacity that
+	// pods leaving freed and cooldowns that ended.
+	if s.pending > 0 && !s.batch.resyncPlanned {
+		s.batch.resyncPlanned = true
+		s.push(event{t: s.now + resyncPeriod, kind: evResync})
+	}
+}
+
+// change starts a reconfiguration that completes after the latency.
+func (s *sim) change(g *gpu, enabled bool, target []inst) error {
+	if err := s.f.startChange(g, enabled, target, s.now); err != nil {
+		return err
+	}
+	s.m.repartitions++
+	s.push(event{t: s.now + s.cfg.latency, kind: evChanged, gpu: g})
+	return nil
+}
+
+// waiting lists the pods not running, not in flight, in queue order.
+func (s *sim) waiting() []*simPod {
+	var out []*simPod
+	for _, c := range s.classes {
+		for _, p := range c.q {
+			if p.plannedUntil <= s.now {
+				out = append(out, p)
+			}
+		}
+	}
+	slices.SortFunc(out, queueOrder)
+	return out
+}
+
+// eligCache numbers the distinct places pods may land (node masks),
+// computed with the fallback package's node filter as the scheduler sees
+// it; pods of the trace differ only by gpu_spec.
+type eligCache struct {
+	snap  *fallback.Snapshot
+	idx   map[string]int
+	byKey map[string]int
+	masks [][]bool
+}
+
+func newEligCache(f *fleet) *eligCache {
+	fbNodes := make([]fallback.Node, len(f.nodes))
+	e := &eligCache{idx: map[string]int{}, byKey: map[string]int{}}
+	for i, n := range f.nodes {
+		fbNodes[i] = fallback.Node{Name: n.name, Labels: n.labels}
+		e.idx[n.name] = i
+	}
+	e.snap = fallback.NewSnapshot(fbNodes)
+	return e
+}
+
+func (e *eligCache) of(p *corev1.Pod) int {
+	key := ""
+	if a := p.Spec.Affinity; a != nil {
+		key = fmt.Sprint(a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions[0].Values)
+	}
+	if i, ok := e.byKey[key]; ok {
+		return i
+	}
+	mask := make([]bool, len(e.idx))
+	e.snap.EligibleGroups(p, func(group int, members []string) {
+		if members == nil {
+			members = e.snap.GroupNodes(group)
+		}
+		for _, m := range members {
+			mask[e.idx[m]] = true
+		}
+	})
+	e.byKey[key] = len(e.masks)
+	e.masks = append(e.masks, mask)
+	return len(e.masks) - 1
+}
