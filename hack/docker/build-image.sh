@@ -23,7 +23,10 @@ cd "$ROOT"
 go mod download
 modcache=$(go env GOMODCACHE)/cache/download
 proxy=${DOCKER_BIP%/*}
-in_netns python3 -m http.server "$PROXY_PORT" --bind "$proxy" --directory "$modcache" >"$CACHE_DIR/docker/modproxy.log" 2>&1 &
+# nsenter itself, not the in_netns function: $! must be the server's PID
+# (nsenter execs it), not that of a subshell whose death would orphan it.
+bash -c "$DETACHED" _ nsenter --net="/run/netns/$DOCKER_NETNS" python3 -m http.server "$PROXY_PORT" --bind "$proxy" --directory "$modcache" \
+	>"$CACHE_DIR/docker/modproxy.log" 2>&1 </dev/null &
 server=$!
 trap 'kill "$server" 2>/dev/null || true' EXIT
 for ((i = 0; i < 50; i++)); do

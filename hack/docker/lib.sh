@@ -44,6 +44,12 @@ d() { DOCKER_HOST=unix://$DOCKER_SOCK "$DOCKER_CLI" "$@"; }
 # only; the mount namespace stays the host's (ip netns exec would remount
 # /sys and hide the cgroup hierarchies dockerd needs).
 in_netns() { nsenter --net="/run/netns/$DOCKER_NETNS" "$@"; }
+# bash -c "$DETACHED" _ <command...> runs a command with no file
+# descriptor beyond 0-2 inherited, so a long-lived process never keeps a
+# lock its caller holds (flock(1) passes its descriptor to every
+# descendant). The command replaces that bash: started with &, $! is its PID.
+# shellcheck disable=SC2016 # expanded by that bash
+DETACHED='for f in /proc/$$/fd/*; do n=${f##*/}; if ((n > 2)); then eval "exec $n>&-"; fi; done; exec "$@"'
 dockerd_pid() {
 	local pid
 	[[ -s $DOCKER_RUN/docker.pid ]] || return 0

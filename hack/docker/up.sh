@@ -68,8 +68,7 @@ cat >"$DOCKER_RUN/daemon.json" <<JSON
 JSON
 # No proxy setting reaches dockerd: a pull or a build step must fail here,
 # not go around the namespace through a proxy.
-# shellcheck disable=SC2016 # expanded by the inner bash
-setsid bash -c 'exec "$@"' _ env -u http_proxy -u https_proxy -u no_proxy -u all_proxy \
+setsid bash -c "$DETACHED" _ env -u http_proxy -u https_proxy -u no_proxy -u all_proxy \
 	-u HTTP_PROXY -u HTTPS_PROXY -u NO_PROXY -u ALL_PROXY \
 	nsenter --net="/run/netns/$DOCKER_NETNS" dockerd --config-file "$DOCKER_RUN/daemon.json" \
 	</dev/null >"$DOCKER_LOG" 2>&1 &
