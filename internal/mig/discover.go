@@ -135,6 +135,13 @@ func gpuProfiles(lib nvml.Interface, d nvml.Device, gpu int, totalMem uint64) ([
 			MemoryMB: info.MemorySizeMB,
 			SMs:      int(info.MultiprocessorCount),
 			MaxCount: int(info.InstanceCount),
+			Engines: Engines{
+				CopyEngines: int(info.CopyEngineCount),
+				Decoders:    int(info.DecoderCount),
+				Encoders:    int(info.EncoderCount),
+				JPEGs:       int(info.JpegCount),
+				OFAs:        int(info.OfaCount),
+			},
 		}}
 		for _, pl := range placements {
 			p.Placements = append(p.Placements, int(pl.Start))

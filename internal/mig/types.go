@@ -27,6 +27,35 @@ type Profile struct {
 	MaxCount int `json:"maxCount"`
 	// Placements are the memory-slice starts this profile may be created at.
 	Placements []int `json:"placements"`
+	// Engines are the engines an instance of the profile gets, as NVML
+	// reports them. A GPU's media engines are shared out among its
+	// instances, never given twice (see MediaLimits).
+	Engines Engines `json:"engines,omitzero"`
+}
+
+// Engines are the engine counts of a GPU-instance profile: copy engines and
+// the media engines (video decoders and encoders, JPEG decoders, optical
+// flow accelerators).
+type Engines struct {
+	CopyEngines int `json:"copyEngines,omitempty"`
+	Decoders    int `json:"decoders,omitempty"`
+	Encoders    int `json:"encoders,omitempty"`
+	JPEGs       int `json:"jpegs,omitempty"`
+	OFAs        int `json:"ofas,omitempty"`
+}
+
+// MediaLimits is how many media engines the GPU has: per engine, the most
+// any of its profiles gets (the whole-GPU profile, or a +me.all one, gets
+// them all). Copy engines are left out: they are not handed out that way.
+func (g *GPU) MediaLimits() Engines {
+	var l Engines
+	for _, p := range g.Profiles {
+		l.Decoders = max(l.Decoders, p.Engines.Decoders)
+		l.Encoders = max(l.Encoders, p.Engines.Encoders)
+		l.JPEGs = max(l.JPEGs, p.Engines.JPEGs)
+		l.OFAs = max(l.OFAs, p.Engines.OFAs)
+	}
+	return l
 }
 
 // Instance is one GPU instance on a GPU, with its full-size compute instance.

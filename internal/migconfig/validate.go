@@ -144,8 +144,9 @@ func checkGPU(g *mig.GPU, d Desired, errs *errorList) bool {
 		return false
 	}
 	// One explanation per GPU, the plainest first: memory, then profile
-	// counts, then compute slices, then placements. A layout that breaks
-	// several rules breaks them for one reason; listing them all is noise.
+	// counts, then compute slices, then media engines, then placements. A
+	// layout that breaks several rules breaks them for one reason; listing
+	// them all is noise.
 	needed, compute := 0, 0
 	for _, name := range slices.Sorted(maps.Keys(counts)) {
 		p, _ := g.Profile(name)
@@ -166,6 +167,10 @@ func checkGPU(g *mig.GPU, d Desired, errs *errorList) bool {
 	}
 	if c := computeSlices(g); compute > c {
 		fail("%s needs %d of %d compute slices", describeCounts(g, counts), compute, c)
+		return false
+	}
+	if why := mediaShortfall(g, counts); why != "" {
+		fail("%s: %s", describeCounts(g, counts), why)
 		return false
 	}
 	if _, _, ok := newLayout(g, d.Profiles, d.Placements).solve(); !ok {
