@@ -34,7 +34,7 @@ func (p *Planner) Policy() Policy { return p.pol }
 // pending pod where it will run or why it cannot. It fails only on a
 // malformed snapshot (a node or GPU given twice, a nil pod).
 func (p *Planner) Plan(snap Snapshot) (Result, error) {
-	r, err := p.newRound(snap)
+	r, err := p.newRound(snap, false)
 	if err != nil {
 		return Result{}, err
 	}
@@ -177,7 +177,7 @@ func (rs *resources) id(r corev1.ResourceName) int32 {
 	return id
 }
 
-func (p *Planner) newRound(snap Snapshot) (*round, error) {
+func (p *Planner) newRound(snap Snapshot, allResources bool) (*round, error) {
 	r := &round{
 		pol:      p.pol,
 		now:      snap.Now,
@@ -204,9 +204,13 @@ func (p *Planner) newRound(snap Snapshot) (*round, error) {
 		r.models[m.Name] = int32(len(r.tabs))
 		r.tabs = append(r.tabs, t)
 	}
-	for _, t := range r.tabs {
-		for _, res := range t.resources {
-			r.res.id(res)
+	// A round prices only the resources its pods ask for (addPods adds
+	// them); a Supplier answers any pod, so it knows them all.
+	if allResources {
+		for _, t := range r.tabs {
+			for _, res := range t.resources {
+				r.res.id(res)
+			}
 		}
 	}
 	if err := r.addNodes(snap.Nodes); err != nil {

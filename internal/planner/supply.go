@@ -25,7 +25,7 @@ type Supplier struct {
 // NewSupplier indexes a snapshot for CanSupply.
 func (p *Planner) NewSupplier(snap Snapshot) (*Supplier, error) {
 	snap.Pending = nil
-	r, err := p.newRound(snap)
+	r, err := p.newRound(snap, true)
 	if err != nil {
 		return nil, err
 	}
