@@ -116,9 +116,9 @@ mig-configs:
     mig-devices:
       7g.80gb: 1
 '"
-run "kubectl wait --for=jsonpath='{.metadata.labels.nvidia\.com/mig\.config\.state}'=success node/$NODE --timeout=120s"
-run "kubectl wait --for=jsonpath='{.status.allocatable.nvidia\.com/mig-7g\.80gb}'=1 node/$NODE --timeout=120s"
-run "kubectl wait --for=jsonpath='{.status.allocatable.nvidia\.com/mig-1g\.10gb}'=4 node/$NODE --timeout=120s"
+# success means the kubelet has put the new layout into the Node's
+# allocatable too: a pod can be scheduled on it from here on.
+run "kubectl wait --for=jsonpath='{.metadata.labels.nvidia\.com/mig\.config\.state}'=success node/$NODE --timeout=180s"
 
 step "AFTER: the kubelet serves the MIG profiles (the whole GPUs read 0 now)"
 run "kubectl get node $NODE -L nvidia.com/mig.config.state -L nvidia.com/mig-7g.80gb.count -L nvidia.com/mig-3g.40gb.count -L nvidia.com/mig-1g.10gb.count"

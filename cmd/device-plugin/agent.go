@@ -56,6 +56,7 @@ type agentConfig struct {
 	metricsAddr       string
 	retryInterval     time.Duration
 	resyncInterval    time.Duration
+	allocTimeout      time.Duration
 	kubeAPIQPS        float64
 	kubeAPIBurst      int
 }
@@ -65,7 +66,7 @@ var agentEnv = []string{
 	"NODE_NAME", nvmlbackend.EnvBackend, nvmlbackend.EnvSimConfig, "KUBECONFIG", "DEVICE_PLUGIN_DIR",
 	"POD_RESOURCES_SOCKET", "MIG_STRATEGY", "DEVICE_LIST_STRATEGY", "ALLOCATION_POLICY", "HOST_ROOT",
 	"NVIDIA_DRIVER_ROOT", "DP_DISABLE_HEALTHCHECKS", "HEALTH_IGNORED_XIDS", "HEALTH_QUIET_PERIOD", "MIG_CONFIG_FILE", "BUSY_POLICY",
-	"METRICS_ADDR", "RETRY_INTERVAL", "RESYNC_INTERVAL", "KUBE_API_QPS", "KUBE_API_BURST",
+	"METRICS_ADDR", "RETRY_INTERVAL", "RESYNC_INTERVAL", "ALLOCATABLE_TIMEOUT", "KUBE_API_QPS", "KUBE_API_BURST",
 }
 
 // The agent's client-side rate limit. client-go's default (5 QPS, burst
@@ -128,6 +129,7 @@ func parseAgentFlags(args []string, stderr io.Writer) (agentConfig, int) {
 	str(&c.metricsAddr, "metrics-addr", "METRICS_ADDR", agent.DefaultMetricsAddr, `listen address for /metrics and /healthz; "" disables`)
 	dur(&c.retryInterval, "retry-interval", "RETRY_INTERVAL", agent.DefaultRetryInterval, "how often a pending change (busy GPUs) or a transient failure is retried")
 	dur(&c.resyncInterval, "resync-interval", "RESYNC_INTERVAL", agent.DefaultResyncInterval, "how often the GPUs are compared with the desired layout unprompted")
+	dur(&c.allocTimeout, "allocatable-timeout", "ALLOCATABLE_TIMEOUT", agent.DefaultAllocatableTimeout, "state success waits until the Node's allocatable shows the new layout, at most this long (then failed until it does); 0 reports success once the layout is served, without waiting for the kubelet")
 	qps, burst := float64(defaultKubeAPIQPS), defaultKubeAPIBurst
 	if v := getenv("KUBE_API_QPS"); v != "" {
 		f, err := strconv.ParseFloat(v, 64)
@@ -171,6 +173,9 @@ func parseAgentFlags(args []string, stderr io.Writer) (agentConfig, int) {
 	}
 	if c.kubeAPIQPS <= 0 || c.kubeAPIBurst < 1 {
 		problems = append(problems, fmt.Errorf("--kube-api-qps (env KUBE_API_QPS) must be above 0 and --kube-api-burst (env KUBE_API_BURST) at least 1, got %g and %d", c.kubeAPIQPS, c.kubeAPIBurst))
+	}
+	if c.allocTimeout < 0 {
+		problems = append(problems, fmt.Errorf("--allocatable-timeout (env ALLOCATABLE_TIMEOUT) must be 0 (no wait) or more, got %v", c.allocTimeout))
 	}
 	// Both are dialled or listened on as unix sockets: a relative path would
 	// depend on the working directory, and gRPC rejects it with an error
@@ -251,17 +256,18 @@ func (c agentConfig) run(ctx context.Context) error {
 		return err
 	}
 	a, err := agent.New(agent.Options{
-		NodeName:       c.nodeName,
-		Client:         client,
-		NVML:           lib,
-		DevicePlugin:   dp,
-		PodResources:   podresources.New(c.podResources),
-		MigStrategy:    opts.MigStrategy,
-		ConfigFile:     c.configFile,
-		BusyPolicy:     busy,
-		RetryInterval:  c.retryInterval,
-		ResyncInterval: c.resyncInterval,
-		MetricsAddr:    c.metricsAddr,
+		NodeName:           c.nodeName,
+		Client:             client,
+		NVML:               lib,
+		DevicePlugin:       dp,
+		PodResources:       podresources.New(c.podResources),
+		MigStrategy:        opts.MigStrategy,
+		ConfigFile:         c.configFile,
+		BusyPolicy:         busy,
+		RetryInterval:      c.retryInterval,
+		ResyncInterval:     c.resyncInterval,
+		AllocatableTimeout: c.allocTimeout,
+		MetricsAddr:        c.metricsAddr,
 	})
 	if err != nil {
 		return err

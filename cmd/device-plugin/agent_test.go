@@ -49,6 +49,7 @@ func TestParseAgentFlags(t *testing.T) {
 		c.metricsAddr = agent.DefaultMetricsAddr
 		c.retryInterval = agent.DefaultRetryInterval
 		c.resyncInterval = agent.DefaultResyncInterval
+		c.allocTimeout = agent.DefaultAllocatableTimeout
 		c.kubeAPIQPS, c.kubeAPIBurst = 20, 40
 		return c
 	}
@@ -72,7 +73,7 @@ func TestParseAgentFlags(t *testing.T) {
 				"DEVICE_LIST_STRATEGY": "cdi-cri", "ALLOCATION_POLICY": "distributed", "HOST_ROOT": "/host",
 				"NVIDIA_DRIVER_ROOT": "/run/nvidia/driver", "DP_DISABLE_HEALTHCHECKS": "all", "HEALTH_QUIET_PERIOD": "1m", "HEALTH_IGNORED_XIDS": "79,48",
 				"MIG_CONFIG_FILE": "/cfg/config.yaml", "BUSY_POLICY": "evict", "METRICS_ADDR": ":9999",
-				"RETRY_INTERVAL": "3s", "RESYNC_INTERVAL": "1h", "KUBE_API_QPS": "2.5", "KUBE_API_BURST": "5",
+				"RETRY_INTERVAL": "3s", "RESYNC_INTERVAL": "1h", "ALLOCATABLE_TIMEOUT": "0s", "KUBE_API_QPS": "2.5", "KUBE_API_BURST": "5",
 			},
 			want: agentConfig{
 				nodeName: "n2", kubeconfig: "/kc", pluginDir: "/dp", podResources: "/pr.sock", migStrategy: "single",
@@ -133,6 +134,10 @@ func TestParseAgentFlags(t *testing.T) {
 			wantErr: "--kube-api-qps (env KUBE_API_QPS) must be above 0 and --kube-api-burst (env KUBE_API_BURST) at least 1, got 0 and 40",
 		},
 		{name: "bad QPS in the environment", env: map[string]string{"NODE_NAME": "n", "KUBE_API_QPS": "fast"}, wantCode: 2, wantErr: `KUBE_API_QPS="fast"`},
+		{
+			name: "negative allocatable timeout", args: []string{"--node-name", "n", "--allocatable-timeout", "-1s"}, wantCode: 2,
+			wantErr: "--allocatable-timeout (env ALLOCATABLE_TIMEOUT) must be 0 (no wait) or more, got -1s",
+		},
 		{name: "bad duration in the environment", env: map[string]string{"NODE_NAME": "n", "RETRY_INTERVAL": "soon"}, wantCode: 2, wantErr: `RETRY_INTERVAL="soon"`},
 		{name: "stray argument", args: []string{"--node-name", "n", "extra"}, wantCode: 2, wantErr: `unexpected arguments ["extra"]`},
 		{name: "unknown flag", args: []string{"--nope"}, wantCode: 2, wantErr: "flag provided but not defined: -nope"},
@@ -487,6 +492,17 @@ func TestAgentKilledMidApplyConverges(t *testing.T) {
 		t.Fatal(err)
 	}
 	second := startProcess(t, bin, args...)
+	// The agent reports success once the Node's allocatable shows the
+	// layout: the kubelet's part, which the stand-in plays here.
+	pubCtx, stopPub := context.WithCancel(ctx)
+	pubDone := make(chan error, 1)
+	go func() { pubDone <- kubelet.PublishNodeStatus(pubCtx, client, nodeName, 0) }()
+	defer func() {
+		stopPub()
+		if err := <-pubDone; err != nil {
+			t.Error(err)
+		}
+	}()
 	waitFor(t, "state success", func() bool {
 		n, err := client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		return err == nil && n.Labels[agent.LabelMigConfigState] == agent.StateSuccess

@@ -36,6 +36,10 @@ const (
 	DefaultFieldManager   = "migflex-agent"
 	DefaultRetryInterval  = 10 * time.Second
 	DefaultResyncInterval = 5 * time.Minute
+	// DefaultAllocatableTimeout is how long the command lets the kubelet
+	// take to publish a new layout in the Node's allocatable: it does at
+	// its next node status update (every 10 s by default).
+	DefaultAllocatableTimeout = 2 * time.Minute
 	// DefaultMetricsAddr is the metrics and /healthz listener the command
 	// uses unless told otherwise.
 	DefaultMetricsAddr = ":9123"
@@ -121,6 +125,11 @@ type Options struct {
 	// FieldManager owns the agent's keys on the Node. Default
 	// DefaultFieldManager.
 	FieldManager string
+	// AllocatableTimeout: state success waits until the Node's
+	// allocatable shows the served layout, for at most this long (then
+	// failed, until it does). Zero reports success as soon as the layout
+	// is served, without waiting for the kubelet.
+	AllocatableTimeout time.Duration
 	// MetricsAddr is where /metrics and /healthz are served; empty
 	// serves nothing.
 	MetricsAddr string
@@ -192,11 +201,22 @@ type Agent struct {
 
 	// Owned by the loop in Run.
 	gpus []mig.GPU
-	// reported is the status last reported; known is false until the
-	// first reconcile, when the Node's labels stand in for it.
+	// reported is the status of the last reconcile whose report
+	// succeeded, and shown what the Node shows for it (see present);
+	// known is false until the first reconcile, when the Node's labels
+	// stand in for both.
 	reported status
+	shown    status
 	known    bool
 	nodeUID  types.UID
+	// lastSourceKey is the key of the source that decided at the last
+	// reconcile (see present).
+	lastSourceKey   string
+	lastSourceKnown bool
+	// awaiting is the wait for the kubelet to publish the served layout,
+	// and published the layout it last published (see awaitPublication).
+	awaiting  *publication
+	published string
 	// held are GPUs on which the current document failed, by index (see
 	// reconcile).
 	held map[int]hold
@@ -211,7 +231,7 @@ func New(opts Options) (*Agent, error) {
 	if err := opts.validate(); err != nil {
 		return nil, fmt.Errorf("node agent options: %w", err)
 	}
-	m, err := newMetrics(opts.Registry, opts.DevicePlugin)
+	m, err := newMetrics(opts.Registry, opts.DevicePlugin, opts.NodeName)
 	if err != nil {
 		return nil, err
 	}
@@ -292,8 +312,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		UpdateFunc: func(oldObj, newObj any) {
 			o, ok1 := oldObj.(*corev1.Node)
 			n, ok2 := newObj.(*corev1.Node)
-			// Status heartbeats do not concern the agent.
-			if !ok1 || !ok2 || o.UID != n.UID || !maps.Equal(o.Labels, n.Labels) || !maps.Equal(o.Annotations, n.Annotations) {
+			// Status heartbeats do not concern the agent; a new
+			// allocatable may be the publication it waits for.
+			if !ok1 || !ok2 || o.UID != n.UID || !maps.Equal(o.Labels, n.Labels) || !maps.Equal(o.Annotations, n.Annotations) || allocatableChanged(o, n) {
 				a.poke()
 			}
 		},
@@ -398,8 +419,11 @@ func (a *Agent) step(ctx context.Context) bool {
 		// What the Node shows stands in for what this process reported,
 		// so a restart does not repeat the last Event; a Node deleted and
 		// created again starts from its own labels too.
-		a.reported = status{State: node.Labels[LabelMigConfigState], Reason: node.Annotations[AnnotationReason]}
+		a.shown = status{State: node.Labels[LabelMigConfigState], Reason: node.Annotations[AnnotationReason]}
+		a.reported = withoutNote(a.shown, node)
 		a.known, a.nodeUID = true, node.UID
+		a.lastSourceKnown, a.awaiting, a.published = false, nil, ""
+		a.metrics.setState(a.shown.State)
 	}
 	start := time.Now()
 	out := a.reconcile(ctx, node, a.reported)
@@ -409,28 +433,36 @@ func (a *Agent) step(ctx context.Context) bool {
 	a.metrics.reconciles.WithLabelValues(out.result).Inc()
 	a.metrics.duration.WithLabelValues(out.result).Observe(time.Since(start).Seconds())
 	a.gpus = out.gpus
+	// The reconcile may have reported on the Node (see announce): what
+	// follows compares with the Node as it is now.
+	if n := a.node(); n != nil && n.UID == node.UID {
+		node = n
+	}
+	shown := a.present(node, out)
+	retry := out.retry || shown.retry
 	// Events follow the report: an Event the Node's state does not show
 	// yet would tell users of a change they cannot see, and the retry
 	// after a failed report, which still compares with the old state,
 	// would record it a second time.
-	if err := a.report(ctx, node, out.status); err != nil {
+	if err := a.report(ctx, node, shown.status); err != nil {
 		a.metrics.errors.WithLabelValues(stageReport).Inc()
-		a.log.Error(err, "Reporting on the Node; its Events wait for the next report", "events", len(out.events))
-		out.retry = true
-		a.unsent = keepUnsent(a.unsent, out.events)
+		a.log.Error(err, "Reporting on the Node; its Events wait for the next report", "events", len(shown.events))
+		retry = true
+		a.unsent = keepUnsent(a.unsent, shown.events)
 	} else {
-		a.reported = out.status
-		for _, ev := range withUnsent(a.unsent, out.events) {
+		a.reported, a.shown = out.status, shown.status
+		a.metrics.setState(a.shown.State)
+		for _, ev := range withUnsent(a.unsent, shown.events) {
 			a.recordEvent(ctx, node, ev)
 		}
 		a.unsent = nil
 	}
-	log := a.log.WithValues("result", out.result, "state", out.status.State, "took", time.Since(start))
-	if out.status.Reason != "" {
-		log = log.WithValues("reason", out.status.Reason)
+	log := a.log.WithValues("result", out.result, "state", shown.status.State, "took", time.Since(start))
+	if shown.status.Reason != "" {
+		log = log.WithValues("reason", shown.status.Reason)
 	}
 	log.Info("Reconciled")
-	return out.retry
+	return retry
 }
 
 // refresh reports again with the last status, for a change of device
@@ -440,7 +472,7 @@ func (a *Agent) refresh(ctx context.Context) {
 	if node == nil || !a.known {
 		return
 	}
-	if err := a.report(ctx, node, a.reported); err != nil {
+	if err := a.report(ctx, node, a.shown); err != nil {
 		a.metrics.errors.WithLabelValues(stageReport).Inc()
 		a.log.Error(err, "Reporting device health on the Node")
 	}

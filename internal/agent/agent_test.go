@@ -344,7 +344,8 @@ func (n *node) waitNode(what string, cond func(*corev1.Node) bool) *corev1.Node 
 
 func (n *node) waitState(state string) *corev1.Node {
 	n.t.Helper()
-	return n.waitNode("state "+state, func(o *corev1.Node) bool { return o.Labels[LabelMigConfigState] == state })
+	// The announcement of a change is not the state it ends in.
+	return n.waitNode("state "+state, func(o *corev1.Node) bool { return o.Labels[LabelMigConfigState] == state && !isAnnouncement(o) })
 }
 
 // annotate sets (or with "" removes) a Node annotation, as kubectl does.

@@ -13,6 +13,15 @@
 // and re-read on change). Without a source the GPUs stay as they are and
 // the agent serves and reports what exists.
 //
+// No state is silent: when more than one source is set and they differ,
+// the reason annotation names the source that decides and those ignored,
+// with a Normal MigConfigSourceIgnored Event; when the deciding source goes
+// and another takes over, a Normal MigConfigSourceChanged Event says so
+// before its layout is applied; when the last source goes, the layout is
+// kept as is, the state stays success with the reason "no mig.config on
+// the node: ...", and a Normal MigConfigRemoved Event says so. A Node that
+// never had a source gets no state at all.
+//
 // # Reconcile
 //
 // Discover -> parse -> select -> validate -> plan -> busy check -> apply ->
@@ -42,15 +51,22 @@
 //
 // Label nvidia.com/mig.config.state (pending, success, failed, as the GPU
 // operator's mig-manager) with the reason in annotation
-// migflex.io/mig.config.reason; GPU feature discovery labels
-// (nvidia.com/gpu.product, gpu.count, mig.capable, mig.strategy,
-// mig-<profile>.count); annotation migflex.io/mig.layout with the layout and
+// migflex.io/mig.config.reason. Success means the layout is in place,
+// served, and in the Node's allocatable: the kubelet publishes
+// device-plugin resources at its next node status update, seconds after
+// they changed, and until it does the state is pending (a pod created on
+// the word success would otherwise not fit yet). After
+// Options.AllocatableTimeout without it the state is failed, with a Warning
+// MigConfigNotPublished Event, until the kubelet publishes it. GPU feature
+// discovery labels (nvidia.com/gpu.product, gpu.count, mig.capable,
+// mig.strategy, mig-<profile>.count); annotation migflex.io/mig.layout with the layout and
 // device health as JSON ([]LayoutGPU). They are written by server-side apply
 // under one field manager with only these keys, so keys the agent stops
 // setting are removed and nobody else's keys are touched; nothing is sent
 // when nothing changed. Events on the Node: Normal MigConfigApplied, Warning
-// MigConfigInvalid and MigConfigFailed, Normal MigConfigPending naming the
-// pods; each only when the state or reason changes, or GPUs were changed.
+// MigConfigInvalid, MigConfigFailed and MigConfigNotPublished, Normal
+// MigConfigPending naming the pods, and the source Events above; each only
+// when the state or reason changes, or GPUs were changed.
 //
 // # RBAC
 //

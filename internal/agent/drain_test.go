@@ -158,6 +158,9 @@ func TestDrainBeforeRepartition(t *testing.T) {
 		n.annotate(AnnotationMigConfig, allSeven)
 
 		obj := n.waitNode("a pending or final state", func(o *corev1.Node) bool {
+			if isAnnouncement(o) {
+				return false // the start of the change, not its outcome
+			}
 			return o.Labels[LabelMigConfigState] == StatePending || o.Labels[LabelMigConfigState] == StateSuccess || o.Labels[LabelMigConfigState] == StateFailed
 		})
 		if s := obj.Labels[LabelMigConfigState]; s != StatePending {

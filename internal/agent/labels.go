@@ -32,7 +32,8 @@ const (
 	// LabelMigConfigState is pending, success or failed, as the GPU
 	// operator's mig-manager reports it.
 	LabelMigConfigState = "nvidia.com/mig.config.state"
-	// AnnotationReason says why the state is not success.
+	// AnnotationReason says why the state is not success, or with success
+	// what else there is to know (sources ignored, no source left).
 	AnnotationReason = "migflex.io/mig.config.reason"
 	// AnnotationLayout is the node's GPU layout as JSON ([]LayoutGPU).
 	AnnotationLayout = "migflex.io/mig.layout"

@@ -40,10 +40,21 @@ type metrics struct {
 	reconciles *prometheus.CounterVec
 	duration   *prometheus.HistogramVec
 	errors     *prometheus.CounterVec
+	state      *prometheus.GaugeVec
+	node       string
 }
 
-func newMetrics(reg prometheus.Registerer, dp DevicePlugin) (*metrics, error) {
+// configStates are the values of the state label of
+// migflex_agent_config_state.
+var configStates = []string{StatePending, StateSuccess, StateFailed}
+
+func newMetrics(reg prometheus.Registerer, dp DevicePlugin, node string) (*metrics, error) {
 	m := &metrics{
+		node: node,
+		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "migflex", Subsystem: "agent", Name: "config_state",
+			Help: "1 for the state the Node shows in its nvidia.com/mig.config.state label (pending, success, failed), 0 for the others; all 0 while the Node has no state (no mig.config was ever set).",
+		}, []string{"node", "state"}),
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "migflex", Subsystem: "agent", Name: "reconciles_total",
 			Help: "Reconciles of the Node's mig.config, by result (success, pending, failed, invalid, none, held).",
@@ -59,12 +70,24 @@ func newMetrics(reg prometheus.Registerer, dp DevicePlugin) (*metrics, error) {
 			Help: "Reconcile errors by stage (discover, config, busy-check, evict, apply, reset, serve, report).",
 		}, []string{"stage"}),
 	}
-	for _, c := range []prometheus.Collector{m.reconciles, m.duration, m.errors, deviceCollector{dp}} {
+	m.setState("")
+	for _, c := range []prometheus.Collector{m.reconciles, m.duration, m.errors, m.state, deviceCollector{dp}} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering agent metrics: %w", err)
 		}
 	}
 	return m, nil
+}
+
+// setState makes state the one the config state gauge shows.
+func (m *metrics) setState(state string) {
+	for _, s := range configStates {
+		v := 0.0
+		if s == state {
+			v = 1
+		}
+		m.state.WithLabelValues(m.node, s).Set(v)
+	}
 }
 
 // newRegistry is the registry used when Options.Registry is nil: the

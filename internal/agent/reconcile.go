@@ -106,6 +106,7 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, prev status) o
 		return outcome{status: status{StateFailed, fmt.Sprintf("%s: %s", src, strings.Join(reasons, "; "))}, result: resultHeld, gpus: gpus}
 	}
 
+	a.announce(ctx, node, src, todo)
 	assignments, err := a.opts.PodResources.List(ctx)
 	if err != nil {
 		a.metrics.errors.WithLabelValues(stageBusyCheck).Inc()

@@ -19,7 +19,8 @@ type status struct {
 	// State is StatePending, StateSuccess, StateFailed, or empty when the
 	// Node asks for no layout.
 	State string
-	// Reason says why State is not success.
+	// Reason says why State is not success, or, with success, what else
+	// the Node should know (sources ignored, no source left).
 	Reason string
 }
 
@@ -36,7 +37,7 @@ func ownedMetadata(st status, gpus []mig.GPU, served map[string]bool, strategy d
 		return nil, nil, err
 	}
 	annotations = map[string]string{AnnotationLayout: layoutJSON}
-	if st.State != "" && st.State != StateSuccess && st.Reason != "" {
+	if st.State != "" && st.Reason != "" {
 		annotations[AnnotationReason] = truncate(st.Reason)
 	}
 	return labels, annotations, nil
@@ -73,6 +74,17 @@ const (
 	ReasonInvalid = "MigConfigInvalid"
 	ReasonFailed  = "MigConfigFailed"
 	ReasonPending = "MigConfigPending"
+	// ReasonSourceIgnored: more than one source is set and they differ;
+	// the message names the one that decides and those ignored.
+	ReasonSourceIgnored = "MigConfigSourceIgnored"
+	// ReasonSourceChanged: the deciding source went and another one
+	// decides now.
+	ReasonSourceChanged = "MigConfigSourceChanged"
+	// ReasonRemoved: the last source went; the layout is kept as is.
+	ReasonRemoved = "MigConfigRemoved"
+	// ReasonNotPublished: the kubelet did not publish the served layout
+	// in the Node's allocatable in time.
+	ReasonNotPublished = "MigConfigNotPublished"
 )
 
 // event is one Event to record on the Node.

@@ -30,22 +30,61 @@ type source struct {
 }
 
 // selectSource picks the desired layout's source from the Node's labels and
-// annotations, in precedence order: the nvidia.com/mig.config annotation,
-// the run.ai/mig.config annotation, then the nvidia.com/mig.config label
-// naming a configuration in the config file. A key whose value is empty or
-// blank counts as absent: `kubectl annotate node N nvidia.com/mig.config=`
-// leaves such a value behind.
+// annotations: the first of setSources, or sourceNone.
 func selectSource(labels, annotations map[string]string) source {
-	if doc := annotations[AnnotationMigConfig]; strings.TrimSpace(doc) != "" {
-		return source{kind: sourceAnnotation, document: doc}
-	}
-	if doc := annotations[AnnotationRunAIConfig]; strings.TrimSpace(doc) != "" {
-		return source{kind: sourceRunAIAnnotation, document: doc}
-	}
-	if name := strings.TrimSpace(labels[LabelMigConfig]); name != "" {
-		return source{kind: sourceLabel, configName: name}
+	if all := setSources(labels, annotations); len(all) > 0 {
+		return all[0]
 	}
 	return source{kind: sourceNone}
+}
+
+// setSources lists the sources set on the Node, in precedence order: the
+// nvidia.com/mig.config annotation, the run.ai/mig.config annotation, then
+// the nvidia.com/mig.config label naming a configuration in the config
+// file. The first decides the layout. A key whose value is empty or blank
+// counts as absent: `kubectl annotate node N nvidia.com/mig.config=` leaves
+// such a value behind.
+func setSources(labels, annotations map[string]string) []source {
+	var out []source
+	if doc := annotations[AnnotationMigConfig]; strings.TrimSpace(doc) != "" {
+		out = append(out, source{kind: sourceAnnotation, document: doc})
+	}
+	if doc := annotations[AnnotationRunAIConfig]; strings.TrimSpace(doc) != "" {
+		out = append(out, source{kind: sourceRunAIAnnotation, document: doc})
+	}
+	if name := strings.TrimSpace(labels[LabelMigConfig]); name != "" {
+		out = append(out, source{kind: sourceLabel, configName: name})
+	}
+	return out
+}
+
+// ignoredSources returns the sources after the first of all (see
+// setSources) that ask for something else than it: an annotation with
+// another document, or the label, which names a configuration of the
+// config file rather than holding a document. An annotation with the same
+// document as the winner (tools that write both keys) is not worth a word.
+func ignoredSources(all []source) []source {
+	if len(all) < 2 {
+		return nil
+	}
+	var out []source
+	for _, s := range all[1:] {
+		if s.kind != sourceLabel && all[0].kind != sourceLabel && strings.TrimSpace(s.document) == strings.TrimSpace(all[0].document) {
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// key names the source's key on the Node ("annotation run.ai/mig.config"),
+// without a label's value: two sources with the same key are the same
+// source, whatever they ask for.
+func (s source) key() string {
+	if s.kind == sourceLabel {
+		return "label " + LabelMigConfig
+	}
+	return s.String()
 }
 
 // String names the source for people: "annotation nvidia.com/mig.config".

@@ -81,3 +81,40 @@ func TestSourceIdentity(t *testing.T) {
 		seen[id] = true
 	}
 }
+
+func TestIgnoredSources(t *testing.T) {
+	ann := func(doc string) source { return source{kind: sourceAnnotation, document: doc} }
+	runai := func(doc string) source { return source{kind: sourceRunAIAnnotation, document: doc} }
+	label := func(name string) source { return source{kind: sourceLabel, configName: name} }
+	tests := []struct {
+		name string
+		all  []source
+		want []source
+	}{
+		{"none", nil, nil},
+		{"one", []source{ann(doc1)}, nil},
+		{"two annotations, same document", []source{ann(doc1), runai(" " + doc1 + "\n")}, nil},
+		{"two annotations, other documents", []source{ann(doc1), runai("x")}, []source{runai("x")}},
+		{"an annotation and the label", []source{runai(doc1), label("all-disabled")}, []source{label("all-disabled")}},
+		{"all three", []source{ann(doc1), runai(doc1), label("a")}, []source{label("a")}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, ignoredSources(tc.all), cmp.AllowUnexported(source{})); diff != "" {
+				t.Errorf("ignoredSources() (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestIgnoredNote(t *testing.T) {
+	winner := source{kind: sourceAnnotation}
+	one := ignoredNote(winner, []source{{kind: sourceRunAIAnnotation}})
+	if want := "annotation nvidia.com/mig.config decides the layout; annotation run.ai/mig.config is set too and ignored"; one != want {
+		t.Errorf("one ignored: %q, want %q", one, want)
+	}
+	two := ignoredNote(winner, []source{{kind: sourceRunAIAnnotation}, {kind: sourceLabel, configName: "x"}})
+	if want := "annotation nvidia.com/mig.config decides the layout; annotation run.ai/mig.config and label nvidia.com/mig.config=x are set too and ignored"; two != want {
+		t.Errorf("two ignored: %q, want %q", two, want)
+	}
+}
