@@ -183,7 +183,7 @@ func TestHandlerStopsWhenCallerGone(t *testing.T) {
 	if got := counterValue(t, f.m.admissions.WithLabelValues(resultCanceled)); got != 1 {
 		t.Errorf("admissions{result=%q} = %v, want 1", resultCanceled, got)
 	}
-	if got := gather(t, f.reg, "gpu_webhook_fallback_total"); len(got) != 0 {
+	if got := gather(t, f.reg, "migflex_webhook_fallbacks_total"); len(got) != 0 {
 		t.Errorf("a rewrite was counted for an abandoned request: %v", got)
 	}
 }

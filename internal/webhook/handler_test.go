@@ -407,7 +407,7 @@ func TestHandlerDecides(t *testing.T) {
 			if got := counterValue(t, f.m.admissions.WithLabelValues(tc.result)); got != 1 {
 				t.Errorf("admissions{result=%q} = %v, want 1", tc.result, got)
 			}
-			if got := len(gather(t, f.reg, "gpu_webhook_request_duration_seconds")); got != 1 {
+			if got := len(gather(t, f.reg, "migflex_webhook_request_duration_seconds")); got != 1 {
 				t.Errorf("request histogram series = %d, want 1", got)
 			}
 		})
@@ -469,16 +469,16 @@ func TestHandlerMetrics(t *testing.T) {
 		decodeResponse(t, f.post(http.MethodPost, "application/json", reviewFor(t, gpuPod("p", mig2g20, "1"), nil)))
 	}
 	decodeResponse(t, f.post(http.MethodPost, "application/json", reviewFor(t, cpuPod("c"), nil)))
-	fb := gather(t, f.reg, "gpu_webhook_fallback_total")
+	fb := gather(t, f.reg, "migflex_webhook_fallbacks_total")
 	if len(fb) != 1 || labels(fb[0]) != "from=2g.20gb,to=gpu," || fb[0].GetCounter().GetValue() != 3 {
-		t.Errorf("gpu_webhook_fallback_total = %v, want one series from=2g.20gb,to=gpu at 3", fb)
+		t.Errorf("migflex_webhook_fallbacks_total = %v, want one series from=2g.20gb,to=gpu at 3", fb)
 	}
 	// Only pods with a GPU request reach the decision.
-	dec := gather(t, f.reg, "gpu_webhook_decision_duration_seconds")
+	dec := gather(t, f.reg, "migflex_webhook_decision_duration_seconds")
 	if len(dec) != 1 || dec[0].GetHistogram().GetSampleCount() != 3 {
 		t.Errorf("decision histogram = %v, want 3 samples", dec)
 	}
-	adm := gather(t, f.reg, "gpu_webhook_admissions_total")
+	adm := gather(t, f.reg, "migflex_webhook_admissions_total")
 	got := map[string]float64{}
 	for _, m := range adm {
 		got[labels(m)] = m.GetCounter().GetValue()
@@ -514,7 +514,7 @@ func TestHandlerFallbackMetricIsBounded(t *testing.T) {
 		decodeResponse(t, f.post(http.MethodPost, "application/json", reviewFor(t, gpuPod("p", r, "1"), nil)))
 	}
 	got := map[string]float64{}
-	for _, m := range gather(t, f.reg, "gpu_webhook_fallback_total") {
+	for _, m := range gather(t, f.reg, "migflex_webhook_fallbacks_total") {
 		got[labels(m)] = m.GetCounter().GetValue()
 	}
 	want := map[string]float64{
@@ -522,7 +522,7 @@ func TestHandlerFallbackMetricIsBounded(t *testing.T) {
 		"from=7g.141gb,to=gpu,": 1,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("gpu_webhook_fallback_total (-want +got):\n%s", diff)
+		t.Errorf("migflex_webhook_fallbacks_total (-want +got):\n%s", diff)
 	}
 	if got := counterValue(t, f.m.admissions.WithLabelValues(string(fallback.OutcomeUnknown))); got != float64(len(names)) {
 		t.Errorf("admissions{result=unknown_type} = %v, want %d", got, len(names))

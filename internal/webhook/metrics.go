@@ -4,7 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Result labels of gpu_webhook_admissions_total besides the decision
+// Result labels of migflex_webhook_admissions_total besides the decision
 // outcomes (fallback.Outcome).
 const (
 	resultIgnored    = "ignored"     // not a pod CREATE
@@ -17,7 +17,8 @@ const (
 	resultInternalError = "internal_error"
 )
 
-// Metrics are the webhook's Prometheus metrics.
+// Metrics are the webhook's Prometheus metrics, named migflex_webhook_*
+// like the agent's migflex_agent_* (docs/METRICS.md).
 type Metrics struct {
 	admissions *prometheus.CounterVec
 	fallbacks  *prometheus.CounterVec
@@ -29,20 +30,20 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gpu_webhook_admissions_total",
+			Namespace: "migflex", Subsystem: "webhook", Name: "admissions_total",
 			Help: "Admission requests by result: no_gpu, already_processed, unchanged, rewritten, denied, unsatisfiable_allowed, unknown_type, too_many_types, invalid_quantity, annotations_too_large, ignored, not_ready, bad_request, canceled, internal_error.",
 		}, []string{"result"}),
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gpu_webhook_fallback_total",
+			Namespace: "migflex", Subsystem: "webhook", Name: "fallbacks_total",
 			Help: "GPU type rewrites, by requested and chosen type as in the fallback annotation (2g.20gb, gpu); a requested type that is no NVIDIA GPU's MIG profile, on no node and not in the policy is \"other\".",
 		}, []string{"from", "to"}),
 		decision: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "gpu_webhook_decision_duration_seconds",
+			Namespace: "migflex", Subsystem: "webhook", Name: "decision_duration_seconds",
 			Help:    "Time to decide for one pod that requests a GPU type, from decoded pod to patch.",
 			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 11), // 1µs .. ~1s
 		}),
 		request: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "gpu_webhook_request_duration_seconds",
+			Namespace: "migflex", Subsystem: "webhook", Name: "request_duration_seconds",
 			Help:    "Time to serve one /mutate request, by HTTP status code.",
 			Buckets: prometheus.ExponentialBuckets(1e-5, 4, 10), // 10µs .. ~2.6s
 		}, []string{"code"}),

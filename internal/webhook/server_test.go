@@ -111,10 +111,10 @@ func TestServer(t *testing.T) {
 
 	code, metrics := get("/metrics")
 	for _, want := range []string{
-		`gpu_webhook_admissions_total{result="rewritten"} 1`,
-		`gpu_webhook_fallback_total{from="2g.20gb",to="1g.10gb"} 1`,
-		"gpu_webhook_decision_duration_seconds_count 1",
-		`gpu_webhook_request_duration_seconds_count{code="200"} 1`,
+		`migflex_webhook_admissions_total{result="rewritten"} 1`,
+		`migflex_webhook_fallbacks_total{from="2g.20gb",to="1g.10gb"} 1`,
+		"migflex_webhook_decision_duration_seconds_count 1",
+		`migflex_webhook_request_duration_seconds_count{code="200"} 1`,
 		"go_goroutines",
 	} {
 		if code != http.StatusOK || !strings.Contains(metrics, want) {
