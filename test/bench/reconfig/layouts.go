@@ -2,7 +2,8 @@
 // (cmd/device-plugin, run as its own process on the simulated NVML backend)
 // is given a new nvidia.com/mig.config annotation again and again, and each
 // time the benchmark records when the kubelet stand-in receives the new
-// device lists over ListAndWatch and when the Node shows
+// device lists over ListAndWatch, when the Node's allocatable shows them
+// (the stand-in publishes it, as the kubelet does) and when the Node shows
 // nvidia.com/mig.config.state=success with the new layout.
 package reconfig
 

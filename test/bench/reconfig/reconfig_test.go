@@ -8,6 +8,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/migflex/migflex/internal/agent"
@@ -92,5 +94,26 @@ func TestPodResourcesStandIn(t *testing.T) {
 	}
 	if len(resp.PodResources) != 0 {
 		t.Errorf("pods %v, want none", resp.PodResources)
+	}
+}
+
+func TestAllocatableMatches(t *testing.T) {
+	q := func(n int64) resource.Quantity { return *resource.NewQuantity(n, resource.DecimalSI) }
+	want := map[string]int{"nvidia.com/mig-1g.10gb": 8}
+	for name, tc := range map[string]struct {
+		allocatable corev1.ResourceList
+		want        bool
+	}{
+		"exactly":                    {corev1.ResourceList{"nvidia.com/mig-1g.10gb": q(8), "cpu": q(2)}, true},
+		"an old profile at 0":        {corev1.ResourceList{"nvidia.com/mig-1g.10gb": q(8), "nvidia.com/mig-7g.80gb": q(0)}, true},
+		"an old profile still there": {corev1.ResourceList{"nvidia.com/mig-1g.10gb": q(8), "nvidia.com/mig-7g.80gb": q(1)}, false},
+		"fewer":                      {corev1.ResourceList{"nvidia.com/mig-1g.10gb": q(7)}, false},
+		"absent":                     {corev1.ResourceList{"cpu": q(2)}, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := allocatableMatches(tc.allocatable, want); got != tc.want {
+				t.Errorf("allocatableMatches = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -1,7 +1,9 @@
 // Command reconfigbench measures how long the node agent takes to
 // reconfigure 8 simulated GPUs: from the nvidia.com/mig.config annotation
-// patch to the new ListAndWatch message at a kubelet stand-in and to
-// nvidia.com/mig.config.state=success on the Node, over many changes. The
+// patch to the new ListAndWatch message at a kubelet stand-in, to the
+// Node's allocatable (which the stand-in publishes as the kubelet does) and
+// to nvidia.com/mig.config.state=success on the Node, over many changes,
+// for the agent as it is and with --allocatable-timeout=0 in the same run. The
 // agent (cmd/device-plugin) runs as its own process; the API server is a
 // real etcd + kube-apiserver. It writes reconfig.json and reconfig.md into
 // --out, and never fails because of a time.
@@ -16,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -35,6 +38,8 @@ func run(ctx context.Context, args []string) error {
 	fs.IntVar(&o.Changes, "changes", 50, "annotation changes to measure per interval, alternating between the two layouts")
 	intervals := fs.String("intervals", "2s,0s", "pauses between changes, one series of --changes per pause")
 	agentArgs := fs.String("agent-args", "", "extra flags for the agent, space-separated (e.g. --v=3)")
+	variants := fs.String("variants", "served,published", "agents to measure, one after the other: served (success once the layout is served, --allocatable-timeout=0, the behaviour before), published (success once the Node's allocatable shows it, the default)")
+	fs.DurationVar(&o.StatusDelay, "status-delay", 0, "how long after a device change the kubelet stand-in publishes the Node's allocatable (the kubelet does at its next status update, within 10 s)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -46,6 +51,13 @@ func run(ctx context.Context, args []string) error {
 		o.Intervals = append(o.Intervals, d)
 	}
 	o.AgentArgs = strings.Fields(*agentArgs)
+	for _, name := range strings.Split(*variants, ",") {
+		i := slices.IndexFunc(reconfig.Variants, func(v reconfig.Variant) bool { return v.Name == strings.TrimSpace(name) })
+		if i < 0 {
+			return fmt.Errorf("--variants: unknown variant %q (want served or published)", name)
+		}
+		o.Variants = append(o.Variants, reconfig.Variants[i])
+	}
 	o.WorkDir = filepath.Join(*out, "reconfig")
 	r, runErr := reconfig.Run(ctx, o)
 	if err := report.Write(*out, "reconfig", r, func(w io.Writer) error { return reconfig.WriteMarkdown(w, r) }); err != nil {
