@@ -28,17 +28,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 check_cluster_dir
 
 # --- prerequisites ---------------------------------------------------------
-need_pkgs=()
-for p in containerd:containerd runc:runc containernetworking-plugins:/usr/lib/cni/bridge \
-	iptables:iptables conntrack:conntrack openssl:openssl curl:curl; do
-	pkg=${p%%:*} probe=${p#*:}
-	if [[ $probe == /* ]]; then [[ -x $probe ]] || need_pkgs+=("$pkg"); else command -v "$probe" >/dev/null || need_pkgs+=("$pkg"); fi
-done
-if ((${#need_pkgs[@]})); then
-	log "installing ${need_pkgs[*]} with apt-get"
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
-fi
+"$ROOT/hack/install-debs.sh" containerd:containerd runc:runc containernetworking-plugins:/usr/lib/cni/bridge \
+	iptables:iptables conntrack:conntrack openssl:openssl curl:curl
 "$HACK_CLUSTER/build.sh" >/dev/null
 getent ahostsv4 "$NODE_NAME" | awk '{print $1}' | grep -qx 127.0.0.1 ||
 	die "node name $NODE_NAME must resolve to 127.0.0.1 (the kubelet listens there); set NODE_NAME or add it to /etc/hosts"

@@ -63,3 +63,39 @@ func TestInstallDocListsEveryValue(t *testing.T) {
 		t.Errorf("values.yaml (-) and the docs/INSTALL.md table (+) differ:\n%s", diff)
 	}
 }
+
+// helmInstall finds a command that installs the chart.
+var helmInstall = regexp.MustCompile(`(?i)helm"?\s+(install|upgrade --install)\s+migflex`)
+
+// Every documented Helm install labels the namespace for Pod Security
+// first, as the agent needs it; none suggests --create-namespace, which
+// makes the namespace without the label.
+func TestHelmInstallDocsLabelTheNamespace(t *testing.T) {
+	root := repoRoot(t)
+	const label = "pod-security.kubernetes.io/enforce=privileged"
+	installs := 0
+	for _, f := range []string{"README.md", "docs/INSTALL.md", chartDir + "/README.md", chartDir + "/values.yaml", "hack/kind-up.sh"} {
+		data, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		labelled := false
+		for i, line := range strings.Split(string(data), "\n") {
+			if strings.Contains(line, label) && strings.Contains(line, "label") {
+				labelled = true
+			}
+			if strings.Contains(line, "--create-namespace") && strings.Contains(line, "helm ") {
+				t.Errorf("%s:%d suggests --create-namespace, which skips the Pod Security label: %s", f, i+1, strings.TrimSpace(line))
+			}
+			if helmInstall.MatchString(line) {
+				installs++
+				if !labelled {
+					t.Errorf("%s:%d installs the chart without labelling the namespace %s before: %s", f, i+1, label, strings.TrimSpace(line))
+				}
+			}
+		}
+	}
+	if installs == 0 {
+		t.Fatal("found no documented helm install")
+	}
+}
