@@ -34,6 +34,7 @@ type options struct {
 	maxRequestBytes int64
 	maxInflight     int64
 	resync          time.Duration
+	reusePort       bool
 }
 
 // envTwins are the environment variables a Deployment sets instead of flags;
@@ -47,6 +48,7 @@ var envTwins = map[string]string{
 	"on-insufficient-count": "MIGFLEX_WEBHOOK_ON_INSUFFICIENT_COUNT",
 	"max-request-bytes":     "MIGFLEX_WEBHOOK_MAX_REQUEST_BYTES",
 	"max-inflight-bytes":    "MIGFLEX_WEBHOOK_MAX_INFLIGHT_BYTES",
+	"reuse-port":            "MIGFLEX_WEBHOOK_REUSE_PORT",
 }
 
 func parseFlags(args []string, getenv func(string) string) (options, error) {
@@ -63,6 +65,7 @@ func parseFlags(args []string, getenv func(string) string) (options, error) {
 	fs.Int64Var(&o.maxRequestBytes, "max-request-bytes", webhook.DefaultMaxRequestBytes, "largest AdmissionReview body accepted")
 	fs.Int64Var(&o.maxInflight, "max-inflight-bytes", webhook.DefaultMaxInflightBytes, "most request bytes decoded at once; further requests wait (bounds the memory parallel admissions take)")
 	fs.DurationVar(&o.resync, "resync", 0, "informer resync period; 0 disables")
+	fs.BoolVar(&o.reusePort, "reuse-port", false, "bind --listen with SO_REUSEPORT, so that replicas on one host's network share the port during a rolling update; connections are then accepted only once the caches have synced")
 	for name, env := range envTwins {
 		f := fs.Lookup(name)
 		f.Usage += " (env " + env + ")"
@@ -137,6 +140,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 		Resync:           o.resync,
 		MaxRequestBytes:  o.maxRequestBytes,
 		MaxInflightBytes: o.maxInflight,
+		ReusePort:        o.reusePort,
 	})
 	if err != nil {
 		return err

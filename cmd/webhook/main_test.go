@@ -29,16 +29,16 @@ func TestParseFlags(t *testing.T) {
 			want: options{listen: ":8443", certDir: "/etc/webhook/certs", mode: "existence", onUnsatisfiable: "deny", onInsufficient: "allow", maxRequestBytes: 8 << 20, maxInflight: 8 << 20},
 		},
 		"flags": {
-			args: []string{"--listen=:9443", "--tls-cert-dir=/certs", "--kubeconfig=/kc", "--config=/p.yaml", "--mode=capacity", "--on-unsatisfiable=allow", "--on-insufficient-count=deny", "--max-request-bytes=1024", "--max-inflight-bytes=4096", "--resync=1m"},
-			want: options{listen: ":9443", certDir: "/certs", kubeconfig: "/kc", config: "/p.yaml", mode: "capacity", onUnsatisfiable: "allow", onInsufficient: "deny", maxRequestBytes: 1024, maxInflight: 4096, resync: time.Minute},
+			args: []string{"--listen=:9443", "--tls-cert-dir=/certs", "--kubeconfig=/kc", "--config=/p.yaml", "--mode=capacity", "--on-unsatisfiable=allow", "--on-insufficient-count=deny", "--max-request-bytes=1024", "--max-inflight-bytes=4096", "--resync=1m", "--reuse-port"},
+			want: options{listen: ":9443", certDir: "/certs", kubeconfig: "/kc", config: "/p.yaml", mode: "capacity", onUnsatisfiable: "allow", onInsufficient: "deny", maxRequestBytes: 1024, maxInflight: 4096, resync: time.Minute, reusePort: true},
 		},
 		"environment twins": {
 			env: map[string]string{
 				"MIGFLEX_WEBHOOK_LISTEN": ":7443", "MIGFLEX_WEBHOOK_TLS_CERT_DIR": "/s", "MIGFLEX_WEBHOOK_CONFIG": "/c",
 				"MIGFLEX_WEBHOOK_MODE": "capacity", "MIGFLEX_WEBHOOK_ON_UNSATISFIABLE": "allow", "MIGFLEX_WEBHOOK_MAX_REQUEST_BYTES": "99",
-				"MIGFLEX_WEBHOOK_ON_INSUFFICIENT_COUNT": "deny", "MIGFLEX_WEBHOOK_MAX_INFLIGHT_BYTES": "77",
+				"MIGFLEX_WEBHOOK_ON_INSUFFICIENT_COUNT": "deny", "MIGFLEX_WEBHOOK_MAX_INFLIGHT_BYTES": "77", "MIGFLEX_WEBHOOK_REUSE_PORT": "true",
 			},
-			want: options{listen: ":7443", certDir: "/s", config: "/c", mode: "capacity", onUnsatisfiable: "allow", onInsufficient: "deny", maxRequestBytes: 99, maxInflight: 77},
+			want: options{listen: ":7443", certDir: "/s", config: "/c", mode: "capacity", onUnsatisfiable: "allow", onInsufficient: "deny", maxRequestBytes: 99, maxInflight: 77, reusePort: true},
 		},
 		"a flag beats its environment twin": {
 			args: []string{"--mode=existence"},

@@ -11,11 +11,13 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sys/unix"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -50,6 +52,15 @@ type Options struct {
 	Registry *prometheus.Registry
 	// ShutdownTimeout bounds the drain of in-flight requests; default 10s.
 	ShutdownTimeout time.Duration
+	// ReusePort binds Listen with SO_REUSEPORT, so that two webhook
+	// processes on one host can share the port: a rolling update of
+	// replicas on the host network, where the new pod starts before the
+	// old one stops. With it the server also accepts connections only
+	// once its caches have synced: the kernel spreads connections over
+	// every process bound to the port, ready or not, and one not ready
+	// would admit pods unchecked. Connections that arrive meanwhile wait
+	// in the listen queue.
+	ReusePort bool
 }
 
 // Server is the webhook's HTTPS server.
@@ -131,7 +142,11 @@ func NewServer(o Options) (*Server, error) {
 		// and the certificate disagree; send them to the structured log.
 		ErrorLog: klog.NewStandardLogger("WARNING"),
 	}
-	ln, err := net.Listen("tcp", o.Listen)
+	var lc net.ListenConfig
+	if o.ReusePort {
+		lc.Control = reusePort
+	}
+	ln, err := lc.Listen(context.Background(), "tcp", o.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("webhook: listening on %s: %w", o.Listen, err)
 	}
@@ -176,6 +191,15 @@ func (s *Server) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		if s.opts.ReusePort && s.informer != nil {
+			logger.Info("Waiting for the caches before accepting connections on the shared port", "addr", s.ln.Addr().String())
+			select {
+			case <-s.informer.Ready():
+			case <-ctx.Done():
+				_ = s.ln.Close() // never served, so Shutdown does not know it
+				return
+			}
+		}
 		logger.Info("Serving HTTPS", "addr", s.ln.Addr().String(), "mode", s.opts.Decider.Mode())
 		if err := s.http.ServeTLS(s.ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errs <- fmt.Errorf("webhook: serving: %w", err)
@@ -196,4 +220,18 @@ func (s *Server) Run(ctx context.Context) error {
 	cancel()
 	wg.Wait()
 	return runErr
+}
+
+// reusePort sets SO_REUSEPORT on a listening socket before it is bound.
+func reusePort(_, _ string, c syscall.RawConn) error {
+	var serr error
+	if err := c.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+	}); err != nil {
+		return err
+	}
+	if serr != nil {
+		return fmt.Errorf("setting SO_REUSEPORT: %w", serr)
+	}
+	return nil
 }

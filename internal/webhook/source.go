@@ -55,12 +55,14 @@ type InformerSource struct {
 	informers []cache.SharedIndexInformer
 	synced    []cache.InformerSynced
 	ready     atomic.Bool
+	// readyCh is closed when ready becomes true.
+	readyCh chan struct{}
 }
 
 // NewInformerSource creates the informers; Run starts them. withPods adds
 // the pod informer that capacity mode needs.
 func NewInformerSource(client kubernetes.Interface, withPods bool, resync time.Duration) (*InformerSource, error) {
-	s := &InformerSource{b: fallback.NewBuilder(nil)}
+	s := &InformerSource{b: fallback.NewBuilder(nil), readyCh: make(chan struct{})}
 
 	nodes := coreinformers.NewNodeInformer(client, resync, cache.Indexers{})
 	if err := nodes.SetTransform(TransformNode); err != nil {
@@ -109,10 +111,14 @@ func (s *InformerSource) Run(ctx context.Context) {
 	}
 	if cache.WaitForNamedCacheSyncWithContext(ctx, s.synced...) {
 		s.ready.Store(true)
+		close(s.readyCh)
 		klog.FromContext(ctx).Info("Caches synced; serving decisions")
 	}
 	wg.Wait()
 }
+
+// Ready is closed once the caches have synced and Snapshot answers.
+func (s *InformerSource) Ready() <-chan struct{} { return s.readyCh }
 
 // Snapshot implements SnapshotSource.
 func (s *InformerSource) Snapshot() (*fallback.Snapshot, bool) {

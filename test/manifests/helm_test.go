@@ -17,6 +17,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/migflex/migflex/internal/certgen"
 	"github.com/migflex/migflex/internal/fallback"
@@ -406,7 +407,13 @@ func checkWebhook(t *testing.T, s scenario, objs objects) {
 		t.Errorf("PDB selector %v", pdb.Spec.Selector)
 	}
 	svc := get[corev1.Service](t, objs, "Service", "gpu-webhook")
-	if svc.Spec.Selector["app"] != "gpu-webhook" || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 443 || svc.Spec.Ports[0].TargetPort.StrVal != "https" {
+	// On the host network the port is not declared (see hitlessRollout):
+	// the Service names its number.
+	wantTarget := intstr.FromString("https")
+	if slices.Contains(s.set, "webhook.hostNetwork=true") {
+		wantTarget = intstr.FromInt32(9443)
+	}
+	if svc.Spec.Selector["app"] != "gpu-webhook" || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 443 || svc.Spec.Ports[0].TargetPort != wantTarget {
 		t.Errorf("Service %+v", svc.Spec)
 	}
 

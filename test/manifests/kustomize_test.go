@@ -169,11 +169,13 @@ func TestLocalOverlay(t *testing.T) {
 
 	d := get[appsv1.Deployment](t, objs, "Deployment", "gpu-webhook")
 	c := d.Spec.Template.Spec.Containers[0]
-	if !slices.Contains(c.Args, "--listen=:9443") || c.Ports[0].ContainerPort != 9443 || c.Ports[0].Name != "https" {
-		t.Errorf("webhook args %q ports %+v: want it on 9443, a port free on the host", c.Args, c.Ports)
+	if !slices.Contains(c.Args, "--listen=:9443") {
+		t.Errorf("webhook args %q: want it on 9443, a port free on the host", c.Args)
 	}
-	if *d.Spec.Replicas != 1 || d.Spec.Strategy.RollingUpdate == nil || d.Spec.Strategy.RollingUpdate.MaxSurge.IntValue() != 0 {
-		t.Errorf("webhook replicas %d strategy %+v: two host-network pods cannot share one node's port", *d.Spec.Replicas, d.Spec.Strategy)
+	// Two replicas on the one node, sharing the port (TestWebhookRolloutsAreHitless
+	// checks how).
+	if *d.Spec.Replicas != 2 {
+		t.Errorf("webhook replicas %d, want 2", *d.Spec.Replicas)
 	}
 
 	ds := get[appsv1.DaemonSet](t, objs, "DaemonSet", "migflex-agent")
