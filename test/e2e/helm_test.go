@@ -322,7 +322,7 @@ func runEnvPodCreated(t *testing.T, ns, name string) map[string]string {
 	return envOf(logs)
 }
 
-// webhookPods is the names of the webhook's pods.
+// webhookPods is the names of the webhook's pods that are not terminating.
 func webhookPods(t *testing.T, ns string) []string {
 	t.Helper()
 	pods, err := cluster.Client.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app=" + framework.WebhookName})
@@ -331,7 +331,12 @@ func webhookPods(t *testing.T, ns string) []string {
 	}
 	var names []string
 	for _, p := range pods.Items {
-		names = append(names, p.Name)
+		// A terminating pod has not survived: the webhook's pods serve for
+		// a few seconds after they are deleted (preStop), while the API
+		// server stops sending to them.
+		if p.DeletionTimestamp == nil {
+			names = append(names, p.Name)
+		}
 	}
 	slices.Sort(names)
 	return names
