@@ -26,7 +26,7 @@ CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 export CGO_CFLAGS
 
 .PHONY: all build lint test test-deps test-unit test-integration test-e2e envtest-assets helm bench replay \
-	k8s-binaries images cluster-up cluster-down demo clean test-docker
+	k8s-binaries images cluster-up cluster-down demo clean test-docker kind
 
 all: build
 
@@ -109,6 +109,12 @@ demo:
 # always stopped afterwards. Root. Not part of `make test`.
 test-docker:
 	hack/docker/run.sh hack/docker/test.sh
+
+# hack/kind-up.sh end to end in the project's own Docker engine, with a
+# kind node image and migflex's image built here (hack/kind/README.md);
+# the cluster is deleted and the engine stopped afterwards. Root.
+kind:
+	hack/docker/run.sh hack/kind/run.sh
 
 # Benchmarks (docs/BENCHMARKS.md): never part of `make test`; results in
 # _output/bench/<UTC time>/.

@@ -20,7 +20,10 @@ CACHE_DIR=${CACHE_DIR:-$ROOT/.cache}
 GO=${GO:-go}
 
 K8S_COMPONENTS=(kube-apiserver kubelet kube-controller-manager kube-scheduler kubectl)
-ALL=("${K8S_COMPONENTS[@]}" etcd)
+# Built only when named: the kind node image (hack/kind) needs them, the
+# local cluster does not.
+KIND_COMPONENTS=(kubeadm kube-proxy)
+ALL=("${K8S_COMPONENTS[@]}" etcd "${KIND_COMPONENTS[@]}")
 
 # modversion <go.mod> <module>: the version a wrapper module requires.
 modversion() {
@@ -34,7 +37,7 @@ ETCD_BIN=$CACHE_DIR/etcd/$ETCD_VERSION/bin
 ENVTEST_DIR=$CACHE_DIR/envtest
 
 want=("$@")
-[[ ${#want[@]} -gt 0 ]] || want=("${ALL[@]}")
+[[ ${#want[@]} -gt 0 ]] || want=("${K8S_COMPONENTS[@]}" etcd)
 for c in "${want[@]}"; do
 	[[ " ${ALL[*]} " == *" $c "* ]] || { echo "build.sh: unknown component $c (known: ${ALL[*]})" >&2; exit 2; }
 done
