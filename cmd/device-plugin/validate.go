@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -19,19 +20,27 @@ import (
 // Exit codes of the validate subcommand.
 const (
 	validateExitOK      = 0
-	validateExitInvalid = 1 // the configuration does not hold
+	validateExitInvalid = 1 // the configuration the agent would apply, or the document, does not hold
 	validateExitUsage   = 2 // the command line or the input file is wrong
+	validateExitOthers  = 3 // linting: other configurations of the file do not hold
 )
 
-const validateUsage = `usage: device-plugin validate -f FILE [--gpus MODEL[:COUNT][,...]] [--config-name NAME]
+const validateUsage = `usage: device-plugin validate -f FILE [--gpus MODEL[:COUNT][,...]] [--config-name NAME] [--source annotation|file]
 
 Checks a mig.config (mig-parted v1, the annotation list form or the Run:ai
 placement form) against simulated GPUs and prints what the node agent would
 do to a fresh node of that shape. With several configurations in FILE and no
---config-name, it checks each one ("selected" too) and prints a line per
-configuration; name one to see its plan.
+--config-name, it lints the file: a line per configuration, each checked on
+its own; name one to see its plan.
 
-Exit status: 0 valid, 1 invalid, 2 bad command line or unreadable file.
+--source says how the agent would read FILE: as an annotation written for
+this node (what does not fit the node is an error), or as the config file
+the GPU operator's label selects from, shared by a fleet (what does not fit
+is left out and said, as mig-parted does).
+
+Exit status: 0 valid; 1 invalid: the document, the named configuration, or
+when linting the one the agent would pick ("selected"); 3 when linting, only
+other configurations are invalid; 2 bad command line or unreadable file.
 
 `
 
@@ -46,6 +55,7 @@ func runValidateIO(args []string, stdin io.Reader, stdout, stderr io.Writer) int
 	file := fs.String("f", "", "mig.config file to check; - reads standard input")
 	gpuList := fs.String("gpus", sim.DefaultModel, "simulated GPUs, MODEL[:COUNT][,MODEL[:COUNT]...], in index order")
 	configName := fs.String("config-name", "", "configuration to check (default: \"selected\", or the only one)")
+	sourceFlag := fs.String("source", "annotation", "how the agent reads FILE: annotation (written for this node) or file (the label's config file, shared by a fleet)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, validateUsage)
 		fs.PrintDefaults()
@@ -81,6 +91,16 @@ func runValidateIO(args []string, stdin io.Reader, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "validate: %v\n", err)
 		return validateExitUsage
 	}
+	var scope migconfig.Scope
+	switch *sourceFlag {
+	case "annotation":
+		scope = migconfig.ScopeNode
+	case "file":
+		scope = migconfig.ScopeFleet
+	default:
+		fmt.Fprintf(stderr, "validate: --source must be annotation or file, got %q\n", *sourceFlag)
+		return validateExitUsage
+	}
 
 	source := *file
 	if source == "-" {
@@ -92,19 +112,28 @@ func runValidateIO(args []string, stdin io.Reader, stdout, stderr io.Writer) int
 		return validateExitInvalid
 	}
 	if *configName == "" && len(spec.Configs) > 1 {
-		return validateEach(stdout, spec, gpus)
+		return validateEach(stdout, spec, gpus, scope)
 	}
-	cfg, err := spec.Select(*configName)
-	if err != nil {
+	name := *configName
+	if name == "" {
+		name = spec.Names()[0] // the only one
+	}
+	cfg, ok := spec.Configs[name]
+	if !ok {
+		_, err := spec.Select(name)
 		fmt.Fprintf(stdout, "%s: %v\n", source, err)
 		return validateExitInvalid
 	}
-	plan, err := validateAndPlan(cfg, gpus)
+	plan, notes, err := validateAndPlan(cfg, gpus, scope)
 	if err != nil {
 		fmt.Fprintf(stdout, "config %q on %s: invalid:\n%s", cfg.Name, describeSimNode(gpus), indentLines(err))
 		return validateExitInvalid
 	}
-	fmt.Fprintf(stdout, "config %q on %s: ok\n\n", cfg.Name, describeSimNode(gpus))
+	fmt.Fprintf(stdout, "config %q on %s: ok\n", cfg.Name, describeSimNode(gpus))
+	for _, n := range notes {
+		fmt.Fprintf(stdout, "  note: %s\n", n)
+	}
+	fmt.Fprintln(stdout)
 	printValidatePlan(stdout, gpus, plan)
 	return validateExitOK
 }
@@ -148,28 +177,45 @@ func simulatedGPUs(list string) ([]mig.GPU, error) {
 	return mig.Discover(lib)
 }
 
-// validateAndPlan validates cfg and plans it on gpus.
-func validateAndPlan(cfg migconfig.Config, gpus []mig.GPU) (migconfig.Plan, error) {
-	desired, err := migconfig.Validate(cfg, gpus)
+// validateAndPlan validates cfg and plans it on gpus, with the notes on
+// what of it does not apply to them.
+func validateAndPlan(cfg migconfig.Config, gpus []mig.GPU, scope migconfig.Scope) (migconfig.Plan, []string, error) {
+	v, err := migconfig.ValidateFor(cfg, gpus, scope)
 	if err != nil {
-		return migconfig.Plan{}, err
+		return migconfig.Plan{}, nil, err
 	}
-	return migconfig.MakePlan(gpus, desired)
+	plan, err := migconfig.MakePlan(gpus, v.Desired)
+	return plan, v.Notes, err
 }
 
-// validateEach checks every configuration, one line each, in name order.
-func validateEach(w io.Writer, spec *migconfig.Spec, gpus []mig.GPU) int {
-	code := validateExitOK
+// validateEach lints every configuration, one line each, in name order,
+// and says which are invalid. Its exit code tells the configuration the
+// agent would pick without a name ("selected") failing from only others
+// failing.
+func validateEach(w io.Writer, spec *migconfig.Spec, gpus []mig.GPU, scope migconfig.Scope) int {
 	fmt.Fprintf(w, "%d configs on %s:\n", len(spec.Configs), describeSimNode(gpus))
+	var invalid []string
 	for _, name := range spec.Names() {
-		if _, err := validateAndPlan(spec.Configs[name], gpus); err != nil {
-			code = validateExitInvalid
+		_, notes, err := validateAndPlan(spec.Configs[name], gpus, scope)
+		if err != nil {
+			invalid = append(invalid, name)
 			fmt.Fprintf(w, "%s: %s\n", name, strings.ReplaceAll(err.Error(), "\n", "; "))
+			continue
+		}
+		if len(notes) > 0 {
+			fmt.Fprintf(w, "%s: ok (%s)\n", name, strings.Join(notes, "; "))
 			continue
 		}
 		fmt.Fprintf(w, "%s: ok\n", name)
 	}
-	return code
+	if len(invalid) == 0 {
+		return validateExitOK
+	}
+	fmt.Fprintf(w, "%d of %d configs invalid: %s\n", len(invalid), len(spec.Configs), strings.Join(invalid, ", "))
+	if slices.Contains(invalid, migconfig.SelectedName) {
+		return validateExitInvalid
+	}
+	return validateExitOthers
 }
 
 // printValidatePlan prints the layout each GPU ends with, then the steps.

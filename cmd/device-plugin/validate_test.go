@@ -57,6 +57,10 @@ func TestRunValidate(t *testing.T) {
 `)
 	fixture := filepath.Join("..", "..", "internal", "migconfig", "testdata", "mig-parted", "examples-config.yaml")
 	bigFile := write("big.yaml", annotation+"# "+strings.Repeat("x", 256<<10)+"\n")
+	stationFixture := filepath.Join("..", "..", "internal", "migconfig", "testdata", "mig-parted", "examples-dgx-station-80gb-config.yaml")
+	brokenSelected := write("broken-selected.yaml", twoConfigs+`  selected:
+  - {devices: all, mig-enabled: true, mig-device: {}}
+`)
 
 	tests := map[string]struct {
 		args       []string
@@ -113,26 +117,78 @@ GPU 0 (H100-SXM5-80GB): enable MIG; create 4g.40gb@0:4, 3g.40gb@4:4
 		},
 		"every config, one line each": {
 			args:     []string{"-f", twoFile, "--gpus", "H100-SXM5-80GB:2"},
-			wantCode: 1,
+			wantCode: 3,
 			wantOut: `3 configs on 2 x H100-SXM5-80GB (simulated):
 pinned: ok
 small: ok
 too-big: GPU 0 (H100-SXM5-80GB): 3g.40gb x3 needs 12 of 8 memory slices; GPU 1 (H100-SXM5-80GB): 3g.40gb x3 needs 12 of 8 memory slices
+1 of 3 configs invalid: too-big
 `,
 		},
 		"every config, selected among them": {
 			args:     []string{"-f", withSelected, "--gpus", "H100-SXM5-80GB:2"},
-			wantCode: 1,
+			wantCode: 3,
 			wantOut: `4 configs on 2 x H100-SXM5-80GB (simulated):
 pinned: ok
 selected: ok
 small: ok
 too-big: GPU 0 (H100-SXM5-80GB): 3g.40gb x3 needs 12 of 8 memory slices; GPU 1 (H100-SXM5-80GB): 3g.40gb x3 needs 12 of 8 memory slices
+1 of 4 configs invalid: too-big
 `,
 		},
+		"linting, the selected config invalid": {
+			args:     []string{"-f", brokenSelected, "--gpus", "H100-SXM5-80GB:2"},
+			wantCode: 1,
+			wantOut: `4 configs on 2 x H100-SXM5-80GB (simulated):
+pinned: ok
+selected: mig-configs.selected[0]: unknown field "mig-device" (known: devices, device-filter, mig-enabled, mig-devices); mig-configs.selected[0]: missing required field "mig-devices" when mig-enabled is true (use mig-devices: {} for MIG without instances)
+small: ok
+too-big: GPU 0 (H100-SXM5-80GB): 3g.40gb x3 needs 12 of 8 memory slices; GPU 1 (H100-SXM5-80GB): 3g.40gb x3 needs 12 of 8 memory slices
+2 of 4 configs invalid: selected, too-big
+`,
+		},
+		"a broken configuration fails alone": {
+			args:     []string{"-f", brokenSelected, "--gpus", "H100-SXM5-80GB:1", "--config-name", "small"},
+			wantCode: 0,
+			wantOut: `config "small" on 1 x H100-SXM5-80GB (simulated): ok
+
+GPU  MODEL           MIG  PROFILE  PLACEMENT
+0    H100-SXM5-80GB  on   1g.10gb  0:1
+0    H100-SXM5-80GB  on   1g.10gb  1:1
+0    H100-SXM5-80GB  on   1g.10gb  2:1
+0    H100-SXM5-80GB  on   1g.10gb  3:1
+0    H100-SXM5-80GB  on   1g.10gb  4:1
+0    H100-SXM5-80GB  on   1g.10gb  5:1
+0    H100-SXM5-80GB  on   1g.10gb  6:1
+
+GPU 0 (H100-SXM5-80GB): enable MIG; create 1g.10gb@0:1, 1g.10gb@1:1, 1g.10gb@2:1, 1g.10gb@3:1, 1g.10gb@4:1, 1g.10gb@5:1, 1g.10gb@6:1
+`,
+		},
+		"a config file for other GPUs, as the GPU operator's label reads it": {
+			args:     []string{"-f", stationFixture, "--gpus", "H100-SXM5-80GB:2", "--source", "file", "--config-name", "all-1g.10gb-dgx-station-80"},
+			wantCode: 0,
+			wantOut: `config "all-1g.10gb-dgx-station-80" on 2 x H100-SXM5-80GB (simulated): ok
+  note: mig-configs.all-1g.10gb-dgx-station-80[0]: its device-filter ("0x20B210DE") matches no GPU on this node (H100-SXM5-80GB is 0x233010DE:0x16C110DE)
+  note: mig-configs.all-1g.10gb-dgx-station-80[1]: its device-filter ("0x1FB010DE") matches no GPU on this node (H100-SXM5-80GB is 0x233010DE:0x16C110DE)
+  note: mig-configs.all-1g.10gb-dgx-station-80: no entry applies to this node's GPUs (H100-SXM5-80GB is 0x233010DE:0x16C110DE); they are left as they are
+
+GPU  MODEL           MIG  PROFILE  PLACEMENT
+0    H100-SXM5-80GB  off  -        not in the config, left as it is
+1    H100-SXM5-80GB  off  -        not in the config, left as it is
+
+`,
+		},
+		"the same as an annotation": {
+			args:     []string{"-f", stationFixture, "--gpus", "H100-SXM5-80GB:2", "--config-name", "all-1g.10gb-dgx-station-80"},
+			wantCode: 1,
+			wantOut: `config "all-1g.10gb-dgx-station-80" on 2 x H100-SXM5-80GB (simulated): invalid:
+  mig-configs.all-1g.10gb-dgx-station-80: no entry applies to this node's GPUs (H100-SXM5-80GB is 0x233010DE:0x16C110DE)
+`,
+		},
+		"bad --source": {args: []string{"-f", annotationFile, "--source", "label"}, wantCode: 2, wantErrSub: `validate: --source must be annotation or file, got "label"`},
 		"every config of an upstream file": {
 			args:     []string{"-f", fixture, "--gpus", "H100-SXM5-80GB:8"},
-			wantCode: 1,
+			wantCode: 3,
 			wantOut: `9 configs on 8 x H100-SXM5-80GB (simulated):
 all-1g.10gb: ok
 all-1g.5gb: ` + eachGPU(8, "unknown profile 1g.5gb (supported: 1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb, 1g.10gb+me, 1g.20gb)") + `
@@ -151,7 +207,7 @@ custom-config: ` + strings.Join([]string{
 				eachGPUFrom(7, 1, "unknown profile 1g.5gb (supported: 1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb, 1g.10gb+me, 1g.20gb)",
 					"unknown profile 2g.10gb (supported: 1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb, 1g.10gb+me, 1g.20gb)",
 					"unknown profile 3g.20gb (supported: 1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb, 1g.10gb+me, 1g.20gb)"),
-			}, "; ") + "\n",
+			}, "; ") + "\n6 of 9 configs invalid: all-1g.5gb, all-1g.5gb.me, all-2g.10gb, all-3g.20gb, all-balanced, custom-config\n",
 		},
 		"invalid: every error, exit 1": {
 			args:     []string{"-f", "-", "--gpus", "H100-SXM5-80GB:2"},
@@ -169,8 +225,6 @@ custom-config: ` + strings.Join([]string{
 			wantCode: 1,
 			wantOut: `standard input: invalid:
   version: unsupported version "v2" (want "v1")
-  mig-configs.selected[0]: unknown field "mig-device" (known: devices, device-filter, mig-enabled, mig-devices)
-  mig-configs.selected[0]: missing required field "mig-devices" when mig-enabled is true (use mig-devices: {} for MIG without instances)
 `,
 		},
 		"the issue 14 document, bounded": {

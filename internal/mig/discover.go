@@ -67,7 +67,7 @@ func discoverGPU(lib nvml.Interface, i int) (GPU, error) {
 	if ret != nvml.SUCCESS {
 		return GPU{}, nvmlErr(i, ret, "get PCI info")
 	}
-	g.PCIDeviceID = pci.PciDeviceId
+	g.PCIDeviceID, g.PCISubsystemID = pci.PciDeviceId, pci.PciSubSystemId
 	mem, ret := d.GetMemoryInfo()
 	if ret != nvml.SUCCESS {
 		return GPU{}, nvmlErr(i, ret, "get memory info")

@@ -85,6 +85,9 @@ type GPU struct {
 	// PCIDeviceID is the combined device/vendor id, e.g. 0x233010DE, the value
 	// mig-parted's device-filter matches.
 	PCIDeviceID uint32 `json:"pciDeviceID"`
+	// PCISubsystemID is the combined subsystem device/vendor id
+	// (0x16C110DE), which a device-filter may also name; 0 when unknown.
+	PCISubsystemID uint32 `json:"pciSubsystemID,omitempty"`
 	// MemoryMB is the total memory of the GPU in MiB.
 	MemoryMB uint64 `json:"memoryMB"`
 	// Minor is the /dev/nvidiaN minor number.

@@ -38,25 +38,35 @@
 //   - version is required and must be "v1". mig-parted rejects a document
 //     without it, and a document migflex accepts should not stop parsing the
 //     day a second version exists; the extra line costs users nothing.
-//   - Unknown fields are errors that name the field and where it is; every
-//     error in a document is reported, not just the first.
+//   - Errors are scoped as one file shared by a fleet needs them: what is
+//     wrong with the document as a whole (YAML, limits, version, unknown
+//     top-level fields) fails Parse; what is wrong inside one configuration
+//     (an unknown field, a malformed or compute-instance profile, a key or
+//     the configuration's name given twice) is that configuration's Err,
+//     which Select returns, and the others stay usable. mig-parted fails
+//     the whole file on some of these. Every problem names where it is.
 //   - A GPU index is a whole number or a string of decimal digits: Run:ai
-//     and fake-gpu-operator write devices: ["0"].
+//     and fake-gpu-operator write devices: ["0"]. An index listed twice
+//     counts once; devices: [] names no GPU.
 //   - devices and mig-enabled are required in every entry, and mig-devices
 //     is required when mig-enabled is true (mig-devices: {} enables MIG with no
 //     instances), as in mig-parted. mig-devices with mig-enabled: false is an
 //     error.
-//   - Counts start at 1. mig-parted tolerates 0; here it is an error, because
-//     a zero next to real counts is almost always a typo.
-//   - Profile names are checked for syntax (<n>g.<m>gb with optional
-//     attribute suffixes such as +me, +me.all, +gfx, -me) at parse time.
-//     Whether a GPU supports the profile is Validate's job. Compute-instance
-//     profiles (1c.2g.10gb) are rejected: migflex gives every GPU instance one
-//     compute instance spanning it.
-//   - device-filter takes the mig-parted strings ("0x233010DE"), one or a
-//     list. An unquoted YAML hex number is accepted too: it is the same value.
-//     Subsystem-qualified filters ("0x...:0x...") are rejected, because NVML's
-//     device/vendor id is all migflex matches on.
+//   - Counts are read as mig-parted reads them: a zero beside other counts
+//     is none of that profile, every count zero is an error.
+//   - Profile names are read with mig-parted's rules ([<c>c.]<g>g.<m>gb,
+//     then +/- and comma-separated attributes) and kept canonical:
+//     "1g.05gb" is "1g.5gb", "1c.1g.5gb" (a compute instance spanning its
+//     GPU instance) is "1g.5gb". Whether a GPU has the profile is
+//     Validate's job. Compute-instance profiles proper (1c.7g.40gb: several
+//     compute instances in one GPU instance) fail their configuration:
+//     migflex gives every GPU instance one compute instance spanning it, and
+//     the device plugin serves that, as NVIDIA's does.
+//   - device-filter is read as mig-parted reads it: absent, "" or [] match
+//     every GPU; otherwise PCI ids ("0x233010DE", optionally with the
+//     subsystem, "0x233010DE:0x16C110DE"), one or a list. A string that is
+//     no such id (a model name) matches no GPU. An unquoted YAML hex number
+//     is the same id.
 //
 // # Selecting a configuration
 //
@@ -67,14 +77,20 @@
 // # Matching entries to GPUs (mirrors mig-parted)
 //
 // An entry applies to a GPU when its device-filter (if any) matches the GPU's
-// PCI device id and its devices are "all" or list the GPU's index. An entry
-// whose filter matches no GPU on the node is skipped, so one file can carry
-// entries for several GPU models. Where the filter matches (or there is none),
-// an index in devices that the node does not have is an error. A GPU matched
-// by two entries is an error (mig-parted would apply both in turn, and the
-// last one would win silently). GPUs no entry matches are left untouched.
-// Unlike mig-parted, a configuration whose entries all filter themselves out
-// is an error rather than a silent no-op: it was written for other GPUs.
+// PCI ids and its devices list the GPU's index or are "all" (every GPU with
+// MIG, and every GPU when the entry turns MIG off). A GPU matched by two
+// entries is an error (mig-parted would apply both in turn, and the last one
+// would win silently). GPUs no entry matches are left untouched.
+//
+// What of a configuration does not fit the node depends on whom it was
+// written for (Scope). An entry whose filter matches none of the node's
+// GPUs is left out in both, with a note: one file carries entries for
+// several GPU models. A file shared by a fleet (ScopeFleet, the GPU
+// operator's label) is read as mig-parted reads it: indices the node lacks,
+// devices: [], and a configuration nothing of which applies are left out
+// with a note, and nothing changes. A document written for this node
+// (ScopeNode, the annotations) makes those errors: it names GPUs that are
+// not there, or was written for other GPUs.
 //
 // # Validating, planning, applying
 //

@@ -69,25 +69,45 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("accepted spec with version %q and %d configs", spec.Version, len(spec.Configs))
 		}
 		for name, c := range spec.Configs {
-			if c.Name != name || len(c.Entries) == 0 {
-				t.Fatalf("config %q: name %q, %d entries", name, c.Name, len(c.Entries))
+			if c.Name != name {
+				t.Fatalf("config %q named %q", name, c.Name)
+			}
+			if c.Err != nil {
+				// Scoped to the configuration: short, and nothing to use.
+				if len(c.Err.Error()) > maxErrorBytes || len(c.Entries) > 0 {
+					t.Fatalf("config %q: %d entries with error of %d bytes", name, len(c.Entries), len(c.Err.Error()))
+				}
+				if _, err := spec.Select(name); err == nil {
+					t.Fatalf("config %q: Select hides its error", name)
+				}
+				continue
+			}
+			if len(c.Entries) == 0 {
+				t.Fatalf("config %q: no entries and no error", name)
 			}
 			for _, e := range c.Entries {
-				if !e.AllDevices && len(e.Devices) == 0 {
-					t.Fatalf("config %q: entry without devices", name)
-				}
 				if !e.MigEnabled && (len(e.Profiles) > 0 || len(e.Placements) > 0) {
 					t.Fatalf("config %q: instances with MIG off", name)
 				}
+				// Names are kept canonical, which reads back as itself.
 				for p, n := range e.Profiles {
-					if checkProfileName(p) != nil || n < 1 {
+					if canonical, err := profileOf(p); err != nil || canonical != p || n < 1 {
 						t.Fatalf("config %q: accepted %q x%d", name, p, n)
 					}
 				}
 				for _, pl := range e.Placements {
-					if checkProfileName(pl.Profile) != nil || pl.Start < 0 || pl.Size < 1 {
+					if canonical, err := profileOf(pl.Profile); err != nil || canonical != pl.Profile || pl.Start < 0 || pl.Size < 1 {
 						t.Fatalf("config %q: accepted placement %v", name, pl)
 					}
+				}
+			}
+			for _, scope := range []Scope{ScopeNode, ScopeFleet} {
+				v, err := ValidateFor(c, node, scope)
+				if err != nil {
+					continue
+				}
+				if _, err := MakePlan(node, v.Desired); err != nil {
+					t.Fatalf("config %q validates for scope %d but does not plan: %v", name, scope, err)
 				}
 			}
 			desired, err := Validate(c, node)

@@ -108,3 +108,12 @@ func gpus(n int, m model) []mig.GPU {
 	}
 	return out
 }
+
+// filter is a device-filter of the given ids, as Parse reads them.
+func filter(ids ...string) []DeviceID {
+	out := make([]DeviceID, len(ids))
+	for i, id := range ids {
+		out[i] = ParseDeviceID(id)
+	}
+	return out
+}

@@ -69,6 +69,9 @@ func (l *errorList) addf(format string, args ...any) {
 
 func (l *errorList) len() int { return len(l.errs) + l.extra }
 
+// full reports whether a further problem would only be counted.
+func (l *errorList) full() bool { return len(l.errs) >= MaxErrors }
+
 // err joins the problems kept, one per line, and says how many were left
 // out; nil when there are none.
 func (l *errorList) err() error {

@@ -42,7 +42,7 @@ func TestCheckSizeLimits(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			err := checkSize([]byte(tc.doc))
+			_, err := checkSize([]byte(tc.doc))
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Fatalf("checkSize: %v", err)

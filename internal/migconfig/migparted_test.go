@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/migflex/migflex/internal/mig"
+	"github.com/migflex/migflex/internal/nvml/sim"
 )
 
 // The mig-parted agreement harness (issue 16): the inputs of NVIDIA
@@ -51,7 +52,25 @@ type mpCase struct {
 	want mpOutcome
 	// why, when set, is why migflex does otherwise on purpose.
 	why string
+	// memory is the memory slices a layout takes, where that decides why.
+	memory int
 }
+
+// The deliberate differences (docs/INSTALL.md, "Differences from
+// mig-parted").
+const (
+	whyNoConfigs = "a document without configurations has nothing to apply: mig-parted reads it and fails when asked " +
+		"for a configuration; migflex says so at once"
+	whyComputeInstances = "compute-instance profiles (several compute instances sharing one GPU instance) are refused, " +
+		"in their configuration only: migflex creates one compute instance per GPU instance and serves that"
+	whyOverfull = "the GPU cannot hold the layout (more memory slices than it has); mig-parted's test applies it " +
+		"to the go-nvml mock, which does not count memory slices, and on a GPU the create fails"
+	whyTwoEntries = "a GPU two entries match is an error: mig-parted applies both in turn, and the last silently " +
+		"replaces the first"
+	whyTwice   = "a configuration name given twice fails that configuration: mig-parted silently keeps the last"
+	whyLenient = "migflex reads more than mig-parted (a broken configuration fails alone, unquoted hex filters, " +
+		"string indices, the list and Run:ai forms): a file mig-parted refuses whole may have usable parts here"
+)
 
 // mpOutcome is a tool's answer: it refuses, or it accepts and sets the
 // layout of the GPUs in covers (for an apply; nil for a parse).
@@ -83,8 +102,13 @@ func (c mpCase) id() string { return c.source + "/" + c.name }
 
 // migflexOutcome runs a case through migflex as the agent runs a config
 // file selected by the GPU operator's label: parse, select, validate, plan.
-func migflexOutcome(c mpCase) (mpOutcome, error) {
-	spec, err := Parse([]byte(c.doc))
+func migflexOutcome(c mpCase, parsed map[string]parseResult) (mpOutcome, error) {
+	r, ok := parsed[c.doc]
+	if !ok {
+		r.spec, r.err = Parse([]byte(c.doc))
+		parsed[c.doc] = r // the fixture files serve hundreds of cases
+	}
+	spec, err := r.spec, r.err
 	if err != nil {
 		return mpReject, err
 	}
@@ -95,18 +119,23 @@ func migflexOutcome(c mpCase) (mpOutcome, error) {
 	if c.node == nil {
 		return mpOutcome{}, nil
 	}
-	desired, err := Validate(cfg, c.node)
+	v, err := ValidateFor(cfg, c.node, ScopeFleet)
 	if err != nil {
 		return mpReject, err
 	}
-	if _, err := MakePlan(c.node, desired); err != nil {
+	if _, err := MakePlan(c.node, v.Desired); err != nil {
 		return mpReject, err
 	}
 	covers := []int{}
-	for _, d := range desired {
+	for _, d := range v.Desired {
 		covers = append(covers, d.GPU)
 	}
 	return mpOutcome{covers: covers}, nil
+}
+
+type parseResult struct {
+	spec *Spec
+	err  error
 }
 
 func agree(want, got mpOutcome) bool {
@@ -122,12 +151,13 @@ func TestMigPartedAgreement(t *testing.T) {
 	bySource := map[string]*tally{}
 	var open []string
 	seen := map[string]bool{}
+	parsed := map[string]parseResult{}
 	for _, c := range cases {
 		if seen[c.id()] {
 			t.Fatalf("two cases named %s", c.id())
 		}
 		seen[c.id()] = true
-		got, err := migflexOutcome(c)
+		got, err := migflexOutcome(c, parsed)
 		ok := agree(c.want, got)
 		s := bySource[c.source]
 		if s == nil {
@@ -201,6 +231,7 @@ func migPartedCases(t *testing.T) []mpCase {
 	cases = append(cases, possibleConfigCases(t)...)
 	cases = append(cases, balancedCases()...)
 	cases = append(cases, fixtureCases(t)...)
+	cases = append(cases, probeCases()...)
 	return cases
 }
 
@@ -235,14 +266,20 @@ func specCases() []mpCase {
 		if s.reject {
 			c.want = mpReject
 		}
+		if s.name == "Empty" || s.name == "Only version field" {
+			c.why = whyNoConfigs
+		}
 		cases = append(cases, c)
 	}
+	// Its "Empty" case (yaml.Unmarshal of "" into one MigConfigSpec, no
+	// error) has no counterpart in a file: an empty entry there is null,
+	// which mig-parted's UnmarshalJSON refuses (missing devices), as
+	// migflex does.
 	entries := []struct {
 		name   string
 		entry  string
 		reject bool
 	}{
-		{"Empty", "", false},
 		{"Well formed", `{"devices": "all", "mig-enabled": true, "mig-devices": {"1g.5gb": 2}}`, false},
 		{"Well formed with filter", `{"device-filter": "MODEL", "devices": "all", "mig-enabled": true, "mig-devices": {"1g.5gb": 2}}`, false},
 		{"Well formed with multi-filter", `{"device-filter": ["MODEL1", "MODEL2"], "devices": "all", "mig-enabled": true, "mig-devices": {"1g.5gb": 2}}`, false},
@@ -259,11 +296,7 @@ func specCases() []mpCase {
 		{"'devices' not string for []int", `{"devices": {}, "mig-enabled": false,}`, true},
 	}
 	for _, e := range entries {
-		entry := e.entry
-		if entry == "" {
-			entry = "null" // the test unmarshals the empty string
-		}
-		c := mpCase{source: src + " TestMigConfigSpec", name: e.name, doc: entryIn(entry)}
+		c := mpCase{source: src + " TestMigConfigSpec", name: e.name, doc: entryIn(e.entry)}
 		if e.reject {
 			c.want = mpReject
 		}
@@ -440,6 +473,21 @@ func possibleConfigCases(t *testing.T) []mpCase {
 		layout := sc.Text()
 		c := mpCase{source: src, name: layout, doc: entryIn(`{devices: all, mig-enabled: true, mig-devices: ` + layout + `}`),
 			node: gpus(8, a100x40), want: mpCovers(seq(0, 7)...)}
+		a100 := gpu(0, a100x40)
+		var counts map[string]int
+		if err := yaml.Unmarshal([]byte(layout), &counts); err != nil {
+			t.Fatalf("%s: %v", layout, err)
+		}
+		for name, n := range counts {
+			if p, err := parseProfileName(name); err == nil && p.computeInstance() {
+				c.why = whyComputeInstances
+			} else if p, ok := a100.Profile(name); ok {
+				c.memory += n * p.MemorySlices
+			}
+		}
+		if c.why == "" && c.memory > 8 {
+			c.why = whyOverfull
+		}
 		cases = append(cases, c)
 	}
 	if err := sc.Err(); err != nil {
@@ -471,10 +519,15 @@ func balancedCases() []mpCase {
 
 // fixtureCases: every configuration of the upstream files
 // (deployments/systemd/config-default.yaml, examples/config.yaml,
-// examples/dgx-station-80gb-config.yaml) applied to an 8-GPU node of each
-// simulated model. mig-parted's answer comes from mpApply, a model of what
-// its apply does with a configuration.
+// examples/dgx-station-80gb-config.yaml) applied to an 8-GPU node of every
+// simulated model, read through the simulator and mig.Discover as the agent
+// reads a node. mig-parted's answer comes from mpApply, a model of what its
+// apply does with a configuration.
 func fixtureCases(t *testing.T) []mpCase {
+	var nodes [][]mig.GPU
+	for _, m := range sim.BuiltinModels() {
+		nodes = append(nodes, discover(t, newSim(t, sim.GPUSpec{Model: m.Name, Count: 8})))
+	}
 	var cases []mpCase
 	for _, file := range slices.Sorted(maps.Keys(fixtureFiles)) {
 		data := readFixture(t, file)
@@ -483,9 +536,8 @@ func fixtureCases(t *testing.T) []mpCase {
 			t.Fatalf("%s: %v", file, err)
 		}
 		for _, name := range slices.Sorted(maps.Keys(doc.MigConfigs)) {
-			for _, m := range []model{a100x40, a100x80, h100, h200} {
-				node := gpus(8, m)
-				cases = append(cases, mpCase{source: file, name: name + " on 8 x " + m.name, doc: string(data), config: name,
+			for _, node := range nodes {
+				cases = append(cases, mpCase{source: file, name: name + " on 8 x " + node[0].Model, doc: string(data), config: name,
 					node: node, want: mpApply(doc.MigConfigs[name], node)})
 			}
 		}
@@ -514,6 +566,9 @@ type mpEntry struct {
 // profile, which fails when the GPU has no such profile or cannot hold
 // them (here: more of a profile than the GPU takes, or more memory slices
 // than it has). It sets the GPUs it walked; any failure fails it.
+//
+// (It gives the answers the fixture files' configurations need; the
+// placement of instances, which none of them gets wrong, is not modelled.)
 func mpApply(entries []mpEntry, gpus []mig.GPU) mpOutcome {
 	set := map[int]bool{}
 	for _, e := range entries {
@@ -542,7 +597,7 @@ func mpApply(entries []mpEntry, gpus []mig.GPU) mpOutcome {
 				}
 				memory += n * p.MemorySlices
 			}
-			if memory > 8 {
+			if memory > totalSlices(g) {
 				return mpReject
 			}
 		}
@@ -599,4 +654,108 @@ func mpDevicesMatch(devices any, index int) bool {
 		}
 	}
 	return false
+}
+
+// totalSlices is how many memory slices g has: where its profiles' last
+// placement ends.
+func totalSlices(g mig.GPU) int {
+	n := 0
+	for _, p := range g.Profiles {
+		for _, start := range p.Placements {
+			n = max(n, start+p.MemorySlices)
+		}
+	}
+	return n
+}
+
+// probeCases are inputs no mig-parted test covers, with what its code does
+// with them (issue 16 point 7 and the other points' edges), cited by file.
+func probeCases() []mpCase {
+	const src = "probes"
+	h100s := gpus(8, h100)
+	all := mpCovers(seq(0, 7)...)
+	withT4 := []mig.GPU{gpu(0, h100), gpu(1, h100), gpu(2, t4)}
+	return []mpCase{{
+		// pkg/types/mig_config.go AssertValidFormat: counts >= 0, not all 0;
+		// Flatten skips the zeros.
+		source: src, name: "a zero count beside a positive one",
+		doc: entryIn(`{devices: all, mig-enabled: true, mig-devices: {"1g.10gb": 0, "2g.20gb": 3}}`), node: h100s, want: all,
+	}, {
+		source: src, name: "every count zero",
+		doc: entryIn(`{devices: all, mig-enabled: true, mig-devices: {"1g.10gb": 0}}`), node: h100s, want: mpReject,
+	}, {
+		// api/spec/v1/helpers.go MatchesDevices: no index matches.
+		source: src, name: "devices: [] sets nothing",
+		doc: entryIn(`{devices: [], mig-enabled: true, mig-devices: {"1g.10gb": 7}}`), node: h100s, want: mpCovers(),
+	}, {
+		source: src, name: "an index listed twice",
+		doc: entryIn(`{devices: [0, 0], mig-enabled: true, mig-devices: {"1g.10gb": 7}}`), node: h100s, want: mpCovers(0),
+	}, {
+		// cmd/nvidia-mig-parted/assert WalkSelectedMigConfigForEachGPU
+		// walks the node's GPUs; an index it lacks never comes up.
+		source: src, name: "an index the node lacks",
+		doc: entryIn(`{devices: [0, 9], mig-enabled: true, mig-devices: {"1g.10gb": 7}}`), node: h100s, want: mpCovers(0),
+	}, {
+		// apply/config.go: a GPU without MIG under "all" is skipped.
+		source: src, name: "devices all skips a GPU without MIG",
+		doc: entryIn(`{devices: all, mig-enabled: true, mig-devices: {"1g.10gb": 7}}`), node: withT4, want: mpCovers(0, 1),
+	}, {
+		source: src, name: "an index naming a GPU without MIG, for MIG",
+		doc: entryIn(`{devices: [2], mig-enabled: true, mig-devices: {"1g.10gb": 7}}`), node: withT4, want: mpReject,
+	}, {
+		// go-nvlib parseMigProfile reads the numbers with strconv.Atoi.
+		source: src, name: "1g.05gb is 1g.5gb",
+		doc: entryIn(`{devices: all, mig-enabled: true, mig-devices: {"1g.05gb": 7}}`), node: gpus(8, a100x40), want: all,
+	}, {
+		// MigProfileInfo.String drops the compute part when C == G.
+		source: src, name: "1c.1g.5gb is 1g.5gb",
+		doc: entryIn(`{devices: all, mig-enabled: true, mig-devices: {"1c.1g.5gb": 7}}`), node: gpus(8, a100x40), want: all,
+	}, {
+		source: src, name: "a compute-instance profile",
+		doc: entryIn(`{devices: all, mig-enabled: true, mig-devices: {"1c.7g.40gb": 7}}`), node: gpus(8, a100x40), want: all,
+		why: whyComputeInstances,
+	}, {
+		// The other configuration of the file works on its own.
+		source: src, name: "a configuration beside one with compute-instance profiles",
+		doc: "version: v1\nmig-configs:\n  ci: [{devices: all, mig-enabled: true, mig-devices: {1c.7g.40gb: 7}}]\n" +
+			"  gi: [{devices: all, mig-enabled: true, mig-devices: {7g.40gb: 1}}]\n",
+		config: "gi", node: gpus(8, a100x40), want: all,
+	}, {
+		// spec.go: the whole file is one json.Unmarshal; the unknown
+		// profile of the other configuration is a valid format.
+		source: src, name: "a configuration beside one with an unknown profile",
+		doc: "version: v1\nmig-configs:\n  odd: [{devices: all, mig-enabled: true, mig-devices: {0g.0gb: 100}}]\n" +
+			"  gi: [{devices: all, mig-enabled: true, mig-devices: {7g.80gb: 1}}]\n",
+		config: "gi", node: h100s, want: all,
+	}, {
+		source: src, name: "a configuration beside one with an unknown field",
+		doc: "version: v1\nmig-configs:\n  odd: [{devices: all, mig-enabled: false, bogus: 1}]\n" +
+			"  gi: [{devices: all, mig-enabled: true, mig-devices: {7g.80gb: 1}}]\n",
+		config: "gi", node: h100s, want: mpReject, why: whyLenient,
+	}, {
+		// encoding/json keeps the last value of a key given twice.
+		source: src, name: "a configuration name given twice",
+		doc: "version: v1\nmig-configs:\n  c: [{devices: all, mig-enabled: false}]\n" +
+			"  c: [{devices: all, mig-enabled: true, mig-devices: {7g.80gb: 1}}]\n",
+		config: "c", node: h100s, want: all, why: whyTwice,
+	}, {
+		// assert.go WalkSelectedMigConfigForEachGPU applies each entry in
+		// turn.
+		source: src, name: "two entries for one GPU",
+		doc: "version: v1\nmig-configs:\n  c:\n  - {devices: all, mig-enabled: true, mig-devices: {7g.80gb: 1}}\n" +
+			"  - {devices: [0], mig-enabled: true, mig-devices: {1g.10gb: 7}}\n",
+		node: h100s, want: all, why: whyTwoEntries,
+	}, {
+		// MigConfigSpec.UnmarshalJSON: device-filter must be a string or
+		// []string, devices "all" or []int, mig-devices a map.
+		source: src, name: "an unquoted hex device-filter",
+		doc: entryIn(`{device-filter: 0x233010DE, devices: all, mig-enabled: true, mig-devices: {7g.80gb: 1}}`), node: h100s, want: mpReject,
+		why: whyLenient,
+	}, {
+		source: src, name: "string indices",
+		doc: entryIn(`{devices: ["0"], mig-enabled: true, mig-devices: {7g.80gb: 1}}`), node: h100s, want: mpReject, why: whyLenient,
+	}, {
+		source: src, name: "the list form",
+		doc: entryIn(`{devices: all, mig-enabled: true, mig-devices: [7g.80gb]}`), node: h100s, want: mpReject, why: whyLenient,
+	}}
 }

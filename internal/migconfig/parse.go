@@ -14,35 +14,45 @@ import (
 )
 
 // Parse reads a mig.config document (YAML or JSON) in any of the three forms
-// described in the package documentation. It is strict: unknown fields,
-// duplicate keys, wrong types and malformed profile names are errors, each
-// naming where it is, and all of them are returned joined.
+// described in the package documentation. Problems with the document as a
+// whole (YAML syntax, its limits, version, unknown top-level fields) are
+// Parse's error; a problem inside one configuration (an unknown field, a
+// malformed profile, a key given twice) is that configuration's Err and
+// leaves the others usable, as one file is shared by many nodes. Each
+// problem names where it is.
 //
 // Its work is bounded by the limits in limits.go whatever data holds: a
 // document beyond them fails with one short error before it is decoded, and
-// at most MaxErrors problems are spelled out.
+// at most MaxErrors problems are spelled out per document and per
+// configuration.
 func Parse(data []byte) (*Spec, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, errors.New("empty mig.config")
 	}
-	if err := checkSize(data); err != nil {
+	root, err := checkSize(data)
+	if err != nil {
 		return nil, err
 	}
 	doc, err := decode(data)
 	if err != nil {
 		return nil, err
 	}
-	p := &parser{}
+	p := &parser{dups: findDuplicates(root)}
+	p.cur = &p.doc
+	for _, d := range p.dups.doc {
+		p.fail("", "%s", d)
+	}
 	spec := p.spec(doc)
-	if err := p.errs.err(); err != nil {
+	if err := p.doc.err(); err != nil {
 		return nil, err
 	}
 	return spec, nil
 }
 
 // decode reads data, which checkSize let through, into JSON values with
-// sigs.k8s.io/yaml, as Kubernetes and mig-parted read YAML; the strict
-// variant rejects duplicate keys, such as a configuration name given twice.
+// sigs.k8s.io/yaml, as Kubernetes and mig-parted read YAML. A key given
+// twice keeps its last value there, as in mig-parted; findDuplicates has
+// found them for the parser to report.
 func decode(data []byte) (doc any, err error) {
 	defer func() {
 		// As in compose: a decoder's panic is the document's error.
@@ -50,7 +60,7 @@ func decode(data []byte) (doc any, err error) {
 			doc, err = nil, fmt.Errorf("invalid YAML: the decoder failed: %v", r)
 		}
 	}()
-	js, err := yaml.YAMLToJSONStrict(data)
+	js, err := yaml.YAMLToJSON(data)
 	if err != nil {
 		return nil, fmt.Errorf("invalid YAML: %w", err)
 	}
@@ -62,21 +72,25 @@ func decode(data []byte) (doc any, err error) {
 	return doc, nil
 }
 
-// parser walks the decoded document and collects the errors it finds.
+// parser walks the decoded document and collects the errors it finds: the
+// document's, and each configuration's on its own.
 type parser struct {
-	errs errorList
+	doc errorList
+	// cur is where fail adds: doc, or the configuration being read.
+	cur  *errorList
+	dups duplicates
 }
 
 func (p *parser) fail(path, format string, args ...any) {
-	if p.errs.len() >= MaxErrors {
-		p.errs.extra++ // not spelled out: skip formatting it
+	if p.cur.len() >= MaxErrors {
+		p.cur.extra++ // not spelled out: skip formatting it
 		return
 	}
 	msg := fmt.Sprintf(format, args...)
 	if path != "" {
 		msg = path + ": " + msg
 	}
-	p.errs.add(errors.New(msg))
+	p.cur.add(errors.New(msg))
 }
 
 // fields checks that m has only known keys and all required ones.
@@ -129,31 +143,40 @@ func (p *parser) spec(doc any) *Spec {
 		return spec
 	}
 	for _, name := range sortedKeys(configs) {
-		path := "mig-configs." + clipName(name)
-		if strings.TrimSpace(name) == "" {
-			p.fail("mig-configs", "empty configuration name")
-			continue
-		}
-		list, ok := configs[name].([]any)
-		if !ok {
-			p.fail(path, "must be a list of entries, got %s", kind(configs[name]))
-			continue
-		}
-		switch {
-		case len(list) == 0:
-			p.fail(path, "no entries")
-			continue
-		case len(list) > MaxEntries:
-			p.fail(path, "%d entries, more than the limit of %d", len(list), MaxEntries)
-			continue
-		}
-		c := Config{Name: name}
+		spec.Configs[name] = p.config(name, configs[name])
+	}
+	return spec
+}
+
+// config reads one configuration; what is wrong with it is its own Err.
+func (p *parser) config(name string, v any) Config {
+	var errs errorList
+	p.cur = &errs
+	defer func() { p.cur = &p.doc }()
+	path := "mig-configs." + clipName(name)
+	for _, d := range p.dups.configs[name] {
+		p.fail(path, "%s", d)
+	}
+	c := Config{Name: name}
+	list, ok := v.([]any)
+	switch {
+	case strings.TrimSpace(name) == "":
+		p.fail("mig-configs", "empty configuration name")
+	case !ok:
+		p.fail(path, "must be a list of entries, got %s", kind(v))
+	case len(list) == 0:
+		p.fail(path, "no entries")
+	case len(list) > MaxEntries:
+		p.fail(path, "%d entries, more than the limit of %d", len(list), MaxEntries)
+	default:
 		for i, item := range list {
 			c.Entries = append(c.Entries, p.entry(fmt.Sprintf("%s[%d]", path, i), item))
 		}
-		spec.Configs[name] = c
 	}
-	return spec
+	if c.Err = errs.err(); c.Err != nil {
+		c.Entries = nil
+	}
+	return c
 }
 
 func (p *parser) entry(path string, v any) Entry {
@@ -203,26 +226,20 @@ func (p *parser) devices(path string, v any) (all bool, idx []int) {
 		}
 		return d == "all", nil
 	case []any:
-		switch {
-		case len(d) == 0:
-			p.fail(path, "empty list of GPU indices (use devices: all, or list indices)")
-			return false, nil
-		case len(d) > MaxDevices:
+		// An empty list selects no GPU, as in mig-parted; Validate says
+		// so. An index listed twice is listed once.
+		if len(d) > MaxDevices {
 			p.fail(path, "%d GPU indices, more than the limit of %d", len(d), MaxDevices)
 			return false, nil
 		}
+		idx = []int{}
 		seen := map[int]bool{}
 		for i, item := range d {
 			n, ok := p.index(fmt.Sprintf("%s[%d]", path, i), item)
-			if !ok {
-				continue
+			if ok && !seen[n] {
+				seen[n] = true
+				idx = append(idx, n)
 			}
-			if seen[n] {
-				p.fail(path, "GPU %d listed twice", n)
-				continue
-			}
-			seen[n] = true
-			idx = append(idx, n)
 		}
 		return false, idx
 	default:
@@ -231,32 +248,55 @@ func (p *parser) devices(path string, v any) (all bool, idx []int) {
 	}
 }
 
-func (p *parser) deviceFilter(path string, v any) []uint32 {
+// deviceFilter reads device-filter as mig-parted does: absent, "" or []
+// match every GPU; otherwise a PCI id string or a list of them, each
+// "0x<device><vendor>" with an optional ":0x<subsystem device><vendor>".
+// A string that is not such an id is kept and matches no GPU (mig-parted
+// tolerates model names there); Validate says when an entry matched
+// nothing. A number is taken as the id an unquoted hex literal is in YAML.
+func (p *parser) deviceFilter(path string, v any) []DeviceID {
 	var items []any
 	switch d := v.(type) {
-	case []any:
-		switch {
-		case len(d) == 0:
-			p.fail(path, "empty list (leave device-filter out to match every GPU)")
+	case nil:
+		return nil
+	case string:
+		if d == "" {
 			return nil
-		case len(d) > MaxDevices:
+		}
+		items = []any{d}
+	case json.Number:
+		items = []any{d}
+	case []any:
+		if len(d) > MaxDevices {
 			p.fail(path, "%d device ids, more than the limit of %d", len(d), MaxDevices)
 			return nil
 		}
 		items = d
 	default:
-		items = []any{v}
+		p.fail(path, "must be a PCI device id like \"0x233010DE\" or a list of them, got %s", kind(v))
+		return nil
 	}
-	var ids []uint32
-	seen := map[uint32]bool{}
+	var ids []DeviceID
+	seen := map[DeviceID]bool{}
+	_, isList := v.([]any)
 	for i, item := range items {
 		ipath := path
-		if _, isList := v.([]any); isList {
+		if isList {
 			ipath = fmt.Sprintf("%s[%d]", path, i)
 		}
-		id, err := parsePCIID(item)
-		if err != nil {
-			p.fail(ipath, "%v", err)
+		var id DeviceID
+		switch it := item.(type) {
+		case string:
+			id = ParseDeviceID(it)
+		case json.Number:
+			n, err := strconv.ParseUint(it.String(), 10, 32)
+			if err != nil {
+				p.fail(ipath, "%s is not a 32-bit PCI device id", describe(it))
+				continue
+			}
+			id = DeviceID{Device: uint32(n), Valid: true, Text: fmt.Sprintf("0x%08X", n)}
+		default:
+			p.fail(ipath, "must be a PCI device id like \"0x233010DE\", got %s", kind(item))
 			continue
 		}
 		if !seen[id] {
@@ -267,51 +307,42 @@ func (p *parser) deviceFilter(path string, v any) []uint32 {
 	return ids
 }
 
-// parsePCIID reads "0x233010DE", or the number YAML made of an unquoted hex.
-func parsePCIID(v any) (uint32, error) {
-	switch d := v.(type) {
-	case string:
-		if strings.Contains(d, ":") {
-			return 0, fmt.Errorf("%s: subsystem-qualified device ids are not supported; give the device/vendor id alone", quote(d))
-		}
-		if hex, ok := strings.CutPrefix(strings.ToLower(d), "0x"); ok && hex != "" {
-			if n, err := strconv.ParseUint(hex, 16, 32); err == nil {
-				return uint32(n), nil
-			}
-		}
-	case json.Number:
-		if n, err := strconv.ParseUint(d.String(), 10, 32); err == nil {
-			return uint32(n), nil
-		}
-	}
-	return 0, fmt.Errorf("%s is not a PCI device id like \"0x233010DE\"", describe(v))
-}
-
 func (p *parser) migDevices(path string, v any) (map[string]int, []Placement) {
 	profiles := map[string]int{}
 	var placements []Placement
 	switch d := v.(type) {
 	case map[string]any: // mig-parted: profile -> count
+		zeros := 0
 		for _, name := range sortedKeys(d) {
 			ipath := fmt.Sprintf("%s[%s]", path, quote(name))
-			if err := checkProfileName(name); err != nil {
+			canonical, err := profileOf(name)
+			if err != nil {
 				p.fail(path, "%v", err)
 				continue
 			}
-			if n, ok := p.integer(ipath, d[name], 1, "a count"); ok {
-				profiles[name] = n
+			n, ok := p.integer(ipath, d[name], 0, "a count")
+			switch {
+			case !ok:
+			case n == 0:
+				zeros++ // none of these, as mig-parted reads it
+			default:
+				profiles[canonical] += n
 			}
+		}
+		if zeros > 0 && zeros == len(d) {
+			p.fail(path, "every count is 0 (for MIG without instances write mig-devices: {})")
 		}
 	case []any: // list form, Run:ai form, or a mix
 		for i, item := range d {
 			ipath := fmt.Sprintf("%s[%d]", path, i)
 			switch it := item.(type) {
 			case string:
-				if err := checkProfileName(it); err != nil {
+				canonical, err := profileOf(it)
+				if err != nil {
 					p.fail(ipath, "%v", err)
 					continue
 				}
-				profiles[it]++
+				profiles[canonical]++
 			case map[string]any:
 				if pl, pinned, ok := p.placement(ipath, it); ok {
 					if pinned {
@@ -336,16 +367,17 @@ func (p *parser) migDevices(path string, v any) (map[string]int, []Placement) {
 // placement reads the Run:ai item {name, position, size}; position and size
 // come together, and without them the item is just a profile name.
 func (p *parser) placement(path string, m map[string]any) (pl Placement, pinned, ok bool) {
-	errsBefore := p.errs.len()
+	errsBefore := p.cur.len()
 	p.fields(path, m, []string{"name", "position", "size"}, []string{"name"})
 	if v, has := m["name"]; has {
 		name, isString := v.(string)
 		if !isString {
 			p.fail(path+".name", "must be a profile name, got %s", kind(v))
-		} else if err := checkProfileName(name); err != nil {
+		} else if canonical, err := profileOf(name); err != nil {
 			p.fail(path+".name", "%v", err)
+		} else {
+			pl.Profile = canonical
 		}
-		pl.Profile = name
 	}
 	pos, hasPos := m["position"]
 	size, hasSize := m["size"]
@@ -359,7 +391,7 @@ func (p *parser) placement(path string, m map[string]any) (pl Placement, pinned,
 		pl.Start, _ = p.integer(path+".position", pos, 0, "a memory-slice start")
 		pl.Size, _ = p.integer(path+".size", size, 1, "a size in memory slices")
 	}
-	return pl, pinned, p.errs.len() == errsBefore
+	return pl, pinned, p.cur.len() == errsBefore
 }
 
 // index reads a GPU index: a whole number, or a string of decimal digits

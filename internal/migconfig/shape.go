@@ -28,30 +28,31 @@ import (
 //     with each anchor's size computed once: at most MaxValues values and
 //     MaxDepth levels once every alias is expanded.
 //
-// Only a document within all three reaches the decoder.
-func checkSize(data []byte) error {
+// Only a document within all three reaches the decoder. checkSize returns
+// the node tree (nil for an empty document) for duplicateKeys.
+func checkSize(data []byte) (*yaml.Node, error) {
 	if len(data) > MaxDocumentBytes {
-		return fmt.Errorf("the document is %d bytes, more than the limit of %d", len(data), MaxDocumentBytes)
+		return nil, fmt.Errorf("the document is %d bytes, more than the limit of %d", len(data), MaxDocumentBytes)
 	}
 	if n := valueStarts(data); n > MaxValues {
-		return fmt.Errorf("the document has %d characters that can start a YAML value (':', ',', '-', '[', '{', '?', '*'), more than the limit of %d values", n, MaxValues)
+		return nil, fmt.Errorf("the document has %d characters that can start a YAML value (':', ',', '-', '[', '{', '?', '*'), more than the limit of %d values", n, MaxValues)
 	}
 	root, err := compose(data)
 	if err != nil {
-		return fmt.Errorf("invalid YAML: %w", err)
+		return nil, fmt.Errorf("invalid YAML: %w", err)
 	}
 	if root == nil {
-		return nil
+		return nil, nil
 	}
 	m := measurer{done: map[*yaml.Node]extent{}, open: map[*yaml.Node]bool{}}
 	ext, err := m.measure(root, 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if ext.values > MaxValues {
-		return fmt.Errorf("the document has more than %d YAML values, counting what its aliases stand for", MaxValues)
+		return nil, fmt.Errorf("the document has more than %d YAML values, counting what its aliases stand for", MaxValues)
 	}
-	return nil
+	return root, nil
 }
 
 // valueStartChars are the characters counted by valueStarts.
@@ -151,4 +152,113 @@ func (m *measurer) measure(n *yaml.Node, level int) (extent, error) {
 	e.depth += self
 	m.done[n] = e
 	return e, nil
+}
+
+// duplicates are the keys a document gives twice in one map. The decoder
+// keeps the last one, as mig-parted's does; migflex says so instead, and
+// scopes what it says: a duplicate inside a configuration (its name given
+// twice, or a key twice in one of its maps) is that configuration's
+// problem, any other the document's.
+type duplicates struct {
+	doc     []string
+	configs map[string][]string
+}
+
+// findDuplicates walks the tree checkSize measured: at most MaxValues
+// values, aliases included, each map of a configuration once.
+func findDuplicates(root *yaml.Node) duplicates {
+	d := duplicates{configs: map[string][]string{}}
+	if root == nil || len(root.Content) == 0 {
+		return d
+	}
+	top := resolve(root.Content[0])
+	if top.Kind != yaml.MappingNode {
+		return d
+	}
+	var configs *yaml.Node
+	for _, dup := range dupKeys(top) {
+		d.doc = append(d.doc, fmt.Sprintf("line %d: %s given twice (first on line %d)", dup.line, quote(dup.key), dup.first))
+	}
+	for i := 0; i+1 < len(top.Content); i += 2 {
+		if keyOf(top.Content[i]) == "mig-configs" {
+			configs = resolve(top.Content[i+1]) // the last one, as the decoder takes it
+		}
+	}
+	if configs == nil || configs.Kind != yaml.MappingNode {
+		return d
+	}
+	for _, dup := range dupKeys(configs) {
+		d.configs[dup.key] = append(d.configs[dup.key], fmt.Sprintf("the configuration is given twice (lines %d and %d), and only the last would count; give each name once", dup.first, dup.line))
+	}
+	for i := 0; i+1 < len(configs.Content); i += 2 {
+		name := keyOf(configs.Content[i])
+		seen := map[*yaml.Node]bool{}
+		var walk func(n *yaml.Node)
+		walk = func(n *yaml.Node) {
+			n = resolve(n)
+			if n == nil || seen[n] {
+				return
+			}
+			seen[n] = true
+			if n.Kind == yaml.MappingNode {
+				for _, dup := range dupKeys(n) {
+					d.configs[name] = append(d.configs[name], fmt.Sprintf("line %d: %s given twice in one map (first on line %d)", dup.line, quote(dup.key), dup.first))
+				}
+			}
+			for _, c := range n.Content {
+				walk(c)
+			}
+		}
+		walk(configs.Content[i+1])
+	}
+	return d
+}
+
+// resolve follows aliases; measure has ruled out cycles.
+func resolve(n *yaml.Node) *yaml.Node {
+	for n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	return n
+}
+
+// keyOf is a scalar key as the decoder makes it a string: its value, with
+// numbers and booleans in their decoded form ("01" and "1" are one key).
+func keyOf(n *yaml.Node) string {
+	n = resolve(n)
+	if n == nil || n.Kind != yaml.ScalarNode {
+		return ""
+	}
+	if n.Tag != "!!str" {
+		var v any
+		if err := n.Decode(&v); err == nil {
+			return fmt.Sprint(v)
+		}
+	}
+	return n.Value
+}
+
+type dupKey struct {
+	key         string
+	first, line int
+}
+
+// dupKeys lists the scalar keys of a map given more than once, merge keys
+// ("<<") aside.
+func dupKeys(m *yaml.Node) []dupKey {
+	var out []dupKey
+	first := map[string]int{}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k := m.Content[i]
+		if resolve(k).Kind != yaml.ScalarNode || k.Tag == "!!merge" {
+			continue
+		}
+		key := keyOf(k)
+		if line, ok := first[key]; ok {
+			out = append(out, dupKey{key: key, first: line, line: k.Line})
+			continue
+		}
+		first[key] = k.Line
+	}
+	return out
 }

@@ -256,3 +256,36 @@ func TestApplyOnSimulatorAmpereReset(t *testing.T) {
 		t.Errorf("layout (-want +simulator):\n%s", diff)
 	}
 }
+
+// TestSubsystemFilterOnSimulator: the simulated H100 reports its board's
+// subsystem id through NVML's PCI info, and a device-filter naming it
+// matches it as mig-parted's does (issue 16 point 1;
+// api/spec/v1/helpers_test.go TestMigConfigSpecMatchesDeviceFilter).
+func TestSubsystemFilterOnSimulator(t *testing.T) {
+	node := discover(t, newSim(t, sim.GPUSpec{Model: "H100-SXM5-80GB", Count: 2}, sim.GPUSpec{Model: "A100-SXM4-80GB", Count: 1}))
+	if node[0].PCISubsystemID != 0x16C110DE || node[2].PCISubsystemID != 0 {
+		t.Fatalf("subsystem ids %#x %#x, want 0x16C110DE and 0 (unknown)", node[0].PCISubsystemID, node[2].PCISubsystemID)
+	}
+	for filter, want := range map[string][]int{
+		`"0x233010DE:0x16C110DE"`: {0, 1},
+		`"0x233010DE:0x16C010DE"`: {},
+		`"0x233010DE"`:            {0, 1},
+		`["0x20B210DE:0x00000000", "0x233010DE:0x16C110DE"]`: {0, 1, 2},
+	} {
+		spec, err := Parse([]byte(entryDoc("device-filter: "+filter, "devices: all", "mig-enabled: true", "mig-devices: {}")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := ValidateFor(spec.Configs["c"], node, ScopeFleet)
+		if err != nil {
+			t.Fatalf("%s: %v", filter, err)
+		}
+		got := []int{}
+		for _, d := range v.Desired {
+			got = append(got, d.GPU)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("device-filter %s covers %v, want %v", filter, got, want)
+		}
+	}
+}

@@ -2,8 +2,11 @@ package migconfig
 
 import "github.com/migflex/migflex/internal/mig"
 
-// withSubsystem gives g a PCI subsystem id; mig.GPU has none yet.
-func withSubsystem(g mig.GPU, _ uint32) mig.GPU { return g }
+// withSubsystem gives g a PCI subsystem id.
+func withSubsystem(g mig.GPU, sub uint32) mig.GPU {
+	g.PCISubsystemID = sub
+	return g
+}
 
-// subsystemOf is g's PCI subsystem id; mig.GPU has none yet.
-func subsystemOf(mig.GPU) uint32 { return 0 }
+// subsystemOf is g's PCI subsystem id.
+func subsystemOf(g mig.GPU) uint32 { return g.PCISubsystemID }

@@ -22,37 +22,88 @@ type Desired struct {
 	Placements []Placement
 }
 
-// Validate checks a configuration against the node's GPUs and returns the
-// desired state of every GPU an entry covers, ordered by GPU index; GPUs no
-// entry covers are absent and left untouched. It returns every problem it
-// finds, joined (at most MaxErrors of them, then how many more).
+// Scope says whom a configuration was written for, which decides what
+// becomes of the parts of it that do not fit the node.
+type Scope int
+
+const (
+	// ScopeNode is a document written for this node: an annotation. An
+	// entry naming GPUs the node lacks (or none: devices: []), or a
+	// configuration none of whose entries applies here, is a mistake and
+	// an error.
+	ScopeNode Scope = iota
+	// ScopeFleet is a file shared by many nodes: the GPU operator's config
+	// file, one configuration of which a node's label selects. As mig-parted
+	// reads it, what does not apply to this node's GPUs is left out, and a
+	// configuration of which nothing applies changes nothing; the
+	// Validation's Notes say what was left out.
+	ScopeFleet
+)
+
+// Validation is what a configuration asks of one node.
+type Validation struct {
+	// Desired is the state of every GPU an entry covers, ordered by GPU
+	// index; GPUs no entry covers are absent and left untouched.
+	Desired []Desired
+	// Notes say what of the configuration does not apply to this node: an
+	// entry whose device-filter matches none of its GPUs, and under
+	// ScopeFleet an entry naming GPUs it lacks or a configuration of which
+	// nothing applies. At most MaxErrors, then how many more.
+	Notes []string
+}
+
+// Validate checks a configuration written for this node (ScopeNode)
+// against its GPUs and returns the desired state of every GPU an entry
+// covers; see ValidateFor.
 func Validate(cfg Config, gpus []mig.GPU) ([]Desired, error) {
+	r, err := ValidateFor(cfg, gpus, ScopeNode)
+	return r.Desired, err
+}
+
+// ValidateFor checks a configuration against the node's GPUs. An entry
+// applies to a GPU its device-filter (if any) matches and its devices name:
+// "all" is every MIG-capable GPU (and, with mig-enabled: false, every GPU),
+// as in mig-parted. A GPU matched by two entries is an error (mig-parted
+// would apply both in turn, the last silently winning). It returns every
+// problem it finds, joined (at most MaxErrors of them, then how many more),
+// and the configuration's own Err first.
+func ValidateFor(cfg Config, gpus []mig.GPU, scope Scope) (Validation, error) {
+	if cfg.Err != nil {
+		return Validation{}, cfg.Err
+	}
 	byIndex := make(map[int]*mig.GPU, len(gpus))
 	for i := range gpus {
 		byIndex[gpus[i].Index] = &gpus[i]
 	}
-	var errs errorList
+	var errs, notes errorList
+	// shape is a part of the configuration the node's GPUs do not fit.
+	shape := func(format string, args ...any) {
+		if scope == ScopeFleet {
+			notes.addf(format, args...)
+		} else {
+			errs.addf(format, args...)
+		}
+	}
 	owner := map[int]int{} // GPU index -> entry index
 	for i := range cfg.Entries {
 		e := &cfg.Entries[i]
-		matched := 0
-		for _, g := range gpus {
-			if e.matchesFilter(g.PCIDeviceID) {
-				matched++
-			}
-		}
-		if len(e.DeviceFilter) > 0 && matched == 0 {
+		if len(e.DeviceFilter) > 0 && !slices.ContainsFunc(gpus, func(g mig.GPU) bool { return e.matchesFilter(&g) }) {
 			// As in mig-parted: an entry for a GPU model this node lacks
 			// does not apply here.
+			notes.addf("%s: its device-filter (%s) matches no GPU on this node (%s)", entryPath(cfg, i), filterList(e.DeviceFilter), pciList(gpus))
+			continue
+		}
+		if !e.AllDevices && len(e.Devices) == 0 {
+			shape("%s: devices: [] names no GPU", entryPath(cfg, i))
 			continue
 		}
 		for _, d := range e.Devices {
 			if _, ok := byIndex[d]; !ok {
-				errs.addf("%s: GPU %d does not exist (node has %s)", entryPath(cfg, i), d, indexList(gpus))
+				shape("%s: GPU %d does not exist (node has %s)", entryPath(cfg, i), d, indexList(gpus))
 			}
 		}
 		for _, g := range gpus {
-			if !e.matchesFilter(g.PCIDeviceID) || !e.matchesIndex(g.Index) {
+			if !e.matchesFilter(&g) || !e.matchesIndex(&g) {
 				continue
 			}
 			if first, taken := owner[g.Index]; taken {
@@ -65,15 +116,19 @@ func Validate(cfg Config, gpus []mig.GPU) ([]Desired, error) {
 	switch {
 	case len(cfg.Entries) == 0:
 		errs.addf("mig-configs.%s: no entries", clipName(cfg.Name))
-	case len(gpus) == 0 && errs.len() == 0:
-		errs.addf("mig-configs.%s: the node has no GPUs", clipName(cfg.Name))
 	case len(owner) == 0 && errs.len() == 0:
-		// Every entry filtered itself out. mig-parted would do nothing and
-		// succeed; an agent reporting success while ignoring the config is
-		// worse than saying the config is not for this node.
-		errs.addf("mig-configs.%s: no entry's device-filter matches a GPU on this node (%s)", clipName(cfg.Name), pciList(gpus))
+		// mig-parted would do nothing and succeed. For a shared file that
+		// is right; for a document written for this node, reporting
+		// success while ignoring it is worse than saying it is not for
+		// this node.
+		what := fmt.Sprintf("mig-configs.%s: no entry applies to this node's GPUs (%s)", clipName(cfg.Name), pciList(gpus))
+		if scope == ScopeFleet {
+			notes.addf("%s; they are left as they are", what)
+		} else {
+			errs.addf("%s", what)
+		}
 	}
-	var desired []Desired
+	var r Validation
 	for _, idx := range slices.Sorted(maps.Keys(owner)) {
 		g := byIndex[idx]
 		e := &cfg.Entries[owner[idx]]
@@ -85,12 +140,15 @@ func Validate(cfg Config, gpus []mig.GPU) ([]Desired, error) {
 		if !checkGPU(g, d, &errs) {
 			continue
 		}
-		desired = append(desired, d)
+		r.Desired = append(r.Desired, d)
 	}
 	if err := errs.err(); err != nil {
-		return nil, err
+		return Validation{}, err
 	}
-	return desired, nil
+	if err := notes.err(); err != nil {
+		r.Notes = strings.Split(err.Error(), "\n")
+	}
+	return r, nil
 }
 
 // checkGPU adds to errs everything that keeps d from being applied to g, on
@@ -107,25 +165,25 @@ func checkGPU(g *mig.GPU, d Desired, errs *errorList) bool {
 	}
 	before := errs.len()
 	fail := func(format string, args ...any) {
+		if errs.full() {
+			errs.extra++ // counted, not spelled out: no formatting
+			return
+		}
 		errs.addf(prefix+format, args...)
 	}
 	failed := func() bool { return errs.len() > before }
-	unknown := map[string]bool{}
+	supported := ""
 	for _, name := range requestedNames(d) {
 		if _, ok := g.Profile(name); !ok {
-			unknown[name] = true
-			fail("unknown profile %s (supported: %s)", name, supportedNames(g))
+			if supported == "" {
+				supported = supportedNames(g)
+			}
+			fail("unknown profile %s (supported: %s)", name, supported)
 		}
-	}
-	total := memorySlices(g)
-	counts := maps.Clone(d.Profiles)
-	if counts == nil {
-		counts = map[string]int{}
 	}
 	var known []int // indices of d.Placements with a known profile
 	for i, pin := range d.Placements {
-		counts[pin.Profile]++
-		if unknown[pin.Profile] {
+		if _, ok := g.Profile(pin.Profile); !ok {
 			continue
 		}
 		known = append(known, i)
@@ -142,6 +200,14 @@ func checkGPU(g *mig.GPU, d Desired, errs *errorList) bool {
 	}
 	if failed() {
 		return false
+	}
+	total := memorySlices(g)
+	counts := maps.Clone(d.Profiles)
+	if counts == nil {
+		counts = map[string]int{}
+	}
+	for _, pin := range d.Placements {
+		counts[pin.Profile]++
 	}
 	// One explanation per GPU, the plainest first: memory, then profile
 	// counts, then compute slices, then media engines, then placements. A
@@ -203,14 +269,12 @@ func overlaps(pins []Placement, idx []int) [][2]int {
 
 // requestedNames lists the profiles d names, sorted, each once.
 func requestedNames(d Desired) []string {
-	set := maps.Clone(d.Profiles)
-	if set == nil {
-		set = map[string]int{}
-	}
+	names := slices.AppendSeq(make([]string, 0, len(d.Profiles)+len(d.Placements)), maps.Keys(d.Profiles))
 	for _, p := range d.Placements {
-		set[p.Profile]++
+		names = append(names, p.Profile)
 	}
-	return slices.Sorted(maps.Keys(set))
+	slices.Sort(names)
+	return slices.Compact(names)
 }
 
 func gpuName(g *mig.GPU) string {
@@ -262,15 +326,37 @@ func intList(v []int) string {
 	return strings.Join(parts, ", ")
 }
 
-// pciList names the node's GPU models by PCI id, for filter errors.
+// pciList names the node's GPU models by PCI id, for filter messages.
 func pciList(gpus []mig.GPU) string {
+	if len(gpus) == 0 {
+		return "it has no GPUs"
+	}
 	var parts []string
-	seen := map[uint32]bool{}
+	seen := map[string]bool{}
 	for _, g := range gpus {
-		if !seen[g.PCIDeviceID] {
-			seen[g.PCIDeviceID] = true
-			parts = append(parts, fmt.Sprintf("%s is 0x%08X", g.Model, g.PCIDeviceID))
+		id := fmt.Sprintf("0x%08X", g.PCIDeviceID)
+		if g.PCISubsystemID != 0 {
+			id += fmt.Sprintf(":0x%08X", g.PCISubsystemID)
 		}
+		if !g.MigCapable {
+			id += ", without MIG"
+		}
+		if p := fmt.Sprintf("%s is %s", g.Model, id); !seen[p] {
+			seen[p] = true
+			parts = append(parts, p)
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// filterList shows a device-filter for a message.
+func filterList(ids []DeviceID) string {
+	parts := make([]string, 0, len(ids))
+	for _, id := range ids[:min(len(ids), MaxErrors)] {
+		parts = append(parts, quote(id.Text))
+	}
+	if len(ids) > MaxErrors {
+		parts = append(parts, fmt.Sprintf("and %d more", len(ids)-MaxErrors))
 	}
 	return strings.Join(parts, ", ")
 }

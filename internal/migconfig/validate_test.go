@@ -147,10 +147,10 @@ func TestValidate(t *testing.T) {
 		"device-filter picks the model's entry, entries for absent models are skipped": {
 			cfg: Config{Name: "all-balanced", Entries: []Entry{
 				// GB200: not on this node, and its index 9 is not checked.
-				{DeviceFilter: []uint32{0x294110DE}, Devices: []int{9}, MigEnabled: true, Profiles: map[string]int{"1g.23gb": 2}},
-				{DeviceFilter: []uint32{0x233010DE, 0x20B210DE}, AllDevices: true, MigEnabled: true,
+				{DeviceFilter: filter("0x294110DE"), Devices: []int{9}, MigEnabled: true, Profiles: map[string]int{"1g.23gb": 2}},
+				{DeviceFilter: filter("0x233010DE", "0x20B210DE"), AllDevices: true, MigEnabled: true,
 					Profiles: map[string]int{"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}},
-				{DeviceFilter: []uint32{0x20B010DE}, AllDevices: true, MigEnabled: true,
+				{DeviceFilter: filter("0x20B010DE"), AllDevices: true, MigEnabled: true,
 					Profiles: map[string]int{"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}},
 			}},
 			gpus: mixed,
@@ -162,7 +162,7 @@ func TestValidate(t *testing.T) {
 		},
 		"device-filter with an index of another model skips that GPU": {
 			cfg: Config{Name: "c", Entries: []Entry{
-				{DeviceFilter: []uint32{0x233010DE}, Devices: []int{1, 2}, MigEnabled: true, Profiles: map[string]int{"7g.80gb": 1}},
+				{DeviceFilter: filter("0x233010DE"), Devices: []int{1, 2}, MigEnabled: true, Profiles: map[string]int{"7g.80gb": 1}},
 			}},
 			gpus: mixed,
 			want: []Desired{{GPU: 1, MigEnabled: true, Profiles: map[string]int{"7g.80gb": 1}}},
@@ -250,11 +250,11 @@ func TestValidate(t *testing.T) {
 		},
 		"every entry filtered out: the config is not for this node": {
 			cfg: Config{Name: "all-1g.35gb", Entries: []Entry{
-				{DeviceFilter: []uint32{0x233510DE}, AllDevices: true, MigEnabled: true, Profiles: map[string]int{"1g.35gb": 4}},
-				{DeviceFilter: []uint32{0x31C210DE}, AllDevices: true, MigEnabled: true, Profiles: map[string]int{"1g.35gb": 7}},
+				{DeviceFilter: filter("0x233510DE"), AllDevices: true, MigEnabled: true, Profiles: map[string]int{"1g.35gb": 4}},
+				{DeviceFilter: filter("0x31C210DE"), AllDevices: true, MigEnabled: true, Profiles: map[string]int{"1g.35gb": 7}},
 			}},
 			gpus:    mixed,
-			wantErr: []string{"mig-configs.all-1g.35gb: no entry's device-filter matches a GPU on this node (H100-SXM5-80GB is 0x233010DE, A100-SXM4-40GB is 0x20B010DE, Tesla-T4 is 0x1EB810DE)"},
+			wantErr: []string{"mig-configs.all-1g.35gb: no entry applies to this node's GPUs (H100-SXM5-80GB is 0x233010DE; A100-SXM4-40GB is 0x20B010DE; Tesla-T4 is 0x1EB810DE, without MIG)"},
 		},
 		"no entries": {
 			cfg:     Config{Name: "c"},
@@ -278,7 +278,7 @@ func TestValidate(t *testing.T) {
 		},
 		"no GPUs, devices all": {
 			cfg:     Config{Name: "c", Entries: []Entry{{AllDevices: true}}},
-			wantErr: []string{"mig-configs.c: the node has no GPUs"},
+			wantErr: []string{"mig-configs.c: no entry applies to this node's GPUs (it has no GPUs)"},
 		},
 		"no GPUs": {
 			cfg:     Config{Name: "c", Entries: []Entry{{Devices: []int{0}}}},
@@ -304,5 +304,119 @@ func TestValidate(t *testing.T) {
 				t.Errorf("Validate (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestValidateForScopes: what does not fit the node is an error in a
+// document written for it (ScopeNode) and left out with a note in a file
+// shared by a fleet (ScopeFleet), as mig-parted does (issue 16 points 2, 6,
+// 7; mig-parted: cmd/nvidia-mig-parted/assert WalkSelectedMigConfigForEachGPU
+// walks only the GPUs an entry matches, apply/config.go skips a GPU without
+// MIG under "all").
+func TestValidateForScopes(t *testing.T) {
+	h100Sub := func(i int) mig.GPU { return withSubsystem(gpu(i, h100), 0x16C110DE) }
+	node := []mig.GPU{h100Sub(0), h100Sub(1), gpu(2, a100x40), gpu(3, t4)}
+	seven := map[string]int{"1g.10gb": 7}
+	type want struct {
+		covers []int
+		notes  []string
+		err    []string
+	}
+	tests := map[string]struct {
+		cfg         Config
+		node, fleet want
+	}{
+		"indices the node lacks": {
+			cfg: Config{Name: "c", Entries: []Entry{{Devices: []int{1, 8, 9}, MigEnabled: true, Profiles: seven}}},
+			node: want{err: []string{
+				"mig-configs.c[0]: GPU 8 does not exist (node has GPUs 0, 1, 2, 3)",
+				"mig-configs.c[0]: GPU 9 does not exist (node has GPUs 0, 1, 2, 3)",
+			}},
+			fleet: want{covers: []int{1}, notes: []string{
+				"mig-configs.c[0]: GPU 8 does not exist (node has GPUs 0, 1, 2, 3)",
+				"mig-configs.c[0]: GPU 9 does not exist (node has GPUs 0, 1, 2, 3)",
+			}},
+		},
+		"no entry matches: nothing to do in a fleet": {
+			cfg:  Config{Name: "gb200", Entries: []Entry{{DeviceFilter: filter("0x294110DE"), AllDevices: true, MigEnabled: true, Profiles: seven}}},
+			node: want{err: []string{"mig-configs.gb200: no entry applies to this node's GPUs (H100-SXM5-80GB is 0x233010DE:0x16C110DE; A100-SXM4-40GB is 0x20B010DE; Tesla-T4 is 0x1EB810DE, without MIG)"}},
+			fleet: want{covers: []int{}, notes: []string{
+				`mig-configs.gb200[0]: its device-filter ("0x294110DE") matches no GPU on this node (H100-SXM5-80GB is 0x233010DE:0x16C110DE; A100-SXM4-40GB is 0x20B010DE; Tesla-T4 is 0x1EB810DE, without MIG)`,
+				"mig-configs.gb200: no entry applies to this node's GPUs (H100-SXM5-80GB is 0x233010DE:0x16C110DE; A100-SXM4-40GB is 0x20B010DE; Tesla-T4 is 0x1EB810DE, without MIG); they are left as they are",
+			}},
+		},
+		"an entry for another model is a note in both": {
+			cfg: Config{Name: "c", Entries: []Entry{
+				{DeviceFilter: filter("MODEL"), AllDevices: true, MigEnabled: true, Profiles: seven},
+				{DeviceFilter: filter("0x233010DE:0x16C110DE"), AllDevices: true, MigEnabled: true, Profiles: seven},
+			}},
+			node:  want{covers: []int{0, 1}, notes: []string{`mig-configs.c[0]: its device-filter ("MODEL") matches no GPU on this node (H100-SXM5-80GB is 0x233010DE:0x16C110DE; A100-SXM4-40GB is 0x20B010DE; Tesla-T4 is 0x1EB810DE, without MIG)`}},
+			fleet: want{covers: []int{0, 1}, notes: []string{`mig-configs.c[0]: its device-filter ("MODEL") matches no GPU on this node (H100-SXM5-80GB is 0x233010DE:0x16C110DE; A100-SXM4-40GB is 0x20B010DE; Tesla-T4 is 0x1EB810DE, without MIG)`}},
+		},
+		"a sibling subsystem matches nothing": {
+			cfg:   Config{Name: "c", Entries: []Entry{{DeviceFilter: filter("0x233010DE:0x16C010DE"), AllDevices: true, MigEnabled: false}}},
+			node:  want{err: []string{"mig-configs.c: no entry applies to this node's GPUs (H100-SXM5-80GB is 0x233010DE:0x16C110DE; A100-SXM4-40GB is 0x20B010DE; Tesla-T4 is 0x1EB810DE, without MIG)"}},
+			fleet: want{covers: []int{}, notes: []string{`mig-configs.c[0]: its device-filter ("0x233010DE:0x16C010DE") matches no GPU on this node (H100-SXM5-80GB is 0x233010DE:0x16C110DE; A100-SXM4-40GB is 0x20B010DE; Tesla-T4 is 0x1EB810DE, without MIG)`, "mig-configs.c: no entry applies to this node's GPUs (H100-SXM5-80GB is 0x233010DE:0x16C110DE; A100-SXM4-40GB is 0x20B010DE; Tesla-T4 is 0x1EB810DE, without MIG); they are left as they are"}},
+		},
+		"devices: [] names no GPU": {
+			cfg: Config{Name: "c", Entries: []Entry{
+				{Devices: []int{}, MigEnabled: false},
+				{Devices: []int{0}, MigEnabled: false},
+			}},
+			node:  want{err: []string{"mig-configs.c[0]: devices: [] names no GPU"}},
+			fleet: want{covers: []int{0}, notes: []string{"mig-configs.c[0]: devices: [] names no GPU"}},
+		},
+		"all is every GPU with MIG when it turns MIG on": {
+			cfg:   Config{Name: "c", Entries: []Entry{{DeviceFilter: filter("0x233010DE", "0x1EB810DE"), AllDevices: true, MigEnabled: true, Profiles: seven}}},
+			node:  want{covers: []int{0, 1}},
+			fleet: want{covers: []int{0, 1}},
+		},
+		"and every GPU when it turns MIG off": {
+			cfg:   Config{Name: "c", Entries: []Entry{{AllDevices: true}}},
+			node:  want{covers: []int{0, 1, 2, 3}},
+			fleet: want{covers: []int{0, 1, 2, 3}},
+		},
+		"naming a GPU without MIG for MIG is an error in both": {
+			cfg:   Config{Name: "c", Entries: []Entry{{Devices: []int{3}, MigEnabled: true, Profiles: seven}}},
+			node:  want{err: []string{"GPU 3 (Tesla-T4): MIG is not supported on this GPU"}},
+			fleet: want{err: []string{"GPU 3 (Tesla-T4): MIG is not supported on this GPU"}},
+		},
+		"a configuration's own error comes first": {
+			cfg:   Config{Name: "c", Err: fmt.Errorf("mig-configs.c[0]: unknown field \"x\"")},
+			node:  want{err: []string{`mig-configs.c[0]: unknown field "x"`}},
+			fleet: want{err: []string{`mig-configs.c[0]: unknown field "x"`}},
+		},
+	}
+	for name, tc := range tests {
+		for _, sc := range []struct {
+			scope Scope
+			want  want
+		}{{ScopeNode, tc.node}, {ScopeFleet, tc.fleet}} {
+			t.Run(fmt.Sprintf("%s/scope %d", name, sc.scope), func(t *testing.T) {
+				v, err := ValidateFor(tc.cfg, node, sc.scope)
+				if sc.want.err != nil {
+					if err == nil {
+						t.Fatalf("ValidateFor succeeded with %+v, want errors", v)
+					}
+					if diff := cmp.Diff(sc.want.err, strings.Split(err.Error(), "\n")); diff != "" {
+						t.Errorf("error (-want +got):\n%s", diff)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatalf("ValidateFor: %v", err)
+				}
+				covers := []int{}
+				for _, d := range v.Desired {
+					covers = append(covers, d.GPU)
+				}
+				if diff := cmp.Diff(sc.want.covers, covers); diff != "" {
+					t.Errorf("GPUs covered (-want +got):\n%s", diff)
+				}
+				if diff := cmp.Diff(sc.want.notes, v.Notes); diff != "" {
+					t.Errorf("notes (-want +got):\n%s", diff)
+				}
+			})
+		}
 	}
 }

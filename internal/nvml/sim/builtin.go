@@ -199,6 +199,10 @@ func builtinModels() []Model {
 			SMs:          132,
 			Architecture: Hopper,
 			Profiles:     sevenSlice(withEngines(h100_80, hopperEngines)),
+
+			// Subsystem 10de:16c1, from the PCI config space of an H100
+			// 80GB HBM3 SXM5 (offset 0x2c).
+			PCISubsystemID: 0x16C110DE,
 		},
 		{
 			Name:         "H200-SXM-141GB",

@@ -59,7 +59,7 @@ func (h *gpuHandle) GetPciInfo() (nvml.PciInfo, nvml.Return) {
 	}
 	defer h.lib.mu.Unlock()
 	id := pciBusID(h.index)
-	info := nvml.PciInfo{Bus: uint32(0x18 + h.index*0x10), PciDeviceId: m.PCIDeviceID}
+	info := nvml.PciInfo{Bus: uint32(0x18 + h.index*0x10), PciDeviceId: m.PCIDeviceID, PciSubSystemId: m.PCISubsystemID}
 	copyCString(info.BusId[:], id)
 	copyCString(info.BusIdLegacy[:], id[4:]) // "0000:18:00.0"
 	return info, nvml.SUCCESS

@@ -74,6 +74,11 @@ type Model struct {
 	// PCIDeviceID is PciInfo.PciDeviceId: device id in the high 16 bits,
 	// vendor 0x10DE in the low ones (0x233010DE).
 	PCIDeviceID uint32
+	// PCISubsystemID is PciInfo.PciSubSystemId, the board's subsystem
+	// device and vendor ids the same way (0x16C110DE); 0 where the model
+	// does not say, as NVML reports for an unknown subsystem. mig-parted's
+	// device-filter may name it ("0x233010DE:0x16C110DE").
+	PCISubsystemID uint32
 	// MemoryMiB is the total memory NVML reports (GetMemoryInfo().Total in MiB).
 	MemoryMiB uint64
 	// SMs is the multiprocessor count of the whole GPU.

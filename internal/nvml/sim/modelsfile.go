@@ -258,6 +258,9 @@ type modelSpec struct {
 	MemorySlices  int           `json:"memorySlices,omitempty"`
 	ComputeSlices int           `json:"computeSlices,omitempty"`
 	Profiles      []profileSpec `json:"profiles"`
+
+	// PCISubsystemID is optional: left out, it is 0 (unknown).
+	PCISubsystemID hexUint32 `json:"pciSubsystemID,omitempty"`
 }
 
 type profileSpec struct {
@@ -305,6 +308,7 @@ func (s *modelSpec) model() (Model, error) {
 		MemorySlices:  s.MemorySlices,
 		ComputeSlices: s.ComputeSlices,
 	}
+	m.PCISubsystemID = uint32(s.PCISubsystemID)
 	m.MemorySlices, m.ComputeSlices = m.Geometry()
 	for _, ps := range s.Profiles {
 		p := Profile{
@@ -358,6 +362,7 @@ func (m *Model) spec() modelSpec {
 		SMs:          m.SMs,
 		Architecture: m.Architecture,
 	}
+	s.PCISubsystemID = hexUint32(m.PCISubsystemID)
 	s.MemorySlices, s.ComputeSlices = m.Geometry()
 	for i := range m.Profiles {
 		p := &m.Profiles[i]
