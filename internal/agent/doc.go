@@ -51,7 +51,10 @@
 //
 // Label nvidia.com/mig.config.state (pending, success, failed, as the GPU
 // operator's mig-manager) with the reason in annotation
-// migflex.io/mig.config.reason. Success means the layout is in place,
+// migflex.io/mig.config.reason (on success too when part of the
+// configuration was left out on this node: an entry for another GPU model,
+// or, in the label's shared config file, GPUs the node lacks or a
+// configuration nothing of which applies here). Success means the layout is in place,
 // served, and in the Node's allocatable: the kubelet publishes
 // device-plugin resources at its next node status update, seconds after
 // they changed, and until it does the state is pending (a pod created on

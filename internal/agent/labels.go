@@ -33,7 +33,8 @@ const (
 	// operator's mig-manager reports it.
 	LabelMigConfigState = "nvidia.com/mig.config.state"
 	// AnnotationReason says why the state is not success, or with success
-	// what else there is to know (sources ignored, no source left).
+	// what else there is to know (sources ignored, no source left, what of
+	// the configuration was left out on this node).
 	AnnotationReason = "migflex.io/mig.config.reason"
 	// AnnotationLayout is the node's GPU layout as JSON ([]LayoutGPU).
 	AnnotationLayout = "migflex.io/mig.layout"

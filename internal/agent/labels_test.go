@@ -211,6 +211,7 @@ func TestOwnedMetadata(t *testing.T) {
 		{"no source: no state, no reason", status{}, base, map[string]string{AnnotationLayout: layoutJSON}},
 		{"success", status{State: StateSuccess}, with(base, LabelMigConfigState, "success"), map[string]string{AnnotationLayout: layoutJSON}},
 		{"success with a note", status{StateSuccess, "run.ai/mig.config ignored"}, with(base, LabelMigConfigState, "success"), map[string]string{AnnotationLayout: layoutJSON, AnnotationReason: "run.ai/mig.config ignored"}},
+		{"success with what was left out", status{StateSuccess, "entry 0 matches no GPU"}, with(base, LabelMigConfigState, "success"), map[string]string{AnnotationLayout: layoutJSON, AnnotationReason: "entry 0 matches no GPU"}},
 		{"pending", status{StatePending, "GPU 0: ns/p"}, with(base, LabelMigConfigState, "pending"), map[string]string{AnnotationLayout: layoutJSON, AnnotationReason: "GPU 0: ns/p"}},
 		{"failed", status{StateFailed, "bad"}, with(base, LabelMigConfigState, "failed"), map[string]string{AnnotationLayout: layoutJSON, AnnotationReason: "bad"}},
 	}

@@ -65,7 +65,7 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, prev status) o
 		a.metrics.errors.WithLabelValues(stageConfig).Inc()
 		return a.finish(prev, outcome{status: status{StateFailed, err.Error()}, retry: true, result: resultFailed, gpus: gpus}, ReasonFailed, "")
 	}
-	desired, plan, err := planFor(src, doc, gpus)
+	desired, plan, notes, err := planFor(src, doc, gpus)
 	if err == nil {
 		err = a.servable(gpus, plan)
 	}
@@ -76,12 +76,16 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, prev status) o
 	}
 	if !slices.ContainsFunc(plan.GPUs, migconfig.GPUPlan.Changed) {
 		clear(a.held)
-		out := outcome{status: status{State: StateSuccess}, result: resultSuccess, gpus: gpus}
+		out := outcome{status: successWith(src, notes), result: resultSuccess, gpus: gpus}
 		if serveErr != nil {
 			out.status, out.result = status{StateFailed, serveErr.Error()}, resultFailed
 			return a.finish(prev, out, ReasonFailed, "")
 		}
-		return a.finish(prev, out, ReasonApplied, fmt.Sprintf("%s: the layout is in place: %s", src, summarize(plan)))
+		msg := fmt.Sprintf("%s: the layout is in place: %s", src, summarize(plan))
+		if len(plan.GPUs) == 0 {
+			msg = fmt.Sprintf("%s: nothing to change on this node", src)
+		}
+		return a.finish(prev, out, ReasonApplied, joinReasons(msg, strings.Join(notes, "; ")))
 	}
 
 	// A GPU whose apply of this document failed on its very layout is
@@ -181,7 +185,24 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, prev status) o
 		out.result = resultPending
 		return a.finish(prev, out, ReasonPending, "")
 	}
+	out.status = successWith(src, notes)
+	for i, ev := range out.events {
+		if ev.Reason == ReasonApplied {
+			out.events[i].Message = joinReasons(ev.Message, strings.Join(notes, "; "))
+		}
+	}
 	return a.finish(prev, out, ReasonApplied, "")
+}
+
+// successWith is the success status; its reason says what of the
+// configuration does not apply to this node and was left out (an entry for
+// another GPU model; in a shared config file, GPUs the node lacks, or the
+// whole configuration), so that an operator sees it on the Node.
+func successWith(src source, notes []string) status {
+	if len(notes) == 0 {
+		return status{State: StateSuccess}
+	}
+	return status{StateSuccess, fmt.Sprintf("%s: %s", src, strings.Join(notes, "; "))}
 }
 
 // drainFree drains the devices of the GPUs plan changes (the free GPUs: no
@@ -431,25 +452,33 @@ func (a *Agent) document(src source) (string, error) {
 }
 
 // planFor parses doc, selects the source's configuration and plans it on
-// gpus. Every error is the user's document or choice not fitting the node.
-func planFor(src source, doc string, gpus []mig.GPU) ([]migconfig.Desired, migconfig.Plan, error) {
+// gpus, with notes on what of it does not apply to them. Every error is the
+// user's document or choice not fitting the node. The label's config file
+// is shared by a fleet and read as mig-parted reads it (what does not fit
+// this node is left out); an annotation is written for this node, so what
+// does not fit it is an error (migconfig.Scope).
+func planFor(src source, doc string, gpus []mig.GPU) ([]migconfig.Desired, migconfig.Plan, []string, error) {
 	spec, err := migconfig.Parse([]byte(doc))
 	if err != nil {
-		return nil, migconfig.Plan{}, err
+		return nil, migconfig.Plan{}, nil, err
 	}
 	cfg, err := spec.Select(src.configName)
 	if err != nil {
-		return nil, migconfig.Plan{}, err
+		return nil, migconfig.Plan{}, nil, err
 	}
-	desired, err := migconfig.Validate(cfg, gpus)
+	scope := migconfig.ScopeNode
+	if src.kind == sourceLabel {
+		scope = migconfig.ScopeFleet
+	}
+	v, err := migconfig.ValidateFor(cfg, gpus, scope)
 	if err != nil {
-		return nil, migconfig.Plan{}, fmt.Errorf("config %q: %w", cfg.Name, err)
+		return nil, migconfig.Plan{}, nil, fmt.Errorf("config %q: %w", cfg.Name, err)
 	}
-	plan, err := migconfig.MakePlan(gpus, desired)
+	plan, err := migconfig.MakePlan(gpus, v.Desired)
 	if err != nil {
-		return nil, migconfig.Plan{}, fmt.Errorf("config %q: %w", cfg.Name, err)
+		return nil, migconfig.Plan{}, nil, fmt.Errorf("config %q: %w", cfg.Name, err)
 	}
-	return desired, plan, nil
+	return v.Desired, plan, v.Notes, nil
 }
 
 // servable checks that the device plugin can serve the layout gpus would

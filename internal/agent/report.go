@@ -20,7 +20,8 @@ type status struct {
 	// Node asks for no layout.
 	State string
 	// Reason says why State is not success, or, with success, what else
-	// the Node should know (sources ignored, no source left).
+	// the Node should know (sources ignored, no source left, what of the
+	// configuration does not apply to this node).
 	Reason string
 }
 
@@ -37,6 +38,8 @@ func ownedMetadata(st status, gpus []mig.GPU, served map[string]bool, strategy d
 		return nil, nil, err
 	}
 	annotations = map[string]string{AnnotationLayout: layoutJSON}
+	// A success has a reason too: sources ignored, no source left, or
+	// what of the configuration was left out on this node (successWith).
 	if st.State != "" && st.Reason != "" {
 		annotations[AnnotationReason] = truncate(st.Reason)
 	}
