@@ -178,6 +178,14 @@ func checkGPU(g *mig.GPU, d Desired, errs *errorList) bool {
 			if supported == "" {
 				supported = supportedNames(g)
 			}
+			if lower := strings.ToLower(name); lower != name {
+				if _, ok := g.Profile(lower); ok {
+					// mig-parted reads "+ME" as an attribute of its own;
+					// no GPU has one.
+					fail("unknown profile %s: profile names are lower case (%q)", name, lower)
+					continue
+				}
+			}
 			fail("unknown profile %s (supported: %s)", name, supported)
 		}
 	}
