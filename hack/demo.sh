@@ -149,7 +149,7 @@ for ((i = 0; i < 60; i++)); do
 	[[ -n $ann ]] && break
 	sleep 0.5
 done
-[[ -n $ann ]] || die "the fallback webhook does not rewrite the demo pod (kubectl -n gpu-webhook logs deploy/gpu-webhook)"
+[[ -n $ann ]] || die "the fallback webhook does not rewrite the demo pod (kubectl -n gpu-webhook logs -l app=gpu-webhook)"
 run "kubectl apply -f - <<EOF
 $pod_yaml
 EOF"
@@ -160,7 +160,9 @@ run "kubectl get pod $POD -o jsonpath='{.metadata.annotations.gpu-webhook\.k8s\.
 run "kubectl get pod $POD -o jsonpath='{.spec.containers[0].resources}{\"\\n\"}'"
 run "kubectl get pod $POD -o wide"
 run "kubectl logs $POD | grep -E '^(NVIDIA_VISIBLE_DEVICES|MIGFLEX_)'"
-run "kubectl -n gpu-webhook logs deployment/gpu-webhook | grep 'Rewrote GPU request' | grep -v 'dryRun=true'"
+# Two replicas: whichever answered logged the rewrite (--tail=-1: with a
+# selector kubectl shows only the last 10 lines of each pod).
+run "kubectl -n gpu-webhook logs -l app=gpu-webhook --tail=-1 | grep 'Rewrote GPU request' | grep -v 'dryRun=true'"
 
 # --- what next -----------------------------------------------------------------
 STEP="done"
@@ -178,7 +180,7 @@ ${bold}==> Done in $((SECONDS - T0))s. The cluster stays up; to keep exploring:$
   #   the device drops out of allocatable and comes back 30s later (HEALTH_QUIET_PERIOD)
   kubectl annotate node $NODE --overwrite nvidia.com/mig.config='{version: v1, mig-configs: {selected: [{devices: all, mig-enabled: true, mig-devices: {2g.20gb: 3}}]}}'
   kubectl -n gpu-webhook logs ds/migflex-agent
-  kubectl -n gpu-webhook logs deploy/gpu-webhook
+  kubectl -n gpu-webhook logs -l app=gpu-webhook --tail=-1
 
 Tear down (stops everything and undoes the host changes):
 
