@@ -8,7 +8,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/migflex/migflex/internal/mig"
+	"github.com/migflex/migflex/internal/mig/nvmlmig"
 	"github.com/migflex/migflex/internal/nvml/sim"
 )
 
@@ -49,7 +49,7 @@ func TestSimCommandsWithoutSimulator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := mig.NewPartitioner(l)
+	p := nvmlmig.NewPartitioner(l)
 	p.SetMigMode(0, true) // pending: Ampere
 	p.SetMigMode(1, true)
 	inst, err := p.CreateInstance(1, "3g.40gb", 4)

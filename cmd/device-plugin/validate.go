@@ -13,6 +13,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/migflex/migflex/internal/mig"
+	"github.com/migflex/migflex/internal/mig/nvmlmig"
 	"github.com/migflex/migflex/internal/migconfig"
 	"github.com/migflex/migflex/internal/nvml/sim"
 )
@@ -159,7 +160,7 @@ func readConfigInput(path string, stdin io.Reader) ([]byte, error) {
 }
 
 // simulatedGPUs builds an in-memory simulator of the listed GPUs and reads
-// them the way the agent reads a node, through NVML and mig.Discover.
+// them the way the agent reads a node, through NVML and nvmlmig.Discover.
 func simulatedGPUs(list string) ([]mig.GPU, error) {
 	specs, err := sim.ParseGPUList(list)
 	if err != nil {
@@ -174,7 +175,7 @@ func simulatedGPUs(list string) ([]mig.GPU, error) {
 		return nil, fmt.Errorf("initializing the simulated NVML: %w", ret)
 	}
 	defer lib.Shutdown()
-	return mig.Discover(lib)
+	return nvmlmig.Discover(lib)
 }
 
 // validateAndPlan validates cfg and plans it on gpus, with the notes on

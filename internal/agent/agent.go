@@ -27,6 +27,7 @@ import (
 
 	"github.com/migflex/migflex/internal/deviceplugin"
 	"github.com/migflex/migflex/internal/mig"
+	"github.com/migflex/migflex/internal/mig/nvmlmig"
 	"github.com/migflex/migflex/internal/migconfig"
 	"github.com/migflex/migflex/internal/podresources"
 )
@@ -87,7 +88,7 @@ type PodResources interface {
 	List(ctx context.Context) ([]podresources.Assignment, error)
 }
 
-// partitioner changes MIG state; *mig.Partitioner is the real one.
+// partitioner changes MIG state; *nvmlmig.Partitioner is the real one.
 type partitioner interface {
 	migconfig.Partitioner
 	ResetGPU(gpu int) error
@@ -237,7 +238,7 @@ func New(opts Options) (*Agent, error) {
 	}
 	return &Agent{
 		opts:    opts,
-		part:    mig.NewPartitioner(opts.NVML),
+		part:    nvmlmig.NewPartitioner(opts.NVML),
 		metrics: m,
 		log:     klog.Background().WithName("agent"),
 		trigger: make(chan struct{}, 1),
@@ -284,7 +285,7 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	// Serve what the GPUs have before anything else, so a restarted agent
 	// does not zero the node's resources while it catches up.
-	gpus, err := mig.Discover(a.opts.NVML)
+	gpus, err := nvmlmig.Discover(a.opts.NVML)
 	if err != nil {
 		return fmt.Errorf("reading the GPUs: %w", err)
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/migflex/migflex/internal/deviceplugin/kubeletstub"
 	"github.com/migflex/migflex/internal/health"
 	"github.com/migflex/migflex/internal/mig"
+	"github.com/migflex/migflex/internal/mig/nvmlmig"
 	"github.com/migflex/migflex/internal/nvml/sim"
 	"github.com/migflex/migflex/internal/podresources"
 	"github.com/migflex/migflex/internal/podresources/podresourcestest"
@@ -175,7 +176,7 @@ func (n *node) openSim() {
 // discover is what NVML reports on the node's simulated GPUs now.
 func (n *node) discover() []mig.GPU {
 	n.t.Helper()
-	gpus, err := mig.Discover(n.lib)
+	gpus, err := nvmlmig.Discover(n.lib)
 	if err != nil {
 		n.t.Fatal(err)
 	}
@@ -185,7 +186,7 @@ func (n *node) discover() []mig.GPU {
 // partition sets up a layout before the agent starts.
 func (n *node) partition(gpu int, profiles ...string) {
 	n.t.Helper()
-	p := mig.NewPartitioner(n.lib)
+	p := nvmlmig.NewPartitioner(n.lib)
 	if err := p.SetMigMode(gpu, true); err != nil {
 		n.t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/migflex/migflex/internal/deviceplugin"
 	"github.com/migflex/migflex/internal/mig"
+	"github.com/migflex/migflex/internal/mig/nvmlmig"
 	"github.com/migflex/migflex/internal/migconfig"
 )
 
@@ -39,7 +40,7 @@ type outcome struct {
 // earlier run did, so an agent killed half way converges when it starts
 // again, and an agent restarted with the same layout changes nothing.
 func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, prev status) outcome {
-	gpus, err := mig.Discover(a.opts.NVML)
+	gpus, err := nvmlmig.Discover(a.opts.NVML)
 	if err != nil {
 		a.metrics.errors.WithLabelValues(stageDiscover).Inc()
 		msg := fmt.Sprintf("reading the GPUs through NVML: %v; the devices served before are still served", err)
@@ -325,7 +326,7 @@ func (a *Agent) applyFree(ctx context.Context, src source, srcID string, desired
 			failedGPUs[r.GPU] = hold{reason: r.Err.Error(), inUse: r.Busy || errors.Is(r.Err, mig.ErrInUse)}
 		}
 	}
-	gpus, err := mig.Discover(a.opts.NVML)
+	gpus, err := nvmlmig.Discover(a.opts.NVML)
 	if err != nil {
 		a.metrics.errors.WithLabelValues(stageDiscover).Inc()
 		errs = append(errs, fmt.Sprintf("reading the GPUs after the change: %v", err))
@@ -369,7 +370,7 @@ func (a *Agent) resetAndApply(ctx context.Context, desired []migconfig.Desired, 
 		return r
 	}
 	a.log.Info("Reset the GPU so its MIG mode change takes effect", "gpu", r.GPU)
-	gpus, err := mig.Discover(a.opts.NVML)
+	gpus, err := nvmlmig.Discover(a.opts.NVML)
 	if err != nil {
 		r.Err = fmt.Errorf("GPU %d: reading it after the reset: %w", r.GPU, err)
 		return r

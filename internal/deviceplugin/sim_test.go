@@ -12,13 +12,14 @@ import (
 
 	"github.com/migflex/migflex/internal/health"
 	"github.com/migflex/migflex/internal/mig"
+	"github.com/migflex/migflex/internal/mig/nvmlmig"
 	"github.com/migflex/migflex/internal/nvml/sim"
 )
 
 // simNode is two simulated H100s: GPU 0 split 3g+3g, GPU 1 whole.
 type simNode struct {
 	lib  *sim.Lib
-	part *mig.Partitioner
+	part *nvmlmig.Partitioner
 	gpus []mig.GPU
 	// mig0 and mig1 are GPU 0's instances (starts 0 and 4).
 	mig0, mig1 mig.Instance
@@ -44,7 +45,7 @@ func newSimNodeWith(t *testing.T, cfg sim.Config) *simNode {
 			t.Error(err)
 		}
 	})
-	n := &simNode{lib: lib, part: mig.NewPartitioner(lib)}
+	n := &simNode{lib: lib, part: nvmlmig.NewPartitioner(lib)}
 	if err := n.part.SetMigMode(0, true); err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func newSimNodeWith(t *testing.T, cfg sim.Config) *simNode {
 
 func (n *simNode) discover(t *testing.T) {
 	t.Helper()
-	gpus, err := mig.Discover(n.lib)
+	gpus, err := nvmlmig.Discover(n.lib)
 	if err != nil {
 		t.Fatal(err)
 	}

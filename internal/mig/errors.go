@@ -1,13 +1,10 @@
 package mig
 
-import (
-	"errors"
-	"fmt"
+import "errors"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
-)
-
-// Sentinels for errors.Is on errors from this package.
+// Sentinels for errors.Is on errors from the NVML adapter (nvmlmig) and
+// anything else that changes MIG state: callers such as the config engine
+// decide on them without knowing the backend.
 var (
 	// ErrInUse: the GPU or instance is busy (instances exist, processes
 	// run); nothing was changed.
@@ -24,55 +21,3 @@ var (
 	// disabled, no reset capability).
 	ErrNotSupported = errors.New("not supported")
 )
-
-// Error is a failed NVML call made for an operation on one GPU. It matches
-// the sentinels above and, through Unwrap, the nvml.Return itself.
-type Error struct {
-	GPU int
-	// Op says what was attempted: "create 3g.40gb at 4".
-	Op  string
-	Ret nvml.Return
-}
-
-func (e *Error) Error() string { return fmt.Sprintf("GPU %d: %s: %v", e.GPU, e.Op, e.Ret) }
-
-func (e *Error) Unwrap() error { return e.Ret }
-
-func (e *Error) Is(target error) bool { return returnIs(e.Ret, target) }
-
-// returnIs maps an NVML return to the sentinel it means.
-func returnIs(ret nvml.Return, target error) bool {
-	switch target {
-	case ErrInUse:
-		return ret == nvml.ERROR_IN_USE
-	case ErrResetRequired:
-		return ret == nvml.ERROR_RESET_REQUIRED
-	case ErrInsufficientResources:
-		return ret == nvml.ERROR_INSUFFICIENT_RESOURCES
-	case ErrNotFound:
-		return ret == nvml.ERROR_NOT_FOUND
-	case ErrNotSupported:
-		return ret == nvml.ERROR_NOT_SUPPORTED
-	}
-	return false
-}
-
-// backendError is an error from a backend capability (GPUResetter) that
-// wraps an nvml.Return: its text is the backend's, and it matches the
-// sentinels like Error does.
-type backendError struct {
-	err error
-	ret nvml.Return
-}
-
-func (e *backendError) Error() string        { return e.err.Error() }
-func (e *backendError) Unwrap() error        { return e.err }
-func (e *backendError) Is(target error) bool { return returnIs(e.ret, target) }
-
-// nvmlErr wraps a failed return; nil for SUCCESS.
-func nvmlErr(gpu int, ret nvml.Return, format string, args ...any) error {
-	if ret == nvml.SUCCESS {
-		return nil
-	}
-	return &Error{GPU: gpu, Op: fmt.Sprintf(format, args...), Ret: ret}
-}

@@ -3,81 +3,7 @@ package mig
 import (
 	"fmt"
 	"math"
-	"strings"
-
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
-
-// ProfileNamer is an optional capability of an nvml.Device that names its
-// GPU-instance profiles itself. The simulator implements it so custom
-// models keep the names their tables give; real devices do not.
-type ProfileNamer interface {
-	ProfileName(info nvml.GpuInstanceProfileInfo) (string, bool)
-}
-
-// ProfileName names a GPU-instance profile: by the device's ProfileNamer,
-// else by the name NVML reports through the versioned profile info, else
-// derived from memory like NVIDIA's go-nvlib.
-func ProfileName(lib nvml.Interface, d nvml.Device, query int, info nvml.GpuInstanceProfileInfo, totalMemBytes uint64) string {
-	if n, ok := d.(ProfileNamer); ok {
-		if name, ok := n.ProfileName(info); ok {
-			return name
-		}
-	}
-	if v, ok := VersionedProfileInfo(lib, d, query); ok && v.Name != "" {
-		return v.Name
-	}
-	return DeriveProfileName(query, info, totalMemBytes)
-}
-
-// profileInfoVSymbol is the NVML function behind the versioned profile info
-// (R510 and later).
-const profileInfoVSymbol = "nvmlDeviceGetGpuInstanceProfileInfoV"
-
-// ProfileInfoV is what the versioned profile info adds to version 1.
-type ProfileInfoV struct {
-	// Name is the profile's name without the "MIG " prefix ("1g.10gb+me").
-	Name string
-	// Capabilities are NVML's GPU_INSTANCE_PROFILE_CAPS_* bits (P2P, GFX);
-	// only version 3 reports them.
-	Capabilities uint32
-	// Version is the struct version the driver answered: 3 or 2.
-	Version int
-}
-
-// VersionedProfileInfo asks NVML for a profile's version-3 info, or version 2
-// on a driver without it. It answers false where the library lacks the call
-// (drivers before R510, the simulator) or the device handle is not one
-// go-nvml filled from the C library: calling the handler then would crash
-// the process.
-func VersionedProfileInfo(lib nvml.Interface, d nvml.Device, query int) (ProfileInfoV, bool) {
-	if lib == nil || lib.Extensions().LookupSymbol(profileInfoVSymbol) != nil {
-		return ProfileInfoV{}, false
-	}
-	h := d.GetGpuInstanceProfileInfoV(query)
-	if h == (nvml.GpuInstanceProfileInfoHandler{}) {
-		return ProfileInfoV{}, false
-	}
-	if v3, ret := h.V3(); ret == nvml.SUCCESS {
-		return ProfileInfoV{Name: cName(v3.Name[:]), Capabilities: v3.Capabilities, Version: 3}, true
-	}
-	if v2, ret := h.V2(); ret == nvml.SUCCESS {
-		return ProfileInfoV{Name: cName(v2.Name[:]), Version: 2}, true
-	}
-	return ProfileInfoV{}, false
-}
-
-// cName reads a NUL-terminated C string and drops NVML's "MIG " prefix.
-func cName(c []int8) string {
-	var b strings.Builder
-	for _, ch := range c {
-		if ch == 0 {
-			break
-		}
-		b.WriteByte(byte(ch))
-	}
-	return strings.TrimPrefix(b.String(), "MIG ")
-}
 
 // DeriveProfileName builds a profile's canonical name from NVML's numbers
 // the way NVIDIA's go-nvlib does: "<slices>g.<GB>gb", where GB is the
@@ -85,8 +11,8 @@ func cName(c []int8) string {
 // times the GPU's memory in GB rounded up. Rounding to eighths is what makes
 // 80384 MiB on an 80 GB A100 7g.80gb rather than 79. Attribute suffixes
 // follow the query constant: +me, +me.all, -me, +gfx.
-func DeriveProfileName(query int, info nvml.GpuInstanceProfileInfo, totalMemBytes uint64) string {
-	return fmt.Sprintf("%dg.%dgb%s", info.SliceCount, memoryGB(totalMemBytes, info.MemorySizeMB), profileSuffix(query))
+func DeriveProfileName(query, slices int, memoryMiB, totalMemBytes uint64) string {
+	return fmt.Sprintf("%dg.%dgb%s", slices, memoryGB(totalMemBytes, memoryMiB), ProfileSuffix(query))
 }
 
 func memoryGB(totalMemBytes, instanceMiB uint64) uint64 {
@@ -104,17 +30,44 @@ func memoryGB(totalMemBytes, instanceMiB uint64) uint64 {
 	return uint64(math.Round(fraction * totalGB))
 }
 
-func profileSuffix(query int) string {
+// ProfileSuffix is the attribute suffix NVIDIA's tools write for a
+// GPU-instance profile query constant: "+me", "+me.all", "-me", "+gfx" or "".
+func ProfileSuffix(query int) string {
 	switch query {
-	case nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, nvml.GPU_INSTANCE_PROFILE_2_SLICE_REV1:
+	case GIProfile1SliceRev1, GIProfile2SliceRev1:
 		return "+me"
-	case nvml.GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME, nvml.GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME:
+	case GIProfile1SliceAllME, GIProfile2SliceAllME:
 		return "+me.all"
-	case nvml.GPU_INSTANCE_PROFILE_1_SLICE_NO_ME, nvml.GPU_INSTANCE_PROFILE_2_SLICE_NO_ME:
+	case GIProfile1SliceNoME, GIProfile2SliceNoME:
 		return "-me"
-	case nvml.GPU_INSTANCE_PROFILE_1_SLICE_GFX, nvml.GPU_INSTANCE_PROFILE_2_SLICE_GFX,
-		nvml.GPU_INSTANCE_PROFILE_4_SLICE_GFX, nvml.GPU_INSTANCE_PROFILE_3_SLICE_GFX:
+	case GIProfile1SliceGFX, GIProfile2SliceGFX, GIProfile4SliceGFX, GIProfile3SliceGFX:
 		return "+gfx"
 	}
 	return ""
+}
+
+// Media says how a profile's media engines relate to the rest of the GPU.
+type Media int
+
+const (
+	// SomeMedia: the usual profiles, with their share of the media
+	// engines, or none.
+	SomeMedia Media = iota
+	// AllMedia: an _ALL_ME profile (+me.all), every media engine of the GPU.
+	AllMedia
+	// NoMedia: an _NO_ME profile (-me), none, and the only kind that may
+	// share a GPU with an AllMedia instance (nvml.h).
+	NoMedia
+)
+
+// MediaOf returns how the profile with this query constant shares media
+// engines.
+func MediaOf(query int) Media {
+	switch query {
+	case GIProfile1SliceAllME, GIProfile2SliceAllME:
+		return AllMedia
+	case GIProfile1SliceNoME, GIProfile2SliceNoME:
+		return NoMedia
+	}
+	return SomeMedia
 }

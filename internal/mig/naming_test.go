@@ -3,8 +3,6 @@ package mig_test
 import (
 	"testing"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
-
 	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/nvml/sim"
 )
@@ -16,8 +14,7 @@ func TestDeriveProfileNameBuiltins(t *testing.T) {
 	for _, m := range sim.BuiltinModels() {
 		for _, p := range m.Profiles {
 			t.Run(m.Name+"/"+p.Name, func(t *testing.T) {
-				info := nvml.GpuInstanceProfileInfo{Id: p.ID, SliceCount: uint32(p.Slices), MemorySizeMB: p.MemoryMiB}
-				if got := mig.DeriveProfileName(p.Query, info, m.MemoryMiB<<20); got != p.Name {
+				if got := mig.DeriveProfileName(p.Query, p.Slices, p.MemoryMiB, m.MemoryMiB<<20); got != p.Name {
 					t.Errorf("DeriveProfileName() = %q, want %q", got, p.Name)
 				}
 			})
@@ -30,24 +27,23 @@ func TestDeriveProfileName(t *testing.T) {
 	tests := []struct {
 		name   string
 		query  int
-		slices uint32
+		slices int
 		memMiB uint64
 		total  uint64
 		want   string
 	}{
-		{"full A100 80GB rounds up to 80, not 79", nvml.GPU_INSTANCE_PROFILE_7_SLICE, 7, 80384, a100_80, "7g.80gb"},
-		{"media extension", nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, 1, 9856, a100_80, "1g.10gb+me"},
-		{"all media engines", nvml.GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME, 1, 9856, a100_80, "1g.10gb+me.all"},
-		{"no media engines", nvml.GPU_INSTANCE_PROFILE_2_SLICE_NO_ME, 2, 19968, a100_80, "2g.20gb-me"},
-		{"graphics", nvml.GPU_INSTANCE_PROFILE_4_SLICE_GFX, 4, 40192, a100_80, "4g.40gb+gfx"},
-		{"double memory has no suffix", nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV2, 1, 19968, a100_80, "1g.20gb"},
-		{"70 GB card", nvml.GPU_INSTANCE_PROFILE_3_SLICE, 3, 30720, 71680 << 20, "3g.35gb"},
-		{"no total memory", nvml.GPU_INSTANCE_PROFILE_1_SLICE, 1, 4864, 0, "1g.0gb"},
+		{"full A100 80GB rounds up to 80, not 79", mig.GIProfile7Slice, 7, 80384, a100_80, "7g.80gb"},
+		{"media extension", mig.GIProfile1SliceRev1, 1, 9856, a100_80, "1g.10gb+me"},
+		{"all media engines", mig.GIProfile1SliceAllME, 1, 9856, a100_80, "1g.10gb+me.all"},
+		{"no media engines", mig.GIProfile2SliceNoME, 2, 19968, a100_80, "2g.20gb-me"},
+		{"graphics", mig.GIProfile4SliceGFX, 4, 40192, a100_80, "4g.40gb+gfx"},
+		{"double memory has no suffix", mig.GIProfile1SliceRev2, 1, 19968, a100_80, "1g.20gb"},
+		{"70 GB card", mig.GIProfile3Slice, 3, 30720, 71680 << 20, "3g.35gb"},
+		{"no total memory", mig.GIProfile1Slice, 1, 4864, 0, "1g.0gb"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			info := nvml.GpuInstanceProfileInfo{SliceCount: tc.slices, MemorySizeMB: tc.memMiB}
-			if got := mig.DeriveProfileName(tc.query, info, tc.total); got != tc.want {
+			if got := mig.DeriveProfileName(tc.query, tc.slices, tc.memMiB, tc.total); got != tc.want {
 				t.Errorf("DeriveProfileName() = %q, want %q", got, tc.want)
 			}
 		})

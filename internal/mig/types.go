@@ -1,7 +1,9 @@
-// Package mig reads and changes the MIG state of GPUs through an NVML
-// interface. It is the only code that talks to NVML about partitions; the
-// config engine, the device plugin and the node agent work on the plain types
-// declared here, so they never care whether NVML is real or simulated.
+// Package mig is the MIG domain: GPUs, their GPU-instance profiles and
+// instances, the error sentinels of changing them, and the NVML numbers and
+// names that describe profiles. It is pure (no cgo, no I/O), so the config
+// engine, the planner and the webhook's tables build without go-nvml; the
+// NVML adapter that fills these types from a real or simulated GPU is
+// nvmlmig.
 package mig
 
 // Profile is a GPU-instance profile a GPU supports, as NVML reports it. Each

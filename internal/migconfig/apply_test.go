@@ -13,6 +13,7 @@ import (
 	gocmp "github.com/google/go-cmp/cmp"
 
 	"github.com/migflex/migflex/internal/mig"
+	"github.com/migflex/migflex/internal/mig/nvmlmig"
 )
 
 // fakePartitioner keeps MIG state per GPU with the hardware's rules (valid
@@ -306,7 +307,7 @@ func TestApplyMessages(t *testing.T) {
 		},
 		"enable waits for a reset: not undone, creates left for later": {
 			sc: applyScenarios["enable MIG and create"], fail: 1, outcome: OutcomeResetRequired,
-			failErr: &mig.Error{GPU: 1, Op: "enable MIG mode: pending until GPU reset", Ret: nvml.ERROR_RESET_REQUIRED},
+			failErr: &nvmlmig.Error{GPU: 1, Op: "enable MIG mode: pending until GPU reset", Ret: nvml.ERROR_RESET_REQUIRED},
 			calls:   1,
 			want:    "GPU 1 (H100-SXM5-80GB): enable MIG: GPU 1: enable MIG mode: pending until GPU reset: ERROR_RESET_REQUIRED; the change waits for a GPU reset, 3 instance(s) still to create after it",
 		},
@@ -347,8 +348,8 @@ func TestApplyMessages(t *testing.T) {
 	}
 }
 
-// busyErr is what mig.Partitioner returns for an instance with processes.
-var busyErr = &mig.Error{GPU: 1, Op: "destroy GPU instance 2", Ret: nvml.ERROR_IN_USE}
+// busyErr is what nvmlmig.Partitioner returns for an instance with processes.
+var busyErr = &nvmlmig.Error{GPU: 1, Op: "destroy GPU instance 2", Ret: nvml.ERROR_IN_USE}
 
 func TestApplyContext(t *testing.T) {
 	sc := applyScenarios["destroy and create, keeping one"]

@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
-
 	"github.com/migflex/migflex/internal/mig"
 )
 
@@ -27,12 +25,12 @@ func mediaShortfall(g *mig.GPU, counts map[string]int) string {
 		sum.Encoders += n * p.Engines.Encoders
 		sum.JPEGs += n * p.Engines.JPEGs
 		sum.OFAs += n * p.Engines.OFAs
-		switch p.Query {
-		case nvml.GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME, nvml.GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME:
+		switch mig.MediaOf(p.Query) {
+		case mig.AllMedia:
 			for range n {
 				allMe = append(allMe, name)
 			}
-		case nvml.GPU_INSTANCE_PROFILE_1_SLICE_NO_ME, nvml.GPU_INSTANCE_PROFILE_2_SLICE_NO_ME:
+		case mig.NoMedia:
 		default:
 			others = append(others, name)
 		}

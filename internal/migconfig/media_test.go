@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/migflex/migflex/internal/mig"
+	"github.com/migflex/migflex/internal/mig/nvmlmig"
 	"github.com/migflex/migflex/internal/nvml/sim"
 )
 
@@ -77,7 +77,7 @@ func TestMediaRuleAgreesWithSimulator(t *testing.T) {
 							t.Errorf("%v: MakePlan: %v", counts, err)
 							continue
 						}
-						if _, err := Apply(context.Background(), mig.NewPartitioner(lib), plan); err != nil {
+						if _, err := Apply(context.Background(), nvmlmig.NewPartitioner(lib), plan); err != nil {
 							t.Errorf("%v validates but the simulator refuses it: %v", counts, err)
 						}
 						continue
@@ -90,7 +90,7 @@ func TestMediaRuleAgreesWithSimulator(t *testing.T) {
 								continue
 							}
 							lib := newSim(t, sim.GPUSpec{Model: m.Name, Count: 1, Initial: enabled})
-							p := mig.NewPartitioner(lib)
+							p := nvmlmig.NewPartitioner(lib)
 							_, errA := p.CreateInstance(0, a.Name, sa)
 							_, errB := p.CreateInstance(0, b.Name, sb)
 							if errA == nil && errB == nil {

@@ -520,7 +520,7 @@ func balancedCases() []mpCase {
 // fixtureCases: every configuration of the upstream files
 // (deployments/systemd/config-default.yaml, examples/config.yaml,
 // examples/dgx-station-80gb-config.yaml) applied to an 8-GPU node of every
-// simulated model, read through the simulator and mig.Discover as the agent
+// simulated model, read through the simulator and nvmlmig.Discover as the agent
 // reads a node. mig-parted's answer comes from mpApply, a model of what its
 // apply does with a configuration.
 func fixtureCases(t *testing.T) []mpCase {

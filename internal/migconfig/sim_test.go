@@ -11,13 +11,14 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/migflex/migflex/internal/mig"
+	"github.com/migflex/migflex/internal/mig/nvmlmig"
 	"github.com/migflex/migflex/internal/nvml/sim"
 )
 
 // The tests in this file go through the simulated NVML and internal/mig,
 // the code path the agent uses.
 
-var _ Partitioner = (*mig.Partitioner)(nil)
+var _ Partitioner = (*nvmlmig.Partitioner)(nil)
 
 func newSim(t *testing.T, specs ...sim.GPUSpec) *sim.Lib {
 	t.Helper()
@@ -31,9 +32,9 @@ func newSim(t *testing.T, specs ...sim.GPUSpec) *sim.Lib {
 
 func discover(t *testing.T, lib *sim.Lib) []mig.GPU {
 	t.Helper()
-	gpus, err := mig.Discover(lib)
+	gpus, err := nvmlmig.Discover(lib)
 	if err != nil {
-		t.Fatalf("mig.Discover: %v", err)
+		t.Fatalf("nvmlmig.Discover: %v", err)
 	}
 	return gpus
 }
@@ -87,7 +88,7 @@ func TestFixturesValidateOnSimulator(t *testing.T) {
 	}
 }
 
-// TestApplyOnSimulator applies configurations through mig.Partitioner and
+// TestApplyOnSimulator applies configurations through nvmlmig.Partitioner and
 // reads the result back with Discover.
 func TestApplyOnSimulator(t *testing.T) {
 	steps := []string{
@@ -100,7 +101,7 @@ func TestApplyOnSimulator(t *testing.T) {
 		"version: v1\nmig-configs:\n  selected:\n  - {devices: all, mig-enabled: true, mig-devices: {\"7g.80gb\": 1}}\n",
 	}
 	lib := newSim(t, sim.GPUSpec{Model: "H100-SXM5-80GB", Count: 2})
-	p := mig.NewPartitioner(lib)
+	p := nvmlmig.NewPartitioner(lib)
 	var prevKept []mig.Instance
 	for i, doc := range steps {
 		spec, err := Parse([]byte(doc))
@@ -155,7 +156,7 @@ func TestApplyOnSimulator(t *testing.T) {
 
 func TestApplyOnSimulatorBusyRollsBack(t *testing.T) {
 	lib := newSim(t, sim.GPUSpec{Model: "H100-SXM5-80GB", Count: 2})
-	p := mig.NewPartitioner(lib)
+	p := nvmlmig.NewPartitioner(lib)
 	apply := func(profiles map[string]int) (Plan, Result, error) {
 		t.Helper()
 		gpus := discover(t, lib)
@@ -213,7 +214,7 @@ func TestApplyOnSimulatorBusyRollsBack(t *testing.T) {
 // creates the instances.
 func TestApplyOnSimulatorAmpereReset(t *testing.T) {
 	lib := newSim(t, sim.GPUSpec{Model: "A100-SXM4-40GB", Count: 1})
-	p := mig.NewPartitioner(lib)
+	p := nvmlmig.NewPartitioner(lib)
 	cfg := allDevices(map[string]int{"3g.20gb": 2})
 	pass := func() (Plan, Result, error) {
 		gpus := discover(t, lib)

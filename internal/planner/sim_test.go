@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/migflex/migflex/internal/mig"
+	"github.com/migflex/migflex/internal/mig/nvmlmig"
 	"github.com/migflex/migflex/internal/migconfig"
 	"github.com/migflex/migflex/internal/nvml/sim"
 	"github.com/migflex/migflex/internal/planner"
@@ -24,7 +25,7 @@ func TestPlanAppliesOnSimulator(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = lib.Close() })
-	part := mig.NewPartitioner(lib)
+	part := nvmlmig.NewPartitioner(lib)
 	apply := func(doc string) {
 		t.Helper()
 		spec, err := migconfig.Parse([]byte(doc))
@@ -35,7 +36,7 @@ func TestPlanAppliesOnSimulator(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		gpus, err := mig.Discover(lib)
+		gpus, err := nvmlmig.Discover(lib)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,7 +60,7 @@ mig-configs:
   - {devices: [2], mig-enabled: true, mig-devices: {"4g.40gb": 1, "3g.40gb": 1}}
   - {devices: [3], mig-enabled: false}
 `)
-	gpus, err := mig.Discover(lib)
+	gpus, err := nvmlmig.Discover(lib)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +104,7 @@ mig-configs:
 		t.Fatalf("changes %+v, want one node", res.Nodes)
 	}
 	apply(res.Nodes[0].Config)
-	after, err := mig.Discover(lib)
+	after, err := nvmlmig.Discover(lib)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/migflex/migflex/internal/mig"
+	"github.com/migflex/migflex/internal/mig/nvmlmig"
 	"github.com/migflex/migflex/internal/nvml/sim"
 )
 
@@ -181,8 +182,8 @@ func readProfiles(lib nvml.Interface, d nvml.Device, gpu int, totalMem uint64, n
 		default:
 			return nil, gpuErr(gpu, ret, "get GPU instance profile %s", sim.QueryName(q))
 		}
-		if _, named := d.(mig.ProfileNamer); !named {
-			if _, ok := mig.VersionedProfileInfo(lib, d, q); !ok {
+		if _, named := d.(nvmlmig.ProfileNamer); !named {
+			if _, ok := nvmlmig.VersionedProfileInfo(lib, d, q); !ok {
 				derived++
 			}
 		}
@@ -194,7 +195,7 @@ func readProfiles(lib nvml.Interface, d nvml.Device, gpu int, totalMem uint64, n
 			return nil, fmt.Errorf("GPU %d: GPU instance profile %s (id %d) has no placement", gpu, sim.QueryName(q), info.Id)
 		}
 		p := profile{info: info, Profile: sim.Profile{
-			Name:      mig.ProfileName(lib, d, q, info, totalMem),
+			Name:      nvmlmig.ProfileName(lib, d, q, info, totalMem),
 			ID:        info.Id,
 			Query:     q,
 			Slices:    int(info.SliceCount),
@@ -256,7 +257,7 @@ func readInstances(d nvml.Device, gpu int, profiles []profile, m *sim.Model, not
 	slices.SortFunc(out, func(a, b sim.InitialInstance) int { return cmp.Compare(a.Start, b.Start) })
 	for _, in := range out {
 		p, _ := profileNamed(m, in.Profile)
-		full := sim.ComputeQueryName(fullCompute(p.Slices))
+		full := sim.ComputeQueryName(mig.FullComputeProfile(p.Slices))
 		for _, ci := range in.ComputeInstances {
 			if ci != full {
 				*notes = append(*notes, fmt.Sprintf("GPU %d: the %s GPU instance at %d has a %s compute instance; the simulator creates only the full-size one (%s): remove it to run this dump", gpu, in.Profile, in.Start, ci, full))
@@ -308,28 +309,6 @@ func profileNamed(m *sim.Model, name string) (sim.Profile, bool) {
 		}
 	}
 	return sim.Profile{}, false
-}
-
-// fullCompute is the COMPUTE_INSTANCE_PROFILE_* constant spanning a GPU
-// instance of that many slices.
-func fullCompute(slices int) int {
-	switch slices {
-	case 1:
-		return nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE
-	case 2:
-		return nvml.COMPUTE_INSTANCE_PROFILE_2_SLICE
-	case 3:
-		return nvml.COMPUTE_INSTANCE_PROFILE_3_SLICE
-	case 4:
-		return nvml.COMPUTE_INSTANCE_PROFILE_4_SLICE
-	case 6:
-		return nvml.COMPUTE_INSTANCE_PROFILE_6_SLICE
-	case 7:
-		return nvml.COMPUTE_INSTANCE_PROFILE_7_SLICE
-	case 8:
-		return nvml.COMPUTE_INSTANCE_PROFILE_8_SLICE
-	}
-	return -1
 }
 
 func architecture(a nvml.DeviceArchitecture) sim.Architecture {

@@ -9,6 +9,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/nvml/sim"
 )
 
@@ -128,7 +129,7 @@ func (f *fakeGPU) device() *mock.Device {
 }
 
 func (f *fakeGPU) gpuInstance(id int, p sim.Profile, fi fakeInstance) *mock.GpuInstance {
-	full := fullCompute(p.Slices)
+	full := mig.FullComputeProfile(p.Slices)
 	ciInfo := nvml.ComputeInstanceProfileInfo{Id: uint32(full), SliceCount: uint32(p.Slices), InstanceCount: 1, MultiprocessorCount: uint32(p.SMs)}
 	return &mock.GpuInstance{
 		GetInfoFunc: func() (nvml.GpuInstanceInfo, nvml.Return) {

@@ -7,7 +7,6 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/nvml/sim"
 )
 
@@ -172,20 +171,6 @@ func TestEveryProfileReachesItsCount(t *testing.T) {
 					t.Errorf("instance %d of %d = %v, want ERROR_INSUFFICIENT_RESOURCES", p.MaxCount+1, p.MaxCount, ret)
 				}
 			})
-		}
-	}
-}
-
-// TestBuiltinNamesFromMemory: on a driver without the versioned profile info
-// (no names), migflex names profiles from their memory like go-nvlib; the
-// tables' memory figures must give the tables' names.
-func TestBuiltinNamesFromMemory(t *testing.T) {
-	for _, m := range sim.BuiltinModels() {
-		for _, p := range m.Profiles {
-			info := nvml.GpuInstanceProfileInfo{SliceCount: uint32(p.Slices), MemorySizeMB: p.MemoryMiB}
-			if got := mig.DeriveProfileName(p.Query, info, m.MemoryMiB<<20); got != p.Name {
-				t.Errorf("%s: %d MiB of %d derives %s, want %s", m.Name, p.MemoryMiB, m.MemoryMiB, got, p.Name)
-			}
 		}
 	}
 }

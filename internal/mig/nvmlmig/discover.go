@@ -1,4 +1,4 @@
-package mig
+package nvmlmig
 
 import (
 	"cmp"
@@ -6,6 +6,8 @@ import (
 	"slices"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/migflex/migflex/internal/mig"
 )
 
 // Discover reads every GPU: identity, MIG mode, the profiles it supports
@@ -13,8 +15,8 @@ import (
 // the optional ProfileNamer), so it reads a real node and a simulated one
 // alike. It holds its own NVML reference (Init/Shutdown), so callers need
 // not have initialized the library.
-func Discover(lib nvml.Interface) ([]GPU, error) {
-	var gpus []GPU
+func Discover(lib nvml.Interface) ([]mig.GPU, error) {
+	var gpus []mig.GPU
 	err := withNVML(lib, func() error {
 		n, ret := lib.DeviceGetCount()
 		if ret != nvml.SUCCESS {
@@ -50,31 +52,31 @@ func device(lib nvml.Interface, gpu int) (nvml.Device, error) {
 	return d, nvmlErr(gpu, ret, "get device handle")
 }
 
-func discoverGPU(lib nvml.Interface, i int) (GPU, error) {
+func discoverGPU(lib nvml.Interface, i int) (mig.GPU, error) {
 	d, err := device(lib, i)
 	if err != nil {
-		return GPU{}, err
+		return mig.GPU{}, err
 	}
-	g := GPU{Index: i}
+	g := mig.GPU{Index: i}
 	var ret nvml.Return
 	if g.UUID, ret = d.GetUUID(); ret != nvml.SUCCESS {
-		return GPU{}, nvmlErr(i, ret, "get UUID")
+		return mig.GPU{}, nvmlErr(i, ret, "get UUID")
 	}
 	if g.Model, ret = d.GetName(); ret != nvml.SUCCESS {
-		return GPU{}, nvmlErr(i, ret, "get name")
+		return mig.GPU{}, nvmlErr(i, ret, "get name")
 	}
 	pci, ret := d.GetPciInfo()
 	if ret != nvml.SUCCESS {
-		return GPU{}, nvmlErr(i, ret, "get PCI info")
+		return mig.GPU{}, nvmlErr(i, ret, "get PCI info")
 	}
 	g.PCIDeviceID, g.PCISubsystemID = pci.PciDeviceId, pci.PciSubSystemId
 	mem, ret := d.GetMemoryInfo()
 	if ret != nvml.SUCCESS {
-		return GPU{}, nvmlErr(i, ret, "get memory info")
+		return mig.GPU{}, nvmlErr(i, ret, "get memory info")
 	}
 	g.MemoryMB = mem.Total >> 20
 	if g.Minor, ret = d.GetMinorNumber(); ret != nvml.SUCCESS {
-		return GPU{}, nvmlErr(i, ret, "get minor number")
+		return mig.GPU{}, nvmlErr(i, ret, "get minor number")
 	}
 
 	cur, pending, ret := d.GetMigMode()
@@ -83,7 +85,7 @@ func discoverGPU(lib nvml.Interface, i int) (GPU, error) {
 	case nvml.ERROR_NOT_SUPPORTED:
 		return g, nil // not MIG capable
 	default:
-		return GPU{}, nvmlErr(i, ret, "get MIG mode")
+		return mig.GPU{}, nvmlErr(i, ret, "get MIG mode")
 	}
 	g.MigCapable = true
 	g.MigEnabled = cur == nvml.DEVICE_MIG_ENABLE
@@ -91,14 +93,14 @@ func discoverGPU(lib nvml.Interface, i int) (GPU, error) {
 
 	profiles, err := gpuProfiles(lib, d, i, mem.Total)
 	if err != nil {
-		return GPU{}, err
+		return mig.GPU{}, err
 	}
 	for _, p := range profiles {
 		g.Profiles = append(g.Profiles, p.Profile)
 	}
 	if g.MigEnabled {
 		if g.Instances, err = instances(d, i, profiles); err != nil {
-			return GPU{}, err
+			return mig.GPU{}, err
 		}
 	}
 	return g, nil
@@ -106,7 +108,7 @@ func discoverGPU(lib nvml.Interface, i int) (GPU, error) {
 
 // profile is a Profile with the NVML info it was read from.
 type profile struct {
-	Profile
+	mig.Profile
 	info nvml.GpuInstanceProfileInfo
 }
 
@@ -127,7 +129,7 @@ func gpuProfiles(lib nvml.Interface, d nvml.Device, gpu int, totalMem uint64) ([
 		if ret != nvml.SUCCESS {
 			return nil, nvmlErr(gpu, ret, "get placements of GPU instance profile %d", q)
 		}
-		p := profile{info: info, Profile: Profile{
+		p := profile{info: info, Profile: mig.Profile{
 			Name:     ProfileName(lib, d, q, info, totalMem),
 			ID:       info.Id,
 			Query:    q,
@@ -135,7 +137,7 @@ func gpuProfiles(lib nvml.Interface, d nvml.Device, gpu int, totalMem uint64) ([
 			MemoryMB: info.MemorySizeMB,
 			SMs:      int(info.MultiprocessorCount),
 			MaxCount: int(info.InstanceCount),
-			Engines: Engines{
+			Engines: mig.Engines{
 				CopyEngines: int(info.CopyEngineCount),
 				Decoders:    int(info.DecoderCount),
 				Encoders:    int(info.EncoderCount),
@@ -152,36 +154,14 @@ func gpuProfiles(lib nvml.Interface, d nvml.Device, gpu int, totalMem uint64) ([
 	return out, nil
 }
 
-// fullCIProfile is the COMPUTE_INSTANCE_PROFILE_* constant of the compute
-// instance spanning a GPU instance with that many slices, or -1.
-func fullCIProfile(slices uint32) int {
-	switch slices {
-	case 1:
-		return nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE
-	case 2:
-		return nvml.COMPUTE_INSTANCE_PROFILE_2_SLICE
-	case 3:
-		return nvml.COMPUTE_INSTANCE_PROFILE_3_SLICE
-	case 4:
-		return nvml.COMPUTE_INSTANCE_PROFILE_4_SLICE
-	case 6:
-		return nvml.COMPUTE_INSTANCE_PROFILE_6_SLICE
-	case 7:
-		return nvml.COMPUTE_INSTANCE_PROFILE_7_SLICE
-	case 8:
-		return nvml.COMPUTE_INSTANCE_PROFILE_8_SLICE
-	}
-	return -1
-}
-
 // instances reads the GPU instances of every profile with their full-size
 // compute instance and MIG device UUID.
-func instances(d nvml.Device, gpu int, profiles []profile) ([]Instance, error) {
+func instances(d nvml.Device, gpu int, profiles []profile) ([]mig.Instance, error) {
 	uuids, err := migUUIDs(d, gpu)
 	if err != nil {
 		return nil, err
 	}
-	var out []Instance
+	var out []mig.Instance
 	for _, p := range profiles {
 		if p.info.InstanceCount == 0 {
 			continue // go-nvml would index an empty buffer
@@ -195,7 +175,7 @@ func instances(d nvml.Device, gpu int, profiles []profile) ([]Instance, error) {
 			if ret != nvml.SUCCESS {
 				return nil, nvmlErr(gpu, ret, "get %s GPU instance info", p.Name)
 			}
-			inst := Instance{Profile: p.Name, Start: int(info.Placement.Start), Size: int(info.Placement.Size), GIID: info.Id}
+			inst := mig.Instance{Profile: p.Name, Start: int(info.Placement.Start), Size: int(info.Placement.Size), GIID: info.Id}
 			ci, ok, err := fullComputeInstance(gi, gpu, p.info.SliceCount)
 			if err != nil {
 				return nil, err
@@ -207,7 +187,7 @@ func instances(d nvml.Device, gpu int, profiles []profile) ([]Instance, error) {
 			out = append(out, inst)
 		}
 	}
-	slices.SortFunc(out, func(a, b Instance) int { return cmp.Compare(a.Start, b.Start) })
+	slices.SortFunc(out, func(a, b mig.Instance) int { return cmp.Compare(a.Start, b.Start) })
 	return out, nil
 }
 
@@ -215,7 +195,7 @@ func instances(d nvml.Device, gpu int, profiles []profile) ([]Instance, error) {
 // that spans all its slices, if there is one. Smaller compute instances
 // (made by hand with nvidia-smi) are not ones migflex creates or serves.
 func fullComputeInstance(gi nvml.GpuInstance, gpu int, slices uint32) (uint32, bool, error) {
-	q := fullCIProfile(slices)
+	q := mig.FullComputeProfile(int(slices))
 	if q < 0 {
 		return 0, false, nil
 	}

@@ -1,4 +1,4 @@
-package mig_test
+package nvmlmig_test
 
 import (
 	"errors"
@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/migflex/migflex/internal/mig"
+	"github.com/migflex/migflex/internal/mig/nvmlmig"
 	"github.com/migflex/migflex/internal/nvml/sim"
 )
 
@@ -25,7 +26,7 @@ func TestSetMigMode(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.model, func(t *testing.T) {
 			l := newSim(t, gpus(tc.model, 1))
-			p := mig.NewPartitioner(l)
+			p := nvmlmig.NewPartitioner(l)
 			err := p.SetMigMode(0, true)
 			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
 				t.Fatalf("SetMigMode(true) = %v, want %v", err, tc.wantErr)
@@ -59,10 +60,10 @@ func TestSetMigMode(t *testing.T) {
 
 func TestResetGPUCapability(t *testing.T) {
 	l := newSim(t, gpus("A100-SXM4-40GB", 1))
-	if err := mig.NewPartitioner(plainLib{l}).ResetGPU(0); !errors.Is(err, mig.ErrNotSupported) {
+	if err := nvmlmig.NewPartitioner(plainLib{l}).ResetGPU(0); !errors.Is(err, mig.ErrNotSupported) {
 		t.Errorf("ResetGPU without the capability = %v, want ErrNotSupported", err)
 	}
-	p := mig.NewPartitioner(l)
+	p := nvmlmig.NewPartitioner(l)
 	if err := p.ResetGPU(4); err == nil || err.Error() != "reset: no GPU 4 (the simulator has 1): ERROR_INVALID_ARGUMENT" {
 		t.Errorf("ResetGPU(4) = %v", err)
 	}
@@ -76,7 +77,7 @@ func TestResetGPUCapability(t *testing.T) {
 
 func TestCreateAndDestroy(t *testing.T) {
 	l := newSim(t, gpus("H100-SXM5-80GB", 3))
-	p := mig.NewPartitioner(l)
+	p := nvmlmig.NewPartitioner(l)
 	if err := p.SetMigMode(2, true); err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +142,7 @@ func TestCreateAndDestroy(t *testing.T) {
 
 func TestDestroyBusy(t *testing.T) {
 	l := newSim(t, gpus("A100-SXM4-80GB", 1))
-	p := mig.NewPartitioner(l)
+	p := nvmlmig.NewPartitioner(l)
 	p.SetMigMode(0, true)
 	p.ResetGPU(0)
 	inst, err := p.CreateInstance(0, "2g.20gb", 2)
@@ -168,7 +169,7 @@ func TestDestroyBusy(t *testing.T) {
 // instance is destroyed again.
 func TestCreateRollsBack(t *testing.T) {
 	l := newSim(t, gpus("H100-SXM5-80GB", 1))
-	p := mig.NewPartitioner(noCILib{l})
+	p := nvmlmig.NewPartitioner(noCILib{l})
 	if err := p.SetMigMode(0, true); err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +211,7 @@ func TestUUIDsSurviveRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := mig.NewPartitioner(l)
+	p := nvmlmig.NewPartitioner(l)
 	p.SetMigMode(1, true)
 	for _, c := range []struct {
 		name  string
@@ -233,7 +234,7 @@ func TestUUIDsSurviveRestart(t *testing.T) {
 
 func discover(t *testing.T, lib nvml.Interface) []mig.GPU {
 	t.Helper()
-	gpus, err := mig.Discover(lib)
+	gpus, err := nvmlmig.Discover(lib)
 	if err != nil {
 		t.Fatalf("Discover() = %v", err)
 	}

@@ -1,4 +1,4 @@
-package mig_test
+package nvmlmig_test
 
 import (
 	"testing"
@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/migflex/migflex/internal/mig"
+	"github.com/migflex/migflex/internal/mig/nvmlmig"
 	"github.com/migflex/migflex/internal/nvml/sim"
 )
 
@@ -14,7 +15,7 @@ import (
 // ../shared/mig-profiles.md.
 func TestDiscoverA100(t *testing.T) {
 	l := newSim(t, gpus("A100-SXM4-40GB", 1))
-	got, err := mig.Discover(l)
+	got, err := nvmlmig.Discover(l)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +62,7 @@ func TestDiscoverBuiltins(t *testing.T) {
 		} {
 			t.Run(m.Name+"/"+tc.name, func(t *testing.T) {
 				l := newSim(t, gpus(m.Name, 2))
-				got, err := mig.Discover(tc.lib(l))
+				got, err := nvmlmig.Discover(tc.lib(l))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -83,7 +84,7 @@ func TestDiscoverBuiltins(t *testing.T) {
 
 func TestDiscoverInstances(t *testing.T) {
 	l := newSim(t, gpus("H100-SXM5-80GB", 2))
-	p := mig.NewPartitioner(l)
+	p := nvmlmig.NewPartitioner(l)
 	if err := p.SetMigMode(1, true); err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +109,7 @@ func TestDiscoverInstances(t *testing.T) {
 	}
 	l.Shutdown()
 
-	got, err := mig.Discover(l)
+	got, err := nvmlmig.Discover(l)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +134,7 @@ func TestDiscoverInstances(t *testing.T) {
 
 func TestDiscoverErrors(t *testing.T) {
 	l := newSim(t, gpus("H100-SXM5-80GB", 1))
-	if _, err := mig.Discover(brokenLib{l}); err == nil || err.Error() != "GPU 0: get memory info: ERROR_GPU_IS_LOST" {
+	if _, err := nvmlmig.Discover(brokenLib{l}); err == nil || err.Error() != "GPU 0: get memory info: ERROR_GPU_IS_LOST" {
 		t.Errorf("Discover() on a lost GPU = %v", err)
 	}
 	// Discover leaves NVML's reference count as it found it.
@@ -176,7 +177,7 @@ models:
 		lib  nvml.Interface
 		want string
 	}{{l, "3g.30gb"}, {plainLib{l}, "3g.35gb"}} {
-		got, err := mig.Discover(tc.lib)
+		got, err := nvmlmig.Discover(tc.lib)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package mig_test
+package nvmlmig_test
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package mig
+package nvmlmig
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/migflex/migflex/internal/mig"
 )
 
 // GPUResetter is an optional capability of an NVML backend: resetting a GPU
@@ -26,8 +28,8 @@ type Partitioner struct {
 func NewPartitioner(lib nvml.Interface) *Partitioner { return &Partitioner{lib: lib} }
 
 // SetMigMode enables or disables MIG mode on a GPU. It returns nil once the
-// mode is current; an error matching ErrResetRequired when the change is
-// pending until a GPU reset (Ampere); one matching ErrInUse when the GPU is
+// mode is current; an error matching mig.ErrResetRequired when the change is
+// pending until a GPU reset (Ampere); one matching mig.ErrInUse when the GPU is
 // not idle, in which case nothing changed.
 func (p *Partitioner) SetMigMode(gpu int, enabled bool) error {
 	verb, mode := "disable", nvml.DEVICE_MIG_DISABLE
@@ -63,13 +65,13 @@ func (p *Partitioner) SetMigMode(gpu int, enabled bool) error {
 }
 
 // ResetGPU resets a GPU through the backend's GPUResetter capability, so a
-// pending MIG mode takes effect. Backends without it give ErrNotSupported;
-// a GPU that is not idle gives an error matching ErrInUse. The backend's
+// pending MIG mode takes effect. Backends without it give mig.ErrNotSupported;
+// a GPU that is not idle gives an error matching mig.ErrInUse. The backend's
 // errors already name the GPU and the operation.
 func (p *Partitioner) ResetGPU(gpu int) error {
 	r, ok := p.lib.(GPUResetter)
 	if !ok {
-		return fmt.Errorf("GPU %d: reset: the NVML backend cannot reset GPUs: %w", gpu, ErrNotSupported)
+		return fmt.Errorf("GPU %d: reset: the NVML backend cannot reset GPUs: %w", gpu, mig.ErrNotSupported)
 	}
 	if err := r.ResetGPU(gpu); err != nil {
 		var ret nvml.Return
@@ -85,8 +87,8 @@ func (p *Partitioner) ResetGPU(gpu int) error {
 // slice start, with one compute instance spanning it (shared engines). If
 // any step after the GPU instance fails, the GPU instance is destroyed
 // again, so the GPU is left as it was.
-func (p *Partitioner) CreateInstance(gpu int, profileName string, start int) (Instance, error) {
-	var inst Instance
+func (p *Partitioner) CreateInstance(gpu int, profileName string, start int) (mig.Instance, error) {
+	var inst mig.Instance
 	err := withNVML(p.lib, func() error {
 		var err error
 		inst, err = p.createInstance(gpu, profileName, start)
@@ -95,29 +97,29 @@ func (p *Partitioner) CreateInstance(gpu int, profileName string, start int) (In
 	return inst, err
 }
 
-func (p *Partitioner) createInstance(gpu int, name string, start int) (Instance, error) {
+func (p *Partitioner) createInstance(gpu int, name string, start int) (mig.Instance, error) {
 	op := fmt.Sprintf("create %s at %d", name, start)
 	d, err := device(p.lib, gpu)
 	if err != nil {
-		return Instance{}, err
+		return mig.Instance{}, err
 	}
 	prof, err := findProfile(p.lib, d, gpu, name)
 	if err != nil {
-		return Instance{}, fmt.Errorf("GPU %d: %s: %w", gpu, op, err)
+		return mig.Instance{}, fmt.Errorf("GPU %d: %s: %w", gpu, op, err)
 	}
 	if start < 0 || !slices.Contains(prof.Placements, start) {
-		return Instance{}, &Error{GPU: gpu, Op: fmt.Sprintf("%s: %s may start at %v", op, name, prof.Placements), Ret: nvml.ERROR_INVALID_ARGUMENT}
+		return mig.Instance{}, &Error{GPU: gpu, Op: fmt.Sprintf("%s: %s may start at %v", op, name, prof.Placements), Ret: nvml.ERROR_INVALID_ARGUMENT}
 	}
 	gi, ret := d.CreateGpuInstanceWithPlacement(&prof.info, &nvml.GpuInstancePlacement{Start: uint32(start), Size: uint32(prof.MemorySlices)})
 	if ret != nvml.SUCCESS {
-		return Instance{}, nvmlErr(gpu, ret, "%s", op)
+		return mig.Instance{}, nvmlErr(gpu, ret, "%s", op)
 	}
 	inst, err := describeNew(d, gi, gpu, prof, op)
 	if err != nil {
 		if ret := gi.Destroy(); ret != nvml.SUCCESS {
 			err = errors.Join(err, nvmlErr(gpu, ret, "%s: roll back: destroy GPU instance", op))
 		}
-		return Instance{}, err
+		return mig.Instance{}, err
 	}
 	return inst, nil
 }
@@ -125,43 +127,43 @@ func (p *Partitioner) createInstance(gpu int, name string, start int) (Instance,
 // describeNew creates the full-size compute instance in a new GPU instance
 // and reads back what was made. On error it has destroyed the compute
 // instance it made; the caller destroys the GPU instance.
-func describeNew(d nvml.Device, gi nvml.GpuInstance, gpu int, prof profile, op string) (Instance, error) {
-	ciProf, ret := gi.GetComputeInstanceProfileInfo(fullCIProfile(prof.info.SliceCount), nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+func describeNew(d nvml.Device, gi nvml.GpuInstance, gpu int, prof profile, op string) (mig.Instance, error) {
+	ciProf, ret := gi.GetComputeInstanceProfileInfo(mig.FullComputeProfile(int(prof.info.SliceCount)), nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
 	if ret != nvml.SUCCESS {
-		return Instance{}, nvmlErr(gpu, ret, "%s: get compute instance profile", op)
+		return mig.Instance{}, nvmlErr(gpu, ret, "%s: get compute instance profile", op)
 	}
 	ci, ret := gi.CreateComputeInstance(&ciProf)
 	if ret != nvml.SUCCESS {
-		return Instance{}, nvmlErr(gpu, ret, "%s: create compute instance", op)
+		return mig.Instance{}, nvmlErr(gpu, ret, "%s: create compute instance", op)
 	}
 	inst, err := readBack(d, gi, ci, gpu, prof, op)
 	if err != nil {
 		if ret := ci.Destroy(); ret != nvml.SUCCESS {
 			err = errors.Join(err, nvmlErr(gpu, ret, "%s: roll back: destroy compute instance", op))
 		}
-		return Instance{}, err
+		return mig.Instance{}, err
 	}
 	return inst, nil
 }
 
-func readBack(d nvml.Device, gi nvml.GpuInstance, ci nvml.ComputeInstance, gpu int, prof profile, op string) (Instance, error) {
+func readBack(d nvml.Device, gi nvml.GpuInstance, ci nvml.ComputeInstance, gpu int, prof profile, op string) (mig.Instance, error) {
 	giInfo, ret := gi.GetInfo()
 	if ret != nvml.SUCCESS {
-		return Instance{}, nvmlErr(gpu, ret, "%s: get GPU instance info", op)
+		return mig.Instance{}, nvmlErr(gpu, ret, "%s: get GPU instance info", op)
 	}
 	ciInfo, ret := ci.GetInfo()
 	if ret != nvml.SUCCESS {
-		return Instance{}, nvmlErr(gpu, ret, "%s: get compute instance info", op)
+		return mig.Instance{}, nvmlErr(gpu, ret, "%s: get compute instance info", op)
 	}
 	uuids, err := migUUIDs(d, gpu)
 	if err != nil {
-		return Instance{}, err
+		return mig.Instance{}, err
 	}
 	uuid, ok := uuids[[2]uint32{giInfo.Id, ciInfo.Id}]
 	if !ok {
-		return Instance{}, &Error{GPU: gpu, Op: fmt.Sprintf("%s: find MIG device of GPU instance %d, compute instance %d", op, giInfo.Id, ciInfo.Id), Ret: nvml.ERROR_NOT_FOUND}
+		return mig.Instance{}, &Error{GPU: gpu, Op: fmt.Sprintf("%s: find MIG device of GPU instance %d, compute instance %d", op, giInfo.Id, ciInfo.Id), Ret: nvml.ERROR_NOT_FOUND}
 	}
-	return Instance{
+	return mig.Instance{
 		Profile: prof.Name,
 		Start:   int(giInfo.Placement.Start),
 		Size:    int(giInfo.Placement.Size),
@@ -173,7 +175,7 @@ func readBack(d nvml.Device, gi nvml.GpuInstance, ci nvml.ComputeInstance, gpu i
 }
 
 // DestroyInstance destroys GPU instance gi and its compute instances. If a
-// compute instance or the GPU instance is in use the error matches ErrInUse
+// compute instance or the GPU instance is in use the error matches mig.ErrInUse
 // and what is in use is still there.
 func (p *Partitioner) DestroyInstance(gpu int, gi uint32) error {
 	return withNVML(p.lib, func() error {
@@ -234,5 +236,5 @@ func findProfile(lib nvml.Interface, d nvml.Device, gpu int, name string) (profi
 		}
 		names = append(names, p.Name)
 	}
-	return profile{}, fmt.Errorf("no profile %q (the GPU has %s): %w", name, strings.Join(names, ", "), ErrNotFound)
+	return profile{}, fmt.Errorf("no profile %q (the GPU has %s): %w", name, strings.Join(names, ", "), mig.ErrNotFound)
 }
