@@ -23,7 +23,7 @@ import (
 	"github.com/migflex/migflex/internal/agent"
 	"github.com/migflex/migflex/internal/deviceplugin"
 	"github.com/migflex/migflex/internal/health"
-	nvmlbackend "github.com/migflex/migflex/internal/nvml"
+	"github.com/migflex/migflex/internal/nvmlbackend"
 	"github.com/migflex/migflex/internal/podresources"
 )
 

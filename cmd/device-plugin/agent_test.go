@@ -28,7 +28,7 @@ import (
 	"github.com/migflex/migflex/internal/deviceplugin"
 	"github.com/migflex/migflex/internal/deviceplugin/kubeletstub"
 	"github.com/migflex/migflex/internal/health"
-	"github.com/migflex/migflex/internal/nvml/sim"
+	"github.com/migflex/migflex/internal/nvmlbackend/sim"
 	"github.com/migflex/migflex/internal/podresources"
 	"github.com/migflex/migflex/internal/podresources/podresourcestest"
 	"github.com/migflex/migflex/internal/testenv"

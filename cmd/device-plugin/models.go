@@ -9,7 +9,9 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/migflex/migflex/internal/nvml/sim"
+	"github.com/migflex/migflex/internal/gpumodel"
+	"github.com/migflex/migflex/internal/mig"
+	"github.com/migflex/migflex/internal/nvmlbackend/sim"
 )
 
 const modelsUsage = `usage: device-plugin models [--models-file FILE]
@@ -40,10 +42,10 @@ func runModels(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "models: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
-	var custom []sim.Model
+	var custom []gpumodel.Model
 	if *modelsFile != "" {
 		var err error
-		if custom, err = sim.LoadModelsFile(*modelsFile); err != nil {
+		if custom, err = gpumodel.LoadFile(*modelsFile); err != nil {
 			fmt.Fprintf(stderr, "models: %v\n", err)
 			return 2
 		}
@@ -60,7 +62,7 @@ func runModels(args []string, stdout, stderr io.Writer) int {
 		replaced[m.Name] = true
 	}
 	first := true
-	for _, m := range sim.BuiltinModels() {
+	for _, m := range gpumodel.Builtin() {
 		if replaced[m.Name] {
 			continue
 		}
@@ -76,7 +78,7 @@ func runModels(args []string, stdout, stderr io.Writer) int {
 		}
 		first = false
 		origin := "custom"
-		if sim.IsBuiltin(m.Name) {
+		if gpumodel.IsBuiltin(m.Name) {
 			origin = "custom, replaces the built-in model"
 		}
 		printModel(stdout, m, origin)
@@ -84,9 +86,9 @@ func runModels(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func printModel(w io.Writer, m sim.Model, origin string) {
+func printModel(w io.Writer, m gpumodel.Model, origin string) {
 	mode := "MIG mode changes at once"
-	if m.Architecture == sim.Ampere {
+	if m.Architecture == gpumodel.Ampere {
 		mode = "MIG mode changes need a GPU reset"
 	}
 	fmt.Fprintf(w, "%s (%s)\n", m.Name, origin)
@@ -104,7 +106,7 @@ func printModel(w io.Writer, m sim.Model, origin string) {
 			starts[i] = strconv.Itoa(s)
 		}
 		e := p.Engines
-		fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t{%s}:%d\t%d/%d/%d/%d/%d\n", p.Name, p.ID, sim.QueryName(p.Query),
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t{%s}:%d\t%d/%d/%d/%d/%d\n", p.Name, p.ID, mig.QueryName(p.Query),
 			p.Slices, p.MemorySlices, p.MemoryMiB, p.SMs, p.MaxCount, strings.Join(starts, ","), p.MemorySlices,
 			e.CopyEngines, e.Decoders, e.Encoders, e.JPEGs, e.OFAs)
 	}

@@ -7,8 +7,8 @@ import (
 	"io"
 	"os"
 
-	nvmlbackend "github.com/migflex/migflex/internal/nvml"
-	"github.com/migflex/migflex/internal/nvml/sim"
+	"github.com/migflex/migflex/internal/gpumodel"
+	"github.com/migflex/migflex/internal/nvmlbackend"
 	"github.com/migflex/migflex/internal/probe"
 )
 
@@ -69,7 +69,7 @@ func runProbe(args []string, stdout, stderr io.Writer) int {
 		return probeExitFailed
 	}
 	defer lib.Close()
-	builtins := sim.BuiltinModels()
+	builtins := gpumodel.Builtin()
 	r, err := probe.Probe(lib, builtins)
 	if err != nil {
 		fmt.Fprintf(stderr, "probe: %v\n", err)

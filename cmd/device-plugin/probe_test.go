@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/migflex/migflex/internal/nvml/sim"
+	"github.com/migflex/migflex/internal/nvmlbackend/sim"
 )
 
 func TestRunProbe(t *testing.T) {

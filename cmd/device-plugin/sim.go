@@ -8,8 +8,8 @@ import (
 	"os"
 	"text/tabwriter"
 
-	nvmlbackend "github.com/migflex/migflex/internal/nvml"
-	"github.com/migflex/migflex/internal/nvml/sim"
+	"github.com/migflex/migflex/internal/nvmlbackend"
+	"github.com/migflex/migflex/internal/nvmlbackend/sim"
 )
 
 const simUsage = `usage: device-plugin sim COMMAND [flags]

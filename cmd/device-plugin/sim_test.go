@@ -9,7 +9,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/migflex/migflex/internal/mig/nvmlmig"
-	"github.com/migflex/migflex/internal/nvml/sim"
+	"github.com/migflex/migflex/internal/nvmlbackend/sim"
 )
 
 // simCLI runs `device-plugin sim ARGS` and returns exit code, stdout, stderr.

@@ -29,7 +29,7 @@ import (
 	"github.com/migflex/migflex/internal/health"
 	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/mig/nvmlmig"
-	"github.com/migflex/migflex/internal/nvml/sim"
+	"github.com/migflex/migflex/internal/nvmlbackend/sim"
 	"github.com/migflex/migflex/internal/podresources"
 	"github.com/migflex/migflex/internal/podresources/podresourcestest"
 	"github.com/migflex/migflex/internal/testenv"

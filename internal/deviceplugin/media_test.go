@@ -7,8 +7,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/migflex/migflex/internal/gpumodel"
 	"github.com/migflex/migflex/internal/mig"
-	"github.com/migflex/migflex/internal/nvml/sim"
 )
 
 // Every media-extension and graphics variant is its own resource, named as
@@ -26,7 +26,7 @@ func TestMediaVariantResources(t *testing.T) {
 			t.Errorf("MigResourceName(%q) = %q, want %q", profile, got, want)
 		}
 	}
-	for _, m := range sim.BuiltinModels() {
+	for _, m := range gpumodel.Builtin() {
 		for _, p := range m.Profiles {
 			if errs := validation.IsQualifiedName(MigResourceName(p.Name)); len(errs) > 0 {
 				t.Errorf("%s %s: resource %s is not a qualified name: %v", m.Name, p.Name, MigResourceName(p.Name), errs)

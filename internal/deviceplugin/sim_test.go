@@ -13,7 +13,7 @@ import (
 	"github.com/migflex/migflex/internal/health"
 	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/mig/nvmlmig"
-	"github.com/migflex/migflex/internal/nvml/sim"
+	"github.com/migflex/migflex/internal/nvmlbackend/sim"
 )
 
 // simNode is two simulated H100s: GPU 0 split 3g+3g, GPU 1 whole.

@@ -6,7 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/migflex/migflex/internal/fallback"
-	"github.com/migflex/migflex/internal/nvml/sim"
+	"github.com/migflex/migflex/internal/gpumodel"
 )
 
 // The webhook leaves a MIG resource it does not know alone (with a
@@ -15,7 +15,7 @@ import (
 // resource this device plugin serves for a built-in simulated model must
 // therefore parse in the webhook as the same profile, and be known to it.
 func TestServedResourcesAreKnownToTheWebhook(t *testing.T) {
-	for _, m := range sim.BuiltinModels() {
+	for _, m := range gpumodel.Builtin() {
 		for _, p := range m.Profiles {
 			r := corev1.ResourceName(MigResourceName(p.Name))
 			got, ok := fallback.ParseResource(r)

@@ -15,7 +15,7 @@ import (
 // attribute exists only on the profiles that have it (+me on one-slice
 // profiles, +gfx on RTX PRO 6000 Blackwell), so 7g.80gb.me is no GPU's.
 //
-// This table, not the simulator's models (internal/nvml/sim), is what the
+// This table, not the simulator's models (internal/nvmlbackend/sim), is what the
 // webhook calls known: the simulator imports go-nvml, a cgo package the
 // webhook's static build cannot take, and it models only some of these GPUs.
 // A test in internal/deviceplugin checks that every profile every built-in

@@ -3,15 +3,15 @@ package mig_test
 import (
 	"testing"
 
+	"github.com/migflex/migflex/internal/gpumodel"
 	"github.com/migflex/migflex/internal/mig"
-	"github.com/migflex/migflex/internal/nvml/sim"
 )
 
 // TestDeriveProfileNameBuiltins derives every built-in profile's name from
 // its numbers alone. It checks the derivation and, as much, the memory
 // figures in the simulator's tables: a wrong MiB value gives a wrong name.
 func TestDeriveProfileNameBuiltins(t *testing.T) {
-	for _, m := range sim.BuiltinModels() {
+	for _, m := range gpumodel.Builtin() {
 		for _, p := range m.Profiles {
 			t.Run(m.Name+"/"+p.Name, func(t *testing.T) {
 				if got := mig.DeriveProfileName(p.Query, p.Slices, p.MemoryMiB, m.MemoryMiB<<20); got != p.Name {

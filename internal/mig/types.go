@@ -52,12 +52,27 @@ type Engines struct {
 func (g *GPU) MediaLimits() Engines {
 	var l Engines
 	for _, p := range g.Profiles {
-		l.Decoders = max(l.Decoders, p.Engines.Decoders)
-		l.Encoders = max(l.Encoders, p.Engines.Encoders)
-		l.JPEGs = max(l.JPEGs, p.Engines.JPEGs)
-		l.OFAs = max(l.OFAs, p.Engines.OFAs)
+		l = l.MediaMax(p.Engines)
 	}
 	return l
+}
+
+// MediaMax is, per media engine, the larger count of e and o; copy
+// engines are left out (zero).
+func (e Engines) MediaMax(o Engines) Engines {
+	return Engines{Decoders: max(e.Decoders, o.Decoders), Encoders: max(e.Encoders, o.Encoders), JPEGs: max(e.JPEGs, o.JPEGs), OFAs: max(e.OFAs, o.OFAs)}
+}
+
+// Plus adds the engines of o to e.
+func (e Engines) Plus(o Engines) Engines {
+	return Engines{e.CopyEngines + o.CopyEngines, e.Decoders + o.Decoders, e.Encoders + o.Encoders, e.JPEGs + o.JPEGs, e.OFAs + o.OFAs}
+}
+
+// MediaWithin reports whether e's media engines are at most limit's. Copy
+// engines are not limited: nvidia-smi shows the whole-GPU profile with
+// fewer copy engines than seven 1g instances have between them (B200).
+func (e Engines) MediaWithin(limit Engines) bool {
+	return e.Decoders <= limit.Decoders && e.Encoders <= limit.Encoders && e.JPEGs <= limit.JPEGs && e.OFAs <= limit.OFAs
 }
 
 // Instance is one GPU instance on a GPU, with its full-size compute instance.

@@ -6,8 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/migflex/migflex/internal/gpumodel"
 	"github.com/migflex/migflex/internal/mig/nvmlmig"
-	"github.com/migflex/migflex/internal/nvml/sim"
+	"github.com/migflex/migflex/internal/nvmlbackend/sim"
 )
 
 // Media-extension profiles (+me, +me.all, -me, +gfx) in every form of the
@@ -59,7 +60,7 @@ func TestMediaProfilesInEveryForm(t *testing.T) {
 // plan applied anyway fails and is rolled back.
 func TestMediaRuleAgreesWithSimulator(t *testing.T) {
 	enabled := &sim.InitialState{MigEnabled: true}
-	for _, m := range sim.BuiltinModels() {
+	for _, m := range gpumodel.Builtin() {
 		t.Run(m.Name, func(t *testing.T) {
 			for i, a := range m.Profiles {
 				for _, b := range m.Profiles[i:] {

@@ -15,8 +15,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/yaml"
 
+	"github.com/migflex/migflex/internal/gpumodel"
 	"github.com/migflex/migflex/internal/mig"
-	"github.com/migflex/migflex/internal/nvml/sim"
+	"github.com/migflex/migflex/internal/nvmlbackend/sim"
 )
 
 // The mig-parted agreement harness (issue 16): the inputs of NVIDIA
@@ -525,7 +526,7 @@ func balancedCases() []mpCase {
 // apply does with a configuration.
 func fixtureCases(t *testing.T) []mpCase {
 	var nodes [][]mig.GPU
-	for _, m := range sim.BuiltinModels() {
+	for _, m := range gpumodel.Builtin() {
 		nodes = append(nodes, discover(t, newSim(t, sim.GPUSpec{Model: m.Name, Count: 8})))
 	}
 	var cases []mpCase

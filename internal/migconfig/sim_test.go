@@ -10,9 +10,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/migflex/migflex/internal/gpumodel"
 	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/mig/nvmlmig"
-	"github.com/migflex/migflex/internal/nvml/sim"
+	"github.com/migflex/migflex/internal/nvmlbackend/sim"
 )
 
 // The tests in this file go through the simulated NVML and internal/mig,
@@ -65,7 +66,7 @@ func TestFixturesValidateOnSimulator(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, m := range sim.BuiltinModels() {
+		for _, m := range gpumodel.Builtin() {
 			t.Run(file+"/"+m.Name, func(t *testing.T) {
 				node := discover(t, newSim(t, sim.GPUSpec{Model: m.Name, Count: 8}))
 				var valid []string

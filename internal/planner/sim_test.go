@@ -10,7 +10,7 @@ import (
 	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/mig/nvmlmig"
 	"github.com/migflex/migflex/internal/migconfig"
-	"github.com/migflex/migflex/internal/nvml/sim"
+	"github.com/migflex/migflex/internal/nvmlbackend/sim"
 	"github.com/migflex/migflex/internal/planner"
 )
 

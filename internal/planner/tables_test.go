@@ -6,16 +6,16 @@ import (
 	"testing"
 
 	"github.com/migflex/migflex/internal/deviceplugin"
+	"github.com/migflex/migflex/internal/gpumodel"
 	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/migconfig"
-	"github.com/migflex/migflex/internal/nvml/sim"
 )
 
 // simModels are the simulator's built-in models (simmodels would import
 // this package).
 func simModels() []Model {
 	var out []Model
-	for _, m := range sim.BuiltinModels() {
+	for _, m := range gpumodel.Builtin() {
 		pm := Model{Name: m.Name}
 		for _, p := range m.Profiles {
 			pm.Profiles = append(pm.Profiles, mig.Profile{Name: p.Name, Slices: p.Slices, MemorySlices: p.MemorySlices, MaxCount: p.MaxCount, Placements: p.Placements})

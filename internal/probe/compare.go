@@ -4,7 +4,8 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/migflex/migflex/internal/nvml/sim"
+	"github.com/migflex/migflex/internal/gpumodel"
+	"github.com/migflex/migflex/internal/mig"
 )
 
 // Difference is one way a probed model differs from another.
@@ -32,7 +33,7 @@ func orNone(s string) string {
 // by name. Not compared: names (the caller matched them), the product name
 // (the simulator reports its model name), and the whole GPU's SM count, which
 // NVML reports only for MIG devices (a probe writes the largest profile's).
-func Compare(got, want sim.Model) []Difference {
+func Compare(got, want gpumodel.Model) []Difference {
 	var out []Difference
 	diff := func(field string, g, w any) {
 		gs, ws := fmt.Sprint(g), fmt.Sprint(w)
@@ -48,7 +49,7 @@ func Compare(got, want sim.Model) []Difference {
 	diff("memorySlices", gm, wm)
 	diff("computeSlices", gc, wc)
 
-	wantProfiles := map[string]sim.Profile{}
+	wantProfiles := map[string]gpumodel.Profile{}
 	for _, p := range want.Profiles {
 		wantProfiles[p.Name] = p
 	}
@@ -62,7 +63,7 @@ func Compare(got, want sim.Model) []Difference {
 		}
 		f := func(field string) string { return "profile " + g.Name + ": " + field }
 		diff(f("id"), g.ID, w.ID)
-		diff(f("query"), sim.QueryName(g.Query), sim.QueryName(w.Query))
+		diff(f("query"), mig.QueryName(g.Query), mig.QueryName(w.Query))
 		diff(f("slices"), g.Slices, w.Slices)
 		diff(f("memorySlices"), g.MemorySlices, w.MemorySlices)
 		diff(f("memoryMiB"), g.MemoryMiB, w.MemoryMiB)
@@ -86,10 +87,10 @@ func Compare(got, want sim.Model) []Difference {
 
 // CompareWithBuiltin compares every model of a probe with the built-in model
 // of its name. A model without one is a difference too.
-func CompareWithBuiltin(r *Result, builtins []sim.Model) []Difference {
+func CompareWithBuiltin(r *Result, builtins []gpumodel.Model) []Difference {
 	var out []Difference
 	for _, m := range r.Config.Models {
-		i := slices.IndexFunc(builtins, func(b sim.Model) bool { return b.Name == m.Name })
+		i := slices.IndexFunc(builtins, func(b gpumodel.Model) bool { return b.Name == m.Name })
 		if i < 0 {
 			out = append(out, Difference{Model: m.Name, Field: "model", Got: m.ProductName, Want: ""})
 			continue
@@ -101,16 +102,16 @@ func CompareWithBuiltin(r *Result, builtins []sim.Model) []Difference {
 
 func sorted(s []int) []int { return slices.Sorted(slices.Values(s)) }
 
-func engines(e sim.Engines) string {
+func engines(e mig.Engines) string {
 	return fmt.Sprintf("%d/%d/%d/%d/%d", e.CopyEngines, e.Decoders, e.Encoders, e.JPEGs, e.OFAs)
 }
 
-func computeProfiles(cps []sim.ComputeProfile) string {
+func computeProfiles(cps []gpumodel.ComputeProfile) string {
 	cps = slices.Clone(cps)
-	slices.SortFunc(cps, func(a, b sim.ComputeProfile) int { return a.Query - b.Query })
+	slices.SortFunc(cps, func(a, b gpumodel.ComputeProfile) int { return a.Query - b.Query })
 	s := ""
 	for _, c := range cps {
-		s += fmt.Sprintf("[%s %d slices %d SMs x%d %v]", sim.ComputeQueryName(c.Query), c.Slices, c.SMs, c.MaxCount, sorted(c.Placements))
+		s += fmt.Sprintf("[%s %d slices %d SMs x%d %v]", mig.ComputeQueryName(c.Query), c.Slices, c.SMs, c.MaxCount, sorted(c.Placements))
 	}
 	return s
 }

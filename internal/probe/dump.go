@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/migflex/migflex/internal/nvml/sim"
+	"github.com/migflex/migflex/internal/nvmlbackend/sim"
 )
 
 // Marshal writes the result as a simulator config (sim.ParseConfig reads

@@ -20,9 +20,10 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/migflex/migflex/internal/gpumodel"
 	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/mig/nvmlmig"
-	"github.com/migflex/migflex/internal/nvml/sim"
+	"github.com/migflex/migflex/internal/nvmlbackend/sim"
 )
 
 // Result is what a probe read.
@@ -40,7 +41,7 @@ type Result struct {
 // Probe reads every GPU of lib. builtins are the models a GPU is named
 // after when its product name or PCI device id matches one (so --compare
 // finds it); other GPUs get a model named after their product.
-func Probe(lib nvml.Interface, builtins []sim.Model) (*Result, error) {
+func Probe(lib nvml.Interface, builtins []gpumodel.Model) (*Result, error) {
 	if ret := lib.Init(); ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("initializing NVML: %w", ret)
 	}
@@ -90,7 +91,7 @@ func Probe(lib nvml.Interface, builtins []sim.Model) (*Result, error) {
 // gpu is one probed GPU before naming.
 type gpu struct {
 	productName string
-	model       sim.Model
+	model       gpumodel.Model
 	state       sim.InitialState
 	notes       []string
 }
@@ -127,7 +128,7 @@ func probeGPU(lib nvml.Interface, i int) (*gpu, error) {
 	if ret != nvml.SUCCESS {
 		return nil, gpuErr(i, ret, "get architecture")
 	}
-	g.model = sim.Model{
+	g.model = gpumodel.Model{
 		ProductName:  g.productName,
 		PCIDeviceID:  pci.PciDeviceId,
 		MemoryMiB:    mem.Total >> 20,
@@ -166,7 +167,7 @@ func probeGPU(lib nvml.Interface, i int) (*gpu, error) {
 
 // profile is a probed profile with the NVML info it came from.
 type profile struct {
-	sim.Profile
+	gpumodel.Profile
 	info nvml.GpuInstanceProfileInfo
 }
 
@@ -180,7 +181,7 @@ func readProfiles(lib nvml.Interface, d nvml.Device, gpu int, totalMem uint64, n
 		case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_INVALID_ARGUMENT:
 			continue // the GPU (or this driver) has no such profile
 		default:
-			return nil, gpuErr(gpu, ret, "get GPU instance profile %s", sim.QueryName(q))
+			return nil, gpuErr(gpu, ret, "get GPU instance profile %s", mig.QueryName(q))
 		}
 		if _, named := d.(nvmlmig.ProfileNamer); !named {
 			if _, ok := nvmlmig.VersionedProfileInfo(lib, d, q); !ok {
@@ -189,12 +190,12 @@ func readProfiles(lib nvml.Interface, d nvml.Device, gpu int, totalMem uint64, n
 		}
 		placements, ret := d.GetGpuInstancePossiblePlacements(&info)
 		if ret != nvml.SUCCESS {
-			return nil, gpuErr(gpu, ret, "get placements of GPU instance profile %s", sim.QueryName(q))
+			return nil, gpuErr(gpu, ret, "get placements of GPU instance profile %s", mig.QueryName(q))
 		}
 		if len(placements) == 0 {
-			return nil, fmt.Errorf("GPU %d: GPU instance profile %s (id %d) has no placement", gpu, sim.QueryName(q), info.Id)
+			return nil, fmt.Errorf("GPU %d: GPU instance profile %s (id %d) has no placement", gpu, mig.QueryName(q), info.Id)
 		}
-		p := profile{info: info, Profile: sim.Profile{
+		p := profile{info: info, Profile: gpumodel.Profile{
 			Name:      nvmlmig.ProfileName(lib, d, q, info, totalMem),
 			ID:        info.Id,
 			Query:     q,
@@ -202,7 +203,7 @@ func readProfiles(lib nvml.Interface, d nvml.Device, gpu int, totalMem uint64, n
 			MemoryMiB: info.MemorySizeMB,
 			SMs:       int(info.MultiprocessorCount),
 			MaxCount:  int(info.InstanceCount),
-			Engines: sim.Engines{
+			Engines: mig.Engines{
 				CopyEngines: int(info.CopyEngineCount),
 				Decoders:    int(info.DecoderCount),
 				Encoders:    int(info.EncoderCount),
@@ -213,7 +214,7 @@ func readProfiles(lib nvml.Interface, d nvml.Device, gpu int, totalMem uint64, n
 		for _, pl := range placements {
 			p.Placements = append(p.Placements, int(pl.Start))
 			if p.MemorySlices != 0 && p.MemorySlices != int(pl.Size) {
-				return nil, fmt.Errorf("GPU %d: GPU instance profile %s has placements of sizes %d and %d", gpu, sim.QueryName(q), p.MemorySlices, pl.Size)
+				return nil, fmt.Errorf("GPU %d: GPU instance profile %s has placements of sizes %d and %d", gpu, mig.QueryName(q), p.MemorySlices, pl.Size)
 			}
 			p.MemorySlices = int(pl.Size)
 		}
@@ -228,7 +229,7 @@ func readProfiles(lib nvml.Interface, d nvml.Device, gpu int, totalMem uint64, n
 // readInstances reads the GPU instances and, on each, its compute-instance
 // profiles (recorded on the model's profile the first time one is seen) and
 // its compute instances.
-func readInstances(d nvml.Device, gpu int, profiles []profile, m *sim.Model, notes *[]string) ([]sim.InitialInstance, error) {
+func readInstances(d nvml.Device, gpu int, profiles []profile, m *gpumodel.Model, notes *[]string) ([]sim.InitialInstance, error) {
 	var out []sim.InitialInstance
 	for pi, p := range profiles {
 		if p.info.InstanceCount == 0 {
@@ -257,7 +258,7 @@ func readInstances(d nvml.Device, gpu int, profiles []profile, m *sim.Model, not
 	slices.SortFunc(out, func(a, b sim.InitialInstance) int { return cmp.Compare(a.Start, b.Start) })
 	for _, in := range out {
 		p, _ := profileNamed(m, in.Profile)
-		full := sim.ComputeQueryName(mig.FullComputeProfile(p.Slices))
+		full := mig.ComputeQueryName(mig.FullComputeProfile(p.Slices))
 		for _, ci := range in.ComputeInstances {
 			if ci != full {
 				*notes = append(*notes, fmt.Sprintf("GPU %d: the %s GPU instance at %d has a %s compute instance; the simulator creates only the full-size one (%s): remove it to run this dump", gpu, in.Profile, in.Start, ci, full))
@@ -267,8 +268,8 @@ func readInstances(d nvml.Device, gpu int, profiles []profile, m *sim.Model, not
 	return out, nil
 }
 
-func readComputeInstances(gi nvml.GpuInstance, gpu int, profileName string) ([]sim.ComputeProfile, []string, error) {
-	var cps []sim.ComputeProfile
+func readComputeInstances(gi nvml.GpuInstance, gpu int, profileName string) ([]gpumodel.ComputeProfile, []string, error) {
+	var cps []gpumodel.ComputeProfile
 	var cis []string
 	for q := range nvml.COMPUTE_INSTANCE_PROFILE_COUNT {
 		info, ret := gi.GetComputeInstanceProfileInfo(q, nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
@@ -277,13 +278,13 @@ func readComputeInstances(gi nvml.GpuInstance, gpu int, profileName string) ([]s
 		case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_INVALID_ARGUMENT:
 			continue
 		default:
-			return nil, nil, gpuErr(gpu, ret, "get compute instance profile %s of a %s GPU instance", sim.ComputeQueryName(q), profileName)
+			return nil, nil, gpuErr(gpu, ret, "get compute instance profile %s of a %s GPU instance", mig.ComputeQueryName(q), profileName)
 		}
 		placements, ret := gi.GetComputeInstancePossiblePlacements(&info)
 		if ret != nvml.SUCCESS {
-			return nil, nil, gpuErr(gpu, ret, "get placements of compute instance profile %s", sim.ComputeQueryName(q))
+			return nil, nil, gpuErr(gpu, ret, "get placements of compute instance profile %s", mig.ComputeQueryName(q))
 		}
-		cp := sim.ComputeProfile{Query: q, Slices: int(info.SliceCount), SMs: int(info.MultiprocessorCount), MaxCount: int(info.InstanceCount)}
+		cp := gpumodel.ComputeProfile{Query: q, Slices: int(info.SliceCount), SMs: int(info.MultiprocessorCount), MaxCount: int(info.InstanceCount)}
 		for _, pl := range placements {
 			cp.Placements = append(cp.Placements, int(pl.Start))
 		}
@@ -293,34 +294,34 @@ func readComputeInstances(gi nvml.GpuInstance, gpu int, profileName string) ([]s
 		}
 		list, ret := gi.GetComputeInstances(&info)
 		if ret != nvml.SUCCESS {
-			return nil, nil, gpuErr(gpu, ret, "list %s compute instances", sim.ComputeQueryName(q))
+			return nil, nil, gpuErr(gpu, ret, "list %s compute instances", mig.ComputeQueryName(q))
 		}
 		for range list {
-			cis = append(cis, sim.ComputeQueryName(q))
+			cis = append(cis, mig.ComputeQueryName(q))
 		}
 	}
 	return cps, cis, nil
 }
 
-func profileNamed(m *sim.Model, name string) (sim.Profile, bool) {
+func profileNamed(m *gpumodel.Model, name string) (gpumodel.Profile, bool) {
 	for _, p := range m.Profiles {
 		if p.Name == name {
 			return p, true
 		}
 	}
-	return sim.Profile{}, false
+	return gpumodel.Profile{}, false
 }
 
-func architecture(a nvml.DeviceArchitecture) sim.Architecture {
+func architecture(a nvml.DeviceArchitecture) gpumodel.Architecture {
 	switch a {
 	case nvml.DEVICE_ARCH_AMPERE:
-		return sim.Ampere
+		return gpumodel.Ampere
 	case nvml.DEVICE_ARCH_HOPPER:
-		return sim.Hopper
+		return gpumodel.Hopper
 	case nvml.DEVICE_ARCH_BLACKWELL:
-		return sim.Blackwell
+		return gpumodel.Blackwell
 	}
-	return sim.Architecture(fmt.Sprintf("unknown-%d", a))
+	return gpumodel.Architecture(fmt.Sprintf("unknown-%d", a))
 }
 
 var notNameChars = regexp.MustCompile(`[^A-Za-z0-9.]+`)
@@ -329,7 +330,7 @@ var notNameChars = regexp.MustCompile(`[^A-Za-z0-9.]+`)
 // (or, in the simulator, its name), else the one with its PCI device id,
 // else its product name made a model name ("NVIDIA H100 80GB HBM3" ->
 // "H100-80GB-HBM3").
-func modelName(product string, pciDeviceID uint32, builtins []sim.Model) string {
+func modelName(product string, pciDeviceID uint32, builtins []gpumodel.Model) string {
 	for _, m := range builtins {
 		if product == m.ProductName || product == m.Name {
 			return m.Name
@@ -353,7 +354,7 @@ func modelName(product string, pciDeviceID uint32, builtins []sim.Model) string 
 
 // mergeComputeProfiles keeps the compute-instance profiles another GPU of
 // the model had an instance to read them on.
-func mergeComputeProfiles(dst *sim.Model, src sim.Model) {
+func mergeComputeProfiles(dst *gpumodel.Model, src gpumodel.Model) {
 	for i := range dst.Profiles {
 		if len(dst.Profiles[i].ComputeProfiles) == 0 {
 			dst.Profiles[i].ComputeProfiles = src.Profiles[i].ComputeProfiles
@@ -361,7 +362,7 @@ func mergeComputeProfiles(dst *sim.Model, src sim.Model) {
 	}
 }
 
-func sameTable(a, b sim.Model) bool {
+func sameTable(a, b gpumodel.Model) bool {
 	a.Name, b.Name = "", ""
 	return len(Compare(a, b)) == 0
 }

@@ -8,7 +8,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/migflex/migflex/internal/nvml/sim"
+	"github.com/migflex/migflex/internal/gpumodel"
+	"github.com/migflex/migflex/internal/nvmlbackend/sim"
 )
 
 func newSim(t *testing.T, cfg sim.Config) *sim.Lib {
@@ -66,7 +67,7 @@ func withInstances(t *testing.T, l *sim.Lib, gpu int) {
 // from the dump and probes it again: the two dumps are the same, and the
 // first compares clean with the built-in model.
 func TestRoundTripBuiltins(t *testing.T) {
-	builtins := sim.BuiltinModels()
+	builtins := gpumodel.Builtin()
 	for _, m := range builtins {
 		t.Run(m.Name, func(t *testing.T) {
 			l := newSim(t, sim.Config{GPUs: []sim.GPUSpec{{Model: m.Name, Count: 2}}})
@@ -101,7 +102,7 @@ func TestRoundTripBuiltins(t *testing.T) {
 				if p.Query != nvml.GPU_INSTANCE_PROFILE_2_SLICE {
 					continue
 				}
-				want := []sim.ComputeProfile{{Query: nvml.COMPUTE_INSTANCE_PROFILE_2_SLICE, Slices: 2, SMs: p.SMs, MaxCount: 1, Placements: []int{0}}}
+				want := []gpumodel.ComputeProfile{{Query: nvml.COMPUTE_INSTANCE_PROFILE_2_SLICE, Slices: 2, SMs: p.SMs, MaxCount: 1, Placements: []int{0}}}
 				if diff := cmp.Diff(want, p.ComputeProfiles); diff != "" {
 					t.Errorf("compute-instance profiles read on the 2-slice instance (-want +got):\n%s", diff)
 				}
@@ -115,8 +116,8 @@ func TestRoundTripBuiltins(t *testing.T) {
 }
 
 func TestCompareFindsDifferences(t *testing.T) {
-	builtins := sim.BuiltinModels()
-	var h100 sim.Model
+	builtins := gpumodel.Builtin()
+	var h100 gpumodel.Model
 	for _, m := range builtins {
 		if m.Name == "H100-SXM5-80GB" {
 			h100 = m
@@ -137,7 +138,7 @@ func TestCompareFindsDifferences(t *testing.T) {
 		}
 		changed.Profiles = append(changed.Profiles, p)
 	}
-	l := newSim(t, sim.Config{Models: []sim.Model{changed}, GPUs: []sim.GPUSpec{{Model: h100.Name, Count: 1}}})
+	l := newSim(t, sim.Config{Models: []gpumodel.Model{changed}, GPUs: []sim.GPUSpec{{Model: h100.Name, Count: 1}}})
 	r, err := Probe(l, builtins)
 	if err != nil {
 		t.Fatal(err)
@@ -160,7 +161,7 @@ func TestCompareFindsDifferences(t *testing.T) {
 	// a difference.
 	other := h100
 	other.Name, other.PCIDeviceID = "H100-Lab", 0x000110DE
-	l = newSim(t, sim.Config{Models: []sim.Model{other}, GPUs: []sim.GPUSpec{{Model: "H100-Lab", Count: 1}}})
+	l = newSim(t, sim.Config{Models: []gpumodel.Model{other}, GPUs: []sim.GPUSpec{{Model: "H100-Lab", Count: 1}}})
 	if r, err = Probe(l, builtins); err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +260,7 @@ func TestProbeIsReadOnly(t *testing.T) {
 	d.SetMigMode(nvml.DEVICE_MIG_ENABLE) // Ampere: pending until reset
 	l.Shutdown()
 	before := l.Snapshot()
-	r, err := Probe(guardLib{l, t}, sim.BuiltinModels())
+	r, err := Probe(guardLib{l, t}, gpumodel.Builtin())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +280,7 @@ func TestProbeIsReadOnly(t *testing.T) {
 
 func TestMarshalHeader(t *testing.T) {
 	l := newSim(t, sim.Config{GPUs: []sim.GPUSpec{{Model: "A30-24GB", Count: 1}}})
-	r, err := Probe(l, sim.BuiltinModels())
+	r, err := Probe(l, gpumodel.Builtin())
 	if err != nil {
 		t.Fatal(err)
 	}

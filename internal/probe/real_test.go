@@ -9,8 +9,9 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/migflex/migflex/internal/gpumodel"
 	"github.com/migflex/migflex/internal/mig"
-	"github.com/migflex/migflex/internal/nvml/sim"
+	"github.com/migflex/migflex/internal/nvmlbackend/sim"
 )
 
 // The tests in this file drive the probe through go-nvml's mocks, which
@@ -24,7 +25,7 @@ import (
 // reports it.
 type fakeGPU struct {
 	name      string
-	model     sim.Model
+	model     gpumodel.Model
 	migMode   int
 	instances []fakeInstance
 	// fail makes the profile query of that constant fail.
@@ -34,7 +35,7 @@ type fakeGPU struct {
 	noPlacements int
 }
 
-func newFake(name string, model sim.Model, migMode int) *fakeGPU {
+func newFake(name string, model gpumodel.Model, migMode int) *fakeGPU {
 	return &fakeGPU{name: name, model: model, migMode: migMode, failQuery: -1, noPlacements: -1}
 }
 
@@ -43,25 +44,25 @@ type fakeInstance struct {
 	ci           bool
 }
 
-func (f *fakeGPU) profile(q int) (sim.Profile, bool) {
+func (f *fakeGPU) profile(q int) (gpumodel.Profile, bool) {
 	for _, p := range f.model.Profiles {
 		if p.Query == q {
 			return p, true
 		}
 	}
-	return sim.Profile{}, false
+	return gpumodel.Profile{}, false
 }
 
-func (f *fakeGPU) profileByID(id uint32) (sim.Profile, bool) {
+func (f *fakeGPU) profileByID(id uint32) (gpumodel.Profile, bool) {
 	for _, p := range f.model.Profiles {
 		if p.ID == id {
 			return p, true
 		}
 	}
-	return sim.Profile{}, false
+	return gpumodel.Profile{}, false
 }
 
-func info(p sim.Profile) nvml.GpuInstanceProfileInfo {
+func info(p gpumodel.Profile) nvml.GpuInstanceProfileInfo {
 	return nvml.GpuInstanceProfileInfo{
 		Id: p.ID, SliceCount: uint32(p.Slices), InstanceCount: uint32(p.MaxCount), MultiprocessorCount: uint32(p.SMs),
 		CopyEngineCount: uint32(p.Engines.CopyEngines), DecoderCount: uint32(p.Engines.Decoders), EncoderCount: uint32(p.Engines.Encoders),
@@ -128,7 +129,7 @@ func (f *fakeGPU) device() *mock.Device {
 	return d
 }
 
-func (f *fakeGPU) gpuInstance(id int, p sim.Profile, fi fakeInstance) *mock.GpuInstance {
+func (f *fakeGPU) gpuInstance(id int, p gpumodel.Profile, fi fakeInstance) *mock.GpuInstance {
 	full := mig.FullComputeProfile(p.Slices)
 	ciInfo := nvml.ComputeInstanceProfileInfo{Id: uint32(full), SliceCount: uint32(p.Slices), InstanceCount: 1, MultiprocessorCount: uint32(p.SMs)}
 	return &mock.GpuInstance{
@@ -173,15 +174,15 @@ func fakeLib(symbols error, gpus ...*fakeGPU) *mock.Interface {
 	}
 }
 
-func builtin(t *testing.T, name string) sim.Model {
+func builtin(t *testing.T, name string) gpumodel.Model {
 	t.Helper()
-	for _, m := range sim.BuiltinModels() {
+	for _, m := range gpumodel.Builtin() {
 		if m.Name == name {
 			return m
 		}
 	}
 	t.Fatalf("no built-in %s", name)
-	return sim.Model{}
+	return gpumodel.Model{}
 }
 
 // TestRealDriverPath probes an RTX PRO 6000 Blackwell as a driver reports
@@ -199,8 +200,8 @@ func TestRealDriverPath(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := newFake("NVIDIA RTX PRO 6000 Blackwell Server Edition", rtx, nvml.DEVICE_MIG_ENABLE)
 			f.instances = []fakeInstance{{query: nvml.GPU_INSTANCE_PROFILE_2_SLICE, start: 6, ci: true}, {query: nvml.GPU_INSTANCE_PROFILE_1_SLICE_NO_ME, start: 0}}
-			notMIG := newFake("NVIDIA L4", sim.Model{}, -1)
-			r, err := Probe(fakeLib(symbols, f, notMIG), sim.BuiltinModels())
+			notMIG := newFake("NVIDIA L4", gpumodel.Model{}, -1)
+			r, err := Probe(fakeLib(symbols, f, notMIG), gpumodel.Builtin())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -210,7 +211,7 @@ func TestRealDriverPath(t *testing.T) {
 			// The probe saw a 1-slice compute-instance profile on the 2g
 			// instance, which the built-in table leaves out.
 			var got []string
-			for _, d := range CompareWithBuiltin(r, sim.BuiltinModels()) {
+			for _, d := range CompareWithBuiltin(r, gpumodel.Builtin()) {
 				got = append(got, d.Field)
 			}
 			if diff := cmp.Diff([]string{"profile 2g.48gb: computeProfiles"}, got); diff != "" {
@@ -251,12 +252,12 @@ func TestRealDriverErrors(t *testing.T) {
 	}{
 		{"profile query fails", failing, "GPU 0: get GPU instance profile 2_SLICE: ERROR_UNKNOWN"},
 		{"no placement", unplaced, "GPU 0: GPU instance profile 4_SLICE (id 0) has no placement"},
-		{"MIG mode but no profile", newFake("NVIDIA A30", sim.Model{Name: "empty"}, nvml.DEVICE_MIG_DISABLE), "NVML reports MIG mode but no GPU-instance profile"},
-		{"no MIG GPU at all", newFake("NVIDIA L4", sim.Model{}, -1), "no MIG-capable GPU among the 1"},
+		{"MIG mode but no profile", newFake("NVIDIA A30", gpumodel.Model{Name: "empty"}, nvml.DEVICE_MIG_DISABLE), "NVML reports MIG mode but no GPU-instance profile"},
+		{"no MIG GPU at all", newFake("NVIDIA L4", gpumodel.Model{}, -1), "no MIG-capable GPU among the 1"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Probe(fakeLib(errors.New("no symbol"), tc.gpu), sim.BuiltinModels())
+			_, err := Probe(fakeLib(errors.New("no symbol"), tc.gpu), gpumodel.Builtin())
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("Probe() = %v, want an error containing %q", err, tc.want)
 			}

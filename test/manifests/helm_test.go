@@ -21,8 +21,8 @@ import (
 
 	"github.com/migflex/migflex/internal/certgen"
 	"github.com/migflex/migflex/internal/fallback"
-	"github.com/migflex/migflex/internal/nvml"
-	"github.com/migflex/migflex/internal/nvml/sim"
+	"github.com/migflex/migflex/internal/nvmlbackend"
+	"github.com/migflex/migflex/internal/nvmlbackend/sim"
 )
 
 // poolsValues exercises simulated node pools, a mig-parted config and a
@@ -271,8 +271,8 @@ func checkAgentPod(t *testing.T, s scenario, objs objects, ds *appsv1.DaemonSet,
 		if sc == nil || sc.Privileged == nil || !*sc.Privileged {
 			t.Errorf("%s: real backend not privileged: MIG partitioning needs it", ds.Name)
 		}
-		if env := envOf(c); env[nvml.EnvBackend] != "real" {
-			t.Errorf("%s env %v: want %s=real", ds.Name, env, nvml.EnvBackend)
+		if env := envOf(c); env[nvmlbackend.EnvBackend] != "real" {
+			t.Errorf("%s env %v: want %s=real", ds.Name, env, nvmlbackend.EnvBackend)
 		}
 		for _, env := range []string{"NVIDIA_VISIBLE_DEVICES", "NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES"} {
 			if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == env && e.Value == "all" }) {
@@ -298,8 +298,8 @@ func checkAgentPod(t *testing.T, s scenario, objs objects, ds *appsv1.DaemonSet,
 		t.Errorf("%s: simulated backend should run without privilege or capabilities, got %+v", ds.Name, sc)
 	}
 	// Environment, so `device-plugin sim` run in the pod finds them too.
-	if env := envOf(c); env[nvml.EnvBackend] != "simulated" || env[nvml.EnvSimConfig] != "/etc/migflex/sim/config.yaml" {
-		t.Errorf("%s env %v: want %s=simulated and %s", ds.Name, env, nvml.EnvBackend, nvml.EnvSimConfig)
+	if env := envOf(c); env[nvmlbackend.EnvBackend] != "simulated" || env[nvmlbackend.EnvSimConfig] != "/etc/migflex/sim/config.yaml" {
+		t.Errorf("%s env %v: want %s=simulated and %s", ds.Name, env, nvmlbackend.EnvBackend, nvmlbackend.EnvSimConfig)
 	}
 	// The simulator config the agent reads must parse, and keep its state
 	// on a hostPath so a layout survives agent restarts.

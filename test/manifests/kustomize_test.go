@@ -14,8 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/migflex/migflex/internal/nvml"
-	"github.com/migflex/migflex/internal/nvml/sim"
+	"github.com/migflex/migflex/internal/nvmlbackend"
+	"github.com/migflex/migflex/internal/nvmlbackend/sim"
 )
 
 // overlays are every kustomization users apply.
@@ -198,7 +198,7 @@ func TestLocalOverlay(t *testing.T) {
 	if !strings.HasPrefix(hostState, "/var/lib/kubelet/") || !mounted {
 		t.Errorf("simulator state on host %q (mounted at stateDir %s: %v), want a hostPath under /var/lib/kubelet", hostState, cfg.StateDir, mounted)
 	}
-	if env := envOf(ds.Spec.Template.Spec.Containers[0]); env[nvml.EnvBackend] != "simulated" {
+	if env := envOf(ds.Spec.Template.Spec.Containers[0]); env[nvmlbackend.EnvBackend] != "simulated" {
 		t.Errorf("agent env %v", env)
 	}
 

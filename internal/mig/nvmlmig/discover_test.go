@@ -6,9 +6,10 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/migflex/migflex/internal/gpumodel"
 	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/mig/nvmlmig"
-	"github.com/migflex/migflex/internal/nvml/sim"
+	"github.com/migflex/migflex/internal/nvmlbackend/sim"
 )
 
 // TestDiscoverA100 spells out one model completely, from
@@ -47,7 +48,7 @@ func TestDiscoverA100(t *testing.T) {
 // named both ways: by the simulator's ProfileName and, through a device
 // without it, derived from memory.
 func TestDiscoverBuiltins(t *testing.T) {
-	for _, m := range sim.BuiltinModels() {
+	for _, m := range gpumodel.Builtin() {
 		var want []mig.Profile
 		for _, p := range m.Profiles {
 			want = append(want, mig.Profile{Name: p.Name, ID: p.ID, Query: p.Query, Slices: p.Slices, MemorySlices: p.MemorySlices,
@@ -159,7 +160,7 @@ func (brokenDevice) GetMemoryInfo() (nvml.Memory, nvml.Return) {
 // TestDiscoverCustomNames: a custom model keeps its table's names, which
 // memory alone would not give (30 GiB of 70 derives as 3g.35gb).
 func TestDiscoverCustomNames(t *testing.T) {
-	models, err := sim.ParseModels([]byte(`version: v1
+	models, err := gpumodel.Parse([]byte(`version: v1
 models:
 - name: H100-PCIE-70GB
   pciDeviceID: 0x233110DE

@@ -1,11 +1,17 @@
-package sim
+// Package gpumodel owns the GPU models migflex knows: each model's identity
+// and its table of MIG profiles (placements, memory, SMs, engines), the
+// built-in tables with their sources (docs/MODELS.md), and the YAML form of
+// custom models. It is pure, so the simulator that presents these models
+// through NVML, the planner and the webhook read the same tables without
+// linking go-nvml (cgo).
+package gpumodel
 
 import (
 	"fmt"
 	"slices"
 	"strings"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/migflex/migflex/internal/mig"
 )
 
 // The MIG geometry of A100, H100, H200, B200 and GB200: 8 memory slices
@@ -32,21 +38,9 @@ const (
 	Blackwell Architecture = "blackwell"
 )
 
-func (a Architecture) nvml() nvml.DeviceArchitecture {
-	switch a {
-	case Ampere:
-		return nvml.DEVICE_ARCH_AMPERE
-	case Hopper:
-		return nvml.DEVICE_ARCH_HOPPER
-	case Blackwell:
-		return nvml.DEVICE_ARCH_BLACKWELL
-	}
-	return nvml.DEVICE_ARCH_UNKNOWN
-}
-
-// computeCapability is the CUDA compute capability NVML reports for the
+// ComputeCapability is the CUDA compute capability NVML reports for the
 // architecture's data-center parts (A100 8.0, H100/H200 9.0, B200 10.0).
-func (a Architecture) computeCapability() (major, minor int) {
+func (a Architecture) ComputeCapability() (major, minor int) {
 	switch a {
 	case Ampere:
 		return 8, 0
@@ -58,8 +52,8 @@ func (a Architecture) computeCapability() (major, minor int) {
 	return 0, 0
 }
 
-// pendingUntilReset reports whether a MIG mode change waits for a GPU reset.
-func (a Architecture) pendingUntilReset() bool { return a == Ampere }
+// PendingUntilReset reports whether a MIG mode change waits for a GPU reset.
+func (a Architecture) PendingUntilReset() bool { return a == Ampere }
 
 // Model is a GPU model the simulator can present: its identity as NVML
 // reports it and its table of GPU-instance profiles.
@@ -115,7 +109,7 @@ type Profile struct {
 	// ID is GpuInstanceProfileInfo.Id, the number nvidia-smi prints.
 	ID uint32
 	// Query is the GPU_INSTANCE_PROFILE_* constant NVML looks the profile up
-	// by (nvml.GPU_INSTANCE_PROFILE_3_SLICE == 2).
+	// by (mig.GIProfile3Slice == 2).
 	Query int
 	// Slices is the number of compute slices (the 3 in 3g.40gb).
 	Slices int
@@ -132,21 +126,12 @@ type Profile struct {
 	// than the GPU has (the most any one profile has, the whole-GPU one), so
 	// 1g.6gb+me and 2g.12gb+me, which both need the A30's only OFA, do not
 	// coexist. A model without engine counts has no such limit.
-	Engines Engines
+	Engines mig.Engines
 	// ComputeProfiles are the compute-instance profiles NVML reports for an
 	// instance of this profile. Empty means the one the simulator creates:
 	// a compute instance spanning the whole GPU instance. Smaller ones (from
 	// a probe of a real GPU) are reported, never created.
 	ComputeProfiles []ComputeProfile
-}
-
-// Engines are the engine counts of GpuInstanceProfileInfo.
-type Engines struct {
-	CopyEngines int
-	Decoders    int
-	Encoders    int
-	JPEGs       int
-	OFAs        int
 }
 
 // ComputeProfile is a compute-instance profile of a GPU-instance profile.
@@ -159,9 +144,30 @@ type ComputeProfile struct {
 	Placements []int
 }
 
-func (p *Profile) hasPlacement(start int) bool { return slices.Contains(p.Placements, start) }
+// HasPlacement reports whether the profile may start at memory slice start.
+func (p *Profile) HasPlacement(start int) bool { return slices.Contains(p.Placements, start) }
 
-func (m *Model) profileByID(id uint32) (*Profile, bool) {
+// ComputeProfilesOrFull is ComputeProfiles, or where the table gives none
+// the one compute instance migflex creates, spanning the GPU instance.
+func (p *Profile) ComputeProfilesOrFull() []ComputeProfile {
+	if len(p.ComputeProfiles) > 0 {
+		return p.ComputeProfiles
+	}
+	return []ComputeProfile{{Query: mig.FullComputeProfile(p.Slices), Slices: p.Slices, SMs: p.SMs, MaxCount: 1, Placements: []int{0}}}
+}
+
+// EffectiveComputeProfiles are the compute-instance profiles the simulator
+// reports for an instance of p: ComputeProfilesOrFull, as a copy.
+func (p *Profile) EffectiveComputeProfiles() []ComputeProfile {
+	out := slices.Clone(p.ComputeProfilesOrFull())
+	for i := range out {
+		out[i].Placements = slices.Clone(out[i].Placements)
+	}
+	return out
+}
+
+// ProfileByID returns the profile with NVML id id.
+func (m *Model) ProfileByID(id uint32) (*Profile, bool) {
 	for i := range m.Profiles {
 		if m.Profiles[i].ID == id {
 			return &m.Profiles[i], true
@@ -170,7 +176,8 @@ func (m *Model) profileByID(id uint32) (*Profile, bool) {
 	return nil, false
 }
 
-func (m *Model) profileByName(name string) (*Profile, bool) {
+// ProfileByName returns the profile named name.
+func (m *Model) ProfileByName(name string) (*Profile, bool) {
 	for i := range m.Profiles {
 		if m.Profiles[i].Name == name {
 			return &m.Profiles[i], true
@@ -179,7 +186,8 @@ func (m *Model) profileByName(name string) (*Profile, bool) {
 	return nil, false
 }
 
-func (m *Model) profileByQuery(q int) (*Profile, bool) {
+// ProfileByQuery returns the profile with query constant q.
+func (m *Model) ProfileByQuery(q int) (*Profile, bool) {
 	for i := range m.Profiles {
 		if m.Profiles[i].Query == q {
 			return &m.Profiles[i], true
@@ -188,17 +196,28 @@ func (m *Model) profileByQuery(q int) (*Profile, bool) {
 	return nil, false
 }
 
-// BuiltinModels returns the GPU models the simulator knows without a models
-// file. The result is a fresh copy the caller may change.
-func BuiltinModels() []Model { return builtinModels() }
+// Builtin returns the GPU models migflex knows without a models file. The
+// result is a fresh copy the caller may change.
+func Builtin() []Model { return builtinModels() }
 
-// modelSet resolves model names. A custom model named like a built-in one
+// Lookup returns the built-in model named name.
+func Lookup(name string) (Model, bool) {
+	for _, m := range builtinModels() {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return Model{}, false
+}
+
+// Set resolves model names. A custom model named like a built-in one
 // replaces it: a `device-plugin probe` dump of a real GPU names its model
 // after the built-in it corrects.
-type modelSet map[string]*Model
+type Set map[string]*Model
 
-func newModelSet(custom []Model) (modelSet, error) {
-	set := modelSet{}
+// NewSet returns the built-in models and the custom ones, each validated.
+func NewSet(custom []Model) (Set, error) {
+	set := Set{}
 	for _, m := range builtinModels() {
 		set[m.Name] = &m
 	}
@@ -227,14 +246,15 @@ func IsBuiltin(name string) bool {
 	return false
 }
 
-func (s modelSet) get(name string) (*Model, error) {
+// Get returns the model named name, or an error that lists the known ones.
+func (s Set) Get(name string) (*Model, error) {
 	if m, ok := s[name]; ok {
 		return m, nil
 	}
 	return nil, fmt.Errorf("unknown GPU model %q (known: %s)", name, strings.Join(s.names(), ", "))
 }
 
-func (s modelSet) names() []string {
+func (s Set) names() []string {
 	names := make([]string, 0, len(s))
 	for n := range s {
 		names = append(names, n)
@@ -243,47 +263,27 @@ func (s modelSet) names() []string {
 	return names
 }
 
-// plus adds the media engines of o to e (copy engines too, unchecked).
-func (e Engines) plus(o Engines) Engines {
-	return Engines{e.CopyEngines + o.CopyEngines, e.Decoders + o.Decoders, e.Encoders + o.Encoders, e.JPEGs + o.JPEGs, e.OFAs + o.OFAs}
-}
-
-// within reports whether e's media engines are at most limit's. Copy
-// engines are not limited: nvidia-smi shows the whole-GPU profile with
-// fewer copy engines than seven 1g instances have between them (B200).
-func (e Engines) within(limit Engines) bool {
-	return e.Decoders <= limit.Decoders && e.Encoders <= limit.Encoders && e.JPEGs <= limit.JPEGs && e.OFAs <= limit.OFAs
-}
-
-// mediaLimits is how many media engines the GPU has: per engine, the most
+// MediaLimits is how many media engines the GPU has: per engine, the most
 // any profile has (the whole-GPU profile, or an _ALL_ME one, holds them
 // all).
-func (m *Model) mediaLimits() Engines {
-	var l Engines
+func (m *Model) MediaLimits() mig.Engines {
+	var l mig.Engines
 	for _, p := range m.Profiles {
-		l.Decoders = max(l.Decoders, p.Engines.Decoders)
-		l.Encoders = max(l.Encoders, p.Engines.Encoders)
-		l.JPEGs = max(l.JPEGs, p.Engines.JPEGs)
-		l.OFAs = max(l.OFAs, p.Engines.OFAs)
+		l = l.MediaMax(p.Engines)
 	}
 	return l
 }
 
-// media says how a profile's media engines relate to the rest of the GPU.
-type media int
-
-const (
-	someMedia media = iota // the usual profiles: their share, or none
-	allMedia               // _ALL_ME: every media engine of the GPU
-	noMedia                // _NO_ME: none, and compatible with _ALL_ME
-)
-
-func mediaKind(query int) media {
-	switch query {
-	case nvml.GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME, nvml.GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME:
-		return allMedia
-	case nvml.GPU_INSTANCE_PROFILE_1_SLICE_NO_ME, nvml.GPU_INSTANCE_PROFILE_2_SLICE_NO_ME:
-		return noMedia
+// MIGProfiles returns the model's table as mig's profiles, as Discover
+// reads them from a GPU of this model.
+func (m *Model) MIGProfiles() []mig.Profile {
+	out := make([]mig.Profile, 0, len(m.Profiles))
+	for _, p := range m.Profiles {
+		out = append(out, mig.Profile{
+			Name: p.Name, ID: p.ID, Query: p.Query, Slices: p.Slices, MemorySlices: p.MemorySlices,
+			MemoryMB: p.MemoryMiB, SMs: p.SMs, MaxCount: p.MaxCount, Placements: slices.Clone(p.Placements),
+			Engines: p.Engines,
+		})
 	}
-	return someMedia
+	return out
 }

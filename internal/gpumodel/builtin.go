@@ -1,9 +1,9 @@
-package sim
+package gpumodel
 
 import (
 	"slices"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/migflex/migflex/internal/mig"
 )
 
 // The built-in tables. docs/MODELS.md gives, for every model and every
@@ -21,13 +21,13 @@ type row struct {
 	name    string
 	memMiB  uint64
 	sms     int
-	engines Engines
+	engines mig.Engines
 }
 
 // eng is Engines in the order nvidia-smi mig -lgip prints them: copy
 // engines, decoders, encoders, JPEG decoders, OFAs.
-func eng(ce, dec, enc, jpeg, ofa int) Engines {
-	return Engines{CopyEngines: ce, Decoders: dec, Encoders: enc, JPEGs: jpeg, OFAs: ofa}
+func eng(ce, dec, enc, jpeg, ofa int) mig.Engines {
+	return mig.Engines{CopyEngines: ce, Decoders: dec, Encoders: enc, JPEGs: jpeg, OFAs: ofa}
 }
 
 // sevenSlice builds the table every 8-memory-slice, 7-compute-slice GPU in
@@ -37,13 +37,13 @@ func eng(ce, dec, enc, jpeg, ofa int) Engines {
 // with two memory slices, 2g, 3g, 4g, 7g.
 func sevenSlice(rows [7]row) []Profile {
 	shape := [7]Profile{
-		{ID: 19, Query: nvml.GPU_INSTANCE_PROFILE_1_SLICE, Slices: 1, MemorySlices: 1, MaxCount: 7, Placements: []int{0, 1, 2, 3, 4, 5, 6}},
-		{ID: 20, Query: nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, Slices: 1, MemorySlices: 1, MaxCount: 1, Placements: []int{0, 1, 2, 3, 4, 5, 6}},
-		{ID: 15, Query: nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV2, Slices: 1, MemorySlices: 2, MaxCount: 4, Placements: []int{0, 2, 4, 6}},
-		{ID: 14, Query: nvml.GPU_INSTANCE_PROFILE_2_SLICE, Slices: 2, MemorySlices: 2, MaxCount: 3, Placements: []int{0, 2, 4}},
-		{ID: 9, Query: nvml.GPU_INSTANCE_PROFILE_3_SLICE, Slices: 3, MemorySlices: 4, MaxCount: 2, Placements: []int{0, 4}},
-		{ID: 5, Query: nvml.GPU_INSTANCE_PROFILE_4_SLICE, Slices: 4, MemorySlices: 4, MaxCount: 1, Placements: []int{0}},
-		{ID: 0, Query: nvml.GPU_INSTANCE_PROFILE_7_SLICE, Slices: 7, MemorySlices: 8, MaxCount: 1, Placements: []int{0}},
+		{ID: 19, Query: mig.GIProfile1Slice, Slices: 1, MemorySlices: 1, MaxCount: 7, Placements: []int{0, 1, 2, 3, 4, 5, 6}},
+		{ID: 20, Query: mig.GIProfile1SliceRev1, Slices: 1, MemorySlices: 1, MaxCount: 1, Placements: []int{0, 1, 2, 3, 4, 5, 6}},
+		{ID: 15, Query: mig.GIProfile1SliceRev2, Slices: 1, MemorySlices: 2, MaxCount: 4, Placements: []int{0, 2, 4, 6}},
+		{ID: 14, Query: mig.GIProfile2Slice, Slices: 2, MemorySlices: 2, MaxCount: 3, Placements: []int{0, 2, 4}},
+		{ID: 9, Query: mig.GIProfile3Slice, Slices: 3, MemorySlices: 4, MaxCount: 2, Placements: []int{0, 4}},
+		{ID: 5, Query: mig.GIProfile4Slice, Slices: 4, MemorySlices: 4, MaxCount: 1, Placements: []int{0}},
+		{ID: 0, Query: mig.GIProfile7Slice, Slices: 7, MemorySlices: 8, MaxCount: 1, Placements: []int{0}},
 	}
 	return withRows(shape[:], rows[:])
 }
@@ -62,18 +62,18 @@ func withRows(shape []Profile, rows []row) []Profile {
 var (
 	// A100 (MIG user guide, A100 table; an A100-PCIE-40GB's nvidia-smi
 	// agrees): media engines on few profiles, 5 decoders in all.
-	a100Engines = [7]Engines{eng(1, 0, 0, 0, 0), eng(1, 1, 0, 1, 1), eng(1, 1, 0, 0, 0), eng(2, 1, 0, 0, 0), eng(3, 2, 0, 0, 0), eng(4, 2, 0, 0, 0), eng(7, 5, 0, 1, 1)}
+	a100Engines = [7]mig.Engines{eng(1, 0, 0, 0, 0), eng(1, 1, 0, 1, 1), eng(1, 1, 0, 0, 0), eng(2, 1, 0, 0, 0), eng(3, 2, 0, 0, 0), eng(4, 2, 0, 0, 0), eng(7, 5, 0, 1, 1)}
 	// Hopper (MIG user guide, H100 and H200 tables; nvidia-smi on H200 and
 	// H100 NVL agrees): one decoder and one JPEG per compute slice, 8 copy
 	// engines on the whole GPU, one OFA.
-	hopperEngines = [7]Engines{eng(1, 1, 0, 1, 0), eng(1, 1, 0, 1, 1), eng(1, 1, 0, 1, 0), eng(2, 2, 0, 2, 0), eng(3, 3, 0, 3, 0), eng(4, 4, 0, 4, 0), eng(8, 7, 0, 7, 1)}
+	hopperEngines = [7]mig.Engines{eng(1, 1, 0, 1, 0), eng(1, 1, 0, 1, 1), eng(1, 1, 0, 1, 0), eng(2, 2, 0, 2, 0), eng(3, 3, 0, 3, 0), eng(4, 4, 0, 4, 0), eng(8, 7, 0, 7, 1)}
 	// Blackwell B200/GB200: the 1g and 2g rows from nvidia-smi; copy engines
 	// of 3g, 4g, 7g from the MIG user guide; their media engines are not in
 	// any source found and follow the Hopper pattern.
-	b200Engines = [7]Engines{eng(2, 1, 0, 1, 0), eng(2, 1, 0, 1, 1), eng(2, 1, 0, 1, 0), eng(4, 2, 0, 2, 0), eng(6, 3, 0, 3, 0), eng(8, 4, 0, 4, 0), eng(16, 7, 0, 7, 1)}
+	b200Engines = [7]mig.Engines{eng(2, 1, 0, 1, 0), eng(2, 1, 0, 1, 1), eng(2, 1, 0, 1, 0), eng(4, 2, 0, 2, 0), eng(6, 3, 0, 3, 0), eng(8, 4, 0, 4, 0), eng(16, 7, 0, 7, 1)}
 )
 
-func withEngines(rows [7]row, engines [7]Engines) [7]row {
+func withEngines(rows [7]row, engines [7]mig.Engines) [7]row {
 	for i := range rows {
 		rows[i].engines = engines[i]
 	}
@@ -84,11 +84,11 @@ func withEngines(rows [7]row, engines [7]Engines) [7]row {
 // on an A30 (R525 or later, which added 2g.12gb+me).
 func a30Profiles() []Profile {
 	shape := []Profile{
-		{ID: 14, Query: nvml.GPU_INSTANCE_PROFILE_1_SLICE, Slices: 1, MemorySlices: 1, MaxCount: 4, Placements: []int{0, 1, 2, 3}},
-		{ID: 21, Query: nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, Slices: 1, MemorySlices: 1, MaxCount: 1, Placements: []int{0, 1, 2, 3}},
-		{ID: 5, Query: nvml.GPU_INSTANCE_PROFILE_2_SLICE, Slices: 2, MemorySlices: 2, MaxCount: 2, Placements: []int{0, 2}},
-		{ID: 6, Query: nvml.GPU_INSTANCE_PROFILE_2_SLICE_REV1, Slices: 2, MemorySlices: 2, MaxCount: 1, Placements: []int{0, 2}},
-		{ID: 0, Query: nvml.GPU_INSTANCE_PROFILE_4_SLICE, Slices: 4, MemorySlices: 4, MaxCount: 1, Placements: []int{0}},
+		{ID: 14, Query: mig.GIProfile1Slice, Slices: 1, MemorySlices: 1, MaxCount: 4, Placements: []int{0, 1, 2, 3}},
+		{ID: 21, Query: mig.GIProfile1SliceRev1, Slices: 1, MemorySlices: 1, MaxCount: 1, Placements: []int{0, 1, 2, 3}},
+		{ID: 5, Query: mig.GIProfile2Slice, Slices: 2, MemorySlices: 2, MaxCount: 2, Placements: []int{0, 2}},
+		{ID: 6, Query: mig.GIProfile2SliceRev1, Slices: 2, MemorySlices: 2, MaxCount: 1, Placements: []int{0, 2}},
+		{ID: 0, Query: mig.GIProfile4Slice, Slices: 4, MemorySlices: 4, MaxCount: 1, Placements: []int{0}},
 	}
 	return withRows(shape, []row{
 		{"1g.6gb", 5952, 14, eng(1, 1, 0, 0, 0)},      // 5.81 GiB
@@ -107,17 +107,17 @@ func rtxPro6000Profiles() []Profile {
 	one := []int{0, 3, 6, 9}
 	two := []int{0, 6}
 	shape := []Profile{
-		{ID: 14, Query: nvml.GPU_INSTANCE_PROFILE_1_SLICE, Slices: 1, MemorySlices: 3, MaxCount: 4, Placements: one},
-		{ID: 21, Query: nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, Slices: 1, MemorySlices: 3, MaxCount: 1, Placements: one},
-		{ID: 47, Query: nvml.GPU_INSTANCE_PROFILE_1_SLICE_GFX, Slices: 1, MemorySlices: 3, MaxCount: 4, Placements: one},
-		{ID: 65, Query: nvml.GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME, Slices: 1, MemorySlices: 3, MaxCount: 1, Placements: one},
-		{ID: 67, Query: nvml.GPU_INSTANCE_PROFILE_1_SLICE_NO_ME, Slices: 1, MemorySlices: 3, MaxCount: 4, Placements: one},
-		{ID: 5, Query: nvml.GPU_INSTANCE_PROFILE_2_SLICE, Slices: 2, MemorySlices: 6, MaxCount: 2, Placements: two},
-		{ID: 35, Query: nvml.GPU_INSTANCE_PROFILE_2_SLICE_GFX, Slices: 2, MemorySlices: 6, MaxCount: 2, Placements: two},
-		{ID: 64, Query: nvml.GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME, Slices: 2, MemorySlices: 6, MaxCount: 1, Placements: two},
-		{ID: 66, Query: nvml.GPU_INSTANCE_PROFILE_2_SLICE_NO_ME, Slices: 2, MemorySlices: 6, MaxCount: 2, Placements: two},
-		{ID: 0, Query: nvml.GPU_INSTANCE_PROFILE_4_SLICE, Slices: 4, MemorySlices: 12, MaxCount: 1, Placements: []int{0}},
-		{ID: 32, Query: nvml.GPU_INSTANCE_PROFILE_4_SLICE_GFX, Slices: 4, MemorySlices: 12, MaxCount: 1, Placements: []int{0}},
+		{ID: 14, Query: mig.GIProfile1Slice, Slices: 1, MemorySlices: 3, MaxCount: 4, Placements: one},
+		{ID: 21, Query: mig.GIProfile1SliceRev1, Slices: 1, MemorySlices: 3, MaxCount: 1, Placements: one},
+		{ID: 47, Query: mig.GIProfile1SliceGFX, Slices: 1, MemorySlices: 3, MaxCount: 4, Placements: one},
+		{ID: 65, Query: mig.GIProfile1SliceAllME, Slices: 1, MemorySlices: 3, MaxCount: 1, Placements: one},
+		{ID: 67, Query: mig.GIProfile1SliceNoME, Slices: 1, MemorySlices: 3, MaxCount: 4, Placements: one},
+		{ID: 5, Query: mig.GIProfile2Slice, Slices: 2, MemorySlices: 6, MaxCount: 2, Placements: two},
+		{ID: 35, Query: mig.GIProfile2SliceGFX, Slices: 2, MemorySlices: 6, MaxCount: 2, Placements: two},
+		{ID: 64, Query: mig.GIProfile2SliceAllME, Slices: 2, MemorySlices: 6, MaxCount: 1, Placements: two},
+		{ID: 66, Query: mig.GIProfile2SliceNoME, Slices: 2, MemorySlices: 6, MaxCount: 2, Placements: two},
+		{ID: 0, Query: mig.GIProfile4Slice, Slices: 4, MemorySlices: 12, MaxCount: 1, Placements: []int{0}},
+		{ID: 32, Query: mig.GIProfile4SliceGFX, Slices: 4, MemorySlices: 12, MaxCount: 1, Placements: []int{0}},
 	}
 	const one24, two48, four96 = 24192, 48512, 97408 // 23.62, 47.38, 95.12 GiB
 	return withRows(shape, []row{
@@ -137,40 +137,40 @@ func rtxPro6000Profiles() []Profile {
 
 func builtinModels() []Model {
 	a100_40 := [7]row{
-		{"1g.5gb", 4864, 14, Engines{}},
-		{"1g.5gb+me", 4864, 14, Engines{}},
-		{"1g.10gb", 9856, 14, Engines{}},
-		{"2g.10gb", 9856, 28, Engines{}},
-		{"3g.20gb", 19968, 42, Engines{}},
-		{"4g.20gb", 19968, 56, Engines{}},
-		{"7g.40gb", 40192, 98, Engines{}},
+		{"1g.5gb", 4864, 14, mig.Engines{}},
+		{"1g.5gb+me", 4864, 14, mig.Engines{}},
+		{"1g.10gb", 9856, 14, mig.Engines{}},
+		{"2g.10gb", 9856, 28, mig.Engines{}},
+		{"3g.20gb", 19968, 42, mig.Engines{}},
+		{"4g.20gb", 19968, 56, mig.Engines{}},
+		{"7g.40gb", 40192, 98, mig.Engines{}},
 	}
 	a100_80 := [7]row{
-		{"1g.10gb", 9856, 14, Engines{}},
-		{"1g.10gb+me", 9856, 14, Engines{}},
-		{"1g.20gb", 19968, 14, Engines{}},
-		{"2g.20gb", 19968, 28, Engines{}},
-		{"3g.40gb", 40192, 42, Engines{}},
-		{"4g.40gb", 40192, 56, Engines{}},
-		{"7g.80gb", 80384, 98, Engines{}},
+		{"1g.10gb", 9856, 14, mig.Engines{}},
+		{"1g.10gb+me", 9856, 14, mig.Engines{}},
+		{"1g.20gb", 19968, 14, mig.Engines{}},
+		{"2g.20gb", 19968, 28, mig.Engines{}},
+		{"3g.40gb", 40192, 42, mig.Engines{}},
+		{"4g.40gb", 40192, 56, mig.Engines{}},
+		{"7g.80gb", 80384, 98, mig.Engines{}},
 	}
 	h100_80 := [7]row{
-		{"1g.10gb", 9984, 16, Engines{}},    // 9.75 GiB
-		{"1g.10gb+me", 9984, 16, Engines{}}, // 9.75 GiB
-		{"1g.20gb", 20096, 26, Engines{}},   // 19.62 GiB
-		{"2g.20gb", 20096, 32, Engines{}},   // 19.62 GiB
-		{"3g.40gb", 40448, 60, Engines{}},   // 39.50 GiB
-		{"4g.40gb", 40448, 64, Engines{}},   // 39.50 GiB
-		{"7g.80gb", 81152, 132, Engines{}},  // 79.25 GiB
+		{"1g.10gb", 9984, 16, mig.Engines{}},    // 9.75 GiB
+		{"1g.10gb+me", 9984, 16, mig.Engines{}}, // 9.75 GiB
+		{"1g.20gb", 20096, 26, mig.Engines{}},   // 19.62 GiB
+		{"2g.20gb", 20096, 32, mig.Engines{}},   // 19.62 GiB
+		{"3g.40gb", 40448, 60, mig.Engines{}},   // 39.50 GiB
+		{"4g.40gb", 40448, 64, mig.Engines{}},   // 39.50 GiB
+		{"7g.80gb", 81152, 132, mig.Engines{}},  // 79.25 GiB
 	}
 	h200 := [7]row{
-		{"1g.18gb", 16384, 16, Engines{}},    // 16.00 GiB
-		{"1g.18gb+me", 16384, 16, Engines{}}, // 16.00 GiB
-		{"1g.35gb", 33024, 26, Engines{}},    // 32.25 GiB
-		{"2g.35gb", 33024, 32, Engines{}},    // 32.25 GiB
-		{"3g.71gb", 71168, 60, Engines{}},    // 69.50 GiB
-		{"4g.71gb", 71168, 64, Engines{}},    // 69.50 GiB
-		{"7g.141gb", 143104, 132, Engines{}}, // 139.75 GiB
+		{"1g.18gb", 16384, 16, mig.Engines{}},    // 16.00 GiB
+		{"1g.18gb+me", 16384, 16, mig.Engines{}}, // 16.00 GiB
+		{"1g.35gb", 33024, 26, mig.Engines{}},    // 32.25 GiB
+		{"2g.35gb", 33024, 32, mig.Engines{}},    // 32.25 GiB
+		{"3g.71gb", 71168, 60, mig.Engines{}},    // 69.50 GiB
+		{"4g.71gb", 71168, 64, mig.Engines{}},    // 69.50 GiB
+		{"7g.141gb", 143104, 132, mig.Engines{}}, // 139.75 GiB
 	}
 	models := []Model{
 		{
@@ -232,13 +232,13 @@ func builtinModels() []Model {
 			SMs:          108,
 			Architecture: Ampere,
 			Profiles: sevenSlice(withEngines([7]row{
-				{"1g.5gb", 4864, 14, Engines{}},    // 4.75 GiB
-				{"1g.5gb+me", 4864, 14, Engines{}}, // 4.75 GiB
-				{"1g.10gb", 9984, 14, Engines{}},   // 9.75 GiB
-				{"2g.10gb", 9984, 28, Engines{}},   // 9.75 GiB
-				{"3g.20gb", 20096, 42, Engines{}},  // 19.62 GiB
-				{"4g.20gb", 20096, 56, Engines{}},  // 19.62 GiB
-				{"7g.40gb", 40448, 98, Engines{}},  // 39.50 GiB
+				{"1g.5gb", 4864, 14, mig.Engines{}},    // 4.75 GiB
+				{"1g.5gb+me", 4864, 14, mig.Engines{}}, // 4.75 GiB
+				{"1g.10gb", 9984, 14, mig.Engines{}},   // 9.75 GiB
+				{"2g.10gb", 9984, 28, mig.Engines{}},   // 9.75 GiB
+				{"3g.20gb", 20096, 42, mig.Engines{}},  // 19.62 GiB
+				{"4g.20gb", 20096, 56, mig.Engines{}},  // 19.62 GiB
+				{"7g.40gb", 40448, 98, mig.Engines{}},  // 39.50 GiB
 			}, a100Engines)),
 		},
 		{
@@ -258,13 +258,13 @@ func builtinModels() []Model {
 			SMs:          114,
 			Architecture: Hopper,
 			Profiles: sevenSlice(withEngines([7]row{
-				{"1g.10gb", 9984, 16, Engines{}},
-				{"1g.10gb+me", 9984, 16, Engines{}},
-				{"1g.20gb", 20096, 16, Engines{}},
-				{"2g.20gb", 20096, 32, Engines{}},
-				{"3g.40gb", 40448, 48, Engines{}},
-				{"4g.40gb", 40448, 65, Engines{}},
-				{"7g.80gb", 81152, 114, Engines{}},
+				{"1g.10gb", 9984, 16, mig.Engines{}},
+				{"1g.10gb+me", 9984, 16, mig.Engines{}},
+				{"1g.20gb", 20096, 16, mig.Engines{}},
+				{"2g.20gb", 20096, 32, mig.Engines{}},
+				{"3g.40gb", 40448, 48, mig.Engines{}},
+				{"4g.40gb", 40448, 65, mig.Engines{}},
+				{"7g.80gb", 81152, 114, mig.Engines{}},
 			}, hopperEngines)),
 		},
 		{
@@ -275,13 +275,13 @@ func builtinModels() []Model {
 			SMs:          132,
 			Architecture: Hopper,
 			Profiles: sevenSlice(withEngines([7]row{
-				{"1g.12gb", 10880, 16, Engines{}},    // 10.62 GiB
-				{"1g.12gb+me", 10880, 16, Engines{}}, // 10.62 GiB
-				{"1g.24gb", 22016, 26, Engines{}},    // 21.50 GiB
-				{"2g.24gb", 22016, 32, Engines{}},    // 21.50 GiB
-				{"3g.47gb", 47232, 60, Engines{}},    // 46.12 GiB
-				{"4g.47gb", 47232, 64, Engines{}},    // 46.12 GiB
-				{"7g.94gb", 94848, 132, Engines{}},   // 92.62 GiB
+				{"1g.12gb", 10880, 16, mig.Engines{}},    // 10.62 GiB
+				{"1g.12gb+me", 10880, 16, mig.Engines{}}, // 10.62 GiB
+				{"1g.24gb", 22016, 26, mig.Engines{}},    // 21.50 GiB
+				{"2g.24gb", 22016, 32, mig.Engines{}},    // 21.50 GiB
+				{"3g.47gb", 47232, 60, mig.Engines{}},    // 46.12 GiB
+				{"4g.47gb", 47232, 64, mig.Engines{}},    // 46.12 GiB
+				{"7g.94gb", 94848, 132, mig.Engines{}},   // 92.62 GiB
 			}, hopperEngines)),
 		},
 		{
@@ -292,13 +292,13 @@ func builtinModels() []Model {
 			SMs:          78,
 			Architecture: Hopper,
 			Profiles: sevenSlice(withEngines([7]row{
-				{"1g.12gb", 11776, 11, Engines{}},
-				{"1g.12gb+me", 11776, 11, Engines{}},
-				{"1g.24gb", 23552, 11, Engines{}}, // 23.00 GiB
-				{"2g.24gb", 23552, 22, Engines{}}, // 23.00 GiB
-				{"3g.48gb", 47616, 33, Engines{}}, // 46.50 GiB
-				{"4g.48gb", 47616, 44, Engines{}}, // 46.50 GiB
-				{"7g.96gb", 95232, 78, Engines{}}, // 93.00 GiB
+				{"1g.12gb", 11776, 11, mig.Engines{}},
+				{"1g.12gb+me", 11776, 11, mig.Engines{}},
+				{"1g.24gb", 23552, 11, mig.Engines{}}, // 23.00 GiB
+				{"2g.24gb", 23552, 22, mig.Engines{}}, // 23.00 GiB
+				{"3g.48gb", 47616, 33, mig.Engines{}}, // 46.50 GiB
+				{"4g.48gb", 47616, 44, mig.Engines{}}, // 46.50 GiB
+				{"7g.96gb", 95232, 78, mig.Engines{}}, // 93.00 GiB
 			}, hopperEngines)),
 		},
 		{
@@ -318,13 +318,13 @@ func builtinModels() []Model {
 			SMs:          148,
 			Architecture: Blackwell,
 			Profiles: sevenSlice(withEngines([7]row{
-				{"1g.23gb", 22528, 18, Engines{}},    // 22.00 GiB
-				{"1g.23gb+me", 22528, 18, Engines{}}, // 22.00 GiB
-				{"1g.45gb", 45312, 30, Engines{}},    // 44.25 GiB
-				{"2g.45gb", 45312, 36, Engines{}},    // 44.25 GiB
-				{"3g.90gb", 90624, 54, Engines{}},
-				{"4g.90gb", 90624, 72, Engines{}},
-				{"7g.180gb", 182272, 126, Engines{}},
+				{"1g.23gb", 22528, 18, mig.Engines{}},    // 22.00 GiB
+				{"1g.23gb+me", 22528, 18, mig.Engines{}}, // 22.00 GiB
+				{"1g.45gb", 45312, 30, mig.Engines{}},    // 44.25 GiB
+				{"2g.45gb", 45312, 36, mig.Engines{}},    // 44.25 GiB
+				{"3g.90gb", 90624, 54, mig.Engines{}},
+				{"4g.90gb", 90624, 72, mig.Engines{}},
+				{"7g.180gb", 182272, 126, mig.Engines{}},
 			}, b200Engines)),
 		},
 		{
@@ -335,13 +335,13 @@ func builtinModels() []Model {
 			SMs:          148,
 			Architecture: Blackwell,
 			Profiles: sevenSlice(withEngines([7]row{
-				{"1g.23gb", 22528, 18, Engines{}},    // 22.00 GiB
-				{"1g.23gb+me", 22528, 18, Engines{}}, // 22.00 GiB
-				{"1g.47gb", 46592, 32, Engines{}},    // 45.50 GiB
-				{"2g.47gb", 46592, 38, Engines{}},    // 45.50 GiB
-				{"3g.93gb", 93184, 54, Engines{}},
-				{"4g.93gb", 93184, 72, Engines{}},
-				{"7g.186gb", 189440, 126, Engines{}},
+				{"1g.23gb", 22528, 18, mig.Engines{}},    // 22.00 GiB
+				{"1g.23gb+me", 22528, 18, mig.Engines{}}, // 22.00 GiB
+				{"1g.47gb", 46592, 32, mig.Engines{}},    // 45.50 GiB
+				{"2g.47gb", 46592, 38, mig.Engines{}},    // 45.50 GiB
+				{"3g.93gb", 93184, 54, mig.Engines{}},
+				{"4g.93gb", 93184, 72, mig.Engines{}},
+				{"7g.186gb", 189440, 126, mig.Engines{}},
 			}, b200Engines)),
 		},
 		{

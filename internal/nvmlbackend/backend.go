@@ -1,7 +1,8 @@
-// Package nvml opens the NVML backend the node agent runs on: the real
-// library (go-nvml, which dlopens libnvidia-ml.so.1) or the simulator in
-// internal/nvml/sim. Everything above it sees only go-nvml's nvml.Interface.
-package nvml
+// Package nvmlbackend opens the NVML backend the node agent runs on: the
+// real library (go-nvml, which dlopens libnvidia-ml.so.1) or the simulator
+// in ./sim. Everything above it sees only go-nvml's nvml.Interface. (It is
+// not called nvml so that it never shadows go-nvml's package of that name.)
+package nvmlbackend
 
 import (
 	"errors"
@@ -11,7 +12,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/migflex/migflex/internal/nvml/sim"
+	"github.com/migflex/migflex/internal/nvmlbackend/sim"
 )
 
 // Backend selects the NVML implementation.

@@ -197,7 +197,7 @@ func (l *Lib) Snapshot() []GPUSnapshot {
 	for i, g := range l.st.GPUs {
 		s := GPUSnapshot{Index: i, Model: g.Model, UUID: g.UUID, MigEnabled: g.MigEnabled, MigPending: g.MigPending, Busy: g.Busy}
 		for _, gi := range g.Instances {
-			p, _ := l.models[i].profileByID(gi.ProfileID)
+			p, _ := l.models[i].ProfileByID(gi.ProfileID)
 			is := InstanceSnapshot{GI: gi.ID, Profile: p.Name, Start: gi.Start, Size: p.MemorySlices, Busy: gi.Busy}
 			if len(gi.CIs) > 0 {
 				is.HasCI, is.CI = true, gi.CIs[0].ID

@@ -7,21 +7,22 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/migflex/migflex/internal/nvml/sim"
+	"github.com/migflex/migflex/internal/gpumodel"
+	"github.com/migflex/migflex/internal/nvmlbackend/sim"
 )
 
-func builtinModel(t *testing.T, name string) sim.Model {
+func builtinModel(t *testing.T, name string) gpumodel.Model {
 	t.Helper()
-	for _, m := range sim.BuiltinModels() {
+	for _, m := range gpumodel.Builtin() {
 		if m.Name == name {
 			return m
 		}
 	}
 	t.Fatalf("no built-in model %s", name)
-	return sim.Model{}
+	return gpumodel.Model{}
 }
 
-func modelProfile(t *testing.T, m sim.Model, name string) sim.Profile {
+func modelProfile(t *testing.T, m gpumodel.Model, name string) gpumodel.Profile {
 	t.Helper()
 	for _, p := range m.Profiles {
 		if p.Name == name {
@@ -29,11 +30,11 @@ func modelProfile(t *testing.T, m sim.Model, name string) sim.Profile {
 		}
 	}
 	t.Fatalf("model %s has no profile %s", m.Name, name)
-	return sim.Profile{}
+	return gpumodel.Profile{}
 }
 
 // createByName creates a GPU instance of the named profile at start.
-func createByName(t *testing.T, d nvml.Device, m sim.Model, name string, start int) nvml.Return {
+func createByName(t *testing.T, d nvml.Device, m gpumodel.Model, name string, start int) nvml.Return {
 	t.Helper()
 	p := modelProfile(t, m, name)
 	info := profileInfo(t, d, p.Query)
@@ -156,7 +157,7 @@ func TestRemainingCapacityMediaAndGeometry(t *testing.T) {
 // (first fit), so no engine, compute or placement figure contradicts the
 // count nvidia-smi reports, and one more is refused.
 func TestEveryProfileReachesItsCount(t *testing.T) {
-	for _, m := range sim.BuiltinModels() {
+	for _, m := range gpumodel.Builtin() {
 		for _, p := range m.Profiles {
 			t.Run(m.Name+"/"+p.Name, func(t *testing.T) {
 				l := newLib(t, gpu(m.Name))
@@ -270,16 +271,16 @@ func TestInitialStateErrors(t *testing.T) {
 // TestMarshalConfigRoundTrip writes every built-in model as a custom model
 // and reads it back unchanged.
 func TestMarshalConfigRoundTrip(t *testing.T) {
-	var models []sim.Model
+	var models []gpumodel.Model
 	var gpus []sim.GPUSpec
-	for _, m := range sim.BuiltinModels() {
+	for _, m := range gpumodel.Builtin() {
 		m.Name = "copy-of-" + m.Name
 		models = append(models, m)
 		gpus = append(gpus, sim.GPUSpec{Model: m.Name, Count: 1})
 	}
 	// A state and compute-instance profiles beyond the default, as a probe
 	// of a real GPU writes them.
-	models[0].Profiles[4].ComputeProfiles = []sim.ComputeProfile{
+	models[0].Profiles[4].ComputeProfiles = []gpumodel.ComputeProfile{
 		{Query: nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE, Slices: 1, SMs: 14, MaxCount: 7, Placements: []int{0, 1, 2, 3, 4, 5, 6}},
 		{Query: nvml.COMPUTE_INSTANCE_PROFILE_7_SLICE, Slices: 7, SMs: 98, MaxCount: 1, Placements: []int{0}},
 	}

@@ -4,6 +4,8 @@ import (
 	"slices"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/migflex/migflex/internal/gpumodel"
 )
 
 // migHandle is the nvml.Device of a MIG device: one compute instance. It
@@ -40,7 +42,7 @@ func (l *Lib) migDevices(gpu int) []*migHandle {
 
 // begin locks the library and finds the MIG device's instances; the caller
 // unlocks on SUCCESS.
-func (h *migHandle) begin() (*gpuState, *Profile, nvml.Return) {
+func (h *migHandle) begin() (*gpuState, *gpumodel.Profile, nvml.Return) {
 	if r := h.lib.begin(); r != nvml.SUCCESS {
 		return nil, nil, r
 	}
@@ -137,7 +139,7 @@ func (h *migHandle) GetArchitecture() (nvml.DeviceArchitecture, nvml.Return) {
 		return 0, r
 	}
 	defer h.lib.mu.Unlock()
-	return h.lib.models[h.gpu].Architecture.nvml(), nvml.SUCCESS
+	return archNVML(h.lib.models[h.gpu].Architecture), nvml.SUCCESS
 }
 
 func (h *migHandle) GetCudaComputeCapability() (int, int, nvml.Return) {
@@ -145,6 +147,6 @@ func (h *migHandle) GetCudaComputeCapability() (int, int, nvml.Return) {
 		return 0, 0, r
 	}
 	defer h.lib.mu.Unlock()
-	major, minor := h.lib.models[h.gpu].Architecture.computeCapability()
+	major, minor := h.lib.models[h.gpu].Architecture.ComputeCapability()
 	return major, minor, nvml.SUCCESS
 }

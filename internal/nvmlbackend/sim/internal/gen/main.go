@@ -6,7 +6,7 @@
 // model, so a go-nvml upgrade that adds methods keeps compiling and no call
 // ever panics.
 //
-// Run it with `go generate ./internal/nvml/sim`.
+// Run it with `go generate ./internal/nvmlbackend/sim`.
 package main
 
 import (

@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/migflex/migflex/internal/gpumodel"
+	"github.com/migflex/migflex/internal/mig"
 )
 
 // DefaultModel is what the simulator presents when no config is given: one
@@ -23,7 +26,7 @@ type Config struct {
 	// GPUs 0 and 1.
 	GPUs []GPUSpec
 	// Models are custom models, usable in GPUs next to BuiltinModels().
-	Models []Model
+	Models []gpumodel.Model
 	// StateDir holds the persisted state (state.json), the lock a running
 	// simulator holds and the inbox other processes write to. Empty means
 	// in memory: nothing persists and no other process can reach it.
@@ -119,31 +122,31 @@ func (c *Config) Validate() error {
 }
 
 // resolve checks the config and returns the model of each GPU index.
-func (c *Config) resolve() ([]*Model, error) {
+func (c *Config) resolve() ([]*gpumodel.Model, error) {
 	models, _, err := c.resolveGPUs()
 	return models, err
 }
 
 // resolveGPUs checks the config and returns the model and the state at first
 // start of each GPU index (UUIDs left empty where the seed derives them).
-func (c *Config) resolveGPUs() ([]*Model, []gpuState, error) {
+func (c *Config) resolveGPUs() ([]*gpumodel.Model, []gpuState, error) {
 	switch {
 	case c.HoldAfter < 0:
 		return nil, nil, fmt.Errorf("holdAfter %d: want the number of MIG changes to let through, >= 0", c.HoldAfter)
 	case c.HoldAfter > 0 && c.HoldFile == "":
 		return nil, nil, errors.New("holdAfter needs holdFile, the file that releases the held changes")
 	}
-	models, err := newModelSet(c.Models)
+	models, err := gpumodel.NewSet(c.Models)
 	if err != nil {
 		return nil, nil, err
 	}
-	var gpus []*Model
+	var gpus []*gpumodel.Model
 	var states []gpuState
 	for i, g := range c.GPUs {
 		if g.Count < 1 {
 			return nil, nil, fmt.Errorf("gpus[%d]: count %d for %s must be >= 1", i, g.Count, g.Model)
 		}
-		m, err := models.get(g.Model)
+		m, err := models.Get(g.Model)
 		if err != nil {
 			return nil, nil, fmt.Errorf("gpus[%d]: %w", i, err)
 		}
@@ -161,7 +164,7 @@ func (c *Config) resolveGPUs() ([]*Model, []gpuState, error) {
 
 // state builds the GPU state in checks it. A nil s is a GPU with MIG
 // disabled.
-func (s *InitialState) state(m *Model, count int) (gpuState, error) {
+func (s *InitialState) state(m *gpumodel.Model, count int) (gpuState, error) {
 	g := gpuState{Model: m.Name}
 	if s == nil {
 		return g, nil
@@ -174,18 +177,18 @@ func (s *InitialState) state(m *Model, count int) (gpuState, error) {
 		g.MigPending = *s.MigPending
 	}
 	for i, in := range s.Instances {
-		p, ok := m.profileByName(in.Profile)
+		p, ok := m.ProfileByName(in.Profile)
 		if !ok {
 			return gpuState{}, fmt.Errorf("instances[%d]: model %s has no profile %q", i, m.Name, in.Profile)
 		}
 		gi := giState{ID: uint32(i + 1), ProfileID: p.ID, Start: in.Start}
 		for _, ci := range in.ComputeInstances {
-			var q computeQuery
-			if err := q.UnmarshalJSON([]byte(strconv.Quote(ci))); err != nil {
+			q, err := mig.ParseComputeQuery(ci)
+			if err != nil {
 				return gpuState{}, fmt.Errorf("instances[%d]: computeInstances: %w", i, err)
 			}
-			if int(q) != fullCIProfile(p.Slices) {
-				return gpuState{}, fmt.Errorf("instances[%d]: compute instance profile %s: the simulator only has the one spanning the %s GPU instance (%s); remove the others", i, ci, p.Name, ComputeQueryName(fullCIProfile(p.Slices)))
+			if q != mig.FullComputeProfile(p.Slices) {
+				return gpuState{}, fmt.Errorf("instances[%d]: compute instance profile %s: the simulator only has the one spanning the %s GPU instance (%s); remove the others", i, ci, p.Name, mig.ComputeQueryName(mig.FullComputeProfile(p.Slices)))
 			}
 			gi.CIs = append(gi.CIs, ciState{ID: uint32(len(gi.CIs)), ProfileID: uint32(q)})
 		}
@@ -216,10 +219,10 @@ type configFile struct {
 	Nodes map[string]nodeOverride `json:"nodes,omitempty"`
 	// Models are custom models inline; ModelsFile names a models file,
 	// relative to this file's directory.
-	Models     []modelSpec `json:"models,omitempty"`
-	ModelsFile string      `json:"modelsFile,omitempty"`
-	StateDir   string      `json:"stateDir,omitempty"`
-	UUIDSeed   string      `json:"uuidSeed,omitempty"`
+	Models     []gpumodel.Spec `json:"models,omitempty"`
+	ModelsFile string          `json:"modelsFile,omitempty"`
+	StateDir   string          `json:"stateDir,omitempty"`
+	UUIDSeed   string          `json:"uuidSeed,omitempty"`
 	// OperationDelay is a Go duration ("250ms"); see Config.OperationDelay.
 	OperationDelay string `json:"operationDelay,omitempty"`
 	// HoldFile (relative to this file's directory) and HoldAfter: see
@@ -267,8 +270,8 @@ func ParseConfig(data []byte, dir, nodeName string) (Config, error) {
 	if err := yaml.UnmarshalStrict(data, &f); err != nil {
 		return Config{}, err
 	}
-	if f.Version != FileVersion {
-		return Config{}, fmt.Errorf("version: got %q, want %q", f.Version, FileVersion)
+	if f.Version != gpumodel.FileVersion {
+		return Config{}, fmt.Errorf("version: got %q, want %q", f.Version, gpumodel.FileVersion)
 	}
 	if len(f.GPUs) == 0 {
 		return Config{}, errors.New("gpus: at least one GPU is required (a node override may set an empty list)")
@@ -301,7 +304,7 @@ func ParseConfig(data []byte, dir, nodeName string) (Config, error) {
 	if cfg.HoldFile != "" && !filepath.IsAbs(cfg.HoldFile) {
 		cfg.HoldFile = filepath.Join(dir, cfg.HoldFile)
 	}
-	models, err := modelsFromSpecs(f.Models)
+	models, err := gpumodel.FromSpecs(f.Models)
 	if err != nil {
 		return Config{}, err
 	}
@@ -310,7 +313,7 @@ func ParseConfig(data []byte, dir, nodeName string) (Config, error) {
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(dir, p)
 		}
-		more, err := LoadModelsFile(p)
+		more, err := gpumodel.LoadFile(p)
 		if err != nil {
 			return Config{}, fmt.Errorf("modelsFile: %w", err)
 		}
@@ -330,9 +333,9 @@ func MarshalConfig(cfg Config) ([]byte, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	f := configFile{Version: FileVersion, GPUs: cfg.GPUs}
+	f := configFile{Version: gpumodel.FileVersion, GPUs: cfg.GPUs}
 	for i := range cfg.Models {
-		f.Models = append(f.Models, cfg.Models[i].spec())
+		f.Models = append(f.Models, cfg.Models[i].Spec())
 	}
 	return yaml.Marshal(f)
 }

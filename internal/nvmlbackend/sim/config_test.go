@@ -11,7 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/migflex/migflex/internal/nvml/sim"
+	"github.com/migflex/migflex/internal/nvmlbackend/sim"
 )
 
 func TestParseGPUList(t *testing.T) {

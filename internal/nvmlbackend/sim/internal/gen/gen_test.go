@@ -7,7 +7,7 @@ import (
 )
 
 // TestGeneratedFileIsCurrent fails when go-nvml or the generator changed
-// without `go generate ./internal/nvml/sim`.
+// without `go generate ./internal/nvmlbackend/sim`.
 func TestGeneratedFileIsCurrent(t *testing.T) {
 	want, err := generate()
 	if err != nil {
@@ -18,6 +18,6 @@ func TestGeneratedFileIsCurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Error("zz_generated_unsupported.go is stale: run go generate ./internal/nvml/sim")
+		t.Error("zz_generated_unsupported.go is stale: run go generate ./internal/nvmlbackend/sim")
 	}
 }

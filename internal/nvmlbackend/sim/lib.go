@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/migflex/migflex/internal/gpumodel"
 )
 
 // Versions the simulated driver reports. They name a real R550 driver so
@@ -30,7 +32,7 @@ const NoInstance uint32 = noInstance
 type Lib struct {
 	unsupportedInterface
 
-	models []*Model // by GPU index
+	models []*gpumodel.Model // by GPU index
 	gpus   []*gpuHandle
 	store  *store // nil in memory
 	// opDelay is Config.OperationDelay, spent with sleep (time.Sleep but in

@@ -2,6 +2,8 @@ package sim
 
 import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/migflex/migflex/internal/gpumodel"
 )
 
 // gpuHandle is the nvml.Device of a whole GPU. Its identity never changes,
@@ -16,7 +18,7 @@ var _ nvml.Device = (*gpuHandle)(nil)
 
 // begin locks the library and returns the GPU's current state; the caller
 // unlocks on SUCCESS.
-func (h *gpuHandle) begin() (*gpuState, *Model, nvml.Return) {
+func (h *gpuHandle) begin() (*gpuState, *gpumodel.Model, nvml.Return) {
 	if r := h.lib.begin(); r != nvml.SUCCESS {
 		return nil, nil, r
 	}
@@ -87,7 +89,7 @@ func (h *gpuHandle) GetArchitecture() (nvml.DeviceArchitecture, nvml.Return) {
 		return 0, r
 	}
 	defer h.lib.mu.Unlock()
-	return m.Architecture.nvml(), nvml.SUCCESS
+	return archNVML(m.Architecture), nvml.SUCCESS
 }
 
 func (h *gpuHandle) GetCudaComputeCapability() (int, int, nvml.Return) {
@@ -96,7 +98,7 @@ func (h *gpuHandle) GetCudaComputeCapability() (int, int, nvml.Return) {
 		return 0, 0, r
 	}
 	defer h.lib.mu.Unlock()
-	major, minor := m.Architecture.computeCapability()
+	major, minor := m.Architecture.ComputeCapability()
 	return major, minor, nvml.SUCCESS
 }
 
@@ -163,7 +165,7 @@ func (h *gpuHandle) SetMigMode(mode int) (activation nvml.Return, ret nvml.Retur
 	ng := &next.GPUs[h.index]
 	ng.MigPending = want
 	activation = nvml.SUCCESS
-	if l.models[h.index].Architecture.pendingUntilReset() {
+	if l.models[h.index].Architecture.PendingUntilReset() {
 		if ng.MigEnabled != want {
 			activation = nvml.ERROR_RESET_REQUIRED
 		}
@@ -223,9 +225,22 @@ func (h *gpuHandle) GetSupportedEventTypes() (uint64, nvml.Return) {
 // models keep their names (3g.30gb on a 70 GB card). internal/mig finds it
 // by type assertion; real NVML has no such call.
 func (h *gpuHandle) ProfileName(info nvml.GpuInstanceProfileInfo) (string, bool) {
-	p, ok := h.lib.models[h.index].profileByID(info.Id)
+	p, ok := h.lib.models[h.index].ProfileByID(info.Id)
 	if !ok {
 		return "", false
 	}
 	return p.Name, true
+}
+
+// archNVML is the architecture as NVML reports it.
+func archNVML(a gpumodel.Architecture) nvml.DeviceArchitecture {
+	switch a {
+	case gpumodel.Ampere:
+		return nvml.DEVICE_ARCH_AMPERE
+	case gpumodel.Hopper:
+		return nvml.DEVICE_ARCH_HOPPER
+	case gpumodel.Blackwell:
+		return nvml.DEVICE_ARCH_BLACKWELL
+	}
+	return nvml.DEVICE_ARCH_UNKNOWN
 }

@@ -9,6 +9,9 @@ import (
 	"path/filepath"
 	"slices"
 	"syscall"
+
+	"github.com/migflex/migflex/internal/gpumodel"
+	"github.com/migflex/migflex/internal/mig"
 )
 
 // stateVersion is the schema version of state.json.
@@ -81,7 +84,7 @@ func (gi *giState) ci(id uint32) (*ciState, bool) {
 
 // check verifies that a loaded state matches the configured GPUs and is a
 // layout the hardware could have.
-func (s *state) check(models []*Model) error {
+func (s *state) check(models []*gpumodel.Model) error {
 	if s.Version != stateVersion {
 		return fmt.Errorf("state version %d, want %d", s.Version, stateVersion)
 	}
@@ -104,7 +107,7 @@ func (s *state) check(models []*Model) error {
 	return nil
 }
 
-func (g *gpuState) check(m *Model) error {
+func (g *gpuState) check(m *gpumodel.Model) error {
 	if g.UUID == "" {
 		return errors.New("no UUID")
 	}
@@ -115,11 +118,11 @@ func (g *gpuState) check(m *Model) error {
 	u := newUsage(m)
 	ids := map[uint32]bool{}
 	for _, gi := range g.Instances {
-		p, ok := m.profileByID(gi.ProfileID)
+		p, ok := m.ProfileByID(gi.ProfileID)
 		if !ok {
 			return fmt.Errorf("GPU instance %d: model %s has no profile id %d", gi.ID, m.Name, gi.ProfileID)
 		}
-		if !p.hasPlacement(gi.Start) {
+		if !p.HasPlacement(gi.Start) {
 			return fmt.Errorf("GPU instance %d: %s cannot start at %d", gi.ID, p.Name, gi.Start)
 		}
 		if ids[gi.ID] {
@@ -140,8 +143,8 @@ func (g *gpuState) check(m *Model) error {
 		}
 		u.add(p, gi.Start)
 		for _, ci := range gi.CIs {
-			if ci.ProfileID != uint32(fullCIProfile(p.Slices)) {
-				return fmt.Errorf("GPU instance %d: compute instance %d has profile %d, only the full-size profile %d is simulated", gi.ID, ci.ID, ci.ProfileID, fullCIProfile(p.Slices))
+			if ci.ProfileID != uint32(mig.FullComputeProfile(p.Slices)) {
+				return fmt.Errorf("GPU instance %d: compute instance %d has profile %d, only the full-size profile %d is simulated", gi.ID, ci.ID, ci.ProfileID, mig.FullComputeProfile(p.Slices))
 			}
 		}
 		if len(gi.CIs) > 1 {
@@ -152,12 +155,12 @@ func (g *gpuState) check(m *Model) error {
 }
 
 // mediaRule explains why a profile may lack media engines.
-func mediaRule(p *Profile) string {
-	switch mediaKind(p.Query) {
-	case allMedia:
+func mediaRule(p *gpumodel.Profile) string {
+	switch mig.MediaOf(p.Query) {
+	case mig.AllMedia:
 		return "a profile with all media engines coexists only with -me profiles"
-	case someMedia:
-		if p.Engines == (Engines{}) {
+	case mig.SomeMedia:
+		if p.Engines == (mig.Engines{}) {
 			return "no instance but -me ones may coexist with a +me.all one"
 		}
 	}

@@ -4,32 +4,12 @@ import (
 	"slices"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/migflex/migflex/internal/gpumodel"
+	"github.com/migflex/migflex/internal/mig"
 )
 
-// fullCIProfile is the COMPUTE_INSTANCE_PROFILE_* constant of a compute
-// instance spanning all slices of a GPU instance with that many slices, or
-// -1 when NVML has none.
-func fullCIProfile(slices int) int {
-	switch slices {
-	case 1:
-		return nvml.COMPUTE_INSTANCE_PROFILE_1_SLICE
-	case 2:
-		return nvml.COMPUTE_INSTANCE_PROFILE_2_SLICE
-	case 3:
-		return nvml.COMPUTE_INSTANCE_PROFILE_3_SLICE
-	case 4:
-		return nvml.COMPUTE_INSTANCE_PROFILE_4_SLICE
-	case 6:
-		return nvml.COMPUTE_INSTANCE_PROFILE_6_SLICE
-	case 7:
-		return nvml.COMPUTE_INSTANCE_PROFILE_7_SLICE
-	case 8:
-		return nvml.COMPUTE_INSTANCE_PROFILE_8_SLICE
-	}
-	return -1
-}
-
-func profileInfo(p *Profile) nvml.GpuInstanceProfileInfo {
+func profileInfo(p *gpumodel.Profile) nvml.GpuInstanceProfileInfo {
 	return nvml.GpuInstanceProfileInfo{
 		Id:                  p.ID,
 		SliceCount:          uint32(p.Slices),
@@ -58,7 +38,7 @@ func (h *gpuHandle) GetGpuInstanceProfileInfo(query int) (nvml.GpuInstanceProfil
 	if query < 0 || query >= nvml.GPU_INSTANCE_PROFILE_COUNT {
 		return nvml.GpuInstanceProfileInfo{}, nvml.ERROR_INVALID_ARGUMENT
 	}
-	p, ok := m.profileByQuery(query)
+	p, ok := m.ProfileByQuery(query)
 	if !ok {
 		return nvml.GpuInstanceProfileInfo{}, nvml.ERROR_NOT_SUPPORTED
 	}
@@ -76,7 +56,7 @@ func (h *gpuHandle) GetGpuInstancePossiblePlacements(info *nvml.GpuInstanceProfi
 	if info == nil {
 		return nil, nvml.ERROR_INVALID_ARGUMENT
 	}
-	p, ok := m.profileByID(info.Id)
+	p, ok := m.ProfileByID(info.Id)
 	if !ok {
 		return nil, nvml.ERROR_NOT_SUPPORTED
 	}
@@ -89,43 +69,43 @@ func (h *gpuHandle) GetGpuInstancePossiblePlacements(info *nvml.GpuInstanceProfi
 
 // usage is what a GPU's instances occupy.
 type usage struct {
-	model   *Model
+	model   *gpumodel.Model
 	memory  uint64 // occupied memory slices, bit s for slice s
 	compute int
-	media   Engines        // media engines in use (copy engines are not limited)
+	media   mig.Engines    // media engines in use (copy engines are not limited)
 	allMe   int            // instances of a profile with all media engines
 	others  int            // instances that are neither all- nor no-media
 	count   map[uint32]int // by profile id
 }
 
-func newUsage(m *Model) usage { return usage{model: m, count: map[uint32]int{}} }
+func newUsage(m *gpumodel.Model) usage { return usage{model: m, count: map[uint32]int{}} }
 
 func sliceMask(start, size int) uint64 { return ((uint64(1) << size) - 1) << start }
 
 // add records an instance of p at start.
-func (u *usage) add(p *Profile, start int) {
+func (u *usage) add(p *gpumodel.Profile, start int) {
 	u.memory |= sliceMask(start, p.MemorySlices)
 	u.compute += p.Slices
-	u.media = u.media.plus(p.Engines)
-	switch mediaKind(p.Query) {
-	case allMedia:
+	u.media = u.media.Plus(p.Engines)
+	switch mig.MediaOf(p.Query) {
+	case mig.AllMedia:
 		u.allMe++
-	case someMedia:
+	case mig.SomeMedia:
 		u.others++
 	}
 	u.count[p.ID]++
 }
 
-func usageOf(m *Model, g *gpuState) usage {
+func usageOf(m *gpumodel.Model, g *gpuState) usage {
 	u := newUsage(m)
 	for _, gi := range g.Instances {
-		p, _ := m.profileByID(gi.ProfileID) // checked when created or loaded
+		p, _ := m.ProfileByID(gi.ProfileID) // checked when created or loaded
 		u.add(p, gi.Start)
 	}
 	return u
 }
 
-func (u *usage) free(p *Profile, start int) bool {
+func (u *usage) free(p *gpumodel.Profile, start int) bool {
 	return u.memory&sliceMask(start, p.MemorySlices) == 0
 }
 
@@ -133,24 +113,24 @@ func (u *usage) free(p *Profile, start int) bool {
 // engines enough: their total (the most any profile has) is never exceeded,
 // and, as nvml.h documents for the _ALL_ME profiles, an instance holding
 // all media engines coexists only with _NO_ME instances.
-func (u *usage) mediaFits(p *Profile) bool {
-	switch mediaKind(p.Query) {
-	case allMedia:
+func (u *usage) mediaFits(p *gpumodel.Profile) bool {
+	switch mig.MediaOf(p.Query) {
+	case mig.AllMedia:
 		if u.allMe > 0 || u.others > 0 {
 			return false
 		}
-	case someMedia:
+	case mig.SomeMedia:
 		if u.allMe > 0 {
 			return false
 		}
 	}
-	return u.media.plus(p.Engines).within(u.model.mediaLimits())
+	return u.media.Plus(p.Engines).MediaWithin(u.model.MediaLimits())
 }
 
 // fits checks one more instance of p at start against counts, compute
 // slices, media engines and memory overlap: ERROR_INSUFFICIENT_RESOURCES
 // when it does not fit.
-func (u *usage) fits(p *Profile, start int) nvml.Return {
+func (u *usage) fits(p *gpumodel.Profile, start int) nvml.Return {
 	_, computeSlices := u.model.Geometry()
 	if u.count[p.ID] >= p.MaxCount || u.compute+p.Slices > computeSlices || !u.mediaFits(p) || !u.free(p, start) {
 		return nvml.ERROR_INSUFFICIENT_RESOURCES
@@ -162,7 +142,7 @@ func (u *usage) fits(p *Profile, start int) nvml.Return {
 // of free, mutually disjoint placements, capped by the profile's count, the
 // free compute slices and the media engines left. A brute force over the
 // subsets of the profile's free placements (at most a few dozen).
-func (u *usage) remaining(p *Profile) int {
+func (u *usage) remaining(p *gpumodel.Profile) int {
 	var free []int
 	for _, s := range p.Placements {
 		if u.free(p, s) {
@@ -195,11 +175,11 @@ func (u *usage) remaining(p *Profile) int {
 		if !trial.mediaFits(p) {
 			return i
 		}
-		trial.media = trial.media.plus(p.Engines)
-		switch mediaKind(p.Query) {
-		case allMedia:
+		trial.media = trial.media.Plus(p.Engines)
+		switch mig.MediaOf(p.Query) {
+		case mig.AllMedia:
 			trial.allMe++
-		case someMedia:
+		case mig.SomeMedia:
 			trial.others++
 		}
 	}
@@ -218,7 +198,7 @@ func (h *gpuHandle) GetGpuInstanceRemainingCapacity(info *nvml.GpuInstanceProfil
 	if !g.MigEnabled {
 		return 0, nvml.ERROR_NOT_SUPPORTED
 	}
-	p, ok := m.profileByID(info.Id)
+	p, ok := m.ProfileByID(info.Id)
 	if !ok {
 		return 0, nvml.ERROR_NOT_SUPPORTED
 	}
@@ -260,11 +240,11 @@ func (h *gpuHandle) createGpuInstance(info *nvml.GpuInstanceProfileInfo, placeme
 		return nil, nvml.ERROR_INVALID_ARGUMENT
 	}
 	m, g := l.models[h.index], &l.st.GPUs[h.index]
-	p, ok := m.profileByID(info.Id)
+	p, ok := m.ProfileByID(info.Id)
 	if !ok {
 		return nil, nvml.ERROR_INVALID_ARGUMENT
 	}
-	if placement != nil && (placement.Size != uint32(p.MemorySlices) || !p.hasPlacement(int(placement.Start))) {
+	if placement != nil && (placement.Size != uint32(p.MemorySlices) || !p.HasPlacement(int(placement.Start))) {
 		return nil, nvml.ERROR_INVALID_ARGUMENT
 	}
 	if !g.MigEnabled {
@@ -323,7 +303,7 @@ func (h *gpuHandle) GetGpuInstances(info *nvml.GpuInstanceProfileInfo) ([]nvml.G
 	if !g.MigEnabled {
 		return nil, nvml.ERROR_NOT_SUPPORTED
 	}
-	if _, ok := m.profileByID(info.Id); !ok {
+	if _, ok := m.ProfileByID(info.Id); !ok {
 		return nil, nvml.ERROR_INVALID_ARGUMENT
 	}
 	var out []nvml.GpuInstance
@@ -368,19 +348,19 @@ type giHandle struct {
 var _ nvml.GpuInstance = (*giHandle)(nil)
 
 // lookup finds the handle's instance in st. Call with the lock held.
-func (h *giHandle) lookup(st *state) (*gpuState, *giState, *Profile, nvml.Return) {
+func (h *giHandle) lookup(st *state) (*gpuState, *giState, *gpumodel.Profile, nvml.Return) {
 	g := &st.GPUs[h.gpu]
 	gi, ok := g.instance(h.id)
 	if !ok || gi.serial != h.serial {
 		return nil, nil, nil, nvml.ERROR_INVALID_ARGUMENT
 	}
-	p, _ := h.lib.models[h.gpu].profileByID(gi.ProfileID)
+	p, _ := h.lib.models[h.gpu].ProfileByID(gi.ProfileID)
 	return g, gi, p, nvml.SUCCESS
 }
 
 // begin locks the library and finds the instance; the caller unlocks on
 // SUCCESS.
-func (h *giHandle) begin() (*giState, *Profile, nvml.Return) {
+func (h *giHandle) begin() (*giState, *gpumodel.Profile, nvml.Return) {
 	if r := h.lib.begin(); r != nvml.SUCCESS {
 		return nil, nil, r
 	}
@@ -426,28 +406,8 @@ func (h *giHandle) Destroy() nvml.Return {
 	return l.commit(next)
 }
 
-// computeProfiles are the compute-instance profiles of p: the model's list,
-// or the full-size one.
-func computeProfiles(p *Profile) []ComputeProfile {
-	if len(p.ComputeProfiles) > 0 {
-		return p.ComputeProfiles
-	}
-	return []ComputeProfile{{Query: fullCIProfile(p.Slices), Slices: p.Slices, SMs: p.SMs, MaxCount: 1, Placements: []int{0}}}
-}
-
-// EffectiveComputeProfiles are the compute-instance profiles the simulator
-// reports for an instance of p: ComputeProfiles, or by default the one
-// spanning the GPU instance. The result is a copy.
-func (p *Profile) EffectiveComputeProfiles() []ComputeProfile {
-	out := slices.Clone(computeProfiles(p))
-	for i := range out {
-		out[i].Placements = slices.Clone(out[i].Placements)
-	}
-	return out
-}
-
-func computeProfile(p *Profile, query int) (*ComputeProfile, bool) {
-	cps := computeProfiles(p)
+func computeProfile(p *gpumodel.Profile, query int) (*gpumodel.ComputeProfile, bool) {
+	cps := p.ComputeProfilesOrFull()
 	for i := range cps {
 		if cps[i].Query == query {
 			return &cps[i], true
@@ -476,7 +436,7 @@ func (h *giHandle) GetComputeInstanceProfileInfo(profile, engProfile int) (nvml.
 	return ciProfileInfo(c), nvml.SUCCESS
 }
 
-func ciProfileInfo(c *ComputeProfile) nvml.ComputeInstanceProfileInfo {
+func ciProfileInfo(c *gpumodel.ComputeProfile) nvml.ComputeInstanceProfileInfo {
 	return nvml.ComputeInstanceProfileInfo{
 		Id:                  uint32(c.Query),
 		SliceCount:          uint32(c.Slices),
@@ -488,7 +448,7 @@ func ciProfileInfo(c *ComputeProfile) nvml.ComputeInstanceProfileInfo {
 // ciProfile finds the compute-instance profile info names:
 // ERROR_INVALID_ARGUMENT for no or a malformed info, ERROR_NOT_SUPPORTED for
 // one the GPU instance does not have.
-func ciProfile(p *Profile, info *nvml.ComputeInstanceProfileInfo) (*ComputeProfile, nvml.Return) {
+func ciProfile(p *gpumodel.Profile, info *nvml.ComputeInstanceProfileInfo) (*gpumodel.ComputeProfile, nvml.Return) {
 	if info == nil || info.Id >= nvml.COMPUTE_INSTANCE_PROFILE_COUNT {
 		return nil, nvml.ERROR_INVALID_ARGUMENT
 	}
@@ -565,7 +525,7 @@ func (h *giHandle) createComputeInstance(info *nvml.ComputeInstanceProfileInfo, 
 	if _, r := ciProfile(p, info); r != nvml.SUCCESS {
 		return nil, r
 	}
-	if int(info.Id) != fullCIProfile(p.Slices) {
+	if int(info.Id) != mig.FullComputeProfile(p.Slices) {
 		return nil, nvml.ERROR_NOT_SUPPORTED // smaller compute instances are not simulated
 	}
 	if placement != nil && (placement.Start != 0 || placement.Size != uint32(p.Slices)) {
@@ -593,7 +553,7 @@ func (h *giHandle) GetComputeInstances(info *nvml.ComputeInstanceProfileInfo) ([
 	if info == nil || info.Id >= nvml.COMPUTE_INSTANCE_PROFILE_COUNT {
 		return nil, nvml.ERROR_INVALID_ARGUMENT
 	}
-	if int(info.Id) != fullCIProfile(p.Slices) {
+	if int(info.Id) != mig.FullComputeProfile(p.Slices) {
 		return nil, nvml.SUCCESS // a profile the simulator never creates: none exist
 	}
 	var out []nvml.ComputeInstance
@@ -633,7 +593,7 @@ type ciHandle struct {
 
 var _ nvml.ComputeInstance = (*ciHandle)(nil)
 
-func (h *ciHandle) lookup(st *state) (*giState, *ciState, *Profile, nvml.Return) {
+func (h *ciHandle) lookup(st *state) (*giState, *ciState, *gpumodel.Profile, nvml.Return) {
 	parent := giHandle{lib: h.lib, gpu: h.gpu, id: h.gi, serial: h.giSerial}
 	_, gi, p, r := parent.lookup(st)
 	if r != nvml.SUCCESS {

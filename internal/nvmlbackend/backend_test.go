@@ -1,4 +1,4 @@
-package nvml
+package nvmlbackend
 
 import (
 	"flag"

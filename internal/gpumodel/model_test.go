@@ -1,42 +1,42 @@
-package sim_test
+package gpumodel_test
 
 import (
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/migflex/migflex/internal/nvml/sim"
+	"github.com/migflex/migflex/internal/gpumodel"
+	"github.com/migflex/migflex/internal/mig"
 )
 
 func TestBuiltinModels(t *testing.T) {
 	// PCI ids and profile names from ../shared/mig-profiles.md.
 	want := map[string]struct {
 		pci      uint32
-		arch     sim.Architecture
+		arch     gpumodel.Architecture
 		profiles []string // by query constant
 	}{
-		"A100-SXM4-40GB": {0x20B010DE, sim.Ampere, []string{"1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb", "1g.5gb+me", "1g.10gb"}},
-		"A100-SXM4-80GB": {0x20B210DE, sim.Ampere, []string{"1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "1g.10gb+me", "1g.20gb"}},
-		"H100-SXM5-80GB": {0x233010DE, sim.Hopper, []string{"1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "1g.10gb+me", "1g.20gb"}},
-		"H200-SXM-141GB": {0x233510DE, sim.Hopper, []string{"1g.18gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb", "1g.18gb+me", "1g.35gb"}},
+		"A100-SXM4-40GB": {0x20B010DE, gpumodel.Ampere, []string{"1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb", "1g.5gb+me", "1g.10gb"}},
+		"A100-SXM4-80GB": {0x20B210DE, gpumodel.Ampere, []string{"1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "1g.10gb+me", "1g.20gb"}},
+		"H100-SXM5-80GB": {0x233010DE, gpumodel.Hopper, []string{"1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "1g.10gb+me", "1g.20gb"}},
+		"H200-SXM-141GB": {0x233510DE, gpumodel.Hopper, []string{"1g.18gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb", "1g.18gb+me", "1g.35gb"}},
 		// PCI ids from mig-parted's config-default.yaml device filters, names
 		// from its configs and NVIDIA's MIG user guide (docs/MODELS.md).
-		"A30-24GB":       {0x20B710DE, sim.Ampere, []string{"1g.6gb", "2g.12gb", "4g.24gb", "1g.6gb+me", "2g.12gb+me"}},
-		"A100-PCIE-40GB": {0x20F110DE, sim.Ampere, []string{"1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb", "1g.5gb+me", "1g.10gb"}},
-		"A100-PCIE-80GB": {0x20B510DE, sim.Ampere, []string{"1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "1g.10gb+me", "1g.20gb"}},
-		"H100-PCIE-80GB": {0x233110DE, sim.Hopper, []string{"1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "1g.10gb+me", "1g.20gb"}},
-		"H100-NVL-94GB":  {0x232110DE, sim.Hopper, []string{"1g.12gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb", "1g.12gb+me", "1g.24gb"}},
-		"H20-96GB":       {0x232910DE, sim.Hopper, []string{"1g.12gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb", "1g.12gb+me", "1g.24gb"}},
-		"H200-NVL-141GB": {0x233B10DE, sim.Hopper, []string{"1g.18gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb", "1g.18gb+me", "1g.35gb"}},
-		"B200-180GB":     {0x290110DE, sim.Blackwell, []string{"1g.23gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb", "1g.23gb+me", "1g.45gb"}},
-		"GB200-186GB":    {0x294110DE, sim.Blackwell, []string{"1g.23gb", "2g.47gb", "3g.93gb", "4g.93gb", "7g.186gb", "1g.23gb+me", "1g.47gb"}},
-		"RTX-PRO-6000-Server-96GB": {0x2BB510DE, sim.Blackwell, []string{"1g.24gb", "2g.48gb", "4g.96gb", "1g.24gb+me", "1g.24gb+gfx", "2g.48gb+gfx", "4g.96gb+gfx",
+		"A30-24GB":       {0x20B710DE, gpumodel.Ampere, []string{"1g.6gb", "2g.12gb", "4g.24gb", "1g.6gb+me", "2g.12gb+me"}},
+		"A100-PCIE-40GB": {0x20F110DE, gpumodel.Ampere, []string{"1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb", "1g.5gb+me", "1g.10gb"}},
+		"A100-PCIE-80GB": {0x20B510DE, gpumodel.Ampere, []string{"1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "1g.10gb+me", "1g.20gb"}},
+		"H100-PCIE-80GB": {0x233110DE, gpumodel.Hopper, []string{"1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "1g.10gb+me", "1g.20gb"}},
+		"H100-NVL-94GB":  {0x232110DE, gpumodel.Hopper, []string{"1g.12gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb", "1g.12gb+me", "1g.24gb"}},
+		"H20-96GB":       {0x232910DE, gpumodel.Hopper, []string{"1g.12gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb", "1g.12gb+me", "1g.24gb"}},
+		"H200-NVL-141GB": {0x233B10DE, gpumodel.Hopper, []string{"1g.18gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb", "1g.18gb+me", "1g.35gb"}},
+		"B200-180GB":     {0x290110DE, gpumodel.Blackwell, []string{"1g.23gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb", "1g.23gb+me", "1g.45gb"}},
+		"GB200-186GB":    {0x294110DE, gpumodel.Blackwell, []string{"1g.23gb", "2g.47gb", "3g.93gb", "4g.93gb", "7g.186gb", "1g.23gb+me", "1g.47gb"}},
+		"RTX-PRO-6000-Server-96GB": {0x2BB510DE, gpumodel.Blackwell, []string{"1g.24gb", "2g.48gb", "4g.96gb", "1g.24gb+me", "1g.24gb+gfx", "2g.48gb+gfx", "4g.96gb+gfx",
 			"1g.24gb-me", "2g.48gb-me", "1g.24gb+me.all", "2g.48gb+me.all"}},
 	}
-	models := sim.BuiltinModels()
+	models := gpumodel.Builtin()
 	if len(models) != len(want) {
 		t.Fatalf("got %d built-in models, want %d", len(models), len(want))
 	}
@@ -59,15 +59,15 @@ func TestBuiltinModels(t *testing.T) {
 			if diff := cmp.Diff(w.profiles, names); diff != "" {
 				t.Errorf("profiles ordered by query (-want +got):\n%s", diff)
 			}
-			if !slices.IsSortedFunc(m.Profiles, func(a, b sim.Profile) int { return a.Query - b.Query }) {
+			if !slices.IsSortedFunc(m.Profiles, func(a, b gpumodel.Profile) int { return a.Query - b.Query }) {
 				t.Error("profiles not ordered by query")
 			}
 		})
 	}
 	// A copy: callers cannot change the simulator's tables.
 	models[0].Profiles[0].MaxCount = 99
-	if sim.BuiltinModels()[0].Profiles[0].MaxCount == 99 {
-		t.Error("BuiltinModels returned shared tables")
+	if gpumodel.Builtin()[0].Profiles[0].MaxCount == 99 {
+		t.Error("Builtin returned shared tables")
 	}
 }
 
@@ -87,29 +87,29 @@ models:
 `
 
 func TestParseModels(t *testing.T) {
-	models, err := sim.ParseModels([]byte(customModels))
+	models, err := gpumodel.Parse([]byte(customModels))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []sim.Model{{
+	want := []gpumodel.Model{{
 		Name:         "H100-PCIE-70GB",
 		ProductName:  "Example 70 GB card",
 		PCIDeviceID:  0x233110DE,
 		MemoryMiB:    71680,
 		SMs:          114,
-		Architecture: sim.Hopper,
+		Architecture: gpumodel.Hopper,
 		// The 8 memory and 7 compute slices of A100 and H100 by default.
 		MemorySlices:  8,
 		ComputeSlices: 7,
-		Profiles: []sim.Profile{ // ordered by query; ids defaulted from it
-			{Name: "1g.9gb", ID: 19, Query: nvml.GPU_INSTANCE_PROFILE_1_SLICE, Slices: 1, MemorySlices: 1, MemoryMiB: 8960, SMs: 14, MaxCount: 7, Placements: []int{0, 1, 2, 3, 4, 5, 6}},
-			{Name: "3g.30gb", ID: 9, Query: nvml.GPU_INSTANCE_PROFILE_3_SLICE, Slices: 3, MemorySlices: 4, MemoryMiB: 30720, SMs: 42, MaxCount: 2, Placements: []int{0, 4}},
-			{Name: "7g.70gb", ID: 42, Query: nvml.GPU_INSTANCE_PROFILE_7_SLICE, Slices: 7, MemorySlices: 8, MemoryMiB: 70000, SMs: 98, MaxCount: 1, Placements: []int{0}},
-			{Name: "1g.9gb+me", ID: 20, Query: nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1, Slices: 1, MemorySlices: 1, MemoryMiB: 8960, SMs: 14, MaxCount: 1, Placements: []int{0, 1, 2, 3, 4, 5, 6}},
+		Profiles: []gpumodel.Profile{ // ordered by query; ids defaulted from it
+			{Name: "1g.9gb", ID: 19, Query: mig.GIProfile1Slice, Slices: 1, MemorySlices: 1, MemoryMiB: 8960, SMs: 14, MaxCount: 7, Placements: []int{0, 1, 2, 3, 4, 5, 6}},
+			{Name: "3g.30gb", ID: 9, Query: mig.GIProfile3Slice, Slices: 3, MemorySlices: 4, MemoryMiB: 30720, SMs: 42, MaxCount: 2, Placements: []int{0, 4}},
+			{Name: "7g.70gb", ID: 42, Query: mig.GIProfile7Slice, Slices: 7, MemorySlices: 8, MemoryMiB: 70000, SMs: 98, MaxCount: 1, Placements: []int{0}},
+			{Name: "1g.9gb+me", ID: 20, Query: mig.GIProfile1SliceRev1, Slices: 1, MemorySlices: 1, MemoryMiB: 8960, SMs: 14, MaxCount: 1, Placements: []int{0, 1, 2, 3, 4, 5, 6}},
 		},
 	}}
 	if diff := cmp.Diff(want, models); diff != "" {
-		t.Errorf("ParseModels() (-want +got):\n%s", diff)
+		t.Errorf("Parse() (-want +got):\n%s", diff)
 	}
 }
 
@@ -160,9 +160,9 @@ func TestParseModelsErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := sim.ParseModels([]byte(tc.yaml))
+			_, err := gpumodel.Parse([]byte(tc.yaml))
 			if err == nil {
-				t.Fatal("ParseModels() succeeded, want an error")
+				t.Fatal("Parse() succeeded, want an error")
 			}
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {
@@ -170,79 +170,5 @@ func TestParseModelsErrors(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// TestCustomModel runs a custom model through NVML: its own profile names
-// (3g.30gb on a 70 GB card) and the compute-slice limit on a profile whose
-// memory placements alone would allow more.
-func TestCustomModel(t *testing.T) {
-	models, err := sim.ParseModels([]byte(customModels + `- name: SLICE-TEST
-  pciDeviceID: 0x10DE
-  memoryMiB: 40960
-  sms: 98
-  architecture: hopper
-  profiles:
-  - {name: 4g.20gb, slices: 4, memorySlices: 4, memoryMiB: 19968, sms: 56, maxCount: 2, placements: [0, 4]}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := newLibConfig(t, sim.Config{Models: models, GPUs: []sim.GPUSpec{gpu("H100-PCIE-70GB"), gpu("SLICE-TEST")}})
-
-	d := device(t, l, 0)
-	info := profileInfo(t, d, nvml.GPU_INSTANCE_PROFILE_3_SLICE)
-	namer, ok := d.(interface {
-		ProfileName(nvml.GpuInstanceProfileInfo) (string, bool)
-	})
-	if !ok {
-		t.Fatal("simulated device has no ProfileName")
-	}
-	if name, ok := namer.ProfileName(info); !ok || name != "3g.30gb" {
-		t.Errorf("ProfileName() = %q, %v, want 3g.30gb", name, ok)
-	}
-	if info.MemorySizeMB != 30720 || info.SliceCount != 3 || info.InstanceCount != 2 {
-		t.Errorf("profile info = %+v", info)
-	}
-
-	d = enableMIG(t, l, 1)
-	info = profileInfo(t, d, nvml.GPU_INSTANCE_PROFILE_4_SLICE)
-	if n, _ := d.GetGpuInstanceRemainingCapacity(&info); n != 1 {
-		t.Errorf("remaining capacity of 2 × 4 slices on 7 = %d, want 1", n)
-	}
-	if _, ret := createGI(d, info, 0, 4); ret != nvml.SUCCESS {
-		t.Fatalf("first 4-slice instance = %v", ret)
-	}
-	if _, ret := createGI(d, info, 4, 4); ret != nvml.ERROR_INSUFFICIENT_RESOURCES {
-		t.Errorf("second 4-slice instance (8 compute slices of 7) = %v, want ERROR_INSUFFICIENT_RESOURCES", ret)
-	}
-}
-
-func TestUnknownModel(t *testing.T) {
-	_, err := sim.New(sim.Config{GPUs: []sim.GPUSpec{gpu("V100")}})
-	want := `simulator config: gpus[0]: unknown GPU model "V100" (known: A100-PCIE-40GB, A100-PCIE-80GB, A100-SXM4-40GB, A100-SXM4-80GB, A30-24GB, B200-180GB, GB200-186GB, H100-NVL-94GB, H100-PCIE-80GB, H100-SXM5-80GB, H20-96GB, H200-NVL-141GB, H200-SXM-141GB, RTX-PRO-6000-Server-96GB)`
-	if err == nil || err.Error() != want {
-		t.Errorf("New() error = %v, want %q", err, want)
-	}
-	models, _ := sim.ParseModels([]byte(customModels))
-	if _, err := sim.New(sim.Config{Models: append(models, models...)}); err == nil || !strings.Contains(err.Error(), "name used by two custom models") {
-		t.Errorf("New() with two custom models of one name = %v, want a name clash", err)
-	}
-}
-
-// TestCustomModelReplacesBuiltin: a probe dump names its model after the
-// built-in one it corrects, and the simulator runs the dump's table.
-func TestCustomModelReplacesBuiltin(t *testing.T) {
-	models, err := sim.ParseModels([]byte(strings.Replace(customModels, "H100-PCIE-70GB", "A100-SXM4-40GB", 1)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := newLibConfig(t, sim.Config{Models: models, GPUs: []sim.GPUSpec{gpu("A100-SXM4-40GB")}})
-	info := profileInfo(t, device(t, l, 0), nvml.GPU_INSTANCE_PROFILE_3_SLICE)
-	if info.MemorySizeMB != 30720 {
-		t.Errorf("3-slice profile memory = %d MiB, want the custom table's 30720", info.MemorySizeMB)
-	}
-	if !sim.IsBuiltin("A100-SXM4-40GB") || sim.IsBuiltin("H100-PCIE-70GB") {
-		t.Error("IsBuiltin is wrong")
 	}
 }
