@@ -11,6 +11,7 @@ import (
 
 	"github.com/migflex/migflex/internal/deviceplugin"
 	"github.com/migflex/migflex/internal/mig"
+	"github.com/migflex/migflex/internal/resourcename"
 )
 
 // Keys the agent reads on its Node: the sources of the desired layout, in
@@ -44,8 +45,6 @@ const (
 	LabelGPUCount    = "nvidia.com/gpu.count"
 	LabelMigCapable  = "nvidia.com/mig.capable"
 	LabelMigStrategy = "nvidia.com/mig.strategy"
-	// labelMigCountFormat is filled with a profile in resource-name form.
-	labelMigCountFormat = "nvidia.com/mig-%s.count"
 )
 
 // Values of LabelMigConfigState.
@@ -129,7 +128,8 @@ func gfdLabels(gpus []mig.GPU, strategy deviceplugin.MigStrategy) map[string]str
 		return labels
 	}
 	for p, n := range counts {
-		labels[fmt.Sprintf(labelMigCountFormat, strings.TrimPrefix(deviceplugin.MigResourceName(p), "nvidia.com/mig-"))] = strconv.Itoa(n)
+		// GFD's count label: the profile's resource name and ".count".
+		labels[string(resourcename.MIG(p))+".count"] = strconv.Itoa(n)
 	}
 	if strategy == deviceplugin.MigStrategySingle && allMig && len(counts) == 1 {
 		for p := range counts {

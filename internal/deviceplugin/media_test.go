@@ -9,6 +9,7 @@ import (
 
 	"github.com/migflex/migflex/internal/gpumodel"
 	"github.com/migflex/migflex/internal/mig"
+	"github.com/migflex/migflex/internal/resourcename"
 )
 
 // Every media-extension and graphics variant is its own resource, named as
@@ -22,14 +23,14 @@ func TestMediaVariantResources(t *testing.T) {
 		"2g.48gb-me":     "nvidia.com/mig-2g.48gb-me",
 		"4g.96gb+gfx":    "nvidia.com/mig-4g.96gb.gfx",
 	} {
-		if got := MigResourceName(profile); got != want {
-			t.Errorf("MigResourceName(%q) = %q, want %q", profile, got, want)
+		if got := string(resourcename.MIG(profile)); got != want {
+			t.Errorf("string(resourcename.MIG(%q)) = %q, want %q", profile, got, want)
 		}
 	}
 	for _, m := range gpumodel.Builtin() {
 		for _, p := range m.Profiles {
-			if errs := validation.IsQualifiedName(MigResourceName(p.Name)); len(errs) > 0 {
-				t.Errorf("%s %s: resource %s is not a qualified name: %v", m.Name, p.Name, MigResourceName(p.Name), errs)
+			if errs := validation.IsQualifiedName(string(resourcename.MIG(p.Name))); len(errs) > 0 {
+				t.Errorf("%s %s: resource %s is not a qualified name: %v", m.Name, p.Name, string(resourcename.MIG(p.Name)), errs)
 			}
 		}
 	}

@@ -8,14 +8,13 @@ import (
 	"strings"
 
 	"github.com/migflex/migflex/internal/mig"
+	"github.com/migflex/migflex/internal/resourcename"
 )
 
 const (
 	// ResourceGPU is the resource of whole GPUs, and of MIG devices under the
 	// single strategy.
-	ResourceGPU = "nvidia.com/gpu"
-	// migResourcePrefix starts the resource of each MIG profile.
-	migResourcePrefix = "nvidia.com/mig-"
+	ResourceGPU = string(resourcename.GPU)
 	// maxDeviceIDLen is the kubelet's limit on device IDs.
 	maxDeviceIDLen = 63
 )
@@ -39,13 +38,6 @@ type Device struct {
 	CI  uint32 `json:"ci,omitempty"`
 }
 
-// MigResourceName returns the resource of a MIG profile: "1g.10gb+me" is
-// served as nvidia.com/mig-1g.10gb.me, because "+" is not allowed in
-// resource names.
-func MigResourceName(profile string) string {
-	return migResourcePrefix + strings.ReplaceAll(profile, "+", ".")
-}
-
 // Resources maps a GPU layout to the devices of each resource under the
 // given strategy. Every device list is ordered by GPU index and placement.
 // It fails, without a partial result, when the layout cannot be served under
@@ -65,7 +57,7 @@ func Resources(gpus []mig.GPU, strategy MigStrategy) (map[string][]Device, error
 				continue
 			}
 			for _, in := range instancesOf(g) {
-				add(migDevice(g, in, MigResourceName(in.Profile)))
+				add(migDevice(g, in, string(resourcename.MIG(in.Profile))))
 			}
 		}
 	case MigStrategySingle:

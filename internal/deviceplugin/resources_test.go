@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/migflex/migflex/internal/mig"
+	"github.com/migflex/migflex/internal/resourcename"
 )
 
 func TestResources(t *testing.T) {
@@ -134,8 +135,8 @@ func TestNames(t *testing.T) {
 		{"1g.10gb+me", "nvidia.com/mig-1g.10gb.me", "migflex-mig-1g.10gb.me.sock"},
 		{"7g.141gb", "nvidia.com/mig-7g.141gb", "migflex-mig-7g.141gb.sock"},
 	} {
-		if got := MigResourceName(tc.profile); got != tc.resource {
-			t.Errorf("MigResourceName(%q) = %q, want %q", tc.profile, got, tc.resource)
+		if got := string(resourcename.MIG(tc.profile)); got != tc.resource {
+			t.Errorf("string(resourcename.MIG(%q)) = %q, want %q", tc.profile, got, tc.resource)
 		}
 		if got := socketName("migflex", tc.resource); got != tc.socket {
 			t.Errorf("socketName(%q) = %q, want %q", tc.resource, got, tc.socket)

@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+
+	"github.com/migflex/migflex/internal/resourcename"
 )
 
 // Generated pods the size of the adversarial run in issue 14: what a pod
@@ -221,7 +223,7 @@ func knownAbsentTypes(n int) []corev1.ResourceName {
 		if len(out) == n {
 			break
 		}
-		out = append(out, corev1.ResourceName(migPrefix+s))
+		out = append(out, corev1.ResourceName(resourcename.MIGPrefix+s))
 	}
 	return out
 }

@@ -4,6 +4,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/migflex/migflex/internal/resourcename"
 )
 
 // knownProfiles are the MIG profiles of the GPUs NVIDIA makes, in the form
@@ -15,12 +17,10 @@ import (
 // attribute exists only on the profiles that have it (+me on one-slice
 // profiles, +gfx on RTX PRO 6000 Blackwell), so 7g.80gb.me is no GPU's.
 //
-// This table, not the simulator's models (internal/nvmlbackend/sim), is what the
-// webhook calls known: the simulator imports go-nvml, a cgo package the
-// webhook's static build cannot take, and it models only some of these GPUs.
-// A test in internal/deviceplugin checks that every profile every built-in
-// simulated model serves is here. A profile missing here is still
-// understood when a node has it or the fallback policy names it.
+// It lists more GPUs than the built-in models (internal/gpumodel), which
+// are the ones the simulator presents; known_builtin_test.go checks that
+// every profile of every built-in model is here. A profile missing here is
+// still understood when a node has it or the fallback policy names it.
 var knownProfiles = wordSet(`
 	1g.5gb 1g.6gb 1g.10gb 1g.12gb 1g.18gb 1g.20gb 1g.23gb 1g.24gb 1g.34gb
 	1g.35gb 1g.36gb 1g.45gb 1g.47gb 1g.67gb 1g.70gb
@@ -54,6 +54,6 @@ func Known(r corev1.ResourceName) bool {
 	if r == ResourceGPU {
 		return true
 	}
-	s, ok := strings.CutPrefix(string(r), migPrefix)
+	s, ok := strings.CutPrefix(string(r), resourcename.MIGPrefix)
 	return ok && knownProfiles[s]
 }

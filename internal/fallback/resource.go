@@ -1,27 +1,15 @@
 package fallback
 
 import (
-	"regexp"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/migflex/migflex/internal/resourcename"
 )
 
-const (
-	// ResourceGPU is a whole GPU, the last resort of every default chain.
-	ResourceGPU corev1.ResourceName = "nvidia.com/gpu"
-
-	vendorPrefix = "nvidia.com/"
-	migPrefix    = "nvidia.com/mig-"
-)
-
-// migName matches the resource names the mixed MIG strategy advertises:
-// nvidia.com/mig-<slices>g.<memory>gb with an optional attribute suffix, as
-// the device plugin writes the profile's: "+" becomes "." ("+" is not legal
-// in a resource name) and "-" stays, so 1g.10gb+me is served as
-// nvidia.com/mig-1g.10gb.me and 1g.24gb-me as nvidia.com/mig-1g.24gb-me.
-var migName = regexp.MustCompile(`^nvidia\.com/mig-([1-9][0-9]{0,2})g\.([1-9][0-9]{0,4})gb((?:[.-][a-z0-9]+)*)$`)
+// ResourceGPU is a whole GPU, the last resort of every default chain.
+const ResourceGPU = resourcename.GPU
 
 // Profile is what a GPU resource name says about the device it stands for.
 type Profile struct {
@@ -42,39 +30,27 @@ type Profile struct {
 func (p Profile) WholeGPU() bool { return p.Resource == ResourceGPU }
 
 // ParseResource parses nvidia.com/gpu and nvidia.com/mig-<N>g.<M>gb[.attr...]
-// resource names. Anything else (other vendors, compute-instance profiles such
-// as mig-1c.3g.40gb) is not a type the default chain can reason about.
+// resource names (resourcename.ParseMIG). Anything else is not a type the
+// default chain can reason about.
 func ParseResource(name corev1.ResourceName) (Profile, bool) {
 	if name == ResourceGPU {
 		return Profile{Resource: name}, true
 	}
-	m := migName.FindStringSubmatch(string(name))
-	if m == nil {
+	m, ok := resourcename.ParseMIG(name)
+	if !ok {
 		return Profile{}, false
 	}
-	compute, _ := strconv.Atoi(m[1])
-	mem, _ := strconv.Atoi(m[2])
-	return Profile{Resource: name, Slices: compute, MemoryGB: mem, Suffix: m[3]}, true
+	return Profile{Resource: name, Slices: m.Slices, MemoryGB: m.MemoryGB, Suffix: m.Suffix}, true
 }
 
 // IsGPUResource reports whether a resource name is one the webhook tracks on
 // nodes: nvidia.com/gpu or any nvidia.com/mig-* resource. It does not
 // allocate, so the no-GPU fast path can call it for every resource of a pod.
-func IsGPUResource(name corev1.ResourceName) bool {
-	return name == ResourceGPU || strings.HasPrefix(string(name), migPrefix)
-}
+func IsGPUResource(name corev1.ResourceName) bool { return resourcename.IsGPU(name) }
 
 // ShortName is the form the fallback annotation uses: "2g.20gb" for
 // nvidia.com/mig-2g.20gb and "gpu" for nvidia.com/gpu.
-func ShortName(name corev1.ResourceName) string {
-	if name == ResourceGPU {
-		return "gpu"
-	}
-	if s, ok := strings.CutPrefix(string(name), migPrefix); ok {
-		return s
-	}
-	return string(name)
-}
+func ShortName(name corev1.ResourceName) string { return resourcename.Short(name) }
 
 // compare orders MIG profiles by size: compute slices, then memory, then
 // plain before suffixed (1g.10gb < 1g.10gb.me), then name so that the order

@@ -5,6 +5,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/migflex/migflex/internal/resourcename"
 )
 
 func TestParseResource(t *testing.T) {
@@ -126,7 +128,7 @@ func TestMetricLabel(t *testing.T) {
 // on the profiles that have them.
 func TestKnown(t *testing.T) {
 	for short := range knownProfiles {
-		r := corev1.ResourceName(migPrefix + short)
+		r := corev1.ResourceName(resourcename.MIGPrefix + short)
 		if _, ok := ParseResource(r); !ok || !Known(r) {
 			t.Errorf("%s: parses %v, known %v", r, ok, Known(r))
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/migconfig"
+	"github.com/migflex/migflex/internal/resourcename"
 )
 
 // maxPlacements bounds a model's placements (profile, start) so that a
@@ -63,12 +64,10 @@ func (x placement) String(t *table) string {
 
 // MigResource is the resource name the device plugin serves a profile under
 // with the mixed strategy ("1g.10gb+me" is nvidia.com/mig-1g.10gb.me).
-func MigResource(profile string) corev1.ResourceName {
-	return corev1.ResourceName("nvidia.com/mig-" + strings.ReplaceAll(profile, "+", "."))
-}
+func MigResource(profile string) corev1.ResourceName { return resourcename.MIG(profile) }
 
 // ResourceGPU is a whole GPU with MIG disabled.
-const ResourceGPU corev1.ResourceName = "nvidia.com/gpu"
+const ResourceGPU = resourcename.GPU
 
 // tables is shared by every Planner: a table depends only on its model.
 var tables tableCache

@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/migflex/migflex/internal/deviceplugin"
 	"github.com/migflex/migflex/internal/gpumodel"
 	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/migconfig"
@@ -111,18 +110,6 @@ func TestTableRoom(t *testing.T) {
 	} {
 		if got := tab.room(layout(tc.layout...), profileIndex(t, tab, tc.profile)); got != tc.want {
 			t.Errorf("room for %s next to %v = %d, want %d", tc.profile, tc.layout, got, tc.want)
-		}
-	}
-}
-
-// TestMigResourceMatchesDevicePlugin: the planner names devices as the
-// device plugin serves them.
-func TestMigResourceMatchesDevicePlugin(t *testing.T) {
-	for _, m := range simModels() {
-		for _, p := range m.Profiles {
-			if got, want := string(MigResource(p.Name)), deviceplugin.MigResourceName(p.Name); got != want {
-				t.Errorf("%s: planner %s, device plugin %s", p.Name, got, want)
-			}
 		}
 	}
 }

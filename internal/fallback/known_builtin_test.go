@@ -1,23 +1,21 @@
-package deviceplugin
+package fallback_test
 
 import (
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/migflex/migflex/internal/fallback"
 	"github.com/migflex/migflex/internal/gpumodel"
+	"github.com/migflex/migflex/internal/resourcename"
 )
 
-// The webhook leaves a MIG resource it does not know alone (with a
-// warning) unless a node has it; its table of NVIDIA's profiles lives in the
-// pure fallback package, which cannot import the simulator (cgo). Every
-// resource this device plugin serves for a built-in simulated model must
-// therefore parse in the webhook as the same profile, and be known to it.
+// The webhook leaves a MIG resource it does not know alone (with a warning)
+// unless a node has it. Every resource the device plugin serves for a
+// built-in model (resourcename.MIG of its profiles) must therefore parse in
+// the webhook as the same profile, and be in known.go.
 func TestServedResourcesAreKnownToTheWebhook(t *testing.T) {
 	for _, m := range gpumodel.Builtin() {
 		for _, p := range m.Profiles {
-			r := corev1.ResourceName(MigResourceName(p.Name))
+			r := resourcename.MIG(p.Name)
 			got, ok := fallback.ParseResource(r)
 			switch {
 			case !ok:
