@@ -218,6 +218,10 @@ func (c agentConfig) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	strategy, err := deviceplugin.ParseMigStrategy(c.migStrategy)
+	if err != nil {
+		return fmt.Errorf("--mig-strategy: %w", err)
+	}
 	busy, err := agent.ParseBusyPolicy(c.busyPolicy)
 	if err != nil {
 		return fmt.Errorf("--busy-policy: %w", err)
@@ -241,8 +245,8 @@ func (c agentConfig) run(ctx context.Context) error {
 			klog.Background().Error(err, "Closing NVML")
 		}
 	}()
-	if c.nvml.Backend == nvmlbackend.BackendSimulated {
-		opts.Backend = deviceplugin.BackendSimulated
+	if pa, ok := lib.(deviceplugin.PostAllocator); ok {
+		opts.PostAllocator = pa
 	}
 	if !healthOff {
 		w, err := health.New(lib, healthOpts)
@@ -261,7 +265,7 @@ func (c agentConfig) run(ctx context.Context) error {
 		NVML:               lib,
 		DevicePlugin:       dp,
 		PodResources:       podresources.New(c.podResources),
-		MigStrategy:        opts.MigStrategy,
+		MigStrategy:        strategy,
 		ConfigFile:         c.configFile,
 		BusyPolicy:         busy,
 		RetryInterval:      c.retryInterval,
@@ -322,10 +326,6 @@ func formatXids(xids []uint64) string {
 }
 
 func (c agentConfig) devicePluginOptions() (deviceplugin.Options, error) {
-	strategy, err := deviceplugin.ParseMigStrategy(c.migStrategy)
-	if err != nil {
-		return deviceplugin.Options{}, fmt.Errorf("--mig-strategy: %w", err)
-	}
 	list, err := deviceplugin.ParseDeviceListStrategy(c.deviceList)
 	if err != nil {
 		return deviceplugin.Options{}, fmt.Errorf("--device-list-strategy: %w", err)
@@ -336,10 +336,8 @@ func (c agentConfig) devicePluginOptions() (deviceplugin.Options, error) {
 	}
 	return deviceplugin.Options{
 		PluginDir:          c.pluginDir,
-		MigStrategy:        strategy,
 		DeviceListStrategy: list,
 		AllocationPolicy:   alloc,
-		Backend:            deviceplugin.BackendReal,
 		HostRoot:           c.hostRoot,
 		DriverRoot:         c.driverRoot,
 	}, nil

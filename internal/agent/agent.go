@@ -69,10 +69,11 @@ func ParseBusyPolicy(s string) (BusyPolicy, error) {
 }
 
 // DevicePlugin serves the node's devices to the kubelet;
-// *deviceplugin.Manager is the real one.
+// *deviceplugin.Manager is the real one. The agent names the devices as
+// resources under its MIG strategy (deviceplugin.Serve).
 type DevicePlugin interface {
 	Run(ctx context.Context) error
-	Update(ctx context.Context, gpus []mig.GPU) error
+	deviceplugin.Server
 	Resources() []deviceplugin.ResourceStatus
 	Changes() <-chan struct{}
 	// Drain stops the kubelet from handing out the devices with these IDs
@@ -290,7 +291,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("reading the GPUs: %w", err)
 	}
 	a.gpus = gpus
-	if err := a.opts.DevicePlugin.Update(ctx, gpus); err != nil {
+	if err := deviceplugin.Serve(ctx, a.opts.DevicePlugin, gpus, a.opts.MigStrategy); err != nil {
 		a.log.Error(err, "Serving the current layout")
 	}
 	dpErr := make(chan error, 1)

@@ -29,6 +29,7 @@ import (
 	"github.com/migflex/migflex/internal/health"
 	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/mig/nvmlmig"
+	"github.com/migflex/migflex/internal/nvmlbackend"
 	"github.com/migflex/migflex/internal/nvmlbackend/sim"
 	"github.com/migflex/migflex/internal/podresources"
 	"github.com/migflex/migflex/internal/podresources/podresourcestest"
@@ -247,7 +248,7 @@ func withHealth(h deviceplugin.HealthSource) agentOption {
 // start runs an agent for n until stop or the end of the test.
 func (n *node) start(opts ...agentOption) *agentRun {
 	n.t.Helper()
-	dpOpts := deviceplugin.Options{PluginDir: filepath.Dir(n.kubelet.Socket()), Backend: deviceplugin.BackendSimulated, RetryInterval: 50 * time.Millisecond}
+	dpOpts := deviceplugin.Options{PluginDir: filepath.Dir(n.kubelet.Socket()), PostAllocator: nvmlbackend.SimulatedDevices{}, RetryInterval: 50 * time.Millisecond}
 	reg := prometheus.NewRegistry()
 	o := Options{
 		NodeName:      n.name,

@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/migflex/migflex/internal/deviceplugin"
-	"github.com/migflex/migflex/internal/mig"
 )
 
 // blockingPDB creates a PodDisruptionBudget that allows no disruption of
@@ -57,12 +56,13 @@ func inode(fi os.FileInfo) uint64 {
 // nopPlugin serves nothing.
 type nopPlugin struct{}
 
-func (nopPlugin) Run(ctx context.Context) error            { <-ctx.Done(); return nil }
-func (nopPlugin) Update(context.Context, []mig.GPU) error  { return nil }
-func (nopPlugin) Resources() []deviceplugin.ResourceStatus { return nil }
-func (nopPlugin) Changes() <-chan struct{}                 { return nil }
-func (nopPlugin) Drain(context.Context, []string) error    { return nil }
-func (nopPlugin) Undrain([]string)                         {}
+func (nopPlugin) Run(ctx context.Context) error                                  { <-ctx.Done(); return nil }
+func (nopPlugin) Update(context.Context, map[string][]deviceplugin.Device) error { return nil }
+func (nopPlugin) Retain(context.Context, map[string]bool)                        {}
+func (nopPlugin) Resources() []deviceplugin.ResourceStatus                       { return nil }
+func (nopPlugin) Changes() <-chan struct{}                                       { return nil }
+func (nopPlugin) Drain(context.Context, []string) error                          { return nil }
+func (nopPlugin) Undrain([]string)                                               {}
 
 // nopMutationCache holds nothing.
 type nopMutationCache struct{}

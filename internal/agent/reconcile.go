@@ -423,7 +423,7 @@ func (a *Agent) finish(prev status, out outcome, reason, message string) outcome
 
 // serve hands the layout to the device plugin.
 func (a *Agent) serve(ctx context.Context, gpus []mig.GPU) error {
-	if err := a.opts.DevicePlugin.Update(ctx, gpus); err != nil {
+	if err := deviceplugin.Serve(ctx, a.opts.DevicePlugin, gpus, a.opts.MigStrategy); err != nil {
 		a.metrics.errors.WithLabelValues(stageServe).Inc()
 		return fmt.Errorf("the layout cannot be served under --mig-strategy=%s: %w", a.opts.MigStrategy, err)
 	}

@@ -9,7 +9,7 @@ import (
 )
 
 func withStrategy(s deviceplugin.MigStrategy) agentOption {
-	return func(o *Options, d *deviceplugin.Options) { o.MigStrategy, d.MigStrategy = s, s }
+	return func(o *Options, _ *deviceplugin.Options) { o.MigStrategy = s }
 }
 
 // TestSingleStrategy: under --mig-strategy=single the device plugin can

@@ -17,14 +17,6 @@ import (
 const (
 	// EnvVisibleDevices is read by the NVIDIA container runtime.
 	EnvVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
-	// EnvSimulated marks a container whose devices come from the simulated
-	// NVML: there are no device nodes, only these variables.
-	EnvSimulated = "MIGFLEX_SIMULATED"
-	// EnvDeviceIDs lists the allocated device IDs, comma-separated.
-	EnvDeviceIDs = "MIGFLEX_DEVICE_IDS"
-	// EnvProfiles lists the MIG profile of each allocated device in the
-	// order of EnvDeviceIDs ("gpu" for a whole GPU).
-	EnvProfiles = "MIGFLEX_MIG_PROFILES"
 
 	// cdiAnnotationPrefix and cdiAnnotationPlugin form CDI annotation keys
 	// cdi.k8s.io/migflex_<claim>, as the CDI producer library does.
@@ -38,17 +30,30 @@ const (
 	migMinorsPath = "proc/driver/nvidia-caps/mig-minors"
 )
 
+// PostAllocator completes a container's Allocate response once the device
+// list strategy has named its devices, like the optional capability of the
+// same name in intel's device plugins. Without one the device plugin adds
+// the device nodes the devices need (envvar strategy; with CDI the spec
+// carries them). A backend whose devices have no nodes, the simulated
+// NVML, gives one (nvmlbackend), so the device plugin never asks which
+// backend it serves.
+type PostAllocator interface {
+	PostAllocate(resp *pluginapi.ContainerAllocateResponse, devs []Device) error
+}
+
 // allocator builds the container part of Allocate responses.
 type allocator struct {
-	strategy   DeviceListStrategy
-	backend    Backend
-	hostRoot   string
-	driverRoot string
-	cdiKind    string
+	strategy DeviceListStrategy
+	post     PostAllocator
+	cdiKind  string
 }
 
 func newAllocator(o Options) allocator {
-	return allocator{strategy: o.DeviceListStrategy, backend: o.Backend, hostRoot: o.HostRoot, driverRoot: o.DriverRoot, cdiKind: o.CDIKind}
+	a := allocator{strategy: o.DeviceListStrategy, post: o.PostAllocator, cdiKind: o.CDIKind}
+	if a.post == nil {
+		a.post = deviceNodes{strategy: o.DeviceListStrategy, hostRoot: o.HostRoot, driverRoot: o.DriverRoot}
+	}
+	return a
 }
 
 // response tells the runtime how to give a container devs. Errors come from
@@ -79,28 +84,30 @@ func (a allocator) response(devs []Device) (*pluginapi.ContainerAllocateResponse
 		return nil, fmt.Errorf("unknown device list strategy %q", a.strategy)
 	}
 
-	if a.backend == BackendSimulated {
-		profiles := make([]string, len(devs))
-		for i, d := range devs {
-			profiles[i] = d.Profile
-			if !d.MIG {
-				profiles[i] = "gpu"
-			}
-		}
-		resp.Envs[EnvSimulated] = "true"
-		resp.Envs[EnvDeviceIDs] = strings.Join(ids, ",")
-		resp.Envs[EnvProfiles] = strings.Join(profiles, ",")
-		return resp, nil
-	}
-	// With CDI, the spec carries the device nodes.
-	if a.strategy == DeviceListEnvvar {
-		specs, err := a.deviceSpecs(devs)
-		if err != nil {
-			return nil, err
-		}
-		resp.Devices = specs
+	if err := a.post.PostAllocate(resp, devs); err != nil {
+		return nil, err
 	}
 	return resp, nil
+}
+
+// deviceNodes is the default PostAllocator: the device nodes of real GPUs.
+type deviceNodes struct {
+	strategy   DeviceListStrategy
+	hostRoot   string
+	driverRoot string
+}
+
+func (n deviceNodes) PostAllocate(resp *pluginapi.ContainerAllocateResponse, devs []Device) error {
+	// With CDI, the spec carries the device nodes.
+	if n.strategy != DeviceListEnvvar {
+		return nil
+	}
+	specs, err := n.deviceSpecs(devs)
+	if err != nil {
+		return err
+	}
+	resp.Devices = specs
+	return nil
 }
 
 // cdiName is the CDI device name of a GPU or MIG device in a spec generated
@@ -133,7 +140,7 @@ func validAnnotationName(s string) bool {
 // deviceSpecs lists the device nodes a container needs for devs: the control
 // nodes, each parent GPU's /dev/nvidiaN, and for MIG devices the capability
 // nodes that grant access to their GPU instance and compute instance.
-func (a allocator) deviceSpecs(devs []Device) ([]*pluginapi.DeviceSpec, error) {
+func (n deviceNodes) deviceSpecs(devs []Device) ([]*pluginapi.DeviceSpec, error) {
 	var paths []string
 	seen := map[string]bool{}
 	add := func(p string) {
@@ -146,7 +153,7 @@ func (a allocator) deviceSpecs(devs []Device) ([]*pluginapi.DeviceSpec, error) {
 	// UVM nodes appear only once nvidia-uvm is loaded; a spec for a missing
 	// node would fail the container instead of running it without UVM.
 	for _, p := range []string{"/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"} {
-		if _, err := os.Stat(filepath.Join(a.hostRoot, a.driverRoot, p)); err == nil {
+		if _, err := os.Stat(filepath.Join(n.hostRoot, n.driverRoot, p)); err == nil {
 			add(p)
 		}
 	}
@@ -158,7 +165,7 @@ func (a allocator) deviceSpecs(devs []Device) ([]*pluginapi.DeviceSpec, error) {
 		}
 		if minors == nil {
 			var err error
-			if minors, err = readMigMinors(filepath.Join(a.hostRoot, migMinorsPath)); err != nil {
+			if minors, err = readMigMinors(filepath.Join(n.hostRoot, migMinorsPath)); err != nil {
 				return nil, err
 			}
 		}
@@ -175,7 +182,7 @@ func (a allocator) deviceSpecs(devs []Device) ([]*pluginapi.DeviceSpec, error) {
 	}
 	specs := make([]*pluginapi.DeviceSpec, len(paths))
 	for i, p := range paths {
-		specs[i] = &pluginapi.DeviceSpec{ContainerPath: p, HostPath: filepath.Join(a.driverRoot, p), Permissions: "rw"}
+		specs[i] = &pluginapi.DeviceSpec{ContainerPath: p, HostPath: filepath.Join(n.driverRoot, p), Permissions: "rw"}
 	}
 	return specs, nil
 }

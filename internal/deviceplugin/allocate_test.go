@@ -41,6 +41,19 @@ func spec(p string) *pluginapi.DeviceSpec {
 	return &pluginapi.DeviceSpec{ContainerPath: p, HostPath: p, Permissions: "rw"}
 }
 
+// envPost is a PostAllocator, as a backend without device nodes (the
+// simulator) has: it names the devices in the environment.
+type envPost struct{}
+
+func (envPost) PostAllocate(resp *pluginapi.ContainerAllocateResponse, devs []Device) error {
+	ids := make([]string, len(devs))
+	for i, d := range devs {
+		ids[i] = d.ID
+	}
+	resp.Envs["POST"] = strings.Join(ids, ",")
+	return nil
+}
+
 func TestAllocateResponse(t *testing.T) {
 	host := fakeHostRoot(t, map[string]string{migMinorsPath: testMigMinors, "dev/nvidia-uvm": ""})
 	mig02 := migDev("nvidia.com/mig-3g.40gb", "3g.40gb", 0, 2)
@@ -49,13 +62,13 @@ func TestAllocateResponse(t *testing.T) {
 
 	for name, tc := range map[string]struct {
 		strategy   DeviceListStrategy
-		backend    Backend
+		post       PostAllocator
 		driverRoot string
 		devs       []Device
 		want       *pluginapi.ContainerAllocateResponse
 	}{
 		"envvar real MIG": {
-			strategy: DeviceListEnvvar, backend: BackendReal, devs: []Device{mig02, mig03, mig17},
+			strategy: DeviceListEnvvar, devs: []Device{mig02, mig03, mig17},
 			want: &pluginapi.ContainerAllocateResponse{
 				Envs: map[string]string{EnvVisibleDevices: "MIG-0-2,MIG-0-3,MIG-1-7"},
 				Devices: []*pluginapi.DeviceSpec{
@@ -67,7 +80,7 @@ func TestAllocateResponse(t *testing.T) {
 			},
 		},
 		"envvar real whole GPU under a driver root": {
-			strategy: DeviceListEnvvar, backend: BackendReal, driverRoot: "/run/nvidia/driver", devs: []Device{wholeDev(2)},
+			strategy: DeviceListEnvvar, driverRoot: "/run/nvidia/driver", devs: []Device{wholeDev(2)},
 			want: &pluginapi.ContainerAllocateResponse{
 				Envs: map[string]string{EnvVisibleDevices: "GPU-2"},
 				// No nvidia-uvm: it does not exist under host/driver root.
@@ -78,36 +91,35 @@ func TestAllocateResponse(t *testing.T) {
 			},
 		},
 		"cdi-cri real": {
-			strategy: DeviceListCDICRI, backend: BackendReal, devs: []Device{mig02, mig17},
+			strategy: DeviceListCDICRI, devs: []Device{mig02, mig17},
 			want: &pluginapi.ContainerAllocateResponse{
 				Envs:       map[string]string{EnvVisibleDevices: "void"},
 				CdiDevices: []*pluginapi.CDIDevice{{Name: "nvidia.com/gpu=MIG-0-2"}, {Name: "nvidia.com/gpu=MIG-1-7"}},
 			},
 		},
 		"cdi-annotations real": {
-			strategy: DeviceListCDIAnnotations, backend: BackendReal, devs: []Device{mig02, mig17},
+			strategy: DeviceListCDIAnnotations, devs: []Device{mig02, mig17},
 			want: &pluginapi.ContainerAllocateResponse{
 				Envs:        map[string]string{EnvVisibleDevices: "void"},
 				Annotations: map[string]string{"cdi.k8s.io/migflex_MIG-0-2": "nvidia.com/gpu=MIG-0-2,nvidia.com/gpu=MIG-1-7"},
 			},
 		},
-		"envvar simulated": {
-			strategy: DeviceListEnvvar, backend: BackendSimulated, devs: []Device{mig02, wholeDev(2)},
+		"envvar with a PostAllocator": {
+			strategy: DeviceListEnvvar, post: envPost{}, devs: []Device{mig02, wholeDev(2)},
 			want: &pluginapi.ContainerAllocateResponse{Envs: map[string]string{
-				EnvVisibleDevices: "MIG-0-2,GPU-2", EnvSimulated: "true",
-				EnvDeviceIDs: "MIG-0-2,GPU-2", EnvProfiles: "3g.40gb,gpu",
+				EnvVisibleDevices: "MIG-0-2,GPU-2", "POST": "MIG-0-2,GPU-2",
 			}},
 		},
-		"cdi-cri simulated": {
-			strategy: DeviceListCDICRI, backend: BackendSimulated, devs: []Device{mig17},
+		"cdi-cri with a PostAllocator": {
+			strategy: DeviceListCDICRI, post: envPost{}, devs: []Device{mig17},
 			want: &pluginapi.ContainerAllocateResponse{
-				Envs:       map[string]string{EnvVisibleDevices: "void", EnvSimulated: "true", EnvDeviceIDs: "MIG-1-7", EnvProfiles: "1g.10gb+me"},
+				Envs:       map[string]string{EnvVisibleDevices: "void", "POST": "MIG-1-7"},
 				CdiDevices: []*pluginapi.CDIDevice{{Name: "nvidia.com/gpu=MIG-1-7"}},
 			},
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			o := Options{DeviceListStrategy: tc.strategy, Backend: tc.backend, HostRoot: host, DriverRoot: tc.driverRoot}
+			o := Options{DeviceListStrategy: tc.strategy, PostAllocator: tc.post, HostRoot: host, DriverRoot: tc.driverRoot}
 			o.setDefaults()
 			got, err := newAllocator(o).response(tc.devs)
 			if err != nil {

@@ -81,7 +81,7 @@ func (e *env) allocateErr(resource string, ids []string, code codes.Code, msg st
 // Undrain, or an Update that no longer has the device, ends it.
 func TestDrain(t *testing.T) {
 	h := newFakeHealth()
-	e := start(t, Options{Backend: BackendSimulated, Health: h}, mixedLayout())
+	e := start(t, Options{PostAllocator: envPost{}, Health: h}, mixedLayout())
 	e.m.settle = 10 * time.Millisecond
 	e.wait("layout", serving(mixedWant))
 	const r1g, r3g = "nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb"
@@ -159,7 +159,7 @@ func TestDrain(t *testing.T) {
 	// the rest; GPU 2 is gone. Draining ends for the devices the layout no
 	// longer has and goes on for MIG-0-2.
 	next := []mig.GPU{migGPU(0, inst("3g.40gb", 0, 4, 2), inst("3g.40gb", 4, 4, 1)), migGPU(1, inst("1g.10gb+me", 0, 1, 7), inst("1g.10gb", 1, 1, 8))}
-	if err := e.m.Update(e.ctx, next); err != nil {
+	if err := Serve(e.ctx, e.m, next, MigStrategyMixed); err != nil {
 		t.Fatal(err)
 	}
 	e.wait("new layout", serving(map[string][]string{
@@ -174,7 +174,7 @@ func TestDrain(t *testing.T) {
 	e.m.Undrain([]string{"MIG-0-2"})
 	// GPU 2 comes back (a GPU reset, say) with the ID it drained under:
 	// that drain ended with the layout that lacked it.
-	if err := e.m.Update(e.ctx, append(next, plainGPU(2))); err != nil {
+	if err := Serve(e.ctx, e.m, append(next, plainGPU(2)), MigStrategyMixed); err != nil {
 		t.Fatal(err)
 	}
 	e.wait("GPU 2 back, healthy", serving(map[string][]string{

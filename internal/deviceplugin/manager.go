@@ -93,22 +93,36 @@ func New(opts Options) (*Manager, error) {
 	}, nil
 }
 
-// Update serves a new GPU layout: servers for new resources start (and
-// register in the background), resources whose devices changed send the
-// new list, and a resource that disappears keeps its registration with an
-// empty list so the kubelet drops its capacity to 0 at once. When the
-// layout cannot be served under the MIG strategy Update returns the reason
-// and keeps serving the previous devices that still exist. A draining
-// device that is not in the new layout stops draining; one that still is
-// keeps draining until Undrain.
-// Before Run, it only records the layout. Update never waits for the
-// kubelet.
-func (m *Manager) Update(ctx context.Context, gpus []mig.GPU) error {
-	res, err := Resources(gpus, m.opts.MigStrategy)
+// Server is what Serve updates; *Manager is the real one.
+type Server interface {
+	Update(ctx context.Context, res map[string][]Device) error
+	Retain(ctx context.Context, ids map[string]bool)
+}
+
+var _ Server = (*Manager)(nil)
+
+// Serve is the one place the MIG strategy applies: it names gpus' devices
+// as resources under strategy (Resources) and has dp serve them. When the
+// layout cannot be served under the strategy it returns the reason, and dp
+// keeps serving the previous devices that still exist.
+func Serve(ctx context.Context, dp Server, gpus []mig.GPU, strategy MigStrategy) error {
+	res, err := Resources(gpus, strategy)
 	if err != nil {
-		m.keepExisting(ctx, gpus)
+		dp.Retain(ctx, DeviceIDs(gpus))
 		return fmt.Errorf("serving GPU layout, keeping the previous devices that still exist: %w", err)
 	}
+	return dp.Update(ctx, res)
+}
+
+// Update serves a new set of devices by resource (see Serve): servers for
+// new resources start (and register in the background), resources whose
+// devices changed send the new list, and a resource that disappears keeps
+// its registration with an empty list so the kubelet drops its capacity to
+// 0 at once. A draining device that is not in the new set stops draining;
+// one that still is keeps draining until Undrain.
+// Before Run, it only records the devices. Update never waits for the
+// kubelet.
+func (m *Manager) Update(ctx context.Context, res map[string][]Device) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	log := klog.FromContext(ctx).WithName("deviceplugin")
@@ -154,25 +168,31 @@ func (m *Manager) Update(ctx context.Context, gpus []mig.GPU) error {
 	return errs
 }
 
-// keepExisting stops serving the devices gpus no longer have, for a layout
-// that cannot be served: the previous devices stay served, but one whose
-// instance is gone (changed behind the agent's back) must not be handed to
-// a pod.
-func (m *Manager) keepExisting(ctx context.Context, gpus []mig.GPU) {
-	exists := map[string]bool{}
+// DeviceIDs are the IDs of the devices gpus have under any strategy: the
+// MIG devices of GPUs with MIG enabled, the other GPUs whole.
+func DeviceIDs(gpus []mig.GPU) map[string]bool {
+	ids := map[string]bool{}
 	for _, g := range gpus {
 		if !g.MigEnabled {
-			exists[g.UUID] = true
+			ids[g.UUID] = true
 		}
 		for _, in := range instancesOf(g) {
-			exists[in.UUID] = true
+			ids[in.UUID] = true
 		}
 	}
+	return ids
+}
+
+// Retain stops serving the devices whose IDs are not in ids and changes
+// nothing else, for a layout that cannot be served: the previous devices
+// stay served, but one whose instance is gone (changed behind the agent's
+// back) must not be handed to a pod.
+func (m *Manager) Retain(ctx context.Context, ids map[string]bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	changed := false
 	for name, s := range m.servers {
-		if gone := s.keepOnly(exists); len(gone) > 0 {
+		if gone := s.keepOnly(ids); len(gone) > 0 {
 			klog.FromContext(ctx).Info("Devices gone; no longer served", "resource", name, "devices", gone)
 			changed = true
 		}

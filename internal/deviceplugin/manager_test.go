@@ -39,7 +39,13 @@ type env struct {
 // stand-in; everything stops when the test ends.
 func start(t *testing.T, opts Options, gpus []mig.GPU) *env {
 	t.Helper()
-	return run(t, startKubelet(t, t.TempDir()), opts, gpus)
+	return startStrategy(t, opts, MigStrategyMixed, gpus)
+}
+
+// startStrategy is start serving gpus under a MIG strategy.
+func startStrategy(t *testing.T, opts Options, strategy MigStrategy, gpus []mig.GPU) *env {
+	t.Helper()
+	return run(t, startKubelet(t, t.TempDir()), opts, strategy, gpus)
 }
 
 // startKubelet starts a kubelet stand-in in dir until the end of the test.
@@ -55,7 +61,7 @@ func startKubelet(t *testing.T, dir string) *kubeletstub.Kubelet {
 
 // run runs a Manager with opts over gpus in k's directory until the end of
 // the test, when it checks that Run returned without an error.
-func run(t *testing.T, k *kubeletstub.Kubelet, opts Options, gpus []mig.GPU) *env {
+func run(t *testing.T, k *kubeletstub.Kubelet, opts Options, strategy MigStrategy, gpus []mig.GPU) *env {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	opts.PluginDir = filepath.Dir(k.Socket())
@@ -63,7 +69,7 @@ func run(t *testing.T, k *kubeletstub.Kubelet, opts Options, gpus []mig.GPU) *en
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Update(ctx, gpus); err != nil {
+	if err := Serve(ctx, m, gpus, strategy); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -220,7 +226,7 @@ func TestLiveLayoutChange(t *testing.T) {
 		migGPU(1, inst("4g.40gb", 0, 4, 1), inst("3g.40gb", 4, 4, 2)),
 		plainGPU(2),
 	}
-	if err := e.m.Update(e.ctx, second); err != nil {
+	if err := Serve(e.ctx, e.m, second, MigStrategyMixed); err != nil {
 		t.Fatal(err)
 	}
 	st := e.wait("second layout", serving(map[string][]string{
@@ -250,7 +256,7 @@ func TestLiveLayoutChange(t *testing.T) {
 	}
 
 	// The zeroed resource comes back on the same registration.
-	if err := e.m.Update(e.ctx, mixedLayout()); err != nil {
+	if err := Serve(e.ctx, e.m, mixedLayout(), MigStrategyMixed); err != nil {
 		t.Fatal(err)
 	}
 	want := maps.Clone(mixedWant)
@@ -272,7 +278,7 @@ func TestKubeletRestart(t *testing.T) {
 			e := start(t, Options{}, mixedLayout())
 			e.wait("first layout", serving(mixedWant))
 			// Zero two resources: they must come back too.
-			if err := e.m.Update(e.ctx, mixedLayout()[1:]); err != nil {
+			if err := Serve(e.ctx, e.m, mixedLayout()[1:], MigStrategyMixed); err != nil {
 				t.Fatal(err)
 			}
 			want := map[string][]string{
@@ -379,10 +385,10 @@ func TestAllocateOverSocket(t *testing.T) {
 				Devices: []*pluginapi.DeviceSpec{spec("/dev/nvidiactl"), spec("/dev/nvidia-uvm"), spec("/dev/nvidia-uvm-tools"), spec("/dev/nvidia1")},
 			},
 		},
-		"envvar simulated": {
-			opts: Options{Backend: BackendSimulated}, resource: r, ids: []string{"MIG-0-2"},
+		"envvar with a PostAllocator": {
+			opts: Options{PostAllocator: envPost{}}, resource: r, ids: []string{"MIG-0-2"},
 			want: &pluginapi.ContainerAllocateResponse{Envs: map[string]string{
-				"NVIDIA_VISIBLE_DEVICES": "MIG-0-2", "MIGFLEX_SIMULATED": "true", "MIGFLEX_DEVICE_IDS": "MIG-0-2", "MIGFLEX_MIG_PROFILES": "3g.40gb",
+				"NVIDIA_VISIBLE_DEVICES": "MIG-0-2", "POST": "MIG-0-2",
 			}},
 		},
 		"cdi-cri": {
@@ -416,7 +422,7 @@ func TestAllocateOverSocket(t *testing.T) {
 
 func TestAllocateRejects(t *testing.T) {
 	h := newFakeHealth()
-	e := start(t, Options{Backend: BackendSimulated, Health: h}, mixedLayout())
+	e := start(t, Options{PostAllocator: envPost{}, Health: h}, mixedLayout())
 	e.wait("layout", serving(mixedWant))
 	h.set("MIG-0-13", 79)
 	e.wait("MIG-0-13 unhealthy", func(st kubeletstub.State) bool {
@@ -500,12 +506,12 @@ func TestPreferredAllocationOverSocket(t *testing.T) {
 
 func TestSingleStrategyKeepsPreviousSet(t *testing.T) {
 	one := []mig.GPU{migGPU(0, inst("3g.40gb", 0, 4, 2), inst("3g.40gb", 4, 4, 1))}
-	e := start(t, Options{MigStrategy: MigStrategySingle}, one)
+	e := startStrategy(t, Options{}, MigStrategySingle, one)
 	e.wait("single layout", serving(map[string][]string{ResourceGPU: {"MIG-0-2", "MIG-0-1"}}))
 	before := e.waitRegistered()
 
 	two := []mig.GPU{migGPU(0, inst("4g.40gb", 0, 4, 1), inst("3g.40gb", 4, 4, 2))}
-	err := e.m.Update(e.ctx, two)
+	err := Serve(e.ctx, e.m, two, MigStrategySingle)
 	if err == nil || !strings.Contains(err.Error(), "2 profiles (3g.40gb, 4g.40gb)") || !strings.Contains(err.Error(), "keeping the previous devices that still exist") {
 		t.Fatalf("Update error = %v, want the two profiles named and the previous devices kept", err)
 	}
@@ -515,13 +521,13 @@ func TestSingleStrategyKeepsPreviousSet(t *testing.T) {
 	// A refused layout in which a served instance is gone (changed behind
 	// the agent's back): the others stay served, the gone one is not.
 	gone := []mig.GPU{migGPU(0, inst("4g.40gb", 0, 4, 3), inst("3g.40gb", 4, 4, 2))}
-	if err := e.m.Update(e.ctx, gone); err == nil {
+	if err := Serve(e.ctx, e.m, gone, MigStrategySingle); err == nil {
 		t.Fatal("Update of a two-profile layout under single succeeded")
 	}
 	e.wait("the gone device no longer served", serving(map[string][]string{ResourceGPU: {"MIG-0-2"}}))
 
 	// Still served: a later valid layout goes through on the same server.
-	if err := e.m.Update(e.ctx, []mig.GPU{migGPU(0, inst("1g.10gb", 0, 1, 9))}); err != nil {
+	if err := Serve(e.ctx, e.m, []mig.GPU{migGPU(0, inst("1g.10gb", 0, 1, 9))}, MigStrategySingle); err != nil {
 		t.Fatal(err)
 	}
 	st := e.wait("valid layout after the refused one", serving(map[string][]string{ResourceGPU: {"MIG-0-9"}}))
@@ -542,7 +548,7 @@ func TestUpdateBeforeRunAndShutdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Update(ctx, mixedLayout()); err != nil {
+	if err := Serve(ctx, m, mixedLayout(), MigStrategyMixed); err != nil {
 		t.Fatal(err)
 	}
 	sockets := func() []string {
@@ -608,7 +614,7 @@ func TestRegistersWhenKubeletAppears(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Update(ctx, mixedLayout()); err != nil {
+	if err := Serve(ctx, m, mixedLayout(), MigStrategyMixed); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -652,10 +658,8 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		opts Options
 		msg  string
 	}{
-		"strategy":        {opts: Options{MigStrategy: "all"}, msg: `unknown MIG strategy "all" (want one of mixed, single, none)`},
 		"device list":     {opts: Options{DeviceListStrategy: "volume-mounts"}, msg: `unknown device list strategy "volume-mounts"`},
 		"policy":          {opts: Options{AllocationPolicy: "spread"}, msg: `unknown allocation policy "spread"`},
-		"backend":         {opts: Options{Backend: "fake"}, msg: `unknown backend "fake"`},
 		"relative dir":    {opts: Options{PluginDir: "device-plugins"}, msg: `plugin directory "device-plugins" is not an absolute path`},
 		"relative root":   {opts: Options{HostRoot: "host"}, msg: `host root "host" is not an absolute path`},
 		"CDI kind":        {opts: Options{CDIKind: "nvidia.com"}, msg: `CDI kind "nvidia.com" is not of the form vendor/class`},
@@ -688,12 +692,6 @@ func TestParseOptions(t *testing.T) {
 	if p, err := ParseAllocationPolicy("distributed"); err != nil || p != AllocationDistributed {
 		t.Errorf("ParseAllocationPolicy(distributed) = %q, %v", p, err)
 	}
-	if b, err := ParseBackend("simulated"); err != nil || b != BackendSimulated {
-		t.Errorf("ParseBackend(simulated) = %q, %v", b, err)
-	}
-	if _, err := ParseBackend(""); err == nil {
-		t.Error("ParseBackend(\"\") succeeded")
-	}
 }
 
 // TestHungRegistrationBlocksNothing holds the kubelet's Register as a
@@ -716,7 +714,7 @@ func TestHungRegistrationBlocksNothing(t *testing.T) {
 	// A register timeout far beyond the hang guard: the held call cannot
 	// end by itself while the test looks.
 	const first = "nvidia.com/mig-3g.40gb"
-	e := run(t, k, Options{RegisterTimeout: time.Hour}, []mig.GPU{migGPU(0, inst("3g.40gb", 0, 4, 2))})
+	e := run(t, k, Options{RegisterTimeout: time.Hour}, MigStrategyMixed, []mig.GPU{migGPU(0, inst("3g.40gb", 0, 4, 2))})
 	ctx, m := e.ctx, e.m
 
 	select {
@@ -730,7 +728,7 @@ func TestHungRegistrationBlocksNothing(t *testing.T) {
 	// The kubelet holds Register now, until release is closed.
 	returned := make(chan []ResourceStatus, 1)
 	go func() {
-		if err := m.Update(ctx, []mig.GPU{migGPU(0, inst("3g.40gb", 0, 4, 2), inst("2g.20gb", 4, 2, 3))}); err != nil {
+		if err := Serve(ctx, m, []mig.GPU{migGPU(0, inst("3g.40gb", 0, 4, 2), inst("2g.20gb", 4, 2, 3))}, MigStrategyMixed); err != nil {
 			t.Errorf("Update: %v", err)
 		}
 		returned <- m.Resources()
@@ -779,7 +777,7 @@ func TestKubeletReplacedDuringRegistration(t *testing.T) {
 		})
 		return nil
 	})
-	e := run(t, old, Options{}, []mig.GPU{migGPU(0, inst("3g.40gb", 0, 4, 2))})
+	e := run(t, old, Options{}, MigStrategyMixed, []mig.GPU{migGPU(0, inst("3g.40gb", 0, 4, 2))})
 	select {
 	case err := <-started:
 		if err != nil {

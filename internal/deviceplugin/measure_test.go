@@ -38,7 +38,7 @@ func TestMeasureLatency(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer k.Stop()
-	m, err := New(Options{PluginDir: dir, Backend: BackendSimulated})
+	m, err := New(Options{PluginDir: dir, PostAllocator: envPost{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,10 +62,10 @@ func TestMeasureLatency(t *testing.T) {
 	// Register every resource of both layouts first, so (a) measures
 	// layout changes on registered resources (a new resource adds one
 	// registration round trip, measured in (b)).
-	if err := m.Update(ctx, layoutB); err != nil {
+	if err := Serve(ctx, m, layoutB, MigStrategyMixed); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Update(ctx, layoutA); err != nil {
+	if err := Serve(ctx, m, layoutA, MigStrategyMixed); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -99,7 +99,7 @@ func TestMeasureLatency(t *testing.T) {
 		current = want
 		before := k.State()
 		start := time.Now()
-		if err := m.Update(ctx, layout); err != nil {
+		if err := Serve(ctx, m, layout, MigStrategyMixed); err != nil {
 			t.Fatal(err)
 		}
 		st := wait(serving(want))

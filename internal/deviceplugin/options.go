@@ -51,15 +51,6 @@ const (
 	AllocationDistributed AllocationPolicy = "distributed"
 )
 
-// Backend says whether devices are real NVIDIA devices with device nodes or
-// devices of the simulated NVML, which have none.
-type Backend string
-
-const (
-	BackendReal      Backend = "real"
-	BackendSimulated Backend = "simulated"
-)
-
 // ParseMigStrategy parses a --mig-strategy value.
 func ParseMigStrategy(s string) (MigStrategy, error) {
 	return parseEnum(s, "MIG strategy", MigStrategyMixed, MigStrategySingle, MigStrategyNone)
@@ -73,11 +64,6 @@ func ParseDeviceListStrategy(s string) (DeviceListStrategy, error) {
 // ParseAllocationPolicy parses an --allocation-policy value.
 func ParseAllocationPolicy(s string) (AllocationPolicy, error) {
 	return parseEnum(s, "allocation policy", AllocationPacked, AllocationDistributed)
-}
-
-// ParseBackend parses a backend kind.
-func ParseBackend(s string) (Backend, error) {
-	return parseEnum(s, "backend", BackendReal, BackendSimulated)
 }
 
 func parseEnum[T ~string](s, what string, valid ...T) (T, error) {
@@ -123,14 +109,13 @@ type Options struct {
 	// PluginDir is the kubelet's device-plugin directory, holding
 	// kubelet.sock and the plugin sockets. Default DefaultPluginDir.
 	PluginDir string
-	// MigStrategy names the resources. Default mixed.
-	MigStrategy MigStrategy
 	// DeviceListStrategy shapes Allocate responses. Default envvar.
 	DeviceListStrategy DeviceListStrategy
 	// AllocationPolicy shapes GetPreferredAllocation. Default packed.
 	AllocationPolicy AllocationPolicy
-	// Backend is the NVML backend the devices come from. Default real.
-	Backend Backend
+	// PostAllocator completes Allocate responses; nil adds the device
+	// nodes of real GPUs.
+	PostAllocator PostAllocator
 	// HostRoot is where the host's filesystem is seen from this process;
 	// /proc/driver/nvidia-caps/mig-minors and the device nodes are looked
 	// up under it. Default "/".
@@ -159,17 +144,11 @@ func (o *Options) setDefaults() {
 	if o.PluginDir == "" {
 		o.PluginDir = DefaultPluginDir
 	}
-	if o.MigStrategy == "" {
-		o.MigStrategy = MigStrategyMixed
-	}
 	if o.DeviceListStrategy == "" {
 		o.DeviceListStrategy = DeviceListEnvvar
 	}
 	if o.AllocationPolicy == "" {
 		o.AllocationPolicy = AllocationPacked
-	}
-	if o.Backend == "" {
-		o.Backend = BackendReal
 	}
 	if o.HostRoot == "" {
 		o.HostRoot = "/"
@@ -193,16 +172,10 @@ func (o *Options) setDefaults() {
 
 func (o *Options) validate() error {
 	var errs []error
-	if _, err := ParseMigStrategy(string(o.MigStrategy)); err != nil {
-		errs = append(errs, err)
-	}
 	if _, err := ParseDeviceListStrategy(string(o.DeviceListStrategy)); err != nil {
 		errs = append(errs, err)
 	}
 	if _, err := ParseAllocationPolicy(string(o.AllocationPolicy)); err != nil {
-		errs = append(errs, err)
-	}
-	if _, err := ParseBackend(string(o.Backend)); err != nil {
 		errs = append(errs, err)
 	}
 	for name, p := range map[string]string{"plugin directory": o.PluginDir, "host root": o.HostRoot, "driver root": o.DriverRoot} {

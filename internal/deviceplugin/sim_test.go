@@ -108,7 +108,7 @@ func TestSimulatedXidMakesDeviceUnhealthyAndItRecovers(t *testing.T) {
 	const quiet = 5 * time.Minute
 	clk := testingclock.NewFakeClock(time.Now())
 	w := startWatcher(t, n.lib, health.Options{QuietPeriod: quiet, Clock: clk})
-	e := start(t, Options{Backend: BackendSimulated, Health: w}, n.gpus)
+	e := start(t, Options{PostAllocator: envPost{}, Health: w}, n.gpus)
 	const r = "nvidia.com/mig-3g.40gb"
 	a, b, whole := n.mig0.UUID, n.mig1.UUID, n.gpus[1].UUID
 	e.wait("healthy layout", serving(map[string][]string{r: {a, b}, ResourceGPU: {whole}}))
@@ -145,7 +145,7 @@ func TestSimulatedXidMakesDeviceUnhealthyAndItRecovers(t *testing.T) {
 func TestSimulatedIgnoredXid(t *testing.T) {
 	n := newSimNode(t)
 	w := startWatcher(t, n.lib, health.Options{})
-	e := start(t, Options{Backend: BackendSimulated, Health: w}, n.gpus)
+	e := start(t, Options{PostAllocator: envPost{}, Health: w}, n.gpus)
 	const r = "nvidia.com/mig-3g.40gb"
 	a, b, whole := n.mig0.UUID, n.mig1.UUID, n.gpus[1].UUID
 	e.wait("healthy layout", serving(map[string][]string{r: {a, b}, ResourceGPU: {whole}}))
@@ -170,7 +170,7 @@ func TestSimulatedIgnoredXid(t *testing.T) {
 func TestSimulatedLayoutChangeMovesHealthChecks(t *testing.T) {
 	n := newSimNode(t)
 	w := startWatcher(t, n.lib, health.Options{})
-	e := start(t, Options{Backend: BackendSimulated, Health: w}, n.gpus)
+	e := start(t, Options{PostAllocator: envPost{}, Health: w}, n.gpus)
 	const r3, r1 = "nvidia.com/mig-3g.40gb", "nvidia.com/mig-1g.10gb"
 	a, b, whole := n.mig0.UUID, n.mig1.UUID, n.gpus[1].UUID
 	e.wait("first layout", serving(map[string][]string{r3: {a, b}, ResourceGPU: {whole}}))
@@ -194,7 +194,7 @@ func TestSimulatedLayoutChangeMovesHealthChecks(t *testing.T) {
 		t.Errorf("the 1g instance in b's place has b's UUID %s", b)
 	}
 	n.discover(t)
-	if err := e.m.Update(e.ctx, n.gpus); err != nil {
+	if err := Serve(e.ctx, e.m, n.gpus, MigStrategyMixed); err != nil {
 		t.Fatal(err)
 	}
 	e.wait("second layout", serving(map[string][]string{r3: {a}, r1: {c.UUID}, ResourceGPU: {whole}}))
@@ -211,7 +211,7 @@ func TestSimulatedXidFromAnotherProcess(t *testing.T) {
 	cfg := simConfig(t, t.TempDir())
 	n := newSimNodeWith(t, cfg)
 	w := startWatcher(t, n.lib, health.Options{})
-	e := start(t, Options{Backend: BackendSimulated, Health: w}, n.gpus)
+	e := start(t, Options{PostAllocator: envPost{}, Health: w}, n.gpus)
 	const r = "nvidia.com/mig-3g.40gb"
 	a, b, whole := n.mig0.UUID, n.mig1.UUID, n.gpus[1].UUID
 	e.wait("healthy layout", serving(map[string][]string{r: {a, b}, ResourceGPU: {whole}}))

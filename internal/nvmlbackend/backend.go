@@ -149,12 +149,15 @@ func openSim(o Options) (Library, error) {
 	if ret := lib.Init(); ret != nvml.SUCCESS {
 		return nil, errors.Join(fmt.Errorf("initializing simulated NVML: %w", ret), lib.Close())
 	}
-	return simLibrary{lib}, nil
+	return simLibrary{Lib: lib}, nil
 }
 
 // simLibrary embeds *sim.Lib so its optional capabilities (ResetGPU) stay
-// visible to type assertions.
-type simLibrary struct{ *sim.Lib }
+// visible to type assertions, and adds the device plugin's PostAllocator.
+type simLibrary struct {
+	*sim.Lib
+	SimulatedDevices
+}
 
 func (l simLibrary) Close() error {
 	var errs []error
