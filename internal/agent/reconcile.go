@@ -66,7 +66,8 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, prev status) o
 		a.metrics.errors.WithLabelValues(stageConfig).Inc()
 		return a.finish(prev, outcome{status: status{StateFailed, err.Error()}, retry: true, result: resultFailed, gpus: gpus}, ReasonFailed, "")
 	}
-	desired, plan, notes, err := planFor(src, doc, gpus)
+	r, err := migconfig.Resolve([]byte(doc), src.configName, gpus, src.scope())
+	desired, plan, notes := r.Desired, r.Plan, r.Notes
 	if err == nil {
 		err = a.servable(gpus, plan)
 	}
@@ -452,34 +453,15 @@ func (a *Agent) document(src source) (string, error) {
 	return string(data), nil
 }
 
-// planFor parses doc, selects the source's configuration and plans it on
-// gpus, with notes on what of it does not apply to them. Every error is the
-// user's document or choice not fitting the node. The label's config file
-// is shared by a fleet and read as mig-parted reads it (what does not fit
-// this node is left out); an annotation is written for this node, so what
-// does not fit it is an error (migconfig.Scope).
-func planFor(src source, doc string, gpus []mig.GPU) ([]migconfig.Desired, migconfig.Plan, []string, error) {
-	spec, err := migconfig.Parse([]byte(doc))
-	if err != nil {
-		return nil, migconfig.Plan{}, nil, err
+// scope is how the source's document is read: the label's config file is
+// shared by a fleet and read as mig-parted reads it (what does not fit this
+// node is left out); an annotation is written for this node, so what does
+// not fit it is an error (migconfig.Scope).
+func (s source) scope() migconfig.Scope {
+	if s.kind == sourceLabel {
+		return migconfig.ScopeFleet
 	}
-	cfg, err := spec.Select(src.configName)
-	if err != nil {
-		return nil, migconfig.Plan{}, nil, err
-	}
-	scope := migconfig.ScopeNode
-	if src.kind == sourceLabel {
-		scope = migconfig.ScopeFleet
-	}
-	v, err := migconfig.ValidateFor(cfg, gpus, scope)
-	if err != nil {
-		return nil, migconfig.Plan{}, nil, fmt.Errorf("config %q: %w", cfg.Name, err)
-	}
-	plan, err := migconfig.MakePlan(gpus, v.Desired)
-	if err != nil {
-		return nil, migconfig.Plan{}, nil, fmt.Errorf("config %q: %w", cfg.Name, err)
-	}
-	return v.Desired, plan, v.Notes, nil
+	return migconfig.ScopeNode
 }
 
 // servable checks that the device plugin can serve the layout gpus would
