@@ -177,7 +177,7 @@ ${bold}==> Done in $((SECONDS - T0))s. The cluster stays up; to keep exploring:$
   kubectl get node $NODE -o jsonpath='{.metadata.annotations.migflex\.io/mig\.layout}' | jq .
   kubectl -n gpu-webhook exec ds/migflex-agent -- /device-plugin sim show
   kubectl -n gpu-webhook exec ds/migflex-agent -- /device-plugin sim inject-xid --gpu 0 --gi 1 --xid 79
-  #   the device drops out of allocatable and comes back 30s later (HEALTH_QUIET_PERIOD)
+  #   the device drops out of allocatable and comes back 30s later (MIGFLEX_AGENT_HEALTH_QUIET_PERIOD)
   kubectl annotate node $NODE --overwrite nvidia.com/mig.config='{version: v1, mig-configs: {selected: [{devices: all, mig-enabled: true, mig-devices: {2g.20gb: 3}}]}}'
   kubectl -n gpu-webhook logs ds/migflex-agent
   kubectl -n gpu-webhook logs -l app=gpu-webhook --tail=-1

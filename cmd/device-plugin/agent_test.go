@@ -28,6 +28,8 @@ import (
 	"github.com/migflex/migflex/internal/deviceplugin"
 	"github.com/migflex/migflex/internal/deviceplugin/kubeletstub"
 	"github.com/migflex/migflex/internal/health"
+	"github.com/migflex/migflex/internal/nodeagent"
+	"github.com/migflex/migflex/internal/nvmlbackend"
 	"github.com/migflex/migflex/internal/nvmlbackend/sim"
 	"github.com/migflex/migflex/internal/podresources"
 	"github.com/migflex/migflex/internal/podresources/podresourcestest"
@@ -35,125 +37,153 @@ import (
 )
 
 func TestParseAgentFlags(t *testing.T) {
-	defaults := func(c agentConfig) agentConfig {
-		c.pluginDir = deviceplugin.DefaultPluginDir
-		c.podResources = podresources.DefaultSocket
-		c.migStrategy = "mixed"
-		c.deviceList = "envvar"
-		c.allocation = "packed"
-		c.hostRoot = "/"
-		c.driverRoot = "/"
-		c.healthQuietPeriod = health.DefaultQuietPeriod
-		c.healthIgnoredXids = "13,31,43,45,68,109"
-		c.busyPolicy = "wait"
-		c.metricsAddr = agent.DefaultMetricsAddr
-		c.retryInterval = agent.DefaultRetryInterval
-		c.resyncInterval = agent.DefaultResyncInterval
-		c.allocTimeout = agent.DefaultAllocatableTimeout
-		c.kubeAPIQPS, c.kubeAPIBurst = 20, 40
+	defaults := func(c nodeagent.Config) nodeagent.Config {
+		c.NVML.Backend = nvmlbackend.BackendAuto
+		c.PluginDir = deviceplugin.DefaultPluginDir
+		c.PodResourcesSocket = podresources.DefaultSocket
+		c.MigStrategy = "mixed"
+		c.DeviceListStrategy = "envvar"
+		c.AllocationPolicy = "packed"
+		c.HostRoot = "/"
+		c.DriverRoot = "/"
+		c.HealthQuietPeriod = health.DefaultQuietPeriod
+		c.HealthIgnoredXids = "13,31,43,45,68,109"
+		c.BusyPolicy = "wait"
+		c.MetricsAddr = agent.DefaultMetricsAddr
+		c.RetryInterval = agent.DefaultRetryInterval
+		c.ResyncInterval = agent.DefaultResyncInterval
+		c.AllocatableTimeout = agent.DefaultAllocatableTimeout
+		c.KubeAPIQPS, c.KubeAPIBurst = 20, 40
 		return c
+	}
+	everything := nodeagent.Config{
+		NodeName: "n2", NVML: nvmlbackend.Options{Backend: "simulated", SimConfig: "/etc/sim.yaml"}, PluginDir: "/dp", PodResourcesSocket: "/pr.sock", MigStrategy: "single",
+		DeviceListStrategy: "cdi-cri", AllocationPolicy: "distributed", HostRoot: "/host", DriverRoot: "/run/nvidia/driver",
+		DisableHealthChecks: "all", HealthIgnoredXids: "79,48", HealthQuietPeriod: time.Minute, ConfigFile: "/cfg/config.yaml", BusyPolicy: "evict",
+		MetricsAddr: ":9999", RetryInterval: 3 * time.Second, ResyncInterval: time.Hour,
+		KubeAPIQPS: 2.5, KubeAPIBurst: 5,
 	}
 	tests := []struct {
 		name     string
 		args     []string
 		env      map[string]string
-		want     agentConfig
+		want     nodeagent.Config
 		wantCode int
 		wantErr  string
 	}{
 		{
 			name: "defaults", args: []string{"--node-name", "n1"},
-			want: defaults(agentConfig{nodeName: "n1"}), wantCode: -1,
+			want: defaults(nodeagent.Config{NodeName: "n1"}), wantCode: -1,
 		},
 		{
 			name: "environment twins",
 			env: map[string]string{
-				"NODE_NAME": "n2", "NVML_BACKEND": "simulated", "SIM_CONFIG": "/etc/sim.yaml", "KUBECONFIG": "/kc",
+				"MIGFLEX_AGENT_NODE_NAME": "n2", "MIGFLEX_AGENT_NVML_BACKEND": "simulated", "MIGFLEX_AGENT_SIM_CONFIG": "/etc/sim.yaml",
+				"MIGFLEX_AGENT_DEVICE_PLUGIN_DIR": "/dp", "MIGFLEX_AGENT_POD_RESOURCES_SOCKET": "/pr.sock", "MIGFLEX_AGENT_MIG_STRATEGY": "single",
+				"MIGFLEX_AGENT_DEVICE_LIST_STRATEGY": "cdi-cri", "MIGFLEX_AGENT_ALLOCATION_POLICY": "distributed", "MIGFLEX_AGENT_HOST_ROOT": "/host",
+				"MIGFLEX_AGENT_DRIVER_ROOT": "/run/nvidia/driver", "MIGFLEX_AGENT_DISABLE_HEALTH_CHECKS": "all", "MIGFLEX_AGENT_HEALTH_QUIET_PERIOD": "1m",
+				"MIGFLEX_AGENT_HEALTH_IGNORED_XIDS": "79,48", "MIGFLEX_AGENT_CONFIG_FILE": "/cfg/config.yaml", "MIGFLEX_AGENT_BUSY_POLICY": "evict",
+				"MIGFLEX_AGENT_METRICS_ADDR": ":9999", "MIGFLEX_AGENT_RETRY_INTERVAL": "3s", "MIGFLEX_AGENT_RESYNC_INTERVAL": "1h",
+				"MIGFLEX_AGENT_ALLOCATABLE_TIMEOUT": "0s", "MIGFLEX_AGENT_KUBE_API_QPS": "2.5", "MIGFLEX_AGENT_KUBE_API_BURST": "5",
+			},
+			want:     everything,
+			wantCode: -1,
+		},
+		{
+			name: "the older names manifests and users set",
+			env: map[string]string{
+				"NODE_NAME": "n2", "NVML_BACKEND": "simulated", "SIM_CONFIG": "/etc/sim.yaml",
 				"DEVICE_PLUGIN_DIR": "/dp", "POD_RESOURCES_SOCKET": "/pr.sock", "MIG_STRATEGY": "single",
 				"DEVICE_LIST_STRATEGY": "cdi-cri", "ALLOCATION_POLICY": "distributed", "HOST_ROOT": "/host",
 				"NVIDIA_DRIVER_ROOT": "/run/nvidia/driver", "DP_DISABLE_HEALTHCHECKS": "all", "HEALTH_QUIET_PERIOD": "1m", "HEALTH_IGNORED_XIDS": "79,48",
 				"MIG_CONFIG_FILE": "/cfg/config.yaml", "BUSY_POLICY": "evict", "METRICS_ADDR": ":9999",
 				"RETRY_INTERVAL": "3s", "RESYNC_INTERVAL": "1h", "ALLOCATABLE_TIMEOUT": "0s", "KUBE_API_QPS": "2.5", "KUBE_API_BURST": "5",
 			},
-			want: agentConfig{
-				nodeName: "n2", kubeconfig: "/kc", pluginDir: "/dp", podResources: "/pr.sock", migStrategy: "single",
-				deviceList: "cdi-cri", allocation: "distributed", hostRoot: "/host", driverRoot: "/run/nvidia/driver",
-				disableHealth: "all", healthIgnoredXids: "79,48", healthQuietPeriod: time.Minute, configFile: "/cfg/config.yaml", busyPolicy: "evict",
-				metricsAddr: ":9999", retryInterval: 3 * time.Second, resyncInterval: time.Hour,
-				kubeAPIQPS: 2.5, kubeAPIBurst: 5,
-			},
+			want:     everything,
 			wantCode: -1,
 		},
 		{
-			name:     "a flag wins over its environment twin",
-			args:     []string{"--node-name", "flag", "--busy-policy", "wait", "--metrics-addr", ""},
-			env:      map[string]string{"NODE_NAME": "env", "BUSY_POLICY": "evict", "METRICS_ADDR": ":1"},
-			want:     func() agentConfig { c := defaults(agentConfig{nodeName: "flag"}); c.metricsAddr = ""; return c }(),
+			name: "a flag wins over its environment twin",
+			args: []string{"--node-name", "flag", "--busy-policy", "wait", "--metrics-addr", ""},
+			env:  map[string]string{"NODE_NAME": "env", "MIGFLEX_AGENT_BUSY_POLICY": "evict", "METRICS_ADDR": ":1"},
+			want: func() nodeagent.Config {
+				c := defaults(nodeagent.Config{NodeName: "flag"})
+				c.MetricsAddr = ""
+				return c
+			}(),
 			wantCode: -1,
 		},
 		{
 			name: "an empty HEALTH_IGNORED_XIDS ignores no Xid", env: map[string]string{"NODE_NAME": "n", "HEALTH_IGNORED_XIDS": ""},
-			want: func() agentConfig { c := defaults(agentConfig{nodeName: "n"}); c.healthIgnoredXids = ""; return c }(), wantCode: -1,
+			want: func() nodeagent.Config {
+				c := defaults(nodeagent.Config{NodeName: "n"})
+				c.HealthIgnoredXids = ""
+				return c
+			}(), wantCode: -1,
 		},
 		{
 			name: "--health-ignored-xids wins over its twin", args: []string{"--node-name", "n", "--health-ignored-xids", "13"}, env: map[string]string{"HEALTH_IGNORED_XIDS": ""},
-			want: func() agentConfig { c := defaults(agentConfig{nodeName: "n"}); c.healthIgnoredXids = "13"; return c }(), wantCode: -1,
+			want: func() nodeagent.Config {
+				c := defaults(nodeagent.Config{NodeName: "n"})
+				c.HealthIgnoredXids = "13"
+				return c
+			}(), wantCode: -1,
 		},
-		{name: "no node name", wantCode: 2, wantErr: "--node-name (env NODE_NAME) is required"},
+		{
+			name: "KUBECONFIG is not --kubeconfig: the loader reads it as a list", env: map[string]string{"NODE_NAME": "n", "KUBECONFIG": "/a:/b"},
+			want: defaults(nodeagent.Config{NodeName: "n"}), wantCode: -1,
+		},
+		{name: "no node name", wantCode: 2, wantErr: "--node-name (env MIGFLEX_AGENT_NODE_NAME) is required"},
 		{
 			name: "relative pod-resources socket", args: []string{"--node-name", "n", "--pod-resources-socket", "kubelet.sock"}, wantCode: 2,
-			wantErr: `--pod-resources-socket (env POD_RESOURCES_SOCKET) must be an absolute path, got "kubelet.sock"`,
+			wantErr: `--pod-resources-socket (env MIGFLEX_AGENT_POD_RESOURCES_SOCKET) must be an absolute path, got "kubelet.sock"`,
 		},
 		{
 			name: "relative pod-resources socket in the environment", env: map[string]string{"NODE_NAME": "n", "POD_RESOURCES_SOCKET": "pod-resources/kubelet.sock"}, wantCode: 2,
-			wantErr: `--pod-resources-socket (env POD_RESOURCES_SOCKET) must be an absolute path, got "pod-resources/kubelet.sock"`,
+			wantErr: `--pod-resources-socket (env MIGFLEX_AGENT_POD_RESOURCES_SOCKET) must be an absolute path, got "pod-resources/kubelet.sock"`,
 		},
 		{
 			name: "empty pod-resources socket", args: []string{"--node-name", "n", "--pod-resources-socket", ""}, wantCode: 2,
-			wantErr: `--pod-resources-socket (env POD_RESOURCES_SOCKET) must be an absolute path, got ""`,
+			wantErr: `--pod-resources-socket (env MIGFLEX_AGENT_POD_RESOURCES_SOCKET) must be an absolute path, got ""`,
 		},
 		{
 			name: "relative device-plugin dir", args: []string{"--node-name", "n", "--device-plugin-dir", "./device-plugins"}, wantCode: 2,
-			wantErr: `--device-plugin-dir (env DEVICE_PLUGIN_DIR) must be an absolute path, got "./device-plugins"`,
+			wantErr: `--device-plugin-dir (env MIGFLEX_AGENT_DEVICE_PLUGIN_DIR) must be an absolute path, got "./device-plugins"`,
 		},
 		{
 			name: "relative device-plugin dir in the environment", env: map[string]string{"NODE_NAME": "n", "DEVICE_PLUGIN_DIR": "dp"}, wantCode: 2,
-			wantErr: `--device-plugin-dir (env DEVICE_PLUGIN_DIR) must be an absolute path, got "dp"`,
+			wantErr: `--device-plugin-dir (env MIGFLEX_AGENT_DEVICE_PLUGIN_DIR) must be an absolute path, got "dp"`,
 		},
 		{
 			name: "API client limits as flags", args: []string{"--node-name", "n", "--kube-api-qps", "200", "--kube-api-burst", "400"},
 			env: map[string]string{"KUBE_API_QPS": "1", "KUBE_API_BURST": "1"},
-			want: func() agentConfig {
-				c := defaults(agentConfig{nodeName: "n"})
-				c.kubeAPIQPS, c.kubeAPIBurst = 200, 400
+			want: func() nodeagent.Config {
+				c := defaults(nodeagent.Config{NodeName: "n"})
+				c.KubeAPIQPS, c.KubeAPIBurst = 200, 400
 				return c
 			}(), wantCode: -1,
 		},
 		{
 			name: "no API requests at all", args: []string{"--node-name", "n", "--kube-api-qps", "0"}, wantCode: 2,
-			wantErr: "--kube-api-qps (env KUBE_API_QPS) must be above 0 and --kube-api-burst (env KUBE_API_BURST) at least 1, got 0 and 40",
+			wantErr: "--kube-api-qps (env MIGFLEX_AGENT_KUBE_API_QPS) must be above 0 and --kube-api-burst (env MIGFLEX_AGENT_KUBE_API_BURST) at least 1, got 0 and 40",
 		},
 		{name: "bad QPS in the environment", env: map[string]string{"NODE_NAME": "n", "KUBE_API_QPS": "fast"}, wantCode: 2, wantErr: `KUBE_API_QPS="fast"`},
 		{
 			name: "negative allocatable timeout", args: []string{"--node-name", "n", "--allocatable-timeout", "-1s"}, wantCode: 2,
-			wantErr: "--allocatable-timeout (env ALLOCATABLE_TIMEOUT) must be 0 (no wait) or more, got -1s",
+			wantErr: "--allocatable-timeout (env MIGFLEX_AGENT_ALLOCATABLE_TIMEOUT) must be 0 (no wait) or more, got -1s",
 		},
 		{name: "bad duration in the environment", env: map[string]string{"NODE_NAME": "n", "RETRY_INTERVAL": "soon"}, wantCode: 2, wantErr: `RETRY_INTERVAL="soon"`},
+		{name: "bad MIG strategy", args: []string{"--node-name", "n", "--mig-strategy", "both"}, wantCode: 2, wantErr: `unknown MIG strategy "both" (want one of mixed, single, none)`},
+		{name: "bad busy policy in the environment", env: map[string]string{"NODE_NAME": "n", "BUSY_POLICY": "delete"}, wantCode: 2, wantErr: `BUSY_POLICY="delete": unknown busy policy "delete"`},
 		{name: "stray argument", args: []string{"--node-name", "n", "extra"}, wantCode: 2, wantErr: `unexpected arguments ["extra"]`},
 		{name: "unknown flag", args: []string{"--nope"}, wantCode: 2, wantErr: "flag provided but not defined: -nope"},
 		{name: "help", args: []string{"--help"}, wantCode: 0, wantErr: "usage: device-plugin [flags]"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			for _, k := range agentEnv {
-				v, ok := tc.env[k]
-				t.Setenv(k, v) // restores the variable after the test
-				if !ok {
-					os.Unsetenv(k) // unset, not empty: an empty HEALTH_IGNORED_XIDS means something
-				}
-			}
 			var stderr bytes.Buffer
-			got, code := parseAgentFlags(tc.args, &stderr)
+			lookup := func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }
+			got, code := parseAgentFlags(tc.args, lookup, &stderr)
 			if code != tc.wantCode {
 				t.Fatalf("code %d, want %d; stderr:\n%s", code, tc.wantCode, stderr.String())
 			}
@@ -163,16 +193,36 @@ func TestParseAgentFlags(t *testing.T) {
 			if code != -1 {
 				return
 			}
-			if tc.env["NVML_BACKEND"] != "" && (got.nvml.Backend != "simulated" || got.nvml.SimConfig != "/etc/sim.yaml") {
-				t.Errorf("NVML options %+v, want the simulated backend with /etc/sim.yaml", got.nvml)
-			}
-			if tc.env["NVML_BACKEND"] == "" && got.nvml.Backend != "auto" {
-				t.Errorf("NVML backend %q, want auto", got.nvml.Backend)
-			}
-			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(agentConfig{}), cmpopts.IgnoreFields(agentConfig{}, "nvml")); diff != "" {
+			if diff := cmp.Diff(tc.want, got, cmpopts.IgnoreUnexported(nvmlbackend.Options{})); diff != "" {
 				t.Errorf("config (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestEveryFlagHasItsTwin: each flag's twin follows the convention, and the
+// help names it; only --kubeconfig, whose variable is the loader's list,
+// has none.
+func TestEveryFlagHasItsTwin(t *testing.T) {
+	var c nodeagent.Config
+	f := agentFlags(&c)
+	var help bytes.Buffer
+	f.SetOutput(&help)
+	f.PrintDefaults()
+	for _, tw := range f.Twins() {
+		want := "MIGFLEX_AGENT_" + strings.ToUpper(strings.ReplaceAll(tw.Flag, "-", "_"))
+		if tw.Flag == "kubeconfig" {
+			want = ""
+		}
+		if tw.Env != want {
+			t.Errorf("--%s: twin %q, want %q", tw.Flag, tw.Env, want)
+		}
+		if want != "" && !strings.Contains(help.String(), want) {
+			t.Errorf("--%s: the help does not name %s", tw.Flag, want)
+		}
+	}
+	if len(f.Twins()) < 20 {
+		t.Errorf("%d flags with twins, want every flag of the agent", len(f.Twins()))
 	}
 }
 
@@ -182,8 +232,6 @@ func TestRunAgentStartupErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"bad MIG strategy", []string{"--mig-strategy", "both"}, `--mig-strategy: unknown MIG strategy "both"`},
-		{"bad busy policy", []string{"--busy-policy", "delete"}, `--busy-policy: unknown busy policy "delete"`},
 		{"bad health switch", []string{"--kubeconfig", writeKubeconfig(t, &rest.Config{Host: "https://127.0.0.1:1"}), "--nvml-backend", "simulated", "--disable-health-checks", "79,x"}, "--disable-health-checks"},
 		// Refused before the client and NVML are even set up.
 		{"bad ignored Xids", []string{"--health-ignored-xids", "13,31,-1"}, `--health-ignored-xids: "13,31,-1": "-1" is not an Xid (a non-negative integer)`},
@@ -192,6 +240,7 @@ func TestRunAgentStartupErrors(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("KUBERNETES_SERVICE_HOST", "")
+			t.Setenv("KUBECONFIG", "")
 			var stderr bytes.Buffer
 			args := append([]string{"--node-name", "n", "--metrics-addr", ""}, tc.args...)
 			if code := dispatch(args, io.Discard, &stderr); code != 1 {
@@ -204,59 +253,9 @@ func TestRunAgentStartupErrors(t *testing.T) {
 	}
 }
 
-func TestHealthOptions(t *testing.T) {
-	defaultList := formatXids(health.DefaultIgnoredXids())
-	tests := []struct {
-		name     string
-		ignored  string
-		disable  string
-		want     []uint64
-		wantOff  bool
-		wantErr  string
-		quietFor time.Duration
-	}{
-		{name: "defaults", ignored: defaultList, want: []uint64{13, 31, 43, 45, 68, 109}},
-		{name: "the list replaces the defaults", ignored: "79,48", want: []uint64{79, 48}},
-		{name: "an empty list ignores nothing", ignored: "", want: []uint64{}},
-		{name: "spaces and empty fields", ignored: " 13 , ,31,", want: []uint64{13, 31}},
-		{name: "the switch's numbers add to the list", ignored: "13", disable: "48, 63", want: []uint64{13, 48, 63}},
-		{name: "the switch's numbers add to an empty list", ignored: "", disable: "48", want: []uint64{48}},
-		{name: "the switch turns checks off", ignored: defaultList, disable: "xids", wantOff: true, want: []uint64{13, 31, 43, 45, 68, 109}},
-		{name: "the quiet period passes through", ignored: "13", quietFor: time.Minute, want: []uint64{13}},
-		{name: "not a number", ignored: "13,x", wantErr: `--health-ignored-xids: "13,x": "x" is not an Xid (a non-negative integer)`},
-		{name: "negative", ignored: "-13", wantErr: `"-13" is not an Xid`},
-		{name: "bad switch", ignored: "13", disable: "some", wantErr: "--disable-health-checks: "},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			c := agentConfig{healthIgnoredXids: tc.ignored, disableHealth: tc.disable, healthQuietPeriod: tc.quietFor}
-			got, off, err := c.healthOptions()
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if off != tc.wantOff {
-				t.Errorf("off = %v, want %v", off, tc.wantOff)
-			}
-			// health.Options reads a nil list as the defaults: an empty
-			// list must stay empty, not nil.
-			if got.IgnoredXids == nil {
-				t.Error("IgnoredXids is nil, which health reads as the defaults")
-			}
-			if diff := cmp.Diff(health.Options{IgnoredXids: tc.want, QuietPeriod: tc.quietFor}, got); diff != "" {
-				t.Errorf("options (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
 func TestDispatchRunsTheAgentWithoutSubcommand(t *testing.T) {
 	t.Setenv("NODE_NAME", "")
+	t.Setenv("MIGFLEX_AGENT_NODE_NAME", "")
 	var stderr bytes.Buffer
 	if code := dispatch(nil, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), "--node-name") {
 		t.Errorf("dispatch() = %d, stderr:\n%s", code, stderr.String())
@@ -332,7 +331,7 @@ func startProcess(t *testing.T, bin string, args ...string) *process {
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logs, logs
-	cmd.Env = append(os.Environ(), "NODE_NAME=", "KUBECONFIG=")
+	cmd.Env = append(os.Environ(), "NODE_NAME=", "MIGFLEX_AGENT_NODE_NAME=", "KUBECONFIG=")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -7,15 +7,17 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/migflex/migflex/internal/offline"
 )
 
 // subcommands maps a first argument to its handler; no argument (or a flag)
 // runs the node agent.
 var subcommands = map[string]func(args []string, stdout, stderr io.Writer) int{
-	"validate": runValidate,
-	"models":   runModels,
-	"sim":      runSim,
-	"probe":    runProbe,
+	"validate": offline.Validate,
+	"models":   offline.Models,
+	"sim":      offline.Sim,
+	"probe":    offline.Probe,
 }
 
 const usage = `usage: device-plugin [flags]            run the node agent

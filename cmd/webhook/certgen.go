@@ -5,10 +5,10 @@ import (
 	"flag"
 	"fmt"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/migflex/migflex/internal/certgen"
+	"github.com/migflex/migflex/internal/kubeclient"
 )
 
 // runCertgen is `webhook certgen`: the one-shot Job that provisions the
@@ -27,14 +27,9 @@ func runCertgen(ctx context.Context, args []string, getenv func(string) string) 
 	if fs.NArg() > 0 {
 		return fmt.Errorf("certgen: unexpected arguments %q", fs.Args())
 	}
-	cfg, err := restConfig(kubeconfig, getenv)
+	client, err := kubeclient.New(kubeclient.Options{Kubeconfig: kubeconfig, UserAgent: "migflex-certgen"}, getenv)
 	if err != nil {
-		return fmt.Errorf("kubernetes client configuration: %w", err)
-	}
-	cfg.UserAgent = "migflex-certgen"
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("kubernetes client: %w", err)
+		return err
 	}
 	return certgen.Run(ctx, client, o)
 }

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/migflex/migflex/internal/cli"
 	"github.com/migflex/migflex/internal/deviceplugin"
 	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/mig/nvmlmig"
@@ -59,14 +60,8 @@ const (
 	BusyEvict BusyPolicy = "evict"
 )
 
-// ParseBusyPolicy parses a --busy-policy value.
-func ParseBusyPolicy(s string) (BusyPolicy, error) {
-	switch p := BusyPolicy(s); p {
-	case BusyWait, BusyEvict:
-		return p, nil
-	}
-	return "", fmt.Errorf("unknown busy policy %q (want %s or %s)", s, BusyWait, BusyEvict)
-}
+// BusyPolicies are the values of --busy-policy.
+var BusyPolicies = cli.NewEnum("busy policy", BusyWait, BusyEvict)
 
 // DevicePlugin serves the node's devices to the kubelet;
 // *deviceplugin.Manager is the real one. The agent names the devices as
@@ -178,10 +173,10 @@ func (o *Options) validate() error {
 	if o.PodResources == nil {
 		errs = append(errs, errors.New("a pod-resources client is required"))
 	}
-	if _, err := ParseBusyPolicy(string(o.BusyPolicy)); err != nil {
+	if _, err := BusyPolicies.Parse(string(o.BusyPolicy)); err != nil {
 		errs = append(errs, err)
 	}
-	if _, err := deviceplugin.ParseMigStrategy(string(o.MigStrategy)); err != nil {
+	if _, err := deviceplugin.MigStrategies.Parse(string(o.MigStrategy)); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

@@ -9,12 +9,12 @@ import (
 
 func TestParseBusyPolicy(t *testing.T) {
 	for _, s := range []string{"wait", "evict"} {
-		if p, err := ParseBusyPolicy(s); err != nil || string(p) != s {
-			t.Errorf("ParseBusyPolicy(%q) = %q, %v", s, p, err)
+		if p, err := BusyPolicies.Parse(s); err != nil || string(p) != s {
+			t.Errorf("BusyPolicies.Parse(%q) = %q, %v", s, p, err)
 		}
 	}
-	if _, err := ParseBusyPolicy("delete"); err == nil || err.Error() != `unknown busy policy "delete" (want wait or evict)` {
-		t.Errorf("ParseBusyPolicy(delete) error = %v", err)
+	if _, err := BusyPolicies.Parse("delete"); err == nil || err.Error() != `unknown busy policy "delete" (want one of wait, evict)` {
+		t.Errorf("BusyPolicies.Parse(delete) error = %v", err)
 	}
 }
 

@@ -680,17 +680,17 @@ func TestNewRejectsBadOptions(t *testing.T) {
 }
 
 func TestParseOptions(t *testing.T) {
-	if s, err := ParseMigStrategy("single"); err != nil || s != MigStrategySingle {
-		t.Errorf("ParseMigStrategy(single) = %q, %v", s, err)
+	if s, err := MigStrategies.Parse("single"); err != nil || s != MigStrategySingle {
+		t.Errorf("MigStrategies.Parse(single) = %q, %v", s, err)
 	}
-	if _, err := ParseMigStrategy("Mixed"); err == nil {
-		t.Error("ParseMigStrategy is case-insensitive; want exact values")
+	if _, err := MigStrategies.Parse("Mixed"); err == nil {
+		t.Error("MigStrategies.Parse is case-insensitive; want exact values")
 	}
-	if s, err := ParseDeviceListStrategy("cdi-cri"); err != nil || s != DeviceListCDICRI {
-		t.Errorf("ParseDeviceListStrategy(cdi-cri) = %q, %v", s, err)
+	if s, err := DeviceListStrategies.Parse("cdi-cri"); err != nil || s != DeviceListCDICRI {
+		t.Errorf("DeviceListStrategies.Parse(cdi-cri) = %q, %v", s, err)
 	}
-	if p, err := ParseAllocationPolicy("distributed"); err != nil || p != AllocationDistributed {
-		t.Errorf("ParseAllocationPolicy(distributed) = %q, %v", p, err)
+	if p, err := AllocationPolicies.Parse("distributed"); err != nil || p != AllocationDistributed {
+		t.Errorf("AllocationPolicies.Parse(distributed) = %q, %v", p, err)
 	}
 }
 

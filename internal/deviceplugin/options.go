@@ -8,8 +8,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/migflex/migflex/internal/health"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/migflex/migflex/internal/cli"
+	"github.com/migflex/migflex/internal/health"
 )
 
 // MigStrategy decides how devices are named as Kubernetes resources.
@@ -51,33 +53,12 @@ const (
 	AllocationDistributed AllocationPolicy = "distributed"
 )
 
-// ParseMigStrategy parses a --mig-strategy value.
-func ParseMigStrategy(s string) (MigStrategy, error) {
-	return parseEnum(s, "MIG strategy", MigStrategyMixed, MigStrategySingle, MigStrategyNone)
-}
-
-// ParseDeviceListStrategy parses a --device-list-strategy value.
-func ParseDeviceListStrategy(s string) (DeviceListStrategy, error) {
-	return parseEnum(s, "device list strategy", DeviceListEnvvar, DeviceListCDICRI, DeviceListCDIAnnotations)
-}
-
-// ParseAllocationPolicy parses an --allocation-policy value.
-func ParseAllocationPolicy(s string) (AllocationPolicy, error) {
-	return parseEnum(s, "allocation policy", AllocationPacked, AllocationDistributed)
-}
-
-func parseEnum[T ~string](s, what string, valid ...T) (T, error) {
-	for _, v := range valid {
-		if string(v) == s {
-			return v, nil
-		}
-	}
-	names := make([]string, len(valid))
-	for i, v := range valid {
-		names[i] = string(v)
-	}
-	return "", fmt.Errorf("unknown %s %q (want one of %s)", what, s, strings.Join(names, ", "))
-}
+// The values of each option, first the default.
+var (
+	MigStrategies        = cli.NewEnum("MIG strategy", MigStrategyMixed, MigStrategySingle, MigStrategyNone)
+	DeviceListStrategies = cli.NewEnum("device list strategy", DeviceListEnvvar, DeviceListCDICRI, DeviceListCDIAnnotations)
+	AllocationPolicies   = cli.NewEnum("allocation policy", AllocationPacked, AllocationDistributed)
+)
 
 const (
 	// DefaultPluginDir is where the kubelet looks for device-plugin sockets.
@@ -172,10 +153,10 @@ func (o *Options) setDefaults() {
 
 func (o *Options) validate() error {
 	var errs []error
-	if _, err := ParseDeviceListStrategy(string(o.DeviceListStrategy)); err != nil {
+	if _, err := DeviceListStrategies.Parse(string(o.DeviceListStrategy)); err != nil {
 		errs = append(errs, err)
 	}
-	if _, err := ParseAllocationPolicy(string(o.AllocationPolicy)); err != nil {
+	if _, err := AllocationPolicies.Parse(string(o.AllocationPolicy)); err != nil {
 		errs = append(errs, err)
 	}
 	for name, p := range map[string]string{"plugin directory": o.PluginDir, "host root": o.HostRoot, "driver root": o.DriverRoot} {

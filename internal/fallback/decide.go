@@ -145,13 +145,13 @@ func NewDecider(o Options) (*Decider, error) {
 	if o.MaxTypes == 0 {
 		o.MaxTypes = DefaultMaxTypes
 	}
-	if _, err := ParseMode(string(o.Mode)); err != nil {
+	if _, err := Modes.Parse(string(o.Mode)); err != nil {
 		return nil, err
 	}
-	if _, err := ParseUnsatisfiable(string(o.OnUnsatisfiable)); err != nil {
-		return nil, err
+	if _, err := Unsatisfiables.Parse(string(o.OnUnsatisfiable)); err != nil {
+		return nil, fmt.Errorf("on unsatisfiable: %w", err)
 	}
-	if _, err := ParseUnsatisfiable(string(o.OnInsufficientCount)); err != nil {
+	if _, err := Unsatisfiables.Parse(string(o.OnInsufficientCount)); err != nil {
 		return nil, fmt.Errorf("on insufficient count: %w", err)
 	}
 	if o.MaxTypes < 0 {

@@ -7,6 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/migflex/migflex/internal/cli"
 )
 
 // The policy file's type, so that a future version can be told apart.
@@ -197,14 +199,8 @@ const (
 	ModeCapacity Mode = "capacity"
 )
 
-// ParseMode parses the --mode flag.
-func ParseMode(s string) (Mode, error) {
-	switch m := Mode(s); m {
-	case ModeExistence, ModeCapacity:
-		return m, nil
-	}
-	return "", fmt.Errorf("mode %q is not existence or capacity", s)
-}
+// Modes are the values of --mode.
+var Modes = cli.NewEnum("mode", ModeExistence, ModeCapacity)
 
 // Unsatisfiable is what to do with a pod for which no GPU type fits.
 type Unsatisfiable string
@@ -214,11 +210,6 @@ const (
 	UnsatisfiableAllow Unsatisfiable = "allow"
 )
 
-// ParseUnsatisfiable parses the --on-unsatisfiable flag.
-func ParseUnsatisfiable(s string) (Unsatisfiable, error) {
-	switch u := Unsatisfiable(s); u {
-	case UnsatisfiableDeny, UnsatisfiableAllow:
-		return u, nil
-	}
-	return "", fmt.Errorf("on-unsatisfiable %q is not deny or allow", s)
-}
+// Unsatisfiables are the values of --on-unsatisfiable and
+// --on-insufficient-count.
+var Unsatisfiables = cli.NewEnum("action", UnsatisfiableDeny, UnsatisfiableAllow)

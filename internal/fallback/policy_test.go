@@ -124,23 +124,23 @@ chains:
 
 func TestParseFlags(t *testing.T) {
 	for _, s := range []string{"existence", "capacity"} {
-		if m, err := ParseMode(s); err != nil || string(m) != s {
-			t.Errorf("ParseMode(%q) = %q, %v", s, m, err)
+		if m, err := Modes.Parse(s); err != nil || string(m) != s {
+			t.Errorf("Modes.Parse(%q) = %q, %v", s, m, err)
 		}
 	}
 	for _, s := range []string{"", "Existence", "free"} {
-		if _, err := ParseMode(s); err == nil {
-			t.Errorf("ParseMode(%q) succeeded, want an error", s)
+		if _, err := Modes.Parse(s); err == nil {
+			t.Errorf("Modes.Parse(%q) succeeded, want an error", s)
 		}
 	}
 	for _, s := range []string{"deny", "allow"} {
-		if u, err := ParseUnsatisfiable(s); err != nil || string(u) != s {
-			t.Errorf("ParseUnsatisfiable(%q) = %q, %v", s, u, err)
+		if u, err := Unsatisfiables.Parse(s); err != nil || string(u) != s {
+			t.Errorf("Unsatisfiables.Parse(%q) = %q, %v", s, u, err)
 		}
 	}
 	for _, s := range []string{"", "ignore"} {
-		if _, err := ParseUnsatisfiable(s); err == nil {
-			t.Errorf("ParseUnsatisfiable(%q) succeeded, want an error", s)
+		if _, err := Unsatisfiables.Parse(s); err == nil {
+			t.Errorf("Unsatisfiables.Parse(%q) succeeded, want an error", s)
 		}
 	}
 }

@@ -31,3 +31,30 @@ func ParseDisable(value string) (disabled bool, extraIgnored []uint64, err error
 	}
 	return false, extraIgnored, nil
 }
+
+// ParseXids reads a comma-separated list of Xids. The result is never nil:
+// Options reads nil as "the defaults" and an empty list as "none".
+func ParseXids(s string) ([]uint64, error) {
+	out := []uint64{}
+	for _, field := range strings.Split(s, ",") {
+		field = strings.TrimSpace(field)
+		if field == "" {
+			continue
+		}
+		xid, err := strconv.ParseUint(field, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%q: %q is not an Xid (a non-negative integer)", s, field)
+		}
+		out = append(out, xid)
+	}
+	return out, nil
+}
+
+// FormatXids is the list form ParseXids reads: "13,31,43".
+func FormatXids(xids []uint64) string {
+	parts := make([]string, len(xids))
+	for i, x := range xids {
+		parts[i] = strconv.FormatUint(x, 10)
+	}
+	return strings.Join(parts, ",")
+}

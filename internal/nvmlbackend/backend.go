@@ -6,12 +6,11 @@ package nvmlbackend
 
 import (
 	"errors"
-	"flag"
 	"fmt"
-	"os"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/migflex/migflex/internal/cli"
 	"github.com/migflex/migflex/internal/nvmlbackend/sim"
 )
 
@@ -27,12 +26,13 @@ const (
 	BackendSimulated Backend = "simulated"
 )
 
-// Flag and environment variable names the mains use.
+// Backends are the values of --nvml-backend.
+var Backends = cli.NewEnum("NVML backend", BackendAuto, BackendReal, BackendSimulated)
+
+// Flag names, for messages that point at them.
 const (
 	FlagBackend   = "nvml-backend"
-	EnvBackend    = "NVML_BACKEND"
 	FlagSimConfig = "sim-config"
-	EnvSimConfig  = "SIM_CONFIG"
 )
 
 // libraryName is what go-nvml dlopens.
@@ -57,34 +57,13 @@ type Options struct {
 	libraryPath string
 }
 
-// NewOptions returns the defaults, taken from NVML_BACKEND and SIM_CONFIG
-// where set.
-func NewOptions() Options {
-	o := Options{Backend: BackendAuto, SimConfig: os.Getenv(EnvSimConfig)}
-	if b := os.Getenv(EnvBackend); b != "" {
-		o.Backend = Backend(b)
-	}
-	return o
-}
-
-// RegisterFlags adds --nvml-backend and --sim-config to fs, defaulting to
-// the current values of o (see NewOptions).
-func (o *Options) RegisterFlags(fs *flag.FlagSet) {
-	fs.Var((*backendFlag)(&o.Backend), FlagBackend, fmt.Sprintf("NVML backend: %s (the real library; fail without it), %s or %s (env %s)", BackendAuto, BackendReal, BackendSimulated, EnvBackend))
-	fs.StringVar(&o.SimConfig, FlagSimConfig, o.SimConfig, fmt.Sprintf("simulator config file for --%s=%s; empty simulates one %s in memory (env %s)", FlagBackend, BackendSimulated, sim.DefaultModel, EnvSimConfig))
-}
-
-type backendFlag Backend
-
-func (b *backendFlag) String() string { return string(*b) }
-
-func (b *backendFlag) Set(s string) error {
-	switch Backend(s) {
-	case BackendAuto, BackendReal, BackendSimulated:
-		*b = backendFlag(s)
-		return nil
-	}
-	return fmt.Errorf("want %s, %s or %s", BackendAuto, BackendReal, BackendSimulated)
+// AddFlags declares --nvml-backend and --sim-config, for the agent and the
+// subcommands that open its backend (their older environment names,
+// NVML_BACKEND and SIM_CONFIG, still count).
+func (o *Options) AddFlags(f *cli.Flags) {
+	cli.EnumVar(f, &o.Backend, FlagBackend, BackendAuto, Backends,
+		fmt.Sprintf("NVML backend: %s uses the real library and fails without it", BackendAuto), cli.Alias("NVML_BACKEND"))
+	f.String(&o.SimConfig, FlagSimConfig, "", fmt.Sprintf("simulator config file for --%s=%s; empty simulates one %s in memory", FlagBackend, BackendSimulated, sim.DefaultModel), cli.Alias("SIM_CONFIG"))
 }
 
 // Library is an initialized NVML backend. Close shuts it down and releases
@@ -102,7 +81,8 @@ func Open(o Options) (Library, error) {
 	case BackendSimulated:
 		return openSim(o)
 	}
-	return nil, fmt.Errorf("--%s=%q: want %s, %s or %s", FlagBackend, o.Backend, BackendAuto, BackendReal, BackendSimulated)
+	_, err := Backends.Parse(string(o.Backend))
+	return nil, fmt.Errorf("--%s: %w", FlagBackend, err)
 }
 
 func openReal(o Options) (Library, error) {

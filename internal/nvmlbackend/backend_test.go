@@ -1,7 +1,6 @@
 package nvmlbackend
 
 import (
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +8,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/migflex/migflex/internal/cli"
 )
 
 func TestOpenRealWithoutLibrary(t *testing.T) {
@@ -104,7 +105,7 @@ func TestOpenErrors(t *testing.T) {
 		opts Options
 		want string
 	}{
-		{"unknown backend", Options{Backend: "fake"}, `--nvml-backend="fake": want auto, real or simulated`},
+		{"unknown backend", Options{Backend: "fake"}, `--nvml-backend: unknown NVML backend "fake" (want one of auto, real, simulated)`},
 		{"missing config", Options{Backend: BackendSimulated, SimConfig: filepath.Join(dir, "nope.yaml")}, "reading simulator config"},
 		{"unknown field", Options{Backend: BackendSimulated, SimConfig: bad}, `unknown field "colour"`},
 	}
@@ -123,25 +124,26 @@ func TestOpenErrors(t *testing.T) {
 }
 
 func TestFlags(t *testing.T) {
-	t.Setenv(EnvBackend, "simulated")
-	t.Setenv(EnvSimConfig, "/etc/sim.yaml")
 	tests := []struct {
 		name    string
 		args    []string
+		env     map[string]string
 		want    Options
 		wantErr bool
 	}{
-		{"env defaults", nil, Options{Backend: BackendSimulated, SimConfig: "/etc/sim.yaml"}, false},
-		{"flags win", []string{"--nvml-backend=real", "--sim-config=x.yaml"}, Options{Backend: BackendReal, SimConfig: "x.yaml"}, false},
-		{"bad backend", []string{"--nvml-backend=gpu"}, Options{}, true},
+		{"defaults", nil, nil, Options{Backend: BackendAuto}, false},
+		{"env", nil, map[string]string{"MIGFLEX_AGENT_NVML_BACKEND": "simulated", "MIGFLEX_AGENT_SIM_CONFIG": "/etc/sim.yaml"}, Options{Backend: BackendSimulated, SimConfig: "/etc/sim.yaml"}, false},
+		{"older env names", nil, map[string]string{"NVML_BACKEND": "simulated", "SIM_CONFIG": "/etc/sim.yaml"}, Options{Backend: BackendSimulated, SimConfig: "/etc/sim.yaml"}, false},
+		{"flags win", []string{"--nvml-backend=real", "--sim-config=x.yaml"}, map[string]string{"NVML_BACKEND": "simulated", "SIM_CONFIG": "/etc/sim.yaml"}, Options{Backend: BackendReal, SimConfig: "x.yaml"}, false},
+		{"bad backend", []string{"--nvml-backend=gpu"}, nil, Options{}, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			o := NewOptions()
-			fs := flag.NewFlagSet("test", flag.ContinueOnError)
-			fs.SetOutput(new(strings.Builder))
-			o.RegisterFlags(fs)
-			err := fs.Parse(tc.args)
+			var o Options
+			f := cli.New("test", "agent")
+			f.SetOutput(new(strings.Builder))
+			o.AddFlags(f)
+			err := f.Parse(tc.args, func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok })
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("Parse() error = %v, wantErr %v", err, tc.wantErr)
 			}

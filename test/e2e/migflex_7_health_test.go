@@ -28,7 +28,7 @@ const reinject = 5 * time.Second
 // allocatable (capacity unchanged) and the layout annotation says so. After
 // the quiet period without new errors it is healthy and allocatable again.
 // The other devices, on both GPUs, stay healthy. The quiet period is the
-// local overlay's (HEALTH_QUIET_PERIOD on the agent).
+// local overlay's (MIGFLEX_AGENT_HEALTH_QUIET_PERIOD on the agent).
 func TestXidHealth(t *testing.T) {
 	migflex(t)
 	ctx := t.Context()
@@ -102,7 +102,7 @@ func TestXidHealth(t *testing.T) {
 }
 
 // agentQuietPeriod is the health quiet period the installed agent runs
-// with: HEALTH_QUIET_PERIOD, which the local overlay sets well below the
+// with: MIGFLEX_AGENT_HEALTH_QUIET_PERIOD, which the local overlay sets well below the
 // default (5m) so that a recovery can be waited for. It fails the test
 // unless that is so.
 func agentQuietPeriod(t *testing.T) time.Duration {
@@ -111,10 +111,10 @@ func agentQuietPeriod(t *testing.T) time.Duration {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := envValue(ds, framework.AgentContainer, "HEALTH_QUIET_PERIOD")
+	v := envValue(ds, framework.AgentContainer, "MIGFLEX_AGENT_HEALTH_QUIET_PERIOD")
 	d, err := time.ParseDuration(v)
 	if err != nil || d <= 0 || d >= timeout/2 {
-		t.Fatalf("agent HEALTH_QUIET_PERIOD=%q (%v): want a positive duration well within the %v wait, set in %s", v, err, timeout, framework.LocalOverlay)
+		t.Fatalf("agent MIGFLEX_AGENT_HEALTH_QUIET_PERIOD=%q (%v): want a positive duration well within the %v wait, set in %s", v, err, timeout, framework.LocalOverlay)
 	}
 	return d
 }

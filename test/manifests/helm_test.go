@@ -21,7 +21,6 @@ import (
 
 	"github.com/migflex/migflex/internal/certgen"
 	"github.com/migflex/migflex/internal/fallback"
-	"github.com/migflex/migflex/internal/nvmlbackend"
 	"github.com/migflex/migflex/internal/nvmlbackend/sim"
 )
 
@@ -225,10 +224,10 @@ func checkAgentPod(t *testing.T, s scenario, objs objects, ds *appsv1.DaemonSet,
 		t.Errorf("%s command (-want +got):\n%s", ds.Name, diff)
 	}
 	nodeName := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool {
-		return e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName"
+		return e.Name == "MIGFLEX_AGENT_NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName"
 	})
 	if nodeName < 0 {
-		t.Errorf("%s: no NODE_NAME from the downward API's spec.nodeName", ds.Name)
+		t.Errorf("%s: no MIGFLEX_AGENT_NODE_NAME from the downward API's spec.nodeName", ds.Name)
 	}
 	// The kubelet's directories, never its socket files: the kubelet
 	// re-creates kubelet.sock on restart, and a file mount would keep
@@ -271,8 +270,8 @@ func checkAgentPod(t *testing.T, s scenario, objs objects, ds *appsv1.DaemonSet,
 		if sc == nil || sc.Privileged == nil || !*sc.Privileged {
 			t.Errorf("%s: real backend not privileged: MIG partitioning needs it", ds.Name)
 		}
-		if env := envOf(c); env[nvmlbackend.EnvBackend] != "real" {
-			t.Errorf("%s env %v: want %s=real", ds.Name, env, nvmlbackend.EnvBackend)
+		if env := envOf(c); env["MIGFLEX_AGENT_NVML_BACKEND"] != "real" {
+			t.Errorf("%s env %v: want MIGFLEX_AGENT_NVML_BACKEND=real", ds.Name, env)
 		}
 		for _, env := range []string{"NVIDIA_VISIBLE_DEVICES", "NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES"} {
 			if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == env && e.Value == "all" }) {
@@ -298,8 +297,8 @@ func checkAgentPod(t *testing.T, s scenario, objs objects, ds *appsv1.DaemonSet,
 		t.Errorf("%s: simulated backend should run without privilege or capabilities, got %+v", ds.Name, sc)
 	}
 	// Environment, so `device-plugin sim` run in the pod finds them too.
-	if env := envOf(c); env[nvmlbackend.EnvBackend] != "simulated" || env[nvmlbackend.EnvSimConfig] != "/etc/migflex/sim/config.yaml" {
-		t.Errorf("%s env %v: want %s=simulated and %s", ds.Name, env, nvmlbackend.EnvBackend, nvmlbackend.EnvSimConfig)
+	if env := envOf(c); env["MIGFLEX_AGENT_NVML_BACKEND"] != "simulated" || env["MIGFLEX_AGENT_SIM_CONFIG"] != "/etc/migflex/sim/config.yaml" {
+		t.Errorf("%s env %v: want MIGFLEX_AGENT_NVML_BACKEND=simulated and MIGFLEX_AGENT_SIM_CONFIG", ds.Name, env)
 	}
 	// The simulator config the agent reads must parse, and keep its state
 	// on a hostPath so a layout survives agent restarts.

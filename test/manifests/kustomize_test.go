@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/migflex/migflex/internal/nvmlbackend"
 	"github.com/migflex/migflex/internal/nvmlbackend/sim"
 )
 
@@ -198,7 +197,7 @@ func TestLocalOverlay(t *testing.T) {
 	if !strings.HasPrefix(hostState, "/var/lib/kubelet/") || !mounted {
 		t.Errorf("simulator state on host %q (mounted at stateDir %s: %v), want a hostPath under /var/lib/kubelet", hostState, cfg.StateDir, mounted)
 	}
-	if env := envOf(ds.Spec.Template.Spec.Containers[0]); env[nvmlbackend.EnvBackend] != "simulated" {
+	if env := envOf(ds.Spec.Template.Spec.Containers[0]); env["MIGFLEX_AGENT_NVML_BACKEND"] != "simulated" {
 		t.Errorf("agent env %v", env)
 	}
 
@@ -213,7 +212,7 @@ func TestLocalOverlay(t *testing.T) {
 			addrs = append(addrs, a)
 		}
 	}
-	if _, set := envOf(agent)["METRICS_ADDR"]; set || !slices.Equal(addrs, []string{"--metrics-addr=127.0.0.1:9123"}) {
+	if _, set := envOf(agent)["MIGFLEX_AGENT_METRICS_ADDR"]; set || !slices.Equal(addrs, []string{"--metrics-addr=127.0.0.1:9123"}) {
 		t.Errorf("agent metrics address: args %q, env %v; want only --metrics-addr=127.0.0.1:9123", addrs, envOf(agent))
 	}
 	for name, p := range map[string]*corev1.Probe{"liveness": agent.LivenessProbe, "readiness": agent.ReadinessProbe} {

@@ -262,7 +262,8 @@ func (b *bench) runVariant(ctx context.Context, v Variant, kubeconfig, simConfig
 	args = append(args, o.AgentArgs...)
 	// The flags say everything; the caller's environment twins must not.
 	p, err := proc.Start(filepath.Join(o.WorkDir, "agent-"+v.Name+".log"), o.AgentBin,
-		[]string{"NODE_NAME=", "KUBECONFIG=", "NVML_BACKEND=", "SIM_CONFIG=", "ALLOCATABLE_TIMEOUT="}, args...)
+		[]string{"NODE_NAME=", "KUBECONFIG=", "NVML_BACKEND=", "SIM_CONFIG=", "ALLOCATABLE_TIMEOUT=",
+			"MIGFLEX_AGENT_NODE_NAME=", "MIGFLEX_AGENT_NVML_BACKEND=", "MIGFLEX_AGENT_SIM_CONFIG=", "MIGFLEX_AGENT_ALLOCATABLE_TIMEOUT="}, args...)
 	if err != nil {
 		return vr, err
 	}

@@ -33,7 +33,7 @@ func run(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	mode, err := fallback.ParseMode(*modeFlag)
+	mode, err := fallback.Modes.Parse(*modeFlag)
 	if err != nil {
 		return fmt.Errorf("--mode: %w", err)
 	}

@@ -1,4 +1,4 @@
-package main
+package offline
 
 import (
 	"bytes"
@@ -256,7 +256,7 @@ custom-config: ` + strings.Join([]string{
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			code := runValidateIO(tc.args, strings.NewReader(tc.stdin), &stdout, &stderr)
+			code := validate(tc.args, strings.NewReader(tc.stdin), &stdout, &stderr)
 			if code != tc.wantCode {
 				t.Errorf("exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tc.wantCode, stdout.String(), stderr.String())
 			}
@@ -288,7 +288,7 @@ func TestRunValidateReadsStdinThroughRunValidate(t *testing.T) {
 	}
 	_ = w.Close()
 	var stdout, stderr bytes.Buffer
-	if code := runValidate([]string{"-f", "-", "--gpus", "H100-SXM5-80GB:4"}, &stdout, &stderr); code != 0 {
+	if code := Validate([]string{"-f", "-", "--gpus", "H100-SXM5-80GB:4"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit code %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 	}
 	if !strings.HasPrefix(stdout.String(), `config "selected" on 4 x H100-SXM5-80GB (simulated): ok`) {

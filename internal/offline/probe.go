@@ -1,4 +1,4 @@
-package main
+package offline
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/migflex/migflex/internal/cli"
 	"github.com/migflex/migflex/internal/gpumodel"
 	"github.com/migflex/migflex/internal/nvmlbackend"
 	"github.com/migflex/migflex/internal/probe"
@@ -37,27 +38,24 @@ Exit status: 0 done (and no difference with --compare), 1 a difference,
 
 `
 
-// runProbe is the probe subcommand.
-func runProbe(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("probe", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	opts := nvmlbackend.NewOptions()
-	opts.RegisterFlags(fs)
-	fs.StringVar(&opts.NodeName, "node-name", os.Getenv("NODE_NAME"), "node whose settings to use from the simulator config (env NODE_NAME)")
-	out := fs.String("o", "", "write the dump to this file instead of standard output")
-	compare := fs.Bool("compare", false, "compare with the built-in models and exit 1 on a difference")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, probeUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+// Probe is `device-plugin probe`.
+func Probe(args []string, stdout, stderr io.Writer) int {
+	// The agent's own variables name its backend: run in its container
+	// (kubectl exec), probe reads what the agent reads.
+	fs := cli.New("probe", "agent")
+	var opts nvmlbackend.Options
+	opts.AddFlags(fs)
+	fs.String(&opts.NodeName, "node-name", "", "node whose settings to use from the simulator config", cli.Alias("NODE_NAME"))
+	var out string
+	var compare bool
+	fs.String(&out, "o", "", "write the dump to this file instead of standard output", cli.NoEnv())
+	fs.Bool(&compare, "compare", false, "compare with the built-in models and exit 1 on a difference", cli.NoEnv())
+	fs.Usage(stderr, probeUsage)
+	if err := fs.Parse(args, os.LookupEnv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return probeExitOK
 		}
-		return probeExitFailed
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "probe: unexpected arguments %q\n", fs.Args())
+		fmt.Fprintf(stderr, "probe: %v\n", err)
 		return probeExitFailed
 	}
 	// A simulator another process runs keeps its state directory locked:
@@ -80,16 +78,16 @@ func runProbe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "probe: writing the dump: %v\n", err)
 		return probeExitFailed
 	}
-	if *out == "" {
+	if out == "" {
 		_, err = stdout.Write(data)
 	} else {
-		err = os.WriteFile(*out, data, 0o644)
+		err = os.WriteFile(out, data, 0o644)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "probe: %v\n", err)
 		return probeExitFailed
 	}
-	if !*compare {
+	if !compare {
 		return probeExitOK
 	}
 	diffs := probe.CompareWithBuiltin(r, builtins)

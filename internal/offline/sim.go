@@ -1,4 +1,4 @@
-package main
+package offline
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	"os"
 	"text/tabwriter"
 
+	"github.com/migflex/migflex/internal/cli"
 	"github.com/migflex/migflex/internal/nvmlbackend"
 	"github.com/migflex/migflex/internal/nvmlbackend/sim"
 )
@@ -26,8 +27,9 @@ Commands:
   reset --gpu N                             reset a GPU: a pending MIG mode takes effect
   reboot                                    reboot the node: instances gone, pending modes applied
 
-Every command takes --sim-config FILE (env SIM_CONFIG) and --node-name NAME
-(env NODE_NAME, default the hostname).
+Every command takes --sim-config FILE (env MIGFLEX_AGENT_SIM_CONFIG, or
+SIM_CONFIG) and --node-name NAME (env MIGFLEX_AGENT_NODE_NAME, or NODE_NAME;
+default the hostname).
 `
 
 // Exit codes of the sim subcommand.
@@ -37,8 +39,8 @@ const (
 	simExitUsage  = 2
 )
 
-// runSim is the sim subcommand.
-func runSim(args []string, stdout, stderr io.Writer) int {
+// Sim is `device-plugin sim`.
+func Sim(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stderr, simUsage)
 		if len(args) == 0 {
@@ -47,11 +49,12 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		return simExitOK
 	}
 	cmd, args := args[0], args[1:]
-	fs := flag.NewFlagSet("sim "+cmd, flag.ContinueOnError)
+	fs := cli.New("sim "+cmd, "agent")
 	fs.SetOutput(stderr)
-	configPath := fs.String(nvmlbackend.FlagSimConfig, os.Getenv(nvmlbackend.EnvSimConfig), "simulator config file (env "+nvmlbackend.EnvSimConfig+")")
-	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "node whose settings to use from the config (env NODE_NAME, default the hostname)")
-	gpu := fs.Int("gpu", 0, "GPU index")
+	var configPath, nodeName string
+	fs.String(&configPath, nvmlbackend.FlagSimConfig, "", "simulator config file", cli.Alias("SIM_CONFIG"))
+	fs.String(&nodeName, "node-name", "", "node whose settings to use from the config (default the hostname)", cli.Alias("NODE_NAME"))
+	gpu := fs.FlagSet.Int("gpu", 0, "GPU index")
 	var gi, ci, xid *uint64
 	var off *bool
 	switch cmd {
@@ -61,36 +64,33 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		xid = fs.Uint64("xid", 0, "Xid error number, e.g. 79 (GPU fallen off the bus)")
 	case "busy":
 		gi = fs.Uint64("gi", 0, "GPU instance id; 0 marks the whole GPU")
-		off = fs.Bool("off", false, "clear the busy mark instead")
+		off = fs.FlagSet.Bool("off", false, "clear the busy mark instead")
 	case "show", "reset", "reboot":
 	default:
 		fmt.Fprintf(stderr, "sim: unknown command %q\n\n%s", cmd, simUsage)
 		return simExitUsage
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(args, os.LookupEnv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return simExitOK
 		}
+		fmt.Fprintf(stderr, "sim %s: %v\n", cmd, err)
 		return simExitUsage
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "sim %s: unexpected arguments %q\n", cmd, fs.Args())
-		return simExitUsage
-	}
-	if *configPath == "" {
+	if configPath == "" {
 		fmt.Fprintf(stderr, "sim %s: --%s is required: it names the simulator's stateDir\n", cmd, nvmlbackend.FlagSimConfig)
 		return simExitUsage
 	}
-	if *nodeName == "" {
-		*nodeName, _ = os.Hostname()
+	if nodeName == "" {
+		nodeName, _ = os.Hostname()
 	}
-	cfg, err := sim.LoadConfig(*configPath, *nodeName)
+	cfg, err := sim.LoadConfig(configPath, nodeName)
 	if err != nil {
 		fmt.Fprintf(stderr, "sim %s: %v\n", cmd, err)
 		return simExitUsage
 	}
 	if cfg.StateDir == "" {
-		fmt.Fprintf(stderr, "sim %s: %s sets no stateDir: an in-memory simulator cannot be reached from another process\n", cmd, *configPath)
+		fmt.Fprintf(stderr, "sim %s: %s sets no stateDir: an in-memory simulator cannot be reached from another process\n", cmd, configPath)
 		return simExitUsage
 	}
 

@@ -1,4 +1,4 @@
-package main
+package offline
 
 import (
 	"errors"
@@ -23,8 +23,8 @@ replaces it, as in the simulator.
 
 `
 
-// runModels is the models subcommand.
-func runModels(args []string, stdout, stderr io.Writer) int {
+// Models is `device-plugin models`.
+func Models(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("models", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	modelsFile := fs.String("models-file", "", "custom models file to list after the built-in models")

@@ -1,4 +1,4 @@
-package main
+package offline
 
 import (
 	"bytes"
@@ -60,7 +60,7 @@ models:
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			code := dispatch(append([]string{"probe"}, tc.args...), &stdout, &stderr)
+			code := Probe(tc.args, &stdout, &stderr)
 			if code != tc.wantCode {
 				t.Errorf("exit %d, want %d; stderr:\n%s", code, tc.wantCode, stderr.String())
 			}
@@ -79,7 +79,7 @@ models:
 	// The file written with -o runs a simulated node, and a probe of it
 	// gives the same dump.
 	var first, second bytes.Buffer
-	if code := dispatch([]string{"probe", "--nvml-backend=simulated", "--sim-config", dump}, &second, &first); code != 0 {
+	if code := Probe([]string{"--nvml-backend=simulated", "--sim-config", dump}, &second, &first); code != 0 {
 		t.Fatalf("probe of the dump: exit %d: %s", code, first.String())
 	}
 	if got := mustRead(t, dump); got != second.String() {

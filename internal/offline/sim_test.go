@@ -1,4 +1,4 @@
-package main
+package offline
 
 import (
 	"os"
@@ -15,7 +15,7 @@ import (
 // simCLI runs `device-plugin sim ARGS` and returns exit code, stdout, stderr.
 func simCLI(args ...string) (int, string, string) {
 	var stdout, stderr strings.Builder
-	code := runSim(args, &stdout, &stderr)
+	code := Sim(args, &stdout, &stderr)
 	return code, stdout.String(), stderr.String()
 }
 

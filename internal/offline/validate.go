@@ -1,4 +1,4 @@
-package main
+package offline
 
 import (
 	"errors"
@@ -45,12 +45,12 @@ other configurations are invalid; 2 bad command line or unreadable file.
 
 `
 
-// runValidate is the validate subcommand.
-func runValidate(args []string, stdout, stderr io.Writer) int {
-	return runValidateIO(args, os.Stdin, stdout, stderr)
+// Validate is `device-plugin validate`; it reads standard input for -f -.
+func Validate(args []string, stdout, stderr io.Writer) int {
+	return validate(args, os.Stdin, stdout, stderr)
 }
 
-func runValidateIO(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+func validate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	file := fs.String("f", "", "mig.config file to check; - reads standard input")
@@ -125,17 +125,17 @@ func runValidateIO(args []string, stdin io.Reader, stdout, stderr io.Writer) int
 		fmt.Fprintf(stdout, "%s: %v\n", source, err)
 		return validateExitInvalid
 	}
-	plan, notes, err := validateAndPlan(cfg, gpus, scope)
+	r, err := migconfig.PlanConfig(cfg, gpus, scope)
 	if err != nil {
 		fmt.Fprintf(stdout, "config %q on %s: invalid:\n%s", cfg.Name, describeSimNode(gpus), indentLines(err))
 		return validateExitInvalid
 	}
 	fmt.Fprintf(stdout, "config %q on %s: ok\n", cfg.Name, describeSimNode(gpus))
-	for _, n := range notes {
+	for _, n := range r.Notes {
 		fmt.Fprintf(stdout, "  note: %s\n", n)
 	}
 	fmt.Fprintln(stdout)
-	printValidatePlan(stdout, gpus, plan)
+	printValidatePlan(stdout, gpus, r.Plan)
 	return validateExitOK
 }
 
@@ -178,17 +178,6 @@ func simulatedGPUs(list string) ([]mig.GPU, error) {
 	return nvmlmig.Discover(lib)
 }
 
-// validateAndPlan validates cfg and plans it on gpus, with the notes on
-// what of it does not apply to them.
-func validateAndPlan(cfg migconfig.Config, gpus []mig.GPU, scope migconfig.Scope) (migconfig.Plan, []string, error) {
-	v, err := migconfig.ValidateFor(cfg, gpus, scope)
-	if err != nil {
-		return migconfig.Plan{}, nil, err
-	}
-	plan, err := migconfig.MakePlan(gpus, v.Desired)
-	return plan, v.Notes, err
-}
-
 // validateEach lints every configuration, one line each, in name order,
 // and says which are invalid. Its exit code tells the configuration the
 // agent would pick without a name ("selected") failing from only others
@@ -197,14 +186,14 @@ func validateEach(w io.Writer, spec *migconfig.Spec, gpus []mig.GPU, scope migco
 	fmt.Fprintf(w, "%d configs on %s:\n", len(spec.Configs), describeSimNode(gpus))
 	var invalid []string
 	for _, name := range spec.Names() {
-		_, notes, err := validateAndPlan(spec.Configs[name], gpus, scope)
+		r, err := migconfig.PlanConfig(spec.Configs[name], gpus, scope)
 		if err != nil {
 			invalid = append(invalid, name)
 			fmt.Fprintf(w, "%s: %s\n", name, strings.ReplaceAll(err.Error(), "\n", "; "))
 			continue
 		}
-		if len(notes) > 0 {
-			fmt.Fprintf(w, "%s: ok (%s)\n", name, strings.Join(notes, "; "))
+		if len(r.Notes) > 0 {
+			fmt.Fprintf(w, "%s: ok (%s)\n", name, strings.Join(r.Notes, "; "))
 			continue
 		}
 		fmt.Fprintf(w, "%s: ok\n", name)

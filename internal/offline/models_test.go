@@ -1,4 +1,4 @@
-package main
+package offline
 
 import (
 	"os"
@@ -71,8 +71,8 @@ models:
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr strings.Builder
-			if code := runModels(tc.args, &stdout, &stderr); code != tc.wantCode {
-				t.Fatalf("runModels() = %d, want %d; stderr:\n%s", code, tc.wantCode, stderr.String())
+			if code := Models(tc.args, &stdout, &stderr); code != tc.wantCode {
+				t.Fatalf("Models() = %d, want %d; stderr:\n%s", code, tc.wantCode, stderr.String())
 			}
 			// Column widths are the tabwriter's business: compare with runs
 			// of spaces squashed.

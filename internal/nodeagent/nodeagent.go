@@ -1,0 +1,169 @@
+// Package nodeagent runs migflex's node agent process: it opens the NVML
+// backend and wires the device plugin (with the backend's PostAllocator,
+// when it has one), the Xid health checks, the kubelet's pod-resources
+// client and the Kubernetes client into internal/agent. cmd/device-plugin
+// only turns flags into a Config.
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/migflex/migflex/internal/agent"
+	"github.com/migflex/migflex/internal/deviceplugin"
+	"github.com/migflex/migflex/internal/health"
+	"github.com/migflex/migflex/internal/kubeclient"
+	"github.com/migflex/migflex/internal/nvmlbackend"
+	"github.com/migflex/migflex/internal/podresources"
+)
+
+// The agent's client-side rate limit. client-go's default (5 QPS, burst
+// 10) throttled back-to-back reconfigurations; an agent makes a handful of
+// requests per reconcile on one Node, so this costs the API server nothing
+// in steady state (docs/BENCHMARKS.md has the measurements).
+const (
+	DefaultKubeAPIQPS   = 20
+	DefaultKubeAPIBurst = 40
+)
+
+// Config is everything the agent process is told on its command line.
+type Config struct {
+	NodeName string
+	NVML     nvmlbackend.Options
+	// Kubeconfig is the --kubeconfig file (see kubeclient.Options).
+	Kubeconfig   string
+	KubeAPIQPS   float64
+	KubeAPIBurst int
+
+	PluginDir          string
+	PodResourcesSocket string
+	MigStrategy        deviceplugin.MigStrategy
+	DeviceListStrategy deviceplugin.DeviceListStrategy
+	AllocationPolicy   deviceplugin.AllocationPolicy
+	HostRoot           string
+	DriverRoot         string
+
+	// DisableHealthChecks is the NVIDIA device plugin's switch ("all",
+	// "xids", or Xids to ignore besides HealthIgnoredXids).
+	DisableHealthChecks string
+	// HealthIgnoredXids replaces the default ignore list; "" ignores none.
+	HealthIgnoredXids string
+	HealthQuietPeriod time.Duration
+
+	ConfigFile         string
+	BusyPolicy         agent.BusyPolicy
+	MetricsAddr        string
+	RetryInterval      time.Duration
+	ResyncInterval     time.Duration
+	AllocatableTimeout time.Duration
+}
+
+// Validate checks what can be checked before anything starts; flag names a
+// flag in an error ("--node-name (env ...)").
+func (c *Config) Validate(flag func(name string) string) error {
+	var errs []error
+	if c.NodeName == "" {
+		errs = append(errs, fmt.Errorf("%s is required", flag("node-name")))
+	}
+	if c.KubeAPIQPS <= 0 || c.KubeAPIBurst < 1 {
+		errs = append(errs, fmt.Errorf("%s must be above 0 and %s at least 1, got %g and %d", flag("kube-api-qps"), flag("kube-api-burst"), c.KubeAPIQPS, c.KubeAPIBurst))
+	}
+	if c.AllocatableTimeout < 0 {
+		errs = append(errs, fmt.Errorf("%s must be 0 (no wait) or more, got %v", flag("allocatable-timeout"), c.AllocatableTimeout))
+	}
+	// Both are dialled or listened on as unix sockets: a relative path would
+	// depend on the working directory, and gRPC rejects it with an error
+	// ("invalid (non-empty) authority") that does not name the flag.
+	for _, p := range []struct{ flag, value string }{
+		{"device-plugin-dir", c.PluginDir},
+		{"pod-resources-socket", c.PodResourcesSocket},
+	} {
+		if !filepath.IsAbs(p.value) {
+			errs = append(errs, fmt.Errorf("%s must be an absolute path, got %q", flag(p.flag), p.value))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// healthOptions builds the health checks' options from HealthIgnoredXids,
+// which replaces the default ignore list, and DisableHealthChecks, which
+// turns the checks off (off is true) or adds Xids to that list, as the
+// NVIDIA device plugin's switch does.
+func (c *Config) healthOptions() (opts health.Options, off bool, err error) {
+	ignored, err := health.ParseXids(c.HealthIgnoredXids)
+	if err != nil {
+		return health.Options{}, false, fmt.Errorf("--health-ignored-xids: %w", err)
+	}
+	off, extra, err := health.ParseDisable(c.DisableHealthChecks)
+	if err != nil {
+		return health.Options{}, false, fmt.Errorf("--disable-health-checks: %w", err)
+	}
+	return health.Options{IgnoredXids: append(ignored, extra...), QuietPeriod: c.HealthQuietPeriod}, off, nil
+}
+
+// Run runs the agent until ctx ends. getenv (os.Getenv outside tests)
+// gives $KUBECONFIG.
+func Run(ctx context.Context, c Config, getenv func(string) string) error {
+	healthOpts, healthOff, err := c.healthOptions()
+	if err != nil {
+		return err
+	}
+	client, err := kubeclient.New(kubeclient.Options{
+		Kubeconfig: c.Kubeconfig, UserAgent: "migflex-agent/" + c.NodeName,
+		QPS: float32(c.KubeAPIQPS), Burst: c.KubeAPIBurst,
+	}, getenv)
+	if err != nil {
+		return err
+	}
+	c.NVML.NodeName = c.NodeName
+	lib, err := nvmlbackend.Open(c.NVML)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := lib.Close(); err != nil {
+			klog.FromContext(ctx).Error(err, "Closing NVML")
+		}
+	}()
+	dpOpts := deviceplugin.Options{
+		PluginDir: c.PluginDir, DeviceListStrategy: c.DeviceListStrategy, AllocationPolicy: c.AllocationPolicy,
+		HostRoot: c.HostRoot, DriverRoot: c.DriverRoot,
+	}
+	if pa, ok := lib.(deviceplugin.PostAllocator); ok {
+		dpOpts.PostAllocator = pa
+	}
+	if !healthOff {
+		w, err := health.New(lib, healthOpts)
+		if err != nil {
+			return fmt.Errorf("health checks: %w", err)
+		}
+		dpOpts.Health = w
+	}
+	dp, err := deviceplugin.New(dpOpts)
+	if err != nil {
+		return err
+	}
+	a, err := agent.New(agent.Options{
+		NodeName:           c.NodeName,
+		Client:             client,
+		NVML:               lib,
+		DevicePlugin:       dp,
+		PodResources:       podresources.New(c.PodResourcesSocket),
+		MigStrategy:        c.MigStrategy,
+		ConfigFile:         c.ConfigFile,
+		BusyPolicy:         c.BusyPolicy,
+		RetryInterval:      c.RetryInterval,
+		ResyncInterval:     c.ResyncInterval,
+		AllocatableTimeout: c.AllocatableTimeout,
+		MetricsAddr:        c.MetricsAddr,
+	})
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}

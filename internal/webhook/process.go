@@ -1,0 +1,71 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/kubeclient"
+)
+
+// Config is everything the webhook process is told on its command line.
+type Config struct {
+	Listen  string
+	CertDir string
+	// Kubeconfig is the --kubeconfig file (see kubeclient.Options).
+	Kubeconfig string
+	// PolicyFile is a FallbackPolicy file; empty means the default policy.
+	PolicyFile          string
+	Mode                fallback.Mode
+	OnUnsatisfiable     fallback.Unsatisfiable
+	OnInsufficientCount fallback.Unsatisfiable
+	MaxRequestBytes     int64
+	MaxInflightBytes    int64
+	Resync              time.Duration
+	ReusePort           bool
+}
+
+// Decider builds the fallback decision c asks for.
+func (c *Config) Decider() (*fallback.Decider, error) {
+	policy := fallback.DefaultPolicy()
+	if c.PolicyFile != "" {
+		data, err := os.ReadFile(c.PolicyFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading --config: %w", err)
+		}
+		if policy, err = fallback.ParsePolicy(data); err != nil {
+			return nil, fmt.Errorf("--config %s: %w", c.PolicyFile, err)
+		}
+	}
+	return fallback.NewDecider(fallback.Options{Policy: policy, Mode: c.Mode, OnUnsatisfiable: c.OnUnsatisfiable, OnInsufficientCount: c.OnInsufficientCount})
+}
+
+// Run runs the webhook process until ctx ends: the decision, the API
+// client (getenv, os.Getenv outside tests, gives $KUBECONFIG) and the
+// server.
+func Run(ctx context.Context, c Config, getenv func(string) string) error {
+	d, err := c.Decider()
+	if err != nil {
+		return err
+	}
+	client, err := kubeclient.New(kubeclient.Options{Kubeconfig: c.Kubeconfig, UserAgent: "migflex-webhook"}, getenv)
+	if err != nil {
+		return err
+	}
+	srv, err := NewServer(Options{
+		Listen:           c.Listen,
+		CertDir:          c.CertDir,
+		Decider:          d,
+		Client:           client,
+		Resync:           c.Resync,
+		MaxRequestBytes:  c.MaxRequestBytes,
+		MaxInflightBytes: c.MaxInflightBytes,
+		ReusePort:        c.ReusePort,
+	})
+	if err != nil {
+		return err
+	}
+	return srv.Run(ctx)
+}
