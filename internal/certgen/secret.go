@@ -31,7 +31,7 @@ func ensureSecret(ctx context.Context, secrets corev1client.SecretsGetter, o Opt
 	api := secrets.Secrets(o.Namespace)
 	var bundle []byte
 	raced := func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) }
-	err := retry.OnError(retry.DefaultRetry, raced, func() error {
+	err := retryOn(raced, func() error {
 		now := o.Now()
 		s, err := api.Get(ctx, o.SecretName, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -107,7 +107,7 @@ func ownSecret(ctx context.Context, secrets corev1client.SecretsGetter, o Option
 		UID:        cfg.UID,
 	}
 	api := secrets.Secrets(o.Namespace)
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	return retryOn(apierrors.IsConflict, func() error {
 		s, err := api.Get(ctx, o.SecretName, metav1.GetOptions{})
 		if err != nil {
 			return fmt.Errorf("reading Secret %s: %w", ref, err)
@@ -139,6 +139,21 @@ func ownSecret(ctx context.Context, secrets corev1client.SecretsGetter, o Option
 		o.Logger.Info("The webhook configuration owns the certificate Secret now: deleting it deletes the Secret", "secret", ref, "mutatingWebhookConfiguration", cfg.Name)
 		return nil
 	})
+}
+
+// retryOn runs fn again after an error retriable accepts, with
+// retry.DefaultRetry's backoff, and returns fn's last error. retry.OnError
+// alone would do, but for its result: it takes an error matching
+// context.DeadlineExceeded or context.Canceled, as a dial timeout and a
+// cancelled request do, for the end of its own backoff and returns nil, so
+// that certgen would exit 0 with no Secret written.
+func retryOn(retriable func(error) bool, fn func() error) error {
+	var last error
+	_ = retry.OnError(retry.DefaultRetry, retriable, func() error {
+		last = fn()
+		return last
+	})
+	return last
 }
 
 // fieldManager names certgen in managedFields.

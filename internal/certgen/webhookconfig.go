@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	admissionv1client "k8s.io/client-go/kubernetes/typed/admissionregistration/v1"
-	"k8s.io/client-go/util/retry"
 )
 
 // patchOp is one RFC 6902 operation.
@@ -41,7 +40,7 @@ func injectCABundle(ctx context.Context, api admissionv1client.MutatingWebhookCo
 	// Get and Patch therefore retries from a fresh Get.
 	retriable := func(err error) bool { return apierrors.IsInvalid(err) || apierrors.IsConflict(err) }
 	first := true
-	err = retry.OnError(retry.DefaultRetry, retriable, func() error {
+	err = retryOn(retriable, func() error {
 		if !first {
 			if cfg, err = api.MutatingWebhookConfigurations().Get(ctx, o.WebhookConfigName, metav1.GetOptions{}); err != nil {
 				return fmt.Errorf("reading MutatingWebhookConfiguration %s: %w", o.WebhookConfigName, err)
