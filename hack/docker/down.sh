@@ -18,6 +18,13 @@ if [[ -n $pid ]]; then
 	[[ ! -d /proc/$pid ]] || { kill -KILL "$pid"; log "dockerd killed"; }
 	log "dockerd stopped"
 fi
+# The containers' nameserver (up.sh), by the PID it recorded.
+if [[ -s $DOCKER_RUN/refusedns.pid ]]; then
+	pid=$(<"$DOCKER_RUN/refusedns.pid")
+	if [[ $pid =~ ^[0-9]+$ && $(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | head -n1) == "$DOCKER_RUN/refusedns" ]]; then
+		kill -TERM "$pid" && log "nameserver stopped"
+	fi
+fi
 # containerd and its shims exit after dockerd; a killed dockerd leaves them.
 for ((i = 0; i < 20; i++)); do
 	[[ -n $(pgrep -f "$DOCKER_RUN/exec/" || true) ]] || break

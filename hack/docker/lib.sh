@@ -15,9 +15,10 @@ DOCKER_NETNS=${DOCKER_NETNS:-migflex-docker}
 DOCKER_BIP=${DOCKER_BIP:-192.0.2.1/24}
 DOCKER_POOL=${DOCKER_POOL:-198.51.100.0/24}
 DOCKER_POOL_SIZE=${DOCKER_POOL_SIZE:-25}
-# A nameserver for containers that answers nothing: the bridge's own
-# address in the namespace (Docker would otherwise hand out the host's
-# nameservers, or Google's when the host's are on loopback).
+# The containers' nameserver: the bridge's own address in the namespace,
+# where up.sh runs hack/refusedns, which refuses every query (Docker would
+# otherwise hand out the host's nameservers, or Google's when the host's
+# are on loopback).
 DOCKER_DNS=${DOCKER_DNS:-${DOCKER_BIP%/*}}
 # Images and build cache persist here between runs; run state under RUN.
 DOCKER_DATA=${DOCKER_DATA:-$CACHE_DIR/docker/data}

@@ -77,12 +77,36 @@ for ((i = 0; i < 120; i++)); do
 	sleep 0.5
 done
 d version >/dev/null || die "dockerd did not answer on $DOCKER_SOCK"
+# The containers' nameserver, on the default bridge's address (dockerd made
+# it): it refuses every query at once (hack/refusedns says why).
+CGO_ENABLED=0 go build -o "$DOCKER_RUN/refusedns" "$ROOT/hack/refusedns"
+setsid bash -c "$DETACHED" _ nsenter --net="/run/netns/$DOCKER_NETNS" "$DOCKER_RUN/refusedns" "$DOCKER_DNS" \
+	</dev/null >"$DOCKER_RUN/refusedns.log" 2>&1 &
+echo $! >"$DOCKER_RUN/refusedns.pid"
+for ((i = 0; i < 50; i++)); do
+	[[ -n $(in_netns ss -Hlun "src $DOCKER_DNS:53") ]] && break
+	sleep 0.1
+done
+[[ -n $(in_netns ss -Hlun "src $DOCKER_DNS:53") ]] || die "the nameserver did not start on $DOCKER_DNS:53: $(cat "$DOCKER_RUN/refusedns.log")"
 # Belt and braces beyond the missing route: nothing from Docker's bridges
-# may be forwarded anywhere but to another of its documentation ranges.
-in_netns iptables -I DOCKER-USER 1 -d 192.0.2.0/24 -j RETURN
-in_netns iptables -I DOCKER-USER 2 -d 198.51.100.0/24 -j RETURN
-in_netns iptables -I DOCKER-USER 3 -d 203.0.113.0/24 -j RETURN
-in_netns iptables -I DOCKER-USER 4 -j DROP
+# may be routed anywhere but to another of its documentation ranges.
+# Frames bridged from one port of a bridge to another (physdev-is-bridged:
+# Docker turns on bridge-nf-call-iptables, so they pass FORWARD too) stay
+# among the containers of this namespace, whatever their addresses: kind's
+# nodes exchange their pods' traffic (a Service's replies to a pod on
+# another node) that way.
+in_netns iptables -I DOCKER-USER 1 -m physdev --physdev-is-bridged -j RETURN
+in_netns iptables -I DOCKER-USER 2 -d 192.0.2.0/24 -j RETURN
+in_netns iptables -I DOCKER-USER 3 -d 198.51.100.0/24 -j RETURN
+in_netns iptables -I DOCKER-USER 4 -d 203.0.113.0/24 -j RETURN
+in_netns iptables -I DOCKER-USER 5 -j DROP
+# The namespace answers every packet it cannot route with an ICMP error at
+# once: the kernel's per-host rate limit (one a second) would otherwise be
+# spent on the DNS queries the containers' nameserver never answers, and a
+# container's connection off the machine would wait for its SYN retries
+# instead of failing. The errors only ever go to the namespace's own
+# containers.
+in_netns sysctl -qw net.ipv4.icmp_ratelimit=0
 trap - EXIT
 log "dockerd $(d version -f '{{.Server.Version}}') in network namespace $DOCKER_NETNS; data in $DOCKER_DATA"
 echo "export DOCKER_HOST=unix://$DOCKER_SOCK"

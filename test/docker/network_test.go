@@ -5,6 +5,7 @@ package docker
 import (
 	"bytes"
 	"context"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -18,6 +19,8 @@ const (
 	netns     = "migflex-docker"
 	bridgeNet = "192.0.2.0/24"
 	pool      = "198.51.100.0/24"
+	// The containers' nameserver: the default bridge's own address.
+	nameserver = "192.0.2.1"
 )
 
 // documentation is the RFC 5737 ranges: no real host has an address there.
@@ -131,7 +134,9 @@ func TestEngineNetworksAreDocumentationRanges(t *testing.T) {
 // packet, how the engine's namespace would route an address off this
 // machine: it has no route. A container's attempt fails with the same
 // answer, from the namespace, and DOCKER-USER drops whatever a route added
-// later would forward outside the documentation ranges.
+// later would forward outside the documentation ranges; it lets through
+// only what those ranges are sent, and frames bridged between two
+// containers of the namespace (kind's nodes, carrying their pods' traffic).
 func TestEngineCannotReachOffMachine(t *testing.T) {
 	// An address of the documentation ranges that no network here has.
 	const elsewhere = "203.0.113.7"
@@ -141,6 +146,7 @@ func TestEngineCannotReachOffMachine(t *testing.T) {
 	}
 	rules := run(t, "ip", "netns", "exec", netns, "iptables", "-S", "DOCKER-USER")
 	want := []string{
+		"-A DOCKER-USER -m physdev --physdev-is-bridged -j RETURN",
 		"-A DOCKER-USER -d 192.0.2.0/24 -j RETURN",
 		"-A DOCKER-USER -d 198.51.100.0/24 -j RETURN",
 		"-A DOCKER-USER -d 203.0.113.0/24 -j RETURN",
@@ -148,6 +154,9 @@ func TestEngineCannotReachOffMachine(t *testing.T) {
 	}
 	if !strings.Contains(rules, strings.Join(want, "\n")) {
 		t.Errorf("DOCKER-USER:\n%s\nwant, in order:\n%s", rules, strings.Join(want, "\n"))
+	}
+	if got := strings.TrimSpace(run(t, "ip", "netns", "exec", netns, "sysctl", "-n", "net.ipv4.icmp_ratelimit")); got != "0" {
+		t.Errorf("net.ipv4.icmp_ratelimit in %s is %s, want 0: a container's attempt to leave must be refused at once", netns, got)
 	}
 
 	image := os.Getenv("DOCKER_TEST_IMAGE")
@@ -159,6 +168,44 @@ func TestEngineCannotReachOffMachine(t *testing.T) {
 		"bash", "-c", "exec 3<>/dev/tcp/"+elsewhere+"/80").CombinedOutput()
 	if err == nil || !(strings.Contains(string(res), "unreachable") || strings.Contains(string(res), "No route to host")) {
 		t.Errorf("a container's connection to %s: %v %q; want it refused as unreachable", elsewhere, err, res)
+	}
+}
+
+// TestEngineNameserverRefuses: the containers' nameserver, on the default
+// bridge's address in the engine's namespace, answers a query REFUSED
+// (hack/refusedns), so that containers' lookups of outside names fail at
+// once and cost no ICMP. The query is sent from inside the namespace, by
+// this test binary run again there.
+func TestEngineNameserverRefuses(t *testing.T) {
+	const helperEnv = "MIGFLEX_TEST_DNS_HELPER"
+	if os.Getenv(helperEnv) == "1" {
+		c, err := net.Dial("udp", net.JoinHostPort(nameserver, "53"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		// Hang protection only.
+		if err := c.SetDeadline(time.Now().Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		q := append([]byte{0xbe, 0xef, 0x01, 0, 0, 1, 0, 0, 0, 0, 0, 0}, "\x07example\x03com\x00\x00\x01\x00\x01"...)
+		if _, err := c.Write(q); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 512)
+		n, err := c.Read(buf)
+		if err != nil {
+			t.Fatalf("no answer from %s: %v", nameserver, err)
+		}
+		if n < 12 || buf[0] != 0xbe || buf[1] != 0xef || buf[2]&0x80 == 0 || buf[3]&0x0f != 5 {
+			t.Fatalf("answer % x from %s: want a response to ID beef with RCODE 5 (REFUSED)", buf[:n], nameserver)
+		}
+		return
+	}
+	cmd := exec.CommandContext(t.Context(), "ip", "netns", "exec", netns, os.Args[0], "-test.run=^TestEngineNameserverRefuses$", "-test.v")
+	cmd.Env = append(os.Environ(), helperEnv+"=1")
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "--- PASS") {
+		t.Errorf("a query to %s from inside %s: %v\n%s", nameserver, netns, err, out)
 	}
 }
 
