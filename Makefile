@@ -111,8 +111,10 @@ test-docker:
 	hack/docker/run.sh hack/docker/test.sh
 
 # hack/kind-up.sh end to end in the project's own Docker engine, with a
-# kind node image and migflex's image built here (hack/kind/README.md);
-# the cluster is deleted and the engine stopped afterwards. Root.
+# kind node image and migflex's image built here, and kind's network safety
+# checked with the cluster up (hack/kind/README.md); the cluster is deleted
+# and the engine stopped afterwards. Root. Not part of `make test`: its
+# first run builds base images, the image and a node image from scratch.
 kind:
 	hack/docker/run.sh hack/kind/run.sh
 

@@ -95,12 +95,15 @@ proxy_adds=(-add "$K/kube-proxy:/usr/local/bin/kube-proxy" -add "$(command -v co
 for n in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tables-restore; do
 	proxy_adds+=(-add "/usr/sbin/xtables-nft-multi:/usr/sbin/$n")
 done
-for so in /usr/lib/x86_64-linux-gnu/xtables/*.so; do proxy_adds+=(-add "$so:$so"); done
+xtables_adds=()
+for so in /usr/lib/x86_64-linux-gnu/xtables/*.so; do xtables_adds+=(-add "$so:$so"); done
+proxy_adds+=("${xtables_adds[@]}")
 mk -ref "$(image_of kube-proxy)" -out "$imgs/kube-proxy.tar" "${proxy_adds[@]}" -env "$path"
 mk -ref "$etcd_ref" -out "$imgs/etcd.tar" -add "$work/bin/etcd-$etcd_version:/usr/local/bin/etcd" -env "$path"
 mk -ref "$coredns_ref" -out "$imgs/coredns.tar" -add "$work/bin/coredns-$coredns_version:/coredns" -entrypoint /coredns
 mk -ref migflex.local/kind-cni:1 -out "$imgs/kind-cni.tar" -add "$(command -v bash):/bin/bash" \
 	-add "$(command -v ip):/usr/sbin/ip" -add "$(command -v sleep):/usr/bin/sleep" -add "$(command -v mv):/usr/bin/mv" \
+	-add "/usr/sbin/xtables-nft-multi:/usr/sbin/iptables" "${xtables_adds[@]}" \
 	-add "$K/kubectl:/usr/local/bin/kubectl" -env "$path"
 
 # Binaries, files, units.

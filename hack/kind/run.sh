@@ -7,7 +7,8 @@
 #   3. hack/kind-up.sh with them (KIND_NODE_IMAGE, SKIP_BUILD=1: step 1 is
 #      the Dockerfile build kind-up.sh would do, with this machine's base
 #      images and module proxy),
-#   4. kind delete cluster.
+#   4. test/docker's network checks, kind's included, with the cluster up,
+#   5. kind delete cluster.
 # Needs root, and the host's cluster lock: kind's nodes run kubelets.
 set -euo pipefail
 HACK_KIND=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -63,4 +64,13 @@ t=$SECONDS
 KIND_NODE_IMAGE=$NODE_IMAGE SKIP_BUILD=1 IMAGE=$IMAGE CLUSTER_NAME=$CLUSTER_NAME \
 	in_netns "$ROOT/hack/kind-up.sh"
 t_up=$((SECONDS - t))
-log "timings: image ${t_image}s, node image ${t_node}s, kind-up.sh ${t_up}s"
+# With the cluster up: the engine's and kind's network safety (test/docker,
+# its kind tests included: kind's network, a node and a pod refused an
+# address off the machine).
+t=$SECONDS
+log "network safety with the cluster up"
+GO_VERSION=$(sed -n 's/^ARG GO_VERSION=//p' "$ROOT/Dockerfile")
+(cd "$ROOT" && KIND_CLUSTER=$CLUSTER_NAME DOCKER_TEST_IMAGE=migflex.local/golang:$GO_VERSION-bookworm \
+	go test -tags docker -count=1 -v -run 'TestEngine|TestHost|TestKind' ./test/docker/...)
+t_net=$((SECONDS - t))
+log "timings: image ${t_image}s, node image ${t_node}s, kind-up.sh ${t_up}s, network checks ${t_net}s"
