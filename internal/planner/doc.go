@@ -32,8 +32,10 @@
 //
 //  1. Weights.Touch if the GPU is not already being changed this round
 //     (a free instance that exists costs nothing): fewest GPUs touched;
-//  2. Weights.Destroy per free instance the change destroys;
-//  3. Weights.Fragmentation times the loss of usable capacity (below).
+//  2. Weights.Fragmentation times the loss of usable capacity (below);
+//  3. Weights.Destroy per free instance the change destroys, a tie-break:
+//     a free instance nobody needs is capacity in the wrong shape, and the
+//     usable capacity already counts what the mix could use.
 //
 // Ties go to the first node by name, then the lowest GPU index.
 //
@@ -65,6 +67,14 @@
 // MIG off the nodes that can still hold multi-GPU pods.
 //
 // # After the pods
+//
+// With Policy.ReclaimIdle (the default), MIG GPUs with no instance in use
+// and none given to a pod go back to whole (MIG disabled), within the
+// round's cap and the cooldown, when the demand mix asks for whole GPUs:
+// the scheduler gives a free instance to the next pod of its profile
+// wherever it is, so instances left idle scatter MIG pods over nodes that
+// could hold multi-GPU pods, while a whole GPU serves whole-GPU pods at
+// once and MIG pods after one round.
 //
 // A GPU the round changes gets, next to its occupied instances and the free
 // instances kept, new free instances for the demand mix (the profile with

@@ -117,7 +117,10 @@ func checkInvariants(t *testing.T, snap planner.Snapshot, pol planner.Policy, re
 					t.Errorf("node %s GPU %d: destroys %s@%d in use", nc.Node, gc.Index, d.Profile, d.Start)
 				}
 			}
-			if len(gc.Pods) == 0 {
+			switch {
+			case gc.Reclaimed && (gc.MigEnabled || len(gc.Pods) > 0 || anyInUse(g)):
+				t.Errorf("node %s GPU %d: reclaimed, but MIG stays on, or it has pods or instances in use: %+v", nc.Node, gc.Index, gc)
+			case !gc.Reclaimed && len(gc.Pods) == 0:
 				t.Errorf("node %s GPU %d changed for no pod", nc.Node, gc.Index)
 			}
 		}

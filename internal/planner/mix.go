@@ -36,6 +36,16 @@ func (m *mixWeights) wholeValue(c int) float64 {
 	return v
 }
 
+// asksWhole reports whether the mix has requests for whole GPUs.
+func (m *mixWeights) asksWhole() bool {
+	for _, w := range m.whole {
+		if w > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 func (r *round) mixFrom(demands []Demand) mixWeights {
 	if len(demands) == 0 {
 		for i := range r.pods {

@@ -51,6 +51,7 @@ func (p *Planner) Plan(snap Snapshot) (Result, error) {
 	for _, i := range order {
 		r.place(&r.pods[i])
 	}
+	r.reclaim()
 	return r.result(), nil
 }
 
@@ -122,9 +123,11 @@ type gpuState struct {
 	busy  uint64 // instances in use at the snapshot
 	// initial is every instance at the snapshot.
 	initial uint64
-	// toWhole: this round disables MIG to give the GPU whole to a pod.
-	toWhole bool
-	pods    []string
+	// toWhole: this round disables MIG to give the GPU whole to a pod,
+	// or, reclaimed, because nothing uses its instances.
+	toWhole   bool
+	reclaimed bool
+	pods      []string
 }
 
 type blockReason uint8

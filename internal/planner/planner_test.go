@@ -57,6 +57,10 @@ type ruleCase struct {
 func runRule(t *testing.T, tc ruleCase) planner.Result {
 	t.Helper()
 	pol := planner.DefaultPolicy()
+	// Most cases lay out idle MIG GPUs to see where a pod goes; reclaiming
+	// them would add changes beside the rule under test. TestReclaim turns
+	// it on.
+	pol.ReclaimIdle = false
 	if tc.pol != nil {
 		tc.pol(&pol)
 	}
@@ -350,8 +354,9 @@ func TestCooldownAndCap(t *testing.T) {
 }
 
 // TestObjectiveOrder: existing free devices before any change; GPUs already
-// changed this round before new ones; fewest instances destroyed; then the
-// capacity left most usable for the demand mix.
+// changed this round before new ones; then the capacity left most usable
+// for the demand mix; fewest free instances destroyed only between
+// placements equal on all of that.
 func TestObjectiveOrder(t *testing.T) {
 	for name, tc := range map[string]ruleCase{
 		"a free instance before a reshape": {
@@ -365,14 +370,40 @@ func TestObjectiveOrder(t *testing.T) {
 			want:    map[string]string{"a": "reshape n0/0", "b": "reshape n0/0"},
 			changed: map[string][]string{"n0/0": {"3g.40gb@0", "3g.40gb@4"}},
 		},
-		"fewest instances destroyed": {
+		"fewest instances destroyed, all else equal": {
+			// Both GPUs are idle on one node: a 3g leaves the same room on
+			// either. GPU 0 loses three free 1g for a 3g at 4, GPU 1 only
+			// its 2g at 4.
+			nodes: []planner.Node{node("n0", optedIn, gpus(
+				migGPU(0, "1g.10gb@0", "1g.10gb@1", "1g.10gb@2", "1g.10gb@3", "1g.10gb@4", "1g.10gb@5", "1g.10gb@6"),
+				migGPU(1, "2g.20gb@0", "2g.20gb@2", "2g.20gb@4"),
+			))},
+			pods:    []*corev1.Pod{pod("p", mig3g, "1")},
+			want:    map[string]string{"p": "reshape n0/1"},
+			changed: map[string][]string{"n0/1": {"2g.20gb@0", "2g.20gb@2", "3g.40gb@4"}},
+		},
+		"usable capacity before free instances destroyed": {
+			// Node a's idle MIG GPU sits next to a busy whole GPU; node b
+			// has two idle whole GPUs. The mix asks for pairs of whole
+			// GPUs: reshaping a's GPU destroys its four free instances
+			// but keeps b's pair together.
+			nodes: []planner.Node{
+				node("a", optedIn, gpus(migGPU(0, "1g.10gb@0", "1g.10gb@1", "2g.20gb@2", "3g.40gb@4"), wholeGPUOf(1, inUse))),
+				node("b", optedIn, gpus(wholeGPUOf(0, notInUse), wholeGPUOf(1, notInUse))),
+			},
+			pods:    []*corev1.Pod{pod("p", mig7g, "1")},
+			mix:     []planner.Demand{{Resource: mig7g, Count: 1, Weight: 1}, {Resource: wholeGPU, Count: 2, Weight: 1}},
+			want:    map[string]string{"p": "reshape a/0"},
+			changed: map[string][]string{"a/0": {"7g.80gb@0"}},
+		},
+		"busy GPU first when it saves whole GPUs": {
 			nodes: []planner.Node{node("n0", optedIn, gpus(
 				migGPU(0, "1g.10gb@0", "1g.10gb@1", "1g.10gb@2", "1g.10gb@3", "1g.10gb@4", "1g.10gb@5", "1g.10gb@6"),
 				migGPU(1, "1g.10gb@0*", "1g.10gb@1", "1g.10gb@2", "2g.20gb@4"),
 			))},
 			pods: []*corev1.Pod{pod("p", mig3g, "1")},
-			// GPU 0 would lose four 1g for a 3g; GPU 1 loses only its 2g
-			// (3g at 4), keeping both free 1g.
+			// GPU 1 already holds an instance in use: the 3g at 4 there
+			// (losing only its free 2g) keeps GPU 0 able to become whole.
 			want:    map[string]string{"p": "reshape n0/1"},
 			changed: map[string][]string{"n0/1": {"1g.10gb@0*", "1g.10gb@1", "1g.10gb@2", "3g.40gb@4"}},
 		},
@@ -409,6 +440,75 @@ func TestObjectiveOrder(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) { runRule(t, tc) })
+	}
+}
+
+// TestReclaim: after the pods, MIG GPUs with nothing in use go back to
+// whole, within the cooldown, the cap and the nodes the planner may change.
+func TestReclaim(t *testing.T) {
+	reclaim := func(p *planner.Policy) { p.ReclaimIdle = true }
+	wholeAndMIG := []planner.Demand{{Resource: mig1g, Count: 1, Weight: 1}, {Resource: wholeGPU, Count: 1, Weight: 1}}
+	recent := migGPU(1, "1g.10gb@0", "1g.10gb@1")
+	recent.LastChanged = t0.Add(-30 * time.Second)
+	for name, tc := range map[string]ruleCase{
+		"an idle MIG GPU goes back to whole": {
+			nodes:   []planner.Node{node("n0", optedIn, gpus(migGPU(0, "1g.10gb@0", "3g.40gb@4"), migGPU(1)))},
+			mix:     wholeAndMIG,
+			pol:     reclaim,
+			changed: map[string][]string{"n0/0": {"MIG disabled"}, "n0/1": {"MIG disabled"}},
+		},
+		"no whole-GPU demand: free instances stay for MIG pods": {
+			nodes: []planner.Node{node("n0", optedIn, gpus(migGPU(0, "1g.10gb@0", "3g.40gb@4")))},
+			mix:   []planner.Demand{{Resource: mig1g, Count: 1, Weight: 1}},
+			pol:   reclaim,
+		},
+		"a GPU with an instance in use keeps its layout": {
+			nodes: []planner.Node{node("n0", optedIn, gpus(migGPU(0, "1g.10gb@0*", "1g.10gb@1", "3g.40gb@4")))},
+			mix:   wholeAndMIG,
+			pol:   reclaim,
+		},
+		"a free instance a pending pod takes stays": {
+			nodes: []planner.Node{node("n0", optedIn, gpus(migGPU(0, "1g.10gb@0", "3g.40gb@4")))},
+			pods:  []*corev1.Pod{pod("p", mig1g, "1")},
+			mix:   wholeAndMIG,
+			pol:   reclaim,
+			want:  map[string]string{"p": "existing n0/0"},
+		},
+		"cooling down, frozen or opted out: left alone": {
+			nodes: []planner.Node{
+				node("a", optedIn, gpus(recent)),
+				node("b", optedIn, gpus(migGPU(0, "1g.10gb@0")), frozen("agent applying")),
+				node("c", optedOut, gpus(migGPU(0, "1g.10gb@0"))),
+			},
+			mix: wholeAndMIG,
+			pol: reclaim,
+		},
+		"pods first under the cap": {
+			nodes: []planner.Node{node("n0", optedIn, gpus(migGPU(0, "1g.10gb@0*"), migGPU(1, "1g.10gb@0")))},
+			pods:  []*corev1.Pod{pod("p", mig3g, "1")},
+			mix:   wholeAndMIG,
+			pol:   func(p *planner.Policy) { p.ReclaimIdle, p.MaxGPUsPerRound = true, 1 },
+			want:  map[string]string{"p": "reshape n0/0"},
+			// GPU 0 takes the 3g next to its busy 1g (touching the idle
+			// GPU 1 would cost its whole-GPU future); the cap then leaves
+			// GPU 1 as it is.
+			changed: map[string][]string{"n0/0": nil},
+		},
+		"off": {
+			nodes: []planner.Node{node("n0", optedIn, gpus(migGPU(0, "1g.10gb@0")))},
+			mix:   wholeAndMIG,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			res := runRule(t, tc)
+			for _, nc := range res.Nodes {
+				for _, gc := range nc.GPUs {
+					if gc.Reclaimed != (len(gc.Pods) == 0) {
+						t.Errorf("%s/%d: reclaimed %v with pods %v", nc.Node, gc.Index, gc.Reclaimed, gc.Pods)
+					}
+				}
+			}
+		})
 	}
 }
 

@@ -138,7 +138,7 @@ func (r *round) nodeChange(ni int32) (NodeChange, error) {
 			return NodeChange{}, err
 		}
 		entries = append(entries, entry{g.g.Index, body})
-		gc := GPUChange{Index: g.g.Index, Model: t.model, MigEnabled: enabled, Pods: g.pods}
+		gc := GPUChange{Index: g.g.Index, Model: t.model, MigEnabled: enabled, Pods: g.pods, Reclaimed: g.reclaimed}
 		for x := range t.xs {
 			bit := uint64(1) << x
 			in := Instance{Profile: t.profiles[t.xs[x].prof].Name, Start: t.xs[x].start, InUse: g.busy&bit != 0}

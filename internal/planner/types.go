@@ -91,14 +91,23 @@ type Policy struct {
 	MaxGPUsPerRound int
 	// Cooldown is how long a GPU is left alone after it changed.
 	Cooldown time.Duration
+	// ReclaimIdle gives MIG GPUs with no instance in use back to whole
+	// (MIG disabled) once the round's pods are placed, within the cap and
+	// cooldown: a free instance draws the scheduler's pods of its profile
+	// wherever it is, which scatters MIG over nodes that could hold
+	// multi-GPU pods, and a whole GPU serves whole-GPU pods at once and MIG
+	// pods after one round.
+	ReclaimIdle bool
 	// Weights order the ways of serving a pod; see Weights.
 	Weights Weights
 }
 
 // Weights of the cost of serving one device on a GPU. The defaults make the
 // order lexicographic: a GPU not yet changed this round costs more than any
-// number of destroyed free instances, which cost more than any loss of
-// usable capacity (at most a few GPUs' worth per device).
+// loss of usable capacity (at most a few GPUs' worth per device), which
+// outweighs any number of free instances destroyed (a tie-break: a free
+// instance nobody asks for is capacity in the wrong shape, and the usable
+// capacity already counts what the mix can use).
 type Weights struct {
 	// Touch is the cost of repartitioning a GPU this round does not change
 	// yet.
@@ -116,7 +125,8 @@ func DefaultPolicy() Policy {
 	return Policy{
 		MaxGPUsPerRound: 64,
 		Cooldown:        2 * time.Minute,
-		Weights:         Weights{Touch: 1000, Destroy: 10, Fragmentation: 1},
+		ReclaimIdle:     true,
+		Weights:         Weights{Touch: 1000, Destroy: 1e-6, Fragmentation: 1},
 	}
 }
 
@@ -204,6 +214,9 @@ type GPUChange struct {
 	Layout     []Instance
 	// Destroyed are the free instances the change removes.
 	Destroyed []Instance
-	// Pods are the pending pods the change is for.
+	// Pods are the pending pods the change is for; none when Reclaimed.
 	Pods []string
+	// Reclaimed: the GPU had no instance in use and goes back to whole
+	// (Policy.ReclaimIdle).
+	Reclaimed bool
 }
