@@ -19,14 +19,16 @@ type simPod struct {
 	name string
 	// req is what the pod asks for now (the fallback webhook may rewrite
 	// it); asked is the original request's size in GPUs.
-	req      request
-	asked    float64
-	wholeAsk bool
-	prio     int32
-	arrival  float64
-	duration float64
-	elig     int
-	k8s      *corev1.Pod
+	req   request
+	asked float64
+	// askedKind is the original request ("nvidia.com/gpu x8").
+	askedKind string
+	wholeAsk  bool
+	prio      int32
+	arrival   float64
+	duration  float64
+	elig      int
+	k8s       *corev1.Pod
 	// start is when the pod began running (-1: not yet); node and devs
 	// where.
 	start float64
@@ -39,9 +41,6 @@ type simPod struct {
 	done         bool
 }
 
-// resyncPeriod is how often a batching policy looks again while pods wait.
-const resyncPeriod = 30.0
-
 type eventKind int
 
 const (
@@ -53,7 +52,10 @@ const (
 )
 
 type event struct {
-	t    float64
+	t float64
+	// at is t as the batcher's time, for evBatch: seconds and times need
+	// not round-trip exactly.
+	at   time.Time
 	seq  int
 	kind eventKind
 	pod  *simPod
@@ -100,8 +102,8 @@ type policy interface {
 	// arrive may rewrite a pod's request (fallback webhook).
 	arrive(s *sim, p *simPod)
 	// batching says whether the policy plans in batches of pending pods,
-	// with its window (idle, max) in seconds.
-	batching() (idle, maxWindow float64, ok bool)
+	// and when its rounds run.
+	batching() (planner.Cadence, bool)
 	// round plans for the pending pods when a batch window closes.
 	round(s *sim)
 	// started is called when a pod is bound, released when its devices
@@ -122,19 +124,17 @@ type sim struct {
 	eligs   *eligCache
 	classes map[classKey]*podClass
 	pending int
+	// pendingDemand is the GPUs' worth the pending pods ask for.
+	pendingDemand float64
 	// dirty are the resources whose free devices grew since the last pass;
 	// dirtyAll makes every class worth another try.
 	dirty    map[corev1.ResourceName]bool
 	dirtyAll bool
-	batch    struct {
-		open           bool
-		opened, last   float64
-		idle, maxWin   float64
-		resyncPlanned  bool
-		enabled        bool
-		pendingTrigger bool
-	}
-	m metrics
+	// batch decides when a batching policy's rounds run (nil: the policy
+	// does not plan in batches): the planner package's Batcher, which the
+	// controller runs too.
+	batch *planner.Batcher
+	m     metrics
 }
 
 func (s *sim) push(e event) {
@@ -148,7 +148,13 @@ func (s *sim) run() error {
 	if err := s.pol.setup(s); err != nil {
 		return fmt.Errorf("%s: %w", s.pol.name(), err)
 	}
-	s.batch.idle, s.batch.maxWin, s.batch.enabled = s.pol.batching()
+	if c, ok := s.pol.batching(); ok {
+		b, err := planner.NewBatcher(c)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.pol.name(), err)
+		}
+		s.batch = b
+	}
 	for _, p := range s.pods {
 		s.push(event{t: p.arrival, kind: evArrive, pod: p})
 	}
@@ -172,9 +178,8 @@ func (s *sim) run() error {
 				s.f.finishChange(e.gpu)
 				s.dirtyAll = true
 			case evBatch:
-				s.maybeCloseBatch()
+				s.maybeCloseBatch(e.at)
 			case evResync:
-				s.batch.resyncPlanned = false
 				if s.pending > 0 {
 					s.trigger()
 				}
@@ -192,11 +197,11 @@ func (s *sim) run() error {
 	return nil
 }
 
-// advance moves the clock, integrating the idle capacity while pods wait.
+// advance moves the clock, integrating the idle capacity while pods wait
+// and while the fleet is saturated.
 func (s *sim) advance(t float64) {
 	if dt := t - s.now; dt > 0 && s.pending > 0 {
-		s.m.waitingTime += dt
-		s.m.idleWhileWaiting += dt * (1 - s.f.allocated/s.f.capacity)
+		s.m.observe(dt, s.f.capacity-s.f.allocated, s.f.capacity, s.pendingDemand)
 	}
 	s.now = t
 }
@@ -212,6 +217,7 @@ func (s *sim) enqueue(p *simPod) {
 	c.q = slices.Insert(c.q, i, p)
 	c.blocked = false
 	s.pending++
+	s.pendingDemand += p.req.total()
 }
 
 // queueOrder is the scheduler's: priority, then arrival, then id.
@@ -248,6 +254,7 @@ func (s *sim) pass() {
 		if s.bind(p) {
 			c.q = c.q[1:]
 			s.pending--
+			s.pendingDemand -= p.req.total()
 			if len(c.q) > 0 {
 				continue
 			}
@@ -364,44 +371,57 @@ func (s *sim) depart(p *simPod) {
 	s.pol.released(s, p)
 }
 
-// carve binds a pod by creating its devices where they first fit (nodes
-// in name order, GPUs in index order, lowest start): the DRA DynamicMIG /
-// HAMi model. The instances are created now and the pod starts when they
-// are there.
+// carve binds a pod by creating its devices when it is scheduled, never
+// moving anything: the DRA DynamicMIG / HAMi model. The node is the
+// scheduler's bin-packing choice, as for every policy: of the nodes where
+// the pod's devices can be carved, the one with the least free capacity
+// (ties to the first by name); on it, GPUs in index order and the lowest
+// start that fits (first fit). The instances are created now and the pod
+// starts when they are there.
 func (s *sim) carve(p *simPod) bool {
+	var best *node
+	var bestPlan []carved
+	bestFree := 0.0
 	for _, n := range s.f.nodes {
 		if !s.eligs.masks[p.elig][n.idx] {
 			continue
 		}
-		if plan, ok := s.carvePlan(p, n); ok {
-			created := false
-			for _, c := range plan {
-				g := c.g
-				if c.start < 0 {
-					g.whole = p.id
-					s.f.allocated++
-					p.got++
-					p.devs = append(p.devs, devRef{g: g, start: -1})
-					continue
-				}
-				g.insts = append(g.insts, inst{profile: c.profile, start: c.start, res: p.req.res, pod: p.id})
-				sh := g.share(g.insts[len(g.insts)-1])
-				s.f.allocated += sh
-				p.got += sh
-				p.devs = append(p.devs, devRef{g: g, start: c.start})
-				g.lastChanged = s.now
-				s.m.repartitions++
-				created = true
-			}
-			at := s.now
-			if created {
-				at += s.cfg.latency
-			}
-			s.started(p, n, at)
-			return true
+		plan, ok := s.carvePlan(p, n)
+		if !ok {
+			continue
+		}
+		if free := n.freeCapacity(); best == nil || free < bestFree-1e-9 {
+			best, bestPlan, bestFree = n, plan, free
 		}
 	}
-	return false
+	if best == nil {
+		return false
+	}
+	created := false
+	for _, c := range bestPlan {
+		g := c.g
+		if c.start < 0 {
+			g.whole = p.id
+			s.f.allocated++
+			p.got++
+			p.devs = append(p.devs, devRef{g: g, start: -1})
+			continue
+		}
+		g.insts = append(g.insts, inst{profile: c.profile, start: c.start, res: p.req.res, pod: p.id})
+		sh := g.share(g.insts[len(g.insts)-1])
+		s.f.allocated += sh
+		p.got += sh
+		p.devs = append(p.devs, devRef{g: g, start: c.start})
+		g.lastChanged = s.now
+		s.m.repartitions++
+		created = true
+	}
+	at := s.now
+	if created {
+		at += s.cfg.latency
+	}
+	s.started(p, best, at)
+	return true
 }
 
 type carved struct {
@@ -468,25 +488,19 @@ func profileOfResource(mi *modelInfo, res corev1.ResourceName) string {
 // trigger notes a pod waiting, for policies that plan in batches: a batch
 // window opens, or stays open a little longer.
 func (s *sim) trigger() {
-	if !s.batch.enabled {
+	if s.batch == nil {
 		return
 	}
-	if !s.batch.open {
-		s.batch.open, s.batch.opened = true, s.now
-	}
-	s.batch.last = s.now
-	s.push(event{t: s.batchCloses(), kind: evBatch})
+	closes := s.batch.Trigger(simTime(s.now))
+	s.push(event{t: simSeconds(closes), at: closes, kind: evBatch})
 }
 
-func (s *sim) batchCloses() float64 {
-	return min(s.batch.opened+s.batch.maxWin, s.batch.last+s.batch.idle)
-}
-
-func (s *sim) maybeCloseBatch() {
-	if !s.batch.open || s.now < s.batchCloses() {
+// maybeCloseBatch runs a round if the batch closes at at, the time of the
+// event that fired.
+func (s *sim) maybeCloseBatch(at time.Time) {
+	if s.batch == nil || !s.batch.Due(at) {
 		return
 	}
-	s.batch.open = false
 	start := time.Now()
 	s.pol.round(s)
 	s.m.rounds = append(s.m.rounds, time.Since(start))
@@ -494,9 +508,8 @@ func (s *sim) maybeCloseBatch() {
 	// Pods that cannot be scheduled open a window; while pods wait the
 	// planner also looks again every resync period, for capacity that
 	// pods leaving freed and cooldowns that ended.
-	if s.pending > 0 && !s.batch.resyncPlanned {
-		s.batch.resyncPlanned = true
-		s.push(event{t: s.now + resyncPeriod, kind: evResync})
+	if next, ok := s.batch.Ran(at, s.pending > 0); ok {
+		s.push(event{t: simSeconds(next), kind: evResync})
 	}
 }
 

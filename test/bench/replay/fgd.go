@@ -100,7 +100,7 @@ func fillOne(o Options, name string, nodes []TraceNode, templates []podTemplate)
 		r.FragmentationAtEnd = free / f.capacity
 		return r, nil
 	}
-	cfg := &runConfig{start: 0, horizon: math.Inf(1), latency: 0, planner: o.Planner, mixHalfLife: o.MixHalfLife}
+	cfg := &runConfig{start: 0, horizon: math.Inf(1), latency: 0, planner: o.Planner, mixHalfLife: o.MixHalfLife, cadence: o.Cadence}
 	// The static layouts are sized as for the timed replay: by the whole
 	// trace's request mix (no times: by size alone).
 	var whole, all float64
@@ -119,7 +119,7 @@ func fillOne(o Options, name string, nodes []TraceNode, templates []podTemplate)
 	if err := pol.setup(s); err != nil {
 		return r, err
 	}
-	_, _, batches := pol.batching()
+	_, batches := pol.batching()
 	// Nothing leaves, so what a round could not serve once it never will:
 	// later pods of that kind skip the round.
 	hopeless := map[classKey]bool{}
@@ -173,6 +173,7 @@ func (s *sim) drop(p *simPod) {
 	if i := slices.Index(c.q, p); i >= 0 {
 		c.q = slices.Delete(c.q, i, i+1)
 		s.pending--
+		s.pendingDemand -= p.req.total()
 	}
 	p.done = true
 }

@@ -229,6 +229,23 @@ func (f *fleet) finishChange(g *gpu) {
 	f.addFree(g)
 }
 
+// freeCapacity is the node's GPU capacity (memory share) no pod holds.
+func (n *node) freeCapacity() float64 {
+	free := 0.0
+	for _, g := range n.gpus {
+		if g.whole >= 0 {
+			continue
+		}
+		free++
+		for _, in := range g.insts {
+			if in.pod >= 0 {
+				free -= g.share(in)
+			}
+		}
+	}
+	return free
+}
+
 func busy(g *gpu) bool {
 	for _, in := range g.insts {
 		if in.pod >= 0 {

@@ -7,14 +7,16 @@ import (
 	"github.com/migflex/migflex/internal/planner"
 )
 
-// fluid is the bound no placement can beat: the fleet as one pool of GPU
-// capacity, divisible without slices, placements, nodes or changes; pods
-// start in queue order as soon as the pool has room for them (a pod that
-// does not fit does not hold back smaller ones behind it).
+// fluid is a reference for waits, not a bound: the fleet as one pool of
+// GPU capacity, divisible without slices, placements, nodes or changes;
+// pods start in queue order as soon as the pool has room for them (a pod
+// that does not fit does not hold back smaller ones behind it). Greedy in
+// queue order, it can serve less than a policy that starts a long large
+// pod first (TestBoundBeatsGreedyPool); upperBound is the bound.
 func fluid(templates []podTemplate, capacity float64, cfg *runConfig) Result {
 	pods := make([]*simPod, len(templates))
 	for i, t := range templates {
-		pods[i] = &simPod{id: i, name: t.name, req: t.req, asked: t.req.total(), wholeAsk: t.req.res == planner.ResourceGPU, prio: t.prio,
+		pods[i] = &simPod{id: i, name: t.name, req: t.req, asked: t.req.total(), askedKind: t.req.kind(), wholeAsk: t.req.res == planner.ResourceGPU, prio: t.prio,
 			arrival: t.arrival, duration: t.duration, start: -1}
 	}
 	arrivals := slices.Clone(pods)
@@ -43,8 +45,11 @@ func fluid(templates []podTemplate, capacity float64, cfg *runConfig) Result {
 			t = min(t, ends[0].t)
 		}
 		if dt := t - now; dt > 0 && len(pending) > 0 {
-			m.waitingTime += dt
-			m.idleWhileWaiting += dt * free / capacity
+			demand := 0.0
+			for _, p := range pending {
+				demand += p.asked
+			}
+			m.observe(dt, free, capacity, demand)
 		}
 		now = t
 		if now >= cfg.horizon {

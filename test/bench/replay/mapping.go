@@ -68,6 +68,11 @@ type request struct {
 
 func (r request) total() float64 { return r.size * float64(r.count) }
 
+// kind names the request in reports: "gpu x8", "mig-3g.40gb x1".
+func (r request) kind() string {
+	return fmt.Sprintf("%s x%d", strings.TrimPrefix(string(r.res), "nvidia.com/"), r.count)
+}
+
 // requestFor maps a task to a request on MIG model m: num_gpu >= 2, or
 // gpu_milli >= 1000, asks for that many whole GPUs (nvidia.com/gpu); a
 // GPU-sharing task (num_gpu 1, gpu_milli < 1000) asks for the smallest MIG
@@ -164,7 +169,12 @@ func sampleNodes(nodes []TraceNode, fraction float64, seed uint64) []TraceNode {
 // timestamps pods and snapshots carry.
 var epoch = time.Date(2023, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func simTime(s float64) time.Time { return epoch.Add(time.Duration(s * float64(time.Second))) }
+func simTime(s float64) time.Time {
+	return epoch.Add(time.Duration(math.Round(s * float64(time.Second))))
+}
+
+// simSeconds is the replay second of a time simTime gave.
+func simSeconds(t time.Time) float64 { return t.Sub(epoch).Seconds() }
 
 // k8sPod is the pod a task becomes: one container requesting the device,
 // its priority, its creation time, and gpu_spec as a required affinity on

@@ -28,13 +28,9 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	}
 	for _, l := range r.Loads {
 		fmt.Fprintf(&b, "## Load %g (peak demand / GPUs = %.2f): %d nodes, %d GPUs\n\n", l.Load, l.OfferedLoad, l.Nodes, l.GPUs)
-		bound := 0.0
-		for _, res := range l.Results {
-			if res.Policy == PolicyFluid {
-				bound = res.ServedShare
-			}
-		}
-		b.WriteString("| policy | served | % of bound | whole / MIG | ≤1 min | ≤10 min | wait p50 | wait p99 | wait mean | never served | downgraded | repartitions | per GPU-hour | idle while waiting | rounds | round p50/p99 ms |\n")
+		bound := l.Bound
+		fmt.Fprintf(&b, "Upper bound on served: %.1f%%.\n\n", 100*bound)
+		b.WriteString("| policy | served | % of bound | whole / MIG | ≤1 min | ≤10 min | wait p50 | wait p99 | wait mean | never served | downgraded | repartitions | per GPU-hour | stranded when saturated | rounds | round p50/p99 ms |\n")
 		b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 		for _, res := range l.Results {
 			ofBound := "-"
@@ -48,7 +44,7 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 			fmt.Fprintf(&b, "| %s | %.1f%% | %s | %.0f%% / %.0f%% | %.1f%% | %.1f%% | %s | %s | %s | %d | %d | %d | %.3f | %.1f%% | %d | %s |\n",
 				res.Policy, 100*res.ServedShare, ofBound, 100*res.ServedWhole, 100*res.ServedMIG, 100*res.Within1m, 100*res.Within10m,
 				seconds(res.WaitP50), seconds(res.WaitP99), seconds(res.WaitMean), res.NeverServed, res.Downgraded,
-				res.Repartitions, res.RepartitionsPerGPUHour, 100*res.IdleWhileWaiting, res.Rounds, rounds)
+				res.Repartitions, res.RepartitionsPerGPUHour, 100*res.Stranded, res.Rounds, rounds)
 		}
 		b.WriteString("\n")
 	}

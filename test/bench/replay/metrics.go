@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"time"
@@ -18,6 +19,22 @@ type metrics struct {
 	// the share of capacity idle over that time.
 	waitingTime      float64
 	idleWhileWaiting float64
+	// saturatedTime is the time the pending pods asked for at least the
+	// idle capacity (a divisible pool would have been full);
+	// strandedWhileSaturated integrates the share of capacity idle then.
+	saturatedTime          float64
+	strandedWhileSaturated float64
+}
+
+// observe integrates dt seconds with pods waiting, idle GPUs' worth of
+// capacity free and the pending pods asking for demand.
+func (m *metrics) observe(dt, idle, capacity, demand float64) {
+	m.waitingTime += dt
+	m.idleWhileWaiting += dt * idle / capacity
+	if demand >= idle-1e-9 {
+		m.saturatedTime += dt
+		m.strandedWhileSaturated += dt * idle / capacity
+	}
 }
 
 // Result is one policy's replay.
@@ -61,13 +78,38 @@ type Result struct {
 	// WaitingTimeShare is the share of the replay during which some pod
 	// waited.
 	WaitingTimeShare float64 `json:"waitingTimeShare"`
+	// Stranded is the share of capacity idle, averaged over the time the
+	// fleet was saturated: the pending pods asked for at least the idle
+	// capacity, so a divisible pool would have been full. Capacity idle
+	// then is what placement (fragmentation, gangs waiting for a whole
+	// node, layouts being changed) cost. SaturatedShare is the share of
+	// the replay that was.
+	Stranded       float64 `json:"strandedWhenSaturated"`
+	SaturatedShare float64 `json:"saturatedShare"`
 	// Rounds is the planning rounds run; RoundP50/P99 their wall time in
 	// milliseconds on this machine.
 	Rounds   int     `json:"rounds"`
 	RoundP50 float64 `json:"roundP50ms"`
 	RoundP99 float64 `json:"roundP99ms"`
+	// ByKind splits the pods by what they asked for (a MIG profile, or k
+	// whole GPUs), largest requested GPU-time first.
+	ByKind []KindResult `json:"byKind,omitempty"`
 	// Seconds is the wall time of the whole replay of this policy.
 	Seconds float64 `json:"seconds"`
+}
+
+// KindResult is one request kind's part of a replay.
+type KindResult struct {
+	// Kind is the resource asked for and how many ("nvidia.com/gpu x8").
+	Kind string `json:"kind"`
+	Pods int    `json:"pods"`
+	// RequestedShare is the kind's share of the requested GPU-slice-time;
+	// ServedShare the share of its own requested time it was served.
+	RequestedShare float64 `json:"requestedShare"`
+	ServedShare    float64 `json:"servedShare"`
+	NeverServed    int     `json:"neverServed"`
+	WaitP99        float64 `json:"waitP99"`
+	WaitMean       float64 `json:"waitMean"`
 }
 
 // result sums up a finished replay.
@@ -81,9 +123,26 @@ func summarize(name string, pods []*simPod, cfg *runConfig, capacity float64, m 
 	h := cfg.horizon
 	var requested, served, reqWhole, servedWhole float64
 	waits := make([]float64, 0, len(pods))
+	type kindAcc struct {
+		KindResult
+		req, served float64
+		waits       []float64
+	}
+	kinds := map[string]*kindAcc{}
 	for _, p := range pods {
+		kk := p.askedKind
+		if kk == "" {
+			kk = p.req.kind()
+		}
+		ka := kinds[kk]
+		if ka == nil {
+			ka = &kindAcc{KindResult: KindResult{Kind: kk}}
+			kinds[kk] = ka
+		}
+		ka.Pods++
 		req := p.asked * max(0, min(p.duration, h-p.arrival))
 		requested += req
+		ka.req += req
 		whole := p.wholeAsk
 		if whole {
 			reqWhole += req
@@ -93,11 +152,13 @@ func summarize(name string, pods []*simPod, cfg *runConfig, capacity float64, m 
 			wait = p.start - p.arrival
 			sv := min(p.asked, p.got) * (min(p.start+p.duration, h) - p.start)
 			served += sv
+			ka.served += sv
 			if whole {
 				servedWhole += sv
 			}
 		} else {
 			r.NeverServed++
+			ka.NeverServed++
 		}
 		if p.start >= 0 && p.start < h && wait <= 60 {
 			r.Within1m++
@@ -106,7 +167,21 @@ func summarize(name string, pods []*simPod, cfg *runConfig, capacity float64, m 
 			r.Within10m++
 		}
 		waits = append(waits, wait)
+		ka.waits = append(ka.waits, wait)
 	}
+	for _, ka := range kinds {
+		if requested > 0 {
+			ka.RequestedShare = ka.req / requested
+		}
+		if ka.req > 0 {
+			ka.ServedShare = ka.served / ka.req
+		}
+		ka.WaitP99, ka.WaitMean = quantile(ka.waits, 0.99), mean(ka.waits)
+		r.ByKind = append(r.ByKind, ka.KindResult)
+	}
+	slices.SortFunc(r.ByKind, func(a, b KindResult) int {
+		return cmp.Or(cmp.Compare(b.RequestedShare, a.RequestedShare), cmp.Compare(a.Kind, b.Kind))
+	})
 	if requested > 0 {
 		r.ServedShare = served / requested
 	}
@@ -128,6 +203,12 @@ func summarize(name string, pods []*simPod, cfg *runConfig, capacity float64, m 
 	}
 	if m.waitingTime > 0 {
 		r.IdleWhileWaiting = m.idleWhileWaiting / m.waitingTime
+	}
+	if m.saturatedTime > 0 {
+		r.Stranded = m.strandedWhileSaturated / m.saturatedTime
+	}
+	if span > 0 {
+		r.SaturatedShare = m.saturatedTime / span
 	}
 	ms := make([]float64, len(m.rounds))
 	for i, d := range m.rounds {

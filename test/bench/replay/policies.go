@@ -3,8 +3,10 @@ package replay
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -16,19 +18,20 @@ import (
 
 // Policy names, in report order.
 const (
-	PolicyStatic1g          = "static-1g"
-	PolicyStaticBalanced    = "static-balanced"
-	PolicyFallback1g        = "fallback-1g"
-	PolicyFallbackBalanced  = "fallback-balanced"
-	PolicyFirstFit          = "dra-first-fit"
-	PolicyNos               = "nos-greedy"
-	PolicyMigflex           = "migflex"
-	PolicyFluid             = "fluid-bound"
-	defaultMigflexIdle      = 2.0
-	defaultMigflexMaxWindow = 10.0
-	nosIdle                 = 10.0
-	nosMaxWindow            = 60.0
+	PolicyStatic1g         = "static-1g"
+	PolicyStaticBalanced   = "static-balanced"
+	PolicyFallback1g       = "fallback-1g"
+	PolicyFallbackBalanced = "fallback-balanced"
+	PolicyFirstFit         = "dra-first-fit"
+	PolicyNos              = "nos-greedy"
+	PolicyMigflex          = "migflex"
+	PolicyFluid            = "fluid"
 )
+
+// nosCadence is nos's batch window (batchWindowIdleSeconds 10,
+// batchWindowTimeoutSeconds 60), looking again as migflex does while pods
+// wait.
+var nosCadence = planner.Cadence{Idle: 10 * time.Second, Max: time.Minute, Resync: planner.DefaultCadence().Resync}
 
 // AllPolicies lists every policy the replay knows.
 var AllPolicies = []string{
@@ -55,7 +58,7 @@ func newPolicy(name string, cfg *runConfig) (policy, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &migflex{static: static{label: name, layout: balanced}, pl: pl, mix: planner.NewMixTracker(cfg.mixHalfLife)}, nil
+		return &migflex{static: static{label: name, layout: balanced}, pl: pl, mix: planner.NewMixTracker(cfg.mixHalfLife), cadence: cfg.cadence}, nil
 	}
 	return nil, fmt.Errorf("unknown policy %q (known: %v)", name, AllPolicies)
 }
@@ -68,13 +71,13 @@ type static struct {
 	layout func(*modelInfo) ([]inst, error)
 }
 
-func (p *static) name() string                                 { return p.label }
-func (p *static) carves() bool                                 { return false }
-func (p *static) arrive(*sim, *simPod)                         {}
-func (p *static) batching() (idle, maxWindow float64, ok bool) { return 0, 0, false }
-func (p *static) round(*sim)                                   {}
-func (p *static) started(*sim, *simPod)                        {}
-func (p *static) released(*sim, *simPod)                       {}
+func (p *static) name() string                      { return p.label }
+func (p *static) carves() bool                      { return false }
+func (p *static) arrive(*sim, *simPod)              {}
+func (p *static) batching() (planner.Cadence, bool) { return planner.Cadence{}, false }
+func (p *static) round(*sim)                        {}
+func (p *static) started(*sim, *simPod)             {}
+func (p *static) released(*sim, *simPod)            {}
 
 func (p *static) setup(s *sim) error {
 	whole := int(math.Round(s.cfg.wholeShare * s.f.capacity))
@@ -226,13 +229,13 @@ func (p *fallbackPolicy) released(_ *sim, pod *simPod) { p.b.DeletePod(pod.name)
 // GPU with no instance is handed out whole.
 type firstFit struct{}
 
-func (firstFit) name() string                                 { return PolicyFirstFit }
-func (firstFit) carves() bool                                 { return true }
-func (firstFit) arrive(*sim, *simPod)                         {}
-func (firstFit) batching() (idle, maxWindow float64, ok bool) { return 0, 0, false }
-func (firstFit) round(*sim)                                   {}
-func (firstFit) started(*sim, *simPod)                        {}
-func (firstFit) released(*sim, *simPod)                       {}
+func (firstFit) name() string                      { return PolicyFirstFit }
+func (firstFit) carves() bool                      { return true }
+func (firstFit) arrive(*sim, *simPod)              {}
+func (firstFit) batching() (planner.Cadence, bool) { return planner.Cadence{}, false }
+func (firstFit) round(*sim)                        {}
+func (firstFit) started(*sim, *simPod)             {}
+func (firstFit) released(*sim, *simPod)            {}
 func (firstFit) setup(s *sim) error {
 	for _, g := range s.f.gpus {
 		g.mig = true
@@ -241,31 +244,36 @@ func (firstFit) setup(s *sim) error {
 }
 
 // nos batches pending pods (a window of 60 s, closed early after 10 s
-// without a new one) and then, as nebuly-ai/nos does, walks the nodes in
-// name order and gives each MIG GPU the known geometry that supplies most
-// of the profiles still lacking (pods by priority, then smallest profile
-// first). It leaves whole GPUs alone, knows profile counts but not
-// placements (a geometry the agent cannot place around busy instances
-// fails), and weighs neither churn nor fragmentation. It starts from the
-// same layout as migflex.
+// without a new one) and then plans as nebuly-ai/nos's planner does
+// (internal/partitioning/core/planner.go): pods by priority, then smallest
+// profile first; the profiles still lacking; nodes in name order, and on
+// each node every MIG GPU given, in index order, the known geometry that
+// supplies most of what is still lacking next to its devices in use
+// (pkg/gpu/mig GPU.UpdateGeometryFor); the node's new layout is kept only
+// if a lacking pod that may land on the node then fits there (nos runs the
+// scheduler's filters), and the pods that fit stop lacking. It leaves whole
+// GPUs alone, knows profile counts but not placements (a geometry the agent
+// cannot place around busy instances fails), and weighs neither churn nor
+// fragmentation. It starts from the same layout as migflex.
+//
+// One difference makes it stronger than nos, never weaker: nos computes
+// each pod's lacking profile against the free devices of the whole cluster
+// separately (ten pods and three free devices: none lacks), here the free
+// devices are counted once.
 type nos struct {
 	static
 }
 
-func (p *nos) batching() (idle, maxWindow float64, ok bool) { return nosIdle, nosMaxWindow, true }
+func (p *nos) batching() (planner.Cadence, bool) { return nosCadence, true }
 
 func (p *nos) round(s *sim) {
 	pods := s.waiting()
 	slices.SortStableFunc(pods, func(a, b *simPod) int {
 		return cmp.Or(cmp.Compare(b.prio, a.prio), cmp.Compare(a.req.size, b.req.size), cmp.Compare(a.arrival, b.arrival))
 	})
-	lacking := map[corev1.ResourceName]int{}
-	for _, pod := range pods {
-		if pod.req.res != planner.ResourceGPU {
-			lacking[pod.req.res] += pod.req.count
-		}
-	}
-	// What is free now or coming from changes in flight.
+	// What is free now or coming from changes in flight serves the first
+	// pods; the others lack their profile.
+	free := map[corev1.ResourceName]int{}
 	for _, g := range s.f.gpus {
 		list := g.insts
 		if g.changing {
@@ -273,14 +281,20 @@ func (p *nos) round(s *sim) {
 		}
 		for _, in := range list {
 			if in.pod < 0 && (!g.changing || !containsInst(g.insts, in)) {
-				lacking[in.res]--
+				free[in.res]++
 			}
 		}
 	}
-	for r, n := range lacking {
-		if n <= 0 {
-			delete(lacking, r)
+	var lacking []*simPod
+	for _, pod := range pods {
+		if pod.req.res == planner.ResourceGPU {
+			continue
 		}
+		if free[pod.req.res] >= pod.req.count {
+			free[pod.req.res] -= pod.req.count
+			continue
+		}
+		lacking = append(lacking, pod)
 	}
 	for _, n := range s.f.nodes {
 		if len(lacking) == 0 {
@@ -289,19 +303,94 @@ func (p *nos) round(s *sim) {
 		if n.changing > 0 {
 			continue
 		}
-		for _, g := range n.gpus {
-			if len(lacking) == 0 {
-				return
-			}
-			if !g.mig || g.changing {
-				continue
-			}
-			p.updateGeometry(s, g, lacking)
-		}
+		lacking = p.updateNode(s, n, lacking)
 	}
 }
 
-func (p *nos) updateGeometry(s *sim, g *gpu, lacking map[corev1.ResourceName]int) {
+// nosGeometry is a GPU's new geometry in a node's tentative update.
+type nosGeometry struct {
+	g      *gpu
+	counts map[string]int
+}
+
+// updateNode tries a new geometry on the node for the lacking pods, keeps
+// it if one of the pods that may land there then fits, and returns the
+// pods still lacking.
+func (p *nos) updateNode(s *sim, n *node, lacking []*simPod) []*simPod {
+	required := map[corev1.ResourceName]int{}
+	for _, pod := range lacking {
+		required[pod.req.res] += pod.req.count
+	}
+	var updates []nosGeometry
+	devices := map[corev1.ResourceName]int{}
+	for _, g := range n.gpus {
+		if !g.mig || g.changing {
+			continue
+		}
+		cur := map[string]int{}
+		for _, in := range g.insts {
+			cur[in.profile]++
+		}
+		geom, ok := p.bestGeometry(g, required)
+		if !ok {
+			geom = cur
+		} else if !maps.Equal(geom, cur) {
+			updates = append(updates, nosGeometry{g: g, counts: geom})
+		}
+		used := map[string]int{}
+		for _, in := range g.insts {
+			if in.pod >= 0 {
+				used[in.profile]++
+			}
+		}
+		for name, c := range geom {
+			res := planner.MigResource(name)
+			if f := c - used[name]; f > 0 {
+				devices[res] += f
+				if required[res] -= f; required[res] <= 0 {
+					delete(required, res)
+				}
+			}
+		}
+	}
+	if len(updates) == 0 {
+		return lacking
+	}
+	// The scheduler's filters: which lacking pods, in order, fit the node
+	// with its new devices (only what it did not have before is new).
+	for res := range devices {
+		devices[res] -= n.free[res]
+	}
+	var rest []*simPod
+	added := 0
+	for _, pod := range lacking {
+		if s.eligs.masks[pod.elig][n.idx] && devices[pod.req.res] >= pod.req.count {
+			devices[pod.req.res] -= pod.req.count
+			added++
+			continue
+		}
+		rest = append(rest, pod)
+	}
+	if added == 0 {
+		return lacking
+	}
+	for _, u := range updates {
+		target, err := agentLayout(u.g, u.counts)
+		if err != nil {
+			s.m.failedChanges++
+			continue
+		}
+		if err := s.change(u.g, true, target); err != nil {
+			s.m.failedChanges++
+		}
+	}
+	return rest
+}
+
+// bestGeometry is the known geometry of the GPU's model that supplies most
+// of the required profiles, keeping its devices in use; false when none
+// supplies any.
+func (p *nos) bestGeometry(g *gpu, required map[corev1.ResourceName]int) (map[string]int, bool) {
 	used, cur := map[string]int{}, map[string]int{}
 	for _, in := range g.insts {
 		cur[in.profile]++
@@ -309,27 +398,7 @@ func (p *nos) updateGeometry(s *sim, g *gpu, lacking map[corev1.ResourceName]int
 			used[in.profile]++
 		}
 	}
-	provides := func(geom map[string]int) (int, map[corev1.ResourceName]int) {
-		total, by := 0, map[corev1.ResourceName]int{}
-		for res, q := range lacking {
-			name := profileOfResource(g.model, res)
-			if name == "" {
-				continue
-			}
-			free := cur[name] - used[name]
-			if free >= q {
-				continue
-			}
-			if add := geom[name] - cur[name]; add > 0 {
-				n := min(add, q-free)
-				total += n
-				by[res] = n
-			}
-		}
-		return total, by
-	}
 	var best map[string]int
-	var bestBy map[corev1.ResourceName]int
 	bestN := 0
 	for _, geom := range g.model.geoms {
 		applicable := true
@@ -341,27 +410,21 @@ func (p *nos) updateGeometry(s *sim, g *gpu, lacking map[corev1.ResourceName]int
 		if !applicable {
 			continue
 		}
-		if n, by := provides(geom); n > bestN {
-			best, bestBy, bestN = geom, by, n
+		total := 0
+		for res, q := range required {
+			name := profileOfResource(g.model, res)
+			if name == "" || cur[name]-used[name] >= q {
+				continue
+			}
+			if add := geom[name] - used[name]; add > 0 {
+				total += min(add, q)
+			}
+		}
+		if total > bestN {
+			best, bestN = geom, total
 		}
 	}
-	if best == nil {
-		return
-	}
-	target, err := agentLayout(g, best)
-	if err != nil {
-		s.m.failedChanges++
-		return
-	}
-	if err := s.change(g, true, target); err != nil {
-		s.m.failedChanges++
-		return
-	}
-	for res, n := range bestBy {
-		if lacking[res] -= n; lacking[res] <= 0 {
-			delete(lacking, res)
-		}
-	}
+	return best, best != nil
 }
 
 // agentLayout is where the agent would put counts on the GPU now
@@ -395,21 +458,19 @@ func agentLayout(g *gpu, counts map[string]int) ([]inst, error) {
 // migflex runs internal/planner on every batch of pending pods.
 type migflex struct {
 	static
-	pl  *planner.Planner
-	mix *planner.MixTracker
+	pl      *planner.Planner
+	mix     *planner.MixTracker
+	cadence planner.Cadence
 }
 
-func (p *migflex) batching() (idle, maxWindow float64, ok bool) {
-	return defaultMigflexIdle, defaultMigflexMaxWindow, true
-}
+// batching is the controller's cadence (planner.DefaultCadence unless the
+// replay is told otherwise).
+func (p *migflex) batching() (planner.Cadence, bool) { return p.cadence, true }
 
 func (p *migflex) arrive(s *sim, pod *simPod) { p.mix.Observe(simTime(s.now), pod.k8s) }
 
 func (p *migflex) round(s *sim) {
 	pods := s.waiting()
-	if len(pods) == 0 {
-		return
-	}
 	snap := planner.Snapshot{Now: simTime(s.now), Mix: p.mix.Mix(simTime(s.now))}
 	for _, mi := range s.f.models {
 		snap.Models = append(snap.Models, mi.m)

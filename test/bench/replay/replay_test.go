@@ -2,7 +2,9 @@ package replay
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -77,7 +79,8 @@ func TestReplayOneGPU(t *testing.T) {
 }
 
 // TestReplayReshapeTimes: a 7g.80gb task on one GPU laid out all-balanced.
-// migflex plans after its 2 s idle window and the change takes 5 s: 7 s.
+// migflex plans after its 2 s idle window and the change takes 5 s: 7 s;
+// with a leading round for a lone pod, 5 s.
 // nos plans after its 10 s idle window: 15 s. First fit carves it on the
 // empty GPU: 5 s.
 func TestReplayReshapeTimes(t *testing.T) {
@@ -91,6 +94,17 @@ func TestReplayReshapeTimes(t *testing.T) {
 	}
 	if r := got[PolicyMigflex]; r.Repartitions != 1 || r.Rounds != 1 {
 		t.Errorf("migflex: %d repartitions in %d rounds, want 1 in 1", r.Repartitions, r.Rounds)
+	}
+	o := Options{Tasks: tasks, Columns: Columns{Times: true}, Nodes: nodes, Speedup: 1, Drain: time.Hour, Latency: 5 * time.Second,
+		Planner: planner.DefaultPolicy(), MixHalfLife: time.Hour, Policies: []string{PolicyMigflex}, Parallel: 1}
+	o.Cadence = planner.DefaultCadence()
+	o.Cadence.Leading = true
+	r, err := Run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := r.Loads[0].Results[0].WaitP50; !near(w, 5) {
+		t.Errorf("migflex with a leading round: wait %v s, want 5", w)
 	}
 }
 
@@ -204,5 +218,161 @@ func TestDeterministic(t *testing.T) {
 	}
 	if a, b := run(), run(); a != b {
 		t.Errorf("two runs differ:\n%s\n%s", a, b)
+	}
+}
+
+// TestBoundBeatsGreedyPool: one GPU, a short 1g.10gb task of high priority
+// and a whole-GPU task of low priority that outlasts the replay, both at
+// time 0; the replay ends at 3600 s. Requested: 1000/8 + 3600 = 3725.
+// Static gives the GPU whole (the whole-GPU share rounds to it) and serves
+// the big task from 0: 3600. The greedy pool starts the small task first
+// (priority) and the big one only at 1000: 125 + 2600 = 2725. The bound is
+// the GPU for the whole replay: 3600.
+func TestBoundBeatsGreedyPool(t *testing.T) {
+	tasks := []Task{
+		{Name: "small", NumGPU: 1, GPUMilli: 100, QoS: "LS", Created: 0, Duration: 1000},
+		{Name: "big", NumGPU: 1, GPUMilli: 1000, QoS: "BE", Created: 0, Duration: 10000},
+	}
+	o := Options{Tasks: tasks, Columns: Columns{Times: true}, Nodes: []TraceNode{{Name: "n0", GPUs: 1, Model: "G2"}}, Speedup: 1,
+		Drain: time.Hour, Latency: 5 * time.Second, Planner: planner.DefaultPolicy(), MixHalfLife: time.Hour,
+		Policies: []string{PolicyStaticBalanced, PolicyFluid}, Parallel: 1}
+	r, err := Run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := r.Loads[0]
+	got := map[string]float64{}
+	for _, res := range l.Results {
+		got[res.Policy] = res.ServedShare
+	}
+	if want := 3600.0 / 3725; !near(got[PolicyStaticBalanced], want) || !near(l.Bound, want) {
+		t.Errorf("static served %v, bound %v; want both %v", got[PolicyStaticBalanced], l.Bound, want)
+	}
+	if want := 2725.0 / 3725; !near(got[PolicyFluid], want) {
+		t.Errorf("greedy pool served %v, want %v", got[PolicyFluid], want)
+	}
+}
+
+// TestUpperBound checks the bound on traces whose best schedule is worked
+// out by hand (capacity in GPUs, horizon 3600 s after the last arrival).
+func TestUpperBound(t *testing.T) {
+	whole := request{res: planner.ResourceGPU, count: 1, size: 1}
+	half := request{res: planner.ResourceGPU, count: 1, size: 0.5}
+	for name, tc := range map[string]struct {
+		pods     []podTemplate
+		capacity float64
+		want     float64
+	}{
+		// Everything fits at once.
+		"room for all": {pods: []podTemplate{{req: whole, duration: 100}, {req: half, duration: 50}}, capacity: 2, want: 1},
+		// Two whole GPUs' worth of work, 2 x 3000 s, one GPU, 3600 s: at
+		// most 3600 of 6000.
+		"one GPU, two long tasks": {pods: []podTemplate{{req: whole, duration: 3000}, {req: whole, duration: 3000}}, capacity: 1, want: 0.6},
+		// A task arriving late can only run until the horizon, at its
+		// size: the first holds the GPU from 0 to 1000, the second (at
+		// 1000, 3600 s to run before the horizon at 4600) needs all of it
+		// and gets it: nothing is lost.
+		"late arrival": {pods: []podTemplate{{req: whole, duration: 1000}, {req: whole, arrival: 1000, duration: 5000}}, capacity: 1, want: 1},
+		// Two halves and a whole on one GPU, all at 0 for 3600 s: any
+		// schedule is capped by the GPU: 3600 of 7200.
+		"capped by capacity": {pods: []podTemplate{{req: half, duration: 3600}, {req: half, duration: 3600}, {req: whole, duration: 3600}}, capacity: 1, want: 0.5},
+		// A half-GPU task alone on two GPUs runs at its size: served
+		// fully, capacity is not what limits it.
+		"rate capped": {pods: []podTemplate{{req: half, duration: 7200}}, capacity: 2, want: 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := &runConfig{start: 0}
+			for _, p := range tc.pods {
+				cfg.horizon = max(cfg.horizon, p.arrival)
+			}
+			cfg.horizon += 3600
+			if got := upperBound(tc.pods, tc.capacity, cfg); math.Abs(got-tc.want) > 1e-3 {
+				t.Errorf("bound %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestBoundHoldsOnRandomTraces: on small random traces no policy serves
+// more than the bound, and the bound is at most everything requested.
+func TestBoundHoldsOnRandomTraces(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	for trial := range 12 {
+		var tasks []Task
+		for i := range 30 {
+			tk := Task{Name: fmt.Sprintf("t%d", i), NumGPU: 1, GPUMilli: []int{100, 200, 400, 900, 1000}[rng.IntN(5)],
+				QoS: []string{"LS", "BE", "Burstable"}[rng.IntN(3)], Created: float64(rng.IntN(4000)), Duration: float64(100 + rng.IntN(6000))}
+			if rng.IntN(6) == 0 {
+				tk.NumGPU, tk.GPUMilli = []int{2, 4}[rng.IntN(2)], 1000
+			}
+			tasks = append(tasks, tk)
+		}
+		nodes := []TraceNode{{Name: "a", GPUs: 4, Model: "G2"}, {Name: "b", GPUs: 2, Model: "G2"}}
+		o := Options{Tasks: tasks, Columns: Columns{Times: true}, Nodes: nodes, Speedup: 1, Drain: time.Hour, Latency: 5 * time.Second,
+			Planner: planner.DefaultPolicy(), MixHalfLife: time.Hour, Parallel: 2}
+		r, err := Run(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := r.Loads[0]
+		if l.Bound > 1+1e-9 {
+			t.Errorf("trial %d: bound %v above everything requested", trial, l.Bound)
+		}
+		for _, res := range l.Results {
+			if res.ServedShare > l.Bound+1e-9 {
+				t.Errorf("trial %d: %s served %v, above the bound %v", trial, res.Policy, res.ServedShare, l.Bound)
+			}
+		}
+	}
+}
+
+// TestNosKeepsChangesPodsCanUse: nos keeps a node's new layout only if a
+// lacking pod may land there. The 7g.80gb task may run on the T4 node only
+// (gpu_spec); the G2 node comes first by name and is left alone: one
+// change, on the T4 node, and the task runs after nos's 10 s window and
+// the 5 s change.
+func TestNosKeepsChangesPodsCanUse(t *testing.T) {
+	tasks := []Task{{Name: "big", NumGPU: 1, GPUMilli: 900, Spec: []string{"T4"}, Created: 0, Duration: 100}}
+	nodes := []TraceNode{{Name: "a", GPUs: 1, Model: "G2"}, {Name: "b", GPUs: 1, Model: "T4"}}
+	r := replayOf(t, tasks, nodes, PolicyNos)[PolicyNos]
+	if r.NeverServed != 0 || r.Repartitions != 1 || !near(r.WaitP50, 15) {
+		t.Errorf("nos: never served %d, repartitions %d, wait %v s; want 0, 1, 15", r.NeverServed, r.Repartitions, r.WaitP50)
+	}
+}
+
+// TestReplayFractionalTimes: rounds run when their batch closes whatever
+// the arrival times (the event queue keeps seconds, the batcher times):
+// 7g.80gb tasks at fractional times, one at a time, on GPUs laid out
+// all-balanced, each served by a reshape within the batch window and the
+// change.
+func TestReplayFractionalTimes(t *testing.T) {
+	// The first task sets the replay's second zero.
+	tasks := []Task{{Name: "first", NumGPU: 1, GPUMilli: 100, Created: 0, Duration: 10}}
+	for i := range 40 {
+		// Days into the trace, where a float64 second has about a
+		// nanosecond of resolution.
+		tasks = append(tasks, Task{Name: fmt.Sprintf("t%d", i), NumGPU: 1, GPUMilli: 900, Created: 4.41329944e6 + 100*float64(i) + float64(i)/7, Duration: 50})
+	}
+	nodes := []TraceNode{{Name: "n0", GPUs: 2, Model: "G2"}}
+	r := replayOf(t, tasks, nodes, PolicyMigflex)[PolicyMigflex]
+	if r.NeverServed != 0 || r.WaitP99 > 10 {
+		t.Errorf("migflex: %d never served, wait p99 %v s; want 0 and at most the window and the change", r.NeverServed, r.WaitP99)
+	}
+}
+
+// TestStranded: on one GPU laid out as seven 1g.10gb, seven 1g tasks run
+// for 1000 s while a 3g.40gb task waits for ever. For those 1000 s the
+// waiting demand (half a GPU) is more than the idle eighth: saturated,
+// with an eighth stranded. Then the GPU is idle and the 3g alone asks for
+// less than that: not saturated. The replay lasts 3600 s.
+func TestStranded(t *testing.T) {
+	var tasks []Task
+	for i := range 7 {
+		tasks = append(tasks, Task{Name: fmt.Sprintf("small%d", i), NumGPU: 1, GPUMilli: 100, Created: 0, Duration: 1000})
+	}
+	tasks = append(tasks, Task{Name: "half", NumGPU: 1, GPUMilli: 400, Created: 0, Duration: 1000})
+	r := replayOf(t, tasks, []TraceNode{{Name: "n0", GPUs: 1, Model: "G2"}}, PolicyStatic1g)[PolicyStatic1g]
+	if !near(r.Stranded, 0.125) || !near(r.SaturatedShare, 1000.0/3600) || r.NeverServed != 1 {
+		t.Errorf("stranded %v over %v of the replay, %d never served; want 0.125 over %v, 1", r.Stranded, r.SaturatedShare, r.NeverServed, 1000.0/3600)
 	}
 }

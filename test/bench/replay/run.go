@@ -48,10 +48,13 @@ type Options struct {
 	Drain time.Duration
 	// Latency is how long a layout change (or a carved instance) takes to
 	// be usable.
-	Latency     time.Duration
-	Seed        uint64
-	Policies    []string
-	Planner     planner.Policy
+	Latency  time.Duration
+	Seed     uint64
+	Policies []string
+	Planner  planner.Policy
+	// Cadence is when migflex's rounds run (zero: planner.DefaultCadence,
+	// what the controller runs with).
+	Cadence     planner.Cadence
 	MixHalfLife time.Duration
 	// FGD runs the fill experiment on FGDFraction of the nodes.
 	FGD         bool
@@ -99,24 +102,27 @@ type TraceInfo struct {
 
 // Settings are the knobs of the run.
 type Settings struct {
-	Models         ModelMap       `json:"models"`
-	Speedup        float64        `json:"speedup"`
-	DrainSeconds   float64        `json:"drainSeconds"`
-	LatencySeconds float64        `json:"latencySeconds"`
-	Seed           uint64         `json:"seed"`
-	Planner        planner.Policy `json:"planner"`
-	MixHalfLife    string         `json:"mixHalfLife"`
-	MigflexWindow  string         `json:"migflexWindow"`
-	NosWindow      string         `json:"nosWindow"`
+	Models         ModelMap        `json:"models"`
+	Speedup        float64         `json:"speedup"`
+	DrainSeconds   float64         `json:"drainSeconds"`
+	LatencySeconds float64         `json:"latencySeconds"`
+	Seed           uint64          `json:"seed"`
+	Planner        planner.Policy  `json:"planner"`
+	MixHalfLife    string          `json:"mixHalfLife"`
+	MigflexCadence planner.Cadence `json:"migflexCadence"`
+	NosCadence     planner.Cadence `json:"nosCadence"`
 }
 
 // LoadResult is every policy at one load.
 type LoadResult struct {
-	Load        float64  `json:"load"`
-	OfferedLoad float64  `json:"offeredLoad"`
-	Nodes       int      `json:"nodes"`
-	GPUs        int      `json:"gpus"`
-	Results     []Result `json:"results"`
+	Load        float64 `json:"load"`
+	OfferedLoad float64 `json:"offeredLoad"`
+	Nodes       int     `json:"nodes"`
+	GPUs        int     `json:"gpus"`
+	// Bound is a served share no policy can beat on this fleet (see
+	// upperBound): the reference of "% of bound".
+	Bound   float64  `json:"bound"`
+	Results []Result `json:"results"`
 }
 
 // runConfig is what one simulation needs besides its policy.
@@ -125,6 +131,7 @@ type runConfig struct {
 	latency        float64
 	wholeShare     float64
 	planner        planner.Policy
+	cadence        planner.Cadence
 	mixHalfLife    time.Duration
 }
 
@@ -149,8 +156,7 @@ func Run(o Options) (*Report, error) {
 	rep.Settings = Settings{
 		Models: o.Models, Speedup: o.Speedup, DrainSeconds: o.Drain.Seconds(), LatencySeconds: o.Latency.Seconds(),
 		Seed: o.Seed, Planner: o.Planner, MixHalfLife: o.MixHalfLife.String(),
-		MigflexWindow: fmt.Sprintf("%gs idle / %gs max", defaultMigflexIdle, defaultMigflexMaxWindow),
-		NosWindow:     fmt.Sprintf("%gs idle / %gs max", nosIdle, nosMaxWindow),
+		MigflexCadence: o.Cadence, NosCadence: nosCadence,
 	}
 	full, err := newFleet(o.Nodes, o.Models)
 	if err != nil {
@@ -223,6 +229,12 @@ func (o *Options) defaults() error {
 	}
 	if o.FGDOffered <= 0 {
 		o.FGDOffered = 1.3
+	}
+	if o.Cadence == (planner.Cadence{}) {
+		o.Cadence = planner.DefaultCadence()
+	}
+	if err := o.Cadence.Validate(); err != nil {
+		return fmt.Errorf("migflex cadence: %w", err)
 	}
 	return o.Planner.Validate()
 }
@@ -308,7 +320,7 @@ func specModels(m ModelMap, spec []string) []string {
 }
 
 func baseConfig(o Options, templates []podTemplate) *runConfig {
-	cfg := &runConfig{start: math.Inf(1), horizon: 0, latency: o.Latency.Seconds(), planner: o.Planner, mixHalfLife: o.MixHalfLife}
+	cfg := &runConfig{start: math.Inf(1), horizon: 0, latency: o.Latency.Seconds(), planner: o.Planner, mixHalfLife: o.MixHalfLife, cadence: o.Cadence}
 	for _, t := range templates {
 		cfg.start = min(cfg.start, t.arrival)
 		cfg.horizon = max(cfg.horizon, t.arrival)
@@ -382,7 +394,7 @@ func runLoads(o Options, full *fleet, templates []podTemplate, cfg *runConfig, d
 			gpus += n.GPUs
 		}
 		results[li] = LoadResult{Load: load, OfferedLoad: demand / float64(gpus), Nodes: len(nodes), GPUs: gpus,
-			Results: make([]Result, len(o.Policies))}
+			Bound: upperBound(templates, float64(gpus), cfg), Results: make([]Result, len(o.Policies))}
 		for _, p := range o.Policies {
 			jobs = append(jobs, job{li, p, nodes})
 		}
@@ -442,7 +454,7 @@ func runOne(o Options, policyName string, nodes []TraceNode, templates []podTemp
 func newSim(cfg *runConfig, pol policy, f *fleet, templates []podTemplate) *sim {
 	s := &sim{cfg: cfg, pol: pol, f: f, classes: map[classKey]*podClass{}, dirty: map[corev1.ResourceName]bool{}, now: cfg.start}
 	for i, t := range templates {
-		p := &simPod{id: i, name: t.name, req: t.req, asked: t.req.total(), wholeAsk: t.req.res == planner.ResourceGPU, prio: t.prio, arrival: t.arrival,
+		p := &simPod{id: i, name: t.name, req: t.req, asked: t.req.total(), askedKind: t.req.kind(), wholeAsk: t.req.res == planner.ResourceGPU, prio: t.prio, arrival: t.arrival,
 			duration: t.duration, start: -1}
 		p.k8s = k8sPod(t.name, t.req, t.prio, t.arrival, t.spec)
 		s.pods = append(s.pods, p)

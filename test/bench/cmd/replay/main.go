@@ -35,6 +35,7 @@ func run(args []string, stderr io.Writer) error {
 	latency := fs.Duration("latency", 5*time.Second, "time for a layout change (or a carved instance) to become usable")
 	seed := fs.Uint64("seed", 1, "seed for the fleet sample and resampled times")
 	policies := fs.String("policies", strings.Join(replay.AllPolicies, ","), "policies to replay")
+	resample := fs.String("resample", "", "draw the pod list again so that a kind of task asks for a share of the GPUs requested, as the trace's own resampled files were made: gpushare=SHARE or multigpu=SHARE (with -seed)")
 	fgd := fs.Bool("fgd", true, "run the FGD fill experiment")
 	fgdFraction := fs.Float64("fgd-fleet", 0.25, "share of the node list the fill experiment uses (1: the whole list)")
 	fgdOffered := fs.Float64("fgd-offered", 1.3, "demand the fill experiment offers, as a multiple of the fleet's GPUs")
@@ -43,6 +44,15 @@ func run(args []string, stderr io.Writer) error {
 	pol := planner.DefaultPolicy()
 	fs.IntVar(&pol.MaxGPUsPerRound, "planner-max-gpus", pol.MaxGPUsPerRound, "migflex: GPUs one round may repartition (0: no cap)")
 	fs.DurationVar(&pol.Cooldown, "planner-cooldown", pol.Cooldown, "migflex: time a GPU is left alone after a change")
+	fs.Float64Var(&pol.Weights.Touch, "planner-touch", pol.Weights.Touch, "migflex: cost of repartitioning a GPU")
+	fs.Float64Var(&pol.Weights.Destroy, "planner-destroy", pol.Weights.Destroy, "migflex: cost of each free instance destroyed")
+	fs.Float64Var(&pol.Weights.Fragmentation, "planner-fragmentation", pol.Weights.Fragmentation, "migflex: cost of each GPU's worth of usable capacity lost")
+	fs.BoolVar(&pol.ReclaimIdle, "planner-reclaim", pol.ReclaimIdle, "migflex: give MIG GPUs with nothing in use back to whole")
+	cadence := planner.DefaultCadence()
+	fs.DurationVar(&cadence.Idle, "migflex-idle", cadence.Idle, "migflex: a round runs once no pod became pending for this long")
+	fs.DurationVar(&cadence.Max, "migflex-max", cadence.Max, "migflex: ... and at most this long after the first")
+	fs.DurationVar(&cadence.Resync, "migflex-resync", cadence.Resync, "migflex: how often rounds run again while pods wait")
+	fs.BoolVar(&cadence.Leading, "migflex-leading", cadence.Leading, "migflex: a round at once for the first pod after a quiet spell")
 	halfLife := fs.Duration("mix-half-life", time.Hour, "migflex: half-life of the observed demand mix")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -51,7 +61,7 @@ func run(args []string, stderr io.Writer) error {
 		return errors.New("-pods and -nodes are required (the trace: github.com/alibaba/clusterdata, cluster-trace-gpu-v2023/csv)")
 	}
 	o := replay.Options{TraceName: filepath.Base(*pods), Speedup: *speedup, Drain: *drain, Latency: *latency,
-		Seed: *seed, Planner: pol, MixHalfLife: *halfLife, FGD: *fgd, FGDFraction: *fgdFraction, FGDOffered: *fgdOffered,
+		Seed: *seed, Planner: pol, Cadence: cadence, MixHalfLife: *halfLife, FGD: *fgd, FGDFraction: *fgdFraction, FGDOffered: *fgdOffered,
 		Parallel: *parallel, Progress: func(s string) { fmt.Fprintln(stderr, s) }}
 	var err error
 	if o.Models, err = replay.ParseModelMap(*models); err != nil {
@@ -74,6 +84,16 @@ func run(args []string, stderr io.Writer) error {
 	}
 	if o.Tasks, o.Columns, err = readTasks(*pods); err != nil {
 		return err
+	}
+	if *resample != "" {
+		r, err := replay.ParseResampling(*resample)
+		if err != nil {
+			return err
+		}
+		if o.Tasks, err = replay.Resample(o.Tasks, r, *seed); err != nil {
+			return err
+		}
+		o.TraceName = fmt.Sprintf("%s resampled %s (seed %d)", o.TraceName, r, *seed)
 	}
 	if *timesFrom != "" {
 		if o.TimesFrom, _, err = readTasks(*timesFrom); err != nil {
