@@ -16,6 +16,10 @@ set -euo pipefail
 # shellcheck source=hack/docker/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 [[ $EUID -eq 0 ]] || die "needs root (debootstrap)"
+# The build flags are this script's only output (on the caller's stdout,
+# kept as fd 3); its progress, and what the tools it runs print, go to
+# stderr, so that the first run, which builds, prints the same flags.
+exec 3>&1 1>&2
 d version >/dev/null 2>&1 || die "no engine at $DOCKER_SOCK: run hack/docker/up.sh first"
 
 GO_VERSION=$(sed -n 's/^ARG GO_VERSION=//p' "$ROOT/Dockerfile")
@@ -94,4 +98,4 @@ if ! d image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
 	rm -rf "$tmp"
 	trap - EXIT
 fi
-echo "--build-arg BUILD_IMAGE=$BUILD_IMAGE --build-arg BASE_IMAGE=$BASE_IMAGE"
+echo "--build-arg BUILD_IMAGE=$BUILD_IMAGE --build-arg BASE_IMAGE=$BASE_IMAGE" >&3

@@ -18,7 +18,10 @@ IMAGE=${1:-migflex:kind}
 PROXY_PORT=${PROXY_PORT:-3000}
 d version >/dev/null 2>&1 || die "no engine at $DOCKER_SOCK: run hack/docker/up.sh first"
 
-read -ra base_args <<<"$("$HACK_DOCKER/base-images.sh")"
+# Assigned first: a failing base-images.sh stops the build here (a failed
+# command substitution in read's here-string would not).
+base_flags=$("$HACK_DOCKER/base-images.sh")
+read -ra base_args <<<"$base_flags"
 cd "$ROOT"
 go mod download
 modcache=$(go env GOMODCACHE)/cache/download
