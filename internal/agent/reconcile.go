@@ -34,7 +34,8 @@ type outcome struct {
 
 // reconcile brings the GPUs to the layout the Node asks for, as far as
 // busy GPUs allow, and serves the result. prev is the status reported
-// before, which decides whether the outcome is news worth an Event.
+// before, which decides whether the outcome is news worth an Event. It
+// does the I/O; decidePlan, decideBusy and conclude decide.
 //
 // The plan is always made from what NVML reports now, never from what an
 // earlier run did, so an agent killed half way converges when it starts
@@ -42,83 +43,38 @@ type outcome struct {
 func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, prev status) outcome {
 	gpus, err := nvmlmig.Discover(a.opts.NVML)
 	if err != nil {
-		a.metrics.errors.WithLabelValues(stageDiscover).Inc()
+		a.countError(stageDiscover)
 		msg := fmt.Sprintf("reading the GPUs through NVML: %v; the devices served before are still served", err)
-		return a.finish(prev, outcome{status: status{StateFailed, msg}, retry: true, result: resultFailed, gpus: a.gpus}, ReasonFailed, "")
+		return finish(prev, outcome{status: status{StateFailed, msg}, retry: true, result: resultFailed, gpus: a.gpus}, ReasonFailed, "")
 	}
 	// Serve what exists first: whatever happens below, the kubelet sees
 	// the devices NVML has.
-	serveErr := a.serve(ctx, gpus)
-
-	src := selectSource(node.Labels, node.Annotations)
-	if src.kind == sourceNone {
-		clear(a.held)
-		out := outcome{result: resultNone, gpus: gpus}
-		if serveErr != nil {
-			out.status, out.result = status{StateFailed, serveErr.Error()}, resultFailed
-			return a.finish(prev, out, ReasonFailed, "")
-		}
-		return out
+	in := planInput{gpus: gpus, serveErr: a.serve(ctx, gpus), strategy: a.opts.MigStrategy, holds: a.held}
+	in.src = selectSource(node.Labels, node.Annotations)
+	if in.src.kind != sourceNone {
+		in.doc, in.docErr = a.document(in.src)
 	}
-	doc, err := a.document(src)
-	if err != nil {
-		// A config file that is not there yet may be mounted soon.
-		a.metrics.errors.WithLabelValues(stageConfig).Inc()
-		return a.finish(prev, outcome{status: status{StateFailed, err.Error()}, retry: true, result: resultFailed, gpus: gpus}, ReasonFailed, "")
+	d := decidePlan(in)
+	a.held = d.holds
+	a.countError(d.stage)
+	switch {
+	case d.done && d.report:
+		return finish(prev, d.out, d.reason, d.message)
+	case d.done:
+		return d.out
 	}
-	r, err := migconfig.Resolve([]byte(doc), src.configName, gpus, src.scope())
-	desired, plan, notes := r.Desired, r.Plan, r.Notes
-	if err == nil {
-		err = a.servable(gpus, plan)
-	}
-	if err != nil {
-		a.metrics.errors.WithLabelValues(stageConfig).Inc()
-		msg := fmt.Sprintf("%s: %v; the GPUs are left as they are", src, err)
-		return a.finish(prev, outcome{status: status{StateFailed, msg}, result: resultInvalid, gpus: gpus}, ReasonInvalid, "")
-	}
-	if !slices.ContainsFunc(plan.GPUs, migconfig.GPUPlan.Changed) {
-		clear(a.held)
-		out := outcome{status: successWith(src, notes), result: resultSuccess, gpus: gpus}
-		if serveErr != nil {
-			out.status, out.result = status{StateFailed, serveErr.Error()}, resultFailed
-			return a.finish(prev, out, ReasonFailed, "")
-		}
-		msg := fmt.Sprintf("%s: the layout is in place: %s", src, summarize(plan))
-		if len(plan.GPUs) == 0 {
-			msg = fmt.Sprintf("%s: nothing to change on this node", src)
-		}
-		return a.finish(prev, out, ReasonApplied, joinReasons(msg, strings.Join(notes, "; ")))
-	}
-
-	// A GPU whose apply of this document failed on its very layout is
-	// not tried again: a rollback recreates instances with new ids, so
-	// each retry would churn the GPU, the Node and its Events. A new
-	// document, a GPU changed behind the agent's back (a reset) or a
-	// restart lifts the hold; so does a resync for a GPU that failed
-	// because processes the kubelet does not know of use it (see
-	// liftBusyHolds).
-	srcID := src.identity(doc)
-	var reasons []string
-	held := map[int]bool{}
-	for _, p := range plan.GPUs {
-		if h, ok := a.held[p.GPU]; ok && p.Changed() && h.key == holdKey(srcID, gpus, p.GPU) {
-			held[p.GPU] = true
-			reasons = append(reasons, h.reason)
-		}
-	}
-	maps.DeleteFunc(a.held, func(gpu int, _ hold) bool { return !held[gpu] })
-	todo := withoutGPUs(plan, held)
-	if !slices.ContainsFunc(todo.GPUs, migconfig.GPUPlan.Changed) {
-		return outcome{status: status{StateFailed, fmt.Sprintf("%s: %s", src, strings.Join(reasons, "; "))}, result: resultHeld, gpus: gpus}
-	}
+	src, todo, reasons := in.src, d.todo, d.heldReasons
 
 	a.announce(ctx, node, src, todo)
-	assignments, err := a.opts.PodResources.List(ctx)
-	if err != nil {
-		a.metrics.errors.WithLabelValues(stageBusyCheck).Inc()
+	busyCheckFailed := func(err error) outcome {
+		a.countError(stageBusyCheck)
 		msg := fmt.Sprintf("cannot tell which GPUs pods use, so none is changed: %v", err)
 		st := status{StateFailed, fmt.Sprintf("%s: %s", src, joinReasons(append(reasons, msg)...))}
-		return a.finish(prev, outcome{status: st, retry: true, result: resultFailed, gpus: gpus}, ReasonFailed, "")
+		return finish(prev, outcome{status: st, retry: true, result: resultFailed, gpus: gpus}, ReasonFailed, "")
+	}
+	assignments, err := a.opts.PodResources.List(ctx)
+	if err != nil {
+		return busyCheckFailed(err)
 	}
 	busy := busyGPUs(todo, gpus, assignments)
 	// Between that List and the apply, the kubelet could still hand a
@@ -128,10 +84,7 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, prev status) o
 	// meanwhile is busy after all (see drainFree).
 	late, draining, err := a.drainFree(ctx, withoutGPUs(todo, busy), gpus)
 	if err != nil {
-		a.metrics.errors.WithLabelValues(stageBusyCheck).Inc()
-		msg := fmt.Sprintf("cannot tell which GPUs pods use, so none is changed: %v", err)
-		st := status{StateFailed, fmt.Sprintf("%s: %s", src, joinReasons(append(reasons, msg)...))}
-		return a.finish(prev, outcome{status: st, retry: true, result: resultFailed, gpus: gpus}, ReasonFailed, "")
+		return busyCheckFailed(err)
 	}
 	// Whatever happens to them, the GPUs still draining are served again
 	// once the apply is done: the instances it destroyed are gone from the
@@ -140,60 +93,35 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, prev status) o
 	if len(draining) > 0 {
 		defer a.opts.DevicePlugin.Undrain(draining)
 	}
-	for gpu, pods := range late {
-		busy[gpu] = pods
-	}
-	var waitNote string
-	failed, retry := len(reasons) > 0, false
-	if len(busy) > 0 {
-		retry = true
-		waitNote = fmt.Sprintf("waiting for pods to release GPUs before they are repartitioned (--busy-policy=%s): %s", a.opts.BusyPolicy, describeBusy(busy))
-		if a.opts.BusyPolicy == BusyEvict {
-			note, err := a.evict(ctx, busyPods(busy))
-			if err != nil {
-				a.metrics.errors.WithLabelValues(stageEvict).Inc()
-				failed = true
-				reasons = append(reasons, err.Error())
-			}
-			waitNote = fmt.Sprintf("%s; waiting for them to stop before repartitioning (--busy-policy=%s): %s", note, a.opts.BusyPolicy, describeBusy(busy))
+	maps.Copy(busy, late)
+	b := decideBusy(busyInput{src: src, todo: todo, gpus: gpus, busy: busy, policy: a.opts.BusyPolicy, strategy: a.opts.MigStrategy})
+	failed := len(reasons) > 0
+	if len(b.evict) > 0 {
+		note, err := a.evict(ctx, b.evict)
+		if err != nil {
+			a.countError(stageEvict)
+			failed = true
+			reasons = append(reasons, err.Error())
 		}
-		todo = withoutGPUs(todo, busy)
-	}
-	// The whole layout can be served (checked above), but the free GPUs'
-	// share of it alone may not: with --mig-strategy=single, one GPU on the
-	// new profile beside a busy one on the old. Then nothing changes until
-	// every GPU can.
-	if err := a.servable(gpus, todo); err != nil {
-		waitNote = joinReasons(waitNote, fmt.Sprintf("the free GPUs are left as they are too: %v", err))
-		todo = migconfig.Plan{}
+		b.busyNote = evictedNote(note, a.opts.BusyPolicy, busy)
 	}
 
-	out := a.applyFree(ctx, src, srcID, desired, todo)
+	applied := a.applyFree(ctx, src, d.srcID, d.resolved.Desired, b.free)
 	if ctx.Err() != nil {
-		return out
+		return applied
 	}
-	if out.status.State == StateFailed {
-		failed = true
-		reasons = append(reasons, out.status.Reason)
+	out, reason := conclude(concludeInput{
+		src: src, notes: d.resolved.Notes, reasons: reasons, failed: failed,
+		busy: len(busy) > 0, retry: b.retry, waitNote: joinReasons(b.busyNote, b.serveNote), applied: applied,
+	})
+	return finish(prev, out, reason, "")
+}
+
+// countError counts an error of a reconcile stage ("" is none).
+func (a *Agent) countError(stage string) {
+	if stage != "" {
+		a.metrics.errors.WithLabelValues(stage).Inc()
 	}
-	out.retry = retry
-	switch {
-	case failed:
-		out.status = status{StateFailed, fmt.Sprintf("%s: %s", src, joinReasons(append(reasons, waitNote)...))}
-		out.result = resultFailed
-		return a.finish(prev, out, ReasonFailed, "")
-	case len(busy) > 0:
-		out.status = status{StatePending, fmt.Sprintf("%s: %s", src, waitNote)}
-		out.result = resultPending
-		return a.finish(prev, out, ReasonPending, "")
-	}
-	out.status = successWith(src, notes)
-	for i, ev := range out.events {
-		if ev.Reason == ReasonApplied {
-			out.events[i].Message = joinReasons(ev.Message, strings.Join(notes, "; "))
-		}
-	}
-	return a.finish(prev, out, ReasonApplied, "")
 }
 
 // successWith is the success status; its reason says what of the
@@ -399,29 +327,6 @@ func (a *Agent) resetAndApply(ctx context.Context, desired []migconfig.Desired, 
 	return after
 }
 
-// finish adds the Event an outcome is worth, given what was reported
-// before: a changed state or reason is news, the same one again is not,
-// so a restarted agent that finds everything in place records nothing.
-// An Applied Event the outcome already carries (GPUs were changed) is
-// always kept. reason is the Event reason for the outcome's state and
-// message the Applied message for a success that changed nothing.
-func (a *Agent) finish(prev status, out outcome, reason, message string) outcome {
-	if out.status == prev {
-		return out
-	}
-	switch out.status.State {
-	case StateSuccess:
-		if len(out.events) == 0 && message != "" {
-			out.events = append(out.events, event{corev1.EventTypeNormal, ReasonApplied, message})
-		}
-	case StatePending:
-		out.events = append(out.events, event{corev1.EventTypeNormal, ReasonPending, out.status.Reason})
-	case StateFailed:
-		out.events = append(out.events, event{corev1.EventTypeWarning, reason, out.status.Reason})
-	}
-	return out
-}
-
 // serve hands the layout to the device plugin.
 func (a *Agent) serve(ctx context.Context, gpus []mig.GPU) error {
 	if err := deviceplugin.Serve(ctx, a.opts.DevicePlugin, gpus, a.opts.MigStrategy); err != nil {
@@ -462,17 +367,6 @@ func (s source) scope() migconfig.Scope {
 		return migconfig.ScopeFleet
 	}
 	return migconfig.ScopeNode
-}
-
-// servable checks that the device plugin can serve the layout gpus would
-// have once plan is applied, before any GPU is touched: a layout applied but
-// refused by the device plugin would leave it serving the destroyed
-// instances.
-func (a *Agent) servable(gpus []mig.GPU, plan migconfig.Plan) error {
-	if _, err := deviceplugin.Resources(projected(gpus, plan), a.opts.MigStrategy); err != nil {
-		return fmt.Errorf("the layout cannot be served under --mig-strategy=%s: %w", a.opts.MigStrategy, err)
-	}
-	return nil
 }
 
 // projected is the layout gpus have once plan is applied, with a

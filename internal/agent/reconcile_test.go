@@ -82,10 +82,9 @@ func TestFinish(t *testing.T) {
 			reason: ReasonPending,
 		},
 	}
-	a := &Agent{}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := a.finish(tc.prev, tc.out, tc.reason, tc.message)
+			got := finish(tc.prev, tc.out, tc.reason, tc.message)
 			if diff := cmp.Diff(tc.want, got.events, cmp.AllowUnexported(event{})); diff != "" {
 				t.Errorf("events (-want +got):\n%s", diff)
 			}
