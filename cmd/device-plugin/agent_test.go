@@ -34,6 +34,7 @@ import (
 	"github.com/migflex/migflex/internal/podresources"
 	"github.com/migflex/migflex/internal/podresources/podresourcestest"
 	"github.com/migflex/migflex/internal/testenv"
+	"github.com/migflex/migflex/internal/testutil"
 )
 
 func TestParseAgentFlags(t *testing.T) {
@@ -502,7 +503,7 @@ func TestAgentKilledMidApplyConverges(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	waitFor(t, "state success", func() bool {
+	testutil.Eventually(t, "state success", func() bool {
 		n, err := client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		return err == nil && n.Labels[agent.LabelMigConfigState] == agent.StateSuccess
 	})
@@ -527,16 +528,5 @@ func TestAgentKilledMidApplyConverges(t *testing.T) {
 	}
 	if code := second.stop(t); code != 0 {
 		t.Errorf("exit code %d after SIGINT, want 0", code)
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(hangTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond) // polling a condition the API server does not signal here
 	}
 }

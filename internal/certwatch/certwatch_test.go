@@ -13,19 +13,8 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/migflex/migflex/internal/certwatch/certtest"
+	"github.com/migflex/migflex/internal/testutil"
 )
-
-// eventually polls cond until it holds; the timeout only protects against a hang.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 func servedSerial(t *testing.T, w *Watcher) *big.Int {
 	t.Helper()
@@ -183,7 +172,7 @@ func TestSecretSymlinkSwap(t *testing.T) {
 	for range 3 {
 		next := ca.Issue(t)
 		certtest.WriteSecretDir(t, dir, next)
-		eventually(t, "the swapped certificate to be served", func() bool { return dialSerial().Cmp(next.Serial) == 0 })
+		testutil.Eventually(t, "the swapped certificate to be served", func() bool { return dialSerial().Cmp(next.Serial) == 0 })
 	}
 }
 
@@ -200,7 +189,7 @@ func TestPlainFilesReplaced(t *testing.T) {
 	// the mismatch in between.
 	next := ca.Issue(t)
 	certtest.WriteFiles(t, dir, next)
-	eventually(t, "the new pair", func() bool { return servedSerial(t, w).Cmp(next.Serial) == 0 })
+	testutil.Eventually(t, "the new pair", func() bool { return servedSerial(t, w).Cmp(next.Serial) == 0 })
 }
 
 func TestPollingCatchesAReplacedDirectory(t *testing.T) {
@@ -229,7 +218,7 @@ func TestPollingCatchesAReplacedDirectory(t *testing.T) {
 	if err := os.Rename(fresh, dir); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the polled pair", func() bool { return servedSerial(t, w).Cmp(next.Serial) == 0 })
+	testutil.Eventually(t, "the polled pair", func() bool { return servedSerial(t, w).Cmp(next.Serial) == 0 })
 }
 
 func TestStartFailsWithoutDirectory(t *testing.T) {
@@ -315,5 +304,20 @@ func TestReloadFailureIsLogged(t *testing.T) {
 	w.reloadAndLog(logger)
 	if got := len(failures()); got != 4 {
 		t.Fatalf("a failure after a good pair: %d lines, want it logged (4)", got)
+	}
+}
+
+// TestPollIntervalDefault: the watcher, not its callers, owns the default.
+func TestPollIntervalDefault(t *testing.T) {
+	dir := t.TempDir()
+	certtest.WriteFiles(t, dir, certtest.NewCA(t).Issue(t))
+	for in, want := range map[time.Duration]time.Duration{0: DefaultPollInterval, -1: -1, time.Second: time.Second} {
+		w, err := New(Options{Dir: dir, PollInterval: in})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w.opts.PollInterval != want {
+			t.Errorf("PollInterval %v: the watcher polls every %v, want %v", in, w.opts.PollInterval, want)
+		}
 	}
 }

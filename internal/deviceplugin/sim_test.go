@@ -14,6 +14,7 @@ import (
 	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/mig/nvmlmig"
 	"github.com/migflex/migflex/internal/nvmlbackend/sim"
+	"github.com/migflex/migflex/internal/nvmlbackend/sim/simtest"
 )
 
 // simNode is two simulated H100s: GPU 0 split 3g+3g, GPU 1 whole.
@@ -36,17 +37,10 @@ func simConfig(t *testing.T, stateDir string) sim.Config {
 
 func newSimNodeWith(t *testing.T, cfg sim.Config) *simNode {
 	t.Helper()
-	lib, err := sim.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := lib.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	lib := simtest.New(t, cfg)
 	n := &simNode{lib: lib, part: nvmlmig.NewPartitioner(lib)}
-	if err := n.part.SetMigMode(0, true); err != nil {
+	var err error
+	if err = n.part.SetMigMode(0, true); err != nil {
 		t.Fatal(err)
 	}
 	if n.mig0, err = n.part.CreateInstance(0, "3g.40gb", 0); err != nil {

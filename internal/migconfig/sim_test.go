@@ -14,6 +14,7 @@ import (
 	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/mig/nvmlmig"
 	"github.com/migflex/migflex/internal/nvmlbackend/sim"
+	"github.com/migflex/migflex/internal/nvmlbackend/sim/simtest"
 )
 
 // The tests in this file go through the simulated NVML and internal/mig,
@@ -23,12 +24,7 @@ var _ Partitioner = (*nvmlmig.Partitioner)(nil)
 
 func newSim(t *testing.T, specs ...sim.GPUSpec) *sim.Lib {
 	t.Helper()
-	lib, err := sim.New(sim.Config{GPUs: specs, UUIDSeed: "migconfig-test"})
-	if err != nil {
-		t.Fatalf("sim.New: %v", err)
-	}
-	t.Cleanup(func() { _ = lib.Close() })
-	return lib
+	return simtest.New(t, simtest.GPUs("migconfig-test", specs...))
 }
 
 func discover(t *testing.T, lib *sim.Lib) []mig.GPU {

@@ -11,6 +11,7 @@ import (
 	"github.com/migflex/migflex/internal/mig/nvmlmig"
 	"github.com/migflex/migflex/internal/migconfig"
 	"github.com/migflex/migflex/internal/nvmlbackend/sim"
+	"github.com/migflex/migflex/internal/nvmlbackend/sim/simtest"
 	"github.com/migflex/migflex/internal/planner"
 )
 
@@ -20,11 +21,7 @@ import (
 // every busy instance survives as the same GPU instance, and the pods'
 // devices exist afterwards.
 func TestPlanAppliesOnSimulator(t *testing.T) {
-	lib, err := sim.New(sim.Config{GPUs: []sim.GPUSpec{{Model: h100Name, Count: 4}}, UUIDSeed: "planner-test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = lib.Close() })
+	lib := simtest.New(t, simtest.GPUs("planner-test", sim.GPUSpec{Model: h100Name, Count: 4}))
 	part := nvmlmig.NewPartitioner(lib)
 	apply := func(doc string) {
 		t.Helper()

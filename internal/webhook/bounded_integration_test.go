@@ -20,6 +20,7 @@ import (
 
 	"github.com/migflex/migflex/internal/fallback"
 	"github.com/migflex/migflex/internal/testenv"
+	"github.com/migflex/migflex/internal/testutil"
 )
 
 // warnings collects the API server's warnings to one client.
@@ -68,7 +69,7 @@ func TestBoundsAgainstAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.startWebhook(d)
-	eventually(t, "the webhook to be called", func() bool {
+	testutil.Eventually(t, "the webhook to be called", func() bool {
 		p, err := c.create("team", gpuPod("probe", mig2g20, "1"), true)
 		if err != nil {
 			t.Fatalf("dry-run create: %v", err)
@@ -170,7 +171,7 @@ func TestBoundsAgainstAPIServer(t *testing.T) {
 		_, srv := c.serve(Options{Decider: d, Source: gate, Registry: prometheus.NewRegistry()}, func(wc *admissionregistrationv1.MutatingWebhookConfiguration) {
 			wc.Webhooks[0].TimeoutSeconds = ptr.To[int32](1)
 		})
-		eventually(t, "the new webhook to be called", func() bool {
+		testutil.Eventually(t, "the new webhook to be called", func() bool {
 			p, err := c.create("team", gpuPod("probe", mig2g20, "1"), true)
 			return err == nil && p.Annotations[fallback.AnnotationFallback] != ""
 		})
@@ -186,7 +187,7 @@ func TestBoundsAgainstAPIServer(t *testing.T) {
 		// The API server has given up; now let the handler go on.
 		gate.armed.Store(false)
 		close(gate.release)
-		eventually(t, "the abandoned request to be counted as canceled", func() bool {
+		testutil.Eventually(t, "the abandoned request to be counted as canceled", func() bool {
 			return counterValue(t, srv.metrics.admissions.WithLabelValues(resultCanceled)) == before+1
 		})
 		if got := counterValue(t, rewrites); got != rewritten {

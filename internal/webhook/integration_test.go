@@ -30,6 +30,7 @@ import (
 	"github.com/migflex/migflex/internal/certwatch/certtest"
 	"github.com/migflex/migflex/internal/fallback"
 	"github.com/migflex/migflex/internal/testenv"
+	"github.com/migflex/migflex/internal/testutil"
 )
 
 // Names the manifests use (deployments/kustomize/base/webhook-configuration.yaml,
@@ -190,7 +191,7 @@ func (c *cluster) serve(o Options, edit func(*admissionregistrationv1.MutatingWe
 	})
 	addr := srv.Addr().String()
 	https := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
-	eventually(t, "/readyz", func() bool {
+	testutil.Eventually(t, "/readyz", func() bool {
 		resp, err := https.Get("https://" + addr + "/readyz")
 		if err != nil {
 			t.Fatal(err)
@@ -270,7 +271,7 @@ func TestAgainstAPIServer(t *testing.T) {
 	w := c.startWebhook(d)
 	addr, ca, certDir := w.addr, w.ca, w.certDir
 	probe := gpuPod("probe", mig2g20, "1")
-	eventually(t, "the webhook to be called", func() bool {
+	testutil.Eventually(t, "the webhook to be called", func() bool {
 		p, err := c.create("team", probe, true)
 		if err != nil {
 			t.Fatalf("dry-run create: %v", err)
@@ -372,7 +373,7 @@ func TestAgainstAPIServer(t *testing.T) {
 		if _, err := client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "2g.20gb to be present", func() bool {
+		testutil.Eventually(t, "2g.20gb to be present", func() bool {
 			p, err := c.create("team", probe, true)
 			if err != nil {
 				t.Fatal(err)
@@ -388,7 +389,7 @@ func TestAgainstAPIServer(t *testing.T) {
 	t.Run("rotated certificate is served without a restart", func(t *testing.T) {
 		next := ca.Issue(t)
 		certtest.WriteSecretDir(t, certDir, next)
-		eventually(t, "the new certificate", func() bool {
+		testutil.Eventually(t, "the new certificate", func() bool {
 			conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.Pool()})
 			if err != nil {
 				t.Fatal(err)
@@ -443,7 +444,7 @@ func TestCapacityModeAgainstAPIServer(t *testing.T) {
 	}
 	// One of two devices is free: unchanged. Only a webhook that answers
 	// sets no annotation either, so first wait for it to answer at all.
-	eventually(t, "the webhook to be called", func() bool {
+	testutil.Eventually(t, "the webhook to be called", func() bool {
 		p := gpuPod("absent", "nvidia.com/mig-3g.40gb", "1")
 		got, err := c.create("team", p, true)
 		if err != nil {
@@ -456,7 +457,7 @@ func TestCapacityModeAgainstAPIServer(t *testing.T) {
 	}
 
 	bound("running-2")
-	eventually(t, "2g.20gb to be exhausted", func() bool { return fallbackOf() == "2g.20gb->1g.10gb" })
+	testutil.Eventually(t, "2g.20gb to be exhausted", func() bool { return fallbackOf() == "2g.20gb->1g.10gb" })
 	got := c.stored("team", gpuPod("while-full", mig2g20, "1"))
 	if v := got.Annotations[fallback.AnnotationReason]; v != "2g.20gb->1g.10gb=exhausted" {
 		t.Errorf("reason = %q", v)
@@ -471,7 +472,7 @@ func TestCapacityModeAgainstAPIServer(t *testing.T) {
 	if _, err := client.CoreV1().Pods("opted-out").UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the finished pod's device to be free", func() bool { return fallbackOf() == "" })
+	testutil.Eventually(t, "the finished pod's device to be free", func() bool { return fallbackOf() == "" })
 }
 
 // requestLog records the API requests a client makes while it is open.
@@ -558,7 +559,7 @@ func TestNoAPIRequestPerAdmission(t *testing.T) {
 	})
 	base := "https://" + srv.Addr().String()
 	https := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
-	eventually(t, "/readyz", func() bool {
+	testutil.Eventually(t, "/readyz", func() bool {
 		resp, err := https.Get(base + "/readyz")
 		if err != nil {
 			t.Fatal(err)

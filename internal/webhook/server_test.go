@@ -18,6 +18,7 @@ import (
 
 	"github.com/migflex/migflex/internal/certwatch/certtest"
 	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/testutil"
 )
 
 // gatedSource is not ready until opened.
@@ -126,7 +127,7 @@ func TestServer(t *testing.T) {
 	next := ca.Issue(t)
 	certtest.WriteSecretDir(t, dir, next)
 	addr := strings.TrimPrefix(base, "https://")
-	eventually(t, "the rotated certificate", func() bool {
+	testutil.Eventually(t, "the rotated certificate", func() bool {
 		c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.Pool()})
 		if err != nil {
 			t.Fatalf("dial: %v", err)
@@ -202,7 +203,7 @@ func TestServerWithInformers(t *testing.T) {
 		Client:  client,
 	})
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
-	eventually(t, "/readyz", func() bool {
+	testutil.Eventually(t, "/readyz", func() bool {
 		resp, err := hc.Get(base + "/readyz")
 		if err != nil {
 			t.Fatal(err)

@@ -3,7 +3,6 @@ package webhook
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -13,19 +12,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/testutil"
 )
-
-// eventually polls cond until it holds; the timeout only protects against a hang.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 func runSource(t *testing.T, s *InformerSource) {
 	t.Helper()
@@ -39,7 +27,7 @@ func runSource(t *testing.T, s *InformerSource) {
 		cancel()
 		<-done
 	})
-	eventually(t, "caches to sync", func() bool { _, ok := s.Snapshot(); return ok })
+	testutil.Eventually(t, "caches to sync", func() bool { _, ok := s.Snapshot(); return ok })
 }
 
 // decision is the rewrites a fresh decider makes for pod against the source.
@@ -83,7 +71,7 @@ func TestInformerSourceFollowsNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []fallback.Rewrite{{From: mig2g20, To: mig1g10, Reason: fallback.ReasonAbsent}}
-	eventually(t, "the reconfiguration", func() bool {
+	testutil.Eventually(t, "the reconfiguration", func() bool {
 		return cmp.Equal(want, decision(t, s, fallback.ModeExistence, pod))
 	})
 
@@ -91,7 +79,7 @@ func TestInformerSourceFollowsNodes(t *testing.T) {
 	if _, err := client.CoreV1().Nodes().Create(ctx, gpuNode("b", map[corev1.ResourceName]int64{mig2g20: 3}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "node b", func() bool { return decision(t, s, fallback.ModeExistence, pod) == nil })
+	testutil.Eventually(t, "node b", func() bool { return decision(t, s, fallback.ModeExistence, pod) == nil })
 	b, err := client.CoreV1().Nodes().Get(ctx, "b", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -100,16 +88,16 @@ func TestInformerSourceFollowsNodes(t *testing.T) {
 	if _, err := client.CoreV1().Nodes().Update(ctx, b, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the cordon", func() bool { return cmp.Equal(want, decision(t, s, fallback.ModeExistence, pod)) })
+	testutil.Eventually(t, "the cordon", func() bool { return cmp.Equal(want, decision(t, s, fallback.ModeExistence, pod)) })
 	b.Spec.Unschedulable = false
 	if _, err := client.CoreV1().Nodes().Update(ctx, b, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the uncordon", func() bool { return decision(t, s, fallback.ModeExistence, pod) == nil })
+	testutil.Eventually(t, "the uncordon", func() bool { return decision(t, s, fallback.ModeExistence, pod) == nil })
 	if err := client.CoreV1().Nodes().Delete(ctx, "b", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the deletion", func() bool { return cmp.Equal(want, decision(t, s, fallback.ModeExistence, pod)) })
+	testutil.Eventually(t, "the deletion", func() bool { return cmp.Equal(want, decision(t, s, fallback.ModeExistence, pod)) })
 }
 
 func TestInformerSourceCountsPods(t *testing.T) {
@@ -141,7 +129,7 @@ func TestInformerSourceCountsPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	exhausted := []fallback.Rewrite{{From: mig2g20, To: mig1g10, Reason: fallback.ReasonExhausted}}
-	eventually(t, "the second pod to count", func() bool { return cmp.Equal(exhausted, decision(t, s, fallback.ModeCapacity, pod)) })
+	testutil.Eventually(t, "the second pod to count", func() bool { return cmp.Equal(exhausted, decision(t, s, fallback.ModeCapacity, pod)) })
 
 	// The pod finishing frees its device.
 	p, err := client.CoreV1().Pods("default").Get(ctx, "running", metav1.GetOptions{})
@@ -152,15 +140,15 @@ func TestInformerSourceCountsPods(t *testing.T) {
 	if _, err := client.CoreV1().Pods("default").UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the finished pod to be released", func() bool { return decision(t, s, fallback.ModeCapacity, pod) == nil })
+	testutil.Eventually(t, "the finished pod to be released", func() bool { return decision(t, s, fallback.ModeCapacity, pod) == nil })
 	if _, err := client.CoreV1().Pods("default").Create(ctx, bound("third", "a", corev1.PodRunning), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the third pod to count", func() bool { return cmp.Equal(exhausted, decision(t, s, fallback.ModeCapacity, pod)) })
+	testutil.Eventually(t, "the third pod to count", func() bool { return cmp.Equal(exhausted, decision(t, s, fallback.ModeCapacity, pod)) })
 	if err := client.CoreV1().Pods("default").Delete(ctx, "third", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the deleted pod to be released", func() bool { return decision(t, s, fallback.ModeCapacity, pod) == nil })
+	testutil.Eventually(t, "the deleted pod to be released", func() bool { return decision(t, s, fallback.ModeCapacity, pod) == nil })
 }
 
 func TestTransformNode(t *testing.T) {

@@ -1,5 +1,6 @@
 // Package certtest makes certificates and lays them out on disk the way the
-// kubelet mounts a Secret, for tests of TLS servers and certificate reloads.
+// kubelet mounts a Secret, for tests of TLS servers and certificate reloads,
+// and for the benchmarks' webhooks (WriteServing).
 package certtest
 
 import (
@@ -31,9 +32,17 @@ var serial atomic.Int64
 // NewCA makes a CA valid for a day.
 func NewCA(t testing.TB) *CA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := newCA()
 	if err != nil {
 		t.Fatal(err)
+	}
+	return ca
+}
+
+func newCA() (*CA, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("CA key: %w", err)
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(serial.Add(1)),
@@ -46,13 +55,13 @@ func NewCA(t testing.TB) *CA {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		t.Fatal(err)
+		return nil, fmt.Errorf("CA certificate: %w", err)
 	}
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
-		t.Fatal(err)
+		return nil, fmt.Errorf("CA certificate: %w", err)
 	}
-	return &CA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+	return &CA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}, nil
 }
 
 // PEM is the CA certificate, for a caBundle or a client's RootCAs.
@@ -75,9 +84,17 @@ type Pair struct {
 // the given DNS names; every call gets a new serial number.
 func (ca *CA) Issue(t testing.TB, dnsNames ...string) Pair {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	p, err := ca.issue(dnsNames...)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return p
+}
+
+func (ca *CA) issue(dnsNames ...string) (Pair, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return Pair{}, fmt.Errorf("serving key: %w", err)
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(serial.Add(1)),
@@ -91,17 +108,38 @@ func (ca *CA) Issue(t testing.TB, dnsNames ...string) Pair {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
-		t.Fatal(err)
+		return Pair{}, fmt.Errorf("serving certificate: %w", err)
 	}
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
-		t.Fatal(err)
+		return Pair{}, fmt.Errorf("serving key: %w", err)
 	}
 	return Pair{
 		Cert:   pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		Key:    pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
 		Serial: tmpl.SerialNumber,
+	}, nil
+}
+
+// WriteServing puts tls.crt and tls.key for 127.0.0.1 and localhost into
+// dir, as the webhook's --tls-cert-dir expects, and returns the PEM of the
+// CA that signed them. It is for tools outside tests (the benchmarks'
+// webhooks), so it returns errors.
+func WriteServing(dir string) ([]byte, error) {
+	ca, err := newCA()
+	if err != nil {
+		return nil, err
 	}
+	p, err := ca.issue()
+	if err != nil {
+		return nil, err
+	}
+	for name, data := range map[string][]byte{"tls.crt": p.Cert, "tls.key": p.Key} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			return nil, fmt.Errorf("writing %s: %w", name, err)
+		}
+	}
+	return ca.PEM(), nil
 }
 
 var generation atomic.Int64

@@ -6,6 +6,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/migflex/migflex/internal/nvmlbackend/sim"
+	"github.com/migflex/migflex/internal/nvmlbackend/sim/simtest"
 )
 
 // newSim returns an in-memory simulator. It is not initialized: the code
@@ -17,16 +18,7 @@ func newSim(t *testing.T, gpus ...sim.GPUSpec) *sim.Lib {
 
 func newSimConfig(t *testing.T, cfg sim.Config) *sim.Lib {
 	t.Helper()
-	l, err := sim.New(cfg)
-	if err != nil {
-		t.Fatalf("sim.New() = %v", err)
-	}
-	t.Cleanup(func() {
-		if err := l.Close(); err != nil {
-			t.Errorf("Close() = %v", err)
-		}
-	})
-	return l
+	return simtest.New(t, cfg)
 }
 
 func gpus(model string, n int) sim.GPUSpec { return sim.GPUSpec{Model: model, Count: n} }

@@ -6,12 +6,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/migflex/migflex/internal/nvmlbackend/sim"
+	"github.com/migflex/migflex/internal/testutil"
 )
 
 // hangGuard bounds a Wait that must return an event: a generous timeout so a
@@ -222,23 +222,11 @@ func TestInbox(t *testing.T) {
 	if _, err := sim.Send(cfg, sim.Command{Op: sim.OpBusy, GPU: 0, GI: giid, Busy: true}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the busy mark", func() bool { return l.Snapshot()[0].Instances[0].Busy })
+	testutil.Eventually(t, "the busy mark", func() bool { return l.Snapshot()[0].Instances[0].Busy })
 	if _, err := sim.Send(cfg, sim.Command{Op: sim.OpReboot}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the reboot", func() bool { return len(l.Snapshot()[0].Instances) == 0 })
-}
-
-// waitFor polls cond until it holds; the deadline only guards against a hang.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(hangGuard * time.Millisecond)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.Eventually(t, "the reboot", func() bool { return len(l.Snapshot()[0].Instances) == 0 })
 }
 
 // TestSendWithoutSimulator: with no simulator running, Send applies the

@@ -6,6 +6,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/migflex/migflex/internal/nvmlbackend/sim"
+	"github.com/migflex/migflex/internal/nvmlbackend/sim/simtest"
 )
 
 // newLib returns an initialized in-memory simulator with the given GPUs.
@@ -16,20 +17,7 @@ func newLib(t *testing.T, gpus ...sim.GPUSpec) *sim.Lib {
 
 func newLibConfig(t *testing.T, cfg sim.Config) *sim.Lib {
 	t.Helper()
-	l, err := sim.New(cfg)
-	if err != nil {
-		t.Fatalf("sim.New() = %v", err)
-	}
-	if ret := l.Init(); ret != nvml.SUCCESS {
-		t.Fatalf("Init() = %v", ret)
-	}
-	t.Cleanup(func() {
-		l.Shutdown()
-		if err := l.Close(); err != nil {
-			t.Errorf("Close() = %v", err)
-		}
-	})
-	return l
+	return simtest.NewInit(t, cfg)
 }
 
 func gpu(model string) sim.GPUSpec { return sim.GPUSpec{Model: model, Count: 1} }

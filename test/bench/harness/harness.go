@@ -19,13 +19,13 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/migflex/migflex/internal/certwatch/certtest"
 	"github.com/migflex/migflex/internal/fallback"
 	"github.com/migflex/migflex/test/bench/cluster"
 	"github.com/migflex/migflex/test/bench/fleet"
 	"github.com/migflex/migflex/test/bench/load"
 	"github.com/migflex/migflex/test/bench/proc"
 	"github.com/migflex/migflex/test/bench/report"
-	"github.com/migflex/migflex/test/bench/tlsgen"
 )
 
 // Sources of the cluster view that a run measures.
@@ -201,7 +201,7 @@ func (b *bench) prepare(cp *cluster.ControlPlane) error {
 	if err := os.MkdirAll(b.certDir, 0o700); err != nil {
 		return err
 	}
-	b.caPEM, err = tlsgen.Write(b.certDir)
+	b.caPEM, err = certtest.WriteServing(b.certDir)
 	return err
 }
 

@@ -1,4 +1,4 @@
-package tlsgen
+package certtest
 
 import (
 	"crypto/tls"
@@ -7,9 +7,9 @@ import (
 	"testing"
 )
 
-func TestWrite(t *testing.T) {
+func TestWriteServing(t *testing.T) {
 	dir := t.TempDir()
-	caPEM, err := Write(dir)
+	caPEM, err := WriteServing(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +30,7 @@ func TestWrite(t *testing.T) {
 			t.Errorf("%s: %v", host, err)
 		}
 	}
-	if _, err := Write(filepath.Join(dir, "missing")); err == nil {
+	if _, err := WriteServing(filepath.Join(dir, "missing")); err == nil {
 		t.Error("no error writing into a missing directory")
 	}
 }
