@@ -135,22 +135,11 @@ func successWith(src source, notes []string) status {
 	return status{StateSuccess, fmt.Sprintf("%s: %s", src, strings.Join(notes, "; "))}
 }
 
-// drainFree drains the devices of the GPUs plan changes (the free GPUs: no
-// pod held their devices at the busy check) and lists the kubelet's
-// assignments again. It returns the GPUs pods took in between, whose
-// devices it serves again at once, and the IDs it leaves draining, which
-// the caller undrains once the apply is done.
-//
-// Drain returns once every Allocate that handed out one of the devices
-// has answered, and the List after it sees the pods of those answers,
-// with one residual window: the kubelet records an assignment in its
-// pod-resources view only after it has read our answer, so a List made at
-// once could miss an Allocate answered microseconds earlier. Drain waits
-// a settle time (a second) after the latest Allocate of one of the devices
-// before it returns, which is free when none was handed out recently and
-// leaves the kubelet ample time when one was; nothing tells when the
-// kubelet has recorded an assignment, so the window is narrowed, not
-// closed.
+// drainFree drains the devices of the GPUs plan changes (free at the busy
+// check) and asks the kubelet again (see deviceplugin.Manager.Drain). It
+// returns the GPUs pods took in between, whose devices it serves again at
+// once, and the IDs it leaves draining, which the caller undrains once the
+// apply is done.
 func (a *Agent) drainFree(ctx context.Context, plan migconfig.Plan, gpus []mig.GPU) (late map[int][]string, draining []string, err error) {
 	byGPU := drainIDs(plan, gpus)
 	if len(byGPU) == 0 {

@@ -40,9 +40,13 @@ type Options struct {
 	CertFile, KeyFile string
 	// PollInterval re-reads the files this often as well, a safety net for
 	// an event fsnotify cannot deliver (the directory itself replaced).
-	// Zero disables polling.
+	// Zero means DefaultPollInterval; negative disables polling.
 	PollInterval time.Duration
 }
+
+// DefaultPollInterval is how often the files are re-read besides the
+// watch: a missed event costs a rotation at most this long.
+const DefaultPollInterval = time.Minute
 
 // Watcher holds the current key pair.
 type Watcher struct {
@@ -78,6 +82,9 @@ func New(o Options) (*Watcher, error) {
 	}
 	if o.KeyFile == "" {
 		o.KeyFile = DefaultKeyFile
+	}
+	if o.PollInterval == 0 {
+		o.PollInterval = DefaultPollInterval
 	}
 	w := &Watcher{opts: o, now: time.Now}
 	if _, err := w.reload(); err != nil {

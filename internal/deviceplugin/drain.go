@@ -10,36 +10,14 @@ import (
 // the drained devices Drain still waits before it returns. See Drain.
 const drainSettle = time.Second
 
-// Drain marks the devices with the given IDs (MIG device UUIDs, GPU UUIDs)
-// as draining, because their GPU is about to be repartitioned: every
-// server sends them as unhealthy in its next ListAndWatch message, so the
-// kubelet stops offering them, and Allocate refuses them with
-// FailedPrecondition. Draining is independent of health: a faulty device
-// that drains stays unhealthy until both end. It ends for an ID with
-// Undrain, or with the first Update whose layout no longer has the ID (the
-// instance was destroyed). IDs not served now are marked all the same,
-// and dropped by the next Update.
-//
-// Drain returns once no Allocate that accepted one of the IDs is still in
-// flight: an Allocate checks the marks and builds its answer holding a
-// gate shared with every other Allocate, which Drain takes exclusively
-// after setting the marks. So when Drain returns, every Allocate that
-// handed out one of the IDs has answered the kubelet, and the kubelet
-// will record those assignments in its pod-resources view. While Drain
-// waits, new Allocates of any device wait too (a waiting writer lets no
-// reader in); those it waits for only build an answer, so it is short.
-//
-// Will, not has: the kubelet records an assignment only after it has read
-// our answer, so a pod-resources List made at once could still miss an
-// Allocate answered microseconds before. Drain therefore also waits until
-// drainSettle has passed since the latest Allocate that handed out one of
-// the IDs. That costs nothing in the usual case (none of the devices was
-// handed out in the last second) and gives the kubelet a second, against
-// the microseconds it needs, in the rare one; it narrows the window
-// without closing it: no API tells when the kubelet has recorded an
-// assignment.
-//
-// If ctx ends first, Drain undrains ids and returns ctx's error.
+// Drain marks the devices with these IDs (MIG device or GPU UUIDs) as
+// draining because their GPU is about to be repartitioned: servers send
+// them as unhealthy, whatever their health, and Allocate refuses them with
+// FailedPrecondition. Undrain, or an Update without the ID, ends it. Drain
+// returns once every Allocate that handed one of them out has answered,
+// and drainSettle after the latest such answer, so that a pod-resources
+// List made then sees those pods (docs/ARCHITECTURE.md, "A repartition, in
+// order"). If ctx ends first, Drain undrains ids and returns ctx's error.
 func (m *Manager) Drain(ctx context.Context, ids []string) error {
 	m.mu.Lock()
 	for _, id := range ids {

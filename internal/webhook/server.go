@@ -32,7 +32,8 @@ type Options struct {
 	// CertDir holds tls.crt and tls.key (the mounted Secret).
 	CertDir string
 	// CertPollInterval re-reads the certificate this often besides the
-	// directory watch; 0 means one minute, negative disables.
+	// directory watch (certwatch.Options.PollInterval: 0 is
+	// certwatch.DefaultPollInterval, negative disables).
 	CertPollInterval time.Duration
 
 	Decider *fallback.Decider
@@ -81,9 +82,6 @@ func NewServer(o Options) (*Server, error) {
 	if o.Listen == "" {
 		o.Listen = ":8443"
 	}
-	if o.CertPollInterval == 0 {
-		o.CertPollInterval = time.Minute
-	}
 	if o.ShutdownTimeout <= 0 {
 		o.ShutdownTimeout = 10 * time.Second
 	}
@@ -105,7 +103,7 @@ func NewServer(o Options) (*Server, error) {
 		}
 		s.informer, s.source = inf, inf
 	}
-	certs, err := certwatch.New(certwatch.Options{Dir: o.CertDir, PollInterval: max(o.CertPollInterval, 0)})
+	certs, err := certwatch.New(certwatch.Options{Dir: o.CertDir, PollInterval: o.CertPollInterval})
 	if err != nil {
 		return nil, fmt.Errorf("webhook: %w", err)
 	}
