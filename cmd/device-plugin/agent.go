@@ -54,6 +54,7 @@ func agentFlags(c *nodeagent.Config) *cli.Flags {
 	f.Duration(&c.RetryInterval, "retry-interval", agent.DefaultRetryInterval, "how often a pending change (busy GPUs) or a transient failure is retried", cli.Alias("RETRY_INTERVAL"))
 	f.Duration(&c.ResyncInterval, "resync-interval", agent.DefaultResyncInterval, "how often the GPUs are compared with the desired layout unprompted", cli.Alias("RESYNC_INTERVAL"))
 	f.Duration(&c.AllocatableTimeout, "allocatable-timeout", agent.DefaultAllocatableTimeout, "state success waits until the Node's allocatable shows the new layout, at most this long (then failed until it does); 0 reports success once the layout is served, without waiting for the kubelet", cli.Alias("ALLOCATABLE_TIMEOUT"))
+	f.Duration(&c.InUseInterval, "in-use-interval", agent.DefaultInUseInterval, "how often the kubelet is asked which devices pods hold, published in the layout annotation when it changed (at most one Node write per interval); negative turns it off")
 	f.Float64(&c.KubeAPIQPS, "kube-api-qps", nodeagent.DefaultKubeAPIQPS, "requests per second the agent's API client may make on average", cli.Alias("KUBE_API_QPS"))
 	f.Int(&c.KubeAPIBurst, "kube-api-burst", nodeagent.DefaultKubeAPIBurst, "requests the agent's API client may make in a burst", cli.Alias("KUBE_API_BURST"))
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)

@@ -54,6 +54,7 @@ func TestParseAgentFlags(t *testing.T) {
 		c.RetryInterval = agent.DefaultRetryInterval
 		c.ResyncInterval = agent.DefaultResyncInterval
 		c.AllocatableTimeout = agent.DefaultAllocatableTimeout
+		c.InUseInterval = agent.DefaultInUseInterval
 		c.KubeAPIQPS, c.KubeAPIBurst = 20, 40
 		return c
 	}
@@ -61,9 +62,12 @@ func TestParseAgentFlags(t *testing.T) {
 		NodeName: "n2", NVML: nvmlbackend.Options{Backend: "simulated", SimConfig: "/etc/sim.yaml"}, PluginDir: "/dp", PodResourcesSocket: "/pr.sock", MigStrategy: "single",
 		DeviceListStrategy: "cdi-cri", AllocationPolicy: "distributed", HostRoot: "/host", DriverRoot: "/run/nvidia/driver",
 		DisableHealthChecks: "all", HealthIgnoredXids: "79,48", HealthQuietPeriod: time.Minute, ConfigFile: "/cfg/config.yaml", BusyPolicy: "evict",
-		MetricsAddr: ":9999", RetryInterval: 3 * time.Second, ResyncInterval: time.Hour,
+		MetricsAddr: ":9999", RetryInterval: 3 * time.Second, ResyncInterval: time.Hour, InUseInterval: 5 * time.Second,
 		KubeAPIQPS: 2.5, KubeAPIBurst: 5,
 	}
+	// --in-use-interval came after MIGFLEX_AGENT_*: it has no older name.
+	legacy := everything
+	legacy.InUseInterval = agent.DefaultInUseInterval
 	tests := []struct {
 		name     string
 		args     []string
@@ -85,7 +89,7 @@ func TestParseAgentFlags(t *testing.T) {
 				"MIGFLEX_AGENT_DRIVER_ROOT": "/run/nvidia/driver", "MIGFLEX_AGENT_DISABLE_HEALTH_CHECKS": "all", "MIGFLEX_AGENT_HEALTH_QUIET_PERIOD": "1m",
 				"MIGFLEX_AGENT_HEALTH_IGNORED_XIDS": "79,48", "MIGFLEX_AGENT_CONFIG_FILE": "/cfg/config.yaml", "MIGFLEX_AGENT_BUSY_POLICY": "evict",
 				"MIGFLEX_AGENT_METRICS_ADDR": ":9999", "MIGFLEX_AGENT_RETRY_INTERVAL": "3s", "MIGFLEX_AGENT_RESYNC_INTERVAL": "1h",
-				"MIGFLEX_AGENT_ALLOCATABLE_TIMEOUT": "0s", "MIGFLEX_AGENT_KUBE_API_QPS": "2.5", "MIGFLEX_AGENT_KUBE_API_BURST": "5",
+				"MIGFLEX_AGENT_ALLOCATABLE_TIMEOUT": "0s", "MIGFLEX_AGENT_IN_USE_INTERVAL": "5s", "MIGFLEX_AGENT_KUBE_API_QPS": "2.5", "MIGFLEX_AGENT_KUBE_API_BURST": "5",
 			},
 			want:     everything,
 			wantCode: -1,
@@ -100,7 +104,7 @@ func TestParseAgentFlags(t *testing.T) {
 				"MIG_CONFIG_FILE": "/cfg/config.yaml", "BUSY_POLICY": "evict", "METRICS_ADDR": ":9999",
 				"RETRY_INTERVAL": "3s", "RESYNC_INTERVAL": "1h", "ALLOCATABLE_TIMEOUT": "0s", "KUBE_API_QPS": "2.5", "KUBE_API_BURST": "5",
 			},
-			want:     everything,
+			want:     legacy,
 			wantCode: -1,
 		},
 		{

@@ -45,6 +45,9 @@ const (
 	// DefaultMetricsAddr is the metrics and /healthz listener the command
 	// uses unless told otherwise.
 	DefaultMetricsAddr = ":9123"
+	// DefaultInUseInterval is how often the agent asks the kubelet which
+	// devices pods hold, to publish it in the layout annotation.
+	DefaultInUseInterval = 2 * time.Second
 )
 
 // BusyPolicy decides what happens to a GPU the new layout would change
@@ -127,6 +130,12 @@ type Options struct {
 	// failed, until it does). Zero reports success as soon as the layout
 	// is served, without waiting for the kubelet.
 	AllocatableTimeout time.Duration
+	// InUseInterval is how often the kubelet is asked which devices pods
+	// hold, so that the layout annotation says it as pods come and go; the
+	// Node is written only when that changed, so at most once per interval.
+	// Default DefaultInUseInterval; negative turns the polling off (the
+	// annotation is then current only after each reconcile).
+	InUseInterval time.Duration
 	// MetricsAddr is where /metrics and /healthz are served; empty
 	// serves nothing.
 	MetricsAddr string
@@ -150,6 +159,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.FieldManager == "" {
 		o.FieldManager = DefaultFieldManager
+	}
+	if o.InUseInterval == 0 {
+		o.InUseInterval = DefaultInUseInterval
 	}
 	if o.Registry == nil {
 		o.Registry = newRegistry()
@@ -220,6 +232,11 @@ type Agent struct {
 	// unsent are the Events of reconciles whose report on the Node
 	// failed, recorded with the next report that succeeds (see step).
 	unsent []event
+	// inUse maps each device ID pods hold to those pods, as the kubelet
+	// last said (see noteAssignments); inUseErr is the last failure to
+	// ask, logged once.
+	inUse    map[string][]string
+	inUseErr string
 }
 
 // New checks opts, fills in defaults and returns an Agent; Run starts it.
@@ -369,18 +386,27 @@ func (a *Agent) loop(ctx context.Context, dpErr <-chan error) error {
 	defer retry.Stop()
 	resync := time.NewTicker(a.opts.ResyncInterval)
 	defer resync.Stop()
+	var inUse <-chan time.Time
+	if a.opts.InUseInterval > 0 {
+		t := time.NewTicker(a.opts.InUseInterval)
+		defer t.Stop()
+		inUse = t.C
+	}
 	a.poke()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-inUse:
+			a.pollInUse(ctx)
+			continue
 		case err := <-dpErr:
 			if err != nil {
 				return fmt.Errorf("device plugin: %w", err)
 			}
 			return nil
 		case <-a.opts.DevicePlugin.Changes():
-			a.refresh(ctx)
+			a.refresh(ctx, causeHealth)
 			continue
 		case <-a.trigger:
 		case <-retry.C:
@@ -441,7 +467,7 @@ func (a *Agent) step(ctx context.Context) bool {
 	// yet would tell users of a change they cannot see, and the retry
 	// after a failed report, which still compares with the old state,
 	// would record it a second time.
-	if err := a.report(ctx, node, shown.status); err != nil {
+	if err := a.report(ctx, node, shown.status, causeReconcile); err != nil {
 		a.metrics.errors.WithLabelValues(stageReport).Inc()
 		a.log.Error(err, "Reporting on the Node; its Events wait for the next report", "events", len(shown.events))
 		retry = true
@@ -463,28 +489,68 @@ func (a *Agent) step(ctx context.Context) bool {
 }
 
 // refresh reports again with the last status, for a change of device
-// health.
-func (a *Agent) refresh(ctx context.Context) {
+// health or of the pods holding devices.
+func (a *Agent) refresh(ctx context.Context, cause string) {
 	node := a.node()
 	if node == nil || !a.known {
 		return
 	}
-	if err := a.report(ctx, node, a.shown); err != nil {
+	if err := a.report(ctx, node, a.shown, cause); err != nil {
 		a.metrics.errors.WithLabelValues(stageReport).Inc()
-		a.log.Error(err, "Reporting device health on the Node")
+		a.log.Error(err, "Reporting on the Node", "cause", cause)
 	}
 }
 
+// pollInUse asks the kubelet which devices pods hold and, when that
+// changed, reports it on the Node. A failure keeps what was known and is
+// logged once until it changes.
+func (a *Agent) pollInUse(ctx context.Context) {
+	assignments, err := a.opts.PodResources.List(ctx)
+	if err != nil {
+		if msg := err.Error(); msg != a.inUseErr {
+			a.inUseErr = msg
+			a.log.Error(err, "Asking the kubelet which devices pods hold; the layout annotation keeps what it last knew")
+		}
+		return
+	}
+	a.inUseErr = ""
+	if a.noteAssignments(assignments) {
+		a.refresh(ctx, causeInUse)
+	}
+}
+
+// noteAssignments records which pods hold which devices, and returns
+// whether that changed.
+func (a *Agent) noteAssignments(assignments []podresources.Assignment) bool {
+	next := map[string][]string{}
+	for _, as := range assignments {
+		if key := as.PodKey(); !slices.Contains(next[as.DeviceID], key) {
+			next[as.DeviceID] = append(next[as.DeviceID], key)
+		}
+	}
+	for _, pods := range next {
+		slices.Sort(pods)
+	}
+	if maps.EqualFunc(a.inUse, next, slices.Equal[[]string]) {
+		return false
+	}
+	a.inUse = next
+	return true
+}
+
 // report applies the agent's labels and annotations for st and the last
-// discovered layout.
-func (a *Agent) report(ctx context.Context, node *corev1.Node, st status) error {
-	labels, annotations, err := ownedMetadata(st, a.gpus, servedHealth(a.opts.DevicePlugin.Resources()), a.opts.MigStrategy)
+// discovered layout; cause is why, for the writes metric.
+func (a *Agent) report(ctx context.Context, node *corev1.Node, st status, cause string) error {
+	labels, annotations, err := ownedMetadata(st, a.gpus, servedHealth(a.opts.DevicePlugin.Resources()), a.inUse, a.opts.MigStrategy)
 	if err != nil {
 		return err
 	}
 	sent, err := a.applyMetadata(ctx, node, labels, annotations)
+	if sent {
+		a.metrics.writes.WithLabelValues(cause).Inc()
+	}
 	if sent && err == nil {
-		a.log.V(2).Info("Updated the Node's labels and annotations")
+		a.log.V(2).Info("Updated the Node's labels and annotations", "cause", cause)
 	}
 	return err
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/migflex/migflex/internal/health"
 	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/mig/nvmlmig"
+	"github.com/migflex/migflex/internal/nodeinfo"
 	"github.com/migflex/migflex/internal/nvmlbackend"
 	"github.com/migflex/migflex/internal/nvmlbackend/sim"
 	"github.com/migflex/migflex/internal/podresources"
@@ -239,6 +240,10 @@ func withClient(c kubernetes.Interface) agentOption {
 
 func withPodResourcesSocket(path string) agentOption {
 	return func(o *Options, _ *deviceplugin.Options) { o.PodResources = podresources.New(path) }
+}
+
+func withInUseInterval(d time.Duration) agentOption {
+	return func(o *Options, _ *deviceplugin.Options) { o.InUseInterval = d }
 }
 
 func withHealth(h deviceplugin.HealthSource) agentOption {
@@ -878,6 +883,59 @@ mig-configs:
 		})
 	})
 
+	// The pods holding each device are in the layout annotation as they
+	// come and go, with one write per change and none while nothing
+	// changes; the profile table of the node's model is published beside.
+	t.Run("devices in use in the layout", func(t *testing.T) {
+		n := newNode(t, api, withAnnotation(AnnotationMigConfig, allThree))
+		r := n.start(withInUseInterval(20 * time.Millisecond))
+		obj := n.waitState(StateSuccess)
+		models, err := nodeinfo.ParseProfiles(obj.Annotations[AnnotationProfiles])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := n.discover()[0].Profiles; len(models) != 1 || models[0].Name != "H100-SXM5-80GB" || !cmp.Equal(models[0].Profiles, want) {
+			t.Errorf("profiles annotation %+v, want the H100's table %+v", models, want)
+		}
+		victim := n.discover()[1].Instances[1]
+		usedBy := func(o *corev1.Node) []string {
+			l, err := nodeinfo.ParseLayout(o.Annotations[AnnotationLayout])
+			if err != nil || len(l) != 2 {
+				return []string{"unreadable"}
+			}
+			for _, in := range l[1].Instances {
+				if in.UUID == victim.UUID {
+					return in.UsedBy
+				}
+			}
+			return []string{"missing"}
+		}
+		// Settled: no write happens while nothing changes.
+		settled := func() float64 {
+			t.Helper()
+			before := r.counter("migflex_agent_node_writes_total", "cause", causeInUse)
+			for calls := n.podres.Calls(); n.podres.Calls() < calls+5; {
+				time.Sleep(pollInterval) // polling a condition nothing signals
+			}
+			after := r.counter("migflex_agent_node_writes_total", "cause", causeInUse)
+			if after != before {
+				t.Errorf("%v in-use writes while nothing changed", after-before)
+			}
+			return after
+		}
+		base := settled()
+		n.podres.Set(podresourcestest.Device{Namespace: "ml", Pod: "train", Container: "c", Resource: resource3g, IDs: []string{victim.UUID}})
+		n.waitNode("the pod in the layout", func(o *corev1.Node) bool { return slices.Equal(usedBy(o), []string{"ml/train"}) })
+		if got := settled(); got != base+1 {
+			t.Errorf("%v in-use writes for one pod starting, want 1", got-base)
+		}
+		n.podres.Set()
+		n.waitNode("the pod gone from the layout", func(o *corev1.Node) bool { return usedBy(o) == nil })
+		if got := settled(); got != base+2 {
+			t.Errorf("%v in-use writes for one pod starting and ending, want 2", got-base)
+		}
+	})
+
 	t.Run("serves before the API server answers", func(t *testing.T) {
 		n := newNode(t, api)
 		n.partition(0, "3g.40gb", "2g.20gb")
@@ -1001,7 +1059,7 @@ func checkLayoutAnnotation(t *testing.T, n *node, obj *corev1.Node) {
 		lg := LayoutGPU{Index: g.Index, UUID: g.UUID, Model: "H100-SXM5-80GB", MigMode: "Enabled"}
 		for _, in := range g.Instances {
 			lg.Instances = append(lg.Instances, LayoutInstance{
-				Profile: in.Profile, Placement: LayoutPlacement{in.Start, in.Size}, GI: in.GIID, CI: in.CIID, UUID: in.UUID, Health: HealthHealthy,
+				Profile: in.Profile, Placement: LayoutPlacement{Start: in.Start, Size: in.Size}, GI: in.GIID, CI: in.CIID, UUID: in.UUID, Health: HealthHealthy,
 			})
 		}
 		want = append(want, lg)

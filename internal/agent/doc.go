@@ -62,8 +62,12 @@
 // Options.AllocatableTimeout without it the state is failed, with a Warning
 // MigConfigNotPublished Event, until the kubelet publishes it. GPU feature
 // discovery labels (nvidia.com/gpu.product, gpu.count, mig.capable,
-// mig.strategy, mig-<profile>.count); annotation migflex.io/mig.layout with the layout and
-// device health as JSON ([]LayoutGPU). They are written by server-side apply
+// mig.strategy, mig-<profile>.count); annotation migflex.io/mig.layout with the layout,
+// device health and the pods holding each device as JSON ([]LayoutGPU),
+// and migflex.io/mig.profiles with the MIG profile table of each GPU model
+// (internal/nodeinfo owns both formats). Which pods hold devices is asked
+// of the kubelet every Options.InUseInterval and published when it
+// changed, so the planner sees instances in use as pods come and go. They are written by server-side apply
 // under one field manager with only these keys, so keys the agent stops
 // setting are removed and nobody else's keys are touched; nothing is sent
 // when nothing changed. Events on the Node: Normal MigConfigApplied, Warning

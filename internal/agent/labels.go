@@ -11,6 +11,7 @@ import (
 
 	"github.com/migflex/migflex/internal/deviceplugin"
 	"github.com/migflex/migflex/internal/mig"
+	"github.com/migflex/migflex/internal/nodeinfo"
 	"github.com/migflex/migflex/internal/resourcename"
 )
 
@@ -37,8 +38,12 @@ const (
 	// what else there is to know (sources ignored, no source left, what of
 	// the configuration was left out on this node).
 	AnnotationReason = "migflex.io/mig.config.reason"
-	// AnnotationLayout is the node's GPU layout as JSON ([]LayoutGPU).
-	AnnotationLayout = "migflex.io/mig.layout"
+	// AnnotationLayout is the node's GPU layout as JSON ([]LayoutGPU),
+	// with the pods holding each device.
+	AnnotationLayout = nodeinfo.AnnotationLayout
+	// AnnotationProfiles is the MIG profile table of each GPU model on the
+	// node, as JSON ([]nodeinfo.Model).
+	AnnotationProfiles = nodeinfo.AnnotationProfiles
 
 	// GPU feature discovery compatible labels.
 	LabelGPUProduct  = "nvidia.com/gpu.product"
@@ -140,46 +145,18 @@ func gfdLabels(gpus []mig.GPU, strategy deviceplugin.MigStrategy) map[string]str
 	return labels
 }
 
-// LayoutGPU is one GPU in the layout annotation.
-type LayoutGPU struct {
-	Index int    `json:"index"`
-	UUID  string `json:"uuid"`
-	Model string `json:"model"`
-	// MigMode is "Enabled", "Disabled", "N/A" (not MIG capable), or a
-	// mode with the one pending a GPU reset: "Disabled (pending Enabled)".
-	MigMode string `json:"migMode"`
-	// Health is the whole GPU's when it is served as one device.
-	Health    string           `json:"health,omitempty"`
-	Instances []LayoutInstance `json:"instances,omitempty"`
-}
-
-// LayoutInstance is one GPU instance (and its compute instance) in the
-// layout annotation.
-type LayoutInstance struct {
-	Profile   string          `json:"profile"`
-	Placement LayoutPlacement `json:"placement"`
-	GI        uint32          `json:"gi"`
-	CI        uint32          `json:"ci"`
-	// UUID is the MIG device UUID; empty for a GPU instance without a
-	// compute instance, which is no device.
-	UUID   string `json:"uuid,omitempty"`
-	Health string `json:"health"`
-}
-
-// LayoutPlacement is where an instance sits, in memory slices.
-type LayoutPlacement struct {
-	Start int `json:"start"`
-	Size  int `json:"size"`
-}
+// The layout annotation's types: internal/nodeinfo owns the contract.
+type (
+	LayoutGPU       = nodeinfo.GPU
+	LayoutInstance  = nodeinfo.Instance
+	LayoutPlacement = nodeinfo.Placement
+)
 
 // Health values in the layout annotation.
 const (
-	HealthHealthy   = "Healthy"
-	HealthUnhealthy = "Unhealthy"
-	// HealthNotServed: the device is not served to the kubelet (a GPU
-	// instance without compute instance, a MIG device under the none
-	// strategy, a whole GPU with MIG on), so it has no health.
-	HealthNotServed = "N/A"
+	HealthHealthy   = nodeinfo.HealthHealthy
+	HealthUnhealthy = nodeinfo.HealthUnhealthy
+	HealthNotServed = nodeinfo.HealthNotServed
 )
 
 // migModeString renders the current and pending MIG mode the way
@@ -226,13 +203,15 @@ func servedHealth(resources []deviceplugin.ResourceStatus) map[string]bool {
 	return out
 }
 
-// layout builds the layout annotation's value for the node's GPUs.
-func layout(gpus []mig.GPU, served map[string]bool) []LayoutGPU {
+// layout builds the layout annotation's value for the node's GPUs; inUse
+// maps a device ID to the pods holding it.
+func layout(gpus []mig.GPU, served map[string]bool, inUse map[string][]string) []LayoutGPU {
 	out := make([]LayoutGPU, 0, len(gpus))
 	for _, g := range gpus {
 		lg := LayoutGPU{Index: g.Index, UUID: g.UUID, Model: g.Model, MigMode: migModeString(g)}
 		if !g.MigEnabled {
 			lg.Health = healthOf(served, g.UUID)
+			lg.UsedBy = inUse[g.UUID]
 		}
 		for _, in := range g.Instances {
 			lg.Instances = append(lg.Instances, LayoutInstance{
@@ -242,6 +221,7 @@ func layout(gpus []mig.GPU, served map[string]bool) []LayoutGPU {
 				CI:        in.CIID,
 				UUID:      in.UUID,
 				Health:    healthOf(served, in.UUID),
+				UsedBy:    usedBy(inUse, in.UUID),
 			})
 		}
 		slices.SortFunc(lg.Instances, func(a, b LayoutInstance) int { return cmp.Compare(a.Placement.Start, b.Placement.Start) })
@@ -251,11 +231,42 @@ func layout(gpus []mig.GPU, served map[string]bool) []LayoutGPU {
 	return out
 }
 
+// usedBy is the pods holding device id; an instance without a device
+// (no compute instance) has none.
+func usedBy(inUse map[string][]string, id string) []string {
+	if id == "" {
+		return nil
+	}
+	return inUse[id]
+}
+
 // layoutAnnotation renders layout as the JSON value of AnnotationLayout.
-func layoutAnnotation(gpus []mig.GPU, served map[string]bool) (string, error) {
-	b, err := json.Marshal(layout(gpus, served))
+func layoutAnnotation(gpus []mig.GPU, served map[string]bool, inUse map[string][]string) (string, error) {
+	b, err := json.Marshal(layout(gpus, served, inUse))
 	if err != nil {
 		return "", fmt.Errorf("encoding the layout annotation: %w", err)
+	}
+	return string(b), nil
+}
+
+// profilesAnnotation renders the MIG profile table of each GPU model of
+// the node as the JSON value of AnnotationProfiles, models by name; empty
+// when no GPU is MIG capable.
+func profilesAnnotation(gpus []mig.GPU) (string, error) {
+	var models []nodeinfo.Model
+	for _, g := range gpus {
+		if !g.MigCapable || len(g.Profiles) == 0 || slices.ContainsFunc(models, func(m nodeinfo.Model) bool { return m.Name == g.Model }) {
+			continue
+		}
+		models = append(models, nodeinfo.Model{Name: g.Model, Profiles: g.Profiles})
+	}
+	if len(models) == 0 {
+		return "", nil
+	}
+	slices.SortFunc(models, func(a, b nodeinfo.Model) int { return cmp.Compare(a.Name, b.Name) })
+	b, err := json.Marshal(models)
+	if err != nil {
+		return "", fmt.Errorf("encoding the profiles annotation: %w", err)
 	}
 	return string(b), nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/migflex/migflex/internal/deviceplugin"
 	"github.com/migflex/migflex/internal/mig"
+	"github.com/migflex/migflex/internal/nodeinfo"
 )
 
 // Fixture GPUs. The UUIDs are what the device plugin serves as device IDs.
@@ -139,7 +140,11 @@ func TestLayoutAnnotation(t *testing.T) {
 		{Index: 3, UUID: "GPU-amp", Model: "A100-SXM4-40GB", MigCapable: true, MigEnabled: false, MigPending: true},
 	}
 	served := map[string]bool{migUUID(1): true, migUUID(2): false, gpuUUID(1): true}
-	got, err := layoutAnnotation(gpus, served)
+	// The kubelet's assignments: MIG-1 by two pods (sorted), the whole GPU
+	// 1, an ID no device of this node has, and one of GPU 0 (MIG on: its
+	// whole-GPU ID is no device then).
+	inUse := map[string][]string{migUUID(1): {"a/p", "b/q"}, gpuUUID(1): {"ml/train"}, "MIG-gone": {"x/y"}, gpuUUID(0): {"x/z"}}
+	got, err := layoutAnnotation(gpus, served, inUse)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,11 +154,11 @@ func TestLayoutAnnotation(t *testing.T) {
 	}
 	want := []LayoutGPU{
 		{Index: 0, UUID: gpuUUID(0), Model: "NVIDIA H100 80GB HBM3", MigMode: "Enabled", Instances: []LayoutInstance{
-			{Profile: "3g.40gb", Placement: LayoutPlacement{0, 4}, GI: 1, UUID: migUUID(1), Health: HealthHealthy},
-			{Profile: "2g.20gb", Placement: LayoutPlacement{4, 2}, GI: 2, UUID: migUUID(2), Health: HealthUnhealthy},
-			{Profile: "1g.10gb", Placement: LayoutPlacement{6, 1}, GI: 3, Health: HealthNotServed},
+			{Profile: "3g.40gb", Placement: LayoutPlacement{Start: 0, Size: 4}, GI: 1, UUID: migUUID(1), Health: HealthHealthy, UsedBy: []string{"a/p", "b/q"}},
+			{Profile: "2g.20gb", Placement: LayoutPlacement{Start: 4, Size: 2}, GI: 2, UUID: migUUID(2), Health: HealthUnhealthy},
+			{Profile: "1g.10gb", Placement: LayoutPlacement{Start: 6, Size: 1}, GI: 3, Health: HealthNotServed},
 		}},
-		{Index: 1, UUID: gpuUUID(1), Model: "NVIDIA H100 80GB HBM3", MigMode: "Disabled", Health: HealthHealthy},
+		{Index: 1, UUID: gpuUUID(1), Model: "NVIDIA H100 80GB HBM3", MigMode: "Disabled", Health: HealthHealthy, UsedBy: []string{"ml/train"}},
 		{Index: 2, UUID: "GPU-t4", Model: "Tesla T4", MigMode: "N/A", Health: HealthNotServed},
 		{Index: 3, UUID: "GPU-amp", Model: "A100-SXM4-40GB", MigMode: "Disabled (pending Enabled)", Health: HealthNotServed},
 	}
@@ -161,9 +166,52 @@ func TestLayoutAnnotation(t *testing.T) {
 		t.Errorf("layout (-want +got):\n%s", diff)
 	}
 	// The wire form is what users and tools read: pin its field names.
-	const wantGPU0 = `{"index":0,"uuid":"GPU-a","model":"NVIDIA H100 80GB HBM3","migMode":"Enabled","instances":[{"profile":"3g.40gb","placement":{"start":0,"size":4},"gi":1,"ci":0,"uuid":"MIG-1","health":"Healthy"},`
+	const wantGPU0 = `{"index":0,"uuid":"GPU-a","model":"NVIDIA H100 80GB HBM3","migMode":"Enabled","instances":[{"profile":"3g.40gb","placement":{"start":0,"size":4},"gi":1,"ci":0,"uuid":"MIG-1","health":"Healthy","usedBy":["a/p","b/q"]},`
 	if !strings.HasPrefix(got, "["+wantGPU0) {
 		t.Errorf("annotation starts\n%s\nwant\n[%s", got[:min(len(got), len(wantGPU0)+1)], wantGPU0)
+	}
+}
+
+func TestProfilesAnnotation(t *testing.T) {
+	h := func(i int) mig.GPU {
+		g := h100(i, true)
+		g.Profiles = []mig.Profile{{Name: "1g.10gb", Slices: 1, MemorySlices: 1, MaxCount: 7, Placements: []int{0, 1, 2, 3, 4, 5, 6}}}
+		return g
+	}
+	a100 := mig.GPU{Index: 2, Model: "A100-SXM4-40GB", MigCapable: true, Profiles: []mig.Profile{{Name: "7g.40gb", Slices: 7, MemorySlices: 8, MaxCount: 1, Placements: []int{0}}}}
+	t4 := mig.GPU{Index: 3, Model: "Tesla T4"}
+	tests := []struct {
+		name string
+		gpus []mig.GPU
+		want []nodeinfo.Model
+	}{
+		{name: "no MIG-capable GPU: no annotation", gpus: []mig.GPU{t4}},
+		{
+			name: "each model once, by name",
+			gpus: []mig.GPU{h(0), h(1), t4, a100},
+			want: []nodeinfo.Model{{Name: "A100-SXM4-40GB", Profiles: a100.Profiles}, {Name: "NVIDIA H100 80GB HBM3", Profiles: h(0).Profiles}},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := profilesAnnotation(tc.gpus)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.want == nil {
+				if got != "" {
+					t.Fatalf("annotation %q, want none", got)
+				}
+				return
+			}
+			decoded, err := nodeinfo.ParseProfiles(got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, decoded); diff != "" {
+				t.Errorf("profiles (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 
@@ -184,7 +232,7 @@ func TestServedHealth(t *testing.T) {
 
 func TestOwnedMetadata(t *testing.T) {
 	gpus := []mig.GPU{h100(0, true, inst("3g.40gb", 0, 4, 1))}
-	layoutJSON, err := layoutAnnotation(gpus, nil)
+	layoutJSON, err := layoutAnnotation(gpus, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +265,7 @@ func TestOwnedMetadata(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			labels, annotations, err := ownedMetadata(tc.st, gpus, nil, deviceplugin.MigStrategyMixed)
+			labels, annotations, err := ownedMetadata(tc.st, gpus, nil, nil, deviceplugin.MigStrategyMixed)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -36,7 +36,17 @@ const (
 	stageReport    = "report"
 )
 
+// Causes of a write to the Node, the "cause" label of
+// migflex_agent_node_writes_total.
+const (
+	causeReconcile = "reconcile"
+	causeAnnounce  = "announce"
+	causeHealth    = "health"
+	causeInUse     = "in-use"
+)
+
 type metrics struct {
+	writes     *prometheus.CounterVec
 	reconciles *prometheus.CounterVec
 	duration   *prometheus.HistogramVec
 	errors     *prometheus.CounterVec
@@ -69,9 +79,13 @@ func newMetrics(reg prometheus.Registerer, dp DevicePlugin, node string) (*metri
 			Namespace: "migflex", Subsystem: "agent", Name: "reconcile_errors_total",
 			Help: "Reconcile errors by stage (discover, config, busy-check, evict, apply, reset, serve, report).",
 		}, []string{"stage"}),
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "migflex", Subsystem: "agent", Name: "node_writes_total",
+			Help: "Server-side applies of the agent's labels and annotations sent to its Node, by cause (reconcile, announce, health, in-use).",
+		}, []string{"cause"}),
 	}
 	m.setState("")
-	for _, c := range []prometheus.Collector{m.reconciles, m.duration, m.errors, m.state, deviceCollector{dp}} {
+	for _, c := range []prometheus.Collector{m.reconciles, m.duration, m.errors, m.state, m.writes, deviceCollector{dp}} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering agent metrics: %w", err)
 		}

@@ -30,6 +30,7 @@ func TestMetricsDocumented(t *testing.T) {
 	m.reconciles.WithLabelValues(resultSuccess).Inc()
 	m.duration.WithLabelValues(resultSuccess).Observe(0)
 	m.errors.WithLabelValues(stageReport).Inc()
+	m.writes.WithLabelValues(causeInUse).Inc()
 
 	mfs, err := reg.Gather()
 	if err != nil {

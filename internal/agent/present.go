@@ -102,7 +102,7 @@ func (a *Agent) announce(ctx context.Context, node *corev1.Node, src source, pla
 	}
 	note := sourcesNote(setSources(node.Labels, node.Annotations))
 	st := status{StatePending, joinReasons(fmt.Sprintf("%s: changing the GPUs: %s", src, strings.Join(parts, "; ")), note)}
-	if err := a.report(ctx, node, st); err != nil {
+	if err := a.report(ctx, node, st, causeAnnounce); err != nil {
 		a.metrics.errors.WithLabelValues(stageReport).Inc()
 		a.log.Error(err, "Reporting the start of a change on the Node")
 		return

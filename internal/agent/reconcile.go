@@ -76,6 +76,7 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, prev status) o
 	if err != nil {
 		return busyCheckFailed(err)
 	}
+	a.noteAssignments(assignments)
 	busy := busyGPUs(todo, gpus, assignments)
 	// Between that List and the apply, the kubelet could still hand a
 	// device of a free GPU to a new pod, whose instance the apply would
@@ -154,6 +155,7 @@ func (a *Agent) drainFree(ctx context.Context, plan migconfig.Plan, gpus []mig.G
 		a.opts.DevicePlugin.Undrain(all)
 		return nil, nil, err
 	}
+	a.noteAssignments(assignments)
 	late = busyGPUs(plan, gpus, assignments)
 	for gpu := range late {
 		a.opts.DevicePlugin.Undrain(byGPU[gpu])

@@ -28,16 +28,23 @@ type status struct {
 // ownedMetadata is every label and annotation the agent owns on its Node,
 // with their values. Keys it does not return are removed by the apply, so
 // a profile count label disappears with the profile.
-func ownedMetadata(st status, gpus []mig.GPU, served map[string]bool, strategy deviceplugin.MigStrategy) (labels, annotations map[string]string, err error) {
+func ownedMetadata(st status, gpus []mig.GPU, served map[string]bool, inUse map[string][]string, strategy deviceplugin.MigStrategy) (labels, annotations map[string]string, err error) {
 	labels = gfdLabels(gpus, strategy)
 	if st.State != "" {
 		labels[LabelMigConfigState] = st.State
 	}
-	layoutJSON, err := layoutAnnotation(gpus, served)
+	layoutJSON, err := layoutAnnotation(gpus, served, inUse)
 	if err != nil {
 		return nil, nil, err
 	}
 	annotations = map[string]string{AnnotationLayout: layoutJSON}
+	profilesJSON, err := profilesAnnotation(gpus)
+	if err != nil {
+		return nil, nil, err
+	}
+	if profilesJSON != "" {
+		annotations[AnnotationProfiles] = profilesJSON
+	}
 	// A success has a reason too: sources ignored, no source left, or
 	// what of the configuration was left out on this node (successWith).
 	if st.State != "" && st.Reason != "" {

@@ -61,6 +61,7 @@ type Config struct {
 	RetryInterval      time.Duration
 	ResyncInterval     time.Duration
 	AllocatableTimeout time.Duration
+	InUseInterval      time.Duration
 }
 
 // Validate checks what can be checked before anything starts; flag names a
@@ -160,6 +161,7 @@ func Run(ctx context.Context, c Config, getenv func(string) string) error {
 		RetryInterval:      c.RetryInterval,
 		ResyncInterval:     c.ResyncInterval,
 		AllocatableTimeout: c.AllocatableTimeout,
+		InUseInterval:      c.InUseInterval,
 		MetricsAddr:        c.MetricsAddr,
 	})
 	if err != nil {

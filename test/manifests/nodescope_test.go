@@ -103,6 +103,7 @@ func TestAgentNodeScopePolicy(t *testing.T) {
 			}).
 			WithAnnotations(map[string]string{
 				"migflex.io/mig.layout":        `[{"index":0}]`,
+				"migflex.io/mig.profiles":      `[{"model":"H100-SXM5-80GB","profiles":[]}]`,
 				"migflex.io/mig.config.reason": "busy",
 			})
 		if mods != nil {
