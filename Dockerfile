@@ -1,6 +1,7 @@
-# migflex's image: /device-plugin (the node agent) and /webhook (the
-# admission webhook and its `webhook certgen` Job), the same layout as the
-# local test cluster's lc.local/migflex:e2e (hack/cluster/images.sh).
+# migflex's image: /device-plugin (the node agent), /webhook (the
+# admission webhook and its `webhook certgen` Job) and /planner, the same
+# layout as the local test cluster's lc.local/migflex:e2e
+# (hack/cluster/images.sh).
 #
 # One image holds both binaries: one tag to pin and release, and the
 # chart's three workloads (agent, webhook, certgen) always run the same
@@ -49,6 +50,6 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
     make build
 
 FROM ${BASE_IMAGE}
-COPY --from=build /src/bin/device-plugin /src/bin/webhook /
+COPY --from=build /src/bin/device-plugin /src/bin/webhook /src/bin/planner /
 USER 65532:65532
 ENTRYPOINT ["/device-plugin"]

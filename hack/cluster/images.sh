@@ -2,8 +2,9 @@
 # Builds the image tarballs the local cluster imports (no registry):
 #   lc.local/pause:1      the pod sandbox (testbox pause)
 #   lc.local/testbox:1    testbox, for test pods: env, sleep N, ls DIR
-#   lc.local/migflex:e2e  /device-plugin and /webhook from bin/ (make build),
-#                         with the agent's glibc; only when both exist
+#   lc.local/migflex:e2e  /device-plugin, /webhook and /planner from bin/
+#                         (make build), with the agent's glibc; only when
+#                         they exist
 # into $IMAGES_DIR (default .cache/images). Fast when nothing changed; the
 # same inputs give the same image digests.
 set -euo pipefail
@@ -18,10 +19,10 @@ go build -trimpath -o "$tools/mkimage" ./hack/mkimage
 
 "$tools/mkimage" -ref lc.local/pause:1 -out "$IMAGES_DIR/pause.tar" -add "$tools/testbox:/testbox" -entrypoint /testbox,pause
 "$tools/mkimage" -ref lc.local/testbox:1 -out "$IMAGES_DIR/testbox.tar" -add "$tools/testbox:/testbox"
-if [[ -x bin/device-plugin && -x bin/webhook ]]; then
+if [[ -x bin/device-plugin && -x bin/webhook && -x bin/planner ]]; then
 	"$tools/mkimage" -ref lc.local/migflex:e2e -out "$IMAGES_DIR/migflex.tar" \
-		-add bin/device-plugin:/device-plugin -add bin/webhook:/webhook
+		-add bin/device-plugin:/device-plugin -add bin/webhook:/webhook -add bin/planner:/planner
 else
 	rm -f "$IMAGES_DIR/migflex.tar"
-	log "no bin/device-plugin and bin/webhook (make build): skipped lc.local/migflex:e2e"
+	log "no bin/device-plugin, bin/webhook and bin/planner (make build): skipped lc.local/migflex:e2e"
 fi

@@ -34,7 +34,7 @@ func TestRenderedFlagsParse(t *testing.T) {
 	}
 
 	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/device-plugin", "./cmd/webhook")
+	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/device-plugin", "./cmd/webhook", "./cmd/planner")
 	build.Dir = repoRoot(t)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the binaries: %v\n%s", err, out)
@@ -53,8 +53,8 @@ func TestRenderedFlagsParse(t *testing.T) {
 				t.Fatal("no agent or webhook container")
 			}
 			for _, c := range containers {
-				if len(c.Command) != 1 || (c.Command[0] != "/device-plugin" && c.Command[0] != "/webhook") {
-					t.Errorf("container %s runs %q, want /device-plugin or /webhook (the image's paths)", c.Name, c.Command)
+				if len(c.Command) != 1 || (c.Command[0] != "/device-plugin" && c.Command[0] != "/webhook" && c.Command[0] != "/planner") {
+					t.Errorf("container %s runs %q, want /device-plugin, /webhook or /planner (the image's paths)", c.Name, c.Command)
 					continue
 				}
 				cmd := exec.Command(filepath.Join(bin, filepath.Base(c.Command[0])), append(c.Args, "-h")...)

@@ -79,6 +79,8 @@ var scenarios = []scenario{
 	{name: "host-network", set: []string{"backend=simulated", "agent.hostNetwork=true", "webhook.hostNetwork=true", "webhook.port=9443", "certificates.certgen.hostNetwork=true"}},
 	{name: "webhook-only", set: []string{"agent.enabled=false"}},
 	{name: "agent-only", set: []string{"webhook.enabled=false", "nodeScopePolicy.enabled=false"}},
+	{name: "planner", set: []string{"backend=simulated", "planner.enabled=true"}},
+	{name: "planner-dry-run", set: []string{"planner.enabled=true", "planner.dryRun=true"}},
 }
 
 func scenarioNamed(t testing.TB, name string) scenario {

@@ -218,15 +218,16 @@ func TestDockerfileMatchesManifests(t *testing.T) {
 		check          int
 		want           string
 	}{
-		{"webhook not copied", "/src/bin/device-plugin /src/bin/webhook /", "/src/bin/device-plugin /", 0, "/webhook"},
-		{"binaries elsewhere", "/src/bin/webhook /", "/src/bin/webhook /usr/bin/", 0, "not in the image"},
+		{"webhook not copied", "/src/bin/device-plugin /src/bin/webhook /src/bin/planner /", "/src/bin/device-plugin /src/bin/planner /", 0, "/webhook"},
+		{"planner not copied", "/src/bin/device-plugin /src/bin/webhook /src/bin/planner /", "/src/bin/device-plugin /src/bin/webhook /", 0, "/planner"},
+		{"binaries elsewhere", "/src/bin/planner /", "/src/bin/planner /usr/bin/", 0, "not in the image"},
 		{"root user", "USER 65532:65532", "USER 0", 1, "non-root"},
 		{"another uid", "USER 65532:65532", "USER 1000:1000", 1, "want 1000"},
 		{"user name", "USER 65532:65532", "USER nonroot", 1, "numeric"},
 		{"plain go build", "    make build\n", "    go build -o bin/ ./cmd/...\n", 2, "want exactly one"},
 		{"unknown target", "    make build\n", "    make image-binaries\n", 2, "no such target"},
 		{"a target CI does not run", "    make build\n", "    make bench\n", 2, "CI (.ci/run"},
-		{"other outputs", "/src/bin/webhook /", "/src/bin/webhook /src/bin/extra /", 2, "/src/bin/extra"},
+		{"other outputs", "/src/bin/planner /", "/src/bin/planner /src/bin/extra /", 2, "/src/bin/extra"},
 	} {
 		t.Run("catches "+tc.name, func(t *testing.T) {
 			if !strings.Contains(dockerfile, tc.old) {

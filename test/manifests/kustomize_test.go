@@ -33,10 +33,18 @@ func TestKustomizeMatchesHelm(t *testing.T) {
 		{"overlays/simulated", scenario{name: "simulated", set: []string{"backend=simulated"}}},
 		{"overlays/real", scenario{name: "real"}},
 		{"overlays/real-cert-manager", scenario{name: "cert-manager", set: []string{"certificates.mode=cert-manager"}}},
+		{"testdata/simulated-planner", scenarioNamed(t, "planner")},
+		{"testdata/real-planner-dry-run", scenarioNamed(t, "planner-dry-run")},
 	} {
 		t.Run(tc.overlay, func(t *testing.T) {
 			fromHelm := normalise(helmTemplate(t, tc.helm), true)
-			fromKustomize := normalise(kustomizeBuild(t, tc.overlay), false)
+			var built objects
+			if name, ok := strings.CutPrefix(tc.overlay, "testdata/"); ok {
+				built = kustomizeBuildTestdata(t, name)
+			} else {
+				built = kustomizeBuild(t, tc.overlay)
+			}
+			fromKustomize := normalise(built, false)
 			if diff := cmp.Diff(fromHelm, fromKustomize); diff != "" {
 				t.Errorf("helm (-) and kustomize (+) differ:\n%s", diff)
 			}

@@ -257,17 +257,7 @@ func TestAgentNodeScopePolicy(t *testing.T) {
 // with a token from the TokenRequest API, bound to ref when not nil.
 func tokenClient(t *testing.T, cfg *rest.Config, admin kubernetes.Interface, ref *authenticationv1.BoundObjectReference) kubernetes.Interface {
 	t.Helper()
-	tr, err := admin.CoreV1().ServiceAccounts(namespace).CreateToken(t.Context(), "migflex-agent", &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{BoundObjectRef: ref, ExpirationSeconds: ptr(int64(3600))},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("TokenRequest: %v", err)
-	}
-	return kubernetes.NewForConfigOrDie(&rest.Config{
-		Host:            cfg.Host,
-		TLSClientConfig: rest.TLSClientConfig{CAData: cfg.CAData, CAFile: cfg.CAFile},
-		BearerToken:     tr.Status.Token,
-	})
+	return saTokenClient(t, cfg, admin, "migflex-agent", ref)
 }
 
 // waitForPolicy polls a dry-run apply to another node until the policy
@@ -336,7 +326,7 @@ func TestNodeScopePolicyKeysMatchTheAgent(t *testing.T) {
 	if diff := cmp.Diff(wantLabels, literals(vars["ownedLabels"])); diff != "" {
 		t.Errorf("ownedLabels (-agent +policy):\n%s", diff)
 	}
-	wantAnnotations := []string{agent.AnnotationReason, agent.AnnotationLayout}
+	wantAnnotations := []string{agent.AnnotationReason, agent.AnnotationLayout, agent.AnnotationProfiles}
 	slices.Sort(wantAnnotations)
 	if diff := cmp.Diff(wantAnnotations, literals(vars["ownedAnnotations"])); diff != "" {
 		t.Errorf("ownedAnnotations (-agent +policy):\n%s", diff)

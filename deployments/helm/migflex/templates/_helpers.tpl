@@ -7,6 +7,7 @@ cluster anyway.
 {{- define "migflex.webhookConfigName" -}}gpu-allocation-webhook{{- end }}
 {{- define "migflex.agentName" -}}migflex-agent{{- end }}
 {{- define "migflex.certgenName" -}}migflex-certgen{{- end }}
+{{- define "migflex.plannerName" -}}migflex-planner{{- end }}
 
 {{- define "migflex.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}

@@ -1,0 +1,342 @@
+// Package plansnap builds what the planner sees of a cluster from the
+// Kubernetes objects: each Node as a planner.Node (its GPUs and the
+// instances pods hold, from the agent's publication; whether the planner
+// may change it, and if not why), the GPU models' profile tables, and which
+// pods wait for GPUs. The planner's controller and the webhook's
+// reshape-first mode both read the cluster through it, from their informer
+// caches, so they agree on what the planner could do. It does no I/O.
+package plansnap
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/mig"
+	"github.com/migflex/migflex/internal/migconfig"
+	"github.com/migflex/migflex/internal/nodeinfo"
+	"github.com/migflex/migflex/internal/planner"
+)
+
+// Keys on the Node.
+const (
+	// LabelPlanner opts a node in to the planner with the value
+	// PlannerEnabled: the planner then owns its nvidia.com/mig.config.
+	LabelPlanner   = "migflex.io/planner"
+	PlannerEnabled = "enabled"
+	// AnnotationMigConfig is the layout the node's agent applies; the
+	// planner writes it on opted-in nodes.
+	AnnotationMigConfig = "nvidia.com/mig.config"
+	// AnnotationProposed is where the planner in dry-run mode writes the
+	// layout it would have written in AnnotationMigConfig.
+	AnnotationProposed = "migflex.io/mig.config.proposed"
+	// LabelState and AnnotationReason are the agent's report on the
+	// layout: pending, success or failed, and why.
+	LabelState       = "nvidia.com/mig.config.state"
+	AnnotationReason = "migflex.io/mig.config.reason"
+)
+
+// Agent states.
+const (
+	StatePending = "pending"
+	StateSuccess = "success"
+	StateFailed  = "failed"
+)
+
+// Options say how to read the Nodes.
+type Options struct {
+	// FieldManager is the planner's: a nvidia.com/mig.config written by
+	// any other manager is a human's (or another tool's) edit.
+	FieldManager string
+	// ManualHold is how long the planner leaves an opted-in node alone
+	// after someone else changed its nvidia.com/mig.config.
+	ManualHold time.Duration
+	// Now is the time of the reading.
+	Now time.Time
+}
+
+// Node is one Node as the planner sees it.
+type Node struct {
+	planner.Node
+	// Models are the profile tables the node's agent published.
+	Models []planner.Model
+	// InFlight lists the GPUs whose nvidia.com/mig.config layout is not in
+	// place yet; they are shown at that layout, as pods will find them.
+	InFlight []int
+	// Config is the node's nvidia.com/mig.config, and ConfigOwner the field
+	// manager that last set it ("" when unknown or unset), at ConfigTime.
+	Config      string
+	ConfigOwner string
+	ConfigTime  time.Time
+	// Layout is the agent's layout annotation, decoded (nil when absent
+	// or unreadable).
+	Layout []nodeinfo.GPU
+	// Warnings say what of the Node could not be read.
+	Warnings []string
+}
+
+// FromAPI reads a Node.
+func FromAPI(n *corev1.Node, o Options) Node {
+	out := Node{Node: planner.Node{Node: fallback.NodeFromAPI(n), OptedIn: n.Labels[LabelPlanner] == PlannerEnabled}}
+	out.Config = n.Annotations[AnnotationMigConfig]
+	out.ConfigOwner, out.ConfigTime = AnnotationOwner(n, AnnotationMigConfig)
+	freeze := func(format string, args ...any) {
+		if out.Frozen == "" {
+			out.Frozen = fmt.Sprintf(format, args...)
+		}
+	}
+
+	if s, ok := n.Annotations[nodeinfo.AnnotationProfiles]; ok {
+		models, err := nodeinfo.ParseProfiles(s)
+		if err != nil {
+			out.Warnings = append(out.Warnings, err.Error())
+		}
+		for _, m := range models {
+			out.Models = append(out.Models, planner.Model{Name: m.Name, Profiles: m.Profiles})
+		}
+	}
+	raw, ok := n.Annotations[nodeinfo.AnnotationLayout]
+	if !ok {
+		freeze("its agent has not reported its GPUs (no %s)", nodeinfo.AnnotationLayout)
+		return out
+	}
+	layout, err := nodeinfo.ParseLayout(raw)
+	if err != nil {
+		out.Warnings = append(out.Warnings, err.Error())
+		freeze("its agent's report is unreadable: %v", err)
+		return out
+	}
+	out.Layout = layout
+	for _, g := range layout {
+		pg := planner.GPU{Index: g.Index, Model: g.Model, MigEnabled: g.MigMode == nodeinfo.MigModeEnabled, InUse: len(g.UsedBy) > 0}
+		switch g.MigMode {
+		case nodeinfo.MigModeEnabled, nodeinfo.MigModeDisabled, nodeinfo.MigModeNA:
+		default:
+			freeze("GPU %d's MIG mode change waits for a GPU reset (%s)", g.Index, g.MigMode)
+		}
+		if g.MigMode == nodeinfo.MigModeNA {
+			// Not MIG capable: a whole GPU the planner never changes.
+			pg.Model = ""
+		}
+		for _, in := range g.Instances {
+			pg.Instances = append(pg.Instances, planner.Instance{Profile: in.Profile, Start: in.Placement.Start, InUse: len(in.UsedBy) > 0})
+		}
+		out.GPUs = append(out.GPUs, pg)
+	}
+
+	state, reason := n.Labels[LabelState], n.Annotations[AnnotationReason]
+	switch {
+	case state == StatePending:
+		freeze("its agent is changing its layout (state pending: %s)", clip(reason))
+	case state == StateFailed:
+		freeze("its agent could not apply its layout (state failed: %s)", clip(reason))
+	case state == "" && hasSource(n):
+		freeze("its agent has not reported on its layout yet")
+	case state != "" && state != StateSuccess:
+		freeze("its agent reports an unknown state %q", state)
+	}
+	if out.ConfigOwner != "" && out.ConfigOwner != o.FieldManager && o.ManualHold > 0 {
+		if until := out.ConfigTime.Add(o.ManualHold); o.Now.Before(until) {
+			freeze("%s was changed by %s at %s: the planner leaves the node alone until %s", AnnotationMigConfig, out.ConfigOwner,
+				out.ConfigTime.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339))
+		}
+	}
+	if state != StateFailed && out.Config != "" {
+		out.inFlight(layout, n.Annotations[nodeinfo.AnnotationProfiles] != "", o.Now)
+		if len(out.InFlight) > 0 {
+			freeze("the layout its %s asks for is not in place yet (GPUs %v)", AnnotationMigConfig, out.InFlight)
+		}
+	}
+	return out
+}
+
+// hasSource tells whether the node asks its agent for a layout by any of
+// the keys the agent reads.
+func hasSource(n *corev1.Node) bool {
+	_, a := n.Annotations[AnnotationMigConfig]
+	_, r := n.Annotations["run.ai/mig.config"]
+	_, l := n.Labels["nvidia.com/mig.config"]
+	return a || r || l
+}
+
+// inFlight finds the GPUs whose layout the node's mig.config changes, as
+// the agent would plan it from their current layout, and shows them at
+// that layout: a change written but not applied yet (the agent has not
+// seen it, or is applying it) must count as done, or the next round would
+// plan the same pods again elsewhere. Their cooldown starts now. A GPU
+// whose change would destroy an instance in use stays as it is (the agent
+// waits for the pod).
+func (out *Node) inFlight(layout []nodeinfo.GPU, haveProfiles bool, now time.Time) {
+	if !haveProfiles {
+		return
+	}
+	gpus := make([]mig.GPU, 0, len(layout))
+	for _, g := range layout {
+		mg := mig.GPU{Index: g.Index, UUID: g.UUID, Model: g.Model, MigCapable: g.MigMode != nodeinfo.MigModeNA,
+			MigEnabled: g.MigMode == nodeinfo.MigModeEnabled, MigPending: g.MigMode == nodeinfo.MigModeEnabled}
+		if i := slices.IndexFunc(out.Models, func(m planner.Model) bool { return m.Name == g.Model }); i >= 0 {
+			mg.Profiles = out.Models[i].Profiles
+		}
+		for i, in := range g.Instances {
+			mg.Instances = append(mg.Instances, mig.Instance{Profile: in.Profile, Start: in.Placement.Start, Size: in.Placement.Size,
+				GIID: cmp.Or(in.GI, uint32(1000+i)), HasCI: in.UUID != "", UUID: in.UUID})
+		}
+		gpus = append(gpus, mg)
+	}
+	spec, err := migconfig.Parse([]byte(out.Config))
+	if err != nil {
+		out.Warnings = append(out.Warnings, fmt.Sprintf("%s: %v", AnnotationMigConfig, err))
+		return
+	}
+	cfg, err := spec.Select("")
+	if err != nil {
+		out.Warnings = append(out.Warnings, fmt.Sprintf("%s: %v", AnnotationMigConfig, err))
+		return
+	}
+	v, err := migconfig.ValidateFor(cfg, gpus, migconfig.ScopeNode)
+	if err != nil {
+		out.Warnings = append(out.Warnings, fmt.Sprintf("%s: %v", AnnotationMigConfig, err))
+		return
+	}
+	plan, err := migconfig.MakePlan(gpus, v.Desired)
+	if err != nil {
+		out.Warnings = append(out.Warnings, fmt.Sprintf("%s: %v", AnnotationMigConfig, err))
+		return
+	}
+	for _, p := range plan.GPUs {
+		if !p.Changed() {
+			continue
+		}
+		gi := slices.IndexFunc(out.GPUs, func(g planner.GPU) bool { return g.Index == p.GPU })
+		if gi < 0 {
+			continue
+		}
+		g := &out.GPUs[gi]
+		if slices.ContainsFunc(p.Destroy, func(d mig.Instance) bool { return instanceInUse(*g, d.Profile, d.Start) }) ||
+			(p.Mode != migconfig.ModeUnchanged && (g.InUse || slices.ContainsFunc(g.Instances, func(in planner.Instance) bool { return in.InUse }))) {
+			continue
+		}
+		next := planner.GPU{Index: g.Index, Model: g.Model, LastChanged: now,
+			MigEnabled: p.Mode == migconfig.ModeEnable || (p.Mode == migconfig.ModeUnchanged && g.MigEnabled)}
+		for _, pl := range p.After() {
+			next.Instances = append(next.Instances, planner.Instance{Profile: pl.Profile, Start: pl.Start, InUse: instanceInUse(*g, pl.Profile, pl.Start)})
+		}
+		*g = next
+		out.InFlight = append(out.InFlight, p.GPU)
+	}
+}
+
+func instanceInUse(g planner.GPU, profile string, start int) bool {
+	return slices.ContainsFunc(g.Instances, func(in planner.Instance) bool {
+		return in.InUse && in.Profile == profile && in.Start == start
+	})
+}
+
+// AnnotationOwner is the field manager that owns the annotation key on
+// the Node and when it last changed its fields, from managedFields.
+func AnnotationOwner(n *corev1.Node, key string) (string, time.Time) {
+	want := "f:" + key
+	for _, mf := range n.ManagedFields {
+		if mf.FieldsV1 == nil || mf.Subresource != "" {
+			continue
+		}
+		var fields struct {
+			Metadata struct {
+				Annotations map[string]json.RawMessage `json:"f:annotations"`
+			} `json:"f:metadata"`
+		}
+		if json.Unmarshal(mf.FieldsV1.Raw, &fields) != nil {
+			continue
+		}
+		if _, ok := fields.Metadata.Annotations[want]; ok {
+			var at time.Time
+			if mf.Time != nil {
+				at = mf.Time.Time
+			}
+			return mf.Manager, at
+		}
+	}
+	return "", time.Time{}
+}
+
+// clip bounds a reason quoted in another message.
+func clip(s string) string {
+	const maxLen = 200
+	if len(s) <= maxLen {
+		return s
+	}
+	return s[:maxLen] + "..."
+}
+
+// GPUUsers are the pods holding devices of GPU index on the node, sorted.
+func (n *Node) GPUUsers(index int) []string {
+	var out []string
+	for _, g := range n.Layout {
+		if g.Index != index {
+			continue
+		}
+		out = append(out, g.UsedBy...)
+		for _, in := range g.Instances {
+			out = append(out, in.UsedBy...)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// Users are every pod holding a device of the node.
+func (n *Node) Users() []string {
+	var out []string
+	for _, g := range n.Layout {
+		out = append(out, n.GPUUsers(g.Index)...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// MergeModels gathers the nodes' models, each name once: the first node by
+// name that published it gives its table. Nodes publishing another table
+// under the same name are named in the warnings.
+func MergeModels(nodes []Node) ([]planner.Model, []string) {
+	byName := map[string]int{}
+	var out []planner.Model
+	var warnings []string
+	sorted := slices.SortedFunc(slices.Values(nodes), func(a, b Node) int { return strings.Compare(a.Name, b.Name) })
+	for _, n := range sorted {
+		for _, m := range n.Models {
+			i, seen := byName[m.Name]
+			if !seen {
+				byName[m.Name] = len(out)
+				out = append(out, m)
+				continue
+			}
+			if !profilesEqual(out[i].Profiles, m.Profiles) {
+				warnings = append(warnings, fmt.Sprintf("node %s publishes another profile table for %s than an earlier node; the earlier one is used", n.Name, m.Name))
+			}
+		}
+	}
+	return out, warnings
+}
+
+func profilesEqual(a, b []mig.Profile) bool {
+	return slices.EqualFunc(a, b, func(x, y mig.Profile) bool {
+		return x.Name == y.Name && x.Slices == y.Slices && x.MemorySlices == y.MemorySlices && x.MaxCount == y.MaxCount &&
+			slices.Equal(x.Placements, y.Placements) && x.Engines == y.Engines
+	})
+}
+
+// ManagedTime is a helper for tests and callers that build Nodes: the
+// managedFields entry of manager owning annotation key at t.
+func ManagedTime(manager, key string, t time.Time) metav1.ManagedFieldsEntry {
+	raw, _ := json.Marshal(map[string]any{"f:metadata": map[string]any{"f:annotations": map[string]any{"f:" + key: map[string]any{}}}})
+	mt := metav1.NewTime(t)
+	return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1", Time: &mt,
+		FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: raw}}
+}

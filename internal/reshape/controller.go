@@ -1,0 +1,429 @@
+package reshape
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/migflex/migflex/internal/planner"
+	"github.com/migflex/migflex/internal/plansnap"
+)
+
+// ErrLostLease is what Run returns when another replica took the lead:
+// the process should exit and start again as a follower.
+var ErrLostLease = errors.New("lost the planner's leader Lease")
+
+// Controller runs the planner in the cluster: it watches Nodes and pending
+// pods through informers, and the replica holding the Lease plans
+// debounced rounds and writes the layouts.
+type Controller struct {
+	opts    Options
+	planner *planner.Planner
+	metrics *metrics
+	ready   atomic.Bool
+
+	nodes, pods cache.SharedIndexInformer
+	trigger     chan struct{}
+
+	// departed are pods that left the pending set bound to a node, from
+	// the informer's goroutine to the loop's.
+	mu       sync.Mutex
+	departed []departure
+
+	recorder    record.EventRecorder
+	broadcaster record.EventBroadcaster
+	demandKnown map[corev1.ResourceName]bool
+}
+
+type departure struct {
+	node, pod string
+	at        time.Time
+}
+
+// pendingPods selects the pods the planner looks at: pending ones. Those
+// asking for GPUs are kept (see transformPod), unschedulable ones are
+// demand, bound ones are starting.
+var pendingPods = fields.OneTermEqualSelector("status.phase", string(corev1.PodPending)).String()
+
+// New checks opts, fills in defaults and returns a Controller; Run starts
+// it.
+func New(opts Options) (*Controller, error) {
+	opts.setDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, fmt.Errorf("planner options: %w", err)
+	}
+	pl, err := planner.New(opts.Policy)
+	if err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(opts.Registry)
+	if err != nil {
+		return nil, err
+	}
+	c := &Controller{opts: opts, planner: pl, metrics: m, trigger: make(chan struct{}, 1), demandKnown: map[corev1.ResourceName]bool{}}
+	c.nodes = coreinformers.NewNodeInformer(opts.Client, 0, cache.Indexers{})
+	c.pods = coreinformers.NewFilteredPodInformer(opts.Client, metav1.NamespaceAll, 0, cache.Indexers{},
+		func(o *metav1.ListOptions) { o.FieldSelector = pendingPods })
+	if err := c.pods.SetTransform(transformPod); err != nil {
+		return nil, fmt.Errorf("pod informer transform: %w", err)
+	}
+	if _, err := c.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { c.poke() },
+		UpdateFunc: func(o, n any) {
+			if nodeChanged(o, n) {
+				c.poke()
+			}
+		},
+		DeleteFunc: func(any) { c.poke() },
+	}); err != nil {
+		return nil, fmt.Errorf("node informer handler: %w", err)
+	}
+	if _, err := c.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.podChanged,
+		UpdateFunc: func(_, n any) { c.podChanged(n) },
+		DeleteFunc: c.podGone,
+	}); err != nil {
+		return nil, fmt.Errorf("pod informer handler: %w", err)
+	}
+	return c, nil
+}
+
+// transformPod keeps only pods asking for GPUs, without their managed
+// fields: the cache holds what the planner reads, not every pending pod.
+func transformPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	p.ManagedFields = nil
+	if !plansnap.AsksForGPUs(p) {
+		// A stub the handlers ignore: the informer needs an object.
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion}}, nil
+	}
+	return p, nil
+}
+
+// nodeChanged tells whether a Node update concerns the planner: not a
+// heartbeat, but labels, annotations, taints, cordon or allocatable.
+func nodeChanged(oldObj, newObj any) bool {
+	o, ok1 := oldObj.(*corev1.Node)
+	n, ok2 := newObj.(*corev1.Node)
+	if !ok1 || !ok2 {
+		return true
+	}
+	return !maps.Equal(o.Labels, n.Labels) || !maps.Equal(o.Annotations, n.Annotations) ||
+		o.Spec.Unschedulable != n.Spec.Unschedulable || !slices.EqualFunc(o.Spec.Taints, n.Spec.Taints, func(a, b corev1.Taint) bool { return a.MatchTaint(&b) && a.Value == b.Value }) ||
+		!maps.EqualFunc(o.Status.Allocatable, n.Status.Allocatable, func(a, b resource.Quantity) bool { return a.Cmp(b) == 0 })
+}
+
+// podChanged starts a batch for a pod asking for GPUs.
+func (c *Controller) podChanged(obj any) {
+	if p, ok := obj.(*corev1.Pod); ok && plansnap.AsksForGPUs(p) {
+		c.poke()
+	}
+}
+
+// podGone notes a pod that left the pending set while bound: it may be
+// starting, holding devices its node's agent does not report yet.
+func (c *Controller) podGone(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	p, ok := obj.(*corev1.Pod)
+	if !ok || !plansnap.AsksForGPUs(p) {
+		return
+	}
+	if node := plansnap.StartingOn(p); node != "" {
+		c.mu.Lock()
+		c.departed = append(c.departed, departure{node: node, pod: p.Namespace + "/" + p.Name, at: c.opts.Now()})
+		c.mu.Unlock()
+	}
+	c.poke()
+}
+
+func (c *Controller) poke() {
+	select {
+	case c.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// Handler serves /metrics and /healthz.
+func (c *Controller) Handler() http.Handler { return handler(c.opts.Registry, &c.ready) }
+
+// Run watches the cluster and, while leading, plans rounds until ctx is
+// done. It returns ErrLostLease when another replica took the lead.
+func (c *Controller) Run(ctx context.Context) error {
+	log := klog.FromContext(ctx).WithName("planner")
+	ctx = klog.NewContext(ctx, log)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+
+	if c.opts.MetricsAddr != "" {
+		l, err := net.Listen("tcp", c.opts.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("serving metrics on %s: %w", c.opts.MetricsAddr, err)
+		}
+		srv := &http.Server{Handler: c.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+				log.Error(err, "Metrics server stopped")
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			<-ctx.Done()
+			_ = srv.Close()
+		}()
+	}
+
+	c.broadcaster = record.NewBroadcaster(record.WithContext(ctx))
+	c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.opts.Client.CoreV1().Events("")})
+	defer c.broadcaster.Shutdown()
+	c.recorder = c.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: c.opts.FieldManager})
+
+	for _, inf := range []cache.SharedIndexInformer{c.nodes, c.pods} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			inf.RunWithContext(ctx)
+		}()
+	}
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.nodes.HasSynced, c.pods.HasSynced) {
+		return nil
+	}
+	c.ready.Store(true)
+	log.Info("Caches synced", "dryRun", c.opts.DryRun, "leaderElection", c.opts.LeaderElection)
+
+	if !c.opts.LeaderElection {
+		c.lead(ctx)
+		return nil
+	}
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, c.opts.LeaseNamespace, c.opts.LeaseName,
+		c.opts.Client.CoreV1(), c.opts.Client.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: c.opts.Identity})
+	if err != nil {
+		return fmt.Errorf("leader Lease: %w", err)
+	}
+	lost := false
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   c.opts.LeaseDuration,
+		RenewDeadline:   c.opts.RenewDeadline,
+		RetryPeriod:     c.opts.RetryPeriod,
+		ReleaseOnCancel: true,
+		Name:            c.opts.LeaseName,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				log.Info("Leading: planning rounds", "identity", c.opts.Identity)
+				c.metrics.leader.Set(1)
+				c.lead(ctx)
+			},
+			OnStoppedLeading: func() {
+				c.metrics.leader.Set(0)
+				if ctx.Err() == nil {
+					lost = true
+				}
+			},
+			OnNewLeader: func(id string) {
+				if id != c.opts.Identity {
+					log.Info("Following", "leader", id)
+				}
+			},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("leader election: %w", err)
+	}
+	le.Run(ctx)
+	if lost {
+		return ErrLostLease
+	}
+	return nil
+}
+
+// lead runs rounds until ctx is done: a round starts BatchIdle after the
+// last change, at most BatchMax after the first, and again Recheck after a
+// round that left pods waiting.
+func (c *Controller) lead(ctx context.Context) {
+	log := klog.FromContext(ctx)
+	m := newMemory(c.opts.MixHalfLife)
+	idle := time.NewTimer(time.Hour)
+	idle.Stop()
+	recheck := time.NewTimer(time.Hour)
+	recheck.Stop()
+	defer idle.Stop()
+	defer recheck.Stop()
+	var batchStart time.Time
+	c.poke()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.trigger:
+			now := time.Now()
+			if batchStart.IsZero() {
+				batchStart = now
+			}
+			wait := min(c.opts.BatchIdle, c.opts.BatchMax-now.Sub(batchStart))
+			idle.Reset(max(wait, 0))
+			continue
+		case <-idle.C:
+		case <-recheck.C:
+		}
+		batchStart = time.Time{}
+		if waiting := c.round(ctx, m); waiting {
+			recheck.Reset(c.opts.Recheck)
+		} else {
+			recheck.Stop()
+		}
+		if ctx.Err() == nil {
+			log.V(4).Info("Round done")
+		}
+	}
+}
+
+// round decides and writes once; it returns whether pods still wait.
+func (c *Controller) round(ctx context.Context, m *memory) bool {
+	log := klog.FromContext(ctx)
+	start := time.Now()
+	now := c.opts.Now()
+	c.mu.Lock()
+	for _, d := range c.departed {
+		if m.started[d.node] == nil {
+			m.started[d.node] = map[string]time.Time{}
+		}
+		m.started[d.node][d.pod] = d.at
+	}
+	c.departed = nil
+	c.mu.Unlock()
+
+	nodes := listAs[*corev1.Node](c.nodes.GetStore())
+	pods := listAs[*corev1.Pod](c.pods.GetStore())
+	d, err := decide(&c.opts, c.planner, m, now, nodes, pods)
+	result := resultUnchanged
+	if err != nil {
+		log.Error(err, "Planning a round")
+		result = resultFailed
+	}
+	for _, w := range d.warnings {
+		log.V(2).Info("Planner warning", "warning", w)
+	}
+	c.metrics.setDemand(d.demand, c.demandKnown)
+	c.metrics.impossible.Set(float64(d.impossible))
+	for _, ev := range d.events {
+		c.recorder.Event(ev.pod, ev.typ, ev.reason, ev.message)
+	}
+	mode := modeApplied
+	if c.opts.DryRun {
+		mode = modeDryRun
+	}
+	for _, w := range d.writes {
+		if ctx.Err() != nil {
+			// No longer leading: what is not written is the next leader's.
+			break
+		}
+		err := c.write(ctx, w)
+		if err != nil {
+			result = resultFailed
+			for _, ev := range w.eventsAfterward {
+				delete(m.told, ev.pod.UID)
+			}
+			log.Error(err, "Writing a layout", "node", w.node.Name, "annotation", w.key)
+			// The cluster moved on; plan again from what it shows.
+			c.poke()
+			continue
+		}
+		if w.value == "" {
+			continue
+		}
+		if result != resultFailed {
+			result = resultChanged
+		}
+		for _, g := range w.gpus {
+			m.changed[gpuKey{w.node.Name, g}] = now
+		}
+		c.metrics.reshapes.WithLabelValues(mode).Add(float64(len(w.gpus)))
+		c.metrics.served.WithLabelValues(mode).Add(float64(w.pods))
+		log.Info("Wrote a layout", "node", w.node.Name, "annotation", w.key, "gpus", w.gpus, "pods", w.pods)
+		for _, ev := range w.eventsAfterward {
+			c.recorder.Event(ev.pod, ev.typ, ev.reason, ev.message)
+		}
+	}
+	c.metrics.rounds.WithLabelValues(result).Inc()
+	c.metrics.duration.WithLabelValues(result).Observe(time.Since(start).Seconds())
+	return d.waiting
+}
+
+// write applies the planner's annotations on the Node: every one it owns
+// as it is, but w.key set to w.value (or removed). The Node's UID and
+// resourceVersion are preconditions: a Node that changed since the round
+// read it (another replica's write, the agent's report) fails the write,
+// and the next round plans from what it shows.
+func (c *Controller) write(ctx context.Context, w nodeWrite) error {
+	owned, err := corev1ac.ExtractNode(w.node, c.opts.FieldManager)
+	if err != nil {
+		return fmt.Errorf("reading the planner's fields of Node %s: %w", w.node.Name, err)
+	}
+	ann := maps.Clone(owned.Annotations)
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	if w.value == "" {
+		delete(ann, w.key)
+	} else {
+		ann[w.key] = w.value
+	}
+	ac := corev1ac.Node(w.node.Name).WithUID(w.node.UID).WithResourceVersion(w.node.ResourceVersion)
+	if len(ann) > 0 {
+		ac.WithAnnotations(ann)
+	}
+	_, err = c.opts.Client.CoreV1().Nodes().Apply(ctx, ac, metav1.ApplyOptions{FieldManager: c.opts.FieldManager, Force: true})
+	switch {
+	case err == nil:
+		c.metrics.writes.WithLabelValues(writeSuccess).Inc()
+		return nil
+	case apierrors.IsConflict(err):
+		c.metrics.writes.WithLabelValues(writeConflict).Inc()
+	default:
+		c.metrics.writes.WithLabelValues(writeError).Inc()
+	}
+	return fmt.Errorf("applying %s to Node %s: %w", w.key, w.node.Name, err)
+}
+
+func listAs[T runtime.Object](s cache.Store) []T {
+	items := s.List()
+	out := make([]T, 0, len(items))
+	for _, it := range items {
+		if t, ok := it.(T); ok {
+			out = append(out, t)
+		}
+	}
+	return out
+}

@@ -1,0 +1,369 @@
+package reshape
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/migflex/migflex/internal/nodeinfo"
+	"github.com/migflex/migflex/internal/planner"
+	"github.com/migflex/migflex/internal/plansnap"
+	"github.com/migflex/migflex/internal/testenv"
+)
+
+// hangTimeout only protects against hangs; every wait polls a condition.
+const hangTimeout = 60 * time.Second
+
+type env struct {
+	t      *testing.T
+	client kubernetes.Interface
+}
+
+func startEnv(t *testing.T) *env {
+	cfg := testenv.Start(t)
+	return &env{t: t, client: kubernetes.NewForConfigOrDie(cfg)}
+}
+
+// node creates an opted-in Node whose agent reports success with gpus,
+// written as an administrator (not the planner).
+func (e *env) node(name string, gpus ...nodeinfo.GPU) {
+	e.t.Helper()
+	c := newCluster(e.t)
+	n := c.addNode(name, gpus...)
+	n.UID, n.ResourceVersion = "", ""
+	created, err := e.client.CoreV1().Nodes().Create(context.Background(), n, metav1.CreateOptions{FieldManager: "admin"})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	// The API server taints a new Node not-ready; no kubelet will clear it.
+	created.Spec.Taints = nil
+	if _, err := e.client.CoreV1().Nodes().Update(context.Background(), created, metav1.UpdateOptions{FieldManager: "admin"}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// pendingPod creates a pod asking for res, pinned to node by a node
+// selector, and marks it unschedulable, as the scheduler would.
+func (e *env) pendingPod(name string, res corev1.ResourceName, node string) *corev1.Pod {
+	e.t.Helper()
+	ctx := context.Background()
+	c := newCluster(e.t)
+	p := c.pod(name, res, 1)
+	p.UID, p.Namespace, p.CreationTimestamp = "", "default", metav1.Time{}
+	p.Spec.Containers[0].Image = "example.com/x:1"
+	p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
+	status := p.Status
+	created, err := e.client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	created.Status = status
+	created.Status.Conditions[0].LastTransitionTime = metav1.Now()
+	updated, err := e.client.CoreV1().Pods("default").UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return updated
+}
+
+func (e *env) getNode(name string) *corev1.Node {
+	e.t.Helper()
+	n, err := e.client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+func (e *env) waitNode(name, what string, cond func(*corev1.Node) bool) *corev1.Node {
+	e.t.Helper()
+	deadline := time.Now().Add(hangTimeout)
+	for {
+		n := e.getNode(name)
+		if cond(n) {
+			return n
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("timed out waiting for %s on node %s; annotations %v labels %v", what, name, n.Annotations, n.Labels)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a condition nothing signals
+	}
+}
+
+// waitEvent waits for an Event of reason about pod whose message contains
+// every substring.
+func (e *env) waitEvent(pod *corev1.Pod, reason string, contains ...string) corev1.Event {
+	e.t.Helper()
+	deadline := time.Now().Add(hangTimeout)
+	for {
+		list, err := e.client.CoreV1().Events(pod.Namespace).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		var seen []string
+		for _, ev := range list.Items {
+			if ev.InvolvedObject.UID != pod.UID {
+				continue
+			}
+			seen = append(seen, ev.Reason+": "+ev.Message)
+			if ev.Reason == reason && containsAll(ev.Message, contains...) {
+				return ev
+			}
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("no %s Event on %s containing %q; seen:\n%s", reason, pod.Name, contains, strings.Join(seen, "\n"))
+		}
+		time.Sleep(20 * time.Millisecond) // polling a condition nothing signals
+	}
+}
+
+func containsAll(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
+}
+
+type run struct {
+	c      *Controller
+	reg    *prometheus.Registry
+	cancel context.CancelFunc
+	done   chan error
+	once   sync.Once
+}
+
+func (e *env) start(t *testing.T, mods ...func(*Options)) *run {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	o := Options{
+		Client: e.client, Policy: planner.DefaultPolicy(), Registry: reg,
+		BatchIdle: 10 * time.Millisecond, BatchMax: 100 * time.Millisecond, Recheck: 200 * time.Millisecond,
+	}
+	for _, m := range mods {
+		m(&o)
+	}
+	c, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &run{c: c, reg: reg, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- c.Run(ctx) }()
+	t.Cleanup(r.stop)
+	return r
+}
+
+func (r *run) stop() {
+	r.once.Do(func() {
+		r.cancel()
+		select {
+		case err := <-r.done:
+			if err != nil {
+				panic(fmt.Sprintf("planner Run: %v", err))
+			}
+		case <-time.After(hangTimeout):
+			panic("planner did not stop")
+		}
+	})
+}
+
+// value reads a metric of the registry: the sum over the series whose
+// label has the value (any series when label is empty).
+func (r *run) value(name, label, value string) float64 {
+	mfs, err := r.reg.Gather()
+	if err != nil {
+		panic(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			match := label == ""
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					match = true
+				}
+			}
+			if !match {
+				continue
+			}
+			switch {
+			case m.GetCounter() != nil:
+				sum += m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				sum += m.GetGauge().GetValue()
+			case m.GetHistogram() != nil:
+				sum += float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return sum
+}
+
+func (r *run) waitValue(t *testing.T, name, label, value string, want float64) {
+	t.Helper()
+	deadline := time.Now().Add(hangTimeout)
+	for r.value(name, label, value) < want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s{%s=%q} = %v, want at least %v", name, label, value, r.value(name, label, value), want)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition nothing signals
+	}
+}
+
+// agentApplies stands in for the node's agent: it reports the layout the
+// node's mig.config asks for, as another field manager.
+func (e *env) agentApplies(name string) {
+	e.t.Helper()
+	n := e.getNode(name)
+	rv := n.ResourceVersion
+	c := newCluster(e.t)
+	c.nodes[name] = n
+	c.agent()
+	n.ResourceVersion = rv
+	if _, err := e.client.CoreV1().Nodes().Update(context.Background(), c.nodes[name], metav1.UpdateOptions{FieldManager: "migflex-agent"}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func TestController(t *testing.T) {
+	e := startEnv(t)
+
+	t.Run("reshapes for a pending pod, once", func(t *testing.T) {
+		e.node("ctl-a", simGPU(0, all1g...))
+		r := e.start(t)
+		pod := e.pendingPod("ctl-a-3g", mig3g, "ctl-a")
+		n := e.waitNode("ctl-a", "the planner's mig.config", func(n *corev1.Node) bool { return n.Annotations[plansnap.AnnotationMigConfig] != "" })
+		if !strings.Contains(n.Annotations[plansnap.AnnotationMigConfig], `"3g.40gb": 1`) {
+			t.Errorf("mig.config %q, want a 3g.40gb", n.Annotations[plansnap.AnnotationMigConfig])
+		}
+		// Server-side apply under its own field manager, which owns the
+		// annotation and nothing else.
+		owner, _ := plansnap.AnnotationOwner(n, plansnap.AnnotationMigConfig)
+		if owner != DefaultFieldManager {
+			t.Errorf("mig.config owned by %q", owner)
+		}
+		for _, mf := range n.ManagedFields {
+			if mf.Manager == DefaultFieldManager && (mf.Operation != metav1.ManagedFieldsOperationApply || strings.Contains(string(mf.FieldsV1.Raw), "f:labels")) {
+				t.Errorf("the planner's managed fields: %s %s", mf.Operation, mf.FieldsV1.Raw)
+			}
+		}
+		e.waitEvent(pod, ReasonPlanned, "will run on node ctl-a: GPU 0 repartitioned 7x1g.10gb ->")
+		r.waitValue(t, "migflex_planner_reshapes_total", "mode", modeApplied, 1)
+		r.waitValue(t, "migflex_planner_pods_served_total", "mode", modeApplied, 1)
+
+		// The agent applies it; more rounds (each pod change starts one)
+		// find nothing to do and write nothing.
+		e.agentApplies("ctl-a")
+		rounds := r.value("migflex_planner_rounds_total", "result", resultUnchanged)
+		for i := range 3 {
+			p, err := e.client.CoreV1().Pods("default").Get(context.Background(), pod.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Labels = map[string]string{"poke": fmt.Sprint(i)}
+			if _, err := e.client.CoreV1().Pods("default").Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			r.waitValue(t, "migflex_planner_rounds_total", "result", resultUnchanged, rounds+float64(i)+1)
+		}
+		if got := r.value("migflex_planner_node_writes_total", "", ""); got != 1 {
+			t.Errorf("%v writes to Nodes, want 1", got)
+		}
+		if err := e.client.CoreV1().Pods("default").Delete(context.Background(), pod.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("a human edit holds the node", func(t *testing.T) {
+		e.node("ctl-b", simGPU(0, all1g...))
+		n := e.getNode("ctl-b")
+		n.Annotations[plansnap.AnnotationMigConfig] = "version: v1\nmig-configs:\n  selected:\n  - devices: all\n    mig-enabled: true\n    mig-devices: {\"1g.10gb\": 7}\n"
+		if _, err := e.client.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{FieldManager: "kubectl-annotate"}); err != nil {
+			t.Fatal(err)
+		}
+		e.start(t)
+		pod := e.pendingPod("ctl-b-3g", mig3g, "ctl-b")
+		e.waitEvent(pod, ReasonImpossible, "ctl-b: nvidia.com/mig.config was changed by kubectl-annotate")
+		if got := e.getNode("ctl-b").Annotations[plansnap.AnnotationMigConfig]; !strings.Contains(got, `"1g.10gb": 7`) {
+			t.Errorf("the human's mig.config was replaced: %q", got)
+		}
+		if err := e.client.CoreV1().Pods("default").Delete(context.Background(), pod.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("dry run writes no mig.config", func(t *testing.T) {
+		e.node("ctl-c", simGPU(0, all1g...))
+		r := e.start(t, func(o *Options) { o.DryRun = true; o.FieldManager = "planner-dry" })
+		pod := e.pendingPod("ctl-c-7g", mig7g, "ctl-c")
+		n := e.waitNode("ctl-c", "a proposal", func(n *corev1.Node) bool { return n.Annotations[plansnap.AnnotationProposed] != "" })
+		if _, ok := n.Annotations[plansnap.AnnotationMigConfig]; ok {
+			t.Errorf("dry run wrote mig.config: %q", n.Annotations[plansnap.AnnotationMigConfig])
+		}
+		e.waitEvent(pod, ReasonPlanned, "would run on node ctl-c", "dry run")
+		r.waitValue(t, "migflex_planner_reshapes_total", "mode", modeDryRun, 1)
+		if err := e.client.CoreV1().Pods("default").Delete(context.Background(), pod.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.waitNode("ctl-c", "the proposal removed", func(n *corev1.Node) bool {
+			_, ok := n.Annotations[plansnap.AnnotationProposed]
+			return !ok
+		})
+		if _, ok := e.getNode("ctl-c").Annotations[plansnap.AnnotationMigConfig]; ok {
+			t.Error("dry run wrote mig.config")
+		}
+		r.stop()
+	})
+
+	// Two replicas: only the leader writes; when it goes, the other takes
+	// over and the pending pod is served once.
+	t.Run("leader election", func(t *testing.T) {
+		if _, err := e.client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "planner"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		le := func(id string) func(*Options) {
+			return func(o *Options) {
+				o.LeaderElection, o.LeaseNamespace, o.Identity = true, "planner", id
+				o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = 3*time.Second, 2*time.Second, 100*time.Millisecond
+			}
+		}
+		a := e.start(t, le("a"))
+		a.waitValue(t, "migflex_planner_leader", "", "", 1)
+		b := e.start(t, le("b"))
+		e.node("ctl-d", simGPU(0, all1g...), simGPU(1, all1g...))
+		e.pendingPod("ctl-d-3g", mig3g, "ctl-d")
+		e.waitNode("ctl-d", "the leader's mig.config", func(n *corev1.Node) bool { return n.Annotations[plansnap.AnnotationMigConfig] != "" })
+		if got := b.value("migflex_planner_node_writes_total", "", ""); got != 0 || b.value("migflex_planner_leader", "", "") != 0 {
+			t.Errorf("the follower wrote %v times (leader gauge %v)", got, b.value("migflex_planner_leader", "", ""))
+		}
+		// The leader goes (releasing the Lease); the follower takes over
+		// and finds the change in flight: nothing more to write.
+		a.stop()
+		b.waitValue(t, "migflex_planner_leader", "", "", 1)
+		b.waitValue(t, "migflex_planner_rounds_total", "result", resultUnchanged, 1)
+		if got := b.value("migflex_planner_node_writes_total", "", ""); got != 0 {
+			t.Errorf("the new leader wrote %v times for a change in flight", got)
+		}
+		// And it serves what comes next: on another node, as a new leader
+		// holds every GPU of a node the planner just changed for the
+		// cooldown (it cannot know which GPUs the change was for).
+		e.agentApplies("ctl-d")
+		e.node("ctl-e", simGPU(0, all1g...))
+		e.pendingPod("ctl-e-7g", mig7g, "ctl-e")
+		b.waitValue(t, "migflex_planner_node_writes_total", "result", writeSuccess, 1)
+		b.stop()
+	})
+}

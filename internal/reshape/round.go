@@ -1,0 +1,434 @@
+package reshape
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+
+	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/planner"
+	"github.com/migflex/migflex/internal/plansnap"
+)
+
+// Event reasons on pods.
+const (
+	// ReasonPlanned: a node's layout changes for the pod; the message
+	// names the node and GPU.
+	ReasonPlanned = "MigReshapePlanned"
+	// ReasonImpossible: no change the planner may make serves the pod; the
+	// message says why, naming the pods holding the GPUs that could.
+	ReasonImpossible = "MigReshapeImpossible"
+)
+
+type gpuKey struct {
+	node string
+	gpu  int
+}
+
+// memory is what the leader keeps from one round to the next. Losing it
+// (a new leader) is safe: the cluster holds what matters (see decide).
+type memory struct {
+	// changed is when this process last changed each GPU.
+	changed map[gpuKey]time.Time
+	// told is the last Event each pending pod got, so that a round repeats
+	// none.
+	told map[types.UID]string
+	// mix follows the demand; seen are the pods it has counted.
+	mix  *planner.MixTracker
+	seen map[types.UID]bool
+	// started are pods that left the pending set bound to a node, by
+	// node, with when: until the node's agent reports them holding their
+	// devices, they may hold instances it reports free.
+	started map[string]map[string]time.Time
+}
+
+func newMemory(halfLife time.Duration) *memory {
+	return &memory{
+		changed: map[gpuKey]time.Time{},
+		told:    map[types.UID]string{},
+		mix:     planner.NewMixTracker(halfLife),
+		seen:    map[types.UID]bool{},
+		started: map[string]map[string]time.Time{},
+	}
+}
+
+// nodeWrite is one server-side apply of the planner's annotation.
+type nodeWrite struct {
+	node            *corev1.Node
+	key, value      string // value "" removes the key
+	gpus            []int
+	pods            int
+	eventsAfterward []podEvent
+}
+
+type podEvent struct {
+	pod                  *corev1.Pod
+	typ, reason, message string
+}
+
+// decision is what one round does.
+type decision struct {
+	writes []nodeWrite
+	// events are recorded whatever the writes do; eventsAfterward of a
+	// write only once it succeeded.
+	events     []podEvent
+	demand     map[corev1.ResourceName]float64
+	impossible int
+	// waiting: pods still wait, so look again after Recheck.
+	waiting  bool
+	warnings []string
+}
+
+// decide plans one round from the cluster as the informers show it. It is
+// idempotent: what it would write is compared with what the Nodes carry,
+// and changes written but not applied yet are seen as done (plansnap), so
+// a round after a leader change, or right after the previous one, finds
+// nothing more to do.
+func decide(o *Options, pl *planner.Planner, m *memory, now time.Time, nodes []*corev1.Node, pods []*corev1.Pod) (decision, error) {
+	d := decision{demand: map[corev1.ResourceName]float64{}}
+	byName := make(map[string]*corev1.Node, len(nodes))
+	for _, n := range nodes {
+		byName[n.Name] = n
+	}
+
+	starting := map[string][]string{}
+	for _, p := range pods {
+		if n := plansnap.StartingOn(p); n != "" {
+			starting[n] = append(starting[n], p.Namespace+"/"+p.Name)
+		}
+	}
+	views := make([]plansnap.Node, 0, len(nodes))
+	viewOf := map[string]*plansnap.Node{}
+	for _, n := range nodes {
+		v := plansnap.FromAPI(n, plansnap.Options{FieldManager: o.FieldManager, ManualHold: o.ManualHold, Now: now})
+		d.warnings = append(d.warnings, v.Warnings...)
+		users := v.Users()
+		for pod, since := range m.started[n.Name] {
+			if slices.Contains(users, pod) || now.Sub(since) > o.StartGrace {
+				delete(m.started[n.Name], pod)
+				continue
+			}
+			starting[n.Name] = append(starting[n.Name], pod)
+		}
+		if s := starting[n.Name]; len(s) > 0 && v.Frozen == "" {
+			slices.Sort(s)
+			v.Frozen = fmt.Sprintf("pods are starting on it (%s) whose devices its agent does not report yet", describeList(s))
+		}
+		rememberChanges(o, m, &v, now)
+		views = append(views, v)
+	}
+	for i := range views {
+		viewOf[views[i].Name] = &views[i]
+	}
+
+	pending := make([]*corev1.Pod, 0)
+	live := map[types.UID]bool{}
+	for _, p := range pods {
+		if !plansnap.Unschedulable(p) {
+			continue
+		}
+		pending = append(pending, p)
+		live[p.UID] = true
+		if !m.seen[p.UID] {
+			m.seen[p.UID] = true
+			m.mix.Observe(now, p)
+		}
+		for res, n := range fallback.Devices(p) {
+			d.demand[res] += float64(n)
+		}
+	}
+	maps.DeleteFunc(m.seen, func(uid types.UID, _ bool) bool { return !live[uid] })
+	maps.DeleteFunc(m.told, func(uid types.UID, _ string) bool { return !live[uid] })
+	if len(pending) == 0 {
+		return d, d.proposalsLeft(o, nodes, nil)
+	}
+	// The order pods claim capacity in, so that Result.Pods follows it.
+	slices.SortStableFunc(pending, func(a, b *corev1.Pod) int {
+		return cmp.Or(cmp.Compare(corev1helpers.PodPriority(b), corev1helpers.PodPriority(a)),
+			a.CreationTimestamp.Compare(b.CreationTimestamp.Time), cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name))
+	})
+
+	models, warnings := plansnap.MergeModels(views)
+	d.warnings = append(d.warnings, warnings...)
+	snap := planner.Snapshot{Now: now, Models: models, Pending: pending, Mix: m.mix.Mix(now)}
+	for _, v := range views {
+		snap.Nodes = append(snap.Nodes, v.Node)
+	}
+	res, err := pl.Plan(snap)
+	if err != nil {
+		return d, fmt.Errorf("planning: %w", err)
+	}
+	d.warnings = append(d.warnings, res.Warnings...)
+
+	changes := map[string]planner.NodeChange{}
+	for _, nc := range res.Nodes {
+		changes[nc.Node] = nc
+	}
+	// Nodes in the order their first pod claims capacity, up to the cap.
+	chosen := map[string]bool{}
+	var order []string
+	for _, pp := range res.Pods {
+		if pp.Action != planner.ActionReshape || chosen[pp.Node] {
+			continue
+		}
+		if o.MaxNodesPerRound > 0 && len(order) == o.MaxNodesPerRound {
+			d.waiting = true
+			continue
+		}
+		chosen[pp.Node] = true
+		order = append(order, pp.Node)
+	}
+	writes := map[string]*nodeWrite{}
+	for _, name := range order {
+		nc, n := changes[name], byName[name]
+		if n == nil {
+			continue
+		}
+		w := &nodeWrite{node: n, key: plansnap.AnnotationMigConfig, value: nc.Config}
+		if o.DryRun {
+			w.key = plansnap.AnnotationProposed
+		}
+		for _, g := range nc.GPUs {
+			w.gpus = append(w.gpus, g.Index)
+		}
+		writes[name] = w
+	}
+
+	var blockers *blockerIndex
+	for i, pp := range res.Pods {
+		pod := pending[i]
+		switch pp.Action {
+		case planner.ActionReshape:
+			w := writes[pp.Node]
+			if w == nil {
+				continue // over the round's cap: the next round
+			}
+			w.pods++
+			msg := plannedMessage(o, pp, changes[pp.Node], viewOf[pp.Node])
+			if ev, news := m.tell(pod, corev1.EventTypeNormal, ReasonPlanned, msg); news {
+				w.eventsAfterward = append(w.eventsAfterward, ev)
+			}
+		case planner.ActionNone:
+			d.impossible++
+			d.waiting = true
+			if blockers == nil {
+				blockers = newBlockerIndex(views, snap.Models)
+			}
+			msg := "no change the planner may make serves it: " + pp.Reason
+			if b := blockers.holding(pod); b != "" {
+				msg += "; " + b
+			}
+			if ev, news := m.tell(pod, corev1.EventTypeWarning, ReasonImpossible, msg); news {
+				d.events = append(d.events, ev)
+			}
+		}
+	}
+	for _, name := range order {
+		w := writes[name]
+		if w == nil || w.node.Annotations[w.key] == w.value {
+			if w != nil {
+				// Already written (a dry-run proposal still standing): its
+				// Events were recorded then.
+				d.events = append(d.events, w.eventsAfterward...)
+			}
+			continue
+		}
+		d.writes = append(d.writes, *w)
+	}
+	return d, d.proposalsLeft(o, nodes, writes)
+}
+
+// proposalsLeft removes the planner's proposals that no longer stand: a
+// node proposed for in dry-run whose pods are gone or served.
+func (d *decision) proposalsLeft(o *Options, nodes []*corev1.Node, writes map[string]*nodeWrite) error {
+	for _, n := range nodes {
+		if _, ok := n.Annotations[plansnap.AnnotationProposed]; !ok {
+			continue
+		}
+		if owner, _ := plansnap.AnnotationOwner(n, plansnap.AnnotationProposed); owner != o.FieldManager {
+			continue
+		}
+		if w := writes[n.Name]; w != nil && w.key == plansnap.AnnotationProposed {
+			continue
+		}
+		d.writes = append(d.writes, nodeWrite{node: n, key: plansnap.AnnotationProposed})
+	}
+	return nil
+}
+
+// rememberChanges sets each GPU's last change: this process's memory; for
+// a node it has no memory of (a new leader), the time the planner last
+// wrote the node's mig.config, for all its GPUs, which may over-protect
+// but never under-protects.
+func rememberChanges(o *Options, m *memory, v *plansnap.Node, now time.Time) {
+	known := false
+	for i := range v.GPUs {
+		g := &v.GPUs[i]
+		if t, ok := m.changed[gpuKey{v.Name, g.Index}]; ok {
+			known = true
+			if t.After(g.LastChanged) {
+				g.LastChanged = t
+			}
+		}
+	}
+	if known || v.ConfigOwner != o.FieldManager || v.ConfigTime.IsZero() || now.Sub(v.ConfigTime) >= o.Policy.Cooldown {
+		return
+	}
+	for i := range v.GPUs {
+		if v.GPUs[i].LastChanged.Before(v.ConfigTime) {
+			v.GPUs[i].LastChanged = v.ConfigTime
+		}
+	}
+}
+
+// tell returns the Event for a pod and whether it is news: the same
+// reason and message as last time is not.
+func (m *memory) tell(pod *corev1.Pod, typ, reason, message string) (podEvent, bool) {
+	key := reason + "\x00" + message
+	if m.told[pod.UID] == key {
+		return podEvent{}, false
+	}
+	m.told[pod.UID] = key
+	return podEvent{pod: pod, typ: typ, reason: reason, message: message}, true
+}
+
+// plannedMessage says which node and GPUs will serve the pod, and how
+// they change.
+func plannedMessage(o *Options, pp planner.PodPlan, nc planner.NodeChange, v *plansnap.Node) string {
+	var parts []string
+	for _, dev := range pp.Devices {
+		i := slices.IndexFunc(nc.GPUs, func(g planner.GPUChange) bool { return g.Index == dev.GPU })
+		if i < 0 {
+			parts = append(parts, fmt.Sprintf("GPU %d (%s free already)", dev.GPU, strings.TrimPrefix(string(dev.Resource), "nvidia.com/")))
+			continue
+		}
+		g := nc.GPUs[i]
+		parts = append(parts, fmt.Sprintf("GPU %d repartitioned %s -> %s", dev.GPU, layoutString(before(v, dev.GPU)), layoutString(g.Layout)))
+	}
+	parts = slices.Compact(parts)
+	verb := "will run"
+	suffix := ""
+	if o.DryRun {
+		verb = "would run"
+		suffix = fmt.Sprintf(" (dry run: proposed in %s, %s not changed)", plansnap.AnnotationProposed, plansnap.AnnotationMigConfig)
+	}
+	return fmt.Sprintf("%s on node %s: %s%s", verb, pp.Node, strings.Join(parts, "; "), suffix)
+}
+
+func before(v *plansnap.Node, gpu int) []planner.Instance {
+	if v == nil {
+		return nil
+	}
+	for _, g := range v.GPUs {
+		if g.Index == gpu {
+			return g.Instances
+		}
+	}
+	return nil
+}
+
+// layoutString is "3g.40gb + 4x1g.10gb", or "empty".
+func layoutString(in []planner.Instance) string {
+	counts := map[string]int{}
+	var names []string
+	for _, i := range in {
+		if counts[i.Profile] == 0 {
+			names = append(names, i.Profile)
+		}
+		counts[i.Profile]++
+	}
+	if len(names) == 0 {
+		return "empty"
+	}
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = n
+		if c := counts[n]; c > 1 {
+			parts[i] = fmt.Sprintf("%dx%s", c, n)
+		}
+	}
+	return strings.Join(parts, " + ")
+}
+
+// describeList names the first few items and counts the rest.
+func describeList(items []string) string {
+	const shown = 4
+	if len(items) <= shown {
+		return strings.Join(items, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(items[:shown], ", "), len(items)-shown)
+}
+
+// blockerIndex finds, for a pod no change can serve, the pods holding the
+// GPUs that could serve it were their instances free: on nodes the pod may
+// land on that the planner may change now, GPUs of a model with the
+// profile (or MIG capable, for a whole GPU) that pods hold.
+type blockerIndex struct {
+	fb     *fallback.Snapshot
+	views  map[string]*plansnap.Node
+	offers map[string]map[corev1.ResourceName]bool
+}
+
+func newBlockerIndex(views []plansnap.Node, models []planner.Model) *blockerIndex {
+	b := &blockerIndex{views: map[string]*plansnap.Node{}, offers: map[string]map[corev1.ResourceName]bool{}}
+	var fbNodes []fallback.Node
+	for i := range views {
+		v := &views[i]
+		b.views[v.Name] = v
+		fbNodes = append(fbNodes, fallback.Node{Name: v.Name, Labels: v.Labels, Taints: v.Taints, Unschedulable: v.Unschedulable})
+	}
+	for _, m := range models {
+		set := map[corev1.ResourceName]bool{planner.ResourceGPU: true}
+		for _, p := range m.Profiles {
+			set[planner.MigResource(p.Name)] = true
+		}
+		b.offers[m.Name] = set
+	}
+	b.fb = fallback.NewSnapshot(fbNodes)
+	return b
+}
+
+func (b *blockerIndex) holding(pod *corev1.Pod) string {
+	devs := fallback.Devices(pod)
+	var held []string
+	b.fb.EligibleGroups(pod, func(group int, members []string) {
+		if members == nil {
+			members = b.fb.GroupNodes(group)
+		}
+		for _, name := range members {
+			v := b.views[name]
+			if v == nil || !v.OptedIn || v.Frozen != "" {
+				continue
+			}
+			for _, g := range v.GPUs {
+				users := v.GPUUsers(g.Index)
+				if len(users) == 0 || !b.offersAll(g.Model, devs) {
+					continue
+				}
+				held = append(held, fmt.Sprintf("%s GPU %d (%s)", name, g.Index, strings.Join(users, ", ")))
+			}
+		}
+	})
+	if len(held) == 0 {
+		return ""
+	}
+	slices.Sort(held)
+	return "the GPUs that could take it hold pods, whose instances the planner never repartitions: " + describeList(held)
+}
+
+func (b *blockerIndex) offersAll(model string, devs map[corev1.ResourceName]int64) bool {
+	set := b.offers[model]
+	for res := range devs {
+		if !set[res] {
+			return false
+		}
+	}
+	return len(set) > 0
+}
