@@ -18,7 +18,7 @@ import (
 )
 
 // overlays are every kustomization users apply.
-var overlays = []string{"overlays/simulated", "overlays/real", "overlays/real-cert-manager", "overlays/local"}
+var overlays = []string{"overlays/simulated", "overlays/real", "overlays/real-cert-manager", "overlays/local", "overlays/local-planner"}
 
 // The kustomize overlays render the same objects as the chart with the
 // matching values, so the two install paths cannot drift apart. The

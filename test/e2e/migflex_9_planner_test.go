@@ -1,0 +1,754 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/migflex/migflex/test/e2e/framework"
+)
+
+// The planner's tests install overlays/local-planner over the suite's
+// installation (the planner Deployment, its RBAC and policy), with
+// settings that keep the suite short: a GPU may change again a second
+// after the planner changed it (--cooldown), a layout set by hand holds
+// the node for a second (--manual-hold), and a replica that stops renewing
+// the Lease is replaced after 6 s (--leader-elect-lease-duration). The
+// defaults (2 minutes, 10 minutes, 15 s) are the unit tests' business.
+// Each test opts the node in (label migflex.io/planner=enabled) and out
+// again when it ends, and its pods skip the fallback webhook
+// (migflex.io/fallback=disabled on their namespace) unless it is what the
+// test is about.
+
+const (
+	labelPlanner       = "migflex.io/planner"
+	annotationProposed = "migflex.io/mig.config.proposed"
+	plannerName        = "migflex-planner"
+	plannerManager     = "migflex-planner"
+	reasonPlanned      = "MigReshapePlanned"
+	reasonImpossible   = "MigReshapeImpossible"
+	plannerLease       = 6 * time.Second
+)
+
+// plannerArgs are the planner's flags in these tests.
+var plannerArgs = []string{
+	"--metrics-addr=:9124", "--cooldown=1s", "--max-nodes-per-round=8", "--manual-hold=1s",
+	"--leader-elect-lease-duration=6s", "--leader-elect-renew-deadline=4s", "--leader-elect-retry-period=1s", "--v=2",
+}
+
+var plannerInstall struct {
+	once sync.Once
+	err  error
+}
+
+// planner installs the planner once, opts the node in for t and its pods'
+// namespace out of the webhook, and returns that namespace.
+func planner(t *testing.T) string {
+	t.Helper()
+	migflex(t)
+	plannerInstall.once.Do(func() {
+		root, err := framework.RepoRoot()
+		if err != nil {
+			plannerInstall.err = err
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
+		defer cancel()
+		dir := filepath.Join(root, "deployments/kustomize/overlays/local-planner")
+		if out, err := cluster.Kubectl(ctx, "apply", "-k", dir); err != nil {
+			plannerInstall.err = fmt.Errorf("installing %s: %w\n%s", dir, err, out)
+			return
+		}
+		plannerInstall.err = setPlannerArgs(ctx, plannerArgs)
+	})
+	if plannerInstall.err != nil {
+		t.Fatalf("installing the planner: %v", plannerInstall.err)
+	}
+	setPlannerLabel(t, "enabled")
+	t.Cleanup(func() { setPlannerLabel(t, "") })
+	ns := cluster.Namespace(t)
+	patch := []byte(`{"metadata":{"labels":{"` + labelOptOut + `":"disabled"}}}`)
+	if _, err := cluster.Client.CoreV1().Namespaces().Patch(t.Context(), ns, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+// setPlannerArgs gives the planner's container args and waits for the
+// rollout.
+func setPlannerArgs(ctx context.Context, args []string) error {
+	d, err := cluster.Client.AppsV1().Deployments(framework.MigflexNamespace).Get(ctx, plannerName, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if !slices.Equal(d.Spec.Template.Spec.Containers[0].Args, args) {
+		d.Spec.Template.Spec.Containers[0].Args = args
+		if _, err := cluster.Client.AppsV1().Deployments(framework.MigflexNamespace).Update(ctx, d, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+	}
+	return cluster.WaitForDeploymentRollout(ctx, framework.MigflexNamespace, plannerName)
+}
+
+// setPlannerLabel sets the node's opt-in label to value, or removes it.
+func setPlannerLabel(t *testing.T, value string) {
+	t.Helper()
+	v := "null"
+	if value != "" {
+		v = strconv.Quote(value)
+	}
+	patch := []byte(`{"metadata":{"labels":{"` + labelPlanner + `":` + v + `}}}`)
+	// Not t.Context(): this also runs in cleanup.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := cluster.Client.CoreV1().Nodes().Patch(ctx, cluster.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("labelling the node %s=%s: %v", labelPlanner, value, err)
+	}
+}
+
+var all1g = []string{"1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb"}
+
+// resetTo1g puts every GPU back to seven free 1g.10gb, as a human would,
+// and waits for it; the planner's hold on a human change (a second here)
+// has passed when it returns.
+func resetTo1g(t *testing.T) {
+	t.Helper()
+	written := time.Now()
+	applyLayout(t, all1g...)
+	if d := time.Until(written.Add(2 * time.Second)); d > 0 {
+		time.Sleep(d) // the planner's --manual-hold, on the managed field's whole seconds
+	}
+}
+
+// deletePodAndWait deletes a pod and waits until it is gone and the agent
+// no longer reports it holding a device.
+func deletePodAndWait(t *testing.T, ns, name string) {
+	t.Helper()
+	ctx := t.Context()
+	err := cluster.Client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	err = framework.WaitFor(ctx, "pod "+ns+"/"+name+" gone and its devices free", timeout, func(ctx context.Context) (bool, error) {
+		_, err := cluster.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if !apierrors.IsNotFound(err) {
+			return false, err
+		}
+		n, err := cluster.Node(ctx)
+		if err != nil {
+			return false, err
+		}
+		return !strings.Contains(n.Annotations[annotationLayout], ns+"/"+name), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// waitRunning waits for the pod to be Running, from a watch started before
+// it was created, and returns when the watch saw it.
+func waitRunning(ctx context.Context, w watch.Interface) (time.Time, error) {
+	deadline := time.After(timeout)
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return time.Time{}, fmt.Errorf("the pod watch ended")
+			}
+			if p, ok := ev.Object.(*corev1.Pod); ok && p.Status.Phase == corev1.PodRunning {
+				return time.Now(), nil
+			}
+		case <-deadline:
+			return time.Time{}, fmt.Errorf("the pod was not Running within %s", timeout)
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		}
+	}
+}
+
+// podEvent waits for an Event of reason about the pod whose message
+// contains every substring, and returns its message.
+func podEvent(t *testing.T, ns, pod, reason string, contains ...string) string {
+	t.Helper()
+	var seen []string
+	var msg string
+	err := framework.WaitFor(t.Context(), reason+" on "+ns+"/"+pod, timeout, func(ctx context.Context) (bool, error) {
+		list, err := cluster.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
+			FieldSelector: fields.AndSelectors(fields.OneTermEqualSelector("involvedObject.name", pod), fields.OneTermEqualSelector("reason", reason)).String(),
+		})
+		if err != nil {
+			return false, err
+		}
+		seen = seen[:0]
+		for _, ev := range list.Items {
+			seen = append(seen, ev.Message)
+			ok := true
+			for _, c := range contains {
+				ok = ok && strings.Contains(ev.Message, c)
+			}
+			if ok {
+				msg = ev.Message
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("%v; %s Events seen: %q", err, reason, seen)
+	}
+	return msg
+}
+
+// plannerPods are the planner's running pods.
+func plannerPods(ctx context.Context) ([]corev1.Pod, error) {
+	list, err := cluster.Client.CoreV1().Pods(framework.MigflexNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=" + plannerName})
+	if err != nil {
+		return nil, err
+	}
+	var out []corev1.Pod
+	for _, p := range list.Items {
+		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// leader is the holder of the planner's Lease.
+func leader(ctx context.Context) (string, error) {
+	l, err := cluster.Client.CoordinationV1().Leases(framework.MigflexNamespace).Get(ctx, plannerName, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	if l.Spec.HolderIdentity == nil {
+		return "", nil
+	}
+	return *l.Spec.HolderIdentity, nil
+}
+
+// scrape sums a metric's samples (all label sets matching the prefix of
+// labels given, e.g. `cause="in-use"`) at url.
+func scrape(ctx context.Context, url, name, labels string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sum := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name) {
+			continue
+		}
+		rest := strings.TrimPrefix(line, name)
+		if !strings.HasPrefix(rest, " ") && !strings.HasPrefix(rest, "{") {
+			continue
+		}
+		if labels != "" && !strings.Contains(rest, labels) {
+			continue
+		}
+		f := strings.Fields(rest)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", line, err)
+		}
+		sum += v
+	}
+	return sum, sc.Err()
+}
+
+// writeCounts are the writes to the Node by the agent (by cause) and the
+// planner (every replica) so far.
+type writeCounts struct {
+	agent   map[string]float64
+	planner float64
+}
+
+func countWrites(t *testing.T) writeCounts {
+	t.Helper()
+	ctx := t.Context()
+	w := writeCounts{agent: map[string]float64{}}
+	for _, cause := range []string{"reconcile", "announce", "health", "in-use"} {
+		v, err := scrape(ctx, "http://127.0.0.1:9123/metrics", "migflex_agent_node_writes_total", `cause="`+cause+`"`)
+		if err != nil {
+			t.Fatalf("the agent's metrics: %v", err)
+		}
+		w.agent[cause] = v
+	}
+	pods, err := plannerPods(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		v, err := scrape(ctx, "http://"+p.Status.PodIP+":9124/metrics", "migflex_planner_node_writes_total", "")
+		if err != nil {
+			t.Fatalf("planner %s's metrics: %v", p.Name, err)
+		}
+		w.planner += v
+	}
+	return w
+}
+
+func (w writeCounts) minus(before writeCounts) writeCounts {
+	d := writeCounts{agent: map[string]float64{}, planner: w.planner - before.planner}
+	for k, v := range w.agent {
+		d.agent[k] = v - before.agent[k]
+	}
+	return d
+}
+
+func (w writeCounts) agentTotal() float64 {
+	s := 0.0
+	for _, v := range w.agent {
+		s += v
+	}
+	return s
+}
+
+// nodeWriteCounter counts the Node's updates (every writer: agent,
+// planner, kubelet) from a watch.
+type nodeWriteCounter struct {
+	mu sync.Mutex
+	n  int
+	w  watch.Interface
+}
+
+func countNodeUpdates(t *testing.T) *nodeWriteCounter {
+	t.Helper()
+	w, err := cluster.Client.CoreV1().Nodes().Watch(t.Context(), metav1.ListOptions{FieldSelector: "metadata.name=" + cluster.NodeName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &nodeWriteCounter{w: w}
+	go func() {
+		for ev := range w.ResultChan() {
+			if ev.Type == watch.Modified {
+				c.mu.Lock()
+				c.n++
+				c.mu.Unlock()
+			}
+		}
+	}()
+	return c
+}
+
+func (c *nodeWriteCounter) stop() int {
+	c.w.Stop()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	s := slices.Clone(d)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := int(p*float64(len(s))+0.5) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+// TestPlannerReshapesForAPendingPod: on a node partitioned all 1g.10gb,
+// nothing running, opted in, a pod asking for nvidia.com/mig-3g.40gb runs
+// through a reshape, with a MigReshapePlanned Event naming the node and
+// GPU. Ten runs, each from that state, measure creation to Running, and
+// the API writes each reshape costs.
+func TestPlannerReshapesForAPendingPod(t *testing.T) {
+	ns := planner(t)
+	ctx := t.Context()
+	const runs = 10
+	var took []time.Duration
+	var perRun []string
+	for i := range runs {
+		resetTo1g(t)
+		name := fmt.Sprintf("reshape-%d", i)
+		w, err := cluster.Client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := countWrites(t)
+		updates := countNodeUpdates(t)
+		start := time.Now()
+		cluster.CreatePod(t, gpuPod(ns, name, "nvidia.com/mig-3g.40gb", 1, "sleep", "3600"))
+		running, err := waitRunning(ctx, w)
+		w.Stop()
+		if err != nil {
+			p, _ := cluster.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			n, _ := cluster.Node(ctx)
+			t.Fatalf("run %d: %v; pod %+v; node %s", i, err, p.Status, summary(n))
+		}
+		took = append(took, running.Sub(start))
+		msg := podEvent(t, ns, name, reasonPlanned, "will run on node "+cluster.NodeName+": GPU ", "-> ")
+		// The reshape is over once the agent reports the pod holding its
+		// device: what follows is the next pod's business.
+		if _, err := cluster.WaitForNode(ctx, "the agent reporting "+name+" on its device", timeout, func(n *corev1.Node) error {
+			if !strings.Contains(n.Annotations[annotationLayout], ns+"/"+name) {
+				return fmt.Errorf("layout %s", n.Annotations[annotationLayout])
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		nodeUpdates := updates.stop()
+		d := countWrites(t).minus(before)
+		perRun = append(perRun, fmt.Sprintf("run %d: %s; Node writes %d (agent %v: %v, planner %v, others %v); %s",
+			i, running.Sub(start).Round(time.Millisecond), nodeUpdates, d.agentTotal(), d.agent, d.planner, float64(nodeUpdates)-d.agentTotal()-d.planner, msg))
+		if d.planner != 1 {
+			t.Errorf("run %d: the planner wrote the Node %v times, want once", i, d.planner)
+		}
+		deletePodAndWait(t, ns, name)
+	}
+	for _, l := range perRun {
+		t.Log(l)
+	}
+	t.Logf("creation -> Running through a reshape over %d runs: p50 %s, p90 %s, min %s, max %s", runs,
+		percentile(took, 0.5).Round(time.Millisecond), percentile(took, 0.9).Round(time.Millisecond),
+		slices.Min(took).Round(time.Millisecond), slices.Max(took).Round(time.Millisecond))
+}
+
+// TestPlannerAvoidsBusyGPU: a pod on an instance of GPU A makes the
+// planner reshape the other GPU for a whole-GPU profile; a second such
+// pod, which only the GPUs pods hold could take, stays Pending with a
+// MigReshapeImpossible Event naming the pods.
+func TestPlannerAvoidsBusyGPU(t *testing.T) {
+	ns := planner(t)
+	ctx := t.Context()
+	resetTo1g(t)
+	small := gpuPod(ns, "small", "nvidia.com/mig-1g.10gb", 1, "sleep", "3600")
+	cluster.CreatePod(t, small)
+	if _, err := cluster.WaitForPodPhase(ctx, ns, small.Name, corev1.PodRunning); err != nil {
+		t.Fatal(err)
+	}
+	held, err := framework.KubeletPodDevices(ctx, ns, small.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, layout := waitForLayout(t, all1g...)
+	busy, ok := gpuHolding(layout, held["nvidia.com/mig-1g.10gb"][0])
+	if !ok {
+		t.Fatalf("the small pod's device %v is in no GPU of %+v", held, layout)
+	}
+	other := 1 - busy
+	// The agent reports the pod in use before the planner may count on it.
+	if _, err := cluster.WaitForNode(ctx, "the small pod in the layout", timeout, func(n *corev1.Node) error {
+		if !strings.Contains(n.Annotations[annotationLayout], ns+"/small") {
+			return fmt.Errorf("layout %s", n.Annotations[annotationLayout])
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	big := gpuPod(ns, "big", "nvidia.com/mig-7g.80gb", 1, "sleep", "3600")
+	cluster.CreatePod(t, big)
+	if _, err := cluster.WaitForPodPhase(ctx, ns, big.Name, corev1.PodRunning); err != nil {
+		t.Fatal(err)
+	}
+	podEvent(t, ns, big.Name, reasonPlanned, fmt.Sprintf("GPU %d repartitioned", other))
+	_, layout = waitForLayouts(t, gpuLayouts{busy: all1g, other: {"7g.80gb"}})
+	if g, _ := gpuHolding(layout, held["nvidia.com/mig-1g.10gb"][0]); g != busy {
+		t.Errorf("the small pod's device moved: %+v", layout)
+	}
+
+	second := gpuPod(ns, "second", "nvidia.com/mig-7g.80gb", 1, "sleep", "3600")
+	cluster.CreatePod(t, second)
+	msg := podEvent(t, ns, second.Name, reasonImpossible, ns+"/small", ns+"/big")
+	t.Logf("MigReshapeImpossible: %s", msg)
+	time.Sleep(3 * time.Second) // rounds keep coming (--recheck); none may change a busy GPU
+	p, err := cluster.Client.CoreV1().Pods(ns).Get(ctx, second.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Status.Phase != corev1.PodPending {
+		t.Errorf("the second pod is %s, want Pending", p.Status.Phase)
+	}
+	waitForLayouts(t, gpuLayouts{busy: all1g, other: {"7g.80gb"}})
+}
+
+// TestPlannerLeavesNodesAlone: an opted-out node, one whose agent refused
+// its layout (failed) and one whose agent waits for a pod (pending) are
+// never changed; the pod's MigReshapeImpossible Event says why.
+func TestPlannerLeavesNodesAlone(t *testing.T) {
+	ns := planner(t)
+	ctx := t.Context()
+	resetTo1g(t)
+	unchanged := func(what string, want string) {
+		t.Helper()
+		time.Sleep(3 * time.Second) // rounds come and go meanwhile
+		n, err := cluster.Node(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := n.Annotations[annotationMigConfig]; got != want {
+			t.Errorf("%s: mig.config changed to %q, want %q", what, got, want)
+		}
+		if _, ok := n.Annotations[annotationProposed]; ok {
+			t.Errorf("%s: a proposal on the node", what)
+		}
+	}
+	node, err := cluster.Node(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := node.Annotations[annotationMigConfig]
+
+	t.Run("opted out", func(t *testing.T) {
+		setPlannerLabel(t, "")
+		pod := gpuPod(ns, "opted-out", "nvidia.com/mig-3g.40gb", 1, "sleep", "3600")
+		cluster.CreatePod(t, pod)
+		podEvent(t, ns, pod.Name, reasonImpossible, "not opted in")
+		unchanged("opted out", doc)
+		deletePodAndWait(t, ns, pod.Name)
+		setPlannerLabel(t, "enabled")
+	})
+
+	t.Run("failed", func(t *testing.T) {
+		bad := migConfig("9g.99gb")
+		setMigConfig(t, annotationMigConfig, bad)
+		if _, err := cluster.WaitForNode(ctx, "state failed", timeout, func(n *corev1.Node) error {
+			if n.Labels[labelState] != "failed" {
+				return fmt.Errorf("state %q", n.Labels[labelState])
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		pod := gpuPod(ns, "failed", "nvidia.com/mig-3g.40gb", 1, "sleep", "3600")
+		cluster.CreatePod(t, pod)
+		podEvent(t, ns, pod.Name, reasonImpossible, "state failed")
+		unchanged("failed", bad)
+		deletePodAndWait(t, ns, pod.Name)
+		resetTo1g(t)
+	})
+
+	t.Run("pending", func(t *testing.T) {
+		holder := gpuPod(ns, "holder", "nvidia.com/mig-1g.10gb", 1, "sleep", "3600")
+		cluster.CreatePod(t, holder)
+		if _, err := cluster.WaitForPodPhase(ctx, ns, holder.Name, corev1.PodRunning); err != nil {
+			t.Fatal(err)
+		}
+		// A whole-GPU layout everywhere: the GPU the pod holds waits.
+		waiting := migConfig("7g.80gb")
+		setMigConfig(t, annotationMigConfig, waiting)
+		if _, err := cluster.WaitForNode(ctx, "state pending naming the pod", timeout, func(n *corev1.Node) error {
+			if n.Labels[labelState] != "pending" || !strings.Contains(n.Annotations[annotationReason], ns+"/holder") {
+				return fmt.Errorf("state %q, reason %q", n.Labels[labelState], n.Annotations[annotationReason])
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		pod := gpuPod(ns, "pending", "nvidia.com/mig-3g.40gb", 1, "sleep", "3600")
+		cluster.CreatePod(t, pod)
+		podEvent(t, ns, pod.Name, reasonImpossible, "state pending")
+		unchanged("pending", waiting)
+		deletePodAndWait(t, ns, pod.Name)
+		deletePodAndWait(t, ns, holder.Name)
+		waitForLayout(t, "7g.80gb")
+	})
+}
+
+// TestPlannerLeaderKilled: two replicas; the leader is killed (no graceful
+// release of the Lease) in the middle of a round: once while it batches
+// the pending pod's arrival, once right after it wrote the layout. Each
+// time the other replica takes over and the pod runs, with exactly one
+// change of nvidia.com/mig.config: none lost, none doubled.
+func TestPlannerLeaderKilled(t *testing.T) {
+	ns := planner(t)
+	ctx := t.Context()
+	// A batch long enough that the kill lands inside it.
+	args := append(slices.Clone(plannerArgs), "--batch-idle=3s", "--batch-max=5s")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
+		defer cancel()
+		if err := setPlannerArgs(ctx, plannerArgs); err != nil {
+			t.Errorf("restoring the planner's flags: %v", err)
+		}
+	})
+	for i, when := range []string{"while batching", "after its write"} {
+		t.Run(when, func(t *testing.T) {
+			resetTo1g(t)
+			if err := setPlannerArgs(ctx, args); err != nil { // two replicas up
+				t.Fatal(err)
+			}
+			var lead string
+			if err := framework.WaitFor(ctx, "a planner leader", timeout, func(ctx context.Context) (bool, error) {
+				id, err := leader(ctx)
+				lead = id
+				pods, _ := plannerPods(ctx)
+				return err == nil && id != "" && len(pods) == 2 && slices.ContainsFunc(pods, func(p corev1.Pod) bool { return p.Name == id }), err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			node, err := cluster.Node(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Every value mig.config takes from here.
+			var mu sync.Mutex
+			values := []string{node.Annotations[annotationMigConfig]}
+			changed := make(chan struct{}, 1)
+			nw, err := cluster.Client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + cluster.NodeName, ResourceVersion: node.ResourceVersion})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nw.Stop()
+			go func() {
+				for ev := range nw.ResultChan() {
+					n, ok := ev.Object.(*corev1.Node)
+					if !ok {
+						continue
+					}
+					mu.Lock()
+					if v := n.Annotations[annotationMigConfig]; v != values[len(values)-1] {
+						values = append(values, v)
+						select {
+						case changed <- struct{}{}:
+						default:
+						}
+					}
+					mu.Unlock()
+				}
+			}()
+
+			name := fmt.Sprintf("leader-%d", i)
+			pod := gpuPod(ns, name, "nvidia.com/mig-3g.40gb", 1, "sleep", "3600")
+			cluster.CreatePod(t, pod)
+			if i == 0 {
+				// The scheduler marks it unschedulable; the leader's batch
+				// starts then.
+				if err := framework.WaitFor(ctx, "the pod unschedulable", timeout, func(ctx context.Context) (bool, error) {
+					p, err := cluster.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+					if err != nil {
+						return false, err
+					}
+					for _, c := range p.Status.Conditions {
+						if c.Type == corev1.PodScheduled && c.Reason == corev1.PodReasonUnschedulable {
+							return true, nil
+						}
+					}
+					return false, nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				select {
+				case <-changed:
+				case <-time.After(timeout):
+					t.Fatal("the leader never wrote the layout")
+				}
+			}
+			killed := time.Now()
+			if err := cluster.Client.CoreV1().Pods(framework.MigflexNamespace).Delete(ctx, lead, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}); err != nil {
+				t.Fatal(err)
+			}
+			var next string
+			if err := framework.WaitFor(ctx, "another leader", timeout, func(ctx context.Context) (bool, error) {
+				id, err := leader(ctx)
+				next = id
+				return err == nil && id != "" && id != lead, err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("leader %s killed %s; %s took over after %s (lease duration %s)", lead, when, next, time.Since(killed).Round(100*time.Millisecond), plannerLease)
+			if _, err := cluster.WaitForPodPhase(ctx, ns, name, corev1.PodRunning); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(2 * time.Second) // any late second write would show by now
+			mu.Lock()
+			got := slices.Clone(values)
+			mu.Unlock()
+			if len(got) != 2 {
+				t.Errorf("nvidia.com/mig.config took %d values after the pod arrived, want exactly one change: %q", len(got)-1, got[1:])
+			}
+			deletePodAndWait(t, ns, name)
+		})
+	}
+}
+
+// TestPlannerDryRun: with --dry-run the planner explains (Events, the
+// proposal annotation) and writes no nvidia.com/mig.config.
+func TestPlannerDryRun(t *testing.T) {
+	ns := planner(t)
+	ctx := t.Context()
+	resetTo1g(t)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
+		defer cancel()
+		if err := setPlannerArgs(ctx, plannerArgs); err != nil {
+			t.Errorf("restoring the planner's flags: %v", err)
+		}
+	})
+	if err := setPlannerArgs(ctx, append(slices.Clone(plannerArgs), "--dry-run")); err != nil {
+		t.Fatal(err)
+	}
+	node, err := cluster.Node(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := node.Annotations[annotationMigConfig]
+	pod := gpuPod(ns, "dry", "nvidia.com/mig-3g.40gb", 1, "sleep", "3600")
+	cluster.CreatePod(t, pod)
+	podEvent(t, ns, pod.Name, reasonPlanned, "would run on node "+cluster.NodeName, "dry run")
+	if _, err := cluster.WaitForNode(ctx, "a proposal", timeout, func(n *corev1.Node) error {
+		if !strings.Contains(n.Annotations[annotationProposed], "3g.40gb") {
+			return fmt.Errorf("proposal %q", n.Annotations[annotationProposed])
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // rounds come and go meanwhile
+	n, err := cluster.Node(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := n.Annotations[annotationMigConfig]; got != doc {
+		t.Errorf("dry run changed mig.config to %q", got)
+	}
+	for _, mf := range n.ManagedFields {
+		if mf.Manager == plannerManager && strings.Contains(string(mf.FieldsV1.Raw), `"f:nvidia.com/mig.config"`) {
+			t.Errorf("the planner owns nvidia.com/mig.config after a dry run: %s", mf.FieldsV1.Raw)
+		}
+	}
+	p, err := cluster.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Status.Phase != corev1.PodPending {
+		t.Errorf("the pod is %s in a dry run, want Pending", p.Status.Phase)
+	}
+	deletePodAndWait(t, ns, pod.Name)
+	if _, err := cluster.WaitForNode(ctx, "the proposal removed", timeout, func(n *corev1.Node) error {
+		if v, ok := n.Annotations[annotationProposed]; ok {
+			return fmt.Errorf("proposal %q", v)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
