@@ -10,7 +10,10 @@
 # then shows with plain kubectl: the Node's allocatable before and after
 # `kubectl annotate node ... nvidia.com/mig.config=...` with a different
 # layout for each GPU, and a pod asking for a MIG profile the node lacks,
-# rewritten by the fallback webhook, running on the profile it has.
+# rewritten by the fallback webhook, running on the profile it has; then,
+# with the planner installed (overlays/local-planner), a pod for a profile
+# the node lacks running on a GPU the planner reshaped for it, with the
+# Events and the time it took.
 # The cluster stays up to explore; hack/cluster/down.sh (make cluster-down)
 # tears it down.
 #
@@ -24,6 +27,7 @@ cd "$ROOT"
 KUBECTL=$K8S_BIN/kubectl
 NS=default
 POD=fallback-demo
+PLANNER_POD=planner-demo
 STEP="starting"
 
 finish() {
@@ -164,6 +168,43 @@ run "kubectl logs $POD | grep -E '^(NVIDIA_VISIBLE_DEVICES|MIGFLEX_)'"
 # selector kubectl shows only the last 10 lines of each pod).
 run "kubectl -n gpu-webhook logs -l app=gpu-webhook --tail=-1 | grep 'Rewrote GPU request' | grep -v 'dryRun=true'"
 
+# --- the planner ---------------------------------------------------------------
+step "The planner (off by default): installing it, and opting the node in"
+run "kubectl apply -k deployments/kustomize/overlays/local-planner"
+run "kubectl -n gpu-webhook rollout status deployment/migflex-planner --timeout=180s"
+run "kubectl label node $NODE --overwrite migflex.io/planner=enabled"
+
+step "A pod asks for nvidia.com/mig-2g.20gb again, this time left as it is (migflex.io/fallback=disabled): the planner reshapes a free GPU for it"
+planner_pod="apiVersion: v1
+kind: Pod
+metadata:
+  name: $PLANNER_POD
+  namespace: $NS
+  labels:
+    migflex.io/fallback: disabled
+spec:
+  containers:
+  - name: main
+    image: lc.local/testbox:1
+    imagePullPolicy: Never
+    args: [sleep, '3600']
+    resources:
+      limits:
+        nvidia.com/mig-2g.20gb: 1"
+start=$(date +%s%N)
+run "kubectl apply -f - <<EOF
+$planner_pod
+EOF"
+run "kubectl wait --for=jsonpath='{.status.phase}'=Running pod/$PLANNER_POD --timeout=180s"
+took_ms=$((($(date +%s%N) - start) / 1000000))
+printf '\n%sThe pod was Running %d.%03d s after kubectl apply began (the kubelet publishes a new layout at its next node status update, every 10 s by default).%s\n' "$bold" $((took_ms / 1000)) $((took_ms % 1000)) "$plain"
+
+step "What happened: the planner's Event on the pod, the agent's on the node, the new layout"
+run "kubectl get events --field-selector involvedObject.name=$PLANNER_POD,reason=MigReshapePlanned -o custom-columns=REASON:.reason,MESSAGE:.message"
+run "kubectl get events --field-selector involvedObject.kind=Node,reason=MigConfigApplied --sort-by=.lastTimestamp -o custom-columns=REASON:.reason,MESSAGE:.message | tail -n 1"
+run "kubectl get node $NODE -o jsonpath='{.metadata.annotations.nvidia\.com/mig\.config}'"
+run "kubectl get node $NODE -L nvidia.com/mig.config.state -L nvidia.com/mig-2g.20gb.count"
+
 # --- what next -----------------------------------------------------------------
 STEP="done"
 cat <<EOF
@@ -181,6 +222,8 @@ ${bold}==> Done in $((SECONDS - T0))s. The cluster stays up; to keep exploring:$
   kubectl annotate node $NODE --overwrite nvidia.com/mig.config='{version: v1, mig-configs: {selected: [{devices: all, mig-enabled: true, mig-devices: {2g.20gb: 3}}]}}'
   kubectl -n gpu-webhook logs ds/migflex-agent
   kubectl -n gpu-webhook logs -l app=gpu-webhook --tail=-1
+  kubectl -n gpu-webhook logs -l app=migflex-planner --tail=-1        # the planner's rounds
+  kubectl get events -A --field-selector reason=MigReshapeImpossible   # pods no reshape can serve, and why
 
 Tear down (stops everything and undoes the host changes):
 
