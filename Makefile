@@ -30,13 +30,11 @@ export CGO_CFLAGS
 
 all: build
 
-# The node agent links go-nvml (cgo); the webhook is static. The planner
-# links go-nvml through internal/mig's types until they move to a package
-# of their own (issue 15).
+# The node agent links go-nvml (cgo); the webhook and the planner are static.
 build:
 	CGO_ENABLED=1 $(GO) build -trimpath -o $(BIN)/device-plugin ./cmd/device-plugin
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/webhook ./cmd/webhook
-	CGO_ENABLED=1 $(GO) build -trimpath -o $(BIN)/planner ./cmd/planner
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/planner ./cmd/planner
 
 # The e2e and Docker tests (build tags e2e, docker) are linted too.
 lint:
