@@ -297,6 +297,7 @@ func (c *cluster) round(o *Options, pl *planner.Planner, m *memory) decision {
 	}
 	for _, w := range d.writes {
 		c.apply(w)
+		m.wrote(o, w, c.now)
 	}
 	return d
 }

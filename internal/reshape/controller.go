@@ -327,6 +327,7 @@ func (c *Controller) round(ctx context.Context, m *memory) bool {
 	nodes := listAs[*corev1.Node](c.nodes.GetStore())
 	pods := listAs[*corev1.Pod](c.pods.GetStore())
 	d, err := decide(&c.opts, c.planner, m, now, nodes, pods)
+	log.V(2).Info("Round decided", "nodes", len(nodes), "pods", len(pods), "demand", d.demand, "impossible", d.impossible, "writes", len(d.writes))
 	result := resultUnchanged
 	if err != nil {
 		log.Error(err, "Planning a round")
@@ -361,14 +362,13 @@ func (c *Controller) round(ctx context.Context, m *memory) bool {
 			continue
 		}
 		if w.value == "" {
+			log.Info("Removed an annotation", "node", w.node.Name, "annotation", w.key)
 			continue
 		}
 		if result != resultFailed {
 			result = resultChanged
 		}
-		for _, g := range w.gpus {
-			m.changed[gpuKey{w.node.Name, g}] = now
-		}
+		m.wrote(&c.opts, w, now)
 		c.metrics.reshapes.WithLabelValues(mode).Add(float64(len(w.gpus)))
 		c.metrics.served.WithLabelValues(mode).Add(float64(w.pods))
 		log.Info("Wrote a layout", "node", w.node.Name, "annotation", w.key, "gpus", w.gpus, "pods", w.pods)

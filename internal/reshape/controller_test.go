@@ -74,6 +74,19 @@ func (e *env) pendingPod(name string, res corev1.ResourceName, node string) *cor
 	return updated
 }
 
+// poke changes a label of the pod, which starts a round.
+func (e *env) poke(pod *corev1.Pod, i int) {
+	e.t.Helper()
+	p, err := e.client.CoreV1().Pods(pod.Namespace).Get(context.Background(), pod.Name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	p.Labels = map[string]string{"poke": fmt.Sprint(i)}
+	if _, err := e.client.CoreV1().Pods(pod.Namespace).Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
 func (e *env) getNode(name string) *corev1.Node {
 	e.t.Helper()
 	n, err := e.client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
@@ -269,14 +282,7 @@ func TestController(t *testing.T) {
 		e.agentApplies("ctl-a")
 		rounds := r.value("migflex_planner_rounds_total", "result", resultUnchanged)
 		for i := range 3 {
-			p, err := e.client.CoreV1().Pods("default").Get(context.Background(), pod.Name, metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			p.Labels = map[string]string{"poke": fmt.Sprint(i)}
-			if _, err := e.client.CoreV1().Pods("default").Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
-				t.Fatal(err)
-			}
+			e.poke(pod, i)
 			r.waitValue(t, "migflex_planner_rounds_total", "result", resultUnchanged, rounds+float64(i)+1)
 		}
 		if got := r.value("migflex_planner_node_writes_total", "", ""); got != 1 {
@@ -315,6 +321,16 @@ func TestController(t *testing.T) {
 		}
 		e.waitEvent(pod, ReasonPlanned, "would run on node ctl-c", "dry run")
 		r.waitValue(t, "migflex_planner_reshapes_total", "mode", modeDryRun, 1)
+		// The proposal stands while the pod waits: a dry run changes no
+		// GPU, so none cools down and the plan stays the same.
+		for i := range 3 {
+			rounds := r.value("migflex_planner_rounds_total", "", "")
+			e.poke(pod, i)
+			r.waitValue(t, "migflex_planner_rounds_total", "", "", rounds+1)
+		}
+		if got := e.getNode("ctl-c").Annotations[plansnap.AnnotationProposed]; got != n.Annotations[plansnap.AnnotationProposed] {
+			t.Errorf("the proposal changed while the pod waited: %q, was %q", got, n.Annotations[plansnap.AnnotationProposed])
+		}
 		if err := e.client.CoreV1().Pods("default").Delete(context.Background(), pod.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}

@@ -288,6 +288,18 @@ func rememberChanges(o *Options, m *memory, v *plansnap.Node, now time.Time) {
 	}
 }
 
+// wrote records a write that succeeded: the GPUs of a layout written in
+// nvidia.com/mig.config start their cooldown. A dry-run proposal changes
+// nothing, so it starts none.
+func (m *memory) wrote(o *Options, w nodeWrite, now time.Time) {
+	if o.DryRun || w.key != plansnap.AnnotationMigConfig || w.value == "" {
+		return
+	}
+	for _, g := range w.gpus {
+		m.changed[gpuKey{w.node.Name, g}] = now
+	}
+}
+
 // tell returns the Event for a pod and whether it is news: the same
 // reason and message as last time is not.
 func (m *memory) tell(pod *corev1.Pod, typ, reason, message string) (podEvent, bool) {
