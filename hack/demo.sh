@@ -172,16 +172,15 @@ run "kubectl -n gpu-webhook logs -l app=gpu-webhook --tail=-1 | grep 'Rewrote GP
 step "The planner (off by default): installing it, and opting the node in"
 run "kubectl apply -k deployments/kustomize/overlays/local-planner"
 run "kubectl -n gpu-webhook rollout status deployment/migflex-planner --timeout=180s"
+run "kubectl -n gpu-webhook rollout status deployment/gpu-webhook --timeout=180s"
 run "kubectl label node $NODE --overwrite migflex.io/planner=enabled"
 
-step "A pod asks for nvidia.com/mig-2g.20gb again, this time left as it is (migflex.io/fallback=disabled): the planner reshapes a free GPU for it"
+step "A pod asks for nvidia.com/mig-2g.20gb again: the webhook, now reshape-first, leaves it as asked, and the planner reshapes a free GPU for it"
 planner_pod="apiVersion: v1
 kind: Pod
 metadata:
   name: $PLANNER_POD
   namespace: $NS
-  labels:
-    migflex.io/fallback: disabled
 spec:
   containers:
   - name: main
@@ -200,6 +199,7 @@ took_ms=$((($(date +%s%N) - start) / 1000000))
 printf '\n%sThe pod was Running %d.%03d s after kubectl apply began (the kubelet publishes a new layout at its next node status update, every 10 s by default).%s\n' "$bold" $((took_ms / 1000)) $((took_ms % 1000)) "$plain"
 
 step "What happened: the planner's Event on the pod, the agent's on the node, the new layout"
+run "kubectl get pod $PLANNER_POD -o jsonpath='{.metadata.annotations.migflex\\.io/reshape}{\"\\n\"}'"
 run "kubectl get events --field-selector involvedObject.name=$PLANNER_POD,reason=MigReshapePlanned -o custom-columns=REASON:.reason,MESSAGE:.message"
 run "kubectl get events --field-selector involvedObject.kind=Node,reason=MigConfigApplied --sort-by=.lastTimestamp -o custom-columns=REASON:.reason,MESSAGE:.message | tail -n 1"
 run "kubectl get node $NODE -o jsonpath='{.metadata.annotations.nvidia\.com/mig\.config}'"

@@ -34,24 +34,25 @@ func TestParseFlags(t *testing.T) {
 		wantErr string
 	}{
 		"defaults": {
-			want: webhook.Config{Listen: ":8443", CertDir: "/etc/webhook/certs", Mode: "existence", OnUnsatisfiable: "deny", OnInsufficientCount: "allow", MaxRequestBytes: 8 << 20, MaxInflightBytes: 8 << 20},
+			want: webhook.Config{Listen: ":8443", CertDir: "/etc/webhook/certs", Mode: "existence", OnUnsatisfiable: "deny", OnInsufficientCount: "allow", MaxRequestBytes: 8 << 20, MaxInflightBytes: 8 << 20, PlannerManualHold: 10 * time.Minute},
 		},
 		"flags": {
-			args: []string{"--listen=:9443", "--tls-cert-dir=/certs", "--kubeconfig=/kc", "--config=/p.yaml", "--mode=capacity", "--on-unsatisfiable=allow", "--on-insufficient-count=deny", "--max-request-bytes=1024", "--max-inflight-bytes=4096", "--resync=1m", "--reuse-port"},
-			want: webhook.Config{Listen: ":9443", CertDir: "/certs", Kubeconfig: "/kc", PolicyFile: "/p.yaml", Mode: "capacity", OnUnsatisfiable: "allow", OnInsufficientCount: "deny", MaxRequestBytes: 1024, MaxInflightBytes: 4096, Resync: time.Minute, ReusePort: true},
+			args: []string{"--listen=:9443", "--tls-cert-dir=/certs", "--kubeconfig=/kc", "--config=/p.yaml", "--mode=capacity", "--on-unsatisfiable=allow", "--on-insufficient-count=deny", "--max-request-bytes=1024", "--max-inflight-bytes=4096", "--resync=1m", "--reuse-port", "--reshape-first", "--planner-manual-hold=1m"},
+			want: webhook.Config{Listen: ":9443", CertDir: "/certs", Kubeconfig: "/kc", PolicyFile: "/p.yaml", Mode: "capacity", OnUnsatisfiable: "allow", OnInsufficientCount: "deny", MaxRequestBytes: 1024, MaxInflightBytes: 4096, Resync: time.Minute, ReusePort: true, ReshapeFirst: true, PlannerManualHold: time.Minute},
 		},
 		"environment twins": {
 			env: map[string]string{
 				"MIGFLEX_WEBHOOK_LISTEN": ":7443", "MIGFLEX_WEBHOOK_TLS_CERT_DIR": "/s", "MIGFLEX_WEBHOOK_CONFIG": "/c",
 				"MIGFLEX_WEBHOOK_MODE": "capacity", "MIGFLEX_WEBHOOK_ON_UNSATISFIABLE": "allow", "MIGFLEX_WEBHOOK_MAX_REQUEST_BYTES": "99",
 				"MIGFLEX_WEBHOOK_ON_INSUFFICIENT_COUNT": "deny", "MIGFLEX_WEBHOOK_MAX_INFLIGHT_BYTES": "77", "MIGFLEX_WEBHOOK_REUSE_PORT": "true",
+				"MIGFLEX_WEBHOOK_RESHAPE_FIRST": "true", "MIGFLEX_WEBHOOK_PLANNER_MANUAL_HOLD": "30s",
 			},
-			want: webhook.Config{Listen: ":7443", CertDir: "/s", PolicyFile: "/c", Mode: "capacity", OnUnsatisfiable: "allow", OnInsufficientCount: "deny", MaxRequestBytes: 99, MaxInflightBytes: 77, ReusePort: true},
+			want: webhook.Config{Listen: ":7443", CertDir: "/s", PolicyFile: "/c", Mode: "capacity", OnUnsatisfiable: "allow", OnInsufficientCount: "deny", MaxRequestBytes: 99, MaxInflightBytes: 77, ReusePort: true, ReshapeFirst: true, PlannerManualHold: 30 * time.Second},
 		},
 		"a flag beats its environment twin": {
 			args: []string{"--mode=existence"},
 			env:  map[string]string{"MIGFLEX_WEBHOOK_MODE": "capacity"},
-			want: webhook.Config{Listen: ":8443", CertDir: "/etc/webhook/certs", Mode: "existence", OnUnsatisfiable: "deny", OnInsufficientCount: "allow", MaxRequestBytes: 8 << 20, MaxInflightBytes: 8 << 20},
+			want: webhook.Config{Listen: ":8443", CertDir: "/etc/webhook/certs", Mode: "existence", OnUnsatisfiable: "deny", OnInsufficientCount: "allow", MaxRequestBytes: 8 << 20, MaxInflightBytes: 8 << 20, PlannerManualHold: 10 * time.Minute},
 		},
 		"bad environment value": {
 			env:     map[string]string{"MIGFLEX_WEBHOOK_MAX_REQUEST_BYTES": "lots"},

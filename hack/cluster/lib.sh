@@ -29,6 +29,10 @@ BRIDGE=${BRIDGE:-mfcni0}
 # would reach the kubernetes Service in a cluster with kube-proxy.
 POD_GATEWAY=${POD_GATEWAY:-${POD_CIDR%.*}.1}
 APISERVER_PORT=6443
+# How often the kubelet updates its Node's status, and so publishes a new
+# device-plugin layout in its allocatable: the kubelet's own default unless
+# set (measurements of what the period costs set it lower).
+KUBELET_NODE_STATUS_UPDATE_FREQUENCY=${KUBELET_NODE_STATUS_UPDATE_FREQUENCY:-10s}
 # The chain up.sh puts in front of FORWARD to drop pod traffic leaving the bridge.
 ISOLATION_CHAIN=MIGFLEX-HARNESS
 # The chain up.sh puts in front of INPUT: the API server listens on every

@@ -292,6 +292,10 @@ serializeImagePulls: false
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
+# Both set: with only the update frequency, the report frequency would
+# follow it and the kubelet would write its status that often.
+nodeStatusUpdateFrequency: $KUBELET_NODE_STATUS_UPDATE_FREQUENCY
+nodeStatusReportFrequency: 5m
 YAML
 start kubelet "$K8S_BIN/kubelet" --config="$CLUSTER_DIR/kubelet/config.yaml" \
 	--kubeconfig="$CLUSTER_DIR/kubelet.kubeconfig" --hostname-override="$NODE_NAME" \

@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/planner"
 )
 
 // DefaultMaxRequestBytes bounds a /mutate body. The API server accepts
@@ -40,6 +41,10 @@ type HandlerOptions struct {
 	MaxInflightBytes int64
 	// Logger receives one line per rewrite and per denial; zero means klog's.
 	Logger klog.Logger
+	// Reshaper, when set, is asked before a request is rewritten or
+	// denied (reshape-first): a request the planner can serve as asked is
+	// left alone and annotated migflex.io/reshape=expected.
+	Reshaper Reshaper
 }
 
 // Handler serves /mutate.
@@ -163,8 +168,20 @@ func (h *Handler) admit(ctx context.Context, req *admissionv1.AdmissionRequest, 
 		return resultNotReady, nil
 	}
 
+	if h.opts.Reshaper != nil && hasReshapeAnnotation(pod) {
+		// Left for the planner at an earlier invocation.
+		return string(fallback.OutcomeAlreadyProcessed), nil
+	}
+
 	start := time.Now()
 	d := h.opts.Decider.DecideContext(ctx, pod, snap)
+	var plan planner.PodPlan
+	reshape := false
+	if h.opts.Reshaper != nil && d.Err == nil && (d.Outcome == fallback.OutcomeRewritten || d.Outcome == fallback.OutcomeDenied || d.Outcome == fallback.OutcomeUnsatisfiable) {
+		var ok bool
+		plan, ok = h.opts.Reshaper.CanSupply(pod)
+		reshape = ok && plan.Action != planner.ActionNone
+	}
 	h.opts.Metrics.decision.Observe(time.Since(start).Seconds())
 	if d.Outcome == fallback.OutcomeCanceled {
 		return "", canceled(d.Err)
@@ -183,6 +200,18 @@ func (h *Handler) admit(ctx context.Context, req *admissionv1.AdmissionRequest, 
 	podRef := klog.KRef(req.Namespace, name)
 	if d.Err != nil {
 		return "", internalError("deciding for pod %s: %v", podRef, d.Err)
+	}
+	if reshape {
+		patch, err := h.marshal(reshapePatch(pod))
+		if err != nil {
+			return "", internalError("encoding patch: %v", err)
+		}
+		pt := admissionv1.PatchTypeJSONPatch
+		resp.Patch, resp.PatchType = patch, &pt
+		resp.Warnings = []string{reshapeWarning(d, plan)}
+		h.log.Info("Left GPU request for the planner", "pod", podRef, "uid", req.UID, "dryRun", isDryRun(req),
+			"node", plan.Node, "action", plan.Action, "instead", d.Outcome)
+		return resultReshapeExpected, nil
 	}
 	resp.Warnings = d.Warnings
 	if !d.Allowed {

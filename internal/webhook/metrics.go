@@ -15,6 +15,8 @@ const (
 	// refused with a 5xx: the webhook's fault (a decision or a patch it
 	// could not encode)
 	resultInternalError = "internal_error"
+	// reshape-first: left as asked, the planner can serve the request
+	resultReshapeExpected = "reshape_expected"
 )
 
 // Metrics are the webhook's Prometheus metrics, named migflex_webhook_*

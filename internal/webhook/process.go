@@ -8,6 +8,7 @@ import (
 
 	"github.com/migflex/migflex/internal/fallback"
 	"github.com/migflex/migflex/internal/kubeclient"
+	"github.com/migflex/migflex/internal/reshape"
 )
 
 // Config is everything the webhook process is told on its command line.
@@ -25,6 +26,9 @@ type Config struct {
 	MaxInflightBytes    int64
 	Resync              time.Duration
 	ReusePort           bool
+	// ReshapeFirst and PlannerManualHold: see Options.
+	ReshapeFirst      bool
+	PlannerManualHold time.Duration
 }
 
 // Decider builds the fallback decision c asks for.
@@ -63,6 +67,10 @@ func Run(ctx context.Context, c Config, getenv func(string) string) error {
 		MaxRequestBytes:  c.MaxRequestBytes,
 		MaxInflightBytes: c.MaxInflightBytes,
 		ReusePort:        c.ReusePort,
+
+		ReshapeFirst:        c.ReshapeFirst,
+		PlannerFieldManager: reshape.DefaultFieldManager,
+		PlannerManualHold:   c.PlannerManualHold,
 	})
 	if err != nil {
 		return err

@@ -62,6 +62,15 @@ type Options struct {
 	// would admit pods unchecked. Connections that arrive meanwhile wait
 	// in the listen queue.
 	ReusePort bool
+	// ReshapeFirst leaves a request as asked when the planner can serve it
+	// (see HandlerOptions.Reshaper), judged from the Node informer with the
+	// planner's field manager and manual hold (PlannerFieldManager,
+	// PlannerManualHold). Reshaper overrides the informer-backed judge
+	// (tests).
+	ReshapeFirst        bool
+	PlannerFieldManager string
+	PlannerManualHold   time.Duration
+	Reshaper            Reshaper
 }
 
 // Server is the webhook's HTTPS server.
@@ -103,6 +112,20 @@ func NewServer(o Options) (*Server, error) {
 		}
 		s.informer, s.source = inf, inf
 	}
+	reshaper := o.Reshaper
+	if o.ReshapeFirst && reshaper == nil {
+		if s.informer == nil {
+			return nil, errors.New("webhook: reshape-first needs the informers (a client) or a Reshaper")
+		}
+		v, err := NewReshapeView(o.PlannerFieldManager, o.PlannerManualHold, 0)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.informer.WithReshape(v); err != nil {
+			return nil, err
+		}
+		reshaper = v
+	}
 	certs, err := certwatch.New(certwatch.Options{Dir: o.CertDir, PollInterval: o.CertPollInterval})
 	if err != nil {
 		return nil, fmt.Errorf("webhook: %w", err)
@@ -116,6 +139,7 @@ func NewServer(o Options) (*Server, error) {
 		Metrics:          s.metrics,
 		MaxRequestBytes:  o.MaxRequestBytes,
 		MaxInflightBytes: o.MaxInflightBytes,
+		Reshaper:         reshaper,
 	})
 	if err != nil {
 		return nil, err
@@ -198,7 +222,7 @@ func (s *Server) Run(ctx context.Context) error {
 				return
 			}
 		}
-		logger.Info("Serving HTTPS", "addr", s.ln.Addr().String(), "mode", s.opts.Decider.Mode())
+		logger.Info("Serving HTTPS", "addr", s.ln.Addr().String(), "mode", s.opts.Decider.Mode(), "reshapeFirst", s.opts.ReshapeFirst)
 		if err := s.http.ServeTLS(s.ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errs <- fmt.Errorf("webhook: serving: %w", err)
 		}

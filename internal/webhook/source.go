@@ -51,6 +51,9 @@ var activePods = fields.AndSelectors(
 type InformerSource struct {
 	mu sync.Mutex
 	b  *fallback.Builder
+	// reshape, when set, sees every Node as the planner reads it.
+	reshape *ReshapeView
+	nodes   cache.SharedIndexInformer
 
 	informers []cache.SharedIndexInformer
 	synced    []cache.InformerSynced
@@ -78,6 +81,7 @@ func NewInformerSource(client kubernetes.Interface, withPods bool, resync time.D
 	}
 	s.informers = append(s.informers, nodes)
 	s.synced = append(s.synced, reg.HasSynced)
+	s.nodes = nodes
 
 	if withPods {
 		pods := coreinformers.NewFilteredPodInformer(client, metav1.NamespaceAll, resync, cache.Indexers{},
@@ -97,6 +101,18 @@ func NewInformerSource(client kubernetes.Interface, withPods bool, resync time.D
 		s.synced = append(s.synced, reg.HasSynced)
 	}
 	return s, nil
+}
+
+// WithReshape keeps the Nodes in v too, with what the planner reads of
+// them (see reshapeNode): the webhook's reshape-first mode. Call it before
+// Run.
+func (s *InformerSource) WithReshape(v *ReshapeView) error {
+	if err := s.nodes.SetTransform(transformReshapeNode); err != nil {
+		return fmt.Errorf("node informer transform: %w", err)
+	}
+	s.reshape = v
+	v.synced = s.ready.Load
+	return nil
 }
 
 // Run runs the informers until ctx is done.
@@ -136,6 +152,9 @@ func (s *InformerSource) setNode(obj any) {
 		return
 	}
 	node := fallback.NodeFromAPI(n)
+	if s.reshape != nil {
+		s.reshape.SetNode(n)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.b.SetNode(node)
@@ -148,6 +167,9 @@ func (s *InformerSource) deleteNode(obj any) {
 	n, ok := obj.(*corev1.Node)
 	if !ok {
 		return
+	}
+	if s.reshape != nil {
+		s.reshape.DeleteNode(n.Name)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -195,6 +217,23 @@ func TransformNode(obj any) (any, error) {
 		}
 	}
 	out.Status.Allocatable = gpuOnly(n.Status.Allocatable)
+	return out, nil
+}
+
+// transformReshapeNode is TransformNode keeping what the planner reads too.
+func transformReshapeNode(obj any) (any, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	out, err := TransformNode(obj)
+	if err != nil {
+		return out, err
+	}
+	slim, ok := out.(*corev1.Node)
+	if ok && slim != n {
+		reshapeNode(n, slim)
+	}
 	return out, nil
 }
 

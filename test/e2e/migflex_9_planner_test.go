@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -27,7 +28,8 @@ import (
 )
 
 // The planner's tests install overlays/local-planner over the suite's
-// installation (the planner Deployment, its RBAC and policy), with
+// installation (the planner Deployment, its RBAC and policy, and the
+// webhook in reshape-first mode), with
 // settings that keep the suite short: a GPU may change again a second
 // after the planner changed it (--cooldown), a layout set by hand holds
 // the node for a second (--manual-hold), and a replica that stops renewing
@@ -77,7 +79,14 @@ func planner(t *testing.T) string {
 			plannerInstall.err = fmt.Errorf("installing %s: %w\n%s", dir, err, out)
 			return
 		}
-		plannerInstall.err = setPlannerArgs(ctx, plannerArgs)
+		if plannerInstall.err = setPlannerArgs(ctx, plannerArgs); plannerInstall.err != nil {
+			return
+		}
+		// The overlay turns the webhook reshape-first: a rollout.
+		if plannerInstall.err = cluster.WaitForDeploymentRollout(ctx, framework.MigflexNamespace, framework.WebhookName); plannerInstall.err != nil {
+			return
+		}
+		plannerInstall.err = cluster.WaitForWebhookAnswers(ctx)
 	})
 	if plannerInstall.err != nil {
 		t.Fatalf("installing the planner: %v", plannerInstall.err)
@@ -381,10 +390,18 @@ func TestPlannerReshapesForAPendingPod(t *testing.T) {
 	ns := planner(t)
 	ctx := t.Context()
 	const runs = 10
+	// A reset ends when the kubelet has published it, at one of its
+	// status updates: the runs start spread over its period, as pods
+	// arrive at any time, rather than all at the same phase of it.
+	period := 10 * time.Second
+	if d, err := time.ParseDuration(os.Getenv("KUBELET_NODE_STATUS_UPDATE_FREQUENCY")); err == nil && d > 0 {
+		period = d
+	}
 	var took []time.Duration
 	var perRun []string
 	for i := range runs {
 		resetTo1g(t)
+		time.Sleep(period * time.Duration(i) / runs)
 		name := fmt.Sprintf("reshape-%d", i)
 		w, err := cluster.Client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
 		if err != nil {
@@ -425,7 +442,7 @@ func TestPlannerReshapesForAPendingPod(t *testing.T) {
 	for _, l := range perRun {
 		t.Log(l)
 	}
-	t.Logf("creation -> Running through a reshape over %d runs: p50 %s, p90 %s, min %s, max %s", runs,
+	t.Logf("creation -> Running through a reshape over %d runs (kubelet status period %s): p50 %s, p90 %s, min %s, max %s", runs, period,
 		percentile(took, 0.5).Round(time.Millisecond), percentile(took, 0.9).Round(time.Millisecond),
 		slices.Min(took).Round(time.Millisecond), slices.Max(took).Round(time.Millisecond))
 }
@@ -751,4 +768,57 @@ func TestPlannerDryRun(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestPlannerReshapeFirst: with the webhook reshape-first, a 3g.40gb pod
+// on a node that can be reshaped for it is admitted as asked (annotated
+// migflex.io/reshape: expected) and runs on a 3g.40gb; with the node opted
+// out, the same pod is rewritten down as without the planner and runs on
+// a 1g.10gb.
+func TestPlannerReshapeFirst(t *testing.T) {
+	planner(t)
+	ctx := t.Context()
+	ns := cluster.Namespace(t) // not opted out of the webhook
+	run := func(name string) (*corev1.Pod, map[string][]string) {
+		t.Helper()
+		pod := gpuPod(ns, name, "nvidia.com/mig-3g.40gb", 1, "sleep", "3600")
+		cluster.CreatePod(t, pod)
+		p, err := cluster.WaitForPodPhase(ctx, ns, name, corev1.PodRunning)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held, err := framework.KubeletPodDevices(ctx, ns, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p, held
+	}
+
+	t.Run("the planner can reshape", func(t *testing.T) {
+		resetTo1g(t)
+		p, held := run("as-asked")
+		if p.Annotations["migflex.io/reshape"] != "expected" || p.Annotations[annotationFallback] != "" {
+			t.Errorf("annotations %v, want migflex.io/reshape=expected and no fallback", p.Annotations)
+		}
+		if len(held["nvidia.com/mig-3g.40gb"]) != 1 {
+			t.Errorf("the pod holds %v, want one nvidia.com/mig-3g.40gb", held)
+		}
+		podEvent(t, ns, p.Name, reasonPlanned, "will run on node "+cluster.NodeName)
+		deletePodAndWait(t, ns, p.Name)
+	})
+
+	t.Run("the planner cannot", func(t *testing.T) {
+		resetTo1g(t)
+		setPlannerLabel(t, "")
+		defer setPlannerLabel(t, "enabled")
+		time.Sleep(2 * time.Second) // the webhook's view of the nodes is up to a second old
+		p, held := run("rewritten")
+		if p.Annotations[annotationFallback] != "3g.40gb->1g.10gb" || p.Annotations["migflex.io/reshape"] != "" {
+			t.Errorf("annotations %v, want the fallback 3g.40gb->1g.10gb", p.Annotations)
+		}
+		if len(held["nvidia.com/mig-1g.10gb"]) != 1 {
+			t.Errorf("the pod holds %v, want one nvidia.com/mig-1g.10gb", held)
+		}
+		deletePodAndWait(t, ns, p.Name)
+	})
 }

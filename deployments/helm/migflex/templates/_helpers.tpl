@@ -9,6 +9,15 @@ cluster anyway.
 {{- define "migflex.certgenName" -}}migflex-certgen{{- end }}
 {{- define "migflex.plannerName" -}}migflex-planner{{- end }}
 
+{{/*
+"true" when the webhook runs reshape-first: webhook.reshapeFirst true, or
+auto with the planner enabled and not in dry run.
+*/}}
+{{- define "migflex.reshapeFirst" -}}
+{{- $r := toString .Values.webhook.reshapeFirst -}}
+{{- if or (eq $r "true") (and (eq $r "auto") .Values.planner.enabled (not .Values.planner.dryRun)) -}}true{{- end -}}
+{{- end }}
+
 {{- define "migflex.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}

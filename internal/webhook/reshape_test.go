@@ -1,0 +1,233 @@
+package webhook
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/nodeinfo"
+	"github.com/migflex/migflex/internal/planner"
+	"github.com/migflex/migflex/internal/planner/simmodels"
+	"github.com/migflex/migflex/internal/plansnap"
+)
+
+const mig3g40 corev1.ResourceName = "nvidia.com/mig-3g.40gb"
+
+// fakeReshaper answers every pod the same.
+type fakeReshaper struct {
+	plan  planner.PodPlan
+	ready bool
+	asked int
+}
+
+func (f *fakeReshaper) CanSupply(*corev1.Pod) (planner.PodPlan, bool) {
+	f.asked++
+	return f.plan, f.ready
+}
+
+// reshapeFixture is newFixture with a Reshaper.
+func reshapeFixture(t *testing.T, src SnapshotSource, o fallback.Options, r Reshaper) *fixture {
+	t.Helper()
+	f := newFixture(t, src, o)
+	f.h.opts.Reshaper = r
+	return f
+}
+
+// A request the planner can serve as asked is left alone and annotated;
+// one it cannot falls back as before; without the planner's answer (not
+// synced) the webhook falls back too.
+func TestReshapeFirst(t *testing.T) {
+	only1g := StaticSource{snapshotOf(gpuNode("n1", map[corev1.ResourceName]int64{mig1g10: 7}))}
+	reshape := planner.PodPlan{Action: planner.ActionReshape, Node: "n1", Devices: []planner.Device{{GPU: 0, Resource: mig3g40}}}
+	tests := []struct {
+		name       string
+		src        SnapshotSource
+		opts       fallback.Options
+		pod        *corev1.Pod
+		reshaper   *fakeReshaper
+		wantResult string
+		// wantAnnotations are checked on the patched pod; wantRequest is
+		// its first container's GPU resource after the patch.
+		wantAnnotations map[string]string
+		wantRequest     corev1.ResourceName
+		wantWarning     string
+		wantAllowed     bool
+	}{
+		{
+			name: "the planner can reshape: left as asked", src: only1g, pod: gpuPod("p", mig3g40, "1"),
+			reshaper:        &fakeReshaper{plan: reshape, ready: true},
+			wantResult:      resultReshapeExpected,
+			wantAnnotations: map[string]string{AnnotationReshape: ReshapeExpected},
+			wantRequest:     mig3g40, wantAllowed: true,
+			wantWarning: "migflex GPU webhook: the GPU request nvidia.com/mig-3g.40gb left as asked: the planner can reshape free capacity for it on node n1 (migflex.io/reshape=expected); without the planner it would have become 3g.40gb->1g.10gb",
+		},
+		{
+			name: "the pod has annotations already", src: only1g,
+			pod:             withAnnotations(gpuPod("p", mig3g40, "1"), map[string]string{"team": "ml"}),
+			reshaper:        &fakeReshaper{plan: reshape, ready: true},
+			wantResult:      resultReshapeExpected,
+			wantAnnotations: map[string]string{"team": "ml", AnnotationReshape: ReshapeExpected},
+			wantRequest:     mig3g40, wantAllowed: true,
+		},
+		{
+			name: "the planner cannot: falls back as today", src: only1g, pod: gpuPod("p", mig3g40, "1"),
+			reshaper:        &fakeReshaper{plan: planner.PodPlan{Action: planner.ActionNone, Reason: "busy"}, ready: true},
+			wantResult:      string(fallback.OutcomeRewritten),
+			wantAnnotations: map[string]string{fallback.AnnotationFallback: "3g.40gb->1g.10gb"},
+			wantRequest:     mig1g10, wantAllowed: true,
+		},
+		{
+			name: "no answer yet: falls back", src: only1g, pod: gpuPod("p", mig3g40, "1"),
+			reshaper:        &fakeReshaper{plan: reshape},
+			wantResult:      string(fallback.OutcomeRewritten),
+			wantAnnotations: map[string]string{fallback.AnnotationFallback: "3g.40gb->1g.10gb"},
+			wantRequest:     mig1g10, wantAllowed: true,
+		},
+		{
+			name: "no GPU type fits, but a reshape does: allowed as asked",
+			src:  StaticSource{snapshotOf(gpuNode("n1", nil))}, pod: gpuPod("p", mig3g40, "1"),
+			reshaper:        &fakeReshaper{plan: reshape, ready: true},
+			wantResult:      resultReshapeExpected,
+			wantWarning:     "migflex GPU webhook: the GPU request nvidia.com/mig-3g.40gb left as asked: the planner can reshape free capacity for it on node n1 (migflex.io/reshape=expected); without the planner it would have been denied",
+			wantAnnotations: map[string]string{AnnotationReshape: ReshapeExpected},
+			wantRequest:     mig3g40, wantAllowed: true,
+		},
+		{
+			name: "a reinvocation after the planner's expectation is left alone", src: only1g,
+			pod:        withAnnotations(gpuPod("p", mig3g40, "1"), map[string]string{AnnotationReshape: ReshapeExpected}),
+			reshaper:   &fakeReshaper{plan: planner.PodPlan{Action: planner.ActionNone}, ready: true},
+			wantResult: string(fallback.OutcomeAlreadyProcessed), wantAllowed: true,
+			wantAnnotations: map[string]string{AnnotationReshape: ReshapeExpected},
+			wantRequest:     mig3g40,
+		},
+		{
+			// Nothing to fall back from: the planner is not asked.
+			name: "the profile exists", src: StaticSource{snapshotOf(gpuNode("n1", map[corev1.ResourceName]int64{mig3g40: 1}))}, pod: gpuPod("p", mig3g40, "1"),
+			reshaper:   &fakeReshaper{plan: reshape, ready: true},
+			wantResult: string(fallback.OutcomeUnchanged), wantAllowed: true, wantRequest: mig3g40,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := reshapeFixture(t, tc.src, tc.opts, tc.reshaper)
+			resp := decodeResponse(t, f.post(http.MethodPost, "application/json", reviewFor(t, tc.pod, nil)))
+			if resp.Allowed != tc.wantAllowed {
+				t.Fatalf("allowed %v, want %v (%+v)", resp.Allowed, tc.wantAllowed, resp.Result)
+			}
+			patched := applyPatch(t, tc.pod, resp.Patch)
+			for k, v := range tc.wantAnnotations {
+				if patched.Annotations[k] != v {
+					t.Errorf("annotation %s = %q, want %q (all: %v)", k, patched.Annotations[k], v, patched.Annotations)
+				}
+			}
+			if _, ok := patched.Spec.Containers[0].Resources.Limits[tc.wantRequest]; !ok {
+				t.Errorf("container limits %v, want %s", patched.Spec.Containers[0].Resources.Limits, tc.wantRequest)
+			}
+			if tc.wantWarning != "" && (len(resp.Warnings) != 1 || resp.Warnings[0] != tc.wantWarning) {
+				t.Errorf("warnings %q, want %q", resp.Warnings, tc.wantWarning)
+			}
+			if got := counterValue(t, f.m.admissions.WithLabelValues(tc.wantResult)); got != 1 {
+				t.Errorf("admissions{result=%q} = %v, want 1", tc.wantResult, got)
+			}
+		})
+	}
+}
+
+func withAnnotations(p *corev1.Pod, a map[string]string) *corev1.Pod {
+	p.Annotations = a
+	return p
+}
+
+func applyPatch(t *testing.T, pod *corev1.Pod, patch []byte) *corev1.Pod {
+	t.Helper()
+	raw, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(patch) > 0 {
+		p, err := jsonpatch.DecodePatch(patch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if raw, err = p.Apply(raw); err != nil {
+			t.Fatalf("applying %s: %v", patch, err)
+		}
+	}
+	var out corev1.Pod
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatal(err)
+	}
+	return &out
+}
+
+// The view answers from Nodes as the agent reports them, with the
+// planner's own function: an opted-in all-1g GPU can become a 3g.40gb, a
+// busy one or one not opted in cannot.
+func TestReshapeView(t *testing.T) {
+	h100, ok := simmodels.Get("H100-SXM5-80GB")
+	if !ok {
+		t.Fatal("no H100 model")
+	}
+	node := func(name string, optedIn bool, busy bool) *corev1.Node {
+		g := nodeinfo.GPU{Index: 0, UUID: "GPU-" + name, Model: h100.Name, MigMode: nodeinfo.MigModeEnabled}
+		for i := range 7 {
+			in := nodeinfo.Instance{Profile: "1g.10gb", Placement: nodeinfo.Placement{Start: i, Size: 1}, UUID: "MIG-" + name + string(rune('0'+i)), Health: nodeinfo.HealthHealthy}
+			if busy && (i == 0 || i == 4) {
+				in.UsedBy = []string{"ns/busy"}
+			}
+			g.Instances = append(g.Instances, in)
+		}
+		layout, _ := json.Marshal([]nodeinfo.GPU{g})
+		profiles, _ := json.Marshal([]nodeinfo.Model{{Name: h100.Name, Profiles: h100.Profiles}})
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
+			Labels:      map[string]string{corev1.LabelHostname: name, plansnap.LabelState: plansnap.StateSuccess},
+			Annotations: map[string]string{nodeinfo.AnnotationLayout: string(layout), nodeinfo.AnnotationProfiles: string(profiles)},
+		}}
+		if optedIn {
+			n.Labels[plansnap.LabelPlanner] = plansnap.PlannerEnabled
+		}
+		return n
+	}
+	pinned := func(to string) *corev1.Pod {
+		p := gpuPod("p", mig3g40, "1")
+		p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: to}
+		return p
+	}
+	for _, tc := range []struct {
+		name string
+		node *corev1.Node
+		want planner.Action
+	}{
+		{"opted in and free", node("a", true, false), planner.ActionReshape},
+		{"not opted in", node("b", false, false), planner.ActionNone},
+		{"busy where a 3g.40gb would go", node("c", true, true), planner.ActionNone},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v, err := NewReshapeView("migflex-planner", time.Minute, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := v.CanSupply(pinned(tc.node.Name)); ok {
+				// An empty view answers; the informer source gates it
+				// until synced.
+				t.Log("answered before any node (no informer gate in this test)")
+			}
+			slim, err := transformReshapeNode(tc.node)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v.SetNode(slim.(*corev1.Node))
+			v.built = time.Time{} // a change at once, not within the refresh
+			plan, ok := v.CanSupply(pinned(tc.node.Name))
+			if !ok || plan.Action != tc.want {
+				t.Errorf("CanSupply = %+v (%v), want %s", plan, ok, tc.want)
+			}
+		})
+	}
+}
