@@ -169,10 +169,14 @@ run "kubectl logs $POD | grep -E '^(NVIDIA_VISIBLE_DEVICES|MIGFLEX_)'"
 run "kubectl -n gpu-webhook logs -l app=gpu-webhook --tail=-1 | grep 'Rewrote GPU request' | grep -v 'dryRun=true'"
 
 # --- the planner ---------------------------------------------------------------
-step "The planner (off by default): installing it, and opting the node in"
+step "The planner (off by default): installing it, and handing the node over to it"
 run "kubectl apply -k deployments/kustomize/overlays/local-planner"
 run "kubectl -n gpu-webhook rollout status deployment/migflex-planner --timeout=180s"
 run "kubectl -n gpu-webhook rollout status deployment/gpu-webhook --timeout=180s"
+# The layout above was set by hand: the planner would leave the node alone
+# for 10 minutes after that (--manual-hold). Removing the annotation hands
+# the node over at once: the GPUs keep their layout, the agent says so.
+run "kubectl annotate node $NODE nvidia.com/mig.config-"
 run "kubectl label node $NODE --overwrite migflex.io/planner=enabled"
 
 step "A pod asks for nvidia.com/mig-2g.20gb again: the webhook, now reshape-first, leaves it as asked, and the planner reshapes a free GPU for it"

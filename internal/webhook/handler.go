@@ -177,7 +177,10 @@ func (h *Handler) admit(ctx context.Context, req *admissionv1.AdmissionRequest, 
 	d := h.opts.Decider.DecideContext(ctx, pod, snap)
 	var plan planner.PodPlan
 	reshape := false
-	if h.opts.Reshaper != nil && d.Err == nil && (d.Outcome == fallback.OutcomeRewritten || d.Outcome == fallback.OutcomeDenied || d.Outcome == fallback.OutcomeUnsatisfiable) {
+	// A rewrite, or a pod let through with no type fitting, may wait for
+	// the planner instead; a denial stands (the pod's own mistake, or a
+	// policy's word).
+	if h.opts.Reshaper != nil && d.Err == nil && (d.Outcome == fallback.OutcomeRewritten || d.Outcome == fallback.OutcomeUnsatisfiable) {
 		var ok bool
 		plan, ok = h.opts.Reshaper.CanSupply(pod)
 		reshape = ok && plan.Action != planner.ActionNone

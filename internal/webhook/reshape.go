@@ -175,7 +175,7 @@ func reshapeWarning(d fallback.Decision, plan planner.PodPlan) string {
 	if plan.Action == planner.ActionReshape {
 		how = "the planner can reshape free capacity for it"
 	}
-	instead := "been " + string(d.Outcome)
+	instead := "been admitted with no GPU type fitting it"
 	if len(d.Rewrites) > 0 {
 		instead = "become " + rewriteList(d.Rewrites)
 	}

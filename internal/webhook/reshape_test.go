@@ -90,13 +90,21 @@ func TestReshapeFirst(t *testing.T) {
 			wantRequest:     mig1g10, wantAllowed: true,
 		},
 		{
-			name: "no GPU type fits, but a reshape does: allowed as asked",
+			name: "no GPU type fits, let through: the planner's word in the annotation",
 			src:  StaticSource{snapshotOf(gpuNode("n1", nil))}, pod: gpuPod("p", mig3g40, "1"),
+			opts:            fallback.Options{OnUnsatisfiable: fallback.UnsatisfiableAllow},
 			reshaper:        &fakeReshaper{plan: reshape, ready: true},
 			wantResult:      resultReshapeExpected,
-			wantWarning:     "migflex GPU webhook: the GPU request nvidia.com/mig-3g.40gb left as asked: the planner can reshape free capacity for it on node n1 (migflex.io/reshape=expected); without the planner it would have been denied",
+			wantWarning:     "migflex GPU webhook: the GPU request nvidia.com/mig-3g.40gb left as asked: the planner can reshape free capacity for it on node n1 (migflex.io/reshape=expected); without the planner it would have been admitted with no GPU type fitting it",
 			wantAnnotations: map[string]string{AnnotationReshape: ReshapeExpected},
 			wantRequest:     mig3g40, wantAllowed: true,
+		},
+		{
+			// The pod's own mistake: the planner is not asked.
+			name: "a denial stands", src: only1g,
+			pod:        withAnnotations(gpuPod("p", mig3g40, "1"), map[string]string{fallback.AnnotationPolicy: "not-a-policy"}),
+			reshaper:   &fakeReshaper{plan: reshape, ready: true},
+			wantResult: string(fallback.OutcomeDenied), wantRequest: mig3g40,
 		},
 		{
 			name: "a reinvocation after the planner's expectation is left alone", src: only1g,
@@ -119,6 +127,9 @@ func TestReshapeFirst(t *testing.T) {
 			resp := decodeResponse(t, f.post(http.MethodPost, "application/json", reviewFor(t, tc.pod, nil)))
 			if resp.Allowed != tc.wantAllowed {
 				t.Fatalf("allowed %v, want %v (%+v)", resp.Allowed, tc.wantAllowed, resp.Result)
+			}
+			if !tc.wantAllowed && tc.reshaper.asked != 0 {
+				t.Errorf("the planner was asked %d times about a denied pod", tc.reshaper.asked)
 			}
 			patched := applyPatch(t, tc.pod, resp.Patch)
 			for k, v := range tc.wantAnnotations {

@@ -33,7 +33,8 @@ import (
 // settings that keep the suite short: a GPU may change again a second
 // after the planner changed it (--cooldown), a layout set by hand holds
 // the node for a second (--manual-hold), and a replica that stops renewing
-// the Lease is replaced after 6 s (--leader-elect-lease-duration). The
+// the Lease is replaced after 6 s (--leader-elect-lease-duration); the
+// webhook, which judges as the planner does, holds a node as briefly. The
 // defaults (2 minutes, 10 minutes, 15 s) are the unit tests' business.
 // Each test opts the node in (label migflex.io/planner=enabled) and out
 // again when it ends, and its pods skip the fallback webhook
@@ -82,11 +83,9 @@ func planner(t *testing.T) string {
 		if plannerInstall.err = setPlannerArgs(ctx, plannerArgs); plannerInstall.err != nil {
 			return
 		}
-		// The overlay turns the webhook reshape-first: a rollout.
-		if plannerInstall.err = cluster.WaitForDeploymentRollout(ctx, framework.MigflexNamespace, framework.WebhookName); plannerInstall.err != nil {
-			return
-		}
-		plannerInstall.err = cluster.WaitForWebhookAnswers(ctx)
+		// The overlay turns the webhook reshape-first (a rollout); it
+		// judges as the planner does, so it gets the planner's hold too.
+		plannerInstall.err = addWebhookArg(ctx, "--planner-manual-hold=1s")
 	})
 	if plannerInstall.err != nil {
 		t.Fatalf("installing the planner: %v", plannerInstall.err)
@@ -115,6 +114,25 @@ func setPlannerArgs(ctx context.Context, args []string) error {
 		}
 	}
 	return cluster.WaitForDeploymentRollout(ctx, framework.MigflexNamespace, plannerName)
+}
+
+// addWebhookArg adds a flag to the webhook's container args, unless there,
+// and waits for the rollout and for the webhook to answer.
+func addWebhookArg(ctx context.Context, arg string) error {
+	d, err := cluster.Client.AppsV1().Deployments(framework.MigflexNamespace).Get(ctx, framework.WebhookName, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if c := &d.Spec.Template.Spec.Containers[0]; !slices.Contains(c.Args, arg) {
+		c.Args = append(c.Args, arg)
+		if _, err := cluster.Client.AppsV1().Deployments(framework.MigflexNamespace).Update(ctx, d, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+	}
+	if err := cluster.WaitForDeploymentRollout(ctx, framework.MigflexNamespace, framework.WebhookName); err != nil {
+		return err
+	}
+	return cluster.WaitForWebhookAnswers(ctx)
 }
 
 // setPlannerLabel sets the node's opt-in label to value, or removes it.
