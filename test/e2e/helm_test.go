@@ -64,13 +64,14 @@ const helmPolicy = `webhook:
 `
 
 // Keys the agent leaves on its Node when migflex is uninstalled: its
-// report (state label, GPU feature discovery labels, layout annotation) and
-// the user's own layout annotation. docs/INSTALL.md lists them.
+// report (state label, GPU feature discovery labels, layout and profiles
+// annotations) and the user's own layout annotation. docs/INSTALL.md lists
+// them.
 var (
 	agentLabelsLeft = []string{
 		"nvidia.com/gpu.count", "nvidia.com/gpu.product", "nvidia.com/mig.capable", "nvidia.com/mig.config.state", "nvidia.com/mig.strategy",
 	}
-	agentAnnotationsLeft = []string{annotationLayout, annotationMigConfig}
+	agentAnnotationsLeft = []string{annotationLayout, "migflex.io/mig.profiles", annotationMigConfig}
 )
 
 // TestHelmChart installs migflex with its Helm chart (not the kustomize
