@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 
+	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -53,7 +54,7 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	fs.BoolVar(&o.LeaderElection, "leader-elect", true, "run rounds only in the replica holding the leader Lease")
 	fs.StringVar(&o.LeaseNamespace, "leader-elect-namespace", "", "namespace of the leader Lease (the Deployment sets its own)")
 	fs.StringVar(&o.LeaseName, "leader-elect-name", reshape.DefaultLeaseName, "name of the leader Lease")
-	fs.StringVar(&o.Identity, "leader-elect-identity", host, "this replica's name in the Lease (the pod's name)")
+	fs.StringVar(&o.Identity, "leader-elect-identity", host, "this replica's name in the Lease (the pod's name), to which each process adds a random suffix")
 	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", reshape.DefaultLeaseDuration, "how long followers wait before taking a Lease its holder stopped renewing")
 	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", reshape.DefaultRenewDeadline, "how long the leader keeps trying to renew before it gives up leading")
 	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", reshape.DefaultRetryPeriod, "how often the Lease is tried")
@@ -86,6 +87,10 @@ func parseFlags(args []string, getenv func(string) string) (config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	// A restarted process must not pass for the one that held the Lease
+	// (it would take the Lease back at once, as if nothing had happened):
+	// each process is its own candidate.
+	o.Identity += "_" + rand.String(8)
 	if c.qps <= 0 || c.burst < 1 {
 		return c, fmt.Errorf("--kube-api-qps must be above 0 and --kube-api-burst at least 1, got %g and %d", c.qps, c.burst)
 	}

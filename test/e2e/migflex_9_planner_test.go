@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -261,7 +263,8 @@ func plannerPods(ctx context.Context) ([]corev1.Pod, error) {
 	return out, nil
 }
 
-// leader is the holder of the planner's Lease.
+// leader is the holder of the planner's Lease: a process, named by its pod
+// and a suffix of its own.
 func leader(ctx context.Context) (string, error) {
 	l, err := cluster.Client.CoordinationV1().Leases(framework.MigflexNamespace).Get(ctx, plannerName, metav1.GetOptions{})
 	if err != nil {
@@ -271,6 +274,33 @@ func leader(ctx context.Context) (string, error) {
 		return "", nil
 	}
 	return *l.Spec.HolderIdentity, nil
+}
+
+// killPlanner kills the planner process of pod with SIGKILL, as a crash
+// or an OOM kill would: no chance to release its Lease. The cluster runs
+// on this host, so the process is one of ours to find.
+func killPlanner(pod string) error {
+	want := []byte("MIGFLEX_PLANNER_LEADER_ELECT_IDENTITY=" + pod + "\x00")
+	dirs, err := filepath.Glob("/proc/[0-9]*")
+	if err != nil {
+		return err
+	}
+	for _, d := range dirs {
+		cmd, err := os.ReadFile(filepath.Join(d, "cmdline"))
+		if err != nil || !bytes.HasPrefix(cmd, []byte("/planner\x00")) {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join(d, "environ"))
+		if err != nil || !bytes.Contains(env, want) {
+			continue
+		}
+		pid, err := strconv.Atoi(filepath.Base(d))
+		if err != nil {
+			return err
+		}
+		return syscall.Kill(pid, syscall.SIGKILL)
+	}
+	return fmt.Errorf("no planner process of pod %s on this host", pod)
 }
 
 // scrape sums a metric's samples (all label sets matching the prefix of
@@ -607,8 +637,8 @@ func TestPlannerLeavesNodesAlone(t *testing.T) {
 	})
 }
 
-// TestPlannerLeaderKilled: two replicas; the leader is killed (no graceful
-// release of the Lease) in the middle of a round: once while it batches
+// TestPlannerLeaderKilled: two replicas; the leader's process is killed
+// (SIGKILL: no release of the Lease) in the middle of a round: once while it batches
 // the pending pod's arrival, once right after it wrote the layout. Each
 // time the other replica takes over and the pod runs, with exactly one
 // change of nvidia.com/mig.config: none lost, none doubled.
@@ -635,7 +665,8 @@ func TestPlannerLeaderKilled(t *testing.T) {
 				id, err := leader(ctx)
 				lead = id
 				pods, _ := plannerPods(ctx)
-				return err == nil && id != "" && len(pods) == 2 && slices.ContainsFunc(pods, func(p corev1.Pod) bool { return p.Name == id }), err
+				pod, _, _ := strings.Cut(id, "_")
+				return err == nil && id != "" && len(pods) == 2 && slices.ContainsFunc(pods, func(p corev1.Pod) bool { return p.Name == pod }), err
 			}); err != nil {
 				t.Fatal(err)
 			}
@@ -698,7 +729,8 @@ func TestPlannerLeaderKilled(t *testing.T) {
 				}
 			}
 			killed := time.Now()
-			if err := cluster.Client.CoreV1().Pods(framework.MigflexNamespace).Delete(ctx, lead, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}); err != nil {
+			leadPod, _, _ := strings.Cut(lead, "_")
+			if err := killPlanner(leadPod); err != nil {
 				t.Fatal(err)
 			}
 			var next string
@@ -709,7 +741,7 @@ func TestPlannerLeaderKilled(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("leader %s killed %s; %s took over after %s (lease duration %s)", lead, when, next, time.Since(killed).Round(100*time.Millisecond), plannerLease)
+			t.Logf("leader %s killed (SIGKILL) %s; %s took over after %s (lease duration %s)", lead, when, next, time.Since(killed).Round(100*time.Millisecond), plannerLease)
 			if _, err := cluster.WaitForPodPhase(ctx, ns, name, corev1.PodRunning); err != nil {
 				t.Fatal(err)
 			}
