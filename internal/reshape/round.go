@@ -255,6 +255,11 @@ func (d *decision) proposalsLeft(o *Options, nodes []*corev1.Node, writes map[st
 		if owner, _ := plansnap.AnnotationOwner(n, plansnap.AnnotationProposed); owner != o.FieldManager {
 			continue
 		}
+		// The planner may write only on opted-in nodes (its policy says
+		// so): a proposal on a node opted out since stays for its owner.
+		if n.Labels[plansnap.LabelPlanner] != plansnap.PlannerEnabled {
+			continue
+		}
 		if w := writes[n.Name]; w != nil && w.key == plansnap.AnnotationProposed {
 			continue
 		}

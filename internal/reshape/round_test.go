@@ -360,6 +360,16 @@ func TestDryRunProposalRemoved(t *testing.T) {
 	if _, ok := c.nodes["n1"].Annotations[plansnap.AnnotationProposed]; ok {
 		t.Error("the proposal stayed")
 	}
+	// Nor is one on a node opted out since: the planner may not write there.
+	c.pod("q", mig3g, 1)
+	c.round(o, mustPlanner(t, o), m)
+	c.finish("q")
+	c.nodes["n1"].Labels[plansnap.LabelPlanner] = "disabled"
+	if d := c.round(o, mustPlanner(t, o), m); len(d.writes) != 0 {
+		t.Errorf("wrote %+v on a node not opted in", d.writes)
+	}
+	c.nodes["n1"].Labels[plansnap.LabelPlanner] = plansnap.PlannerEnabled
+	c.round(o, mustPlanner(t, o), m)
 	// Someone else's annotation of that name is not the planner's to remove.
 	c.nodes["n1"].Annotations[plansnap.AnnotationProposed] = "mine"
 	if d := c.round(o, mustPlanner(t, o), m); len(d.writes) != 0 {
