@@ -5,61 +5,81 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/migflex/migflex/internal/planner"
 	"github.com/migflex/migflex/internal/reshape"
 )
 
+func env(kv map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := kv[k]; return v, ok }
+}
+
 func TestParseFlags(t *testing.T) {
+	defaults := reshape.Config{
+		Options: reshape.Options{
+			Policy: planner.DefaultPolicy(), MaxNodesPerRound: reshape.DefaultMaxNodesPerRound, ManualHold: reshape.DefaultManualHold,
+			Cadence: planner.DefaultCadence(), StartGrace: reshape.DefaultStartGrace, MixHalfLife: reshape.DefaultMixHalfLife,
+			LeaderElection: true, LeaseName: reshape.DefaultLeaseName, LeaseDuration: reshape.DefaultLeaseDuration,
+			RenewDeadline: reshape.DefaultRenewDeadline, RetryPeriod: reshape.DefaultRetryPeriod, MetricsAddr: reshape.DefaultMetricsAddr,
+		},
+		KubeAPIQPS: reshape.DefaultKubeAPIQPS, KubeAPIBurst: reshape.DefaultKubeAPIBurst,
+	}
+	with := func(change func(c *reshape.Config)) reshape.Config {
+		c := defaults
+		change(&c)
+		return c
+	}
 	tests := []struct {
 		name    string
 		args    []string
 		env     map[string]string
-		check   func(t *testing.T, c config)
+		want    reshape.Config
 		wantErr string
 	}{
+		{name: "defaults", want: defaults},
 		{
-			name: "defaults",
-			check: func(t *testing.T, c config) {
-				o := c.opts
-				if o.DryRun || !o.LeaderElection || o.Policy.Cooldown != planner.DefaultPolicy().Cooldown || o.MaxNodesPerRound != reshape.DefaultMaxNodesPerRound ||
-					o.BatchIdle != reshape.DefaultBatchIdle || o.BatchMax != reshape.DefaultBatchMax || o.MetricsAddr != reshape.DefaultMetricsAddr || o.LeaseName != reshape.DefaultLeaseName {
-					t.Errorf("defaults %+v", o)
-				}
-			},
+			name: "flags",
+			args: []string{"--kubeconfig=/kc", "--dry-run", "--cooldown=1m", "--max-gpus-per-round=2", "--max-nodes-per-round=3", "--manual-hold=1s",
+				"--batch-idle=1s", "--batch-max=4s", "--resync=9s", "--batch-leading", "--start-grace=5s", "--mix-half-life=2h", "--leader-elect=false",
+				"--leader-elect-namespace=ns", "--leader-elect-name=l", "--leader-elect-identity=me", "--leader-elect-lease-duration=6s",
+				"--leader-elect-renew-deadline=4s", "--leader-elect-retry-period=1s", "--metrics-addr=", "--kube-api-qps=2.5", "--kube-api-burst=5"},
+			want: with(func(c *reshape.Config) {
+				c.Kubeconfig, c.DryRun, c.Policy.Cooldown, c.Policy.MaxGPUsPerRound, c.MaxNodesPerRound, c.ManualHold = "/kc", true, time.Minute, 2, 3, time.Second
+				c.Cadence = planner.Cadence{Idle: time.Second, Max: 4 * time.Second, Resync: 9 * time.Second, Leading: true}
+				c.StartGrace, c.MixHalfLife, c.LeaderElection = 5*time.Second, 2*time.Hour, false
+				c.LeaseNamespace, c.LeaseName, c.Identity = "ns", "l", "me"
+				c.LeaseDuration, c.RenewDeadline, c.RetryPeriod = 6*time.Second, 4*time.Second, time.Second
+				c.MetricsAddr, c.KubeAPIQPS, c.KubeAPIBurst = "", 2.5, 5
+			}),
 		},
 		{
 			name: "environment twins",
 			env: map[string]string{
 				"MIGFLEX_PLANNER_DRY_RUN": "true", "MIGFLEX_PLANNER_COOLDOWN": "30s", "MIGFLEX_PLANNER_LEADER_ELECT_NAMESPACE": "gpu-webhook",
-				"MIGFLEX_PLANNER_LEADER_ELECT_IDENTITY": "planner-abc", "MIGFLEX_PLANNER_MAX_NODES_PER_ROUND": "3",
+				"MIGFLEX_PLANNER_LEADER_ELECT_IDENTITY": "planner-abc", "MIGFLEX_PLANNER_MAX_NODES_PER_ROUND": "3", "MIGFLEX_PLANNER_BATCH_IDLE": "1s",
+				"KUBECONFIG": "/not/a/twin",
 			},
-			check: func(t *testing.T, c config) {
-				o := c.opts
-				if !o.DryRun || o.Policy.Cooldown != 30*time.Second || o.LeaseNamespace != "gpu-webhook" || !strings.HasPrefix(o.Identity, "planner-abc_") || o.MaxNodesPerRound != 3 {
-					t.Errorf("from the environment %+v", o)
-				}
-			},
+			want: with(func(c *reshape.Config) {
+				c.DryRun, c.Policy.Cooldown, c.LeaseNamespace, c.Identity, c.MaxNodesPerRound, c.Cadence.Idle = true, 30*time.Second, "gpu-webhook", "planner-abc", 3, time.Second
+			}),
 		},
 		{
 			name: "a flag wins over its twin",
 			args: []string{"--cooldown=1m", "--dry-run=false"},
 			env:  map[string]string{"MIGFLEX_PLANNER_COOLDOWN": "30s", "MIGFLEX_PLANNER_DRY_RUN": "true"},
-			check: func(t *testing.T, c config) {
-				if c.opts.Policy.Cooldown != time.Minute || c.opts.DryRun {
-					t.Errorf("cooldown %s dry run %v", c.opts.Policy.Cooldown, c.opts.DryRun)
-				}
-			},
+			want: with(func(c *reshape.Config) { c.Policy.Cooldown = time.Minute }),
 		},
 		{name: "a bad twin", env: map[string]string{"MIGFLEX_PLANNER_COOLDOWN": "soon"}, wantErr: `MIGFLEX_PLANNER_COOLDOWN="soon"`},
 		{name: "a stray argument", args: []string{"x"}, wantErr: `unexpected arguments ["x"]`},
-		{name: "no requests", args: []string{"--kube-api-qps=0"}, wantErr: "--kube-api-qps must be above 0"},
+		{name: "no requests", args: []string{"--kube-api-qps=0"}, wantErr: "--kube-api-qps (env MIGFLEX_PLANNER_KUBE_API_QPS) must be above 0"},
 		{name: "an unknown flag", args: []string{"--nope"}, wantErr: "flag provided but not defined: -nope"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := parseFlags(tc.args, func(k string) string { return tc.env[k] })
+			c, err := parseFlags(tc.args, env(tc.env))
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want %q", err, tc.wantErr)
@@ -69,22 +89,22 @@ func TestParseFlags(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tc.check(t, c)
+			if diff := cmp.Diff(tc.want, c, cmpopts.IgnoreUnexported(planner.Policy{})); diff != "" {
+				t.Errorf("config (-want +got):\n%s", diff)
+			}
 		})
 	}
 }
 
 // The options a default command line gives are ones the controller takes
-// (leader election needs the namespace the Deployment sets).
+// (leader election needs the namespace the Deployment sets and a name).
 func TestDefaultsAreValid(t *testing.T) {
-	c, err := parseFlags([]string{"--leader-elect-namespace=ns"}, func(string) string { return "" })
+	c, err := parseFlags([]string{"--leader-elect-namespace=ns", "--leader-elect-identity=me"}, env(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.opts.Client = fakeClient()
-	if _, err := reshape.New(c.opts); err != nil {
+	c.Client = fake.NewClientset()
+	if _, err := reshape.New(c.Options); err != nil {
 		t.Fatal(err)
 	}
 }
-
-func fakeClient() *fake.Clientset { return fake.NewClientset() }

@@ -35,6 +35,7 @@ import (
 	"github.com/migflex/migflex/internal/podresources"
 	"github.com/migflex/migflex/internal/podresources/podresourcestest"
 	"github.com/migflex/migflex/internal/testenv"
+	"github.com/migflex/migflex/internal/testutil"
 )
 
 // hangTimeout only protects against hangs; every wait polls a condition.
@@ -914,9 +915,8 @@ mig-configs:
 		settled := func() float64 {
 			t.Helper()
 			before := r.counter("migflex_agent_node_writes_total", "cause", causeInUse)
-			for calls := n.podres.Calls(); n.podres.Calls() < calls+5; {
-				time.Sleep(pollInterval) // polling a condition nothing signals
-			}
+			calls := n.podres.Calls()
+			testutil.Eventually(t, "five more pod-resources polls", func() bool { return n.podres.Calls() >= calls+5 })
 			after := r.counter("migflex_agent_node_writes_total", "cause", causeInUse)
 			if after != before {
 				t.Errorf("%v in-use writes while nothing changed", after-before)

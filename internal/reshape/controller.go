@@ -268,43 +268,52 @@ func (c *Controller) Run(ctx context.Context) error {
 	return nil
 }
 
-// lead runs rounds until ctx is done: a round starts BatchIdle after the
-// last change, at most BatchMax after the first, and again Recheck after a
-// round that left pods waiting.
+// lead runs rounds until ctx is done, when planner.Batcher says: a round
+// starts Cadence.Idle after the last change, at most Cadence.Max after the
+// first, and the Batcher asks for another look every Cadence.Resync while
+// pods wait, which opens a batch as a change would.
 func (c *Controller) lead(ctx context.Context) {
 	log := klog.FromContext(ctx)
 	m := newMemory(c.opts.MixHalfLife)
-	idle := time.NewTimer(time.Hour)
-	idle.Stop()
-	recheck := time.NewTimer(time.Hour)
-	recheck.Stop()
-	defer idle.Stop()
-	defer recheck.Stop()
-	var batchStart time.Time
-	c.poke()
+	b, err := planner.NewBatcher(c.opts.Cadence)
+	if err != nil {
+		// New validated the cadence.
+		log.Error(err, "Cannot batch rounds")
+		return
+	}
+	batch := time.NewTimer(time.Hour)
+	batch.Stop()
+	resync := time.NewTimer(time.Hour)
+	resync.Stop()
+	defer batch.Stop()
+	defer resync.Stop()
+	trigger := func() {
+		now := time.Now()
+		batch.Reset(max(b.Trigger(now).Sub(now), 0))
+	}
+	trigger()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-c.trigger:
-			now := time.Now()
-			if batchStart.IsZero() {
-				batchStart = now
-			}
-			wait := min(c.opts.BatchIdle, c.opts.BatchMax-now.Sub(batchStart))
-			idle.Reset(max(wait, 0))
+			trigger()
 			continue
-		case <-idle.C:
-		case <-recheck.C:
+		case <-resync.C:
+			trigger()
+			continue
+		case <-batch.C:
 		}
-		batchStart = time.Time{}
-		if waiting := c.round(ctx, m); waiting {
-			recheck.Reset(c.opts.Recheck)
-		} else {
-			recheck.Stop()
+		now := time.Now()
+		if !b.Due(now) {
+			continue
+		}
+		waiting := c.round(ctx, m)
+		if next, ok := b.Ran(time.Now(), waiting); ok {
+			resync.Reset(time.Until(next))
 		}
 		if ctx.Err() == nil {
-			log.V(4).Info("Round done")
+			log.V(4).Info("Round done", "waiting", waiting)
 		}
 	}
 }

@@ -17,10 +17,8 @@ import (
 	"github.com/migflex/migflex/internal/planner"
 	"github.com/migflex/migflex/internal/plansnap"
 	"github.com/migflex/migflex/internal/testenv"
+	"github.com/migflex/migflex/internal/testutil"
 )
-
-// hangTimeout only protects against hangs; every wait polls a condition.
-const hangTimeout = 60 * time.Second
 
 type env struct {
 	t      *testing.T
@@ -98,44 +96,49 @@ func (e *env) getNode(name string) *corev1.Node {
 
 func (e *env) waitNode(name, what string, cond func(*corev1.Node) bool) *corev1.Node {
 	e.t.Helper()
-	deadline := time.Now().Add(hangTimeout)
-	for {
-		n := e.getNode(name)
-		if cond(n) {
-			return n
+	var n *corev1.Node
+	defer func() {
+		if e.t.Failed() && n != nil {
+			e.t.Logf("node %s: annotations %v labels %v", name, n.Annotations, n.Labels)
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("timed out waiting for %s on node %s; annotations %v labels %v", what, name, n.Annotations, n.Labels)
-		}
-		time.Sleep(20 * time.Millisecond) // polling a condition nothing signals
-	}
+	}()
+	testutil.Eventually(e.t, what+" on node "+name, func() bool {
+		n = e.getNode(name)
+		return cond(n)
+	})
+	return n
 }
 
 // waitEvent waits for an Event of reason about pod whose message contains
 // every substring.
 func (e *env) waitEvent(pod *corev1.Pod, reason string, contains ...string) corev1.Event {
 	e.t.Helper()
-	deadline := time.Now().Add(hangTimeout)
-	for {
+	var seen []string
+	var found corev1.Event
+	defer func() {
+		if e.t.Failed() {
+			e.t.Logf("Events of %s seen:\n%s", pod.Name, strings.Join(seen, "\n"))
+		}
+	}()
+	testutil.Eventually(e.t, fmt.Sprintf("a %s Event on %s containing %q", reason, pod.Name, contains), func() bool {
 		list, err := e.client.CoreV1().Events(pod.Namespace).List(context.Background(), metav1.ListOptions{})
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		var seen []string
+		seen = seen[:0]
 		for _, ev := range list.Items {
 			if ev.InvolvedObject.UID != pod.UID {
 				continue
 			}
 			seen = append(seen, ev.Reason+": "+ev.Message)
 			if ev.Reason == reason && containsAll(ev.Message, contains...) {
-				return ev
+				found = ev
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("no %s Event on %s containing %q; seen:\n%s", reason, pod.Name, contains, strings.Join(seen, "\n"))
-		}
-		time.Sleep(20 * time.Millisecond) // polling a condition nothing signals
-	}
+		return false
+	})
+	return found
 }
 
 func containsAll(s string, subs ...string) bool {
@@ -160,7 +163,7 @@ func (e *env) start(t *testing.T, mods ...func(*Options)) *run {
 	reg := prometheus.NewRegistry()
 	o := Options{
 		Client: e.client, Policy: planner.DefaultPolicy(), Registry: reg,
-		BatchIdle: 10 * time.Millisecond, BatchMax: 100 * time.Millisecond, Recheck: 200 * time.Millisecond,
+		Cadence: planner.Cadence{Idle: 10 * time.Millisecond, Max: 100 * time.Millisecond, Resync: 200 * time.Millisecond},
 	}
 	for _, m := range mods {
 		m(&o)
@@ -184,7 +187,7 @@ func (r *run) stop() {
 			if err != nil {
 				panic(fmt.Sprintf("planner Run: %v", err))
 			}
-		case <-time.After(hangTimeout):
+		case <-time.After(testutil.HangTimeout):
 			panic("planner did not stop")
 		}
 	})
@@ -227,13 +230,9 @@ func (r *run) value(name, label, value string) float64 {
 
 func (r *run) waitValue(t *testing.T, name, label, value string, want float64) {
 	t.Helper()
-	deadline := time.Now().Add(hangTimeout)
-	for r.value(name, label, value) < want {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s{%s=%q} = %v, want at least %v", name, label, value, r.value(name, label, value), want)
-		}
-		time.Sleep(10 * time.Millisecond) // polling a condition nothing signals
-	}
+	testutil.Eventually(t, fmt.Sprintf("%s{%s=%q} at least %v", name, label, value, want), func() bool {
+		return r.value(name, label, value) >= want
+	})
 }
 
 // agentApplies stands in for the node's agent: it reports the layout the

@@ -16,10 +16,11 @@
 // # Rounds
 //
 // Any relevant change (a GPU pod, a Node's labels, annotations, taints,
-// cordon or allocatable; not heartbeats) starts a batch; the round runs
-// once nothing changed for Options.BatchIdle, or Options.BatchMax after
-// the batch began, and again every Options.Recheck while pods wait (a
-// cooldown ends, a hold lifts). A round is idempotent: what it would write
+// cordon or allocatable; not heartbeats) starts a batch of
+// planner.Batcher, as the trace replay runs it: the round runs once
+// nothing changed for Options.Cadence.Idle, or Options.Cadence.Max after
+// the batch began, and again every Options.Cadence.Resync while pods wait
+// (a cooldown ends, a hold lifts). A round is idempotent: what it would write
 // is compared with what the Nodes carry, and a layout written but not in
 // place yet counts as done (plansnap shows such a node's GPUs at their
 // new layout, and freezes it), so a round after a change, or after a

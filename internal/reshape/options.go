@@ -17,9 +17,6 @@ const (
 	DefaultLeaseName        = "migflex-planner"
 	DefaultMaxNodesPerRound = 8
 	DefaultManualHold       = 10 * time.Minute
-	DefaultBatchIdle        = 200 * time.Millisecond
-	DefaultBatchMax         = 2 * time.Second
-	DefaultRecheck          = 10 * time.Second
 	DefaultStartGrace       = 10 * time.Second
 	DefaultMixHalfLife      = time.Hour
 	DefaultLeaseDuration    = 15 * time.Second
@@ -44,14 +41,13 @@ type Options struct {
 	// than the planner changed its nvidia.com/mig.config. Default
 	// DefaultManualHold; negative: not at all.
 	ManualHold time.Duration
-	// BatchIdle and BatchMax debounce rounds: a round starts once nothing
-	// changed for BatchIdle, or BatchMax after the first change it waits
-	// for. Defaults DefaultBatchIdle and DefaultBatchMax.
-	BatchIdle, BatchMax time.Duration
-	// Recheck is how soon a round runs again while pods wait without a
-	// change in the cluster (a cooldown ends, a hold lifts). Default
-	// DefaultRecheck.
-	Recheck time.Duration
+	// Cadence debounces rounds with a planner.Batcher: a round starts once
+	// nothing changed for Cadence.Idle, or Cadence.Max after the first
+	// change it waits for, and again every Cadence.Resync while pods wait
+	// without a change in the cluster (a cooldown ends, a hold lifts). A
+	// zero Idle, Max or Resync is planner.DefaultCadence's, the cadence
+	// the trace replay measures.
+	Cadence planner.Cadence
 	// StartGrace bounds how long a node whose pods just started is left
 	// alone until its agent reports their devices in use. Default
 	// DefaultStartGrace.
@@ -93,14 +89,15 @@ func (o *Options) setDefaults() {
 	if o.ManualHold == 0 {
 		o.ManualHold = DefaultManualHold
 	}
-	if o.BatchIdle == 0 {
-		o.BatchIdle = DefaultBatchIdle
+	def := planner.DefaultCadence()
+	if o.Cadence.Idle == 0 {
+		o.Cadence.Idle = def.Idle
 	}
-	if o.BatchMax == 0 {
-		o.BatchMax = DefaultBatchMax
+	if o.Cadence.Max == 0 {
+		o.Cadence.Max = max(def.Max, o.Cadence.Idle)
 	}
-	if o.Recheck == 0 {
-		o.Recheck = DefaultRecheck
+	if o.Cadence.Resync == 0 {
+		o.Cadence.Resync = def.Resync
 	}
 	if o.StartGrace == 0 {
 		o.StartGrace = DefaultStartGrace
@@ -139,16 +136,11 @@ func (o *Options) validate() error {
 	if o.MaxNodesPerRound < 0 {
 		errs = append(errs, fmt.Errorf("max nodes per round %d is negative", o.MaxNodesPerRound))
 	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"batch idle", o.BatchIdle}, {"batch max", o.BatchMax}, {"recheck", o.Recheck}, {"start grace", o.StartGrace}} {
-		if d.v < 0 {
-			errs = append(errs, fmt.Errorf("%s %s is negative", d.name, d.v))
-		}
+	if o.StartGrace < 0 {
+		errs = append(errs, fmt.Errorf("start grace %s is negative", o.StartGrace))
 	}
-	if o.BatchMax < o.BatchIdle {
-		errs = append(errs, fmt.Errorf("batch max %s is shorter than batch idle %s", o.BatchMax, o.BatchIdle))
+	if err := o.Cadence.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("batching rounds: %w", err))
 	}
 	if o.LeaderElection {
 		if o.LeaseNamespace == "" || o.Identity == "" {

@@ -81,7 +81,7 @@ type decision struct {
 	events     []podEvent
 	demand     map[corev1.ResourceName]float64
 	impossible int
-	// waiting: pods still wait, so look again after Recheck.
+	// waiting: pods still wait, so look again after Cadence.Resync.
 	waiting  bool
 	warnings []string
 }

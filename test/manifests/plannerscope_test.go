@@ -307,7 +307,7 @@ func TestPlannerRunsWithItsPermissions(t *testing.T) {
 
 	client := saTokenClient(t, cfg, admin, plannerSA, nil)
 	ctl, err := reshape.New(reshape.Options{
-		Client: client, Policy: planner.DefaultPolicy(), BatchIdle: 10 * time.Millisecond, BatchMax: 100 * time.Millisecond,
+		Client: client, Policy: planner.DefaultPolicy(), Cadence: planner.Cadence{Idle: 10 * time.Millisecond, Max: 100 * time.Millisecond},
 		LeaderElection: true, LeaseNamespace: namespace, Identity: "planner-0",
 	})
 	if err != nil {
