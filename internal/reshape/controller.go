@@ -48,10 +48,13 @@ type Controller struct {
 	nodes, pods cache.SharedIndexInformer
 	trigger     chan struct{}
 
-	// departed are pods that left the pending set bound to a node, from
-	// the informer's goroutine to the loop's.
+	// departed are pods that left the pending set bound to a node, and
+	// arrivals GPU pods created while this replica leads, from the
+	// informer's goroutine to the loop's.
 	mu       sync.Mutex
 	departed []departure
+	arrivals []arrival
+	leading  atomic.Bool
 
 	recorder    record.EventRecorder
 	broadcaster record.EventBroadcaster
@@ -102,7 +105,7 @@ func New(opts Options) (*Controller, error) {
 		return nil, fmt.Errorf("node informer handler: %w", err)
 	}
 	if _, err := c.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.podChanged,
+		AddFunc:    c.podAdded,
 		UpdateFunc: func(_, n any) { c.podChanged(n) },
 		DeleteFunc: c.podGone,
 	}); err != nil {
@@ -144,6 +147,22 @@ func (c *Controller) podChanged(obj any) {
 	if p, ok := obj.(*corev1.Pod); ok && plansnap.AsksForGPUs(p) {
 		c.poke()
 	}
+}
+
+// podAdded notes a GPU pod created, for the demand mix (see
+// memory.observe), and starts a batch. Only the leader keeps them: it
+// consumes them every round.
+func (c *Controller) podAdded(obj any) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok || !plansnap.AsksForGPUs(p) {
+		return
+	}
+	if c.leading.Load() {
+		c.mu.Lock()
+		c.arrivals = append(c.arrivals, arrival{pod: p, at: c.opts.Now()})
+		c.mu.Unlock()
+	}
+	c.poke()
 }
 
 // podGone notes a pod that left the pending set while bound: it may be
@@ -274,6 +293,10 @@ func (c *Controller) Run(ctx context.Context) error {
 // pods wait, which opens a batch as a change would.
 func (c *Controller) lead(ctx context.Context) {
 	log := klog.FromContext(ctx)
+	// The first round counts the pending set in the mix; pods created
+	// from now on are counted as they come.
+	c.leading.Store(true)
+	defer c.leading.Store(false)
 	m := newMemory(c.opts.MixHalfLife)
 	b, err := planner.NewBatcher(c.opts.Cadence)
 	if err != nil {
@@ -331,6 +354,8 @@ func (c *Controller) round(ctx context.Context, m *memory) bool {
 		m.started[d.node][d.pod] = d.at
 	}
 	c.departed = nil
+	m.arrived = append(m.arrived, c.arrivals...)
+	c.arrivals = nil
 	c.mu.Unlock()
 
 	nodes := listAs[*corev1.Node](c.nodes.GetStore())

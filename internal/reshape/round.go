@@ -40,13 +40,23 @@ type memory struct {
 	// told is the last Event each pending pod got, so that a round repeats
 	// none.
 	told map[types.UID]string
-	// mix follows the demand; seen are the pods it has counted.
-	mix  *planner.MixTracker
-	seen map[types.UID]bool
+	// mix follows the demand: every GPU pod created, not only those that
+	// wait, as the trace replay feeds it (see observe). seen are the pods
+	// it has counted that are still in the pending set; arrived, those the
+	// informer saw created since the last round.
+	mix     *planner.MixTracker
+	seen    map[types.UID]bool
+	arrived []arrival
 	// started are pods that left the pending set bound to a node, by
 	// node, with when: until the node's agent reports them holding their
 	// devices, they may hold instances it reports free.
 	started map[string]map[string]time.Time
+}
+
+// arrival is a GPU pod the informer saw created, and when.
+type arrival struct {
+	pod *corev1.Pod
+	at  time.Time
 }
 
 func newMemory(halfLife time.Duration) *memory {
@@ -128,6 +138,7 @@ func decide(o *Options, pl *planner.Planner, m *memory, now time.Time, nodes []*
 		viewOf[views[i].Name] = &views[i]
 	}
 
+	m.observe(now, pods)
 	pending := make([]*corev1.Pod, 0)
 	live := map[types.UID]bool{}
 	for _, p := range pods {
@@ -136,15 +147,10 @@ func decide(o *Options, pl *planner.Planner, m *memory, now time.Time, nodes []*
 		}
 		pending = append(pending, p)
 		live[p.UID] = true
-		if !m.seen[p.UID] {
-			m.seen[p.UID] = true
-			m.mix.Observe(now, p)
-		}
 		for res, n := range fallback.Devices(p) {
 			d.demand[res] += float64(n)
 		}
 	}
-	maps.DeleteFunc(m.seen, func(uid types.UID, _ bool) bool { return !live[uid] })
 	maps.DeleteFunc(m.told, func(uid types.UID, _ string) bool { return !live[uid] })
 	if len(pending) == 0 {
 		return d, d.proposalsLeft(o, nodes, nil)
@@ -291,6 +297,34 @@ func rememberChanges(o *Options, m *memory, v *plansnap.Node, now time.Time) {
 			v.GPUs[i].LastChanged = v.ConfigTime
 		}
 	}
+}
+
+// observe counts in the demand mix, once each, the GPU pods created since
+// the last round (at their creation: some have started and left the
+// pending set already) and the GPU pods of the pending set it has not
+// counted (at now: all of them, for a new leader).
+func (m *memory) observe(now time.Time, pods []*corev1.Pod) {
+	for _, a := range m.arrived {
+		if !m.seen[a.pod.UID] {
+			m.seen[a.pod.UID] = true
+			m.mix.Observe(a.at, a.pod)
+		}
+	}
+	m.arrived = nil
+	inSet := make(map[types.UID]bool, len(pods))
+	for _, p := range pods {
+		if !plansnap.AsksForGPUs(p) {
+			continue
+		}
+		inSet[p.UID] = true
+		if !m.seen[p.UID] {
+			m.seen[p.UID] = true
+			m.mix.Observe(now, p)
+		}
+	}
+	// A pod leaves the pending set for good: forgetting it cannot count
+	// it twice.
+	maps.DeleteFunc(m.seen, func(uid types.UID, _ bool) bool { return !inSet[uid] })
 }
 
 // wrote records a write that succeeded: the GPUs of a layout written in

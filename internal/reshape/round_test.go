@@ -1,9 +1,13 @@
 package reshape
 
 import (
+	"maps"
+	"math"
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/migflex/migflex/internal/planner"
 	"github.com/migflex/migflex/internal/plansnap"
@@ -374,5 +378,129 @@ func TestDryRunProposalRemoved(t *testing.T) {
 	c.nodes["n1"].Annotations[plansnap.AnnotationProposed] = "mine"
 	if d := c.round(o, mustPlanner(t, o), m); len(d.writes) != 0 {
 		t.Errorf("removed an annotation the planner does not own: %+v", d.writes)
+	}
+}
+
+// The demand mix counts every GPU pod created, once, as the trace replay
+// feeds it: not only pods that wait, but those placed at once (pending
+// and bound, or already started and gone from the pending set by the
+// round) too, or free capacity is kept usable for the waiting kind only.
+func TestMixCountsEveryGPUPodOnce(t *testing.T) {
+	type step struct {
+		// arrive are pods the informer saw created since the last round
+		// that have left the pending set already.
+		arrive []string
+		// leaderChange starts the round with a new memory.
+		leaderChange bool
+		want         map[corev1.ResourceName]float64
+	}
+	tests := []struct {
+		name  string
+		setup func(c *cluster)
+		steps []step
+	}{
+		{
+			name: "waiting, starting and started pods",
+			setup: func(c *cluster) {
+				c.addNode("n1", simGPU(0, all1g...))
+				c.pod("waits", mig3g, 1)
+				s := c.pod("starting", mig1g, 1)
+				s.Spec.NodeName = "n1"
+				s.Status.Conditions = nil
+			},
+			steps: []step{
+				{arrive: []string{"gone"}, want: map[corev1.ResourceName]float64{mig3g: 1, mig1g: 2}},
+				{want: map[corev1.ResourceName]float64{mig3g: 1, mig1g: 2}},
+			},
+		},
+		{
+			name: "an arrival still pending is counted once",
+			setup: func(c *cluster) {
+				c.addNode("n1", simGPU(0, all1g...))
+				c.pod("waits", mig3g, 1)
+			},
+			steps: []step{
+				{arrive: []string{"waits"}, want: map[corev1.ResourceName]float64{mig3g: 1}},
+				{arrive: []string{"waits"}, want: map[corev1.ResourceName]float64{mig3g: 1}},
+			},
+		},
+		{
+			name: "a new leader counts the pending set",
+			setup: func(c *cluster) {
+				c.addNode("n1", simGPU(0, all1g...))
+				c.pod("waits", mig3g, 1)
+			},
+			steps: []step{
+				{arrive: []string{"gone"}, want: map[corev1.ResourceName]float64{mig3g: 1, mig1g: 1}},
+				{leaderChange: true, want: map[corev1.ResourceName]float64{mig3g: 1}},
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			// A half-life long enough that weights are counts.
+			o := testOptions(func(o *Options) { o.MixHalfLife = 1e6 * time.Hour })
+			c := newCluster(t)
+			tc.setup(c)
+			m := newMemory(o.MixHalfLife)
+			for i, s := range tc.steps {
+				if s.leaderChange {
+					m = newMemory(o.MixHalfLife)
+				}
+				for _, name := range s.arrive {
+					p := c.pods[name]
+					if p == nil {
+						p = c.pod(name, mig1g, 1)
+						delete(c.pods, name) // started: no longer pending
+					}
+					m.arrived = append(m.arrived, arrival{pod: p.DeepCopy(), at: c.now})
+				}
+				c.round(o, mustPlanner(t, o), m)
+				got := map[corev1.ResourceName]float64{}
+				for _, d := range m.mix.Mix(c.now) {
+					got[d.Resource] += math.Round(d.Weight*1000) / 1000 * float64(d.Count)
+				}
+				if !maps.Equal(got, s.want) {
+					t.Errorf("round %d: mix %v, want %v", i, got, s.want)
+				}
+				c.now = c.now.Add(time.Second)
+			}
+		})
+	}
+}
+
+// A pod a round reshaped a GPU for is planned again, until its change
+// lands, onto the instance it was planned for: the written layout shows on
+// the frozen node (plansnap), so the pod keeps that instance from pods
+// that came after it, and is given no second change nor a second Event.
+func TestPlannedPodKeepsItsInstanceUntilTheChangeLands(t *testing.T) {
+	o := testOptions()
+	c := newCluster(t)
+	c.addNode("n1", simGPU(0, all1g...))
+	c.addNode("n2", simGPU(0, all1g...))
+	c.pod("first", mig3g, 1)
+	m := newMemory(o.MixHalfLife)
+	d := c.round(o, mustPlanner(t, o), m)
+	if len(d.writes) != 1 {
+		t.Fatalf("first round: writes %+v, want one", d.writes)
+	}
+	planned := d.writes[0].node.Name
+	c.now = c.now.Add(time.Second)
+	c.pod("second", mig3g, 1)
+	d = c.round(o, mustPlanner(t, o), m)
+	var got []string
+	for _, w := range d.writes {
+		got = append(got, w.node.Name)
+	}
+	other := map[string]string{"n1": "n2", "n2": "n1"}[planned]
+	if len(got) != 1 || got[0] != other {
+		t.Errorf("second round (the first change not landed) writes to %q, want one to %s", got, other)
+	}
+	evs := strings.Join(events(d), "\n")
+	if strings.Contains(evs, "first:") {
+		t.Errorf("the first pod was told again:\n%s", evs)
+	}
+	if !strings.Contains(evs, "MigReshapePlanned second: will run on node "+other) {
+		t.Errorf("Events lack the second pod planned on %s:\n%s", other, evs)
 	}
 }
