@@ -170,9 +170,18 @@ run "kubectl -n gpu-webhook logs -l app=gpu-webhook --tail=-1 | grep 'Rewrote GP
 
 # --- the planner ---------------------------------------------------------------
 step "The planner (off by default): installing it, and handing the node over to it"
+old_webhook=$(kubectl -n gpu-webhook get pods -l app=gpu-webhook -o jsonpath='{.items[*].metadata.labels.pod-template-hash}')
 run "kubectl apply -k deployments/kustomize/overlays/local-planner"
 run "kubectl -n gpu-webhook rollout status deployment/migflex-planner --timeout=180s"
 run "kubectl -n gpu-webhook rollout status deployment/gpu-webhook --timeout=180s"
+# The webhook's replicas share one port: the old ones (not reshape-first)
+# answer admissions until they are gone (preStop, then their drain).
+for hash in $(tr ' ' '\n' <<<"$old_webhook" | sort -u); do
+	for ((i = 0; i < 120; i++)); do
+		[[ -z $(kubectl -n gpu-webhook get pods -l "app=gpu-webhook,pod-template-hash=$hash" -o name) ]] && break
+		sleep 0.5
+	done
+done
 # The layout above was set by hand: the planner would leave the node alone
 # for 10 minutes after that (--manual-hold). Removing the annotation hands
 # the node over at once: the GPUs keep their layout, the agent says so.
@@ -194,16 +203,28 @@ spec:
     resources:
       limits:
         nvidia.com/mig-2g.20gb: 1"
+# The webhook judges from its informer's copy of the Node, rebuilt at most
+# every second: a server-side dry run (it stores nothing) says when it has
+# seen the node opted in.
+for ((i = 0; i < 60; i++)); do
+	ann=$(kubectl create --dry-run=server -o jsonpath='{.metadata.annotations.migflex\.io/reshape}' -f - <<<"$planner_pod" 2>/dev/null) || ann=
+	[[ -n $ann ]] && break
+	sleep 0.5
+done
+[[ -n $ann ]] || die "the reshape-first webhook rewrites the demo pod (kubectl -n gpu-webhook logs -l app=gpu-webhook)"
 start=$(date +%s%N)
 run "kubectl apply -f - <<EOF
 $planner_pod
 EOF"
 run "kubectl wait --for=jsonpath='{.status.phase}'=Running pod/$PLANNER_POD --timeout=180s"
 took_ms=$((($(date +%s%N) - start) / 1000000))
+limits=$(kubectl get pod "$PLANNER_POD" -o jsonpath='{.spec.containers[0].resources.limits}')
+[[ $limits == *mig-2g.20gb* ]] || die "the demo pod runs with $limits, not the nvidia.com/mig-2g.20gb it asked for"
 printf '\n%sThe pod was Running %d.%03d s after kubectl apply began (the kubelet publishes a new layout at its next node status update, every 10 s by default).%s\n' "$bold" $((took_ms / 1000)) $((took_ms % 1000)) "$plain"
 
 step "What happened: the planner's Event on the pod, the agent's on the node, the new layout"
 run "kubectl get pod $PLANNER_POD -o jsonpath='{.metadata.annotations.migflex\\.io/reshape}{\"\\n\"}'"
+run "kubectl get pod $PLANNER_POD -o jsonpath='{.spec.containers[0].resources.limits}{\"\\n\"}'"
 run "kubectl get events --field-selector involvedObject.name=$PLANNER_POD,reason=MigReshapePlanned -o custom-columns=REASON:.reason,MESSAGE:.message"
 run "kubectl get events --field-selector involvedObject.kind=Node,reason=MigConfigApplied --sort-by=.lastTimestamp -o custom-columns=REASON:.reason,MESSAGE:.message | tail -n 1"
 run "kubectl get node $NODE -o jsonpath='{.metadata.annotations.nvidia\.com/mig\.config}'"
