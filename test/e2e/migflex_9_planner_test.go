@@ -53,11 +53,13 @@ const (
 	plannerLease       = 6 * time.Second
 )
 
-// plannerArgs are the planner's flags in these tests.
-var plannerArgs = []string{
+// plannerArgs are the planner's flags in these tests, and those of
+// MIGFLEX_E2E_PLANNER_ARGS (space-separated), with which a measurement
+// tries other settings (--batch-leading) without changing the suite.
+var plannerArgs = append([]string{
 	"--metrics-addr=:9124", "--cooldown=1s", "--max-nodes-per-round=8", "--manual-hold=1s",
 	"--leader-elect-lease-duration=6s", "--leader-elect-renew-deadline=4s", "--leader-elect-retry-period=1s", "--v=2",
-}
+}, strings.Fields(os.Getenv("MIGFLEX_E2E_PLANNER_ARGS"))...)
 
 var plannerInstall struct {
 	once sync.Once
@@ -490,7 +492,7 @@ func TestPlannerReshapesForAPendingPod(t *testing.T) {
 	for _, l := range perRun {
 		t.Log(l)
 	}
-	t.Logf("creation -> Running through a reshape over %d runs (kubelet status period %s): p50 %s, p90 %s, min %s, max %s", runs, period,
+	t.Logf("creation -> Running through a reshape over %d runs (kubelet status period %s, planner %q): p50 %s, p90 %s, min %s, max %s", runs, period, plannerArgs,
 		percentile(took, 0.5).Round(time.Millisecond), percentile(took, 0.9).Round(time.Millisecond),
 		slices.Min(took).Round(time.Millisecond), slices.Max(took).Round(time.Millisecond))
 }
