@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/migflex/migflex/internal/nodeinfo"
 	"github.com/migflex/migflex/internal/planner"
 	"github.com/migflex/migflex/internal/plansnap"
 )
@@ -55,6 +56,11 @@ type Controller struct {
 	departed []departure
 	arrivals []arrival
 	leading  atomic.Bool
+	// reported are the pods each Node's agent reported holding devices
+	// since the last round: a pod that started and went between two
+	// rounds was reported, and its node need not wait out the start
+	// grace.
+	reported map[string][]string
 
 	recorder    record.EventRecorder
 	broadcaster record.EventBroadcaster
@@ -94,8 +100,12 @@ func New(opts Options) (*Controller, error) {
 		return nil, fmt.Errorf("pod informer transform: %w", err)
 	}
 	if _, err := c.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { c.poke() },
+		AddFunc: func(n any) {
+			c.noteReported(nil, n)
+			c.poke()
+		},
 		UpdateFunc: func(o, n any) {
+			c.noteReported(o, n)
 			if nodeChanged(o, n) {
 				c.poke()
 			}
@@ -140,6 +150,46 @@ func nodeChanged(oldObj, newObj any) bool {
 	return !maps.Equal(o.Labels, n.Labels) || !maps.Equal(o.Annotations, n.Annotations) ||
 		o.Spec.Unschedulable != n.Spec.Unschedulable || !slices.EqualFunc(o.Spec.Taints, n.Spec.Taints, func(a, b corev1.Taint) bool { return a.MatchTaint(&b) && a.Value == b.Value }) ||
 		!maps.EqualFunc(o.Status.Allocatable, n.Status.Allocatable, func(a, b resource.Quantity) bool { return a.Cmp(b) == 0 })
+}
+
+// noteReported keeps, while this replica leads, the pods a Node's agent
+// reports holding devices when its layout annotation changed.
+func (c *Controller) noteReported(oldObj, newObj any) {
+	n, ok := newObj.(*corev1.Node)
+	if !ok || !c.leading.Load() {
+		return
+	}
+	layout := n.Annotations[nodeinfo.AnnotationLayout]
+	if o, ok := oldObj.(*corev1.Node); ok && o.Annotations[nodeinfo.AnnotationLayout] == layout {
+		return
+	}
+	users := layoutUsers(layout)
+	if len(users) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.reported == nil {
+		c.reported = map[string][]string{}
+	}
+	c.reported[n.Name] = append(c.reported[n.Name], users...)
+}
+
+// layoutUsers are the pods an agent's layout annotation names holding a
+// GPU or an instance; none when it does not parse (plansnap says why).
+func layoutUsers(layout string) []string {
+	gpus, err := nodeinfo.ParseLayout(layout)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, g := range gpus {
+		out = append(out, g.UsedBy...)
+		for _, in := range g.Instances {
+			out = append(out, in.UsedBy...)
+		}
+	}
+	return out
 }
 
 // podChanged starts a batch for a pod asking for GPUs.
@@ -290,7 +340,8 @@ func (c *Controller) Run(ctx context.Context) error {
 // lead runs rounds until ctx is done, when planner.Batcher says: a round
 // starts Cadence.Idle after the last change, at most Cadence.Max after the
 // first, and the Batcher asks for another look every Cadence.Resync while
-// pods wait, which opens a batch as a change would.
+// pods wait, which opens a batch as a change would; so does the end of a
+// start grace that froze a node while pods wait.
 func (c *Controller) lead(ctx context.Context) {
 	log := klog.FromContext(ctx)
 	// The first round counts the pending set in the mix; pods created
@@ -308,8 +359,11 @@ func (c *Controller) lead(ctx context.Context) {
 	batch.Stop()
 	resync := time.NewTimer(time.Hour)
 	resync.Stop()
+	lift := time.NewTimer(time.Hour)
+	lift.Stop()
 	defer batch.Stop()
 	defer resync.Stop()
+	defer lift.Stop()
 	trigger := func() {
 		now := time.Now()
 		batch.Reset(max(b.Trigger(now).Sub(now), 0))
@@ -325,15 +379,21 @@ func (c *Controller) lead(ctx context.Context) {
 		case <-resync.C:
 			trigger()
 			continue
+		case <-lift.C:
+			trigger()
+			continue
 		case <-batch.C:
 		}
 		now := time.Now()
 		if !b.Due(now) {
 			continue
 		}
-		waiting := c.round(ctx, m)
+		waiting, lifts := c.round(ctx, m)
 		if next, ok := b.Ran(time.Now(), waiting); ok {
 			resync.Reset(time.Until(next))
+		}
+		if waiting && !lifts.IsZero() {
+			lift.Reset(max(lifts.Sub(c.opts.Now()), 0))
 		}
 		if ctx.Err() == nil {
 			log.V(4).Info("Round done", "waiting", waiting)
@@ -341,19 +401,15 @@ func (c *Controller) lead(ctx context.Context) {
 	}
 }
 
-// round decides and writes once; it returns whether pods still wait.
-func (c *Controller) round(ctx context.Context, m *memory) bool {
+// round decides and writes once; it returns whether pods still wait, and
+// when a node frozen for a pod starting on it may be changed again.
+func (c *Controller) round(ctx context.Context, m *memory) (bool, time.Time) {
 	log := klog.FromContext(ctx)
 	start := time.Now()
 	now := c.opts.Now()
 	c.mu.Lock()
-	for _, d := range c.departed {
-		if m.started[d.node] == nil {
-			m.started[d.node] = map[string]time.Time{}
-		}
-		m.started[d.node][d.pod] = d.at
-	}
-	c.departed = nil
+	m.merge(c.departed, c.reported)
+	c.departed, c.reported = nil, nil
 	m.arrived = append(m.arrived, c.arrivals...)
 	c.arrivals = nil
 	c.mu.Unlock()
@@ -412,7 +468,7 @@ func (c *Controller) round(ctx context.Context, m *memory) bool {
 	}
 	c.metrics.rounds.WithLabelValues(result).Inc()
 	c.metrics.duration.WithLabelValues(result).Observe(time.Since(start).Seconds())
-	return d.waiting
+	return d.waiting, d.lifts
 }
 
 // write applies the planner's annotations on the Node: every one it owns

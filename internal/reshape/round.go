@@ -92,7 +92,12 @@ type decision struct {
 	demand     map[corev1.ResourceName]float64
 	impossible int
 	// waiting: pods still wait, so look again after Cadence.Resync.
-	waiting  bool
+	waiting bool
+	// lifts is when the first start grace that freezes a node ends (zero:
+	// none): pods that wait may be served then. A pod that started and
+	// went before a round saw its agent report it freezes its node until
+	// then, and a resync may be far later.
+	lifts    time.Time
 	warnings []string
 }
 
@@ -121,11 +126,15 @@ func decide(o *Options, pl *planner.Planner, m *memory, now time.Time, nodes []*
 		d.warnings = append(d.warnings, v.Warnings...)
 		users := v.Users()
 		for pod, since := range m.started[n.Name] {
-			if slices.Contains(users, pod) || now.Sub(since) > o.StartGrace {
+			ends := since.Add(o.StartGrace)
+			if slices.Contains(users, pod) || !now.Before(ends) {
 				delete(m.started[n.Name], pod)
 				continue
 			}
 			starting[n.Name] = append(starting[n.Name], pod)
+			if d.lifts.IsZero() || ends.Before(d.lifts) {
+				d.lifts = ends
+			}
 		}
 		if s := starting[n.Name]; len(s) > 0 && v.Frozen == "" {
 			slices.Sort(s)
@@ -295,6 +304,24 @@ func rememberChanges(o *Options, m *memory, v *plansnap.Node, now time.Time) {
 	for i := range v.GPUs {
 		if v.GPUs[i].LastChanged.Before(v.ConfigTime) {
 			v.GPUs[i].LastChanged = v.ConfigTime
+		}
+	}
+}
+
+// merge adds the pods that left the pending set bound to a node (they may
+// hold devices their agent does not report yet) and forgets those an
+// agent reported since (departed first: a report of the same round names
+// a pod that has started).
+func (m *memory) merge(departed []departure, reported map[string][]string) {
+	for _, d := range departed {
+		if m.started[d.node] == nil {
+			m.started[d.node] = map[string]time.Time{}
+		}
+		m.started[d.node][d.pod] = d.at
+	}
+	for node, pods := range reported {
+		for _, p := range pods {
+			delete(m.started[node], p)
 		}
 	}
 }

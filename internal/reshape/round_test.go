@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/migflex/migflex/internal/nodeinfo"
 	"github.com/migflex/migflex/internal/planner"
 	"github.com/migflex/migflex/internal/plansnap"
 )
@@ -502,5 +503,70 @@ func TestPlannedPodKeepsItsInstanceUntilTheChangeLands(t *testing.T) {
 	}
 	if !strings.Contains(evs, "MigReshapePlanned second: will run on node "+other) {
 		t.Errorf("Events lack the second pod planned on %s:\n%s", other, evs)
+	}
+}
+
+// A pod that started and went before a round saw its agent report it
+// freezes its node for the start grace; the round says when that ends, so
+// that waiting pods are served then rather than at the next resync.
+func TestStartGraceEndIsALook(t *testing.T) {
+	o := testOptions()
+	c := newCluster(t)
+	c.addNode("n1", simGPU(0, all1g...))
+	m := newMemory(o.MixHalfLife)
+	m.started["n1"] = map[string]time.Time{"ns/short-lived": c.now}
+	c.now = c.now.Add(time.Second)
+	c.pod("p", mig3g, 1)
+	d := c.round(o, mustPlanner(t, o), m)
+	if len(d.writes) != 0 || !d.waiting {
+		t.Fatalf("within the start grace: writes %+v, waiting %v; want none, waiting", d.writes, d.waiting)
+	}
+	if want := t0.Add(o.StartGrace); !d.lifts.Equal(want) {
+		t.Fatalf("lifts %v, want the grace's end %v", d.lifts, want)
+	}
+	c.now = d.lifts
+	d = c.round(o, mustPlanner(t, o), m)
+	if len(d.writes) != 1 || !d.lifts.IsZero() {
+		t.Errorf("at the grace's end: writes %+v, lifts %v; want one write, nothing left to lift", d.writes, d.lifts)
+	}
+}
+
+// A pod the agent reported holding a device, even if gone by the next
+// round, ends its node's start grace: the node is not frozen for it.
+func TestReportedPodEndsItsStartGrace(t *testing.T) {
+	tests := []struct {
+		name       string
+		notLeading bool
+		sameLayout bool
+		wantFrozen bool
+		wantWrites int
+	}{
+		{name: "reported while leading", wantWrites: 1},
+		{name: "a follower keeps nothing", notLeading: true, wantFrozen: true},
+		{name: "an update without a new layout reports nothing", sameLayout: true, wantFrozen: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := testOptions()
+			c := newCluster(t)
+			before := c.addNode("n1", simGPU(0, all1g...)).DeepCopy()
+			reporting := before.DeepCopy()
+			c.setLayout(reporting, []nodeinfo.GPU{simGPU(0, "1g.10gb@0=ns/short-lived", "1g.10gb@1", "1g.10gb@2", "1g.10gb@3", "1g.10gb@4", "1g.10gb@5", "1g.10gb@6")})
+			if tc.sameLayout {
+				reporting = before.DeepCopy()
+			}
+			ctl := &Controller{}
+			ctl.leading.Store(!tc.notLeading)
+			ctl.noteReported(before, reporting)
+
+			m := newMemory(o.MixHalfLife)
+			m.merge([]departure{{node: "n1", pod: "ns/short-lived", at: c.now}}, ctl.reported)
+			c.now = c.now.Add(time.Second)
+			c.pod("p", mig3g, 1)
+			d := c.round(o, mustPlanner(t, o), m)
+			if frozen := !d.lifts.IsZero(); frozen != tc.wantFrozen || len(d.writes) != tc.wantWrites {
+				t.Errorf("frozen %v with %d writes, want frozen %v with %d; Events %q", frozen, len(d.writes), tc.wantFrozen, tc.wantWrites, events(d))
+			}
+		})
 	}
 }
