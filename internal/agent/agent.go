@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/migflex/migflex/internal/cli"
 	"github.com/migflex/migflex/internal/deviceplugin"
+	"github.com/migflex/migflex/internal/metricsserver"
 	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/mig/nvmlmig"
 	"github.com/migflex/migflex/internal/migconfig"
@@ -260,7 +260,9 @@ func New(opts Options) (*Agent, error) {
 }
 
 // Handler serves /metrics and /healthz, as Run does on MetricsAddr.
-func (a *Agent) Handler() http.Handler { return handler(a.opts.Registry, &a.live) }
+func (a *Agent) Handler() http.Handler {
+	return metricsserver.Handler(a.opts.Registry, &a.live, "the agent is not running its loop")
+}
 
 // Run serves the node's current devices at once, then watches the Node and
 // the config file and reconciles until ctx is cancelled; an Agent runs
@@ -276,24 +278,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer wg.Wait()
 
 	if a.opts.MetricsAddr != "" {
-		l, err := net.Listen("tcp", a.opts.MetricsAddr)
+		addr, err := metricsserver.Start(ctx, &wg, a.opts.MetricsAddr, a.Handler())
 		if err != nil {
-			return fmt.Errorf("serving metrics on %s: %w", a.opts.MetricsAddr, err)
+			return err
 		}
-		srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
-		wg.Add(2)
-		go func() {
-			defer wg.Done()
-			if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
-				a.log.Error(err, "Metrics server stopped")
-			}
-		}()
-		go func() {
-			defer wg.Done()
-			<-ctx.Done()
-			_ = srv.Close()
-		}()
-		a.log.Info("Serving metrics", "addr", l.Addr().String())
+		a.log.Info("Serving metrics", "addr", addr.String())
 	}
 
 	// Serve what the GPUs have before anything else, so a restarted agent

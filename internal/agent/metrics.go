@@ -2,12 +2,9 @@ package agent
 
 import (
 	"fmt"
-	"net/http"
-	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // Results of one reconcile, the "result" label of the reconcile metrics.
@@ -135,19 +132,4 @@ func (c deviceCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(devicesDesc, prometheus.GaugeValue, float64(healthy), r.Name, "healthy")
 		ch <- prometheus.MustNewConstMetric(devicesDesc, prometheus.GaugeValue, float64(unhealthy), r.Name, "unhealthy")
 	}
-}
-
-// handler serves /metrics from reg and /healthz, which answers 200 while
-// the agent's loop runs and 503 before (and after) it.
-func handler(reg prometheus.Gatherer, live *atomic.Bool) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if !live.Load() {
-			http.Error(w, "the agent is not running its loop", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	return mux
 }

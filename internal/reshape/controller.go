@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"net/http"
 	"slices"
 	"sync"
@@ -28,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/migflex/migflex/internal/metricsserver"
 	"github.com/migflex/migflex/internal/nodeinfo"
 	"github.com/migflex/migflex/internal/planner"
 	"github.com/migflex/migflex/internal/plansnap"
@@ -241,7 +241,9 @@ func (c *Controller) poke() {
 }
 
 // Handler serves /metrics and /healthz.
-func (c *Controller) Handler() http.Handler { return handler(c.opts.Registry, &c.ready) }
+func (c *Controller) Handler() http.Handler {
+	return metricsserver.Handler(c.opts.Registry, &c.ready, "the planner's caches have not synced")
+}
 
 // Run watches the cluster and, while leading, plans rounds until ctx is
 // done. It returns ErrLostLease when another replica took the lead.
@@ -254,23 +256,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer wg.Wait()
 
 	if c.opts.MetricsAddr != "" {
-		l, err := net.Listen("tcp", c.opts.MetricsAddr)
-		if err != nil {
-			return fmt.Errorf("serving metrics on %s: %w", c.opts.MetricsAddr, err)
+		if _, err := metricsserver.Start(ctx, &wg, c.opts.MetricsAddr, c.Handler()); err != nil {
+			return err
 		}
-		srv := &http.Server{Handler: c.Handler(), ReadHeaderTimeout: 10 * time.Second}
-		wg.Add(2)
-		go func() {
-			defer wg.Done()
-			if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
-				log.Error(err, "Metrics server stopped")
-			}
-		}()
-		go func() {
-			defer wg.Done()
-			<-ctx.Done()
-			_ = srv.Close()
-		}()
 	}
 
 	c.broadcaster = record.NewBroadcaster(record.WithContext(ctx))
