@@ -200,8 +200,11 @@ func (c *Controller) podChanged(obj any) {
 }
 
 // podAdded notes a GPU pod created, for the demand mix (see
-// memory.observe), and starts a batch. Only the leader keeps them: it
-// consumes them every round.
+// memory.observe); only the leader keeps them, and consumes them every
+// round. A new pod is no demand until the scheduler finds no room for it:
+// the update that says so starts the batch (with Cadence.Leading, a round
+// at once), not the creation, which would spend a leading round on a pod
+// not marked yet and make the mark wait for the batch window.
 func (c *Controller) podAdded(obj any) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok || !plansnap.AsksForGPUs(p) {
@@ -212,7 +215,9 @@ func (c *Controller) podAdded(obj any) {
 		c.arrivals = append(c.arrivals, arrival{pod: p, at: c.opts.Now()})
 		c.mu.Unlock()
 	}
-	c.poke()
+	if plansnap.Unschedulable(p) {
+		c.poke()
+	}
 }
 
 // podGone notes a pod that left the pending set while bound: it may be

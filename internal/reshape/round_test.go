@@ -570,3 +570,33 @@ func TestReportedPodEndsItsStartGrace(t *testing.T) {
 		})
 	}
 }
+
+// A GPU pod's creation is noted for the mix but starts no batch until the
+// scheduler marks it unschedulable; one created marked (an informer's
+// first list) starts one at once.
+func TestPodAddedStartsABatchOnlyWhenUnschedulable(t *testing.T) {
+	tests := []struct {
+		name          string
+		unschedulable bool
+		wantPoke      bool
+	}{
+		{name: "not marked yet", unschedulable: false, wantPoke: false},
+		{name: "marked unschedulable", unschedulable: true, wantPoke: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t)
+			p := c.pod("p", mig3g, 1)
+			if !tc.unschedulable {
+				p.Status.Conditions = nil
+			}
+			ctl := &Controller{trigger: make(chan struct{}, 1), opts: Options{Now: func() time.Time { return c.now }}}
+			ctl.leading.Store(true)
+			ctl.podAdded(p)
+			poked := len(ctl.trigger) == 1
+			if poked != tc.wantPoke || len(ctl.arrivals) != 1 {
+				t.Errorf("poked %v with %d arrivals, want poked %v with 1", poked, len(ctl.arrivals), tc.wantPoke)
+			}
+		})
+	}
+}
