@@ -116,12 +116,7 @@ func TestAgentNodeScopePolicy(t *testing.T) {
 		return err
 	}
 
-	for _, tc := range []struct {
-		name    string
-		do      func() error
-		wantErr string // empty: allowed
-		node    string // whose metadata must be unchanged when denied
-	}{
+	for _, tc := range []scopeCase{
 		{
 			name: "own labels and annotations on its own node",
 			do:   func() error { return apply(bound, owned("node-a", nil)) },
@@ -198,30 +193,7 @@ func TestAgentNodeScopePolicy(t *testing.T) {
 			},
 		},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var before *corev1.Node
-			if tc.node != "" {
-				before = getNode(t, admin, tc.node)
-			}
-			err := tc.do()
-			if tc.wantErr == "" {
-				if err != nil {
-					t.Fatalf("refused: %v", err)
-				}
-				return
-			}
-			if err == nil {
-				t.Fatalf("allowed, want refused with %q", tc.wantErr)
-			}
-			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Fatalf("%v\nwant the policy's refusal (403) %q", err, tc.wantErr)
-			}
-			t.Logf("refused: %v", err)
-			after := getNode(t, admin, tc.node)
-			if diff := cmp.Diff(before.ObjectMeta, after.ObjectMeta); diff != "" {
-				t.Errorf("a refused request changed %s (-before +after):\n%s", tc.node, diff)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { tc.check(t, admin) })
 	}
 
 	// What the allowed applies left: the agent's keys on node-a next to the
@@ -272,6 +244,42 @@ func waitForPolicy(t *testing.T, client kubernetes.Interface, otherNode string) 
 	})
 	if err != nil {
 		t.Fatalf("the policy never refused a change to %s: last answer %v", otherNode, last)
+	}
+}
+
+// scopeCase is one request under a node-scope policy: allowed when wantErr
+// is empty, else refused with a 403 containing it and leaving node's
+// metadata as it was.
+type scopeCase struct {
+	name    string
+	do      func() error
+	wantErr string
+	node    string
+}
+
+func (tc scopeCase) check(t *testing.T, admin kubernetes.Interface) {
+	t.Helper()
+	var before *corev1.Node
+	if tc.node != "" {
+		before = getNode(t, admin, tc.node)
+	}
+	err := tc.do()
+	if tc.wantErr == "" {
+		if err != nil {
+			t.Fatalf("refused: %v", err)
+		}
+		return
+	}
+	if err == nil {
+		t.Fatalf("allowed, want refused with %q", tc.wantErr)
+	}
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), tc.wantErr) {
+		t.Fatalf("%v\nwant a refusal (403) %q", err, tc.wantErr)
+	}
+	t.Logf("refused: %v", err)
+	after := getNode(t, admin, tc.node)
+	if diff := cmp.Diff(before.ObjectMeta, after.ObjectMeta); diff != "" {
+		t.Errorf("a refused request changed %s (-before +after):\n%s", tc.node, diff)
 	}
 }
 
