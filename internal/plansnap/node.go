@@ -50,6 +50,16 @@ const (
 	StateFailed  = "failed"
 )
 
+// The planner's defaults that the webhook's reshape-first mode must read
+// Nodes with too, so that both tell a human's edit from the planner's alike.
+const (
+	// DefaultFieldManager is the planner's field manager.
+	DefaultFieldManager = "migflex-planner"
+	// DefaultManualHold is how long the planner leaves an opted-in node
+	// alone after someone else changed its nvidia.com/mig.config.
+	DefaultManualHold = 10 * time.Minute
+)
+
 // Options say how to read the Nodes.
 type Options struct {
 	// FieldManager is the planner's: a nvidia.com/mig.config written by

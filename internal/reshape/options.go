@@ -9,14 +9,15 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/migflex/migflex/internal/planner"
+	"github.com/migflex/migflex/internal/plansnap"
 )
 
 // Defaults of Options (documented in docs/PLANNER.md).
 const (
-	DefaultFieldManager     = "migflex-planner"
+	DefaultFieldManager     = plansnap.DefaultFieldManager
 	DefaultLeaseName        = "migflex-planner"
 	DefaultMaxNodesPerRound = 8
-	DefaultManualHold       = 10 * time.Minute
+	DefaultManualHold       = plansnap.DefaultManualHold
 	DefaultStartGrace       = 10 * time.Second
 	DefaultMixHalfLife      = time.Hour
 	DefaultLeaseDuration    = 15 * time.Second

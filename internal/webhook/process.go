@@ -8,7 +8,7 @@ import (
 
 	"github.com/migflex/migflex/internal/fallback"
 	"github.com/migflex/migflex/internal/kubeclient"
-	"github.com/migflex/migflex/internal/reshape"
+	"github.com/migflex/migflex/internal/plansnap"
 )
 
 // Config is everything the webhook process is told on its command line.
@@ -69,7 +69,7 @@ func Run(ctx context.Context, c Config, getenv func(string) string) error {
 		ReusePort:        c.ReusePort,
 
 		ReshapeFirst:        c.ReshapeFirst,
-		PlannerFieldManager: reshape.DefaultFieldManager,
+		PlannerFieldManager: plansnap.DefaultFieldManager,
 		PlannerManualHold:   c.PlannerManualHold,
 	})
 	if err != nil {
