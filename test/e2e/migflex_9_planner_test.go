@@ -545,7 +545,7 @@ func TestPlannerAvoidsBusyGPU(t *testing.T) {
 	cluster.CreatePod(t, second)
 	msg := podEvent(t, ns, second.Name, reasonImpossible, ns+"/small", ns+"/big")
 	t.Logf("MigReshapeImpossible: %s", msg)
-	time.Sleep(3 * time.Second) // rounds keep coming (--recheck); none may change a busy GPU
+	time.Sleep(3 * time.Second) // rounds keep coming (--resync, and the Node changes); none may change a busy GPU
 	p, err := cluster.Client.CoreV1().Pods(ns).Get(ctx, second.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
