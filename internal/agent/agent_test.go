@@ -300,29 +300,11 @@ func (r *agentRun) stop() {
 
 // counter reads a counter of the agent's registry.
 func (r *agentRun) counter(name, label, value string) float64 {
-	mfs, err := r.reg.Gather()
+	v, err := testutil.MetricSum(r.reg, name, label, value)
 	if err != nil {
 		panic(err)
 	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					if c := m.GetCounter(); c != nil {
-						sum += c.GetValue()
-					}
-					if h := m.GetHistogram(); h != nil {
-						sum += float64(h.GetSampleCount())
-					}
-				}
-			}
-		}
-	}
-	return sum
+	return v
 }
 
 func (n *node) get() *corev1.Node {

@@ -196,36 +196,11 @@ func (r *run) stop() {
 // value reads a metric of the registry: the sum over the series whose
 // label has the value (any series when label is empty).
 func (r *run) value(name, label, value string) float64 {
-	mfs, err := r.reg.Gather()
+	v, err := testutil.MetricSum(r.reg, name, label, value)
 	if err != nil {
 		panic(err)
 	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			match := label == ""
-			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					match = true
-				}
-			}
-			if !match {
-				continue
-			}
-			switch {
-			case m.GetCounter() != nil:
-				sum += m.GetCounter().GetValue()
-			case m.GetGauge() != nil:
-				sum += m.GetGauge().GetValue()
-			case m.GetHistogram() != nil:
-				sum += float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return sum
+	return v
 }
 
 func (r *run) waitValue(t *testing.T, name, label, value string, want float64) {
