@@ -893,11 +893,16 @@ mig-configs:
 			}
 			return []string{"missing"}
 		}
-		// Settled: no write happens while nothing changes.
+		// Settled: no write happens while nothing changes. The agent counts
+		// a write after the API server answers it, so the Node can show a
+		// write before its count does; polls are one loop, so the count is
+		// complete once the poll after the one that wrote has begun.
 		settled := func() float64 {
 			t.Helper()
-			before := r.counter("migflex_agent_node_writes_total", "cause", causeInUse)
 			calls := n.podres.Calls()
+			testutil.Eventually(t, "one more pod-resources poll", func() bool { return n.podres.Calls() > calls })
+			before := r.counter("migflex_agent_node_writes_total", "cause", causeInUse)
+			calls = n.podres.Calls()
 			testutil.Eventually(t, "five more pod-resources polls", func() bool { return n.podres.Calls() >= calls+5 })
 			after := r.counter("migflex_agent_node_writes_total", "cause", causeInUse)
 			if after != before {
