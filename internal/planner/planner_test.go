@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/planner"
 )
 
@@ -677,6 +678,41 @@ func TestBadInput(t *testing.T) {
 				t.Errorf("warnings %q, want one containing %q", res.Warnings, tc.warn)
 			}
 		})
+	}
+}
+
+// TestHostileProfileTable: a node publishing a profile table with more
+// layouts than the planner enumerates (63 one-slice placements) has its GPUs
+// left alone with a warning; the round still serves the pod elsewhere.
+func TestHostileProfileTable(t *testing.T) {
+	pl, err := planner.New(planner.DefaultPolicy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	starts := make([]int, 63)
+	for i := range starts {
+		starts[i] = i
+	}
+	hostile := planner.Model{Name: "Hostile-GPU", Profiles: []mig.Profile{
+		{Name: "1g.1gb", Slices: 1, MemorySlices: 1, MaxCount: 63, Placements: starts},
+		{Name: "3g.40gb", Slices: 3, MemorySlices: 4, MaxCount: 1, Placements: []int{0}},
+	}}
+	snap := snapshot([]planner.Node{
+		node("a", optedIn, gpus(modelGPU(hostile.Name, 0))),
+		node("b", optedIn, gpus(migGPU(0))),
+	}, pod("p", mig3g, "1"))
+	snap.Models = append(snap.Models, hostile)
+	res, err := pl.Plan(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Nodes) != 1 || res.Nodes[0].Node != "b" {
+		t.Errorf("changes %+v, want one, on node b", res.Nodes)
+	}
+	if !slices.ContainsFunc(res.Warnings, func(w string) bool {
+		return strings.Contains(w, "Hostile-GPU") && strings.Contains(w, "more layouts than the planner enumerates")
+	}) {
+		t.Errorf("warnings %q, want one naming the hostile model's table", res.Warnings)
 	}
 }
 

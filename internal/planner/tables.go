@@ -19,6 +19,14 @@ import (
 // layout is one uint64 bit set. The MIG tables in the field have about 25.
 const maxPlacements = 64
 
+// maxTableChecks bounds the layout enumeration of one model, counted in
+// migconfig checks: a profile table is published by each node's agent, and
+// one with many small placements (64 one-slice placements has about 6e8
+// layouts of at most 7 instances) would otherwise hold the planner for
+// hours and its memory. The built-in tables need at most 2,990 (see
+// TestTableBounds).
+const maxTableChecks = 1 << 16
+
 // table is every valid layout of one GPU model, precomputed once: the
 // placement search of a round is then array lookups. Which layouts are valid
 // is decided by migconfig.Validate, the rules the agent applies; the
@@ -49,6 +57,8 @@ type table struct {
 	// maxAdd[id*len(profiles)+p] is how many more instances of profile p fit
 	// next to layout id.
 	maxAdd []uint8
+	// checks is how many migconfig checks the enumeration made.
+	checks int
 }
 
 type placement struct {
@@ -72,6 +82,12 @@ const ResourceGPU = resourcename.GPU
 // tables is shared by every Planner: a table depends only on its model.
 var tables tableCache
 
+// maxCachedTables bounds the table cache: tables come from what nodes
+// publish, so a node that kept publishing new ones would otherwise grow it
+// for ever. Clusters have a few models; past the bound the cache starts
+// over and tables in use are rebuilt (about 0.1 s each).
+const maxCachedTables = 32
+
 // tableCache builds each model's table once per process. Models are keyed by
 // their whole profile table, so two models with the same name and different
 // tables (a custom simulator model) never share one.
@@ -94,6 +110,9 @@ func (c *tableCache) get(m Model) (*table, error) {
 	}
 	e := c.m[key]
 	if e == nil {
+		if len(c.m) >= maxCachedTables {
+			clear(c.m)
+		}
 		e = &tableEntry{}
 		c.m[key] = e
 	}
@@ -162,21 +181,31 @@ func buildTable(m Model) (*table, error) {
 		return nil, fmt.Errorf("model %q: migconfig rejects the empty layout: %w", m.Name, err)
 	}
 	sets := []uint64{0}
-	var grow func(from int, set, mem uint64)
-	grow = func(from int, set, mem uint64) {
+	checks := 0
+	var grow func(from int, set, mem uint64) bool
+	grow = func(from int, set, mem uint64) bool {
 		for x := from; x < len(t.xs); x++ {
 			if mem&t.xs[x].mask != 0 {
 				continue
+			}
+			if checks++; checks > maxTableChecks {
+				return false
 			}
 			next := set | 1<<x
 			if t.validate(gpu, next) != nil {
 				continue
 			}
 			sets = append(sets, next)
-			grow(x+1, next, mem|t.xs[x].mask)
+			if !grow(x+1, next, mem|t.xs[x].mask) {
+				return false
+			}
 		}
+		return true
 	}
-	grow(0, 0, 0)
+	if !grow(0, 0, 0) {
+		return nil, fmt.Errorf("model %q: its profile table allows more layouts than the planner enumerates (over %d checked, %d valid so far); MIG tables in the field have a few thousand", m.Name, maxTableChecks, len(sets))
+	}
+	t.checks = checks
 	slices.SortFunc(sets, func(a, b uint64) int {
 		return cmp.Or(cmp.Compare(bits.OnesCount64(a), bits.OnesCount64(b)), cmp.Compare(a, b))
 	})

@@ -1,8 +1,10 @@
 package planner
 
 import (
+	"fmt"
 	"math/bits"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/migflex/migflex/internal/gpumodel"
@@ -173,4 +175,61 @@ func profileIndex(t *testing.T, tab *table, name string) int {
 	}
 	t.Fatalf("no profile %s", name)
 	return -1
+}
+
+// oneSliceModel is a profile table no GPU has: n one-memory-slice
+// placements beside a whole-GPU profile. Its layouts grow as the subsets of
+// up to 7 of n placements (n=63: about 6e8).
+func oneSliceModel(name string, n int) Model {
+	starts := make([]int, n)
+	for i := range starts {
+		starts[i] = i
+	}
+	return Model{Name: name, Profiles: []mig.Profile{
+		{Name: "1g.1gb", Slices: 1, MemorySlices: 1, MaxCount: n, Placements: starts},
+		{Name: "7g.80gb", Slices: 7, MemorySlices: n, MaxCount: 1, Placements: []int{0}},
+	}}
+}
+
+// TestTableBounds: the layout enumeration of a published profile table
+// stops at maxTableChecks with an error that says so, far above what the
+// tables of real GPUs need, and the table cache stays bounded however many
+// tables nodes publish.
+func TestTableBounds(t *testing.T) {
+	for _, m := range simModels() {
+		tab, err := buildTable(m)
+		if err != nil {
+			t.Fatalf("%s: %v", m.Name, err)
+		}
+		if tab.checks > maxTableChecks/8 {
+			t.Errorf("%s: %d checks, too near the bound %d for a real table", m.Name, tab.checks, maxTableChecks)
+		}
+	}
+	for name, m := range map[string]Model{
+		"63 one-slice placements": oneSliceModel("evil-63", 63),
+		"32 one-slice placements": oneSliceModel("evil-32", 32),
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := buildTable(m)
+			if err == nil || !strings.Contains(err.Error(), "more layouts than the planner enumerates") {
+				t.Errorf("buildTable = %v, want the enumeration bound", err)
+			}
+		})
+	}
+	// A table just under the bound is built: the bound refuses only what
+	// is past it.
+	if tab, err := buildTable(oneSliceModel("small", 12)); err != nil || tab.checks > maxTableChecks {
+		t.Errorf("12 one-slice placements: %v", err)
+	}
+
+	var c tableCache
+	for i := range 3 * maxCachedTables {
+		m := oneSliceModel(fmt.Sprintf("rotating-%d", i), 4)
+		if _, err := c.get(m); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(c.m); n > maxCachedTables {
+			t.Fatalf("%d tables cached after %d models, want at most %d", n, i+1, maxCachedTables)
+		}
+	}
 }
