@@ -100,7 +100,14 @@ func fillOne(o Options, name string, nodes []TraceNode, templates []podTemplate)
 		r.FragmentationAtEnd = free / f.capacity
 		return r, nil
 	}
-	cfg := &runConfig{start: 0, horizon: math.Inf(1), latency: 0, planner: o.Planner, mixHalfLife: o.MixHalfLife, cadence: o.Cadence}
+	// The fill has no clock, so a GPU the planner changed would stay in
+	// its cooldown (a time) to the end: the fill would measure the
+	// cooldown, not how the policy packs. It runs without; the timed
+	// replays keep it.
+	pol := o.Planner
+	pol.Cooldown = 0
+	cfg := &runConfig{start: 0, horizon: math.Inf(1), latency: 0, planner: pol, mixHalfLife: o.MixHalfLife, cadence: o.Cadence,
+		migflexWhole: o.MigflexWhole}
 	// The static layouts are sized as for the timed replay: by the whole
 	// trace's request mix (no times: by size alone).
 	var whole, all float64
@@ -111,15 +118,15 @@ func fillOne(o Options, name string, nodes []TraceNode, templates []podTemplate)
 		}
 	}
 	cfg.wholeShare = whole / all
-	pol, err := newPolicy(name, cfg)
+	sp, err := newPolicy(name, cfg)
 	if err != nil {
 		return r, err
 	}
-	s := newSim(cfg, pol, f, nil)
-	if err := pol.setup(s); err != nil {
+	s := newSim(cfg, sp, f, nil)
+	if err := sp.setup(s); err != nil {
 		return r, err
 	}
-	_, batches := pol.batching()
+	_, batches := sp.batching()
 	// Nothing leaves, so what a round could not serve once it never will:
 	// later pods of that kind skip the round.
 	hopeless := map[classKey]bool{}
@@ -133,13 +140,13 @@ func fillOne(o Options, name string, nodes []TraceNode, templates []podTemplate)
 		p.k8s = k8sPod(p.name, t.req, t.prio, 0, t.spec)
 		p.elig = s.eligs.of(p.k8s)
 		s.pods = append(s.pods, p)
-		pol.arrive(s, p)
+		sp.arrive(s, p)
 		s.enqueue(p)
 		s.dirtyAll = true
 		s.pass()
 		kind := classKey{res: p.req.res, count: p.req.count, elig: p.elig}
 		if p.start < 0 && batches && !hopeless[kind] {
-			pol.round(s)
+			sp.round(s)
 			// Changes apply at once: the fill has no time.
 			for s.events.Len() > 0 {
 				if e := heap.Pop(&s.events).(event); e.kind == evChanged {

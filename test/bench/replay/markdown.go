@@ -49,7 +49,7 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 		b.WriteString("\n")
 	}
 	if r.FGD != nil {
-		fmt.Fprintf(&b, "## Fill (FGD experiment): %d nodes, %d GPUs, tasks in trace order until %g x capacity offered, no departures\n\n",
+		fmt.Fprintf(&b, "## Fill (FGD experiment): %d nodes, %d GPUs, tasks in trace order until %g x capacity offered, no departures, no clock (migflex without its cooldown)\n\n",
 			r.FGD.Nodes, r.FGD.GPUs, r.FGD.Offered)
 		b.WriteString("| policy | tasks | failed | allocated at first failure | allocated at end | free at end (fragmentation) | repartitions |\n")
 		b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")

@@ -58,7 +58,8 @@ func newPolicy(name string, cfg *runConfig) (policy, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &migflex{static: static{label: name, layout: balanced}, pl: pl, mix: planner.NewMixTracker(cfg.mixHalfLife), cadence: cfg.cadence}, nil
+		return &migflex{static: static{label: name, layout: balanced}, pl: pl, mix: planner.NewMixTracker(cfg.mixHalfLife), cadence: cfg.cadence,
+			whole: cfg.migflexWhole}, nil
 	}
 	return nil, fmt.Errorf("unknown policy %q (known: %v)", name, AllPolicies)
 }
@@ -461,6 +462,18 @@ type migflex struct {
 	pl      *planner.Planner
 	mix     *planner.MixTracker
 	cadence planner.Cadence
+	// whole: the fleet starts with every GPU whole (Options.MigflexWhole).
+	whole bool
+}
+
+func (p *migflex) setup(s *sim) error {
+	if !p.whole {
+		return p.static.setup(s)
+	}
+	for _, g := range s.f.gpus {
+		s.f.setLayout(g, false, nil)
+	}
+	return nil
 }
 
 // batching is the controller's cadence (planner.DefaultCadence unless the

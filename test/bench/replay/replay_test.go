@@ -78,6 +78,29 @@ func TestReplayOneGPU(t *testing.T) {
 	}
 }
 
+// TestReplayMigflexWhole: a 1g.10gb task on one GPU. From the preset
+// (all-balanced, no whole-GPU demand) it takes a free 1g.10gb at once;
+// from a whole GPU it waits for a round (2 s idle window) and the change
+// (5 s).
+func TestReplayMigflexWhole(t *testing.T) {
+	tasks := []Task{{Name: "small", NumGPU: 1, GPUMilli: 100, Created: 0, Duration: 100}}
+	for whole, want := range map[bool]struct {
+		wait         float64
+		repartitions int
+	}{false: {0, 0}, true: {7, 1}} {
+		o := Options{Tasks: tasks, Columns: Columns{Times: true}, Nodes: []TraceNode{{Name: "n0", GPUs: 1, Model: "G2"}}, Speedup: 1,
+			Drain: time.Hour, Latency: 5 * time.Second, Planner: planner.DefaultPolicy(), MixHalfLife: time.Hour,
+			Policies: []string{PolicyMigflex}, Parallel: 1, MigflexWhole: whole}
+		r, err := Run(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res := r.Loads[0].Results[0]; !near(res.WaitP50, want.wait) || res.Repartitions != want.repartitions || r.Settings.MigflexWhole != whole {
+			t.Errorf("starting whole %v: wait %v s, %d repartitions; want %+v", whole, res.WaitP50, res.Repartitions, want)
+		}
+	}
+}
+
 // TestReplayReshapeTimes: a 7g.80gb task on one GPU laid out all-balanced.
 // migflex plans after its 2 s idle window and the change takes 5 s: 7 s;
 // with a leading round for a lone pod, 5 s.
@@ -147,6 +170,39 @@ func TestFill(t *testing.T) {
 			!near(res.AllocatedAtEnd, want.AllocatedAtEnd) || !near(res.FragmentationAtEnd, want.FragmentationAtEnd) {
 			t.Errorf("%s: %+v, want %+v", res.Policy, res, want)
 		}
+	}
+}
+
+// TestFillHasNoCooldown: the fill has no clock, so the planner's cooldown
+// would keep every GPU it changed once at that layout to the end; the fill
+// runs without it, and its result does not depend on it.
+func TestFillHasNoCooldown(t *testing.T) {
+	// Sizes in an order that changes what the free space should be
+	// shaped for, several times per GPU.
+	var tasks []Task
+	for i, milli := range []int{100, 400, 200, 100, 1000, 200, 100, 400, 100, 200, 200, 100, 400, 1000, 100, 200} {
+		tasks = append(tasks, Task{Name: fmt.Sprint("t", i), NumGPU: 1, GPUMilli: milli})
+	}
+	fill := func(cooldown time.Duration) FGDResult {
+		pol := planner.DefaultPolicy()
+		pol.Cooldown = cooldown
+		o := Options{Tasks: tasks, Nodes: []TraceNode{{Name: "a", GPUs: 4, Model: "G2"}},
+			Speedup: 1, Planner: pol, MixHalfLife: time.Hour, Seed: 1, FGD: true, FGDFraction: 1, FGDOffered: 1.3,
+			Parallel: 1, Policies: []string{PolicyMigflex}}
+		r, err := Run(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := r.FGD.Results[0]
+		res.Seconds = 0
+		return res
+	}
+	without, with := fill(0), fill(time.Hour)
+	if with != without {
+		t.Errorf("fill with a 1 h cooldown %+v, without %+v: want the same", with, without)
+	}
+	if without.Repartitions == 0 || without.Failed == 0 {
+		t.Errorf("%+v: the fill should reshape GPUs and end full", without)
 	}
 }
 

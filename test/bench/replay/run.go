@@ -56,6 +56,11 @@ type Options struct {
 	// what the controller runs with).
 	Cadence     planner.Cadence
 	MixHalfLife time.Duration
+	// MigflexWhole starts migflex's fleet with every GPU whole (MIG
+	// disabled), as GPUs ship, instead of the static policies' preset
+	// (whole GPUs for the whole-GPU share of the demand, the rest
+	// balanced) that nos starts from too.
+	MigflexWhole bool
 	// FGD runs the fill experiment on FGDFraction of the nodes.
 	FGD         bool
 	FGDFraction float64
@@ -110,6 +115,7 @@ type Settings struct {
 	Planner        planner.Policy  `json:"planner"`
 	MixHalfLife    string          `json:"mixHalfLife"`
 	MigflexCadence planner.Cadence `json:"migflexCadence"`
+	MigflexWhole   bool            `json:"migflexStartsWhole"`
 	NosCadence     planner.Cadence `json:"nosCadence"`
 }
 
@@ -133,6 +139,7 @@ type runConfig struct {
 	planner        planner.Policy
 	cadence        planner.Cadence
 	mixHalfLife    time.Duration
+	migflexWhole   bool
 }
 
 // podTemplate is a task as every policy's replay starts it.
@@ -156,7 +163,7 @@ func Run(o Options) (*Report, error) {
 	rep.Settings = Settings{
 		Models: o.Models, Speedup: o.Speedup, DrainSeconds: o.Drain.Seconds(), LatencySeconds: o.Latency.Seconds(),
 		Seed: o.Seed, Planner: o.Planner, MixHalfLife: o.MixHalfLife.String(),
-		MigflexCadence: o.Cadence, NosCadence: nosCadence,
+		MigflexCadence: o.Cadence, NosCadence: nosCadence, MigflexWhole: o.MigflexWhole,
 	}
 	full, err := newFleet(o.Nodes, o.Models)
 	if err != nil {
@@ -320,7 +327,8 @@ func specModels(m ModelMap, spec []string) []string {
 }
 
 func baseConfig(o Options, templates []podTemplate) *runConfig {
-	cfg := &runConfig{start: math.Inf(1), horizon: 0, latency: o.Latency.Seconds(), planner: o.Planner, mixHalfLife: o.MixHalfLife, cadence: o.Cadence}
+	cfg := &runConfig{start: math.Inf(1), horizon: 0, latency: o.Latency.Seconds(), planner: o.Planner, mixHalfLife: o.MixHalfLife, cadence: o.Cadence,
+		migflexWhole: o.MigflexWhole}
 	for _, t := range templates {
 		cfg.start = min(cfg.start, t.arrival)
 		cfg.horizon = max(cfg.horizon, t.arrival)

@@ -54,6 +54,7 @@ func run(args []string, stderr io.Writer) error {
 	fs.DurationVar(&cadence.Resync, "migflex-resync", cadence.Resync, "migflex: how often rounds run again while pods wait")
 	fs.BoolVar(&cadence.Leading, "migflex-leading", cadence.Leading, "migflex: a round at once for the first pod after a quiet spell")
 	halfLife := fs.Duration("mix-half-life", time.Hour, "migflex: half-life of the observed demand mix")
+	migflexWhole := fs.Bool("migflex-whole", false, "migflex: start with every GPU whole, not from the static policies' preset layouts")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -61,7 +62,7 @@ func run(args []string, stderr io.Writer) error {
 		return errors.New("-pods and -nodes are required (the trace: github.com/alibaba/clusterdata, cluster-trace-gpu-v2023/csv)")
 	}
 	o := replay.Options{TraceName: filepath.Base(*pods), Speedup: *speedup, Drain: *drain, Latency: *latency,
-		Seed: *seed, Planner: pol, Cadence: cadence, MixHalfLife: *halfLife, FGD: *fgd, FGDFraction: *fgdFraction, FGDOffered: *fgdOffered,
+		Seed: *seed, Planner: pol, Cadence: cadence, MixHalfLife: *halfLife, MigflexWhole: *migflexWhole, FGD: *fgd, FGDFraction: *fgdFraction, FGDOffered: *fgdOffered,
 		Parallel: *parallel, Progress: func(s string) { fmt.Fprintln(stderr, s) }}
 	var err error
 	if o.Models, err = replay.ParseModelMap(*models); err != nil {
