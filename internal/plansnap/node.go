@@ -311,28 +311,74 @@ func (n *Node) Users() []string {
 	return slices.Compact(out)
 }
 
-// MergeModels gathers the nodes' models, each name once: the first node by
-// name that published it gives its table. Nodes publishing another table
-// under the same name are named in the warnings.
+// MergeModels gathers the nodes' profile tables, and sees that each node is
+// planned with the table its own agent published. A model's table is the
+// one most nodes publish (ties: the first node by name). Nodes publishing
+// another table under that name, as during a rolling driver upgrade that
+// adds profiles, keep theirs: their GPUs of that model are renamed, in
+// nodes, to "MODEL (table N)", the name that table is returned under, and
+// a warning names them. The planner then never plans a node with a table
+// its agent would refuse.
 func MergeModels(nodes []Node) ([]planner.Model, []string) {
-	byName := map[string]int{}
+	type variant struct {
+		model planner.Model
+		nodes []int // indices into nodes, in name order
+	}
+	order := slices.SortedFunc(slices.Values(indices(len(nodes))), func(a, b int) int { return strings.Compare(nodes[a].Name, nodes[b].Name) })
+	byName := map[string][]*variant{}
+	var names []string
+	for _, i := range order {
+		for _, m := range nodes[i].Models {
+			vs := byName[m.Name]
+			if vs == nil {
+				names = append(names, m.Name)
+			}
+			k := slices.IndexFunc(vs, func(v *variant) bool { return profilesEqual(v.model.Profiles, m.Profiles) })
+			if k < 0 {
+				vs = append(vs, &variant{model: m})
+				k = len(vs) - 1
+				byName[m.Name] = vs
+			}
+			vs[k].nodes = append(vs[k].nodes, i)
+		}
+	}
 	var out []planner.Model
 	var warnings []string
-	sorted := slices.SortedFunc(slices.Values(nodes), func(a, b Node) int { return strings.Compare(a.Name, b.Name) })
-	for _, n := range sorted {
-		for _, m := range n.Models {
-			i, seen := byName[m.Name]
-			if !seen {
-				byName[m.Name] = len(out)
-				out = append(out, m)
-				continue
+	for _, name := range names {
+		vs := byName[name]
+		// Most nodes first; a stable sort keeps the first publisher's
+		// order among equals.
+		slices.SortStableFunc(vs, func(a, b *variant) int { return cmp.Compare(len(b.nodes), len(a.nodes)) })
+		out = append(out, vs[0].model)
+		for k, v := range vs[1:] {
+			alias := fmt.Sprintf("%s (table %d)", name, k+2)
+			m := v.model
+			m.Name = alias
+			out = append(out, m)
+			var who []string
+			for _, i := range v.nodes {
+				who = append(who, nodes[i].Name)
+				gpus := slices.Clone(nodes[i].GPUs)
+				for g := range gpus {
+					if gpus[g].Model == name {
+						gpus[g].Model = alias
+					}
+				}
+				nodes[i].GPUs = gpus
 			}
-			if !profilesEqual(out[i].Profiles, m.Profiles) {
-				warnings = append(warnings, fmt.Sprintf("node %s publishes another profile table for %s than an earlier node; the earlier one is used", n.Name, m.Name))
-			}
+			warnings = append(warnings, fmt.Sprintf("node(s) %s publish another profile table for %s than %d other node(s); they are planned with their own, as %q",
+				strings.Join(who, ", "), name, len(vs[0].nodes), alias))
 		}
 	}
 	return out, warnings
+}
+
+func indices(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
 }
 
 func profilesEqual(a, b []mig.Profile) bool {

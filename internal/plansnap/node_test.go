@@ -243,21 +243,70 @@ func instances(specs ...string) []planner.Instance {
 	return out
 }
 
+// TestMergeModels: a model's table is the one most nodes publish (ties:
+// the first node by name); nodes publishing another keep theirs, under an
+// alias their GPUs of that model take, and only those GPUs.
 func TestMergeModels(t *testing.T) {
 	m, _ := simmodels.Get(h100)
+	a100, _ := simmodels.Get("A100-SXM4-40GB")
 	other := m
 	other.Profiles = m.Profiles[:1]
-	nodes := []Node{
-		{Node: planner.Node{Node: nodeNamed("b")}, Models: []planner.Model{other}},
-		{Node: planner.Node{Node: nodeNamed("a")}, Models: []planner.Model{m}},
-		{Node: planner.Node{Node: nodeNamed("c")}, Models: []planner.Model{m}},
+	alias := h100 + " (table 2)"
+	node := func(name string, tables ...planner.Model) Node {
+		n := Node{Node: planner.Node{Node: nodeNamed(name)}, Models: tables}
+		for i, tb := range tables {
+			n.GPUs = append(n.GPUs, planner.GPU{Index: i, Model: tb.Name, MigEnabled: true})
+		}
+		return n
 	}
-	got, warnings := MergeModels(nodes)
-	if len(got) != 1 || len(got[0].Profiles) != len(m.Profiles) {
-		t.Errorf("models %v, want node a's table", got)
-	}
-	if len(warnings) != 1 || !strings.Contains(warnings[0], "node b publishes another profile table for H100-SXM5-80GB") {
-		t.Errorf("warnings %q", warnings)
+	for name, tc := range map[string]struct {
+		nodes []Node
+		// want: each returned model's name and profile count; gpus: each
+		// node's GPU models after the merge.
+		want    map[string]int
+		gpus    map[string][]string
+		warning string
+	}{
+		"the same table everywhere": {
+			nodes: []Node{node("b", m, a100), node("a", m)},
+			want:  map[string]int{h100: len(m.Profiles), a100.Name: len(a100.Profiles)},
+			gpus:  map[string][]string{"a": {h100}, "b": {h100, a100.Name}},
+		},
+		"most nodes win, the others keep theirs": {
+			nodes:   []Node{node("b", other, a100), node("a", m), node("c", m)},
+			want:    map[string]int{h100: len(m.Profiles), alias: 1, a100.Name: len(a100.Profiles)},
+			gpus:    map[string][]string{"a": {h100}, "b": {alias, a100.Name}, "c": {h100}},
+			warning: `node(s) b publish another profile table for H100-SXM5-80GB than 2 other node(s); they are planned with their own, as "H100-SXM5-80GB (table 2)"`,
+		},
+		"a tie goes to the first node by name": {
+			nodes:   []Node{node("b", m), node("a", other)},
+			want:    map[string]int{h100: 1, alias: len(m.Profiles)},
+			gpus:    map[string][]string{"a": {h100}, "b": {alias}},
+			warning: "node(s) b publish another profile table",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, warnings := MergeModels(tc.nodes)
+			have := map[string]int{}
+			for _, gm := range got {
+				have[gm.Name] = len(gm.Profiles)
+			}
+			if diff := cmp.Diff(tc.want, have); diff != "" {
+				t.Errorf("models (-want +got):\n%s", diff)
+			}
+			gpus := map[string][]string{}
+			for _, n := range tc.nodes {
+				for _, g := range n.GPUs {
+					gpus[n.Name] = append(gpus[n.Name], g.Model)
+				}
+			}
+			if diff := cmp.Diff(tc.gpus, gpus); diff != "" {
+				t.Errorf("GPU models (-want +got):\n%s", diff)
+			}
+			if tc.warning == "" && len(warnings) != 0 || tc.warning != "" && (len(warnings) != 1 || !strings.Contains(warnings[0], tc.warning)) {
+				t.Errorf("warnings %q, want one containing %q", warnings, tc.warning)
+			}
+		})
 	}
 }
 

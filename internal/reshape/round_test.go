@@ -1,16 +1,20 @@
 package reshape
 
 import (
+	"encoding/json"
 	"maps"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/nodeinfo"
 	"github.com/migflex/migflex/internal/planner"
+	"github.com/migflex/migflex/internal/planner/simmodels"
 	"github.com/migflex/migflex/internal/plansnap"
 )
 
@@ -70,6 +74,23 @@ func TestRound(t *testing.T) {
 			wantWrites: []string{"n1 nvidia.com/mig.config"},
 			wantConfig: `"3g.40gb": 1`,
 			wantEvents: []string{"MigReshapePlanned p: will run on node n1: GPU 0 repartitioned 7x1g.10gb -> 4x1g.10gb + 3g.40gb"},
+		},
+		{
+			// n1's agent publishes an H100 table without 3g.40gb (another
+			// driver): n1 is planned with it, n2 with its own.
+			name: "each node is planned with its own agent's table",
+			setup: func(c *cluster) {
+				n1 := c.addNode("n1", simGPU(0, all1g...))
+				m, _ := simmodels.Get(h100)
+				m.Profiles = slices.DeleteFunc(slices.Clone(m.Profiles), func(p mig.Profile) bool { return p.Name == "3g.40gb" })
+				b, _ := json.Marshal([]nodeinfo.Model{{Name: h100, Profiles: m.Profiles}})
+				n1.Annotations[nodeinfo.AnnotationProfiles] = string(b)
+				c.addNode("n2", simGPU(0, all1g...))
+				c.pod("p", mig3g, 1)
+			},
+			wantWrites: []string{"n2 nvidia.com/mig.config"},
+			wantConfig: `"3g.40gb": 1`,
+			wantEvents: []string{"MigReshapePlanned p: will run on node n2: GPU 0 repartitioned 7x1g.10gb -> 4x1g.10gb + 3g.40gb"},
 		},
 		{
 			name: "a busy GPU is avoided while another can serve",
