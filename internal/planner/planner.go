@@ -79,6 +79,7 @@ type round struct {
 	touched  int
 	capped   bool
 	keepMemo map[keepKey]uint64
+	bodies   map[bodyKey]string
 
 	pods     []podState
 	warnings []string
@@ -188,6 +189,7 @@ func (p *Planner) newRound(snap Snapshot, allResources bool) (*round, error) {
 		byName:   make(map[string]int32, len(snap.Nodes)),
 		classes:  map[classKey]int32{},
 		keepMemo: map[keepKey]uint64{},
+		bodies:   map[bodyKey]string{},
 		diag:     map[string]string{},
 		needIDs:  map[string]int32{},
 		res:      resources{ids: map[corev1.ResourceName]int32{}},

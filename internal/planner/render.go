@@ -129,13 +129,24 @@ func (r *round) nodeChange(ni int32) (NodeChange, error) {
 		}
 		t := r.tabs[g.key.tab]
 		if !g.key.touched {
-			entries = append(entries, entry{g.g.Index, countBody(g.g.MigEnabled, t.placements(g.initial))})
+			bk := bodyKey{tab: g.key.tab, from: g.g.MigEnabled, initial: g.initial}
+			body, ok := r.bodies[bk]
+			if !ok {
+				body = countBody(g.g.MigEnabled, t.placements(g.initial))
+				r.bodies[bk] = body
+			}
+			entries = append(entries, entry{g.g.Index, body})
 			continue
 		}
 		enabled, set := r.target(g)
-		body, err := r.checkedBody(g, t, enabled, t.placements(set))
-		if err != nil {
-			return NodeChange{}, err
+		bk := bodyKey{tab: g.key.tab, from: g.g.MigEnabled, to: enabled, touched: true, initial: g.initial, busy: g.busy, set: set}
+		body, ok := r.bodies[bk]
+		if !ok {
+			var err error
+			if body, err = r.checkedBody(g, t, enabled, t.placements(set)); err != nil {
+				return NodeChange{}, err
+			}
+			r.bodies[bk] = body
 		}
 		entries = append(entries, entry{g.g.Index, body})
 		gc := GPUChange{Index: g.g.Index, Model: t.model, MigEnabled: enabled, Pods: g.pods, Reclaimed: g.reclaimed}
@@ -174,6 +185,16 @@ func (r *round) nodeChange(ni int32) (NodeChange, error) {
 	}
 	nc.Config = b.String()
 	return nc, nil
+}
+
+// bodyKey is all a GPU's entry depends on: its model, its MIG mode and
+// instances now (those in use among them), and where the round takes it.
+// GPUs with the same key get the same entry, rendered and checked once a
+// round: a round that reclaims thousands of idle GPUs has a few keys.
+type bodyKey struct {
+	tab                int32
+	from, to, touched  bool
+	initial, busy, set uint64
 }
 
 // countBody is an entry in mig-parted's count form.
