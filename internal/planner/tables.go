@@ -21,7 +21,7 @@ const maxPlacements = 64
 
 // maxTableChecks bounds the layout enumeration of one model, counted in
 // migconfig checks: a profile table is published by each node's agent, and
-// one with many small placements (64 one-slice placements has about 6e8
+// one with many small placements (63 one-slice placements has about 6e8
 // layouts of at most 7 instances) would otherwise hold the planner for
 // hours and its memory. The built-in tables need at most 2,990 (see
 // TestTableBounds).

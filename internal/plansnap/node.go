@@ -324,7 +324,11 @@ func MergeModels(nodes []Node) ([]planner.Model, []string) {
 		model planner.Model
 		nodes []int // indices into nodes, in name order
 	}
-	order := slices.SortedFunc(slices.Values(indices(len(nodes))), func(a, b int) int { return strings.Compare(nodes[a].Name, nodes[b].Name) })
+	order := make([]int, len(nodes))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(nodes[a].Name, nodes[b].Name) })
 	byName := map[string][]*variant{}
 	var names []string
 	for _, i := range order {
@@ -371,14 +375,6 @@ func MergeModels(nodes []Node) ([]planner.Model, []string) {
 		}
 	}
 	return out, warnings
-}
-
-func indices(n int) []int {
-	out := make([]int, n)
-	for i := range out {
-		out[i] = i
-	}
-	return out
 }
 
 func profilesEqual(a, b []mig.Profile) bool {
