@@ -19,12 +19,14 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/migflex/migflex/test/e2e/framework"
 )
@@ -107,15 +109,16 @@ func planner(t *testing.T) string {
 // setPlannerArgs gives the planner's container args and waits for the
 // rollout.
 func setPlannerArgs(ctx context.Context, args []string) error {
-	d, err := cluster.Client.AppsV1().Deployments(framework.MigflexNamespace).Get(ctx, plannerName, metav1.GetOptions{})
+	err := updateDeployment(ctx, plannerName, func(d *appsv1.Deployment) bool {
+		c := &d.Spec.Template.Spec.Containers[0]
+		if slices.Equal(c.Args, args) {
+			return false
+		}
+		c.Args = args
+		return true
+	})
 	if err != nil {
 		return err
-	}
-	if !slices.Equal(d.Spec.Template.Spec.Containers[0].Args, args) {
-		d.Spec.Template.Spec.Containers[0].Args = args
-		if _, err := cluster.Client.AppsV1().Deployments(framework.MigflexNamespace).Update(ctx, d, metav1.UpdateOptions{}); err != nil {
-			return err
-		}
 	}
 	return cluster.WaitForDeploymentRollout(ctx, framework.MigflexNamespace, plannerName)
 }
@@ -123,20 +126,44 @@ func setPlannerArgs(ctx context.Context, args []string) error {
 // addWebhookArg adds a flag to the webhook's container args, unless there,
 // and waits for the rollout and for the webhook to answer.
 func addWebhookArg(ctx context.Context, arg string) error {
-	d, err := cluster.Client.AppsV1().Deployments(framework.MigflexNamespace).Get(ctx, framework.WebhookName, metav1.GetOptions{})
+	err := updateDeployment(ctx, framework.WebhookName, func(d *appsv1.Deployment) bool {
+		c := &d.Spec.Template.Spec.Containers[0]
+		if slices.Contains(c.Args, arg) {
+			return false
+		}
+		c.Args = append(c.Args, arg)
+		return true
+	})
 	if err != nil {
 		return err
-	}
-	if c := &d.Spec.Template.Spec.Containers[0]; !slices.Contains(c.Args, arg) {
-		c.Args = append(c.Args, arg)
-		if _, err := cluster.Client.AppsV1().Deployments(framework.MigflexNamespace).Update(ctx, d, metav1.UpdateOptions{}); err != nil {
-			return err
-		}
 	}
 	if err := cluster.WaitForDeploymentRollout(ctx, framework.MigflexNamespace, framework.WebhookName); err != nil {
 		return err
 	}
 	return cluster.WaitForWebhookAnswers(ctx)
+}
+
+// updateDeployment applies change to a fresh copy of a migflex Deployment
+// and writes it if change says so, again on a conflict: the deployment
+// controller writes the status of a Deployment that is rolling out (as the
+// webhook's is after `kubectl apply -k`), which makes a read stale at once.
+func updateDeployment(ctx context.Context, name string, change func(*appsv1.Deployment) bool) error {
+	deployments := cluster.Client.AppsV1().Deployments(framework.MigflexNamespace)
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		d, err := deployments.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if !change(d) {
+			return nil
+		}
+		_, err = deployments.Update(ctx, d, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("updating deployment %s: %w", name, err)
+	}
+	return nil
 }
 
 // setPlannerLabel sets the node's opt-in label to value, or removes it.
