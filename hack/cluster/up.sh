@@ -106,6 +106,7 @@ iptables -A "$INPUT_CHAIN" -i "$BRIDGE" -j RETURN
 iptables -A "$INPUT_CHAIN" -p tcp --dport "$APISERVER_PORT" -j DROP
 iptables -I INPUT 1 -j "$INPUT_CHAIN"
 log "blackholed $SERVICE_CIDR; pod traffic may not leave $BRIDGE; the API server answers only loopback and $BRIDGE"
+sysctl -q -w "$TCP_MIGRATE_REQ=1" || die "cannot set $TCP_MIGRATE_REQ=1 (Linux 5.14 or later): webhook rollouts would reset connections"
 for p in "${HOST_PATHS[@]}"; do echo "path $p" >>"$HOST_DIR/created"; done
 for p in "${SHARED_PATHS[@]}"; do [[ -e $p ]] || echo "shared $p" >>"$HOST_DIR/created"; done
 

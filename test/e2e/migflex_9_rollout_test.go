@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +24,11 @@ import (
 // accepts is a missed admission.
 func TestWebhookRolloutIsHitless(t *testing.T) {
 	migflex(t)
+	// The local overlay's replicas share the port on this host; a stopping
+	// one hands its waiting connections to the others only with this.
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_migrate_req"); err != nil || strings.TrimSpace(string(b)) != "1" {
+		t.Fatalf("net.ipv4.tcp_migrate_req is %q (%v), want 1: hack/cluster/up.sh sets it", strings.TrimSpace(string(b)), err)
+	}
 	ctx := t.Context()
 	ns := cluster.Namespace(t)
 	probe := gpuPod(ns, "rollout-probe", "nvidia.com/mig-1g.10gb", 1, "env")
