@@ -873,8 +873,27 @@ func TestPlannerReshapeFirst(t *testing.T) {
 		return p, held
 	}
 
+	// A dry run shows the webhook's answer without a pod: its view of the
+	// Node comes from an informer, so it follows a change the test has
+	// just made a moment later, however busy the machine.
+	waitForAnswer := func(t *testing.T, what string, answered func(annotations map[string]string) bool) {
+		t.Helper()
+		probe := gpuPod(ns, "dry-run", "nvidia.com/mig-3g.40gb", 1, "sleep", "3600")
+		err := framework.WaitFor(t.Context(), "the webhook to "+what, timeout, func(ctx context.Context) (bool, error) {
+			p, err := cluster.Client.CoreV1().Pods(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			if err != nil {
+				return false, err
+			}
+			return answered(p.Annotations), nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	t.Run("the planner can reshape", func(t *testing.T) {
 		resetTo1g(t)
+		waitForAnswer(t, "leave the pod for the planner", func(a map[string]string) bool { return a["migflex.io/reshape"] == "expected" })
 		p, held := run("as-asked")
 		if p.Annotations["migflex.io/reshape"] != "expected" || p.Annotations[annotationFallback] != "" {
 			t.Errorf("annotations %v, want migflex.io/reshape=expected and no fallback", p.Annotations)
@@ -890,7 +909,7 @@ func TestPlannerReshapeFirst(t *testing.T) {
 		resetTo1g(t)
 		setPlannerLabel(t, "")
 		defer setPlannerLabel(t, "enabled")
-		time.Sleep(2 * time.Second) // the webhook's view of the nodes is up to a second old
+		waitForAnswer(t, "rewrite the pod down", func(a map[string]string) bool { return a[annotationFallback] != "" })
 		p, held := run("rewritten")
 		if p.Annotations[annotationFallback] != "3g.40gb->1g.10gb" || p.Annotations["migflex.io/reshape"] != "" {
 			t.Errorf("annotations %v, want the fallback 3g.40gb->1g.10gb", p.Annotations)
