@@ -68,7 +68,7 @@ SHARED_PATHS=(/run/netns)
 # panic_on_oom=0, panic=10, panic_on_oops=1, keys.root_maxkeys=1000000,
 # keys.root_maxbytes=25000000); the CNI bridge plugin sets ip_forward; the
 # rest are recorded in case a runtime or plugin turns them on, except
-# tcp_migrate_req, which up.sh sets (TCP_MIGRATE_REQ below).
+# tcp_migrate_req, which up.sh sets.
 # Setting ip_forward also makes the kernel set conf.all.accept_redirects to
 # its opposite and every conf.<interface>.forwarding (default included) to
 # it, so those follow it here (down.sh restores in this order), and up.sh
@@ -78,13 +78,6 @@ SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
 	net.ipv4.ip_forward net.ipv4.conf.all.accept_redirects net.ipv4.conf.default.forwarding
 	net.ipv6.conf.all.forwarding net.bridge.bridge-nf-call-iptables net.bridge.bridge-nf-call-ip6tables
 	net.ipv4.tcp_migrate_req)
-# The webhook's replicas share one port on this host (--reuse-port, the
-# local overlay). When a process closes its listener (a replica stopping in
-# a rollout), the kernel resets the connections waiting in that listener's
-# queue, and the API server then admits their pods unchecked (failurePolicy
-# Ignore); with net.ipv4.tcp_migrate_req=1 (Linux 5.14) it hands them to
-# another listener on the port instead.
-TCP_MIGRATE_REQ=net.ipv4.tcp_migrate_req
 # Proxy settings no component may inherit (start() in up.sh and
 # restart-kubelet.sh run every one through `env` with these): Go's net/http
 # reads HTTP_PROXY, HTTPS_PROXY and NO_PROXY, each falling back to its
