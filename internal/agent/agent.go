@@ -194,6 +194,13 @@ func (o *Options) validate() error {
 	return errors.Join(errs...)
 }
 
+// nodeCache is what the agent needs of client-go's MutationCache (which
+// outsiders may no longer implement, so tests substitute this instead).
+type nodeCache interface {
+	GetByKey(key string) (any, bool, error)
+	Mutation(obj any)
+}
+
 // Agent is the node agent: it keeps the node's GPUs partitioned as the
 // Node asks, serves their devices, and reports on the Node.
 type Agent struct {
@@ -206,7 +213,7 @@ type Agent struct {
 
 	// nodes is the informer's view of the Node, corrected by the agent's
 	// own applies until the informer catches up. Set by Run.
-	nodes cache.MutationCache
+	nodes nodeCache
 
 	// Owned by the loop in Run.
 	gpus []mig.GPU

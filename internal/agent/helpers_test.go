@@ -67,6 +67,5 @@ func (nopPlugin) Undrain([]string)                                              
 // nopMutationCache holds nothing.
 type nopMutationCache struct{}
 
-func (nopMutationCache) GetByKey(string) (any, bool, error)    { return nil, false, nil }
-func (nopMutationCache) ByIndex(string, string) ([]any, error) { return nil, nil }
-func (nopMutationCache) Mutation(any)                          {}
+func (nopMutationCache) GetByKey(string) (any, bool, error) { return nil, false, nil }
+func (nopMutationCache) Mutation(any)                       {}

@@ -4,6 +4,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
 )
 
 // podFilter is the node filters that depend only on the pod and the node
@@ -29,12 +30,18 @@ type podFilter struct {
 
 var unschedulableTaint = corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}
 
+// comparisonOperators lets tolerations with Gt/Lt match numerically, as the
+// scheduler does with TaintTolerationComparisonOperators on. The API server
+// admits such a toleration only when that gate is on, so a pod that carries
+// one comes from a cluster where the scheduler compares too.
+const comparisonOperators = true
+
 func newPodFilter(pod *corev1.Pod, identity map[string]bool) *podFilter {
 	f := &podFilter{
 		affinity:           nodeaffinity.GetRequiredNodeAffinity(pod),
 		tolerations:        pod.Spec.Tolerations,
 		nodeName:           pod.Spec.NodeName,
-		tolerUnschedulable: corev1helpers.TolerationsTolerateTaint(pod.Spec.Tolerations, &unschedulableTaint),
+		tolerUnschedulable: corev1helpers.TolerationsTolerateTaint(klog.Background(), pod.Spec.Tolerations, &unschedulableTaint, comparisonOperators),
 	}
 	f.perNode = f.nodeName != "" || namesNode(pod, identity)
 	return f
@@ -80,7 +87,7 @@ func (f *podFilter) untoleratedTaint(g *group) (corev1.Taint, bool) {
 	if f.nodeName != "" {
 		only = func(t *corev1.Taint) bool { return t.Effect == corev1.TaintEffectNoExecute }
 	}
-	return corev1helpers.FindMatchingUntoleratedTaint(g.taints, f.tolerations, only)
+	return corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), g.taints, f.tolerations, only, comparisonOperators)
 }
 
 // matches applies the label and name filters to one node.

@@ -262,7 +262,7 @@ func AnnotationOwner(n *corev1.Node, key string) (string, time.Time) {
 				Annotations map[string]json.RawMessage `json:"f:annotations"`
 			} `json:"f:metadata"`
 		}
-		if json.Unmarshal(mf.FieldsV1.Raw, &fields) != nil {
+		if json.Unmarshal(mf.FieldsV1.GetRawBytes(), &fields) != nil {
 			continue
 		}
 		if _, ok := fields.Metadata.Annotations[want]; ok {
@@ -390,5 +390,5 @@ func ManagedTime(manager, key string, t time.Time) metav1.ManagedFieldsEntry {
 	raw, _ := json.Marshal(map[string]any{"f:metadata": map[string]any{"f:annotations": map[string]any{"f:" + key: map[string]any{}}}})
 	mt := metav1.NewTime(t)
 	return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1", Time: &mt,
-		FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: raw}}
+		FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(string(raw))}
 }

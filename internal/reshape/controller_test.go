@@ -243,8 +243,8 @@ func TestController(t *testing.T) {
 			t.Errorf("mig.config owned by %q", owner)
 		}
 		for _, mf := range n.ManagedFields {
-			if mf.Manager == DefaultFieldManager && (mf.Operation != metav1.ManagedFieldsOperationApply || strings.Contains(string(mf.FieldsV1.Raw), "f:labels")) {
-				t.Errorf("the planner's managed fields: %s %s", mf.Operation, mf.FieldsV1.Raw)
+			if mf.Manager == DefaultFieldManager && (mf.Operation != metav1.ManagedFieldsOperationApply || strings.Contains(mf.FieldsV1.GetRawString(), "f:labels")) {
+				t.Errorf("the planner's managed fields: %s %s", mf.Operation, mf.FieldsV1.GetRawString())
 			}
 		}
 		e.waitEvent(pod, ReasonPlanned, "will run on node ctl-a: GPU 0 repartitioned 7x1g.10gb ->")

@@ -147,7 +147,7 @@ func reshapeNode(full, slim *corev1.Node) {
 	}
 	want := `"f:` + plansnap.AnnotationMigConfig + `"`
 	for _, mf := range full.ManagedFields {
-		if mf.FieldsV1 != nil && mf.Subresource == "" && strings.Contains(string(mf.FieldsV1.Raw), want) {
+		if mf.FieldsV1 != nil && mf.Subresource == "" && strings.Contains(mf.FieldsV1.GetRawString(), want) {
 			slim.ManagedFields = append(slim.ManagedFields, mf)
 		}
 	}

@@ -827,8 +827,8 @@ func TestPlannerDryRun(t *testing.T) {
 		t.Errorf("dry run changed mig.config to %q", got)
 	}
 	for _, mf := range n.ManagedFields {
-		if mf.Manager == plannerManager && strings.Contains(string(mf.FieldsV1.Raw), `"f:nvidia.com/mig.config"`) {
-			t.Errorf("the planner owns nvidia.com/mig.config after a dry run: %s", mf.FieldsV1.Raw)
+		if mf.Manager == plannerManager && strings.Contains(mf.FieldsV1.GetRawString(), `"f:nvidia.com/mig.config"`) {
+			t.Errorf("the planner owns nvidia.com/mig.config after a dry run: %s", mf.FieldsV1.GetRawString())
 		}
 	}
 	p, err := cluster.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
