@@ -30,8 +30,8 @@ func TestDevices(t *testing.T) {
 		},
 		{
 			"RTX PRO 6000: +me and -me differ by profile id",
-			[]mig.GPU{gpu(t, 0, "RTX-PRO-6000-Server-96GB", "1g.24gb+me@0", "1g.24gb-me@1", "1g.24gb+me.all@2", "1g.24gb+gfx@3")},
-			[]string{"gpu-0-mig-1g24gb-me-21-0=MIG-0-0", "gpu-0-mig-1g24gb-me-67-1=MIG-0-1", "gpu-0-mig-1g24gb-meall-65-2=MIG-0-2", "gpu-0-mig-1g24gb-gfx-47-3=MIG-0-3"},
+			[]mig.GPU{gpu(t, 0, "RTX-PRO-6000-Server-96GB", "1g.24gb+me@0", "1g.24gb-me@3", "1g.24gb+me.all@6", "1g.24gb+gfx@9")},
+			[]string{"gpu-0-mig-1g24gb-me-21-0=MIG-0-0", "gpu-0-mig-1g24gb-me-67-3=MIG-0-3", "gpu-0-mig-1g24gb-meall-65-6=MIG-0-6", "gpu-0-mig-1g24gb-gfx-47-9=MIG-0-9"},
 		},
 		{"MIG on with no instance: no device, not the whole GPU", []mig.GPU{a100(0)}, nil},
 		{"a GPU instance without compute instance is no device", []mig.GPU{withoutCI(a100(0, "1g.5gb@0", "1g.5gb@1"), 1)}, []string{"gpu-0-mig-1g5gb-19-0=MIG-0-0"}},

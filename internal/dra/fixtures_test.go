@@ -2,6 +2,7 @@ package dra
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -33,6 +34,9 @@ func gpu(t testing.TB, index int, model string, instances ...string) mig.GPU {
 		p, ok := g.Profile(name)
 		if !ok {
 			t.Fatalf("model %s has no profile %q", model, name)
+		}
+		if !slices.Contains(p.Placements, start) {
+			t.Fatalf("model %s: %s cannot start at %d (placements %v)", model, name, start, p.Placements)
 		}
 		g.Instances = append(g.Instances, mig.Instance{
 			Profile: name, Start: start, Size: p.MemorySlices,

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
+	"github.com/migflex/migflex/internal/gpumodel"
 	"github.com/migflex/migflex/internal/mig"
 )
 
@@ -153,5 +154,25 @@ func TestResourcesErrors(t *testing.T) {
 	}
 	if _, err := Resources("n", nil, nil, "ignore"); err == nil || !strings.Contains(err.Error(), `"ignore"`) {
 		t.Errorf("unknown policy: err = %v", err)
+	}
+}
+
+// The API allows 32 attributes and capacities per device; a MIG device
+// has one capacity per memory slice it covers, so the largest profile of
+// every built-in model must still fit.
+func TestAPIDeviceFitsTheAPILimits(t *testing.T) {
+	for _, m := range gpumodel.Builtin() {
+		for _, p := range m.MIGProfiles() {
+			d := Device{Name: "x", UUID: "MIG-x", MIG: true, Profile: p.Name, Start: p.Placements[0], Size: p.MemorySlices, MemoryMB: p.MemoryMB, SMs: p.SMs, Engines: p.Engines}
+			api := APIDevice(d)
+			if n := len(api.Attributes) + len(api.Capacity); n > resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice {
+				t.Errorf("%s %s: %d attributes and capacities, more than the API's %d", m.Name, p.Name, n, resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice)
+			}
+			for name := range api.Capacity {
+				if len(name) > resourceapi.DeviceMaxIDLength {
+					t.Errorf("%s %s: capacity name %q longer than %d", m.Name, p.Name, name, resourceapi.DeviceMaxIDLength)
+				}
+			}
+		}
 	}
 }
