@@ -7,8 +7,9 @@ import (
 )
 
 // TestPurePackagesLinkNoCgo keeps the domain, the model tables, the config
-// engine, the planner (and its controller and command) and the webhook's
-// decision free of cgo: go-nvml is a
+// engine, the planner (and its controller and command), the webhook's
+// decision and the DRA driver (which the planner and the webhook will read
+// ResourceSlices through) free of cgo: go-nvml is a
 // cgo package, and one import of it (through a type, a constant) would tie
 // the planner and the static webhook to glibc. The NVML adapter
 // (mig/nvmlmig) and the simulator may link it; these may not.
@@ -20,6 +21,7 @@ func TestPurePackagesLinkNoCgo(t *testing.T) {
 		"github.com/migflex/migflex/internal/planner/...",
 		"github.com/migflex/migflex/internal/fallback/...",
 		"github.com/migflex/migflex/internal/nodeinfo",
+		"github.com/migflex/migflex/internal/dra/...",
 		"github.com/migflex/migflex/internal/plansnap",
 		"github.com/migflex/migflex/internal/reshape",
 		"github.com/migflex/migflex/cmd/planner",
