@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -88,15 +89,14 @@ func Start(ctx context.Context, opts Options) (*Driver, error) {
 	if err := d.removeStraySpecs(); err != nil {
 		return nil, fmt.Errorf("DRA driver: %w", err)
 	}
-	hopts := append([]kubeletplugin.Option{
+	d.helper, err = kubeletplugin.Start(klog.NewContext(ctx, d.logger), d,
 		kubeletplugin.DriverName(opts.DriverName),
 		kubeletplugin.NodeName(opts.NodeName),
 		kubeletplugin.NodeUID(opts.NodeUID),
 		kubeletplugin.KubeClient(opts.KubeClient),
 		kubeletplugin.RegistrarDirectoryPath(opts.RegistrarDir),
 		kubeletplugin.PluginDataDirectoryPath(opts.PluginDir),
-	}, opts.helperOptions...)
-	d.helper, err = kubeletplugin.Start(klog.NewContext(ctx, d.logger), d, hopts...)
+	)
 	if err != nil {
 		return nil, fmt.Errorf("DRA driver: starting the kubelet plugin: %w", err)
 	}
@@ -218,15 +218,7 @@ func (d *Driver) Prepared() []dra.PreparedClaim {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := slices.Collect(maps.Values(d.prepared))
-	slices.SortFunc(out, func(a, b dra.PreparedClaim) int {
-		if a.UID < b.UID {
-			return -1
-		}
-		if a.UID > b.UID {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b dra.PreparedClaim) int { return strings.Compare(a.UID, b.UID) })
 	return out
 }
 

@@ -59,9 +59,6 @@ type Options struct {
 	// Unhealthy says how unhealthy devices are published. Default
 	// UnhealthyAuto.
 	Unhealthy dra.UnhealthyPolicy
-
-	// helperOptions are added to the kubelet-plugin helper's (tests).
-	helperOptions []kubeletplugin.Option
 }
 
 func (o *Options) setDefaults() {
