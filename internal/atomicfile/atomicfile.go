@@ -1,7 +1,8 @@
 // Package atomicfile writes files so that a reader, or the file after a
-// crash, sees the old content or the new one, never a mix: the node
-// state the DRA driver keeps (its checkpoint, its CDI specs) must survive
-// an agent killed at any point.
+// crash, sees the old content or the new one, never a mix: the state the
+// simulator and the DRA driver keep on the node (the simulated GPUs, the
+// checkpoint of prepared claims, CDI specs) must survive a process killed
+// at any point.
 package atomicfile
 
 import (
