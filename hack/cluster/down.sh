@@ -190,7 +190,7 @@ if [[ -d $HOST_DIR ]]; then
 fi
 
 # 7. Bulky state; logs, PKI and kubeconfigs stay until the next up.sh.
-rm -rf "$CLUSTER_DIR/containerd/root" "$CLUSTER_DIR/containerd/state" "$CLUSTER_DIR/etcd"
+rm -rf "$CTRD_DIR/root" "$CTRD_DIR/state" "$CTRD_DIR/runc" "$CLUSTER_DIR/etcd"
 
 # 8. Say plainly if anything is left.
 left=0

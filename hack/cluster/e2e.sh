@@ -3,6 +3,9 @@
 #   build (make build, Kubernetes binaries, images) -> up.sh ->
 #   go test -tags e2e ./test/e2e/... -> down.sh, always (trap).
 # Extra arguments go to go test, e.g. hack/cluster/e2e.sh -run TestHarness.
+# K8S_VERSION picks the Kubernetes minor (hack/cluster/k8s/minors; default:
+# the default one), e.g. K8S_VERSION=1.35 hack/cluster/e2e.sh; the tests get
+# it, and the rest of $CLUSTER_DIR/env (MIGFLEX_CDI_DIR, ...), exported.
 # On failure the component logs and a dump of the cluster's state stay in
 # $CLUSTER_DIR/logs (until the next up.sh) and their tails are printed.
 # SKIP_BUILD=1 skips make build (bin/ already built).
@@ -21,7 +24,7 @@ fi
 HELM=$("$ROOT/deployments/hack/install-helm.sh")
 t_build=$((SECONDS - T0))
 
-export KUBECONFIG=$KUBECONFIG_ADMIN KUBECTL=$K8S_BIN/kubectl HELM POD_APISERVER_HOST=$POD_GATEWAY
+export HELM
 
 rc=0
 # Only a cluster this script brought up is torn down here: a failed up.sh has
@@ -55,7 +58,7 @@ finish() {
 		"$HACK_CLUSTER/down.sh" || { [[ $rc -ne 0 ]] || rc=1; }
 	fi
 	t_down=$((SECONDS - t))
-	log "timings: build ${t_build}s, up ${t_up:-?}s, tests ${t_tests:-?}s, down ${t_down}s"
+	log "Kubernetes $K8S_VERSION: timings: build ${t_build}s, up ${t_up:-?}s, tests ${t_tests:-?}s, down ${t_down}s"
 	exit "$rc"
 }
 trap finish EXIT
@@ -65,6 +68,8 @@ t=$SECONDS
 "$HACK_CLUSTER/up.sh"
 up_done=1
 t_up=$((SECONDS - t))
+# shellcheck source=/dev/null # written by up.sh
+source "$CLUSTER_ENV"
 
 t=$SECONDS
 go test -tags e2e -count=1 -timeout 30m -v ./test/e2e/... "$@" || rc=$?

@@ -40,12 +40,9 @@ ISOLATION_CHAIN=MIGFLEX-HARNESS
 # and the bridge.
 INPUT_CHAIN=MIGFLEX-HARNESS-IN
 
-modversion() {
-	awk -v m="$2" '$1 == "require" && $2 == m { print $3; exit } $1 == m && $2 ~ /^v/ { print $2; exit }' "$1"
-}
-K8S_VERSION=$(modversion "$HACK_CLUSTER/k8s/go.mod" k8s.io/kubernetes)
+# shellcheck source=hack/cluster/versions.sh
+source "$HACK_CLUSTER/versions.sh"
 ETCD_VERSION=$(modversion "$HACK_CLUSTER/etcd/go.mod" go.etcd.io/etcd/server/v3)
-K8S_BIN=$CACHE_DIR/k8s/$K8S_VERSION/bin
 ETCD_BIN=$CACHE_DIR/etcd/$ETCD_VERSION/bin
 
 RUN_DIR=$CLUSTER_DIR/run       # <component>.pid
@@ -53,7 +50,15 @@ LOG_DIR=$CLUSTER_DIR/logs      # <component>.log
 HOST_DIR=$CLUSTER_DIR/host     # what up.sh changed on the host, for down.sh
 PKI=$CLUSTER_DIR/pki
 KUBECONFIG_ADMIN=$CLUSTER_DIR/admin.kubeconfig
-CTRD_SOCK=$CLUSTER_DIR/containerd/containerd.sock
+CTRD_DIR=$CLUSTER_DIR/containerd
+CTRD_SOCK=$CTRD_DIR/containerd.sock
+# CDI specs (cdi.k8s.io): containerd reads them from here only, not from the
+# host's /etc/cdi and /var/run/cdi, so a test or the agent that writes one
+# touches nothing outside CLUSTER_DIR. e2e.sh exports it as MIGFLEX_CDI_DIR.
+CDI_DIR=$CLUSTER_DIR/cdi
+# What the cluster runs, for tests and tools: KUBECONFIG, KUBECTL,
+# K8S_VERSION, MIGFLEX_CDI_DIR, ... as `export` lines (up.sh writes it).
+CLUSTER_ENV=$CLUSTER_DIR/env
 # Host paths the kubelet and containerd use whatever we configure. up.sh
 # refuses to run when any already exists (another cluster's), and down.sh
 # removes those up.sh found absent.
@@ -97,7 +102,10 @@ log() { echo "[$(basename "$0") $((SECONDS - T0))s] $*"; }
 die() { echo "$(basename "$0"): $*" >&2; exit 1; }
 
 kubectl() { "$K8S_BIN/kubectl" --kubeconfig="$KUBECONFIG_ADMIN" "$@"; }
-ctr() { command ctr --address "$CTRD_SOCK" -n k8s.io "$@"; }
+# The ctr built with this containerd, never the host's. Every call would
+# print containerd's deprecation notices (cgroup v1 on this kind of host) on
+# stderr; up.sh logs them once instead.
+ctr() { CONTAINERD_SUPPRESS_DEPRECATION_WARNINGS=1 "$CONTAINERD_BIN/ctr" --address "$CTRD_SOCK" -n k8s.io "$@"; }
 
 # pid_of <component>: its recorded PID if that process is still the one we
 # started (the PID may have been reused after it died), else nothing.

@@ -28,7 +28,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 check_cluster_dir
 
 # --- prerequisites ---------------------------------------------------------
-"$ROOT/hack/install-debs.sh" containerd:containerd runc:runc containernetworking-plugins:/usr/lib/cni/bridge \
+# containerd is built from the module proxy (build.sh), one version for
+# every minor; runc and the CNI plugins are Debian's (see README.md).
+"$ROOT/hack/install-debs.sh" runc:runc containernetworking-plugins:/usr/lib/cni/bridge \
 	iptables:iptables conntrack:conntrack openssl:openssl curl:curl
 "$HACK_CLUSTER/build.sh" >/dev/null
 getent ahostsv4 "$NODE_NAME" | awk '{print $1}' | grep -qx 127.0.0.1 ||
@@ -61,7 +63,7 @@ for port in 2379 2380 2381 $APISERVER_PORT 10248 10250 10257 10259; do
 done
 
 rm -rf "$CLUSTER_DIR"
-mkdir -p "$RUN_DIR" "$LOG_DIR" "$HOST_DIR" "$PKI" "$CLUSTER_DIR"/{containerd,cni/net.d,cni/ipam,kubelet}
+mkdir -p "$RUN_DIR" "$LOG_DIR" "$HOST_DIR" "$PKI" "$CTRD_DIR" "$CDI_DIR" "$CLUSTER_DIR"/{cni/net.d,cni/ipam,kubelet}
 
 # A failed bring-up undoes itself, leaving the logs.
 failed() {
@@ -197,6 +199,10 @@ waitfor() {
 }
 alive() { [[ -n $(pid_of "$1") ]]; }
 
+# The minor's feature gates (k8s/minors), the same for every component.
+GATES=()
+[[ -z $K8S_FEATURE_GATES ]] || GATES=(--feature-gates="$K8S_FEATURE_GATES")
+
 start etcd "$ETCD_BIN/etcd" --name=migflex --data-dir="$CLUSTER_DIR/etcd" \
 	--listen-client-urls=http://127.0.0.1:2379 --advertise-client-urls=http://127.0.0.1:2379 \
 	--listen-peer-urls=http://127.0.0.1:2380 --initial-advertise-peer-urls=http://127.0.0.1:2380 \
@@ -216,7 +222,7 @@ start kube-apiserver "$K8S_BIN/kube-apiserver" \
 	--kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
 	--kubelet-preferred-address-types=Hostname,InternalIP \
 	--enable-aggregator-routing=true \
-	--cert-dir="$CLUSTER_DIR/apiserver-certs" --profiling=false
+	--cert-dir="$CLUSTER_DIR/apiserver-certs" --profiling=false "${GATES[@]}"
 waitfor "kube-apiserver ready" 240 curl -sf --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
 	"https://127.0.0.1:$APISERVER_PORT/readyz"
 
@@ -225,37 +231,66 @@ start kube-controller-manager "$K8S_BIN/kube-controller-manager" \
 	--kubeconfig="$K" --authentication-kubeconfig="$K" --authorization-kubeconfig="$K" \
 	--bind-address=127.0.0.1 --secure-port=10257 --cert-dir="$CLUSTER_DIR/kcm-certs" --leader-elect=false \
 	--root-ca-file="$PKI/ca.crt" --service-account-private-key-file="$PKI/sa.key" --use-service-account-credentials=true \
-	--cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" --profiling=false
+	--cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" --profiling=false "${GATES[@]}"
 K=$CLUSTER_DIR/kube-scheduler.kubeconfig
 start kube-scheduler "$K8S_BIN/kube-scheduler" \
 	--kubeconfig="$K" --authentication-kubeconfig="$K" --authorization-kubeconfig="$K" \
-	--bind-address=127.0.0.1 --secure-port=10259 --leader-elect=false --profiling=false
+	--bind-address=127.0.0.1 --secure-port=10259 --leader-elect=false --profiling=false "${GATES[@]}"
 
 # --- containerd --------------------------------------------------------------
-cat >"$CLUSTER_DIR/containerd/config.toml" <<TOML
-version = 2
-root = "$CLUSTER_DIR/containerd/root"
-state = "$CLUSTER_DIR/containerd/state"
-[grpc]
-  address = "$CTRD_SOCK"
-[plugins."io.containerd.internal.v1.opt"]
-  path = "$CLUSTER_DIR/containerd/opt"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "lc.local/pause:1"
-  # This VM lacks CAP_SYS_RESOURCE: runc cannot lower oom_score_adj (the
-  # sandbox asks for -998) and every sandbox would fail without this.
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
+# containerd 2's configuration version 4, with every path it would put on
+# the host moved under CLUSTER_DIR: root, state, sockets, the opt and
+# image-verifier plugin dirs, runc's state, CDI specs, and no drop-in
+# imports from /etc/containerd/conf.d. NRI is off (it is on by default in
+# 2.x and would listen on /var/run/nri/nri.sock); nothing here uses it.
+# The shims' sockets go under CLUSTER_DIR too when the path fits a unix
+# socket (the shim refuses one over 106 bytes: <dir>/<64 hex digits>), and
+# in containerd's default /run/containerd/s (a HOST_PATHS entry, removed
+# by down.sh) when CLUSTER_DIR is too deep for that.
+shim_dir=$CTRD_DIR/s
+if ((${#shim_dir} + 65 > 106)); then
+	shim_dir=/run/containerd/s
+	log "CLUSTER_DIR is too long for containerd's shim sockets under it: they go to $shim_dir"
+fi
+cat >"$CTRD_DIR/config.toml" <<TOML
+version = 4
+root = "$CTRD_DIR/root"
+state = "$CTRD_DIR/state"
+imports = []
+[plugins]
+  [plugins.'io.containerd.server.v1.grpc']
+    address = "$CTRD_SOCK"
+  [plugins.'io.containerd.server.v1.ttrpc']
+    address = "$CTRD_SOCK.ttrpc"
+  [plugins.'io.containerd.shim.v1.manager']
+    socket_dir = "$shim_dir"
+  [plugins.'io.containerd.internal.v1.opt']
+    path = "$CTRD_DIR/opt"
+  [plugins.'io.containerd.image-verifier.v1.bindir']
+    bin_dir = "$CTRD_DIR/opt/image-verifier/bin"
+  [plugins.'io.containerd.nri.v1.nri']
+    disable = true
+  [plugins.'io.containerd.cri.v1.images']
     snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
-    conf_dir = "$CLUSTER_DIR/cni/net.d"
-    max_conf_num = 1
+    [plugins.'io.containerd.cri.v1.images'.pinned_images]
+      sandbox = "lc.local/pause:1"
+  [plugins.'io.containerd.cri.v1.runtime']
+    # This VM lacks CAP_SYS_RESOURCE: runc cannot lower oom_score_adj (the
+    # sandbox asks for -998) and every sandbox would fail without this.
+    restrict_oom_score_adj = true
+    # CDI is always on in containerd 2; specs only from here.
+    cdi_spec_dirs = ["$CDI_DIR"]
+    [plugins.'io.containerd.cri.v1.runtime'.containerd]
+      default_runtime_name = "runc"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+          SystemdCgroup = false
+          Root = "$CTRD_DIR/runc"
+    [plugins.'io.containerd.cri.v1.runtime'.cni]
+      bin_dirs = ["/usr/lib/cni"]
+      conf_dir = "$CLUSTER_DIR/cni/net.d"
+      max_conf_num = 1
 TOML
 # No "routes": a pod knows only its bridge subnet, so it has no way off the
 # machine; the host reaches pods (webhooks) over the bridge directly.
@@ -269,8 +304,13 @@ cat >"$CLUSTER_DIR/cni/net.d/10-migflex.conflist" <<JSON
   }]
 }
 JSON
-start containerd "${DEAD_PROXY_ENV[@]}" "$(command -v containerd)" --config "$CLUSTER_DIR/containerd/config.toml"
-waitfor "containerd serving" 120 ctr version
+# Its own bin dir first in PATH: containerd finds the shim there, not a
+# host's (Debian's containerd 1.6 ships one in /usr/bin).
+start containerd "${DEAD_PROXY_ENV[@]}" "PATH=$CONTAINERD_BIN:$PATH" "$CONTAINERD_BIN/containerd" --config "$CTRD_DIR/config.toml"
+waitfor "containerd $CONTAINERD_VERSION serving" 120 ctr version
+# Said once here rather than by every ctr call (cgroup v1 on this kind of
+# host; see README.md).
+ctr deprecations list 2>/dev/null | awk 'NR > 1 { id = $1; $1 = $2 = ""; sub(/^ +/, ""); print "containerd deprecation " id ": " $0 }' || true
 for t in "$IMAGES_DIR"/*.tar; do ctr images import "$t" >/dev/null; done
 log "images: $(ctr images ls -q | grep -v '^sha256:' | tr '\n' ' ')"
 
@@ -287,6 +327,12 @@ healthzBindAddress: 127.0.0.1
 containerRuntimeEndpoint: unix://$CTRD_SOCK
 cgroupDriver: cgroupfs
 failSwapOn: false
+# This kind of machine runs the cgroup v1 hierarchy, which the kubelet
+# refuses from 1.35 unless this is false (1.37 calls v1 unsupported, to be
+# removed). Moving the host to cgroup v2 is not the harness's to do: the
+# v1 controllers are in use by the machine's own processes, and a cgroup2
+# mount over /sys/fs/cgroup would pull the hierarchy from under every other
+# tool here. Production nodes should run cgroup v2 (docs/INSTALL.md).
 failCgroupV1: false
 authentication:
   anonymous: {enabled: false}
@@ -305,6 +351,10 @@ evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.availa
 nodeStatusUpdateFrequency: $KUBELET_NODE_STATUS_UPDATE_FREQUENCY
 nodeStatusReportFrequency: 5m
 YAML
+if [[ -n $K8S_FEATURE_GATES ]]; then
+	echo "featureGates:"
+	tr ',' '\n' <<<"$K8S_FEATURE_GATES" | sed 's/^\(.*\)=\(.*\)$/  \1: \2/'
+fi >>"$CLUSTER_DIR/kubelet/config.yaml"
 start kubelet "$K8S_BIN/kubelet" --config="$CLUSTER_DIR/kubelet/config.yaml" \
 	--kubeconfig="$CLUSTER_DIR/kubelet.kubeconfig" --hostname-override="$NODE_NAME" \
 	--root-dir=/var/lib/kubelet --cert-dir="$CLUSTER_DIR/kubelet/pki" --v=1
@@ -314,6 +364,18 @@ waitfor "default ServiceAccount" 120 kubectl get serviceaccount default -n defau
 for c in "${COMPONENTS[@]}"; do
 	alive "$c" || { echo "$c exited; see $LOG_DIR/$c.log" >&2; false; }
 done
+# What runs here, for tests and tools: `source $CLUSTER_ENV`.
+cat >"$CLUSTER_ENV" <<ENV
+export KUBECONFIG=$KUBECONFIG_ADMIN
+export KUBECTL=$K8S_BIN/kubectl
+export K8S_VERSION=$K8S_VERSION
+export K8S_FEATURE_GATES=$K8S_FEATURE_GATES
+export CONTAINERD_VERSION=$CONTAINERD_VERSION
+export CONTAINERD_ADDRESS=$CTRD_SOCK
+export MIGFLEX_CDI_DIR=$CDI_DIR
+export POD_APISERVER_HOST=$POD_GATEWAY
+ENV
 trap - EXIT
-log "cluster up ($K8S_VERSION, node $NODE_NAME); logs in $LOG_DIR"
+log "cluster up (Kubernetes $K8S_VERSION${K8S_FEATURE_GATES:+ with $K8S_FEATURE_GATES}, containerd $CONTAINERD_VERSION, node $NODE_NAME); logs in $LOG_DIR"
+log "its settings: source $CLUSTER_ENV"
 echo "export KUBECONFIG=$KUBECONFIG_ADMIN"

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +24,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/migflex/migflex/test/apiwarn"
 )
 
 const (
@@ -54,6 +57,9 @@ const (
 	EnvKeep = "MIGFLEX_E2E_KEEP"
 	// EnvKubectl names the kubectl binary; e2e.sh sets it to the pinned one.
 	EnvKubectl = "KUBECTL"
+	// EnvCDIDir names the directory the cluster's containerd reads CDI specs
+	// from (hack/cluster/lib.sh's CDI_DIR, under CLUSTER_DIR).
+	EnvCDIDir = "MIGFLEX_CDI_DIR"
 )
 
 // Cluster is a connection to the local test cluster.
@@ -63,6 +69,14 @@ type Cluster struct {
 	Kubeconfig string
 	// NodeName is the cluster's only node.
 	NodeName string
+	// Minor is the API server's Kubernetes minor (35 for v1.35.4), for the
+	// few checks that differ by minor (hack/cluster/k8s/minors).
+	Minor int
+	// GitVersion is the API server's version, e.g. v1.37.2.
+	GitVersion string
+	// Warnings collects every warning the API server sent the suite: those
+	// of Client and those kubectl and helm printed (Kubectl, Helm).
+	Warnings *apiwarn.Collector
 }
 
 // FromEnv connects to the cluster named by $KUBECONFIG and finds its node.
@@ -75,9 +89,19 @@ func FromEnv(ctx context.Context) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading %s: %w", path, err)
 	}
+	warnings := &apiwarn.Collector{Source: "client-go"}
+	cfg.WarningHandlerWithContext = warnings
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
+	}
+	v, err := cs.Discovery().ServerVersion()
+	if err != nil {
+		return nil, fmt.Errorf("the API server's version through %s: %w", path, err)
+	}
+	minor, err := strconv.Atoi(strings.TrimSuffix(v.Minor, "+"))
+	if err != nil {
+		return nil, fmt.Errorf("the API server's minor version %q: %w", v.Minor, err)
 	}
 	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -86,7 +110,8 @@ func FromEnv(ctx context.Context) (*Cluster, error) {
 	if len(nodes.Items) != 1 {
 		return nil, fmt.Errorf("the local cluster should have exactly one node, found %d", len(nodes.Items))
 	}
-	return &Cluster{Config: cfg, Client: cs, Kubeconfig: path, NodeName: nodes.Items[0].Name}, nil
+	return &Cluster{Config: cfg, Client: cs, Kubeconfig: path, NodeName: nodes.Items[0].Name,
+		Minor: minor, GitVersion: v.GitVersion, Warnings: warnings}, nil
 }
 
 // WaitFor polls cond until it returns true, returns an error, or timeout
@@ -288,7 +313,8 @@ func (c *Cluster) PodLogs(ctx context.Context, namespace, name, container string
 }
 
 // Kubectl runs the pinned kubectl against the cluster and returns its
-// stdout; the error carries stderr.
+// stdout; the error carries stderr. The API server's warnings it printed
+// go to c.Warnings.
 func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
 	bin, err := kubectlPath()
 	if err != nil {
@@ -297,7 +323,11 @@ func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
+	err = cmd.Run()
+	if c.Warnings != nil {
+		c.Warnings.AddOutput("kubectl "+strings.Join(args, " "), stderr.String())
+	}
+	if err != nil {
 		return stdout.String(), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, stderr.String())
 	}
 	return stdout.String(), nil
@@ -331,3 +361,13 @@ func kubectlPath() (string, error) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// CDIDir is where the cluster's containerd reads CDI specs from
+// ($MIGFLEX_CDI_DIR, which e2e.sh exports from the cluster's env file), or
+// an error saying how to get it.
+func CDIDir() (string, error) {
+	if d := os.Getenv(EnvCDIDir); d != "" {
+		return d, nil
+	}
+	return "", fmt.Errorf("%s is unset: run the suite with hack/cluster/e2e.sh, or source $CLUSTER_DIR/env from hack/cluster/up.sh", EnvCDIDir)
+}

@@ -31,7 +31,11 @@ func (c *Cluster) Helm(ctx context.Context, args ...string) (string, error) {
 	// needs here is there (the chart is a local directory).
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
+	err = cmd.Run()
+	if c.Warnings != nil {
+		c.Warnings.AddOutput("helm "+strings.Join(args, " "), stderr.String())
+	}
+	if err != nil {
 		return stdout.String(), fmt.Errorf("helm %s: %w: %s", strings.Join(args, " "), err, stderr.String())
 	}
 	return stdout.String(), nil

@@ -1,7 +1,7 @@
 //go:build tools
 
 // Package k8s only records, for go mod tidy, which Kubernetes commands this
-// module builds; build.sh builds them by import path.
+// module builds; ../../build.sh builds them by import path.
 package k8s
 
 import (
