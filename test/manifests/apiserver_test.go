@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/restmapper"
 
 	"github.com/migflex/migflex/internal/testenv"
+	"github.com/migflex/migflex/test/apiwarn"
 )
 
 // fieldManager names these tests in managedFields.
@@ -71,9 +72,11 @@ func (c *cluster) apply(ctx context.Context, o *unstructured.Unstructured, dryRu
 }
 
 // Every object of every rendering is accepted by a real kube-apiserver
-// (v1.34.4), as `kubectl apply --server-side --dry-run=server` would send
-// it; namespaces are created for real first, since a dry run into a
-// missing namespace is refused.
+// (envtest's: the default minor of hack/cluster/k8s/minors), as `kubectl
+// apply --server-side --dry-run=server` would send it, and draws no
+// warning that an API or field it uses is deprecated; namespaces are
+// created for real first, since a dry run into a missing namespace is
+// refused.
 func TestManifestsAcceptedByAPIServer(t *testing.T) {
 	// Render first: a missing helm or kubectl skips before the control
 	// plane starts.
@@ -93,6 +96,8 @@ func TestManifestsAcceptedByAPIServer(t *testing.T) {
 	}
 
 	cfg := testenv.Start(t)
+	warnings := &apiwarn.Collector{Source: "apply"}
+	cfg.WarningHandlerWithContext = warnings
 	c := newCluster(t, cfg)
 	ctx := t.Context()
 	installCertManagerStubs(t, cfg)
@@ -111,12 +116,34 @@ func TestManifestsAcceptedByAPIServer(t *testing.T) {
 			}
 			for _, o := range r.objs {
 				dryRun := o.GetKind() != "Namespace"
+				warnings.Take()
 				if err := c.apply(ctx, o, dryRun); err != nil {
 					t.Errorf("the API server refuses it: %v", err)
+				}
+				for _, w := range apiwarn.Deprecations(warnings.Take()) {
+					t.Errorf("%s: the API server calls it deprecated: %s", key(o), w.Message)
 				}
 			}
 		})
 	}
+
+	// The check above can fail: the API server's own deprecation warning
+	// (a node selector on beta.kubernetes.io/arch, deprecated since 1.14)
+	// reaches the handler and is recognised.
+	t.Run("a deprecated field is caught", func(t *testing.T) {
+		o := renderings[0].objs.find("Deployment", "gpu-webhook").DeepCopy()
+		if err := unstructured.SetNestedStringMap(o.Object, map[string]string{"beta.kubernetes.io/arch": "amd64"},
+			"spec", "template", "spec", "nodeSelector"); err != nil {
+			t.Fatal(err)
+		}
+		warnings.Take()
+		if err := c.apply(ctx, o, true); err != nil {
+			t.Fatal(err)
+		}
+		if got := warnings.Take(); len(apiwarn.Deprecations(got)) != 1 {
+			t.Fatalf("warnings %v, want one deprecation for beta.kubernetes.io/arch", got)
+		}
+	})
 
 	// The check above can fail: a field the schema lacks is refused.
 	t.Run("a misspelt field is refused", func(t *testing.T) {
