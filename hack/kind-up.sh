@@ -18,8 +18,8 @@
 #   IMAGE         image tag to build and load (default migflex:kind)
 #   SKIP_BUILD=1  load IMAGE as it is instead of building it
 #   KIND_NODE_IMAGE  kind node image of a new cluster (kind create cluster
-#                 --image), e.g. kindest/node:v1.34.0; default: kind's own.
-#                 The chart needs Kubernetes 1.32 or newer, which the script
+#                 --image), e.g. kindest/node:v1.37.2; default: kind's own.
+#                 The chart needs Kubernetes 1.35 or newer, which the script
 #                 checks.
 # Remove everything with: kind delete cluster --name "$CLUSTER_NAME"
 set -euo pipefail
@@ -28,7 +28,7 @@ CLUSTER_NAME=${CLUSTER_NAME:-migflex}
 IMAGE=${IMAGE:-migflex:kind}
 KIND_NODE_IMAGE=${KIND_NODE_IMAGE:-}
 # The chart's kubeVersion (deployments/helm/migflex/Chart.yaml).
-MIN_MINOR=32
+MIN_MINOR=35
 NAMESPACE=gpu-webhook
 DEMO_NAMESPACE=migflex-demo
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -65,9 +65,21 @@ if grep -qx "$CLUSTER_NAME" <<<"$clusters"; then
 else
 	image_args=()
 	[[ -z $KIND_NODE_IMAGE ]] || image_args=(--image "$KIND_NODE_IMAGE")
-	kind create cluster --name "$CLUSTER_NAME" "${image_args[@]}" --wait 120s --config - <<'YAML'
+	# kind's nodes use the host's cgroups. On a cgroup v1 host the kubelet
+	# of 1.35 and later refuses to start unless failCgroupV1 is false
+	# (kind does not set it); on a cgroup v2 host nothing is patched.
+	patches=
+	if [[ $(docker info -f '{{.CgroupVersion}}' 2>/dev/null) == 1 ]]; then
+		echo "the Docker host runs cgroup v1: the kubelets get failCgroupV1: false"
+		patches='kubeadmConfigPatches:
+- |
+  kind: KubeletConfiguration
+  failCgroupV1: false'
+	fi
+	kind create cluster --name "$CLUSTER_NAME" "${image_args[@]}" --wait 120s --config - <<YAML
 kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
+$patches
 nodes:
 - role: control-plane
 - role: worker
@@ -79,12 +91,12 @@ for node in "$WORKER" "$WORKER2"; do
 done
 
 # kind's default node image depends on the kind release; the chart refuses
-# clusters older than 1.32. minor reads "34" or, on some builds, "34+".
+# clusters older than 1.35. minor reads "35" or, on some builds, "35+".
 version_json=$(k version -o json) || die "cannot reach the API server of $CLUSTER_NAME"
 minor=$(sed -n '/"serverVersion"/,/}/s/^ *"minor": *"\([0-9]*\).*/\1/p' <<<"$version_json")
 [[ $minor =~ ^[0-9]+$ ]] || die "cannot read the server version of $CLUSTER_NAME (kubectl version -o json)"
 if ((minor < MIN_MINOR)); then
-	die "$CLUSTER_NAME runs Kubernetes 1.$minor; migflex needs 1.$MIN_MINOR or newer. Delete it (kind delete cluster --name $CLUSTER_NAME) and set KIND_NODE_IMAGE to a newer node image, e.g. KIND_NODE_IMAGE=kindest/node:v1.34.0"
+	die "$CLUSTER_NAME runs Kubernetes 1.$minor; migflex needs 1.$MIN_MINOR or newer. Delete it (kind delete cluster --name $CLUSTER_NAME) and set KIND_NODE_IMAGE to a newer node image, e.g. KIND_NODE_IMAGE=kindest/node:v1.37.2"
 fi
 
 if [[ ${SKIP_BUILD:-0} != 1 ]]; then

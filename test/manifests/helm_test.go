@@ -2,6 +2,7 @@ package manifests
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -124,7 +125,7 @@ func TestHelmRejectsBadValues(t *testing.T) {
 		"zero GPUs":           {"simulator.gpus[0].count=0", "count"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			out, err := run(t, helm, "template", "migflex", chartDir, "--kube-version", kubeVersion, "--set", tc.set)
+			out, err := run(t, helm, "template", "migflex", chartDir, "--kube-version", kubeVersion(t), "--set", tc.set)
 			if err == nil {
 				t.Fatalf("--set %s rendered:\n%s", tc.set, out)
 			}
@@ -135,11 +136,20 @@ func TestHelmRejectsBadValues(t *testing.T) {
 	}
 }
 
-// A chart for Kubernetes >= 1.32: older clusters lack the policy's inputs.
-func TestHelmRefusesOldKubernetes(t *testing.T) {
-	_, err := run(t, helmPath(t), "template", "migflex", chartDir, "--kube-version", "1.31.0")
-	if err == nil || !strings.Contains(err.Error(), "incompatible with Kubernetes v1.31.0") {
-		t.Fatalf("rendering for 1.31: %v, want the kubeVersion constraint to refuse", err)
+// The chart installs on the supported minors (hack/cluster/k8s/minors)
+// and refuses the one before the oldest.
+func TestHelmKubeVersion(t *testing.T) {
+	helm := helmPath(t)
+	minors := supportedMinors(t)
+	for _, m := range minors {
+		if _, err := run(t, helm, "template", "migflex", chartDir, "--kube-version", strings.TrimPrefix(m.release, "v")); err != nil {
+			t.Errorf("rendering for %s: %v", m.release, err)
+		}
+	}
+	older := fmt.Sprintf("1.%d.0", minors[0].n-1)
+	_, err := run(t, helm, "template", "migflex", chartDir, "--kube-version", older)
+	if err == nil || !strings.Contains(err.Error(), "incompatible with Kubernetes v"+older) {
+		t.Fatalf("rendering for %s: %v, want the kubeVersion constraint to refuse", older, err)
 	}
 }
 
@@ -611,7 +621,7 @@ func TestHelmNotesWarnAboutTheNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	render := func(ns string) string {
-		out, err := run(t, helm, "template", "migflex", chart, "--namespace", ns, "--kube-version", kubeVersion, "--show-only", "templates/notes-probe.yaml")
+		out, err := run(t, helm, "template", "migflex", chart, "--namespace", ns, "--kube-version", kubeVersion(t), "--show-only", "templates/notes-probe.yaml")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -626,5 +636,46 @@ func TestHelmNotesWarnAboutTheNamespace(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("notes in namespace gpu:\n%s\nwant %q", got, want)
 		}
+	}
+}
+
+// The image is built for amd64 and arm64 (the Dockerfile): every pod the
+// chart makes, in every scenario, may run on a node of either and on no
+// other, each of its required node-affinity terms saying so, unless the
+// values replace that workload's affinity.
+func TestHelmPodsRequireTheImagesArchitectures(t *testing.T) {
+	want := corev1.NodeSelectorRequirement{Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"amd64", "arm64"}}
+	for _, s := range scenarios {
+		t.Run(s.name, func(t *testing.T) {
+			pods := 0
+			for _, o := range helmTemplate(t, s) {
+				var spec *corev1.PodSpec
+				switch o.GetKind() {
+				case "DaemonSet":
+					spec = &as[appsv1.DaemonSet](t, o).Spec.Template.Spec
+				case "Deployment":
+					spec = &as[appsv1.Deployment](t, o).Spec.Template.Spec
+				case "Job":
+					spec = &as[batchv1.Job](t, o).Spec.Template.Spec
+				default:
+					continue
+				}
+				pods++
+				if spec.Affinity == nil || spec.Affinity.NodeAffinity == nil || spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+					t.Errorf("%s: no required node affinity", key(o))
+					continue
+				}
+				for i, term := range spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+					if !slices.ContainsFunc(term.MatchExpressions, func(r corev1.NodeSelectorRequirement) bool {
+						return cmp.Equal(r, want)
+					}) {
+						t.Errorf("%s: node-affinity term %d %v lacks %v", key(o), i, term.MatchExpressions, want)
+					}
+				}
+			}
+			if pods == 0 {
+				t.Fatal("rendered no pod templates")
+			}
+		})
 	}
 }

@@ -23,10 +23,8 @@ import (
 const (
 	// namespace is where the manifests install migflex (the seed's name).
 	namespace = "gpu-webhook"
-	// kubeVersion is the cluster version helm renders for: the harness's.
-	kubeVersion = "1.34.4"
-	chartDir    = "deployments/helm/migflex"
-	kustomize   = "deployments/kustomize"
+	chartDir  = "deployments/helm/migflex"
+	kustomize = "deployments/kustomize"
 )
 
 var (
@@ -90,7 +88,7 @@ func helmPath(t testing.TB) string {
 }
 
 // kubectlPath is $KUBECTL, else the envtest assets' kubectl (the pinned
-// v1.34.4 build; never the host's).
+// build of the default minor; never the host's).
 func kubectlPath(t testing.TB) string {
 	t.Helper()
 	p := os.Getenv("KUBECTL")
@@ -128,7 +126,7 @@ type scenario struct {
 
 // helmArgs are the arguments after `helm template|lint` for s.
 func (s scenario) helmArgs(t testing.TB) []string {
-	args := []string{"--kube-version", kubeVersion}
+	args := []string{"--kube-version", kubeVersion(t)}
 	for _, v := range s.set {
 		args = append(args, "--set", v)
 	}

@@ -46,3 +46,19 @@ The simulator config of one pool: (dict "ctx" $ "gpus" LIST "nodes" MAP).
 {{- with $sim.operationDelay }}{{ $_ := set $cfg "operationDelay" . }}{{ end -}}
 {{ toYaml $cfg }}
 {{- end }}
+
+{{/*
+The architectures migflex's image is built for (the Dockerfile: amd64 and
+arm64, for Grace nodes). Every pod of the chart requires a node of one of
+them unless its affinity value replaces the default affinity.
+*/}}
+{{- define "migflex.archAffinity" -}}
+nodeAffinity:
+  requiredDuringSchedulingIgnoredDuringExecution:
+    nodeSelectorTerms:
+    - matchExpressions:
+      - {{ include "migflex.archExpression" . }}
+{{- end }}
+{{- define "migflex.archExpression" -}}
+{key: kubernetes.io/arch, operator: In, values: [amd64, arm64]}
+{{- end }}
