@@ -21,10 +21,14 @@
 # there is no `# syntax=` line, which would make every build pull a
 # frontend image.
 #
-# The build is `make build`, the one CI runs and tests. Build per platform
-# natively (the cgo agent does not cross-compile without a C cross
-# toolchain). Debian 12 in both stages, so the agent links the glibc it
-# runs with.
+# The build is `make build`, the one CI runs and tests. One build stage, on
+# the builder's own platform, makes the binaries of every target platform
+# (amd64 and arm64, for Grace nodes): Go cross-compiles, and the cgo agent
+# uses Debian's C cross compiler for the target, which `make build
+# GOARCH=arm64` uses too (and CI checks: make test-arm64). So
+#   docker buildx build --platform linux/amd64,linux/arm64 -t ... .
+# runs no emulated compiler. Debian 12 in both stages, so the agent links
+# the glibc it runs with.
 #
 # Both base images are build arguments, for builders that cannot pull them
 # and build their own (hack/docker/base-images.sh, for the kind run on a
@@ -36,18 +40,31 @@ ARG GO_VERSION=1.26.8
 ARG BUILD_IMAGE=golang:${GO_VERSION}-bookworm
 ARG BASE_IMAGE=gcr.io/distroless/base-debian12:nonroot
 
-FROM ${BUILD_IMAGE} AS build
+FROM --platform=$BUILDPLATFORM ${BUILD_IMAGE} AS build
+ARG TARGETARCH
 ARG GOPROXY
 ARG GOSUMDB
 ARG GOFLAGS
 WORKDIR /src
+# The C cross compiler for a target that is not the builder's (the
+# Makefile's CROSS_CC_<arch>); a native build installs nothing.
+RUN set -e; native=$(go env GOARCH); \
+    case "${TARGETARCH:-$native}" in \
+      "$native") pkgs= ;; \
+      arm64) pkgs="gcc-aarch64-linux-gnu libc6-dev-arm64-cross" ;; \
+      amd64) pkgs="gcc-x86-64-linux-gnu libc6-dev-amd64-cross" ;; \
+      *) echo "no C cross compiler known for $TARGETARCH" >&2; exit 1 ;; \
+    esac; \
+    if [ -n "$pkgs" ]; then \
+      apt-get update -qq && apt-get install -y -qq --no-install-recommends $pkgs && rm -rf /var/lib/apt/lists/*; \
+    fi
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY Makefile ./
 COPY cmd/ cmd/
 COPY internal/ internal/
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    make build
+    make build GOARCH=${TARGETARCH:-$(go env GOARCH)} BIN=/src/bin
 
 FROM ${BASE_IMAGE}
 COPY --from=build /src/bin/device-plugin /src/bin/webhook /src/bin/planner /

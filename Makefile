@@ -8,10 +8,34 @@
 #   make test-e2e          the end-to-end suite on a local single-node cluster
 #                          (kubelet, containerd)           root; changes host
 #                          networking while up, restored by the tear-down
+#   make test-e2e-oldest   the device-plugin, webhook and planner cases of it
+#                          on the oldest supported Kubernetes minor
+#   make test-arm64        the arm64 build, run under qemu-user-static
 #   make test              all of the above (what CI runs: .ci/run)
+#   make test-matrix       the whole e2e suite on every supported minor, its
+#                          results into docs/SUPPORT.md; not part of make test
+#
+# K8S_VERSION picks the Kubernetes minor of the local cluster and envtest
+# (hack/cluster/k8s/minors; unset: the default one), e.g.
+#   K8S_VERSION=v1.35.4 make test-e2e
+# GOARCH=arm64 cross-compiles (make build GOARCH=arm64, into bin/linux_arm64).
 SHELL := /bin/bash
 GO ?= go
-BIN := $(CURDIR)/bin
+HOST_GOARCH := $(shell $(GO) env GOHOSTARCH)
+GOARCH ?= $(HOST_GOARCH)
+# A cross build goes beside the native one, never over it (images.sh and
+# the e2e suite take bin/).
+ifeq ($(GOARCH),$(HOST_GOARCH))
+BIN ?= $(CURDIR)/bin
+CGO_CC ?= $(CC)
+else
+BIN ?= $(CURDIR)/bin/linux_$(GOARCH)
+# The agent is cgo (go-nvml): Debian's cross compilers, gcc-aarch64-linux-gnu
+# on amd64 and gcc-x86-64-linux-gnu on arm64.
+CGO_CC ?= $(or $(CROSS_CC_$(GOARCH)),$(error no C cross compiler known for GOARCH=$(GOARCH)))
+endif
+CROSS_CC_arm64 := aarch64-linux-gnu-gcc
+CROSS_CC_amd64 := x86_64-linux-gnu-gcc
 STATICCHECK_VERSION ?= v0.7.0
 CACHE_DIR ?= $(CURDIR)/.cache
 ENVTEST_ASSETS := $(CACHE_DIR)/envtest
@@ -25,16 +49,16 @@ export CACHE_DIR
 CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 export CGO_CFLAGS
 
-.PHONY: all build lint test test-deps test-unit test-integration test-e2e envtest-assets helm bench replay \
-	k8s-binaries images cluster-up cluster-down demo clean test-docker kind
+.PHONY: all build lint test test-deps test-unit test-integration test-e2e test-e2e-oldest test-arm64 test-matrix \
+	envtest-assets helm bench replay k8s-binaries images cluster-up cluster-down demo clean test-docker kind
 
 all: build
 
 # The node agent links go-nvml (cgo); the webhook and the planner are static.
 build:
-	CGO_ENABLED=1 $(GO) build -trimpath -o $(BIN)/device-plugin ./cmd/device-plugin
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/webhook ./cmd/webhook
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/planner ./cmd/planner
+	GOOS=linux GOARCH=$(GOARCH) CC=$(CGO_CC) CGO_ENABLED=1 $(GO) build -trimpath -o $(BIN)/device-plugin ./cmd/device-plugin
+	GOOS=linux GOARCH=$(GOARCH) CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/webhook ./cmd/webhook
+	GOOS=linux GOARCH=$(GOARCH) CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/planner ./cmd/planner
 
 # The e2e and Docker tests (build tags e2e, docker) are linted too.
 lint:
@@ -51,22 +75,26 @@ lint:
 	else echo "shellcheck not installed: shell scripts not linted (make test-deps installs it)"; fi
 
 # Debian packages the tests need besides what the cluster needs (up.sh
-# installs those): shellcheck, which the manifest tests require. Installed
-# with apt-get when missing, as root, as `make demo` installs containerd.
+# installs those): shellcheck, which the manifest tests require, and for
+# test-arm64 the C cross compiler and qemu-user-static. Installed with
+# apt-get when missing, as root, as `make demo` installs the cluster's.
 test-deps:
-	hack/install-debs.sh shellcheck:shellcheck
+	hack/install-debs.sh shellcheck:shellcheck gcc-aarch64-linux-gnu:aarch64-linux-gnu-gcc \
+	  libc6-dev-arm64-cross:/usr/aarch64-linux-gnu/include/stdio.h qemu-user-static:qemu-aarch64-static
 
 # Unit tests: no root, no cluster. Integration tests (internal/testenv) skip
 # here unless envtest assets happen to be built.
 test-unit: lint
 	$(GO) test $(GO_TEST_FLAGS) ./...
 
-# Pinned kube-apiserver, kubelet, controller-manager, scheduler, kubectl and
-# etcd, built once into $(CACHE_DIR) (cold: ~6 min on 2 cores; then instant).
+# Pinned kube-apiserver, kubelet, controller-manager, scheduler, kubectl,
+# etcd and containerd, built once per version into $(CACHE_DIR) (cold: minutes
+# on 2 cores; then instant).
 k8s-binaries:
 	hack/cluster/build.sh
 
-# etcd, kube-apiserver and kubectl for envtest (KUBEBUILDER_ASSETS).
+# etcd, kube-apiserver and kubectl for envtest (KUBEBUILDER_ASSETS), of the
+# minor K8S_VERSION picks (the default one when unset).
 envtest-assets:
 	hack/cluster/build.sh etcd kube-apiserver kubectl
 
@@ -84,8 +112,30 @@ test-integration: envtest-assets helm test-deps
 test-e2e:
 	hack/cluster/e2e.sh
 
+# The oldest supported minor (hack/cluster/k8s/minors) and the e2e cases
+# `make test` runs on it besides the whole suite on the default minor: the
+# ones that prove the kubelet's, the scheduler's and the API's side of
+# migflex there (annotate -> success -> allocatable and removed profiles at
+# 0, a pod's MIG device, the webhook's fallback rewrite, a busy GPU
+# protected, a kubelet restart, the planner's reshape) with the harness and
+# deprecation checks. `make test-matrix` runs everything on every minor.
+K8S_OLDEST = $(shell awk '!/^\#/ && NF { print $$1; exit }' hack/cluster/k8s/minors)
+E2E_OLDEST_RUN ?= ^(TestHarnessNetworkSafety|TestDeprecationWarningsAreCaught|TestMigflexInstalled|TestLayoutAnnotation|TestSuccessMeansAllocatable|TestPodGetsMigDevice|TestWebhookFallback|TestBusyGPU|TestKubeletRestart|TestPlannerReshapesForAPendingPod)$$
+test-e2e-oldest:
+	K8S_VERSION=$(K8S_OLDEST) hack/cluster/e2e.sh -run '$(E2E_OLDEST_RUN)'
+
+# arm64 (Grace nodes): the cross build, and the agent's offline commands
+# run under qemu-user-static.
+test-arm64:
+	hack/check-arm64.sh
+
+# Every supported minor's whole e2e suite, one after the other, and the
+# results table in docs/SUPPORT.md. Root; not part of `make test`.
+test-matrix:
+	hack/cluster/matrix.sh
+
 # test-deps first, so that lint checks the scripts too.
-test: test-deps lint test-unit test-integration test-e2e
+test: test-deps lint test-unit test-integration test-arm64 test-e2e test-e2e-oldest
 
 # Image tarballs the local cluster imports (testbox, pause, migflex from bin/).
 images: build

@@ -47,6 +47,9 @@ func parseDockerfile(t *testing.T, data string) []stage {
 		in := instruction{cmd: strings.ToUpper(cmd), args: strings.TrimSpace(args)}
 		if in.cmd == "FROM" {
 			f := strings.Fields(in.args)
+			for len(f) > 0 && strings.HasPrefix(f[0], "--") { // --platform=...
+				f = f[1:]
+			}
 			s := stage{}
 			if len(f) == 3 && strings.EqualFold(f[1], "AS") {
 				s.name = f[2]
@@ -224,9 +227,10 @@ func TestDockerfileMatchesManifests(t *testing.T) {
 		{"root user", "USER 65532:65532", "USER 0", 1, "non-root"},
 		{"another uid", "USER 65532:65532", "USER 1000:1000", 1, "want 1000"},
 		{"user name", "USER 65532:65532", "USER nonroot", 1, "numeric"},
-		{"plain go build", "    make build\n", "    go build -o bin/ ./cmd/...\n", 2, "want exactly one"},
-		{"unknown target", "    make build\n", "    make image-binaries\n", 2, "no such target"},
-		{"a target CI does not run", "    make build\n", "    make bench\n", 2, "CI (.ci/run"},
+		{"plain go build", "    make build ", "    go build -o bin/ ./cmd/... ", 2, "want exactly one"},
+		{"unknown target", "    make build ", "    make image-binaries ", 2, "no such target"},
+		{"a target CI does not run", "    make build ", "    make bench ", 2, "CI (.ci/run"},
+		{"binaries elsewhere on the command line", "BIN=/src/bin", "BIN=/out", 2, "/out/webhook"},
 		{"other outputs", "/src/bin/planner /", "/src/bin/planner /src/bin/extra /", 2, "/src/bin/extra"},
 	} {
 		t.Run("catches "+tc.name, func(t *testing.T) {
@@ -330,6 +334,9 @@ func deref[T any](p *T) any {
 	return *p
 }
 
+// assignment is a variable name on a make command line (NAME=value).
+var assignment = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
 // makeTargetRe finds `make TARGET` (or $(MAKE) TARGET) in a command line.
 var makeTargetRe = regexp.MustCompile(`(?:^|[;&|]\s*|\s)(?:make|\$\(MAKE\))\s+([A-Za-z0-9_.-]+)`)
 
@@ -361,7 +368,11 @@ func parseMakefile(t *testing.T, data string) makefile {
 		case strings.HasPrefix(strings.TrimSpace(line), "#") || strings.TrimSpace(line) == "":
 		case varRe.MatchString(line):
 			g := varRe.FindStringSubmatch(line)
-			m.vars[g[1]] = strings.TrimSpace(g[2])
+			// ?= sets only what is not set yet (the first of two
+			// branches of an ifeq, as make reads it natively).
+			if _, set := m.vars[g[1]]; !set || !strings.Contains(line, "?=") {
+				m.vars[g[1]] = strings.TrimSpace(g[2])
+			}
 			target = ""
 		case ruleRe.MatchString(line):
 			g := ruleRe.FindStringSubmatch(line)
@@ -471,14 +482,26 @@ func buildProblems(t *testing.T, stages []stage, img image, _ map[string]objects
 		}
 		workdir := "/"
 		var targets []string
+		// Variables set on the make command line (make build BIN=/out)
+		// win over the Makefile's.
+		cmdline := makefile{vars: maps.Clone(mk.vars), prereqs: mk.prereqs, recipes: mk.recipes}
 		for _, in := range stages[i].instr {
 			switch in.cmd {
 			case "WORKDIR":
 				workdir = path.Join(workdir, in.args)
 			case "RUN":
 				_, w := words(t, in)
-				for _, g := range makeTargetRe.FindAllStringSubmatch(strings.Join(w, " "), -1) {
-					targets = append(targets, g[1])
+				line := strings.Join(w, " ")
+				for _, g := range makeTargetRe.FindAllStringSubmatchIndex(line, -1) {
+					targets = append(targets, line[g[2]:g[3]])
+					for _, f := range strings.Fields(line[g[1]:]) {
+						if f == "&&" || f == "||" || f == ";" || f == "|" {
+							break
+						}
+						if k, v, ok := strings.Cut(f, "="); ok && assignment.MatchString(k) {
+							cmdline.vars[k] = v
+						}
+					}
 				}
 			}
 		}
@@ -495,7 +518,7 @@ func buildProblems(t *testing.T, stages []stage, img image, _ map[string]objects
 		// stage's WORKDIR as make's CURDIR.
 		var outputs []string
 		for _, line := range mk.recipes[target] {
-			f := strings.Fields(mk.expand(line, workdir))
+			f := strings.Fields(cmdline.expand(line, workdir))
 			for j := 0; j+1 < len(f); j++ {
 				if f[j] == "-o" {
 					outputs = append(outputs, path.Clean(f[j+1]))
