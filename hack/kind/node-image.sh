@@ -3,9 +3,12 @@
 # from what the project builds and Debian's packages, into the engine of
 # hack/docker/up.sh: migflex.local/kind-node:<version>.
 #
-#   - Debian 12 (debootstrap from the mirror apt uses) with systemd,
-#     containerd, runc, the CNI plugins, iptables and conntrack;
-#   - the pinned kubeadm, kubelet and kubectl (hack/cluster/build.sh);
+#   - Debian 12 (debootstrap from the mirror apt uses) with systemd, runc,
+#     the CNI plugins, iptables and conntrack;
+#   - containerd 2 (containerd, its runc shim and ctr) as the local cluster
+#     runs it, built from the module proxy (hack/cluster/build.sh), and the
+#     pinned kubeadm, kubelet and kubectl of the minor K8S_VERSION picks
+#     (the default one when unset);
 #   - the images kubeadm runs, as tarballs containerd imports at boot
 #     (migflex-kind-images.service), made with hack/mkimage from the pinned
 #     binaries: kube-apiserver, kube-controller-manager, kube-scheduler,
@@ -29,7 +32,7 @@ work=$CACHE_DIR/kind
 mkdir -p "$work/bin"
 cd "$ROOT"
 
-"$HACK_CLUSTER/build.sh" kubeadm kube-proxy kubelet kubectl kube-apiserver kube-controller-manager kube-scheduler >/dev/null
+"$HACK_CLUSTER/build.sh" kubeadm kube-proxy kubelet kubectl kube-apiserver kube-controller-manager kube-scheduler containerd >/dev/null
 K=$K8S_BIN
 mapfile -t want < <("$K/kubeadm" config images list --kubernetes-version "$K8S_VERSION")
 image_of() { printf '%s\n' "${want[@]}" | grep "/$1:" || die "kubeadm lists no $1 image"; }
@@ -54,7 +57,7 @@ if [[ ! -x $work/bin/coredns-$coredns_version ]]; then
 fi
 
 # The node's root file system.
-rootfs_tar=$work/node-rootfs-bookworm.tar
+rootfs_tar=$work/node-rootfs-bookworm-nocontainerd.tar
 if [[ ! -s $rootfs_tar ]]; then
 	mirror=$(awk '$1 == "URIs:" {print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
 	[[ -n $mirror ]] || mirror=$(awk '$1 == "deb" && $0 !~ /security/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
@@ -63,7 +66,7 @@ if [[ ! -s $rootfs_tar ]]; then
 	trap 'umount -R "$dir/proc" "$dir/sys" 2>/dev/null; rm -rf --one-file-system "$dir"' EXIT
 	log "debootstrap bookworm for the node from $mirror"
 	debootstrap --variant=minbase \
-		--include=systemd,systemd-sysv,dbus,containerd,runc,containernetworking-plugins,iptables,conntrack,iproute2,ethtool,util-linux,mount,kmod,ca-certificates,procps,socat,libseccomp2,jq,libcap2-bin \
+		--include=systemd,systemd-sysv,dbus,runc,containernetworking-plugins,iptables,conntrack,iproute2,ethtool,util-linux,mount,kmod,ca-certificates,procps,socat,libseccomp2,jq,libcap2-bin \
 		bookworm "$dir" "$mirror" >"$work/debootstrap.log" 2>&1 ||
 		{ tail -n 20 "$work/debootstrap.log" >&2; die "debootstrap failed"; }
 	rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/*
@@ -110,7 +113,10 @@ mk -ref migflex.local/kind-cni:1 -out "$imgs/kind-cni.tar" -add "$(command -v ba
 install -m 0755 "$K/kubeadm" "$K/kubelet" "$K/kubectl" "$root/usr/bin/"
 install -m 0755 "$HACK_KIND/files/entrypoint" "$root/usr/local/bin/entrypoint"
 install -m 0755 "$HACK_DOCKER/runc-bounded.sh" "$root/usr/local/bin/runc-bounded"
-install -D -m 0644 "$HACK_KIND/files/containerd-config.toml" "$root/etc/containerd/config.toml"
+install -m 0755 "$CONTAINERD_BIN/containerd" "$CONTAINERD_BIN/containerd-shim-runc-v2" "$CONTAINERD_BIN/ctr" "$root/usr/local/bin/"
+mkdir -p "$root/etc/containerd"
+sed "s|@PAUSE_IMAGE@|$pause_ref|" "$HACK_KIND/files/containerd-config.toml" >"$root/etc/containerd/config.toml"
+install -D -m 0644 "$HACK_KIND/files/containerd.service" "$root/etc/systemd/system/containerd.service"
 install -D -m 0644 "$HACK_KIND/files/kubelet.service" "$root/etc/systemd/system/kubelet.service"
 install -D -m 0644 "$HACK_KIND/files/10-kubeadm.conf" "$root/etc/systemd/system/kubelet.service.d/10-kubeadm.conf"
 install -D -m 0644 "$HACK_KIND/files/migflex-kind-images.service" "$root/etc/systemd/system/migflex-kind-images.service"
@@ -120,7 +126,6 @@ mkdir -p "$root/etc/kubernetes/manifests" "$root/etc/cni/net.d" "$root/etc/syste
 for u in kubelet.service migflex-kind-images.service containerd.service; do
 	ln -sfn "/etc/systemd/system/$u" "$root/etc/systemd/system/multi-user.target.wants/$u"
 done
-[[ -e $root/etc/systemd/system/containerd.service ]] || ln -sfn /lib/systemd/system/containerd.service "$root/etc/systemd/system/multi-user.target.wants/containerd.service"
 ln -sfn /lib/systemd/system/multi-user.target "$root/etc/systemd/system/default.target"
 # Nothing of a real machine's boot that a container must not do.
 for u in systemd-udevd.service systemd-udevd-control.socket systemd-udevd-kernel.socket getty@tty1.service \
