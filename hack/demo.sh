@@ -67,7 +67,7 @@ run() {
 }
 
 # --- build -------------------------------------------------------------------
-step "Building migflex (bin/), the pinned Kubernetes $K8S_VERSION binaries (cold: ~6 min, then cached) and the images"
+step "Building migflex (bin/), the pinned Kubernetes $K8S_VERSION and containerd $CONTAINERD_VERSION binaries (cold: minutes, then cached) and the images"
 run "make build"
 "$HACK_CLUSTER/build.sh"
 "$HACK_CLUSTER/images.sh"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the README's commands need and this machine
-# lacks, as `make demo` does for containerd: `make test` runs it for the
-# shell linter, hack/cluster/up.sh for the cluster's packages.
+# lacks: `make test` runs it for the shell linter, the arm64 cross compiler
+# and qemu-user-static (make test-deps), hack/cluster/up.sh (and so `make
+# demo`) for the cluster's packages (runc, the CNI plugins, ...).
 #
 #   hack/install-debs.sh PACKAGE:PROBE...
 #
