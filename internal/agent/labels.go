@@ -13,6 +13,7 @@ import (
 	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/nodeinfo"
 	"github.com/migflex/migflex/internal/resourcename"
+	"github.com/migflex/migflex/internal/textcut"
 )
 
 // Keys the agent reads on its Node: the sources of the desired layout, in
@@ -82,19 +83,7 @@ func labelValue(s string) string {
 }
 
 // truncate cuts s to maxMessageLength bytes on a rune boundary, saying so.
-func truncate(s string) string {
-	const marker = " ... (truncated)"
-	if len(s) <= maxMessageLength {
-		return s
-	}
-	cut := maxMessageLength - len(marker)
-	for cut > 0 && !utf8RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + marker
-}
-
-func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
+func truncate(s string) string { return textcut.Bytes(s, maxMessageLength, " ... (truncated)") }
 
 // gfdLabels computes the GPU feature discovery compatible labels for the
 // node's GPUs under a MIG strategy, as GFD does: under mixed (and none)

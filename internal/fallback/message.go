@@ -4,9 +4,10 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/migflex/migflex/internal/textcut"
 )
 
 // Bounds on what the decision writes, so that no input makes a message, a
@@ -31,11 +32,8 @@ func quote(s string) string {
 	if len(s) <= maxQuoted {
 		return strconv.Quote(s)
 	}
-	cut := maxQuoted
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return fmt.Sprintf("%s...(%d more bytes)", strconv.Quote(s[:cut]), len(s)-cut)
+	p := textcut.Prefix(s, maxQuoted)
+	return fmt.Sprintf("%s...(%d more bytes)", strconv.Quote(p), len(s)-len(p))
 }
 
 // name is a resource name for a message: as it is when it parses (short
@@ -64,13 +62,4 @@ func count(n int, noun string) string {
 }
 
 // clip cuts s to at most n bytes on a rune boundary, ending in "...".
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n - len("...")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "..."
-}
+func clip(s string, n int) string { return textcut.Bytes(s, n, "...") }

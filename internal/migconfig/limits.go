@@ -6,7 +6,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/migflex/migflex/internal/textcut"
 )
 
 // Limits on a mig.config document. A node agent parses whatever a user
@@ -90,11 +91,7 @@ func quote(s string) string {
 	if len(s) <= maxQuoted {
 		return strconv.Quote(s)
 	}
-	cut := maxQuoted
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return strconv.Quote(s[:cut]) + fmt.Sprintf("... (%d bytes)", len(s))
+	return strconv.Quote(textcut.Prefix(s, maxQuoted)) + fmt.Sprintf("... (%d bytes)", len(s))
 }
 
 // clipName shortens a configuration name for an error's path.

@@ -23,6 +23,7 @@ import (
 	"github.com/migflex/migflex/internal/migconfig"
 	"github.com/migflex/migflex/internal/nodeinfo"
 	"github.com/migflex/migflex/internal/planner"
+	"github.com/migflex/migflex/internal/textcut"
 )
 
 // Keys on the Node.
@@ -282,7 +283,7 @@ func clip(s string) string {
 	if len(s) <= maxLen {
 		return s
 	}
-	return s[:maxLen] + "..."
+	return textcut.Prefix(s, maxLen) + "..."
 }
 
 // GPUUsers are the pods holding devices of GPU index on the node, sorted.

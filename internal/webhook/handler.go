@@ -16,6 +16,7 @@ import (
 
 	"github.com/migflex/migflex/internal/fallback"
 	"github.com/migflex/migflex/internal/planner"
+	"github.com/migflex/migflex/internal/textcut"
 )
 
 // DefaultMaxRequestBytes bounds a /mutate body. The API server accepts
@@ -198,7 +199,7 @@ func (h *Handler) admit(ctx context.Context, req *admissionv1.AdmissionRequest, 
 	// Names are validated after mutating admission: a longer one than any
 	// valid name is cut, so that it cannot make every log line as long.
 	if len(name) > validation.DNS1123SubdomainMaxLength {
-		name = name[:validation.DNS1123SubdomainMaxLength] + "..."
+		name = textcut.Prefix(name, validation.DNS1123SubdomainMaxLength) + "..."
 	}
 	podRef := klog.KRef(req.Namespace, name)
 	if d.Err != nil {
