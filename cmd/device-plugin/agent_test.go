@@ -29,6 +29,7 @@ import (
 	"github.com/migflex/migflex/internal/deviceplugin/kubeletstub"
 	"github.com/migflex/migflex/internal/health"
 	"github.com/migflex/migflex/internal/nodeagent"
+	"github.com/migflex/migflex/internal/nodeinfo"
 	"github.com/migflex/migflex/internal/nvmlbackend"
 	"github.com/migflex/migflex/internal/nvmlbackend/sim"
 	"github.com/migflex/migflex/internal/podresources"
@@ -452,7 +453,7 @@ func TestAgentKilledMidApplyConverges(t *testing.T) {
 	const allSeven = "version: v1\nmig-configs:\n  selected:\n  - devices: all\n    mig-enabled: true\n    mig-devices: {\"1g.10gb\": 7}\n"
 	ctx := context.Background()
 	if _, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{
-		Name: nodeName, Annotations: map[string]string{agent.AnnotationMigConfig: allSeven},
+		Name: nodeName, Annotations: map[string]string{nodeinfo.AnnotationMigConfig: allSeven},
 	}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -509,7 +510,7 @@ func TestAgentKilledMidApplyConverges(t *testing.T) {
 	}()
 	testutil.Eventually(t, "state success", func() bool {
 		n, err := client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
-		return err == nil && n.Labels[agent.LabelMigConfigState] == agent.StateSuccess
+		return err == nil && n.Labels[nodeinfo.LabelMigConfigState] == nodeinfo.StateSuccess
 	})
 	if diff := cmp.Diff([]int{7, 7}, simInstances(t, simCfg)); diff != "" {
 		t.Errorf("instances per GPU (-want +got):\n%s", diff)

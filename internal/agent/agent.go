@@ -30,6 +30,7 @@ import (
 	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/mig/nvmlmig"
 	"github.com/migflex/migflex/internal/migconfig"
+	"github.com/migflex/migflex/internal/nodeinfo"
 	"github.com/migflex/migflex/internal/podresources"
 )
 
@@ -438,7 +439,7 @@ func (a *Agent) step(ctx context.Context) bool {
 		// What the Node shows stands in for what this process reported,
 		// so a restart does not repeat the last Event; a Node deleted and
 		// created again starts from its own labels too.
-		a.shown = status{State: node.Labels[LabelMigConfigState], Reason: node.Annotations[AnnotationReason]}
+		a.shown = status{State: node.Labels[nodeinfo.LabelMigConfigState], Reason: node.Annotations[nodeinfo.AnnotationReason]}
 		a.reported = withoutNote(a.shown, node)
 		a.known, a.nodeUID = true, node.UID
 		a.lastSourceKnown, a.awaiting, a.published = false, nil, ""

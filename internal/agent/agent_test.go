@@ -335,7 +335,9 @@ func (n *node) waitNode(what string, cond func(*corev1.Node) bool) *corev1.Node 
 func (n *node) waitState(state string) *corev1.Node {
 	n.t.Helper()
 	// The announcement of a change is not the state it ends in.
-	return n.waitNode("state "+state, func(o *corev1.Node) bool { return o.Labels[LabelMigConfigState] == state && !isAnnouncement(o) })
+	return n.waitNode("state "+state, func(o *corev1.Node) bool {
+		return o.Labels[nodeinfo.LabelMigConfigState] == state && !isAnnouncement(o)
+	})
 }
 
 // annotate sets (or with "" removes) a Node annotation, as kubectl does.
@@ -507,9 +509,9 @@ func TestAgent(t *testing.T) {
 	api := startAPIServer(t)
 
 	t.Run("valid annotation", func(t *testing.T) {
-		n := newNode(t, api, withAnnotation(AnnotationMigConfig, mixedLayout))
+		n := newNode(t, api, withAnnotation(nodeinfo.AnnotationMigConfig, mixedLayout))
 		n.start()
-		obj := n.waitState(StateSuccess)
+		obj := n.waitState(nodeinfo.StateSuccess)
 		if diff := cmp.Diff([]string{"GPU 0 mig=true 2g.20gb@0 2g.20gb@2 3g.40gb@4", "GPU 1 mig=true 7g.80gb@0"}, n.layoutOf()); diff != "" {
 			t.Errorf("layout (-want +got):\n%s", diff)
 		}
@@ -517,11 +519,11 @@ func TestAgent(t *testing.T) {
 
 		wantLabels := map[string]string{
 			"team":                         "ml",
-			LabelGPUCount:                  "2",
-			LabelGPUProduct:                "H100-SXM5-80GB",
-			LabelMigCapable:                "true",
-			LabelMigStrategy:               "mixed",
-			LabelMigConfigState:            "success",
+			nodeinfo.LabelGPUCount:         "2",
+			nodeinfo.LabelGPUProduct:       "H100-SXM5-80GB",
+			nodeinfo.LabelMigCapable:       "true",
+			nodeinfo.LabelMigStrategy:      "mixed",
+			nodeinfo.LabelMigConfigState:   "success",
 			"nvidia.com/mig-2g.20gb.count": "2",
 			"nvidia.com/mig-3g.40gb.count": "1",
 			"nvidia.com/mig-7g.80gb.count": "1",
@@ -529,11 +531,11 @@ func TestAgent(t *testing.T) {
 		if diff := cmp.Diff(wantLabels, obj.Labels); diff != "" {
 			t.Errorf("labels (-want +got):\n%s", diff)
 		}
-		if obj.Annotations[AnnotationMigConfig] != mixedLayout || obj.Annotations["example.com/owner"] != "alice" {
+		if obj.Annotations[nodeinfo.AnnotationMigConfig] != mixedLayout || obj.Annotations["example.com/owner"] != "alice" {
 			t.Errorf("the agent touched keys it does not own: %v", obj.Annotations)
 		}
-		if _, ok := obj.Annotations[AnnotationReason]; ok {
-			t.Errorf("reason annotation on success: %q", obj.Annotations[AnnotationReason])
+		if _, ok := obj.Annotations[nodeinfo.AnnotationReason]; ok {
+			t.Errorf("reason annotation on success: %q", obj.Annotations[nodeinfo.AnnotationReason])
 		}
 		checkLayoutAnnotation(t, n, obj)
 
@@ -550,7 +552,7 @@ func TestAgent(t *testing.T) {
 
 		// A new layout: the 7g goes, its count label goes and the resource
 		// is zeroed at the kubelet.
-		n.annotate(AnnotationMigConfig, allThree)
+		n.annotate(nodeinfo.AnnotationMigConfig, allThree)
 		n.waitServed(map[string]int{resource2g: 0, resource3g: 4, resource7g: 0})
 		obj = n.waitNode("the 3g.40gb count", func(o *corev1.Node) bool { return o.Labels["nvidia.com/mig-3g.40gb.count"] == "4" })
 		for _, k := range []string{"nvidia.com/mig-7g.80gb.count", "nvidia.com/mig-2g.20gb.count"} {
@@ -558,15 +560,15 @@ func TestAgent(t *testing.T) {
 				t.Errorf("label %s=%s stayed after its profile went", k, v)
 			}
 		}
-		if obj.Labels[LabelMigConfigState] != StateSuccess {
-			t.Errorf("state %q", obj.Labels[LabelMigConfigState])
+		if obj.Labels[nodeinfo.LabelMigConfigState] != nodeinfo.StateSuccess {
+			t.Errorf("state %q", obj.Labels[nodeinfo.LabelMigConfigState])
 		}
 	})
 
 	t.Run("run.ai annotation", func(t *testing.T) {
-		n := newNode(t, api, withAnnotation(AnnotationRunAIConfig, allThree))
+		n := newNode(t, api, withAnnotation(nodeinfo.AnnotationRunAIConfig, allThree))
 		n.start()
-		n.waitState(StateSuccess)
+		n.waitState(nodeinfo.StateSuccess)
 		n.waitServed(map[string]int{resource3g: 4})
 		n.waitEvent(corev1.EventTypeNormal, ReasonApplied, "annotation run.ai/mig.config")
 	})
@@ -577,12 +579,12 @@ func TestAgent(t *testing.T) {
 		before := n.layoutOf()
 		r := n.start()
 		n.waitServed(map[string]int{resource3g: 1, deviceplugin.ResourceGPU: 1})
-		obj := n.waitNode("the GFD labels", func(o *corev1.Node) bool { return o.Labels[LabelGPUCount] == "2" })
+		obj := n.waitNode("the GFD labels", func(o *corev1.Node) bool { return o.Labels[nodeinfo.LabelGPUCount] == "2" })
 		waitCounter(t, r, "migflex_agent_reconciles_total", "result", resultNone)
-		if _, ok := obj.Labels[LabelMigConfigState]; ok {
+		if _, ok := obj.Labels[nodeinfo.LabelMigConfigState]; ok {
 			t.Errorf("state label without a source: %v", obj.Labels)
 		}
-		if obj.Labels["nvidia.com/mig-3g.40gb.count"] != "1" || obj.Annotations[AnnotationLayout] == "" {
+		if obj.Labels["nvidia.com/mig-3g.40gb.count"] != "1" || obj.Annotations[nodeinfo.AnnotationLayout] == "" {
 			t.Errorf("labels %v, annotations %v: want the existing layout reported", obj.Labels, obj.Annotations)
 		}
 		if diff := cmp.Diff(before, n.layoutOf()); diff != "" {
@@ -601,9 +603,9 @@ func TestAgent(t *testing.T) {
 		want := map[string]int{resource3g: 2, deviceplugin.ResourceGPU: 1}
 		n.waitServed(want)
 
-		n.annotate(AnnotationMigConfig, "version: v1\nmig-configs:\n  selected:\n  - devices: all\n    mig-enabled: yes please\n")
-		obj := n.waitState(StateFailed)
-		if r := obj.Annotations[AnnotationReason]; !strings.Contains(r, "annotation nvidia.com/mig.config") || !strings.Contains(r, "mig-enabled") {
+		n.annotate(nodeinfo.AnnotationMigConfig, "version: v1\nmig-configs:\n  selected:\n  - devices: all\n    mig-enabled: yes please\n")
+		obj := n.waitState(nodeinfo.StateFailed)
+		if r := obj.Annotations[nodeinfo.AnnotationReason]; !strings.Contains(r, "annotation nvidia.com/mig.config") || !strings.Contains(r, "mig-enabled") {
 			t.Errorf("reason %q does not say what is wrong", r)
 		}
 		n.waitEvent(corev1.EventTypeWarning, ReasonInvalid, "mig-enabled")
@@ -612,9 +614,9 @@ func TestAgent(t *testing.T) {
 		}
 
 		// Valid YAML asking for more than a GPU holds.
-		n.annotate(AnnotationMigConfig, "version: v1\nmig-configs:\n  selected:\n  - devices: all\n    mig-enabled: true\n    mig-devices: {\"3g.40gb\": 3}\n")
+		n.annotate(nodeinfo.AnnotationMigConfig, "version: v1\nmig-configs:\n  selected:\n  - devices: all\n    mig-enabled: true\n    mig-devices: {\"3g.40gb\": 3}\n")
 		obj = n.waitNode("the impossible layout's reason", func(o *corev1.Node) bool {
-			return o.Labels[LabelMigConfigState] == StateFailed && strings.Contains(o.Annotations[AnnotationReason], "3g.40gb")
+			return o.Labels[nodeinfo.LabelMigConfigState] == nodeinfo.StateFailed && strings.Contains(o.Annotations[nodeinfo.AnnotationReason], "3g.40gb")
 		})
 		n.waitEvent(corev1.EventTypeWarning, ReasonInvalid, "3g.40gb", "GPU 0")
 		if diff := cmp.Diff(before, n.layoutOf()); diff != "" {
@@ -623,13 +625,13 @@ func TestAgent(t *testing.T) {
 		if st := n.kubelet.State(); !servesExactly(st, want) {
 			t.Errorf("served %v, want %v unchanged", served(st), want)
 		}
-		t.Logf("reason: %s", obj.Annotations[AnnotationReason])
+		t.Logf("reason: %s", obj.Annotations[nodeinfo.AnnotationReason])
 
 		// Fixing it recovers, and the reason goes.
-		n.annotate(AnnotationMigConfig, allThree)
-		obj = n.waitState(StateSuccess)
-		if _, ok := obj.Annotations[AnnotationReason]; ok {
-			t.Errorf("reason annotation stayed on success: %q", obj.Annotations[AnnotationReason])
+		n.annotate(nodeinfo.AnnotationMigConfig, allThree)
+		obj = n.waitState(nodeinfo.StateSuccess)
+		if _, ok := obj.Annotations[nodeinfo.AnnotationReason]; ok {
+			t.Errorf("reason annotation stayed on success: %q", obj.Annotations[nodeinfo.AnnotationReason])
 		}
 		n.waitServed(map[string]int{resource3g: 4, deviceplugin.ResourceGPU: 0})
 	})
@@ -641,10 +643,10 @@ func TestAgent(t *testing.T) {
 		busyID := gpus[0].Instances[1].UUID
 		n.podres.Set(podresourcestest.Device{Namespace: "ml", Pod: "train-0", Container: "main", Resource: resource3g, IDs: []string{busyID}})
 		n.start()
-		n.annotate(AnnotationMigConfig, allSeven)
+		n.annotate(nodeinfo.AnnotationMigConfig, allSeven)
 
-		obj := n.waitState(StatePending)
-		if r := obj.Annotations[AnnotationReason]; !strings.Contains(r, "ml/train-0") || !strings.Contains(r, "GPU 0") {
+		obj := n.waitState(nodeinfo.StatePending)
+		if r := obj.Annotations[nodeinfo.AnnotationReason]; !strings.Contains(r, "ml/train-0") || !strings.Contains(r, "GPU 0") {
 			t.Errorf("pending reason %q does not name the pod and its GPU", r)
 		}
 		n.waitEvent(corev1.EventTypeNormal, ReasonPending, "ml/train-0", "GPU 0")
@@ -656,7 +658,7 @@ func TestAgent(t *testing.T) {
 
 		// The pod is gone: GPU 0 follows.
 		n.podres.Set()
-		n.waitState(StateSuccess)
+		n.waitState(nodeinfo.StateSuccess)
 		n.waitServed(map[string]int{resource3g: 0, resource1g: 14, deviceplugin.ResourceGPU: 0})
 		if pending := countReason(n.events(), ReasonPending); pending != 1 {
 			t.Errorf("%d MigConfigPending Events, want 1 (retries are no news)", pending)
@@ -672,12 +674,12 @@ func TestAgent(t *testing.T) {
 		// A budget that allows no disruption: the eviction gets a 429.
 		pdb := blockingPDB(t, api, pod)
 		n.start(withPolicy(BusyEvict))
-		n.annotate(AnnotationMigConfig, allSeven)
+		n.annotate(nodeinfo.AnnotationMigConfig, allSeven)
 
 		obj := n.waitNode("the blocked eviction", func(o *corev1.Node) bool {
-			return o.Labels[LabelMigConfigState] == StatePending && strings.Contains(o.Annotations[AnnotationReason], "eviction refused")
+			return o.Labels[nodeinfo.LabelMigConfigState] == nodeinfo.StatePending && strings.Contains(o.Annotations[nodeinfo.AnnotationReason], "eviction refused")
 		})
-		if r := obj.Annotations[AnnotationReason]; !strings.Contains(r, "default/train-0") {
+		if r := obj.Annotations[nodeinfo.AnnotationReason]; !strings.Contains(r, "default/train-0") {
 			t.Errorf("reason %q does not name the pod", r)
 		}
 		if p, err := api.client.CoreV1().Pods("default").Get(context.Background(), pod.Name, metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
@@ -693,14 +695,14 @@ func TestAgent(t *testing.T) {
 		}
 		waitPodEvicted(t, api, pod)
 		n.waitNode("the evicted pod", func(o *corev1.Node) bool {
-			return o.Labels[LabelMigConfigState] == StatePending && strings.Contains(o.Annotations[AnnotationReason], "evicted default/train-0")
+			return o.Labels[nodeinfo.LabelMigConfigState] == nodeinfo.StatePending && strings.Contains(o.Annotations[nodeinfo.AnnotationReason], "evicted default/train-0")
 		})
 		if diff := cmp.Diff("GPU 0 mig=true 3g.40gb@0 3g.40gb@4", n.layoutOf()[0]); diff != "" {
 			t.Errorf("GPU 0 changed while the kubelet still lists the pod (-want +got):\n%s", diff)
 		}
 		// The kubelet lets go of the device once the pod stopped.
 		n.podres.Set()
-		n.waitState(StateSuccess)
+		n.waitState(nodeinfo.StateSuccess)
 		n.waitServed(map[string]int{resource3g: 0, resource1g: 14, deviceplugin.ResourceGPU: 0})
 	})
 
@@ -709,9 +711,9 @@ func TestAgent(t *testing.T) {
 		n.partition(0, "3g.40gb")
 		before := n.layoutOf()
 		n.start(withPodResourcesSocket(filepath.Join(t.TempDir(), "missing.sock")))
-		n.annotate(AnnotationMigConfig, allSeven)
-		obj := n.waitState(StateFailed)
-		if r := obj.Annotations[AnnotationReason]; !strings.Contains(r, "cannot tell which GPUs pods use") {
+		n.annotate(nodeinfo.AnnotationMigConfig, allSeven)
+		obj := n.waitState(nodeinfo.StateFailed)
+		if r := obj.Annotations[nodeinfo.AnnotationReason]; !strings.Contains(r, "cannot tell which GPUs pods use") {
 			t.Errorf("reason %q", r)
 		}
 		n.waitEvent(corev1.EventTypeWarning, ReasonFailed, "cannot tell which GPUs pods use")
@@ -732,10 +734,10 @@ mig-configs:
     mig-enabled: true
     mig-devices: {"3g.40gb": 2}
 `)
-		n := newNode(t, api, withLabel(LabelMigConfig, "all-3g.40gb"))
+		n := newNode(t, api, withLabel(nodeinfo.LabelMigConfig, "all-3g.40gb"))
 		n.start(withConfigFile(cfgPath))
-		obj := n.waitState(StateSuccess)
-		if obj.Labels[LabelMigConfig] != "all-3g.40gb" {
+		obj := n.waitState(nodeinfo.StateSuccess)
+		if obj.Labels[nodeinfo.LabelMigConfig] != "all-3g.40gb" {
 			t.Errorf("the agent touched the label it reads: %v", obj.Labels)
 		}
 		n.waitServed(map[string]int{resource3g: 4})
@@ -750,39 +752,39 @@ mig-configs:
     mig-devices: {"3g.40gb": 1, "2g.20gb": 2}
 `)
 		n.waitServed(map[string]int{resource3g: 2, resource2g: 4})
-		n.waitState(StateSuccess)
+		n.waitState(nodeinfo.StateSuccess)
 
 		// A name the file lacks.
-		n.label(LabelMigConfig, "all-7g.80gb")
-		n.waitState(StateFailed)
+		n.label(nodeinfo.LabelMigConfig, "all-7g.80gb")
+		n.waitState(nodeinfo.StateFailed)
 		n.waitEvent(corev1.EventTypeWarning, ReasonInvalid, "all-7g.80gb")
 		n.waitServed(map[string]int{resource3g: 2, resource2g: 4})
 	})
 
 	t.Run("label without config file", func(t *testing.T) {
-		n := newNode(t, api, withLabel(LabelMigConfig, "all-3g.40gb"))
+		n := newNode(t, api, withLabel(nodeinfo.LabelMigConfig, "all-3g.40gb"))
 		n.start()
-		obj := n.waitState(StateFailed)
-		if r := obj.Annotations[AnnotationReason]; !strings.Contains(r, "--config-file") {
+		obj := n.waitState(nodeinfo.StateFailed)
+		if r := obj.Annotations[nodeinfo.AnnotationReason]; !strings.Contains(r, "--config-file") {
 			t.Errorf("reason %q does not point at --config-file", r)
 		}
 		n.waitEvent(corev1.EventTypeWarning, ReasonFailed, "--config-file")
 	})
 
 	t.Run("ampere reset", func(t *testing.T) {
-		n := newNode(t, api, withGPUs("A100-SXM4-40GB", 1), withAnnotation(AnnotationMigConfig, "version: v1\nmig-configs:\n  selected:\n  - devices: all\n    mig-enabled: true\n    mig-devices: {\"3g.20gb\": 2}\n"))
+		n := newNode(t, api, withGPUs("A100-SXM4-40GB", 1), withAnnotation(nodeinfo.AnnotationMigConfig, "version: v1\nmig-configs:\n  selected:\n  - devices: all\n    mig-enabled: true\n    mig-devices: {\"3g.20gb\": 2}\n"))
 		n.start()
-		n.waitState(StateSuccess)
+		n.waitState(nodeinfo.StateSuccess)
 		waitLayout(t, n, []string{"GPU 0 mig=true 3g.20gb@0 3g.20gb@4"})
 		n.waitServed(map[string]int{"nvidia.com/mig-3g.20gb": 2, deviceplugin.ResourceGPU: 0})
 	})
 
 	t.Run("ampere without reset", func(t *testing.T) {
-		n := newNode(t, api, withGPUs("A100-SXM4-40GB", 1), withAnnotation(AnnotationMigConfig, "version: v1\nmig-configs:\n  selected:\n  - devices: all\n    mig-enabled: true\n    mig-devices: {\"3g.20gb\": 2}\n"))
+		n := newNode(t, api, withGPUs("A100-SXM4-40GB", 1), withAnnotation(nodeinfo.AnnotationMigConfig, "version: v1\nmig-configs:\n  selected:\n  - devices: all\n    mig-enabled: true\n    mig-devices: {\"3g.20gb\": 2}\n"))
 		// A backend without the reset capability, as real NVML.
 		n.start(withNVML(struct{ nvml.Interface }{n.lib}), withResync(100*time.Millisecond))
-		obj := n.waitState(StateFailed)
-		if r := obj.Annotations[AnnotationReason]; !strings.Contains(r, "nvidia-smi -r -i 0") {
+		obj := n.waitState(nodeinfo.StateFailed)
+		if r := obj.Annotations[nodeinfo.AnnotationReason]; !strings.Contains(r, "nvidia-smi -r -i 0") {
 			t.Errorf("reason %q does not tell the operator what to do", r)
 		}
 		n.waitEvent(corev1.EventTypeWarning, ReasonFailed, "reset")
@@ -793,7 +795,7 @@ mig-configs:
 		if err := n.lib.ResetGPU(0); err != nil {
 			t.Fatal(err)
 		}
-		n.waitState(StateSuccess)
+		n.waitState(nodeinfo.StateSuccess)
 		waitLayout(t, n, []string{"GPU 0 mig=true 3g.20gb@0 3g.20gb@4"})
 		n.waitServed(map[string]int{"nvidia.com/mig-3g.20gb": 2, deviceplugin.ResourceGPU: 0})
 	})
@@ -807,9 +809,9 @@ mig-configs:
 			t.Fatal(err)
 		}
 		r := n.start(withResync(200 * time.Millisecond))
-		n.annotate(AnnotationMigConfig, "version: v1\nmig-configs:\n  selected:\n  - devices: [0]\n    mig-enabled: true\n    mig-devices: {\"1g.10gb\": 7}\n")
-		obj := n.waitState(StateFailed)
-		if r := obj.Annotations[AnnotationReason]; !strings.Contains(r, "rolled back") || !strings.Contains(r, "busy") {
+		n.annotate(nodeinfo.AnnotationMigConfig, "version: v1\nmig-configs:\n  selected:\n  - devices: [0]\n    mig-enabled: true\n    mig-devices: {\"1g.10gb\": 7}\n")
+		obj := n.waitState(nodeinfo.StateFailed)
+		if r := obj.Annotations[nodeinfo.AnnotationReason]; !strings.Contains(r, "rolled back") || !strings.Contains(r, "busy") {
 			t.Errorf("reason %q does not say the GPU was busy and rolled back", r)
 		}
 		n.waitEvent(corev1.EventTypeWarning, ReasonFailed, "GPU 0")
@@ -827,18 +829,18 @@ mig-configs:
 		if err := n.lib.SetBusy(0, gpus[0].Instances[1].GIID, false); err != nil {
 			t.Fatal(err)
 		}
-		n.waitState(StateSuccess)
+		n.waitState(nodeinfo.StateSuccess)
 		n.waitServed(map[string]int{resource3g: 0, deviceplugin.ResourceGPU: 1, resource1g: 7})
 	})
 
 	t.Run("health in the layout", func(t *testing.T) {
-		n := newNode(t, api, withAnnotation(AnnotationMigConfig, allThree))
+		n := newNode(t, api, withAnnotation(nodeinfo.AnnotationMigConfig, allThree))
 		w, err := health.New(n.lib, health.Options{QuietPeriod: -1, PollInterval: 10 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
 		n.start(withHealth(w))
-		n.waitState(StateSuccess)
+		n.waitState(nodeinfo.StateSuccess)
 		n.waitServed(map[string]int{resource3g: 4})
 		gpus := n.discover()
 		victim := gpus[1].Instances[0]
@@ -853,13 +855,13 @@ mig-configs:
 			t.Fatal(err)
 		}
 		n.waitNode("the unhealthy device in the layout", func(o *corev1.Node) bool {
-			var l []LayoutGPU
-			if json.Unmarshal([]byte(o.Annotations[AnnotationLayout]), &l) != nil || len(l) != 2 {
+			var l []nodeinfo.GPU
+			if json.Unmarshal([]byte(o.Annotations[nodeinfo.AnnotationLayout]), &l) != nil || len(l) != 2 {
 				return false
 			}
 			for _, in := range l[1].Instances {
 				if in.UUID == victim.UUID {
-					return in.Health == HealthUnhealthy
+					return in.Health == nodeinfo.HealthUnhealthy
 				}
 			}
 			return false
@@ -870,19 +872,19 @@ mig-configs:
 	// come and go, with one write per change and none while nothing
 	// changes; the profile table of the node's model is published beside.
 	t.Run("devices in use in the layout", func(t *testing.T) {
-		n := newNode(t, api, withAnnotation(AnnotationMigConfig, allThree))
+		n := newNode(t, api, withAnnotation(nodeinfo.AnnotationMigConfig, allThree))
 		r := n.start(withInUseInterval(20 * time.Millisecond))
-		obj := n.waitState(StateSuccess)
-		models, err := nodeinfo.ParseProfiles(obj.Annotations[AnnotationProfiles])
+		obj := n.waitState(nodeinfo.StateSuccess)
+		models, err := nodeinfo.ParseProfiles(obj.Annotations[nodeinfo.AnnotationProfiles])
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := n.discover()[0].Profiles; len(models) != 1 || models[0].Name != "H100-SXM5-80GB" || !cmp.Equal(models[0].Profiles, want) {
+		if want := n.discover()[0].Profiles; len(models) != 1 || models[0].Name != "H100-SXM5-80GB" || !cmp.Equal(models[0].MIGProfiles(), want) {
 			t.Errorf("profiles annotation %+v, want the H100's table %+v", models, want)
 		}
 		victim := n.discover()[1].Instances[1]
 		usedBy := func(o *corev1.Node) []string {
-			l, err := nodeinfo.ParseLayout(o.Annotations[AnnotationLayout])
+			l, err := nodeinfo.ParseLayout(o.Annotations[nodeinfo.AnnotationLayout])
 			if err != nil || len(l) != 2 {
 				return []string{"unreadable"}
 			}
@@ -941,9 +943,9 @@ mig-configs:
 	})
 
 	t.Run("restart touches nothing", func(t *testing.T) {
-		n := newNode(t, api, withStateDir(t.TempDir()), withAnnotation(AnnotationMigConfig, mixedLayout))
+		n := newNode(t, api, withStateDir(t.TempDir()), withAnnotation(nodeinfo.AnnotationMigConfig, mixedLayout))
 		first := n.start()
-		n.waitState(StateSuccess)
+		n.waitState(nodeinfo.StateSuccess)
 		n.waitServed(map[string]int{resource2g: 2, resource3g: 1, resource7g: 1})
 		n.waitEvent(corev1.EventTypeNormal, ReasonApplied)
 		first.stop()
@@ -994,9 +996,9 @@ mig-configs:
 	})
 
 	t.Run("metrics", func(t *testing.T) {
-		n := newNode(t, api, withAnnotation(AnnotationMigConfig, allThree))
+		n := newNode(t, api, withAnnotation(nodeinfo.AnnotationMigConfig, allThree))
 		r := n.start()
-		n.waitState(StateSuccess)
+		n.waitState(nodeinfo.StateSuccess)
 		waitCounter(t, r, "migflex_agent_reconciles_total", "result", resultSuccess)
 		rec := httptestGet(t, r.agent.Handler(), "/metrics")
 		for _, want := range []string{
@@ -1025,7 +1027,7 @@ mig-configs:
 		if err := api.client.CoreV1().Nodes().Delete(context.Background(), n.name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := a.applyMetadata(context.Background(), stale, map[string]string{LabelGPUCount: "2"}, nil); err == nil {
+		if _, err := a.applyMetadata(context.Background(), stale, map[string]string{nodeinfo.LabelGPUCount: "2"}, nil); err == nil {
 			t.Error("applying to a deleted Node succeeded")
 		}
 		if _, err := api.client.CoreV1().Nodes().Get(context.Background(), n.name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
@@ -1036,17 +1038,17 @@ mig-configs:
 
 func checkLayoutAnnotation(t *testing.T, n *node, obj *corev1.Node) {
 	t.Helper()
-	var got []LayoutGPU
-	if err := json.Unmarshal([]byte(obj.Annotations[AnnotationLayout]), &got); err != nil {
+	var got []nodeinfo.GPU
+	if err := json.Unmarshal([]byte(obj.Annotations[nodeinfo.AnnotationLayout]), &got); err != nil {
 		t.Fatalf("layout annotation: %v", err)
 	}
 	gpus := n.discover()
-	var want []LayoutGPU
+	var want []nodeinfo.GPU
 	for _, g := range gpus {
-		lg := LayoutGPU{Index: g.Index, UUID: g.UUID, Model: "H100-SXM5-80GB", MigMode: "Enabled"}
+		lg := nodeinfo.GPU{Index: g.Index, UUID: g.UUID, Model: "H100-SXM5-80GB", MigMode: "Enabled"}
 		for _, in := range g.Instances {
-			lg.Instances = append(lg.Instances, LayoutInstance{
-				Profile: in.Profile, Placement: LayoutPlacement{Start: in.Start, Size: in.Size}, GI: in.GIID, CI: in.CIID, UUID: in.UUID, Health: HealthHealthy,
+			lg.Instances = append(lg.Instances, nodeinfo.Instance{
+				Profile: in.Profile, Placement: nodeinfo.Placement{Start: in.Start, Size: in.Size}, GI: in.GIID, CI: in.CIID, UUID: in.UUID, Health: nodeinfo.HealthHealthy,
 			})
 		}
 		want = append(want, lg)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/migflex/migflex/internal/deviceplugin"
 	"github.com/migflex/migflex/internal/migconfig/migconfigtest"
+	"github.com/migflex/migflex/internal/nodeinfo"
 )
 
 // maxAnnotationDoc leaves room on the Node for the agent's own annotations:
@@ -47,13 +48,13 @@ func testHostileAnnotations(t *testing.T, api *apiServer) {
 			continue // the API server refuses it, or the agent sees no source
 		}
 		sent++
-		n.annotate(AnnotationMigConfig, inPlace)
-		n.waitState(StateSuccess)
+		n.annotate(nodeinfo.AnnotationMigConfig, inPlace)
+		n.waitState(nodeinfo.StateSuccess)
 
-		n.annotate(AnnotationMigConfig, string(d.Data))
-		obj := n.waitState(StateFailed)
-		reason := obj.Annotations[AnnotationReason]
-		if !strings.HasPrefix(reason, "annotation "+AnnotationMigConfig+": ") || len(reason) > 2560 {
+		n.annotate(nodeinfo.AnnotationMigConfig, string(d.Data))
+		obj := n.waitState(nodeinfo.StateFailed)
+		reason := obj.Annotations[nodeinfo.AnnotationReason]
+		if !strings.HasPrefix(reason, "annotation "+nodeinfo.AnnotationMigConfig+": ") || len(reason) > 2560 {
 			t.Errorf("%s: reason of %d bytes: %.300s", d.Name, len(reason), reason)
 		}
 		if diff := cmp.Diff(before, n.layoutOf()); diff != "" {
@@ -78,7 +79,7 @@ func testHostileAnnotations(t *testing.T, api *apiServer) {
 func testRunAIStringIndices(t *testing.T, api *apiServer) {
 	n := newNode(t, api)
 	n.start()
-	n.annotate(AnnotationRunAIConfig, `version: v1
+	n.annotate(nodeinfo.AnnotationRunAIConfig, `version: v1
 mig-configs:
   selected:
   - devices: ["0"]
@@ -89,16 +90,16 @@ mig-configs:
     mig-enabled: true
     mig-devices: [{name: 7g.80gb, position: 0, size: 8}]
 `)
-	n.waitState(StateSuccess)
+	n.waitState(nodeinfo.StateSuccess)
 	if diff := cmp.Diff([]string{"GPU 0 mig=true 3g.40gb@4", "GPU 1 mig=true 7g.80gb@0"}, n.layoutOf()); diff != "" {
 		t.Errorf("layout (-want +got):\n%s", diff)
 	}
 	n.waitServed(map[string]int{resource3g: 1, resource7g: 1})
 
-	n.annotate(AnnotationRunAIConfig, "version: v1\nmig-configs:\n  selected:\n  - {devices: [\"x\"], mig-enabled: false}\n")
-	obj := n.waitState(StateFailed)
+	n.annotate(nodeinfo.AnnotationRunAIConfig, "version: v1\nmig-configs:\n  selected:\n  - {devices: [\"x\"], mig-enabled: false}\n")
+	obj := n.waitState(nodeinfo.StateFailed)
 	want := `annotation run.ai/mig.config: mig-configs.selected[0].devices[0]: a GPU index must be a whole number from 0 to 2147483647, written 3 or "3", got the string "x"; the GPUs are left as they are`
-	if r := obj.Annotations[AnnotationReason]; r != want {
+	if r := obj.Annotations[nodeinfo.AnnotationReason]; r != want {
 		t.Errorf("reason %q\nwant   %q", r, want)
 	}
 }
@@ -136,16 +137,16 @@ mig-configs:
 // cannot use fails alone.
 func testSharedConfigFile(t *testing.T, api *apiServer) {
 	cfgPath := configMapMount(t, t.TempDir(), "v1", fleetFile)
-	n := newNode(t, api, withLabel(LabelMigConfig, "h100-and-a100"))
+	n := newNode(t, api, withLabel(nodeinfo.LabelMigConfig, "h100-and-a100"))
 	n.start(withConfigFile(cfgPath))
-	obj := n.waitState(StateSuccess)
+	obj := n.waitState(nodeinfo.StateSuccess)
 	if diff := cmp.Diff([]string{"GPU 0 mig=true 7g.80gb@0", "GPU 1 mig=false"}, n.layoutOf()); diff != "" {
 		t.Errorf("layout (-want +got):\n%s", diff)
 	}
 	const src = "label nvidia.com/mig.config=h100-and-a100: "
 	wantReason := src + "mig-configs.h100-and-a100[0]: GPU 5 does not exist (node has GPUs 0, 1); " +
 		`mig-configs.h100-and-a100[1]: its device-filter ("0x20B010DE", "A100-SXM4-40GB") matches no GPU on this node (H100-SXM5-80GB is 0x233010DE:0x16C110DE)`
-	if r := obj.Annotations[AnnotationReason]; r != wantReason {
+	if r := obj.Annotations[nodeinfo.AnnotationReason]; r != wantReason {
 		t.Errorf("reason %q\nwant   %q", r, wantReason)
 	}
 	n.waitEvent(corev1.EventTypeNormal, ReasonApplied, "create 7g.80gb@0:8", "GPU 5 does not exist", "matches no GPU")
@@ -153,12 +154,12 @@ func testSharedConfigFile(t *testing.T, api *apiServer) {
 
 	// A configuration for other GPUs: nothing changes, and the Node says so.
 	before := n.layoutOf()
-	n.label(LabelMigConfig, "a100-only")
+	n.label(nodeinfo.LabelMigConfig, "a100-only")
 	obj = n.waitNode("the a100-only reason", func(o *corev1.Node) bool {
-		return strings.Contains(o.Annotations[AnnotationReason], "a100-only")
+		return strings.Contains(o.Annotations[nodeinfo.AnnotationReason], "a100-only")
 	})
-	if obj.Labels[LabelMigConfigState] != StateSuccess || !strings.Contains(obj.Annotations[AnnotationReason], "they are left as they are") {
-		t.Errorf("state %q, reason %q", obj.Labels[LabelMigConfigState], obj.Annotations[AnnotationReason])
+	if obj.Labels[nodeinfo.LabelMigConfigState] != nodeinfo.StateSuccess || !strings.Contains(obj.Annotations[nodeinfo.AnnotationReason], "they are left as they are") {
+		t.Errorf("state %q, reason %q", obj.Labels[nodeinfo.LabelMigConfigState], obj.Annotations[nodeinfo.AnnotationReason])
 	}
 	n.waitEvent(corev1.EventTypeNormal, ReasonApplied, "label nvidia.com/mig.config=a100-only: nothing to change on this node", "no entry applies")
 	if diff := cmp.Diff(before, n.layoutOf()); diff != "" {
@@ -166,9 +167,9 @@ func testSharedConfigFile(t *testing.T, api *apiServer) {
 	}
 
 	// The configuration migflex cannot use fails alone, with what to do.
-	n.label(LabelMigConfig, "compute-instances")
-	obj = n.waitState(StateFailed)
-	if r := obj.Annotations[AnnotationReason]; !strings.Contains(r, `profile "1c.7g.80gb": compute-instance profiles`) || !strings.Contains(r, `("7g.80gb")`) {
+	n.label(nodeinfo.LabelMigConfig, "compute-instances")
+	obj = n.waitState(nodeinfo.StateFailed)
+	if r := obj.Annotations[nodeinfo.AnnotationReason]; !strings.Contains(r, `profile "1c.7g.80gb": compute-instance profiles`) || !strings.Contains(r, `("7g.80gb")`) {
 		t.Errorf("reason %q", r)
 	}
 	if diff := cmp.Diff(before, n.layoutOf()); diff != "" {
@@ -182,18 +183,18 @@ func testSharedConfigFile(t *testing.T, api *apiServer) {
 func testAnnotationNodeShape(t *testing.T, api *apiServer) {
 	n := newNode(t, api)
 	n.start()
-	n.annotate(AnnotationMigConfig, "version: v1\nmig-configs:\n  selected:\n  - {devices: [0, 5], mig-enabled: true, mig-devices: {7g.80gb: 1}}\n")
-	obj := n.waitState(StateFailed)
+	n.annotate(nodeinfo.AnnotationMigConfig, "version: v1\nmig-configs:\n  selected:\n  - {devices: [0, 5], mig-enabled: true, mig-devices: {7g.80gb: 1}}\n")
+	obj := n.waitState(nodeinfo.StateFailed)
 	want := "annotation nvidia.com/mig.config: config \"selected\": mig-configs.selected[0]: GPU 5 does not exist (node has GPUs 0, 1); the GPUs are left as they are"
-	if r := obj.Annotations[AnnotationReason]; r != want {
+	if r := obj.Annotations[nodeinfo.AnnotationReason]; r != want {
 		t.Errorf("reason %q\nwant   %q", r, want)
 	}
-	n.annotate(AnnotationMigConfig, "version: v1\nmig-configs:\n  selected:\n  - {device-filter: \"0x20B010DE\", devices: all, mig-enabled: false}\n")
+	n.annotate(nodeinfo.AnnotationMigConfig, "version: v1\nmig-configs:\n  selected:\n  - {device-filter: \"0x20B010DE\", devices: all, mig-enabled: false}\n")
 	obj = n.waitNode("the no-entry reason", func(o *corev1.Node) bool {
-		return strings.Contains(o.Annotations[AnnotationReason], "no entry applies")
+		return strings.Contains(o.Annotations[nodeinfo.AnnotationReason], "no entry applies")
 	})
-	if obj.Labels[LabelMigConfigState] != StateFailed {
-		t.Errorf("state %q", obj.Labels[LabelMigConfigState])
+	if obj.Labels[nodeinfo.LabelMigConfigState] != nodeinfo.StateFailed {
+		t.Errorf("state %q", obj.Labels[nodeinfo.LabelMigConfigState])
 	}
 	if diff := cmp.Diff([]string{"GPU 0 mig=false", "GPU 1 mig=false"}, n.layoutOf()); diff != "" {
 		t.Errorf("layout (-want +got):\n%s", diff)

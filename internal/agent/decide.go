@@ -10,6 +10,7 @@ import (
 	"github.com/migflex/migflex/internal/deviceplugin"
 	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/migconfig"
+	"github.com/migflex/migflex/internal/nodeinfo"
 )
 
 // The decisions of a reconcile, apart from its I/O (reconcile.go): what
@@ -19,7 +20,7 @@ import (
 // planInput is what a reconcile knows before it asks the kubelet which
 // GPUs pods use.
 type planInput struct {
-	src source
+	src nodeinfo.Source
 	// doc is the source's document; docErr why it could not be read (a
 	// config file not mounted yet).
 	doc    string
@@ -63,29 +64,29 @@ func decidePlan(in planInput) planDecision {
 	failed := func(st status, result, reason, stage string, retry bool) planDecision {
 		return planDecision{done: true, report: true, out: outcome{status: st, retry: retry, result: result, gpus: in.gpus}, reason: reason, stage: stage, holds: in.holds}
 	}
-	if in.src.kind == sourceNone {
+	if in.src.Kind == nodeinfo.SourceNone {
 		d := planDecision{done: true, out: outcome{result: resultNone, gpus: in.gpus}, holds: map[int]hold{}}
 		if in.serveErr != nil {
 			d.report = true
-			d.out.status, d.out.result, d.reason = status{StateFailed, in.serveErr.Error()}, resultFailed, ReasonFailed
+			d.out.status, d.out.result, d.reason = status{nodeinfo.StateFailed, in.serveErr.Error()}, resultFailed, ReasonFailed
 		}
 		return d
 	}
 	if in.docErr != nil {
-		return failed(status{StateFailed, in.docErr.Error()}, resultFailed, ReasonFailed, stageConfig, true)
+		return failed(status{nodeinfo.StateFailed, in.docErr.Error()}, resultFailed, ReasonFailed, stageConfig, true)
 	}
-	r, err := migconfig.Resolve([]byte(in.doc), in.src.configName, in.gpus, in.src.scope())
+	r, err := migconfig.Resolve([]byte(in.doc), in.src.ConfigName, in.gpus, scopeOf(in.src))
 	if err == nil {
 		err = servable(in.gpus, r.Plan, in.strategy)
 	}
 	if err != nil {
 		msg := fmt.Sprintf("%s: %v; the GPUs are left as they are", in.src, err)
-		return failed(status{StateFailed, msg}, resultInvalid, ReasonInvalid, stageConfig, false)
+		return failed(status{nodeinfo.StateFailed, msg}, resultInvalid, ReasonInvalid, stageConfig, false)
 	}
 	if !slices.ContainsFunc(r.Plan.GPUs, migconfig.GPUPlan.Changed) {
 		d := planDecision{done: true, report: true, out: outcome{status: successWith(in.src, r.Notes), result: resultSuccess, gpus: in.gpus}, reason: ReasonApplied, holds: map[int]hold{}}
 		if in.serveErr != nil {
-			d.out.status, d.out.result, d.reason = status{StateFailed, in.serveErr.Error()}, resultFailed, ReasonFailed
+			d.out.status, d.out.result, d.reason = status{nodeinfo.StateFailed, in.serveErr.Error()}, resultFailed, ReasonFailed
 			return d
 		}
 		msg := fmt.Sprintf("%s: the layout is in place: %s", in.src, summarize(r.Plan))
@@ -102,7 +103,7 @@ func decidePlan(in planInput) planDecision {
 	// a GPU changed behind the agent's back (a reset) or a restart lifts
 	// the hold; so does a resync for a GPU that failed because processes
 	// the kubelet does not know of use it (see liftBusyHolds).
-	d := planDecision{resolved: r, srcID: in.src.identity(in.doc), holds: map[int]hold{}}
+	d := planDecision{resolved: r, srcID: sourceIdentity(in.src, in.doc), holds: map[int]hold{}}
 	held := map[int]bool{}
 	for _, p := range r.Plan.GPUs {
 		if h, ok := in.holds[p.GPU]; ok && p.Changed() && h.key == holdKey(d.srcID, in.gpus, p.GPU) {
@@ -114,14 +115,14 @@ func decidePlan(in planInput) planDecision {
 	d.todo = withoutGPUs(r.Plan, held)
 	if !slices.ContainsFunc(d.todo.GPUs, migconfig.GPUPlan.Changed) {
 		d.done = true
-		d.out = outcome{status: status{StateFailed, fmt.Sprintf("%s: %s", in.src, strings.Join(d.heldReasons, "; "))}, result: resultHeld, gpus: in.gpus}
+		d.out = outcome{status: status{nodeinfo.StateFailed, fmt.Sprintf("%s: %s", in.src, strings.Join(d.heldReasons, "; "))}, result: resultHeld, gpus: in.gpus}
 	}
 	return d
 }
 
 // busyInput is what the kubelet said about the GPUs todo changes.
 type busyInput struct {
-	src  source
+	src  nodeinfo.Source
 	todo migconfig.Plan
 	gpus []mig.GPU
 	// busy are the GPUs pods hold (by index, the pods), at either check.
@@ -173,7 +174,7 @@ func evictedNote(note string, policy BusyPolicy, busy map[int][]string) string {
 
 // concludeInput is what a reconcile that changed GPUs found and did.
 type concludeInput struct {
-	src   source
+	src   nodeinfo.Source
 	notes []string
 	// reasons say why GPUs were not changed (held, busy-check or eviction
 	// failures); failed is set when any of them is a failure.
@@ -191,17 +192,17 @@ func conclude(in concludeInput) (outcome, string) {
 	out := in.applied
 	out.retry = in.retry
 	failed, reasons := in.failed, in.reasons
-	if out.status.State == StateFailed {
+	if out.status.State == nodeinfo.StateFailed {
 		failed = true
 		reasons = append(slices.Clone(reasons), out.status.Reason)
 	}
 	switch {
 	case failed:
-		out.status = status{StateFailed, fmt.Sprintf("%s: %s", in.src, joinReasons(append(reasons, in.waitNote)...))}
+		out.status = status{nodeinfo.StateFailed, fmt.Sprintf("%s: %s", in.src, joinReasons(append(reasons, in.waitNote)...))}
 		out.result = resultFailed
 		return out, ReasonFailed
 	case in.busy:
-		out.status = status{StatePending, fmt.Sprintf("%s: %s", in.src, in.waitNote)}
+		out.status = status{nodeinfo.StatePending, fmt.Sprintf("%s: %s", in.src, in.waitNote)}
 		out.result = resultPending
 		return out, ReasonPending
 	}
@@ -237,13 +238,13 @@ func finish(prev status, out outcome, reason, message string) outcome {
 		return out
 	}
 	switch out.status.State {
-	case StateSuccess:
+	case nodeinfo.StateSuccess:
 		if len(out.events) == 0 && message != "" {
 			out.events = append(out.events, event{corev1.EventTypeNormal, ReasonApplied, message})
 		}
-	case StatePending:
+	case nodeinfo.StatePending:
 		out.events = append(out.events, event{corev1.EventTypeNormal, ReasonPending, out.status.Reason})
-	case StateFailed:
+	case nodeinfo.StateFailed:
 		out.events = append(out.events, event{corev1.EventTypeWarning, reason, out.status.Reason})
 	}
 	return out

@@ -13,6 +13,7 @@ import (
 	"github.com/migflex/migflex/internal/gpumodel"
 	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/migconfig"
+	"github.com/migflex/migflex/internal/nodeinfo"
 )
 
 // h100Table is an H100 with the built-in model's profiles, as Discover
@@ -28,7 +29,9 @@ func h100Table(t *testing.T, index int, migOn bool, instances ...mig.Instance) m
 	return g
 }
 
-func annotation(doc string) source { return source{kind: sourceAnnotation, document: doc} }
+func annotation(doc string) nodeinfo.Source {
+	return nodeinfo.Source{Kind: nodeinfo.SourceAnnotation, Document: doc}
+}
 
 const (
 	twoThrees   = "version: v1\nmig-configs:\n  selected:\n  - devices: all\n    mig-enabled: true\n    mig-devices: {\"3g.40gb\": 2}\n"
@@ -41,7 +44,7 @@ func TestDecidePlan(t *testing.T) {
 	inPlace := []mig.GPU{h100Table(t, 0, true, threes...), h100Table(t, 1, true, inst("3g.40gb", 0, 4, 3), inst("3g.40gb", 4, 4, 4))}
 	fresh := []mig.GPU{h100Table(t, 0, false), h100Table(t, 1, false)}
 	held := func(gpus []mig.GPU, doc string, gpu int) map[int]hold {
-		return map[int]hold{gpu: {key: holdKey(annotation(doc).identity(doc), gpus, gpu), reason: "GPU 0: create failed"}}
+		return map[int]hold{gpu: {key: holdKey(sourceIdentity(annotation(doc), doc), gpus, gpu), reason: "GPU 0: create failed"}}
 	}
 	stale := map[int]hold{0: {key: "an older layout", reason: "GPU 0: create failed"}, 7: {key: "x"}}
 
@@ -70,37 +73,37 @@ func TestDecidePlan(t *testing.T) {
 		{
 			name: "no source, and the GPUs as they are cannot be served",
 			in:   planInput{gpus: fresh, serveErr: errors.New("two profiles"), holds: stale},
-			want: want{done: true, report: true, state: StateFailed, statusHas: "two profiles", result: resultFailed, reason: ReasonFailed},
+			want: want{done: true, report: true, state: nodeinfo.StateFailed, statusHas: "two profiles", result: resultFailed, reason: ReasonFailed},
 		},
 		{
 			name: "the config file cannot be read: retried, holds kept",
-			in:   planInput{src: source{kind: sourceLabel, configName: "threes"}, docErr: errors.New("no such file"), gpus: fresh, holds: stale},
-			want: want{done: true, report: true, state: StateFailed, statusHas: "no such file", result: resultFailed, reason: ReasonFailed, stage: stageConfig, retry: true, holds: []int{0, 7}},
+			in:   planInput{src: nodeinfo.Source{Kind: nodeinfo.SourceLabel, ConfigName: "threes"}, docErr: errors.New("no such file"), gpus: fresh, holds: stale},
+			want: want{done: true, report: true, state: nodeinfo.StateFailed, statusHas: "no such file", result: resultFailed, reason: ReasonFailed, stage: stageConfig, retry: true, holds: []int{0, 7}},
 		},
 		{
 			name: "a document that does not parse: invalid, not retried",
 			in:   planInput{src: annotation("version: v1\nmig-configs: ["), doc: "version: v1\nmig-configs: [", gpus: fresh, holds: stale},
-			want: want{done: true, report: true, state: StateFailed, statusHas: "the GPUs are left as they are", result: resultInvalid, reason: ReasonInvalid, stage: stageConfig, holds: []int{0, 7}},
+			want: want{done: true, report: true, state: nodeinfo.StateFailed, statusHas: "the GPUs are left as they are", result: resultInvalid, reason: ReasonInvalid, stage: stageConfig, holds: []int{0, 7}},
 		},
 		{
 			name: "a layout the MIG strategy cannot serve is refused before any GPU changes",
 			in:   planInput{src: annotation(twoKinds), doc: twoKinds, gpus: fresh, strategy: deviceplugin.MigStrategySingle},
-			want: want{done: true, report: true, state: StateFailed, statusHas: "--mig-strategy=single", result: resultInvalid, reason: ReasonInvalid, stage: stageConfig},
+			want: want{done: true, report: true, state: nodeinfo.StateFailed, statusHas: "--mig-strategy=single", result: resultInvalid, reason: ReasonInvalid, stage: stageConfig},
 		},
 		{
 			name: "the layout is in place: success, holds dropped",
 			in:   planInput{src: annotation(twoThrees), doc: twoThrees, gpus: inPlace, strategy: deviceplugin.MigStrategyMixed, holds: stale},
-			want: want{done: true, report: true, state: StateSuccess, result: resultSuccess, reason: ReasonApplied, message: "the layout is in place: GPU 0 (H100-SXM5-80GB): unchanged, 3g.40gb@0:4"},
+			want: want{done: true, report: true, state: nodeinfo.StateSuccess, result: resultSuccess, reason: ReasonApplied, message: "the layout is in place: GPU 0 (H100-SXM5-80GB): unchanged, 3g.40gb@0:4"},
 		},
 		{
 			name: "in place, but not servable as it is",
 			in:   planInput{src: annotation(twoThrees), doc: twoThrees, gpus: inPlace, serveErr: errors.New("refused"), strategy: deviceplugin.MigStrategyMixed},
-			want: want{done: true, report: true, state: StateFailed, statusHas: "refused", result: resultFailed, reason: ReasonFailed},
+			want: want{done: true, report: true, state: nodeinfo.StateFailed, statusHas: "refused", result: resultFailed, reason: ReasonFailed},
 		},
 		{
 			name: "in place from a fleet's file: what does not apply is said",
-			in:   planInput{src: source{kind: sourceLabel, configName: "threes"}, doc: fleetThrees, gpus: inPlace, strategy: deviceplugin.MigStrategyMixed},
-			want: want{done: true, report: true, state: StateSuccess, statusHas: "5", result: resultSuccess, reason: ReasonApplied, message: "the layout is in place"},
+			in:   planInput{src: nodeinfo.Source{Kind: nodeinfo.SourceLabel, ConfigName: "threes"}, doc: fleetThrees, gpus: inPlace, strategy: deviceplugin.MigStrategyMixed},
+			want: want{done: true, report: true, state: nodeinfo.StateSuccess, statusHas: "5", result: resultSuccess, reason: ReasonApplied, message: "the layout is in place"},
 		},
 		{
 			name: "GPUs to change",
@@ -116,7 +119,7 @@ func TestDecidePlan(t *testing.T) {
 			name: "every GPU to change on hold: failed with the hold's reason, no Event",
 			in: planInput{src: annotation(twoThrees), doc: twoThrees, gpus: []mig.GPU{fresh[0], inPlace[1]}, strategy: deviceplugin.MigStrategyMixed,
 				holds: held([]mig.GPU{fresh[0], inPlace[1]}, twoThrees, 0)},
-			want: want{done: true, state: StateFailed, statusHas: "GPU 0: create failed", result: resultHeld, holds: []int{0}},
+			want: want{done: true, state: nodeinfo.StateFailed, statusHas: "GPU 0: create failed", result: resultHeld, holds: []int{0}},
 		},
 	}
 	for _, tc := range tests {
@@ -144,7 +147,7 @@ func TestDecidePlan(t *testing.T) {
 			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{})); diff != "" {
 				t.Errorf("decision (-want +got):\n%s", diff)
 			}
-			if !d.done && d.srcID != tc.in.src.identity(tc.in.doc) {
+			if !d.done && d.srcID != sourceIdentity(tc.in.src, tc.in.doc) {
 				t.Error("the decision does not carry the source's identity for the holds it makes")
 			}
 		})
@@ -210,8 +213,8 @@ func TestDecideBusy(t *testing.T) {
 func TestConclude(t *testing.T) {
 	src := annotation(twoThrees)
 	appliedEv := event{corev1.EventTypeNormal, ReasonApplied, "annotation nvidia.com/mig.config: GPU 0: 2 created"}
-	ok := outcome{status: status{State: StateSuccess}, result: resultSuccess, events: []event{appliedEv}}
-	failedApply := outcome{status: status{StateFailed, "GPU 1: create failed"}, result: resultFailed}
+	ok := outcome{status: status{State: nodeinfo.StateSuccess}, result: resultSuccess, events: []event{appliedEv}}
+	failedApply := outcome{status: status{nodeinfo.StateFailed, "GPU 1: create failed"}, result: resultFailed}
 	tests := []struct {
 		name       string
 		in         concludeInput
@@ -223,23 +226,23 @@ func TestConclude(t *testing.T) {
 		{
 			name:       "applied: success, the notes on the status and the Event",
 			in:         concludeInput{src: src, notes: []string{"GPU 5 is not on this node"}, applied: ok},
-			wantStatus: status{StateSuccess, "annotation nvidia.com/mig.config: GPU 5 is not on this node"}, wantResult: resultSuccess,
+			wantStatus: status{nodeinfo.StateSuccess, "annotation nvidia.com/mig.config: GPU 5 is not on this node"}, wantResult: resultSuccess,
 			wantReason: ReasonApplied, wantEvent: appliedEv.Message + "; GPU 5 is not on this node",
 		},
 		{
 			name:       "busy GPUs wait: pending",
 			in:         concludeInput{src: src, busy: true, retry: true, waitNote: "waiting for pods", applied: ok},
-			wantStatus: status{StatePending, "annotation nvidia.com/mig.config: waiting for pods"}, wantResult: resultPending, wantReason: ReasonPending, wantEvent: appliedEv.Message,
+			wantStatus: status{nodeinfo.StatePending, "annotation nvidia.com/mig.config: waiting for pods"}, wantResult: resultPending, wantReason: ReasonPending, wantEvent: appliedEv.Message,
 		},
 		{
 			name:       "held GPUs: failed with their reasons and the wait",
 			in:         concludeInput{src: src, reasons: []string{"GPU 0: held"}, failed: true, busy: true, waitNote: "waiting for pods", applied: ok},
-			wantStatus: status{StateFailed, "annotation nvidia.com/mig.config: GPU 0: held; waiting for pods"}, wantResult: resultFailed, wantReason: ReasonFailed, wantEvent: appliedEv.Message,
+			wantStatus: status{nodeinfo.StateFailed, "annotation nvidia.com/mig.config: GPU 0: held; waiting for pods"}, wantResult: resultFailed, wantReason: ReasonFailed, wantEvent: appliedEv.Message,
 		},
 		{
 			name:       "the apply failed on a GPU",
 			in:         concludeInput{src: src, reasons: []string{"GPU 0: held"}, applied: failedApply},
-			wantStatus: status{StateFailed, "annotation nvidia.com/mig.config: GPU 0: held; GPU 1: create failed"}, wantResult: resultFailed, wantReason: ReasonFailed,
+			wantStatus: status{nodeinfo.StateFailed, "annotation nvidia.com/mig.config: GPU 0: held; GPU 1: create failed"}, wantResult: resultFailed, wantReason: ReasonFailed,
 		},
 	}
 	for _, tc := range tests {

@@ -63,7 +63,7 @@
 // MigConfigNotPublished Event, until the kubelet publishes it. GPU feature
 // discovery labels (nvidia.com/gpu.product, gpu.count, mig.capable,
 // mig.strategy, mig-<profile>.count); annotation migflex.io/mig.layout with the layout,
-// device health and the pods holding each device as JSON ([]LayoutGPU),
+// device health and the pods holding each device as JSON ([]nodeinfo.GPU),
 // and migflex.io/mig.profiles with the MIG profile table of each GPU model
 // (internal/nodeinfo owns both formats). Which pods hold devices is asked
 // of the kubelet every Options.InUseInterval and published when it

@@ -15,6 +15,7 @@ import (
 	"github.com/migflex/migflex/internal/deviceplugin/kubeletstub"
 	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/migconfig"
+	"github.com/migflex/migflex/internal/nodeinfo"
 	"github.com/migflex/migflex/internal/podresources"
 	"github.com/migflex/migflex/internal/podresources/podresourcestest"
 )
@@ -155,18 +156,18 @@ func TestDrainBeforeRepartition(t *testing.T) {
 		}}
 		run := n.start(withPodResources(pr))
 		n.waitServed(map[string]int{resource3g: 4})
-		n.annotate(AnnotationMigConfig, allSeven)
+		n.annotate(nodeinfo.AnnotationMigConfig, allSeven)
 
 		obj := n.waitNode("a pending or final state", func(o *corev1.Node) bool {
 			if isAnnouncement(o) {
 				return false // the start of the change, not its outcome
 			}
-			return o.Labels[LabelMigConfigState] == StatePending || o.Labels[LabelMigConfigState] == StateSuccess || o.Labels[LabelMigConfigState] == StateFailed
+			return o.Labels[nodeinfo.LabelMigConfigState] == nodeinfo.StatePending || o.Labels[nodeinfo.LabelMigConfigState] == nodeinfo.StateSuccess || o.Labels[nodeinfo.LabelMigConfigState] == nodeinfo.StateFailed
 		})
-		if s := obj.Labels[LabelMigConfigState]; s != StatePending {
-			t.Fatalf("state %q (%s), want pending on the late pod; layout %v", s, obj.Annotations[AnnotationReason], n.layoutOf())
+		if s := obj.Labels[nodeinfo.LabelMigConfigState]; s != nodeinfo.StatePending {
+			t.Fatalf("state %q (%s), want pending on the late pod; layout %v", s, obj.Annotations[nodeinfo.AnnotationReason], n.layoutOf())
 		}
-		if r := obj.Annotations[AnnotationReason]; !strings.Contains(r, "ml/late-0") || !strings.Contains(r, "GPU 0") {
+		if r := obj.Annotations[nodeinfo.AnnotationReason]; !strings.Contains(r, "ml/late-0") || !strings.Contains(r, "GPU 0") {
 			t.Errorf("pending reason %q does not name the late pod and its GPU", r)
 		}
 		// GPU 0 is untouched, GPU 1 is configured.
@@ -188,7 +189,7 @@ func TestDrainBeforeRepartition(t *testing.T) {
 
 		// The pod is gone: GPU 0 follows.
 		n.podres.Set()
-		n.waitState(StateSuccess)
+		n.waitState(nodeinfo.StateSuccess)
 		n.waitServed(map[string]int{resource3g: 0, resource1g: 14})
 		n.waitKubelet("every device healthy", func(st kubeletstub.State) bool {
 			return !slices.ContainsFunc(kubeletDevices(st, resource1g), func(s string) bool { return strings.HasSuffix(s, "!") })
@@ -208,8 +209,8 @@ func TestDrainBeforeRepartition(t *testing.T) {
 		}
 		run := n.start()
 		n.waitServed(map[string]int{resource3g: 2, deviceplugin.ResourceGPU: 1})
-		n.annotate(AnnotationMigConfig, "version: v1\nmig-configs:\n  selected:\n  - devices: [0]\n    mig-enabled: true\n    mig-devices: {\"1g.10gb\": 7}\n")
-		n.waitState(StateFailed)
+		n.annotate(nodeinfo.AnnotationMigConfig, "version: v1\nmig-configs:\n  selected:\n  - devices: [0]\n    mig-enabled: true\n    mig-devices: {\"1g.10gb\": 7}\n")
+		n.waitState(nodeinfo.StateFailed)
 		waitLayout(t, n, []string{"GPU 0 mig=true 3g.40gb@0 3g.40gb@4", "GPU 1 mig=false"})
 		// The busy instance kept its UUID through the failed apply: it is
 		// served healthy and can be handed out again.

@@ -9,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/migflex/migflex/internal/nodeinfo"
 )
 
 // TestEventsFollowTheReport: while the agent cannot apply its labels to
@@ -17,7 +19,7 @@ import (
 // the change is recorded once.
 func TestEventsFollowTheReport(t *testing.T) {
 	api := startAPIServer(t)
-	n := newNode(t, api, withAnnotation(AnnotationMigConfig, mixedLayout))
+	n := newNode(t, api, withAnnotation(nodeinfo.AnnotationMigConfig, mixedLayout))
 
 	var failing atomic.Bool
 	failing.Store(true)
@@ -49,7 +51,7 @@ func TestEventsFollowTheReport(t *testing.T) {
 	}
 
 	failing.Store(false)
-	n.waitState(StateSuccess)
+	n.waitState(nodeinfo.StateSuccess)
 	ev := n.waitEvent(corev1.EventTypeNormal, ReasonApplied, "create 2g.20gb@0:2")
 	// The report that succeeded recorded the Events; the next reconcile
 	// (a resync) would add none, so the count is final once the state is

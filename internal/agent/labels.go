@@ -1,11 +1,7 @@
 package agent
 
 import (
-	"cmp"
-	"encoding/json"
-	"fmt"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -16,49 +12,8 @@ import (
 	"github.com/migflex/migflex/internal/textcut"
 )
 
-// Keys the agent reads on its Node: the sources of the desired layout, in
-// precedence order. The agent never writes them.
-const (
-	// AnnotationMigConfig holds a whole mig.config document.
-	AnnotationMigConfig = "nvidia.com/mig.config"
-	// AnnotationRunAIConfig is the same document under the key Run:ai's
-	// fake-gpu-operator uses.
-	AnnotationRunAIConfig = "run.ai/mig.config"
-	// LabelMigConfig names a configuration in the --config-file, as the
-	// GPU operator's mig-manager label does.
-	LabelMigConfig = "nvidia.com/mig.config"
-)
-
-// Keys the agent writes on its Node. They are applied with server-side
-// apply under one field manager, so nothing else on the Node is touched.
-const (
-	// LabelMigConfigState is pending, success or failed, as the GPU
-	// operator's mig-manager reports it.
-	LabelMigConfigState = "nvidia.com/mig.config.state"
-	// AnnotationReason says why the state is not success, or with success
-	// what else there is to know (sources ignored, no source left, what of
-	// the configuration was left out on this node).
-	AnnotationReason = "migflex.io/mig.config.reason"
-	// AnnotationLayout is the node's GPU layout as JSON ([]LayoutGPU),
-	// with the pods holding each device.
-	AnnotationLayout = nodeinfo.AnnotationLayout
-	// AnnotationProfiles is the MIG profile table of each GPU model on the
-	// node, as JSON ([]nodeinfo.Model).
-	AnnotationProfiles = nodeinfo.AnnotationProfiles
-
-	// GPU feature discovery compatible labels.
-	LabelGPUProduct  = "nvidia.com/gpu.product"
-	LabelGPUCount    = "nvidia.com/gpu.count"
-	LabelMigCapable  = "nvidia.com/mig.capable"
-	LabelMigStrategy = "nvidia.com/mig.strategy"
-)
-
-// Values of LabelMigConfigState.
-const (
-	StatePending = "pending"
-	StateSuccess = "success"
-	StateFailed  = "failed"
-)
+// The keys the agent reads and writes on its Node, their values and the
+// annotations' JSON are the Node contract's: internal/nodeinfo.
 
 const (
 	maxLabelValueLength = 63
@@ -94,18 +49,18 @@ func truncate(s string) string { return textcut.Bytes(s, maxMessageLength, " ...
 // under every strategy but none.
 func gfdLabels(gpus []mig.GPU, strategy deviceplugin.MigStrategy) map[string]string {
 	labels := map[string]string{
-		LabelGPUCount:    strconv.Itoa(len(gpus)),
-		LabelMigCapable:  "false",
-		LabelMigStrategy: string(strategy),
+		nodeinfo.LabelGPUCount:    strconv.Itoa(len(gpus)),
+		nodeinfo.LabelMigCapable:  "false",
+		nodeinfo.LabelMigStrategy: string(strategy),
 	}
 	if len(gpus) > 0 {
-		labels[LabelGPUProduct] = labelValue(gpus[0].Model)
+		labels[nodeinfo.LabelGPUProduct] = labelValue(gpus[0].Model)
 	}
 	counts := map[string]int{}
 	devices, allMig := 0, len(gpus) > 0
 	for _, g := range gpus {
 		if g.MigCapable {
-			labels[LabelMigCapable] = "true"
+			labels[nodeinfo.LabelMigCapable] = "true"
 		}
 		if !g.MigEnabled {
 			allMig = false
@@ -122,62 +77,15 @@ func gfdLabels(gpus []mig.GPU, strategy deviceplugin.MigStrategy) map[string]str
 		return labels
 	}
 	for p, n := range counts {
-		// GFD's count label: the profile's resource name and ".count".
-		labels[string(resourcename.MIG(p))+".count"] = strconv.Itoa(n)
+		labels[nodeinfo.ProfileCountLabel(string(resourcename.MIG(p)))] = strconv.Itoa(n)
 	}
 	if strategy == deviceplugin.MigStrategySingle && allMig && len(counts) == 1 {
 		for p := range counts {
-			labels[LabelGPUProduct] = labelValue(gpus[0].Model + "-MIG-" + p)
+			labels[nodeinfo.LabelGPUProduct] = labelValue(gpus[0].Model + "-MIG-" + p)
 		}
-		labels[LabelGPUCount] = strconv.Itoa(devices)
+		labels[nodeinfo.LabelGPUCount] = strconv.Itoa(devices)
 	}
 	return labels
-}
-
-// The layout annotation's types: internal/nodeinfo owns the contract.
-type (
-	LayoutGPU       = nodeinfo.GPU
-	LayoutInstance  = nodeinfo.Instance
-	LayoutPlacement = nodeinfo.Placement
-)
-
-// Health values in the layout annotation.
-const (
-	HealthHealthy   = nodeinfo.HealthHealthy
-	HealthUnhealthy = nodeinfo.HealthUnhealthy
-	HealthNotServed = nodeinfo.HealthNotServed
-)
-
-// migModeString renders the current and pending MIG mode the way
-// nvidia-smi does.
-func migModeString(g mig.GPU) string {
-	mode := func(on bool) string {
-		if on {
-			return "Enabled"
-		}
-		return "Disabled"
-	}
-	if !g.MigCapable {
-		return "N/A"
-	}
-	if g.MigEnabled != g.MigPending {
-		return mode(g.MigEnabled) + " (pending " + mode(g.MigPending) + ")"
-	}
-	return mode(g.MigEnabled)
-}
-
-// healthOf maps a device ID to its health; served maps every served
-// device ID to whether it is healthy.
-func healthOf(served map[string]bool, id string) string {
-	healthy, ok := served[id]
-	switch {
-	case id == "" || !ok:
-		return HealthNotServed
-	case healthy:
-		return HealthHealthy
-	default:
-		return HealthUnhealthy
-	}
 }
 
 // servedHealth collects the health of every device the device plugin
@@ -190,72 +98,4 @@ func servedHealth(resources []deviceplugin.ResourceStatus) map[string]bool {
 		}
 	}
 	return out
-}
-
-// layout builds the layout annotation's value for the node's GPUs; inUse
-// maps a device ID to the pods holding it.
-func layout(gpus []mig.GPU, served map[string]bool, inUse map[string][]string) []LayoutGPU {
-	out := make([]LayoutGPU, 0, len(gpus))
-	for _, g := range gpus {
-		lg := LayoutGPU{Index: g.Index, UUID: g.UUID, Model: g.Model, MigMode: migModeString(g)}
-		if !g.MigEnabled {
-			lg.Health = healthOf(served, g.UUID)
-			lg.UsedBy = inUse[g.UUID]
-		}
-		for _, in := range g.Instances {
-			lg.Instances = append(lg.Instances, LayoutInstance{
-				Profile:   in.Profile,
-				Placement: LayoutPlacement{Start: in.Start, Size: in.Size},
-				GI:        in.GIID,
-				CI:        in.CIID,
-				UUID:      in.UUID,
-				Health:    healthOf(served, in.UUID),
-				UsedBy:    usedBy(inUse, in.UUID),
-			})
-		}
-		slices.SortFunc(lg.Instances, func(a, b LayoutInstance) int { return cmp.Compare(a.Placement.Start, b.Placement.Start) })
-		out = append(out, lg)
-	}
-	slices.SortFunc(out, func(a, b LayoutGPU) int { return cmp.Compare(a.Index, b.Index) })
-	return out
-}
-
-// usedBy is the pods holding device id; an instance without a device
-// (no compute instance) has none.
-func usedBy(inUse map[string][]string, id string) []string {
-	if id == "" {
-		return nil
-	}
-	return inUse[id]
-}
-
-// layoutAnnotation renders layout as the JSON value of AnnotationLayout.
-func layoutAnnotation(gpus []mig.GPU, served map[string]bool, inUse map[string][]string) (string, error) {
-	b, err := json.Marshal(layout(gpus, served, inUse))
-	if err != nil {
-		return "", fmt.Errorf("encoding the layout annotation: %w", err)
-	}
-	return string(b), nil
-}
-
-// profilesAnnotation renders the MIG profile table of each GPU model of
-// the node as the JSON value of AnnotationProfiles, models by name; empty
-// when no GPU is MIG capable.
-func profilesAnnotation(gpus []mig.GPU) (string, error) {
-	var models []nodeinfo.Model
-	for _, g := range gpus {
-		if !g.MigCapable || len(g.Profiles) == 0 || slices.ContainsFunc(models, func(m nodeinfo.Model) bool { return m.Name == g.Model }) {
-			continue
-		}
-		models = append(models, nodeinfo.Model{Name: g.Model, Profiles: g.Profiles})
-	}
-	if len(models) == 0 {
-		return "", nil
-	}
-	slices.SortFunc(models, func(a, b nodeinfo.Model) int { return cmp.Compare(a.Name, b.Name) })
-	b, err := json.Marshal(models)
-	if err != nil {
-		return "", fmt.Errorf("encoding the profiles annotation: %w", err)
-	}
-	return string(b), nil
 }

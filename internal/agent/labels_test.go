@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 
@@ -38,7 +37,7 @@ func TestGFDLabels(t *testing.T) {
 		{
 			name:     "no GPUs",
 			strategy: deviceplugin.MigStrategyMixed,
-			want:     map[string]string{LabelGPUCount: "0", LabelMigCapable: "false", LabelMigStrategy: "mixed"},
+			want:     map[string]string{nodeinfo.LabelGPUCount: "0", nodeinfo.LabelMigCapable: "false", nodeinfo.LabelMigStrategy: "mixed"},
 		},
 		{
 			name:     "mixed: physical GPUs and a count per profile",
@@ -49,7 +48,7 @@ func TestGFDLabels(t *testing.T) {
 				h100(2, false),
 			},
 			want: map[string]string{
-				LabelGPUCount: "3", LabelGPUProduct: "NVIDIA-H100-80GB-HBM3", LabelMigCapable: "true", LabelMigStrategy: "mixed",
+				nodeinfo.LabelGPUCount: "3", nodeinfo.LabelGPUProduct: "NVIDIA-H100-80GB-HBM3", nodeinfo.LabelMigCapable: "true", nodeinfo.LabelMigStrategy: "mixed",
 				"nvidia.com/mig-3g.40gb.count": "2", "nvidia.com/mig-2g.20gb.count": "1", "nvidia.com/mig-1g.10gb.me.count": "1",
 			},
 		},
@@ -58,7 +57,7 @@ func TestGFDLabels(t *testing.T) {
 			strategy: deviceplugin.MigStrategyMixed,
 			gpus:     []mig.GPU{h100(0, true, inst("3g.40gb", 0, 4, 1), mig.Instance{Profile: "3g.40gb", Start: 4, Size: 4, GIID: 2})},
 			want: map[string]string{
-				LabelGPUCount: "1", LabelGPUProduct: "NVIDIA-H100-80GB-HBM3", LabelMigCapable: "true", LabelMigStrategy: "mixed",
+				nodeinfo.LabelGPUCount: "1", nodeinfo.LabelGPUProduct: "NVIDIA-H100-80GB-HBM3", nodeinfo.LabelMigCapable: "true", nodeinfo.LabelMigStrategy: "mixed",
 				"nvidia.com/mig-3g.40gb.count": "1",
 			},
 		},
@@ -67,7 +66,7 @@ func TestGFDLabels(t *testing.T) {
 			strategy: deviceplugin.MigStrategySingle,
 			gpus:     []mig.GPU{h100(0, true, inst("3g.40gb", 0, 4, 1), inst("3g.40gb", 4, 4, 2)), h100(1, true, inst("3g.40gb", 0, 4, 1))},
 			want: map[string]string{
-				LabelGPUCount: "3", LabelGPUProduct: "NVIDIA-H100-80GB-HBM3-MIG-3g.40gb", LabelMigCapable: "true", LabelMigStrategy: "single",
+				nodeinfo.LabelGPUCount: "3", nodeinfo.LabelGPUProduct: "NVIDIA-H100-80GB-HBM3-MIG-3g.40gb", nodeinfo.LabelMigCapable: "true", nodeinfo.LabelMigStrategy: "single",
 				"nvidia.com/mig-3g.40gb.count": "3",
 			},
 		},
@@ -76,7 +75,7 @@ func TestGFDLabels(t *testing.T) {
 			strategy: deviceplugin.MigStrategySingle,
 			gpus:     []mig.GPU{h100(0, true, inst("3g.40gb", 0, 4, 1)), h100(1, false)},
 			want: map[string]string{
-				LabelGPUCount: "2", LabelGPUProduct: "NVIDIA-H100-80GB-HBM3", LabelMigCapable: "true", LabelMigStrategy: "single",
+				nodeinfo.LabelGPUCount: "2", nodeinfo.LabelGPUProduct: "NVIDIA-H100-80GB-HBM3", nodeinfo.LabelMigCapable: "true", nodeinfo.LabelMigStrategy: "single",
 				"nvidia.com/mig-3g.40gb.count": "1",
 			},
 		},
@@ -84,13 +83,13 @@ func TestGFDLabels(t *testing.T) {
 			name:     "none: no MIG resources, no counts",
 			strategy: deviceplugin.MigStrategyNone,
 			gpus:     []mig.GPU{h100(0, true, inst("3g.40gb", 0, 4, 1))},
-			want:     map[string]string{LabelGPUCount: "1", LabelGPUProduct: "NVIDIA-H100-80GB-HBM3", LabelMigCapable: "true", LabelMigStrategy: "none"},
+			want:     map[string]string{nodeinfo.LabelGPUCount: "1", nodeinfo.LabelGPUProduct: "NVIDIA-H100-80GB-HBM3", nodeinfo.LabelMigCapable: "true", nodeinfo.LabelMigStrategy: "none"},
 		},
 		{
 			name:     "not MIG capable",
 			strategy: deviceplugin.MigStrategyMixed,
 			gpus:     []mig.GPU{{Index: 0, UUID: "GPU-t4", Model: "Tesla T4"}},
-			want:     map[string]string{LabelGPUCount: "1", LabelGPUProduct: "Tesla-T4", LabelMigCapable: "false", LabelMigStrategy: "mixed"},
+			want:     map[string]string{nodeinfo.LabelGPUCount: "1", nodeinfo.LabelGPUProduct: "Tesla-T4", nodeinfo.LabelMigCapable: "false", nodeinfo.LabelMigStrategy: "mixed"},
 		},
 	}
 	for _, tc := range tests {
@@ -132,89 +131,6 @@ func TestTruncate(t *testing.T) {
 	}
 }
 
-func TestLayoutAnnotation(t *testing.T) {
-	gpus := []mig.GPU{
-		h100(1, false),
-		h100(0, true, inst("2g.20gb", 4, 2, 2), inst("3g.40gb", 0, 4, 1), mig.Instance{Profile: "1g.10gb", Start: 6, Size: 1, GIID: 3}),
-		{Index: 2, UUID: "GPU-t4", Model: "Tesla T4"},
-		{Index: 3, UUID: "GPU-amp", Model: "A100-SXM4-40GB", MigCapable: true, MigEnabled: false, MigPending: true},
-	}
-	served := map[string]bool{migUUID(1): true, migUUID(2): false, gpuUUID(1): true}
-	// The kubelet's assignments: MIG-1 by two pods (sorted), the whole GPU
-	// 1, an ID no device of this node has, and one of GPU 0 (MIG on: its
-	// whole-GPU ID is no device then).
-	inUse := map[string][]string{migUUID(1): {"a/p", "b/q"}, gpuUUID(1): {"ml/train"}, "MIG-gone": {"x/y"}, gpuUUID(0): {"x/z"}}
-	got, err := layoutAnnotation(gpus, served, inUse)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var decoded []LayoutGPU
-	if err := json.Unmarshal([]byte(got), &decoded); err != nil {
-		t.Fatalf("the annotation is not JSON: %v\n%s", err, got)
-	}
-	want := []LayoutGPU{
-		{Index: 0, UUID: gpuUUID(0), Model: "NVIDIA H100 80GB HBM3", MigMode: "Enabled", Instances: []LayoutInstance{
-			{Profile: "3g.40gb", Placement: LayoutPlacement{Start: 0, Size: 4}, GI: 1, UUID: migUUID(1), Health: HealthHealthy, UsedBy: []string{"a/p", "b/q"}},
-			{Profile: "2g.20gb", Placement: LayoutPlacement{Start: 4, Size: 2}, GI: 2, UUID: migUUID(2), Health: HealthUnhealthy},
-			{Profile: "1g.10gb", Placement: LayoutPlacement{Start: 6, Size: 1}, GI: 3, Health: HealthNotServed},
-		}},
-		{Index: 1, UUID: gpuUUID(1), Model: "NVIDIA H100 80GB HBM3", MigMode: "Disabled", Health: HealthHealthy, UsedBy: []string{"ml/train"}},
-		{Index: 2, UUID: "GPU-t4", Model: "Tesla T4", MigMode: "N/A", Health: HealthNotServed},
-		{Index: 3, UUID: "GPU-amp", Model: "A100-SXM4-40GB", MigMode: "Disabled (pending Enabled)", Health: HealthNotServed},
-	}
-	if diff := cmp.Diff(want, decoded); diff != "" {
-		t.Errorf("layout (-want +got):\n%s", diff)
-	}
-	// The wire form is what users and tools read: pin its field names.
-	const wantGPU0 = `{"index":0,"uuid":"GPU-a","model":"NVIDIA H100 80GB HBM3","migMode":"Enabled","instances":[{"profile":"3g.40gb","placement":{"start":0,"size":4},"gi":1,"ci":0,"uuid":"MIG-1","health":"Healthy","usedBy":["a/p","b/q"]},`
-	if !strings.HasPrefix(got, "["+wantGPU0) {
-		t.Errorf("annotation starts\n%s\nwant\n[%s", got[:min(len(got), len(wantGPU0)+1)], wantGPU0)
-	}
-}
-
-func TestProfilesAnnotation(t *testing.T) {
-	h := func(i int) mig.GPU {
-		g := h100(i, true)
-		g.Profiles = []mig.Profile{{Name: "1g.10gb", Slices: 1, MemorySlices: 1, MaxCount: 7, Placements: []int{0, 1, 2, 3, 4, 5, 6}}}
-		return g
-	}
-	a100 := mig.GPU{Index: 2, Model: "A100-SXM4-40GB", MigCapable: true, Profiles: []mig.Profile{{Name: "7g.40gb", Slices: 7, MemorySlices: 8, MaxCount: 1, Placements: []int{0}}}}
-	t4 := mig.GPU{Index: 3, Model: "Tesla T4"}
-	tests := []struct {
-		name string
-		gpus []mig.GPU
-		want []nodeinfo.Model
-	}{
-		{name: "no MIG-capable GPU: no annotation", gpus: []mig.GPU{t4}},
-		{
-			name: "each model once, by name",
-			gpus: []mig.GPU{h(0), h(1), t4, a100},
-			want: []nodeinfo.Model{{Name: "A100-SXM4-40GB", Profiles: a100.Profiles}, {Name: "NVIDIA H100 80GB HBM3", Profiles: h(0).Profiles}},
-		},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := profilesAnnotation(tc.gpus)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if tc.want == nil {
-				if got != "" {
-					t.Fatalf("annotation %q, want none", got)
-				}
-				return
-			}
-			decoded, err := nodeinfo.ParseProfiles(got)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tc.want, decoded); diff != "" {
-				t.Errorf("profiles (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
 func TestServedHealth(t *testing.T) {
 	res := []deviceplugin.ResourceStatus{
 		{Name: "nvidia.com/mig-3g.40gb", Devices: []deviceplugin.DeviceStatus{
@@ -232,12 +148,12 @@ func TestServedHealth(t *testing.T) {
 
 func TestOwnedMetadata(t *testing.T) {
 	gpus := []mig.GPU{h100(0, true, inst("3g.40gb", 0, 4, 1))}
-	layoutJSON, err := layoutAnnotation(gpus, nil, nil)
+	layoutJSON, err := nodeinfo.EncodeLayout(gpus, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	base := map[string]string{
-		LabelGPUCount: "1", LabelGPUProduct: "NVIDIA-H100-80GB-HBM3", LabelMigCapable: "true", LabelMigStrategy: "mixed",
+		nodeinfo.LabelGPUCount: "1", nodeinfo.LabelGPUProduct: "NVIDIA-H100-80GB-HBM3", nodeinfo.LabelMigCapable: "true", nodeinfo.LabelMigStrategy: "mixed",
 		"nvidia.com/mig-3g.40gb.count": "1",
 	}
 	with := func(m map[string]string, kv ...string) map[string]string {
@@ -256,12 +172,12 @@ func TestOwnedMetadata(t *testing.T) {
 		wantLabels      map[string]string
 		wantAnnotations map[string]string
 	}{
-		{"no source: no state, no reason", status{}, base, map[string]string{AnnotationLayout: layoutJSON}},
-		{"success", status{State: StateSuccess}, with(base, LabelMigConfigState, "success"), map[string]string{AnnotationLayout: layoutJSON}},
-		{"success with a note", status{StateSuccess, "run.ai/mig.config ignored"}, with(base, LabelMigConfigState, "success"), map[string]string{AnnotationLayout: layoutJSON, AnnotationReason: "run.ai/mig.config ignored"}},
-		{"success with what was left out", status{StateSuccess, "entry 0 matches no GPU"}, with(base, LabelMigConfigState, "success"), map[string]string{AnnotationLayout: layoutJSON, AnnotationReason: "entry 0 matches no GPU"}},
-		{"pending", status{StatePending, "GPU 0: ns/p"}, with(base, LabelMigConfigState, "pending"), map[string]string{AnnotationLayout: layoutJSON, AnnotationReason: "GPU 0: ns/p"}},
-		{"failed", status{StateFailed, "bad"}, with(base, LabelMigConfigState, "failed"), map[string]string{AnnotationLayout: layoutJSON, AnnotationReason: "bad"}},
+		{"no source: no state, no reason", status{}, base, map[string]string{nodeinfo.AnnotationLayout: layoutJSON}},
+		{"success", status{State: nodeinfo.StateSuccess}, with(base, nodeinfo.LabelMigConfigState, "success"), map[string]string{nodeinfo.AnnotationLayout: layoutJSON}},
+		{"success with a note", status{nodeinfo.StateSuccess, "run.ai/mig.config ignored"}, with(base, nodeinfo.LabelMigConfigState, "success"), map[string]string{nodeinfo.AnnotationLayout: layoutJSON, nodeinfo.AnnotationReason: "run.ai/mig.config ignored"}},
+		{"success with what was left out", status{nodeinfo.StateSuccess, "entry 0 matches no GPU"}, with(base, nodeinfo.LabelMigConfigState, "success"), map[string]string{nodeinfo.AnnotationLayout: layoutJSON, nodeinfo.AnnotationReason: "entry 0 matches no GPU"}},
+		{"pending", status{nodeinfo.StatePending, "GPU 0: ns/p"}, with(base, nodeinfo.LabelMigConfigState, "pending"), map[string]string{nodeinfo.AnnotationLayout: layoutJSON, nodeinfo.AnnotationReason: "GPU 0: ns/p"}},
+		{"failed", status{nodeinfo.StateFailed, "bad"}, with(base, nodeinfo.LabelMigConfigState, "failed"), map[string]string{nodeinfo.AnnotationLayout: layoutJSON, nodeinfo.AnnotationReason: "bad"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -5,6 +5,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/migflex/migflex/internal/nodeinfo"
 )
 
 // Results of one reconcile, the "result" label of the reconcile metrics.
@@ -53,7 +55,7 @@ type metrics struct {
 
 // configStates are the values of the state label of
 // migflex_agent_config_state.
-var configStates = []string{StatePending, StateSuccess, StateFailed}
+var configStates = []string{nodeinfo.StatePending, nodeinfo.StateSuccess, nodeinfo.StateFailed}
 
 func newMetrics(reg prometheus.Registerer, dp DevicePlugin, node string) (*metrics, error) {
 	m := &metrics{

@@ -13,6 +13,7 @@ import (
 
 	"github.com/migflex/migflex/internal/deviceplugin"
 	"github.com/migflex/migflex/internal/migconfig"
+	"github.com/migflex/migflex/internal/nodeinfo"
 )
 
 // reasonNoConfig is the reason a Node shows once its last mig.config
@@ -43,27 +44,27 @@ type presentation struct {
 // It keeps what it needs to tell news from repetition in the Agent (the
 // loop owns it).
 func (a *Agent) present(node *corev1.Node, out outcome) presentation {
-	all := setSources(node.Labels, node.Annotations)
-	winner := source{kind: sourceNone}
+	all := nodeinfo.Sources(node.Labels, node.Annotations)
+	winner := nodeinfo.Source{Kind: nodeinfo.SourceNone}
 	if len(all) > 0 {
 		winner = all[0]
 	}
 	p := presentation{status: out.status}
 
 	prevKey, known := a.lastSourceKey, a.lastSourceKnown
-	a.lastSourceKey, a.lastSourceKnown = winner.key(), true
-	if known && prevKey != winner.key() && prevKey != (source{kind: sourceNone}).key() && winner.kind != sourceNone {
+	a.lastSourceKey, a.lastSourceKnown = winner.Key(), true
+	if known && prevKey != winner.Key() && prevKey != (nodeinfo.Source{Kind: nodeinfo.SourceNone}).Key() && winner.Kind != nodeinfo.SourceNone {
 		p.events = append(p.events, event{corev1.EventTypeNormal, ReasonSourceChanged,
 			fmt.Sprintf("%s is no longer set: %s decides the layout now", prevKey, winner)})
 	}
 
-	if winner.kind == sourceNone && p.status.State == "" && a.shown.State != "" {
+	if winner.Kind == nodeinfo.SourceNone && p.status.State == "" && a.shown.State != "" {
 		// A source was set before (the state label is there): say what
 		// happens now rather than dropping the state without a word.
-		p.status = status{State: StateSuccess, Reason: reasonNoConfig}
+		p.status = status{State: nodeinfo.StateSuccess, Reason: reasonNoConfig}
 		if !strings.HasPrefix(a.shown.Reason, reasonNoConfig) {
 			what := "the mig.config source was removed"
-			if known && prevKey != winner.key() {
+			if known && prevKey != winner.Key() {
 				what = prevKey + " was removed"
 			}
 			p.events = append(p.events, event{corev1.EventTypeNormal, ReasonRemoved,
@@ -90,7 +91,7 @@ func (a *Agent) present(node *corev1.Node, out outcome) presentation {
 // the previous layout's success, and a `kubectl wait` for success right
 // after a new annotation would return at once. Best effort: a failed
 // report only loses the announcement.
-func (a *Agent) announce(ctx context.Context, node *corev1.Node, src source, plan migconfig.Plan) {
+func (a *Agent) announce(ctx context.Context, node *corev1.Node, src nodeinfo.Source, plan migconfig.Plan) {
 	var parts []string
 	for _, p := range plan.GPUs {
 		if p.Changed() {
@@ -100,8 +101,8 @@ func (a *Agent) announce(ctx context.Context, node *corev1.Node, src source, pla
 	if len(parts) == 0 {
 		return
 	}
-	note := sourcesNote(setSources(node.Labels, node.Annotations))
-	st := status{StatePending, joinReasons(fmt.Sprintf("%s: changing the GPUs: %s", src, strings.Join(parts, "; ")), note)}
+	note := sourcesNote(nodeinfo.Sources(node.Labels, node.Annotations))
+	st := status{nodeinfo.StatePending, joinReasons(fmt.Sprintf("%s: changing the GPUs: %s", src, strings.Join(parts, "; ")), note)}
 	if err := a.report(ctx, node, st, causeAnnounce); err != nil {
 		a.metrics.errors.WithLabelValues(stageReport).Inc()
 		a.log.Error(err, "Reporting the start of a change on the Node")
@@ -112,7 +113,7 @@ func (a *Agent) announce(ctx context.Context, node *corev1.Node, src source, pla
 
 // sourcesNote says which of the sources set decides and which are
 // ignored, when they differ; empty otherwise.
-func sourcesNote(all []source) string {
+func sourcesNote(all []nodeinfo.Source) string {
 	if ignored := ignoredSources(all); len(ignored) > 0 {
 		return ignoredNote(all[0], ignored)
 	}
@@ -122,14 +123,14 @@ func sourcesNote(all []source) string {
 // withoutNote is st, as the Node shows it, without the note present adds
 // about ignored sources: the status a reconcile compares with.
 func withoutNote(st status, node *corev1.Node) status {
-	if note := sourcesNote(setSources(node.Labels, node.Annotations)); note != "" {
+	if note := sourcesNote(nodeinfo.Sources(node.Labels, node.Annotations)); note != "" {
 		st.Reason = strings.TrimSuffix(strings.TrimSuffix(st.Reason, note), "; ")
 	}
 	return st
 }
 
 // ignoredNote says which source decides and which are set but ignored.
-func ignoredNote(winner source, ignored []source) string {
+func ignoredNote(winner nodeinfo.Source, ignored []nodeinfo.Source) string {
 	names := make([]string, len(ignored))
 	for i, s := range ignored {
 		names[i] = s.String()
@@ -160,8 +161,8 @@ type publication struct {
 // publishes it after all. A layout once published is not waited for again
 // (a device turning unhealthy later changes allocatable, not the config
 // state). A zero AllocatableTimeout turns the wait off.
-func (a *Agent) awaitPublication(node *corev1.Node, src source, st status) (status, []event, bool) {
-	if st.State != StateSuccess || a.opts.AllocatableTimeout <= 0 {
+func (a *Agent) awaitPublication(node *corev1.Node, src nodeinfo.Source, st status) (status, []event, bool) {
+	if st.State != nodeinfo.StateSuccess || a.opts.AllocatableTimeout <= 0 {
 		a.awaiting = nil
 		return st, nil, false
 	}
@@ -188,7 +189,7 @@ func (a *Agent) awaitPublication(node *corev1.Node, src source, st status) (stat
 	detail := strings.Join(missing, ", ")
 	if waited := now.Sub(a.awaiting.since); waited < a.opts.AllocatableTimeout {
 		msg := fmt.Sprintf("%s: the layout is in place and served; waiting for the kubelet to publish it in the Node's allocatable (%s)", src, detail)
-		return status{StatePending, joinReasons(msg, st.Reason)}, nil, true
+		return status{nodeinfo.StatePending, joinReasons(msg, st.Reason)}, nil, true
 	}
 	msg := fmt.Sprintf("%s: the layout is in place and served, but the kubelet has not published it in the Node's allocatable within %v (%s): is the kubelet running, and did it accept the device plugin's registration?", src, a.opts.AllocatableTimeout, detail)
 	var evs []event
@@ -196,7 +197,7 @@ func (a *Agent) awaitPublication(node *corev1.Node, src source, st status) (stat
 		a.awaiting.timedOut = true
 		evs = append(evs, event{corev1.EventTypeWarning, ReasonNotPublished, msg})
 	}
-	return status{StateFailed, joinReasons(msg, st.Reason)}, evs, true
+	return status{nodeinfo.StateFailed, joinReasons(msg, st.Reason)}, evs, true
 }
 
 // servedLayout identifies the served devices, health aside: it changes when

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/migflex/migflex/internal/deviceplugin"
+	"github.com/migflex/migflex/internal/nodeinfo"
 )
 
 func withAllocatableTimeout(d time.Duration) agentOption {
@@ -47,7 +48,7 @@ func (n *node) publishStatus() (stop func()) {
 func (n *node) waitReason(state string, contains ...string) *corev1.Node {
 	n.t.Helper()
 	return n.waitNode("state "+state+" with reason "+strings.Join(contains, ", "), func(o *corev1.Node) bool {
-		return o.Labels[LabelMigConfigState] == state && containsAll(o.Annotations[AnnotationReason], contains...)
+		return o.Labels[nodeinfo.LabelMigConfigState] == state && containsAll(o.Annotations[nodeinfo.AnnotationReason], contains...)
 	})
 }
 
@@ -57,23 +58,23 @@ func TestNoSilentStates(t *testing.T) {
 	api := startAPIServer(t)
 
 	t.Run("success waits for the kubelet to publish allocatable", func(t *testing.T) {
-		n := newNode(t, api, withAnnotation(AnnotationMigConfig, allThree))
+		n := newNode(t, api, withAnnotation(nodeinfo.AnnotationMigConfig, allThree))
 		n.start(withAllocatableTimeout(hangTimeout))
 		// Served, but the Node's allocatable does not show it yet: a pod
 		// created now would not fit, so the state must not say success.
 		n.waitServed(map[string]int{resource3g: 4})
-		obj := n.waitReason(StatePending, "annotation nvidia.com/mig.config: the layout is in place and served; waiting for the kubelet to publish it in the Node's allocatable", "nvidia.com/mig-3g.40gb 0 of 4")
+		obj := n.waitReason(nodeinfo.StatePending, "annotation nvidia.com/mig.config: the layout is in place and served; waiting for the kubelet to publish it in the Node's allocatable", "nvidia.com/mig-3g.40gb 0 of 4")
 		if got := obj.Status.Allocatable[resource3g]; !got.IsZero() {
 			t.Fatalf("allocatable %s = %s before anything published it", resource3g, got.String())
 		}
 		n.waitEvent(corev1.EventTypeNormal, ReasonApplied, "create 3g.40gb")
 
 		n.publishStatus()
-		obj = n.waitState(StateSuccess)
+		obj = n.waitState(nodeinfo.StateSuccess)
 		if got := obj.Status.Allocatable[resource3g]; got.Value() != 4 {
 			t.Errorf("state success with allocatable %s = %s, want 4", resource3g, got.String())
 		}
-		if r, ok := obj.Annotations[AnnotationReason]; ok {
+		if r, ok := obj.Annotations[nodeinfo.AnnotationReason]; ok {
 			t.Errorf("reason %q stayed on success", r)
 		}
 		// One change, one Event: the wait is routine, not news.
@@ -84,17 +85,17 @@ func TestNoSilentStates(t *testing.T) {
 	})
 
 	t.Run("a kubelet that never publishes ends failed, and recovers", func(t *testing.T) {
-		n := newNode(t, api, withAnnotation(AnnotationMigConfig, allThree))
+		n := newNode(t, api, withAnnotation(nodeinfo.AnnotationMigConfig, allThree))
 		// Short, so the test sees the timeout; nothing measures it.
 		n.start(withAllocatableTimeout(300 * time.Millisecond))
-		obj := n.waitReason(StateFailed, "has not published it in the Node's allocatable within 300ms", "nvidia.com/mig-3g.40gb 0 of 4", "is the kubelet running")
+		obj := n.waitReason(nodeinfo.StateFailed, "has not published it in the Node's allocatable within 300ms", "nvidia.com/mig-3g.40gb 0 of 4", "is the kubelet running")
 		n.waitEvent(corev1.EventTypeWarning, ReasonNotPublished, "within 300ms")
 		if _, ok := obj.Status.Allocatable[resource3g]; ok {
 			t.Fatalf("allocatable %v: nothing should have published it", obj.Status.Allocatable)
 		}
 
 		n.publishStatus()
-		n.waitState(StateSuccess)
+		n.waitState(nodeinfo.StateSuccess)
 		n.waitEvent(corev1.EventTypeNormal, ReasonApplied, "the kubelet now publishes the layout")
 		if c := countReason(n.events(), ReasonNotPublished); c != 1 {
 			t.Errorf("%d %s Events, want 1 (retries are no news)", c, ReasonNotPublished)
@@ -102,10 +103,10 @@ func TestNoSilentStates(t *testing.T) {
 	})
 
 	t.Run("a published layout is not waited for again", func(t *testing.T) {
-		n := newNode(t, api, withAnnotation(AnnotationMigConfig, allThree))
+		n := newNode(t, api, withAnnotation(nodeinfo.AnnotationMigConfig, allThree))
 		r := n.start(withAllocatableTimeout(hangTimeout), withResync(50*time.Millisecond))
 		stop := n.publishStatus()
-		n.waitState(StateSuccess)
+		n.waitState(nodeinfo.StateSuccess)
 		// The kubelet goes quiet and later reports less (a device
 		// failed): a health matter, not the config's.
 		stop()
@@ -113,7 +114,7 @@ func TestNoSilentStates(t *testing.T) {
 		before := r.counter("migflex_agent_reconciles_total", "result", resultSuccess)
 		n.patchAllocatable(resource3g, 3)
 		waitCounter(t, r, "migflex_agent_reconciles_total", "result", resultSuccess, before+2)
-		if s := n.get().Labels[LabelMigConfigState]; s != StateSuccess {
+		if s := n.get().Labels[nodeinfo.LabelMigConfigState]; s != nodeinfo.StateSuccess {
 			t.Errorf("state %q after allocatable dropped, want success", s)
 		}
 	})
@@ -125,12 +126,12 @@ func TestNoSilentStates(t *testing.T) {
 		n.simCfg.HoldFile, n.simCfg.HoldAfter = release, 0 // every MIG change waits for the file
 		n.openSim()
 		n.start()
-		n.annotate(AnnotationMigConfig, allThree)
+		n.annotate(nodeinfo.AnnotationMigConfig, allThree)
 		// The first MIG change is held: the Node says a change is under
 		// way, not the success (or nothing) it showed before.
-		obj := n.waitReason(StatePending, "annotation nvidia.com/mig.config: changing the GPUs: GPU 0", "create 3g.40gb")
+		obj := n.waitReason(nodeinfo.StatePending, "annotation nvidia.com/mig.config: changing the GPUs: GPU 0", "create 3g.40gb")
 		if !isAnnouncement(obj) {
-			t.Errorf("reason %q", obj.Annotations[AnnotationReason])
+			t.Errorf("reason %q", obj.Annotations[nodeinfo.AnnotationReason])
 		}
 		if diff := cmp.Diff([]string{"GPU 0 mig=false", "GPU 1 mig=false"}, n.layoutOf()); diff != "" {
 			t.Errorf("the GPUs changed while held (-want +got):\n%s", diff)
@@ -138,26 +139,26 @@ func TestNoSilentStates(t *testing.T) {
 		if err := os.WriteFile(release, nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		n.waitState(StateSuccess)
+		n.waitState(nodeinfo.StateSuccess)
 		n.waitServed(map[string]int{resource3g: 4})
 	})
 
 	t.Run("differing sources: the ignored one is named", func(t *testing.T) {
-		n := newNode(t, api, withAnnotation(AnnotationMigConfig, allThree), withAnnotation(AnnotationRunAIConfig, allSeven))
+		n := newNode(t, api, withAnnotation(nodeinfo.AnnotationMigConfig, allThree), withAnnotation(nodeinfo.AnnotationRunAIConfig, allSeven))
 		r := n.start()
 		note := "annotation nvidia.com/mig.config decides the layout; annotation run.ai/mig.config is set too and ignored"
-		n.waitReason(StateSuccess, note)
+		n.waitReason(nodeinfo.StateSuccess, note)
 		n.waitServed(map[string]int{resource3g: 4})
 		n.waitEvent(corev1.EventTypeNormal, ReasonSourceIgnored, note)
-		checkConfigState(t, r, n.name, StateSuccess)
+		checkConfigState(t, r, n.name, nodeinfo.StateSuccess)
 
 		// The winner goes: the other's (older) layout is applied, and an
 		// Event says why before the Applied one says what.
-		n.annotate(AnnotationMigConfig, "")
+		n.annotate(nodeinfo.AnnotationMigConfig, "")
 		n.waitServed(map[string]int{resource3g: 0, resource1g: 14})
 		n.waitNode("no reason once one source is left", func(o *corev1.Node) bool {
-			_, ok := o.Annotations[AnnotationReason]
-			return o.Labels[LabelMigConfigState] == StateSuccess && !ok
+			_, ok := o.Annotations[nodeinfo.AnnotationReason]
+			return o.Labels[nodeinfo.LabelMigConfigState] == nodeinfo.StateSuccess && !ok
 		})
 		changed := n.waitEvent(corev1.EventTypeNormal, ReasonSourceChanged, "annotation nvidia.com/mig.config is no longer set: annotation run.ai/mig.config decides the layout now")
 		applied := n.waitEvent(corev1.EventTypeNormal, ReasonApplied, "annotation run.ai/mig.config", "create 1g.10gb")
@@ -168,8 +169,8 @@ func TestNoSilentStates(t *testing.T) {
 		// The last source goes: the layout stays, served, and the state
 		// says why nothing happens.
 		layout := n.layoutOf()
-		n.annotate(AnnotationRunAIConfig, "")
-		obj := n.waitReason(StateSuccess, reasonNoConfig)
+		n.annotate(nodeinfo.AnnotationRunAIConfig, "")
+		obj := n.waitReason(nodeinfo.StateSuccess, reasonNoConfig)
 		n.waitEvent(corev1.EventTypeNormal, ReasonRemoved, "annotation run.ai/mig.config was removed and no other is set: the GPUs keep their layout as is")
 		if diff := cmp.Diff(layout, n.layoutOf()); diff != "" {
 			t.Errorf("the layout changed with the source gone (-before +after):\n%s", diff)
@@ -188,14 +189,14 @@ func TestNoSilentStates(t *testing.T) {
 		if c := countReason(n.events(), ReasonRemoved); c != 1 {
 			t.Errorf("%d %s Events after a restart, want 1", c, ReasonRemoved)
 		}
-		checkConfigState(t, second, n.name, StateSuccess)
+		checkConfigState(t, second, n.name, nodeinfo.StateSuccess)
 	})
 
 	t.Run("the same document under both keys is no conflict", func(t *testing.T) {
-		n := newNode(t, api, withAnnotation(AnnotationMigConfig, allThree), withAnnotation(AnnotationRunAIConfig, "\n"+allThree))
+		n := newNode(t, api, withAnnotation(nodeinfo.AnnotationMigConfig, allThree), withAnnotation(nodeinfo.AnnotationRunAIConfig, "\n"+allThree))
 		n.start()
-		obj := n.waitState(StateSuccess)
-		if r, ok := obj.Annotations[AnnotationReason]; ok {
+		obj := n.waitState(nodeinfo.StateSuccess)
+		if r, ok := obj.Annotations[nodeinfo.AnnotationReason]; ok {
 			t.Errorf("reason %q for two equal documents", r)
 		}
 		if c := countReason(n.events(), ReasonSourceIgnored); c != 0 {
@@ -204,12 +205,12 @@ func TestNoSilentStates(t *testing.T) {
 	})
 
 	t.Run("an ignored source beside a failure", func(t *testing.T) {
-		n := newNode(t, api, withAnnotation(AnnotationMigConfig, "version: v1\nmig-configs: ["), withLabel(LabelMigConfig, "all-1g.10gb"))
+		n := newNode(t, api, withAnnotation(nodeinfo.AnnotationMigConfig, "version: v1\nmig-configs: ["), withLabel(nodeinfo.LabelMigConfig, "all-1g.10gb"))
 		r := n.start()
 		note := "annotation nvidia.com/mig.config decides the layout; label nvidia.com/mig.config=all-1g.10gb is set too and ignored"
-		n.waitReason(StateFailed, "invalid YAML", note)
+		n.waitReason(nodeinfo.StateFailed, "invalid YAML", note)
 		n.waitEvent(corev1.EventTypeNormal, ReasonSourceIgnored, note)
-		checkConfigState(t, r, n.name, StateFailed)
+		checkConfigState(t, r, n.name, nodeinfo.StateFailed)
 		// Retries repeat neither Event.
 		r.stop()
 		second := n.start(withResync(50 * time.Millisecond))
@@ -237,7 +238,7 @@ func (n *node) patchAllocatable(resource string, count int) {
 // state, a moment after a test can see it there.
 func checkConfigState(t *testing.T, r *agentRun, node, state string) {
 	t.Helper()
-	want := map[string]float64{StatePending: 0, StateSuccess: 0, StateFailed: 0}
+	want := map[string]float64{nodeinfo.StatePending: 0, nodeinfo.StateSuccess: 0, nodeinfo.StateFailed: 0}
 	want[state] = 1
 	deadline := time.Now().Add(hangTimeout)
 	for {
@@ -279,5 +280,5 @@ func gatherConfigState(t *testing.T, r *agentRun, node string) map[string]float6
 // isAnnouncement tells whether the Node shows the start of a change (see
 // announce) rather than an outcome.
 func isAnnouncement(o *corev1.Node) bool {
-	return o.Labels[LabelMigConfigState] == StatePending && strings.Contains(o.Annotations[AnnotationReason], ": changing the GPUs: ")
+	return o.Labels[nodeinfo.LabelMigConfigState] == nodeinfo.StatePending && strings.Contains(o.Annotations[nodeinfo.AnnotationReason], ": changing the GPUs: ")
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/mig/nvmlmig"
 	"github.com/migflex/migflex/internal/migconfig"
+	"github.com/migflex/migflex/internal/nodeinfo"
 )
 
 // outcome is what one reconcile found and did.
@@ -45,13 +46,13 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, prev status) o
 	if err != nil {
 		a.countError(stageDiscover)
 		msg := fmt.Sprintf("reading the GPUs through NVML: %v; the devices served before are still served", err)
-		return finish(prev, outcome{status: status{StateFailed, msg}, retry: true, result: resultFailed, gpus: a.gpus}, ReasonFailed, "")
+		return finish(prev, outcome{status: status{nodeinfo.StateFailed, msg}, retry: true, result: resultFailed, gpus: a.gpus}, ReasonFailed, "")
 	}
 	// Serve what exists first: whatever happens below, the kubelet sees
 	// the devices NVML has.
 	in := planInput{gpus: gpus, serveErr: a.serve(ctx, gpus), strategy: a.opts.MigStrategy, holds: a.held}
-	in.src = selectSource(node.Labels, node.Annotations)
-	if in.src.kind != sourceNone {
+	in.src = nodeinfo.Deciding(node.Labels, node.Annotations)
+	if in.src.Kind != nodeinfo.SourceNone {
 		in.doc, in.docErr = a.document(in.src)
 	}
 	d := decidePlan(in)
@@ -69,7 +70,7 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, prev status) o
 	busyCheckFailed := func(err error) outcome {
 		a.countError(stageBusyCheck)
 		msg := fmt.Sprintf("cannot tell which GPUs pods use, so none is changed: %v", err)
-		st := status{StateFailed, fmt.Sprintf("%s: %s", src, joinReasons(append(reasons, msg)...))}
+		st := status{nodeinfo.StateFailed, fmt.Sprintf("%s: %s", src, joinReasons(append(reasons, msg)...))}
 		return finish(prev, outcome{status: st, retry: true, result: resultFailed, gpus: gpus}, ReasonFailed, "")
 	}
 	assignments, err := a.opts.PodResources.List(ctx)
@@ -129,11 +130,11 @@ func (a *Agent) countError(stage string) {
 // configuration does not apply to this node and was left out (an entry for
 // another GPU model; in a shared config file, GPUs the node lacks, or the
 // whole configuration), so that an operator sees it on the Node.
-func successWith(src source, notes []string) status {
+func successWith(src nodeinfo.Source, notes []string) status {
 	if len(notes) == 0 {
-		return status{State: StateSuccess}
+		return status{State: nodeinfo.StateSuccess}
 	}
-	return status{StateSuccess, fmt.Sprintf("%s: %s", src, strings.Join(notes, "; "))}
+	return status{nodeinfo.StateSuccess, fmt.Sprintf("%s: %s", src, strings.Join(notes, "; "))}
 }
 
 // drainFree drains the devices of the GPUs plan changes (free at the busy
@@ -229,7 +230,7 @@ func holdKey(srcID string, gpus []mig.GPU, index int) string {
 // layout that results. Its status is success, or failed with every GPU's
 // reason (without the source: the caller adds it); GPUs that failed are
 // held. An Applied Event records what changed.
-func (a *Agent) applyFree(ctx context.Context, src source, srcID string, desired []migconfig.Desired, plan migconfig.Plan) outcome {
+func (a *Agent) applyFree(ctx context.Context, src nodeinfo.Source, srcID string, desired []migconfig.Desired, plan migconfig.Plan) outcome {
 	res, _ := migconfig.Apply(ctx, a.part, plan)
 	var errs, applied []string
 	failedGPUs := map[int]hold{}
@@ -260,7 +261,7 @@ func (a *Agent) applyFree(ctx context.Context, src source, srcID string, desired
 			a.held[gpu] = h
 		}
 	}
-	out := outcome{status: status{State: StateSuccess}, result: resultSuccess, gpus: gpus}
+	out := outcome{status: status{State: nodeinfo.StateSuccess}, result: resultSuccess, gpus: gpus}
 	if len(applied) > 0 {
 		out.events = append(out.events, event{corev1.EventTypeNormal, ReasonApplied, fmt.Sprintf("%s: %s", src, strings.Join(applied, "; "))})
 	}
@@ -268,7 +269,7 @@ func (a *Agent) applyFree(ctx context.Context, src source, srcID string, desired
 		if ctx.Err() == nil {
 			a.metrics.errors.WithLabelValues(stageApply).Inc()
 		}
-		out.status = status{StateFailed, strings.Join(errs, "; ")}
+		out.status = status{nodeinfo.StateFailed, strings.Join(errs, "; ")}
 		out.result = resultFailed
 	}
 	return out
@@ -329,10 +330,10 @@ func (a *Agent) serve(ctx context.Context, gpus []mig.GPU) error {
 
 // document returns the mig.config text of src: the annotation's, or the
 // config file's for the label.
-func (a *Agent) document(src source) (string, error) {
-	switch src.kind {
-	case sourceAnnotation, sourceRunAIAnnotation:
-		return src.document, nil
+func (a *Agent) document(src nodeinfo.Source) (string, error) {
+	switch src.Kind {
+	case nodeinfo.SourceAnnotation, nodeinfo.SourceRunAIAnnotation:
+		return src.Document, nil
 	}
 	if a.opts.ConfigFile == "" {
 		return "", fmt.Errorf("%s names a configuration, but the agent has no --config-file to find it in", src)
@@ -347,17 +348,6 @@ func (a *Agent) document(src source) (string, error) {
 		return "", fmt.Errorf("%s: reading the config file %s: %w", src, a.opts.ConfigFile, err)
 	}
 	return string(data), nil
-}
-
-// scope is how the source's document is read: the label's config file is
-// shared by a fleet and read as mig-parted reads it (what does not fit this
-// node is left out); an annotation is written for this node, so what does
-// not fit it is an error (migconfig.Scope).
-func (s source) scope() migconfig.Scope {
-	if s.kind == sourceLabel {
-		return migconfig.ScopeFleet
-	}
-	return migconfig.ScopeNode
 }
 
 // projected is the layout gpus have once plan is applied, with a

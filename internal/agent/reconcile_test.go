@@ -5,6 +5,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/migflex/migflex/internal/nodeinfo"
 )
 
 func TestParseBusyPolicy(t *testing.T) {
@@ -32,53 +34,53 @@ func TestFinish(t *testing.T) {
 	}{
 		{
 			name: "success again, nothing changed: no Event",
-			prev: status{State: StateSuccess}, out: outcome{status: status{State: StateSuccess}},
+			prev: status{State: nodeinfo.StateSuccess}, out: outcome{status: status{State: nodeinfo.StateSuccess}},
 			reason: ReasonApplied, message: "in place",
 		},
 		{
 			name: "first success without changes: Applied with the message",
-			prev: status{}, out: outcome{status: status{State: StateSuccess}},
+			prev: status{}, out: outcome{status: status{State: nodeinfo.StateSuccess}},
 			reason: ReasonApplied, message: "in place",
 			want: []event{{corev1.EventTypeNormal, ReasonApplied, "in place"}},
 		},
 		{
 			name: "success after changes keeps its own Applied Event only",
-			prev: status{State: StateFailed, Reason: "x"}, out: outcome{status: status{State: StateSuccess}, events: []event{applied}},
+			prev: status{State: nodeinfo.StateFailed, Reason: "x"}, out: outcome{status: status{State: nodeinfo.StateSuccess}, events: []event{applied}},
 			reason: ReasonApplied, message: "in place",
 			want: []event{applied},
 		},
 		{
 			name: "changes while success stays success: the Applied Event stays",
-			prev: status{State: StateSuccess}, out: outcome{status: status{State: StateSuccess}, events: []event{applied}},
+			prev: status{State: nodeinfo.StateSuccess}, out: outcome{status: status{State: nodeinfo.StateSuccess}, events: []event{applied}},
 			reason: ReasonApplied,
 			want:   []event{applied},
 		},
 		{
 			name: "new failure: Warning with the reason",
-			prev: status{State: StateSuccess}, out: outcome{status: status{StateFailed, "bad yaml"}},
+			prev: status{State: nodeinfo.StateSuccess}, out: outcome{status: status{nodeinfo.StateFailed, "bad yaml"}},
 			reason: ReasonInvalid,
 			want:   []event{{corev1.EventTypeWarning, ReasonInvalid, "bad yaml"}},
 		},
 		{
 			name: "the same failure again: no Event",
-			prev: status{StateFailed, "bad yaml"}, out: outcome{status: status{StateFailed, "bad yaml"}},
+			prev: status{nodeinfo.StateFailed, "bad yaml"}, out: outcome{status: status{nodeinfo.StateFailed, "bad yaml"}},
 			reason: ReasonInvalid,
 		},
 		{
 			name: "another failure: Warning",
-			prev: status{StateFailed, "bad yaml"}, out: outcome{status: status{StateFailed, "GPU 0 failed"}},
+			prev: status{nodeinfo.StateFailed, "bad yaml"}, out: outcome{status: status{nodeinfo.StateFailed, "GPU 0 failed"}},
 			reason: ReasonFailed,
 			want:   []event{{corev1.EventTypeWarning, ReasonFailed, "GPU 0 failed"}},
 		},
 		{
 			name: "pending with other GPUs applied: both",
-			prev: status{}, out: outcome{status: status{StatePending, "GPU 0: ns/p"}, events: []event{applied}},
+			prev: status{}, out: outcome{status: status{nodeinfo.StatePending, "GPU 0: ns/p"}, events: []event{applied}},
 			reason: ReasonPending,
 			want:   []event{applied, {corev1.EventTypeNormal, ReasonPending, "GPU 0: ns/p"}},
 		},
 		{
 			name: "still pending on the same pods: no Event",
-			prev: status{StatePending, "GPU 0: ns/p"}, out: outcome{status: status{StatePending, "GPU 0: ns/p"}},
+			prev: status{nodeinfo.StatePending, "GPU 0: ns/p"}, out: outcome{status: status{nodeinfo.StatePending, "GPU 0: ns/p"}},
 			reason: ReasonPending,
 		},
 	}

@@ -12,11 +12,12 @@ import (
 
 	"github.com/migflex/migflex/internal/deviceplugin"
 	"github.com/migflex/migflex/internal/mig"
+	"github.com/migflex/migflex/internal/nodeinfo"
 )
 
 // status is what the agent reports about the desired layout.
 type status struct {
-	// State is StatePending, StateSuccess, StateFailed, or empty when the
+	// State is nodeinfo.StatePending, nodeinfo.StateSuccess, nodeinfo.StateFailed, or empty when the
 	// Node asks for no layout.
 	State string
 	// Reason says why State is not success, or, with success, what else
@@ -31,24 +32,24 @@ type status struct {
 func ownedMetadata(st status, gpus []mig.GPU, served map[string]bool, inUse map[string][]string, strategy deviceplugin.MigStrategy) (labels, annotations map[string]string, err error) {
 	labels = gfdLabels(gpus, strategy)
 	if st.State != "" {
-		labels[LabelMigConfigState] = st.State
+		labels[nodeinfo.LabelMigConfigState] = st.State
 	}
-	layoutJSON, err := layoutAnnotation(gpus, served, inUse)
+	layoutJSON, err := nodeinfo.EncodeLayout(gpus, served, inUse)
 	if err != nil {
 		return nil, nil, err
 	}
-	annotations = map[string]string{AnnotationLayout: layoutJSON}
-	profilesJSON, err := profilesAnnotation(gpus)
+	annotations = map[string]string{nodeinfo.AnnotationLayout: layoutJSON}
+	profilesJSON, err := nodeinfo.EncodeProfiles(gpus)
 	if err != nil {
 		return nil, nil, err
 	}
 	if profilesJSON != "" {
-		annotations[AnnotationProfiles] = profilesJSON
+		annotations[nodeinfo.AnnotationProfiles] = profilesJSON
 	}
 	// A success has a reason too: sources ignored, no source left, or
 	// what of the configuration was left out on this node (successWith).
 	if st.State != "" && st.Reason != "" {
-		annotations[AnnotationReason] = truncate(st.Reason)
+		annotations[nodeinfo.AnnotationReason] = truncate(st.Reason)
 	}
 	return labels, annotations, nil
 }

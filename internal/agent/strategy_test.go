@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/migflex/migflex/internal/deviceplugin"
+	"github.com/migflex/migflex/internal/nodeinfo"
 	"github.com/migflex/migflex/internal/podresources/podresourcestest"
 )
 
@@ -28,9 +29,9 @@ func TestSingleStrategy(t *testing.T) {
 		n.start(withStrategy(deviceplugin.MigStrategySingle))
 		n.waitServed(map[string]int{deviceplugin.ResourceGPU: 4})
 
-		n.annotate(AnnotationMigConfig, mixedLayout)
-		obj := n.waitState(StateFailed)
-		if r := obj.Annotations[AnnotationReason]; !strings.Contains(r, "--mig-strategy=single") || !strings.Contains(r, "left as they are") {
+		n.annotate(nodeinfo.AnnotationMigConfig, mixedLayout)
+		obj := n.waitState(nodeinfo.StateFailed)
+		if r := obj.Annotations[nodeinfo.AnnotationReason]; !strings.Contains(r, "--mig-strategy=single") || !strings.Contains(r, "left as they are") {
 			t.Errorf("reason %q does not say the strategy cannot serve the layout and nothing changed", r)
 		}
 		n.waitEvent("Warning", ReasonInvalid, "--mig-strategy=single")
@@ -47,20 +48,20 @@ func TestSingleStrategy(t *testing.T) {
 		n.start(withStrategy(deviceplugin.MigStrategySingle))
 
 		// Every GPU to 3 x 2g.20gb destroys the busy instance too.
-		n.annotate(AnnotationMigConfig, `version: v1
+		n.annotate(nodeinfo.AnnotationMigConfig, `version: v1
 mig-configs:
   selected:
   - {devices: all, mig-enabled: true, mig-devices: {"2g.20gb": 3}}
 `)
-		obj := n.waitState(StatePending)
-		if r := obj.Annotations[AnnotationReason]; !strings.Contains(r, "ml/train-0") || !strings.Contains(r, "free GPUs are left as they are too") {
+		obj := n.waitState(nodeinfo.StatePending)
+		if r := obj.Annotations[nodeinfo.AnnotationReason]; !strings.Contains(r, "ml/train-0") || !strings.Contains(r, "free GPUs are left as they are too") {
 			t.Errorf("pending reason %q does not name the pod and say why GPU 1 waits too", r)
 		}
 		waitLayout(t, n, threeThree)
 		n.waitServed(map[string]int{deviceplugin.ResourceGPU: 4})
 
 		n.podres.Set()
-		n.waitState(StateSuccess)
+		n.waitState(nodeinfo.StateSuccess)
 		waitLayout(t, n, []string{"GPU 0 mig=true 2g.20gb@0 2g.20gb@2 2g.20gb@4", "GPU 1 mig=true 2g.20gb@0 2g.20gb@2 2g.20gb@4"})
 		n.waitServed(map[string]int{deviceplugin.ResourceGPU: 6})
 	})

@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/migflex/migflex/internal/nodeinfo"
 )
 
 // TestWatchesOnlyItsNode: the agent's list and watch of Nodes carry a field
@@ -18,7 +20,7 @@ import (
 // Node of the cluster.
 func TestWatchesOnlyItsNode(t *testing.T) {
 	api := startAPIServer(t)
-	n := newNode(t, api, withAnnotation(AnnotationMigConfig, allThree))
+	n := newNode(t, api, withAnnotation(nodeinfo.AnnotationMigConfig, allThree))
 	// Another Node, which the agent must not see.
 	if _, err := api.client.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name + "-other"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -44,7 +46,7 @@ func TestWatchesOnlyItsNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := n.start(withClient(client))
-	n.waitState(StateSuccess)
+	n.waitState(nodeinfo.StateSuccess)
 	run.stop()
 
 	mu.Lock()

@@ -26,31 +26,6 @@ import (
 	"github.com/migflex/migflex/internal/textcut"
 )
 
-// Keys on the Node.
-const (
-	// LabelPlanner opts a node in to the planner with the value
-	// PlannerEnabled: the planner then owns its nvidia.com/mig.config.
-	LabelPlanner   = "migflex.io/planner"
-	PlannerEnabled = "enabled"
-	// AnnotationMigConfig is the layout the node's agent applies; the
-	// planner writes it on opted-in nodes.
-	AnnotationMigConfig = "nvidia.com/mig.config"
-	// AnnotationProposed is where the planner in dry-run mode writes the
-	// layout it would have written in AnnotationMigConfig.
-	AnnotationProposed = "migflex.io/mig.config.proposed"
-	// LabelState and AnnotationReason are the agent's report on the
-	// layout: pending, success or failed, and why.
-	LabelState       = "nvidia.com/mig.config.state"
-	AnnotationReason = "migflex.io/mig.config.reason"
-)
-
-// Agent states.
-const (
-	StatePending = "pending"
-	StateSuccess = "success"
-	StateFailed  = "failed"
-)
-
 // The planner's defaults that the webhook's reshape-first mode must read
 // Nodes with too, so that both tell a human's edit from the planner's alike.
 const (
@@ -95,9 +70,9 @@ type Node struct {
 
 // FromAPI reads a Node.
 func FromAPI(n *corev1.Node, o Options) Node {
-	out := Node{Node: planner.Node{Node: fallback.NodeFromAPI(n), OptedIn: n.Labels[LabelPlanner] == PlannerEnabled}}
-	out.Config = n.Annotations[AnnotationMigConfig]
-	out.ConfigOwner, out.ConfigTime = AnnotationOwner(n, AnnotationMigConfig)
+	out := Node{Node: planner.Node{Node: fallback.NodeFromAPI(n), OptedIn: n.Labels[nodeinfo.LabelPlanner] == nodeinfo.PlannerEnabled}}
+	out.Config = n.Annotations[nodeinfo.AnnotationMigConfig]
+	out.ConfigOwner, out.ConfigTime = AnnotationOwner(n, nodeinfo.AnnotationMigConfig)
 	freeze := func(format string, args ...any) {
 		if out.Frozen == "" {
 			out.Frozen = fmt.Sprintf(format, args...)
@@ -110,7 +85,7 @@ func FromAPI(n *corev1.Node, o Options) Node {
 			out.Warnings = append(out.Warnings, err.Error())
 		}
 		for _, m := range models {
-			out.Models = append(out.Models, planner.Model{Name: m.Name, Profiles: m.Profiles})
+			out.Models = append(out.Models, planner.Model{Name: m.Name, Profiles: m.MIGProfiles()})
 		}
 	}
 	raw, ok := n.Annotations[nodeinfo.AnnotationLayout]
@@ -142,40 +117,35 @@ func FromAPI(n *corev1.Node, o Options) Node {
 		out.GPUs = append(out.GPUs, pg)
 	}
 
-	state, reason := n.Labels[LabelState], n.Annotations[AnnotationReason]
+	state, reason := n.Labels[nodeinfo.LabelMigConfigState], n.Annotations[nodeinfo.AnnotationReason]
 	switch {
-	case state == StatePending:
+	case state == nodeinfo.StatePending:
 		freeze("its agent is changing its layout (state pending: %s)", clip(reason))
-	case state == StateFailed:
+	case state == nodeinfo.StateFailed:
 		freeze("its agent could not apply its layout (state failed: %s)", clip(reason))
 	case state == "" && hasSource(n):
 		freeze("its agent has not reported on its layout yet")
-	case state != "" && state != StateSuccess:
+	case state != "" && state != nodeinfo.StateSuccess:
 		freeze("its agent reports an unknown state %q", state)
 	}
 	if out.ConfigOwner != "" && out.ConfigOwner != o.FieldManager && o.ManualHold > 0 {
 		if until := out.ConfigTime.Add(o.ManualHold); o.Now.Before(until) {
-			freeze("%s was changed by %s at %s: the planner leaves the node alone until %s", AnnotationMigConfig, out.ConfigOwner,
+			freeze("%s was changed by %s at %s: the planner leaves the node alone until %s", nodeinfo.AnnotationMigConfig, out.ConfigOwner,
 				out.ConfigTime.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339))
 		}
 	}
-	if state != StateFailed && out.Config != "" {
+	if state != nodeinfo.StateFailed && out.Config != "" {
 		out.inFlight(layout, n.Annotations[nodeinfo.AnnotationProfiles] != "", o.Now)
 		if len(out.InFlight) > 0 {
-			freeze("the layout its %s asks for is not in place yet (GPUs %v)", AnnotationMigConfig, out.InFlight)
+			freeze("the layout its %s asks for is not in place yet (GPUs %v)", nodeinfo.AnnotationMigConfig, out.InFlight)
 		}
 	}
 	return out
 }
 
-// hasSource tells whether the node asks its agent for a layout by any of
-// the keys the agent reads.
-func hasSource(n *corev1.Node) bool {
-	_, a := n.Annotations[AnnotationMigConfig]
-	_, r := n.Annotations["run.ai/mig.config"]
-	_, l := n.Labels["nvidia.com/mig.config"]
-	return a || r || l
-}
+// hasSource tells whether the node asks its agent for a layout, by the
+// agent's own reading of its keys.
+func hasSource(n *corev1.Node) bool { return len(nodeinfo.Sources(n.Labels, n.Annotations)) > 0 }
 
 // inFlight finds the GPUs whose layout the node's mig.config changes, as
 // the agent would plan it from their current layout, and shows them at
@@ -203,22 +173,22 @@ func (out *Node) inFlight(layout []nodeinfo.GPU, haveProfiles bool, now time.Tim
 	}
 	spec, err := migconfig.Parse([]byte(out.Config))
 	if err != nil {
-		out.Warnings = append(out.Warnings, fmt.Sprintf("%s: %v", AnnotationMigConfig, err))
+		out.Warnings = append(out.Warnings, fmt.Sprintf("%s: %v", nodeinfo.AnnotationMigConfig, err))
 		return
 	}
 	cfg, err := spec.Select("")
 	if err != nil {
-		out.Warnings = append(out.Warnings, fmt.Sprintf("%s: %v", AnnotationMigConfig, err))
+		out.Warnings = append(out.Warnings, fmt.Sprintf("%s: %v", nodeinfo.AnnotationMigConfig, err))
 		return
 	}
 	v, err := migconfig.ValidateFor(cfg, gpus, migconfig.ScopeNode)
 	if err != nil {
-		out.Warnings = append(out.Warnings, fmt.Sprintf("%s: %v", AnnotationMigConfig, err))
+		out.Warnings = append(out.Warnings, fmt.Sprintf("%s: %v", nodeinfo.AnnotationMigConfig, err))
 		return
 	}
 	plan, err := migconfig.MakePlan(gpus, v.Desired)
 	if err != nil {
-		out.Warnings = append(out.Warnings, fmt.Sprintf("%s: %v", AnnotationMigConfig, err))
+		out.Warnings = append(out.Warnings, fmt.Sprintf("%s: %v", nodeinfo.AnnotationMigConfig, err))
 		return
 	}
 	for _, p := range plan.GPUs {

@@ -56,7 +56,7 @@ func withAnnotation(k, v string) nodeMod {
 }
 func withOwner(mgr string, at time.Time) nodeMod {
 	return func(n *corev1.Node) {
-		n.ManagedFields = append(n.ManagedFields, ManagedTime(mgr, AnnotationMigConfig, at))
+		n.ManagedFields = append(n.ManagedFields, ManagedTime(mgr, nodeinfo.AnnotationMigConfig, at))
 	}
 }
 
@@ -64,10 +64,10 @@ func withOwner(mgr string, at time.Time) nodeMod {
 func apiNode(gpus []nodeinfo.GPU, mods ...nodeMod) *corev1.Node {
 	layout, _ := json.Marshal(gpus)
 	m, _ := simmodels.Get(h100)
-	profiles, _ := json.Marshal([]nodeinfo.Model{{Name: h100, Profiles: m.Profiles}})
+	profiles, _ := json.Marshal([]nodeinfo.Model{nodeinfo.NewModel(h100, m.Profiles)})
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
 		Name:        "n1",
-		Labels:      map[string]string{LabelPlanner: PlannerEnabled, LabelState: StateSuccess},
+		Labels:      map[string]string{nodeinfo.LabelPlanner: nodeinfo.PlannerEnabled, nodeinfo.LabelMigConfigState: nodeinfo.StateSuccess},
 		Annotations: map[string]string{nodeinfo.AnnotationLayout: string(layout), nodeinfo.AnnotationProfiles: string(profiles)},
 	}}
 	for _, mod := range mods {
@@ -100,27 +100,27 @@ func TestFromAPI(t *testing.T) {
 		},
 		{
 			name:     "not opted in",
-			node:     apiNode([]nodeinfo.GPU{gpu(0)}, withLabel(LabelPlanner, "disabled")),
+			node:     apiNode([]nodeinfo.GPU{gpu(0)}, withLabel(nodeinfo.LabelPlanner, "disabled")),
 			wantGPUs: []planner.GPU{{Index: 0, Model: h100, MigEnabled: true}},
 		},
 		{
 			name:       "the agent is applying a layout",
-			node:       apiNode([]nodeinfo.GPU{gpu(0)}, withLabel(LabelState, StatePending), withAnnotation(AnnotationReason, "GPU 0: ns/p")),
+			node:       apiNode([]nodeinfo.GPU{gpu(0)}, withLabel(nodeinfo.LabelMigConfigState, nodeinfo.StatePending), withAnnotation(nodeinfo.AnnotationReason, "GPU 0: ns/p")),
 			wantOptIn:  true,
 			wantFrozen: "its agent is changing its layout (state pending: GPU 0: ns/p)",
 			wantGPUs:   []planner.GPU{{Index: 0, Model: h100, MigEnabled: true}},
 		},
 		{
 			name: "the agent refused the layout: shown as it is",
-			node: apiNode([]nodeinfo.GPU{gpu(0, all1g...)}, withLabel(LabelState, StateFailed), withAnnotation(AnnotationReason, "bad"),
-				withAnnotation(AnnotationMigConfig, migConfig("3g.40gb"))),
+			node: apiNode([]nodeinfo.GPU{gpu(0, all1g...)}, withLabel(nodeinfo.LabelMigConfigState, nodeinfo.StateFailed), withAnnotation(nodeinfo.AnnotationReason, "bad"),
+				withAnnotation(nodeinfo.AnnotationMigConfig, migConfig("3g.40gb"))),
 			wantOptIn:  true,
 			wantFrozen: "state failed: bad",
 			wantGPUs:   []planner.GPU{{Index: 0, Model: h100, MigEnabled: true, Instances: instances(all1g...)}},
 		},
 		{
 			name: "a human changed mig.config within the hold",
-			node: apiNode([]nodeinfo.GPU{gpu(0, "3g.40gb@0")}, withAnnotation(AnnotationMigConfig, migConfig("3g.40gb")),
+			node: apiNode([]nodeinfo.GPU{gpu(0, "3g.40gb@0")}, withAnnotation(nodeinfo.AnnotationMigConfig, migConfig("3g.40gb")),
 				withOwner("kubectl-annotate", now.Add(-time.Minute))),
 			wantOptIn:  true,
 			wantFrozen: "nvidia.com/mig.config was changed by kubectl-annotate at 2025-03-01T11:59:00Z: the planner leaves the node alone until 2025-03-01T12:09:00Z",
@@ -128,14 +128,14 @@ func TestFromAPI(t *testing.T) {
 		},
 		{
 			name: "a human change after the hold",
-			node: apiNode([]nodeinfo.GPU{gpu(0, "3g.40gb@0")}, withAnnotation(AnnotationMigConfig, migConfig("3g.40gb")),
+			node: apiNode([]nodeinfo.GPU{gpu(0, "3g.40gb@0")}, withAnnotation(nodeinfo.AnnotationMigConfig, migConfig("3g.40gb")),
 				withOwner("kubectl-annotate", now.Add(-11*time.Minute))),
 			wantOptIn: true,
 			wantGPUs:  []planner.GPU{{Index: 0, Model: h100, MigEnabled: true, Instances: instances("3g.40gb@0")}},
 		},
 		{
 			name: "the planner's own change",
-			node: apiNode([]nodeinfo.GPU{gpu(0, "3g.40gb@0")}, withAnnotation(AnnotationMigConfig, migConfig("3g.40gb")),
+			node: apiNode([]nodeinfo.GPU{gpu(0, "3g.40gb@0")}, withAnnotation(nodeinfo.AnnotationMigConfig, migConfig("3g.40gb")),
 				withOwner(manager, now.Add(-time.Second))),
 			wantOptIn: true,
 			wantGPUs:  []planner.GPU{{Index: 0, Model: h100, MigEnabled: true, Instances: instances("3g.40gb@0")}},
@@ -144,7 +144,7 @@ func TestFromAPI(t *testing.T) {
 			// Written, not seen by the agent yet: shown at the new layout,
 			// which is where pods will find their devices.
 			name: "a change in flight",
-			node: apiNode([]nodeinfo.GPU{gpu(0, all1g...), gpu(1)}, withAnnotation(AnnotationMigConfig, migConfig("3g.40gb", "1g.10gb")),
+			node: apiNode([]nodeinfo.GPU{gpu(0, all1g...), gpu(1)}, withAnnotation(nodeinfo.AnnotationMigConfig, migConfig("3g.40gb", "1g.10gb")),
 				withOwner(manager, now)),
 			wantOptIn:  true,
 			wantFrozen: "the layout its nvidia.com/mig.config asks for is not in place yet (GPUs [0])",
@@ -157,8 +157,8 @@ func TestFromAPI(t *testing.T) {
 		{
 			// The agent waits for the pod: the change is not counted.
 			name: "a change in flight that would destroy an instance in use",
-			node: apiNode([]nodeinfo.GPU{gpu(0, "1g.10gb@0=a/b", "1g.10gb@1")}, withLabel(LabelState, StatePending),
-				withAnnotation(AnnotationMigConfig, migConfig("7g.80gb"))),
+			node: apiNode([]nodeinfo.GPU{gpu(0, "1g.10gb@0=a/b", "1g.10gb@1")}, withLabel(nodeinfo.LabelMigConfigState, nodeinfo.StatePending),
+				withAnnotation(nodeinfo.AnnotationMigConfig, migConfig("7g.80gb"))),
 			wantOptIn:  true,
 			wantFrozen: "state pending",
 			wantGPUs:   []planner.GPU{{Index: 0, Model: h100, MigEnabled: true, Instances: instances("1g.10gb@0*", "1g.10gb@1")}},
@@ -192,10 +192,18 @@ func TestFromAPI(t *testing.T) {
 		},
 		{
 			name:       "a layout asked for but not reported on yet",
-			node:       apiNode([]nodeinfo.GPU{gpu(0, "3g.40gb@0")}, withLabel(LabelState, ""), withLabel("nvidia.com/mig.config", "all-3g")),
+			node:       apiNode([]nodeinfo.GPU{gpu(0, "3g.40gb@0")}, withLabel(nodeinfo.LabelMigConfigState, ""), withLabel("nvidia.com/mig.config", "all-3g")),
 			wantOptIn:  true,
 			wantFrozen: "its agent has not reported on its layout yet",
 			wantGPUs:   []planner.GPU{{Index: 0, Model: h100, MigEnabled: true, Instances: instances("3g.40gb@0")}},
+		},
+		{
+			// The agent reads a blank value as no source and never reports
+			// a state for it; the planner reads the Node the same way.
+			name:      "no state, and only a blank mig.config: no source",
+			node:      apiNode([]nodeinfo.GPU{gpu(0, "3g.40gb@0")}, withLabel(nodeinfo.LabelMigConfigState, ""), withAnnotation(nodeinfo.AnnotationRunAIConfig, " "), withLabel(nodeinfo.LabelMigConfig, "")),
+			wantOptIn: true,
+			wantGPUs:  []planner.GPU{{Index: 0, Model: h100, MigEnabled: true, Instances: instances("3g.40gb@0")}},
 		},
 		{
 			name: "a whole GPU a pod holds, and one that is not MIG capable",
@@ -209,8 +217,8 @@ func TestFromAPI(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.node.Labels[LabelState] == "" {
-				delete(tc.node.Labels, LabelState)
+			if tc.node.Labels[nodeinfo.LabelMigConfigState] == "" {
+				delete(tc.node.Labels, nodeinfo.LabelMigConfigState)
 			}
 			got := FromAPI(tc.node, opts)
 			if got.OptedIn != tc.wantOptIn {

@@ -87,10 +87,10 @@ func newCluster(t *testing.T) *cluster {
 // addNode adds an opted-in node whose agent reports success.
 func (c *cluster) addNode(name string, gpus ...nodeinfo.GPU) *corev1.Node {
 	m, _ := simmodels.Get(h100)
-	profiles, _ := json.Marshal([]nodeinfo.Model{{Name: h100, Profiles: m.Profiles}})
+	profiles, _ := json.Marshal([]nodeinfo.Model{nodeinfo.NewModel(h100, m.Profiles)})
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
 		Name: name, UID: types.UID("uid-" + name),
-		Labels:      map[string]string{plansnap.LabelPlanner: plansnap.PlannerEnabled, plansnap.LabelState: plansnap.StateSuccess, corev1.LabelHostname: name},
+		Labels:      map[string]string{nodeinfo.LabelPlanner: nodeinfo.PlannerEnabled, nodeinfo.LabelMigConfigState: nodeinfo.StateSuccess, corev1.LabelHostname: name},
 		Annotations: map[string]string{nodeinfo.AnnotationProfiles: string(profiles)},
 	}}
 	c.nodes[name] = n

@@ -232,13 +232,13 @@ func TestController(t *testing.T) {
 		e.node("ctl-a", simGPU(0, all1g...))
 		r := e.start(t)
 		pod := e.pendingPod("ctl-a-3g", mig3g, "ctl-a")
-		n := e.waitNode("ctl-a", "the planner's mig.config", func(n *corev1.Node) bool { return n.Annotations[plansnap.AnnotationMigConfig] != "" })
-		if !strings.Contains(n.Annotations[plansnap.AnnotationMigConfig], `"3g.40gb": 1`) {
-			t.Errorf("mig.config %q, want a 3g.40gb", n.Annotations[plansnap.AnnotationMigConfig])
+		n := e.waitNode("ctl-a", "the planner's mig.config", func(n *corev1.Node) bool { return n.Annotations[nodeinfo.AnnotationMigConfig] != "" })
+		if !strings.Contains(n.Annotations[nodeinfo.AnnotationMigConfig], `"3g.40gb": 1`) {
+			t.Errorf("mig.config %q, want a 3g.40gb", n.Annotations[nodeinfo.AnnotationMigConfig])
 		}
 		// Server-side apply under its own field manager, which owns the
 		// annotation and nothing else.
-		owner, _ := plansnap.AnnotationOwner(n, plansnap.AnnotationMigConfig)
+		owner, _ := plansnap.AnnotationOwner(n, nodeinfo.AnnotationMigConfig)
 		if owner != DefaultFieldManager {
 			t.Errorf("mig.config owned by %q", owner)
 		}
@@ -270,14 +270,14 @@ func TestController(t *testing.T) {
 	t.Run("a human edit holds the node", func(t *testing.T) {
 		e.node("ctl-b", simGPU(0, all1g...))
 		n := e.getNode("ctl-b")
-		n.Annotations[plansnap.AnnotationMigConfig] = "version: v1\nmig-configs:\n  selected:\n  - devices: all\n    mig-enabled: true\n    mig-devices: {\"1g.10gb\": 7}\n"
+		n.Annotations[nodeinfo.AnnotationMigConfig] = "version: v1\nmig-configs:\n  selected:\n  - devices: all\n    mig-enabled: true\n    mig-devices: {\"1g.10gb\": 7}\n"
 		if _, err := e.client.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{FieldManager: "kubectl-annotate"}); err != nil {
 			t.Fatal(err)
 		}
 		e.start(t)
 		pod := e.pendingPod("ctl-b-3g", mig3g, "ctl-b")
 		e.waitEvent(pod, ReasonImpossible, "ctl-b: nvidia.com/mig.config was changed by kubectl-annotate")
-		if got := e.getNode("ctl-b").Annotations[plansnap.AnnotationMigConfig]; !strings.Contains(got, `"1g.10gb": 7`) {
+		if got := e.getNode("ctl-b").Annotations[nodeinfo.AnnotationMigConfig]; !strings.Contains(got, `"1g.10gb": 7`) {
 			t.Errorf("the human's mig.config was replaced: %q", got)
 		}
 		if err := e.client.CoreV1().Pods("default").Delete(context.Background(), pod.Name, metav1.DeleteOptions{}); err != nil {
@@ -289,9 +289,9 @@ func TestController(t *testing.T) {
 		e.node("ctl-c", simGPU(0, all1g...))
 		r := e.start(t, func(o *Options) { o.DryRun = true; o.FieldManager = "planner-dry" })
 		pod := e.pendingPod("ctl-c-7g", mig7g, "ctl-c")
-		n := e.waitNode("ctl-c", "a proposal", func(n *corev1.Node) bool { return n.Annotations[plansnap.AnnotationProposed] != "" })
-		if _, ok := n.Annotations[plansnap.AnnotationMigConfig]; ok {
-			t.Errorf("dry run wrote mig.config: %q", n.Annotations[plansnap.AnnotationMigConfig])
+		n := e.waitNode("ctl-c", "a proposal", func(n *corev1.Node) bool { return n.Annotations[nodeinfo.AnnotationProposed] != "" })
+		if _, ok := n.Annotations[nodeinfo.AnnotationMigConfig]; ok {
+			t.Errorf("dry run wrote mig.config: %q", n.Annotations[nodeinfo.AnnotationMigConfig])
 		}
 		e.waitEvent(pod, ReasonPlanned, "would run on node ctl-c", "dry run")
 		r.waitValue(t, "migflex_planner_reshapes_total", "mode", modeDryRun, 1)
@@ -302,17 +302,17 @@ func TestController(t *testing.T) {
 			e.poke(pod, i)
 			r.waitValue(t, "migflex_planner_rounds_total", "", "", rounds+1)
 		}
-		if got := e.getNode("ctl-c").Annotations[plansnap.AnnotationProposed]; got != n.Annotations[plansnap.AnnotationProposed] {
-			t.Errorf("the proposal changed while the pod waited: %q, was %q", got, n.Annotations[plansnap.AnnotationProposed])
+		if got := e.getNode("ctl-c").Annotations[nodeinfo.AnnotationProposed]; got != n.Annotations[nodeinfo.AnnotationProposed] {
+			t.Errorf("the proposal changed while the pod waited: %q, was %q", got, n.Annotations[nodeinfo.AnnotationProposed])
 		}
 		if err := e.client.CoreV1().Pods("default").Delete(context.Background(), pod.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		e.waitNode("ctl-c", "the proposal removed", func(n *corev1.Node) bool {
-			_, ok := n.Annotations[plansnap.AnnotationProposed]
+			_, ok := n.Annotations[nodeinfo.AnnotationProposed]
 			return !ok
 		})
-		if _, ok := e.getNode("ctl-c").Annotations[plansnap.AnnotationMigConfig]; ok {
+		if _, ok := e.getNode("ctl-c").Annotations[nodeinfo.AnnotationMigConfig]; ok {
 			t.Error("dry run wrote mig.config")
 		}
 		r.stop()
@@ -335,7 +335,7 @@ func TestController(t *testing.T) {
 		b := e.start(t, le("b"))
 		e.node("ctl-d", simGPU(0, all1g...), simGPU(1, all1g...))
 		e.pendingPod("ctl-d-3g", mig3g, "ctl-d")
-		e.waitNode("ctl-d", "the leader's mig.config", func(n *corev1.Node) bool { return n.Annotations[plansnap.AnnotationMigConfig] != "" })
+		e.waitNode("ctl-d", "the leader's mig.config", func(n *corev1.Node) bool { return n.Annotations[nodeinfo.AnnotationMigConfig] != "" })
 		if got := b.value("migflex_planner_node_writes_total", "", ""); got != 0 || b.value("migflex_planner_leader", "", "") != 0 {
 			t.Errorf("the follower wrote %v times (leader gauge %v)", got, b.value("migflex_planner_leader", "", ""))
 		}

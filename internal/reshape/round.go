@@ -13,6 +13,7 @@ import (
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 
 	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/nodeinfo"
 	"github.com/migflex/migflex/internal/planner"
 	"github.com/migflex/migflex/internal/plansnap"
 )
@@ -206,9 +207,9 @@ func decide(o *Options, pl *planner.Planner, m *memory, now time.Time, nodes []*
 		if n == nil {
 			continue
 		}
-		w := &nodeWrite{node: n, key: plansnap.AnnotationMigConfig, value: nc.Config}
+		w := &nodeWrite{node: n, key: nodeinfo.AnnotationMigConfig, value: nc.Config}
 		if o.DryRun {
-			w.key = plansnap.AnnotationProposed
+			w.key = nodeinfo.AnnotationProposed
 		}
 		for _, g := range nc.GPUs {
 			w.gpus = append(w.gpus, g.Index)
@@ -264,21 +265,21 @@ func decide(o *Options, pl *planner.Planner, m *memory, now time.Time, nodes []*
 // node proposed for in dry-run whose pods are gone or served.
 func (d *decision) proposalsLeft(o *Options, nodes []*corev1.Node, writes map[string]*nodeWrite) error {
 	for _, n := range nodes {
-		if _, ok := n.Annotations[plansnap.AnnotationProposed]; !ok {
+		if _, ok := n.Annotations[nodeinfo.AnnotationProposed]; !ok {
 			continue
 		}
-		if owner, _ := plansnap.AnnotationOwner(n, plansnap.AnnotationProposed); owner != o.FieldManager {
+		if owner, _ := plansnap.AnnotationOwner(n, nodeinfo.AnnotationProposed); owner != o.FieldManager {
 			continue
 		}
 		// The planner may write only on opted-in nodes (its policy says
 		// so): a proposal on a node opted out since stays for its owner.
-		if n.Labels[plansnap.LabelPlanner] != plansnap.PlannerEnabled {
+		if n.Labels[nodeinfo.LabelPlanner] != nodeinfo.PlannerEnabled {
 			continue
 		}
-		if w := writes[n.Name]; w != nil && w.key == plansnap.AnnotationProposed {
+		if w := writes[n.Name]; w != nil && w.key == nodeinfo.AnnotationProposed {
 			continue
 		}
-		d.writes = append(d.writes, nodeWrite{node: n, key: plansnap.AnnotationProposed})
+		d.writes = append(d.writes, nodeWrite{node: n, key: nodeinfo.AnnotationProposed})
 	}
 	return nil
 }
@@ -358,7 +359,7 @@ func (m *memory) observe(now time.Time, pods []*corev1.Pod) {
 // nvidia.com/mig.config start their cooldown. A dry-run proposal changes
 // nothing, so it starts none.
 func (m *memory) wrote(o *Options, w nodeWrite, now time.Time) {
-	if o.DryRun || w.key != plansnap.AnnotationMigConfig || w.value == "" {
+	if o.DryRun || w.key != nodeinfo.AnnotationMigConfig || w.value == "" {
 		return
 	}
 	for _, g := range w.gpus {
@@ -395,7 +396,7 @@ func plannedMessage(o *Options, pp planner.PodPlan, nc planner.NodeChange, v *pl
 	suffix := ""
 	if o.DryRun {
 		verb = "would run"
-		suffix = fmt.Sprintf(" (dry run: proposed in %s, %s not changed)", plansnap.AnnotationProposed, plansnap.AnnotationMigConfig)
+		suffix = fmt.Sprintf(" (dry run: proposed in %s, %s not changed)", nodeinfo.AnnotationProposed, nodeinfo.AnnotationMigConfig)
 	}
 	return fmt.Sprintf("%s on node %s: %s%s", verb, pp.Node, strings.Join(parts, "; "), suffix)
 }

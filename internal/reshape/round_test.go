@@ -83,7 +83,7 @@ func TestRound(t *testing.T) {
 				n1 := c.addNode("n1", simGPU(0, all1g...))
 				m, _ := simmodels.Get(h100)
 				m.Profiles = slices.DeleteFunc(slices.Clone(m.Profiles), func(p mig.Profile) bool { return p.Name == "3g.40gb" })
-				b, _ := json.Marshal([]nodeinfo.Model{{Name: h100, Profiles: m.Profiles}})
+				b, _ := json.Marshal([]nodeinfo.Model{nodeinfo.NewModel(h100, m.Profiles)})
 				n1.Annotations[nodeinfo.AnnotationProfiles] = string(b)
 				c.addNode("n2", simGPU(0, all1g...))
 				c.pod("p", mig3g, 1)
@@ -114,7 +114,7 @@ func TestRound(t *testing.T) {
 			name: "an opted-out node is never touched",
 			setup: func(c *cluster) {
 				n := c.addNode("n1", simGPU(0, all1g...))
-				n.Labels[plansnap.LabelPlanner] = "disabled"
+				n.Labels[nodeinfo.LabelPlanner] = "disabled"
 				c.pod("p", mig3g, 1)
 			},
 			wantEvents: []string{"MigReshapeImpossible p:", "not opted in"},
@@ -123,7 +123,7 @@ func TestRound(t *testing.T) {
 			name: "a pending node is never touched",
 			setup: func(c *cluster) {
 				n := c.addNode("n1", simGPU(0, all1g...))
-				n.Labels[plansnap.LabelState] = plansnap.StatePending
+				n.Labels[nodeinfo.LabelMigConfigState] = nodeinfo.StatePending
 				c.pod("p", mig3g, 1)
 			},
 			wantEvents: []string{"MigReshapeImpossible p:", "state pending"},
@@ -132,7 +132,7 @@ func TestRound(t *testing.T) {
 			name: "a failed node is never touched",
 			setup: func(c *cluster) {
 				n := c.addNode("n1", simGPU(0, all1g...))
-				n.Labels[plansnap.LabelState] = plansnap.StateFailed
+				n.Labels[nodeinfo.LabelMigConfigState] = nodeinfo.StateFailed
 				c.pod("p", mig3g, 1)
 			},
 			wantEvents: []string{"MigReshapeImpossible p:", "state failed"},
@@ -141,8 +141,8 @@ func TestRound(t *testing.T) {
 			name: "a node a human just changed is left alone",
 			setup: func(c *cluster) {
 				n := c.addNode("n1", simGPU(0, all1g...))
-				n.Annotations[plansnap.AnnotationMigConfig] = "version: v1\nmig-configs:\n  selected:\n  - devices: all\n    mig-enabled: true\n    mig-devices: {\"1g.10gb\": 7}\n"
-				n.ManagedFields = append(n.ManagedFields, plansnap.ManagedTime("kubectl-annotate", plansnap.AnnotationMigConfig, c.now.Add(-time.Minute)))
+				n.Annotations[nodeinfo.AnnotationMigConfig] = "version: v1\nmig-configs:\n  selected:\n  - devices: all\n    mig-enabled: true\n    mig-devices: {\"1g.10gb\": 7}\n"
+				n.ManagedFields = append(n.ManagedFields, plansnap.ManagedTime("kubectl-annotate", nodeinfo.AnnotationMigConfig, c.now.Add(-time.Minute)))
 				c.pod("p", mig3g, 1)
 			},
 			wantEvents: []string{"MigReshapeImpossible p:", "nvidia.com/mig.config was changed by kubectl-annotate"},
@@ -372,10 +372,10 @@ func TestDryRunProposalRemoved(t *testing.T) {
 	c.pod("p", mig3g, 1)
 	m := newMemory(o.MixHalfLife)
 	c.round(o, mustPlanner(t, o), m)
-	if _, ok := c.nodes["n1"].Annotations[plansnap.AnnotationProposed]; !ok {
+	if _, ok := c.nodes["n1"].Annotations[nodeinfo.AnnotationProposed]; !ok {
 		t.Fatal("no proposal")
 	}
-	if _, ok := c.nodes["n1"].Annotations[plansnap.AnnotationMigConfig]; ok {
+	if _, ok := c.nodes["n1"].Annotations[nodeinfo.AnnotationMigConfig]; ok {
 		t.Fatal("dry run wrote mig.config")
 	}
 	c.finish("p")
@@ -383,21 +383,21 @@ func TestDryRunProposalRemoved(t *testing.T) {
 	if len(d.writes) != 1 || d.writes[0].value != "" {
 		t.Fatalf("writes %+v, want the proposal removed", d.writes)
 	}
-	if _, ok := c.nodes["n1"].Annotations[plansnap.AnnotationProposed]; ok {
+	if _, ok := c.nodes["n1"].Annotations[nodeinfo.AnnotationProposed]; ok {
 		t.Error("the proposal stayed")
 	}
 	// Nor is one on a node opted out since: the planner may not write there.
 	c.pod("q", mig3g, 1)
 	c.round(o, mustPlanner(t, o), m)
 	c.finish("q")
-	c.nodes["n1"].Labels[plansnap.LabelPlanner] = "disabled"
+	c.nodes["n1"].Labels[nodeinfo.LabelPlanner] = "disabled"
 	if d := c.round(o, mustPlanner(t, o), m); len(d.writes) != 0 {
 		t.Errorf("wrote %+v on a node not opted in", d.writes)
 	}
-	c.nodes["n1"].Labels[plansnap.LabelPlanner] = plansnap.PlannerEnabled
+	c.nodes["n1"].Labels[nodeinfo.LabelPlanner] = nodeinfo.PlannerEnabled
 	c.round(o, mustPlanner(t, o), m)
 	// Someone else's annotation of that name is not the planner's to remove.
-	c.nodes["n1"].Annotations[plansnap.AnnotationProposed] = "mine"
+	c.nodes["n1"].Annotations[nodeinfo.AnnotationProposed] = "mine"
 	if d := c.round(o, mustPlanner(t, o), m); len(d.writes) != 0 {
 		t.Errorf("removed an annotation the planner does not own: %+v", d.writes)
 	}

@@ -136,7 +136,7 @@ func (v *ReshapeView) supplier() *planner.Supplier {
 // reason), its nvidia.com/mig.config, and the managed field that says who
 // last wrote it.
 func reshapeNode(full, slim *corev1.Node) {
-	keep := []string{nodeinfo.AnnotationLayout, nodeinfo.AnnotationProfiles, plansnap.AnnotationMigConfig, plansnap.AnnotationReason}
+	keep := []string{nodeinfo.AnnotationLayout, nodeinfo.AnnotationProfiles, nodeinfo.AnnotationMigConfig, nodeinfo.AnnotationReason}
 	for _, k := range keep {
 		if v, ok := full.Annotations[k]; ok {
 			if slim.Annotations == nil {
@@ -145,7 +145,7 @@ func reshapeNode(full, slim *corev1.Node) {
 			slim.Annotations[k] = v
 		}
 	}
-	want := `"f:` + plansnap.AnnotationMigConfig + `"`
+	want := `"f:` + nodeinfo.AnnotationMigConfig + `"`
 	for _, mf := range full.ManagedFields {
 		if mf.FieldsV1 != nil && mf.Subresource == "" && strings.Contains(mf.FieldsV1.GetRawString(), want) {
 			slim.ManagedFields = append(slim.ManagedFields, mf)

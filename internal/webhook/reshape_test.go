@@ -14,7 +14,6 @@ import (
 	"github.com/migflex/migflex/internal/nodeinfo"
 	"github.com/migflex/migflex/internal/planner"
 	"github.com/migflex/migflex/internal/planner/simmodels"
-	"github.com/migflex/migflex/internal/plansnap"
 )
 
 const mig3g40 corev1.ResourceName = "nvidia.com/mig-3g.40gb"
@@ -195,13 +194,13 @@ func TestReshapeView(t *testing.T) {
 			g.Instances = append(g.Instances, in)
 		}
 		layout, _ := json.Marshal([]nodeinfo.GPU{g})
-		profiles, _ := json.Marshal([]nodeinfo.Model{{Name: h100.Name, Profiles: h100.Profiles}})
+		profiles, _ := json.Marshal([]nodeinfo.Model{nodeinfo.NewModel(h100.Name, h100.Profiles)})
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
-			Labels:      map[string]string{corev1.LabelHostname: name, plansnap.LabelState: plansnap.StateSuccess},
+			Labels:      map[string]string{corev1.LabelHostname: name, nodeinfo.LabelMigConfigState: nodeinfo.StateSuccess},
 			Annotations: map[string]string{nodeinfo.AnnotationLayout: string(layout), nodeinfo.AnnotationProfiles: string(profiles)},
 		}}
 		if optedIn {
-			n.Labels[plansnap.LabelPlanner] = plansnap.PlannerEnabled
+			n.Labels[nodeinfo.LabelPlanner] = nodeinfo.PlannerEnabled
 		}
 		return n
 	}

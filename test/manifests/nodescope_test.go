@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/migflex/migflex/internal/agent"
+	"github.com/migflex/migflex/internal/nodeinfo"
 	"github.com/migflex/migflex/internal/testenv"
 )
 
@@ -329,12 +330,12 @@ func TestNodeScopePolicyKeysMatchTheAgent(t *testing.T) {
 		slices.Sort(out)
 		return out
 	}
-	wantLabels := []string{agent.LabelMigConfigState, agent.LabelGPUProduct, agent.LabelGPUCount, agent.LabelMigCapable, agent.LabelMigStrategy}
+	wantLabels := []string{nodeinfo.LabelMigConfigState, nodeinfo.LabelGPUProduct, nodeinfo.LabelGPUCount, nodeinfo.LabelMigCapable, nodeinfo.LabelMigStrategy}
 	slices.Sort(wantLabels)
 	if diff := cmp.Diff(wantLabels, literals(vars["ownedLabels"])); diff != "" {
 		t.Errorf("ownedLabels (-agent +policy):\n%s", diff)
 	}
-	wantAnnotations := []string{agent.AnnotationReason, agent.AnnotationLayout, agent.AnnotationProfiles}
+	wantAnnotations := []string{nodeinfo.AnnotationReason, nodeinfo.AnnotationLayout, nodeinfo.AnnotationProfiles}
 	slices.Sort(wantAnnotations)
 	if diff := cmp.Diff(wantAnnotations, literals(vars["ownedAnnotations"])); diff != "" {
 		t.Errorf("ownedAnnotations (-agent +policy):\n%s", diff)

@@ -22,7 +22,6 @@ import (
 	"github.com/migflex/migflex/internal/nodeinfo"
 	"github.com/migflex/migflex/internal/planner"
 	"github.com/migflex/migflex/internal/planner/simmodels"
-	"github.com/migflex/migflex/internal/plansnap"
 	"github.com/migflex/migflex/internal/reshape"
 	"github.com/migflex/migflex/internal/testenv"
 )
@@ -62,9 +61,9 @@ func TestPlannerNodeScopePolicy(t *testing.T) {
 
 	nodes := map[string]*corev1.Node{}
 	for name, labels := range map[string]map[string]string{
-		"opted-in":  {plansnap.LabelPlanner: plansnap.PlannerEnabled, "team": "ml"},
+		"opted-in":  {nodeinfo.LabelPlanner: nodeinfo.PlannerEnabled, "team": "ml"},
 		"opted-out": {"team": "ml"},
-		"disabled":  {plansnap.LabelPlanner: "disabled"},
+		"disabled":  {nodeinfo.LabelPlanner: "disabled"},
 	} {
 		nodes[name] = mustCreate(t, admin.CoreV1().Nodes(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{
 			Name: name, Labels: labels, Annotations: map[string]string{"note": "by hand"},
@@ -80,7 +79,7 @@ func TestPlannerNodeScopePolicy(t *testing.T) {
 	// The policy takes effect asynchronously.
 	var last error
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		ac := corev1ac.Node("opted-out").WithAnnotations(map[string]string{plansnap.AnnotationMigConfig: "x"})
+		ac := corev1ac.Node("opted-out").WithAnnotations(map[string]string{nodeinfo.AnnotationMigConfig: "x"})
 		_, last = planner.CoreV1().Nodes().Apply(ctx, ac, metav1.ApplyOptions{FieldManager: reshape.DefaultFieldManager, Force: true, DryRun: []string{metav1.DryRunAll}})
 		return last != nil && strings.Contains(last.Error(), "may change only nodes labelled"), nil
 	})
@@ -92,28 +91,28 @@ func TestPlannerNodeScopePolicy(t *testing.T) {
 	for _, tc := range []scopeCase{
 		{
 			name: "mig.config on an opted-in node",
-			do:   func() error { return apply("opted-in", map[string]string{plansnap.AnnotationMigConfig: doc}) },
+			do:   func() error { return apply("opted-in", map[string]string{nodeinfo.AnnotationMigConfig: doc}) },
 		},
 		{
 			// The planner's applies carry every annotation it owns.
 			name: "its proposal beside its mig.config",
 			do: func() error {
-				return apply("opted-in", map[string]string{plansnap.AnnotationMigConfig: doc, plansnap.AnnotationProposed: doc})
+				return apply("opted-in", map[string]string{nodeinfo.AnnotationMigConfig: doc, nodeinfo.AnnotationProposed: doc})
 			},
 		},
 		{
 			name: "dropping its proposal",
-			do:   func() error { return apply("opted-in", map[string]string{plansnap.AnnotationMigConfig: doc}) },
+			do:   func() error { return apply("opted-in", map[string]string{nodeinfo.AnnotationMigConfig: doc}) },
 		},
 		{
 			name:    "mig.config on a node not opted in",
-			do:      func() error { return apply("opted-out", map[string]string{plansnap.AnnotationMigConfig: doc}) },
+			do:      func() error { return apply("opted-out", map[string]string{nodeinfo.AnnotationMigConfig: doc}) },
 			wantErr: "the migflex planner may change only nodes labelled migflex.io/planner=enabled, not opted-out",
 			node:    "opted-out",
 		},
 		{
 			name:    "mig.config on a node opted out by value",
-			do:      func() error { return apply("disabled", map[string]string{plansnap.AnnotationMigConfig: doc}) },
+			do:      func() error { return apply("disabled", map[string]string{nodeinfo.AnnotationMigConfig: doc}) },
 			wantErr: "may change only nodes labelled migflex.io/planner=enabled, not disabled",
 			node:    "disabled",
 		},
@@ -138,7 +137,7 @@ func TestPlannerNodeScopePolicy(t *testing.T) {
 		{
 			name: "another annotation",
 			do: func() error {
-				return apply("opted-in", map[string]string{plansnap.AnnotationMigConfig: doc, nodeinfo.AnnotationLayout: "[]"})
+				return apply("opted-in", map[string]string{nodeinfo.AnnotationMigConfig: doc, nodeinfo.AnnotationLayout: "[]"})
 			},
 			wantErr: "may change only the annotations nvidia.com/mig.config and migflex.io/mig.config.proposed, not migflex.io/mig.layout",
 			node:    "opted-in",
@@ -174,7 +173,7 @@ func TestPlannerNodeScopePolicy(t *testing.T) {
 		{
 			name: "anyone else is not limited",
 			do: func() error {
-				_, err := admin.CoreV1().Nodes().Apply(ctx, corev1ac.Node("opted-out").WithAnnotations(map[string]string{plansnap.AnnotationMigConfig: doc}),
+				_, err := admin.CoreV1().Nodes().Apply(ctx, corev1ac.Node("opted-out").WithAnnotations(map[string]string{nodeinfo.AnnotationMigConfig: doc}),
 					metav1.ApplyOptions{FieldManager: "admin", Force: true})
 				return err
 			},
@@ -183,10 +182,10 @@ func TestPlannerNodeScopePolicy(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) { tc.check(t, admin) })
 	}
 	n := getNode(t, admin, "opted-in")
-	if n.Annotations[plansnap.AnnotationMigConfig] != doc || n.Annotations["note"] != "by hand" || n.Labels["team"] != "ml" {
+	if n.Annotations[nodeinfo.AnnotationMigConfig] != doc || n.Annotations["note"] != "by hand" || n.Labels["team"] != "ml" {
 		t.Errorf("opted-in node after the allowed applies: labels %v annotations %v", n.Labels, n.Annotations)
 	}
-	if _, ok := n.Annotations[plansnap.AnnotationProposed]; ok {
+	if _, ok := n.Annotations[nodeinfo.AnnotationProposed]; ok {
 		t.Error("the dropped proposal stayed")
 	}
 }
@@ -253,10 +252,10 @@ func TestPlannerRunsWithItsPermissions(t *testing.T) {
 		gpu.Instances = append(gpu.Instances, nodeinfo.Instance{Profile: "1g.10gb", Placement: nodeinfo.Placement{Start: i, Size: 1}, UUID: "MIG-" + string(rune('a'+i)), Health: nodeinfo.HealthHealthy})
 	}
 	layout, _ := json.Marshal([]nodeinfo.GPU{gpu})
-	profiles, _ := json.Marshal([]nodeinfo.Model{{Name: m.Name, Profiles: m.Profiles}})
+	profiles, _ := json.Marshal([]nodeinfo.Model{nodeinfo.NewModel(m.Name, m.Profiles)})
 	node := mustCreate(t, admin.CoreV1().Nodes(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{
 		Name:        "gpu-1",
-		Labels:      map[string]string{plansnap.LabelPlanner: plansnap.PlannerEnabled, plansnap.LabelState: plansnap.StateSuccess},
+		Labels:      map[string]string{nodeinfo.LabelPlanner: nodeinfo.PlannerEnabled, nodeinfo.LabelMigConfigState: nodeinfo.StateSuccess},
 		Annotations: map[string]string{nodeinfo.AnnotationLayout: string(layout), nodeinfo.AnnotationProfiles: string(profiles)},
 	}})
 	node.Spec.Taints = nil // the API server's not-ready taint; no kubelet clears it here
@@ -298,7 +297,7 @@ func TestPlannerRunsWithItsPermissions(t *testing.T) {
 		if err != nil {
 			return false, err
 		}
-		return strings.Contains(n.Annotations[plansnap.AnnotationMigConfig], "3g.40gb"), nil
+		return strings.Contains(n.Annotations[nodeinfo.AnnotationMigConfig], "3g.40gb"), nil
 	})
 	if err != nil {
 		t.Fatalf("the planner wrote no mig.config with 3g.40gb as its ServiceAccount: %v", err)

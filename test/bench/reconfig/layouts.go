@@ -14,7 +14,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/migflex/migflex/internal/agent"
+	"github.com/migflex/migflex/internal/nodeinfo"
 )
 
 // Layout is one mig.config the benchmark alternates between, on every GPU.
@@ -54,7 +54,7 @@ var Layouts = []Layout{
 // layoutMatches reports whether the Node's migflex.io/mig.layout annotation
 // shows l on gpus GPUs.
 func layoutMatches(annotation string, l Layout, gpus int) bool {
-	var got []agent.LayoutGPU
+	var got []nodeinfo.GPU
 	if err := json.Unmarshal([]byte(annotation), &got); err != nil || len(got) != gpus {
 		return false
 	}

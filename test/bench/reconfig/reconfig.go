@@ -17,8 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/migflex/migflex/internal/agent"
 	"github.com/migflex/migflex/internal/deviceplugin/kubeletstub"
+	"github.com/migflex/migflex/internal/nodeinfo"
 	"github.com/migflex/migflex/test/bench/cluster"
 	"github.com/migflex/migflex/test/bench/load"
 	"github.com/migflex/migflex/test/bench/proc"
@@ -232,7 +232,7 @@ func (b *bench) runVariant(ctx context.Context, v Variant, kubeconfig, simConfig
 	if _, err := b.client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{
 		Name:        b.nodeName,
 		Labels:      map[string]string{corev1.LabelHostname: b.nodeName},
-		Annotations: map[string]string{agent.AnnotationMigConfig: Layouts[0].Doc()},
+		Annotations: map[string]string{nodeinfo.AnnotationMigConfig: Layouts[0].Doc()},
 	}}, metav1.CreateOptions{}); err != nil {
 		return vr, fmt.Errorf("creating the node: %w", err)
 	}
@@ -322,11 +322,11 @@ func (b *bench) waitNodeShows(ctx context.Context, l Layout) (allocatable, succe
 			if allocatable.IsZero() && allocatableMatches(n.Status.Allocatable, want) {
 				allocatable = ev.at
 			}
-			if success.IsZero() && n.Labels[agent.LabelMigConfigState] == agent.StateSuccess && layoutMatches(n.Annotations[agent.AnnotationLayout], l, b.o.GPUs) {
+			if success.IsZero() && n.Labels[nodeinfo.LabelMigConfigState] == nodeinfo.StateSuccess && layoutMatches(n.Annotations[nodeinfo.AnnotationLayout], l, b.o.GPUs) {
 				success = ev.at
 			}
-			if n.Labels[agent.LabelMigConfigState] == agent.StateFailed {
-				return allocatable, success, fmt.Errorf("state failed: %s", n.Annotations[agent.AnnotationReason])
+			if n.Labels[nodeinfo.LabelMigConfigState] == nodeinfo.StateFailed {
+				return allocatable, success, fmt.Errorf("state failed: %s", n.Annotations[nodeinfo.AnnotationReason])
 			}
 		case <-ctx.Done():
 			return allocatable, success, fmt.Errorf("waiting for %s in allocatable and state success: %w", l.Name, ctx.Err())
@@ -453,7 +453,7 @@ func (b *bench) phase(ctx context.Context, p *proc.Process, interval time.Durati
 			}
 		}
 		from, to := Layouts[i%len(Layouts)], Layouts[(i+1)%len(Layouts)]
-		patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, agent.AnnotationMigConfig, to.Doc())
+		patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, nodeinfo.AnnotationMigConfig, to.Doc())
 		start := time.Now()
 		if _, err := b.client.CoreV1().Nodes().Patch(ctx, b.nodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			return ph, fmt.Errorf("change %d: patching the annotation: %w", i, err)

@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/migflex/migflex/internal/agent"
 	"github.com/migflex/migflex/internal/migconfig"
+	"github.com/migflex/migflex/internal/nodeinfo"
 )
 
 // TestLayoutDocs checks that each layout's annotation is a document the
@@ -43,14 +43,14 @@ func TestLayoutDocs(t *testing.T) {
 }
 
 func TestLayoutMatches(t *testing.T) {
-	gpu := func(profiles ...string) agent.LayoutGPU {
-		g := agent.LayoutGPU{MigMode: "Enabled"}
+	gpu := func(profiles ...string) nodeinfo.GPU {
+		g := nodeinfo.GPU{MigMode: "Enabled"}
 		for _, p := range profiles {
-			g.Instances = append(g.Instances, agent.LayoutInstance{Profile: p})
+			g.Instances = append(g.Instances, nodeinfo.Instance{Profile: p})
 		}
 		return g
 	}
-	encode := func(gpus ...agent.LayoutGPU) string {
+	encode := func(gpus ...nodeinfo.GPU) string {
 		b, err := json.Marshal(gpus)
 		if err != nil {
 			t.Fatal(err)
