@@ -25,7 +25,7 @@ func h100Table(t *testing.T, index int, migOn bool, instances ...mig.Instance) m
 		t.Fatal("no built-in H100-SXM5-80GB")
 	}
 	g := h100(index, migOn, instances...)
-	g.Model, g.PCIDeviceID, g.MemoryMB, g.Profiles = m.Name, m.PCIDeviceID, m.MemoryMiB, m.MIGProfiles()
+	g.Model, g.PCIDeviceID, g.MemoryMiB, g.Profiles = m.Name, m.PCIDeviceID, m.MemoryMiB, m.MIGProfiles()
 	return g
 }
 

@@ -79,7 +79,7 @@ func Devices(gpus []mig.GPU) ([]Device, error) {
 			out = append(out, Device{
 				Name: fmt.Sprintf("gpu-%d", g.Minor), UUID: g.UUID,
 				GPUIndex: g.Index, GPUUUID: g.UUID, Minor: g.Minor, Model: g.Model,
-				MemoryMB: g.MemoryMB,
+				MemoryMB: g.MemoryMiB,
 			})
 			continue
 		}
@@ -101,7 +101,7 @@ func Devices(gpus []mig.GPU) ([]Device, error) {
 				MIG: true, Profile: in.Profile, ProfileID: p.ID,
 				GPUIndex: g.Index, GPUUUID: g.UUID, Minor: g.Minor, Model: g.Model,
 				GI: in.GIID, CI: in.CIID, Start: in.Start, Size: in.Size,
-				MemoryMB: p.MemoryMB, SMs: p.SMs, Engines: p.Engines,
+				MemoryMB: p.MemoryMiB, SMs: p.SMs, Engines: p.Engines,
 			})
 		}
 	}

@@ -22,7 +22,7 @@ func gpu(t testing.TB, index int, model string, instances ...string) mig.GPU {
 	}
 	g := mig.GPU{
 		Index: index, Minor: index, UUID: fmt.Sprintf("GPU-%d", index), Model: m.Name,
-		MemoryMB: m.MemoryMiB, MigCapable: true, MigEnabled: true, MigPending: true,
+		MemoryMiB: m.MemoryMiB, MigCapable: true, MigEnabled: true, MigPending: true,
 		Profiles: m.MIGProfiles(),
 	}
 	for i, spec := range instances {

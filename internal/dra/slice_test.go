@@ -163,7 +163,7 @@ func TestResourcesErrors(t *testing.T) {
 func TestAPIDeviceFitsTheAPILimits(t *testing.T) {
 	for _, m := range gpumodel.Builtin() {
 		for _, p := range m.MIGProfiles() {
-			d := Device{Name: "x", UUID: "MIG-x", MIG: true, Profile: p.Name, Start: p.Placements[0], Size: p.MemorySlices, MemoryMB: p.MemoryMB, SMs: p.SMs, Engines: p.Engines}
+			d := Device{Name: "x", UUID: "MIG-x", MIG: true, Profile: p.Name, Start: p.Placements[0], Size: p.MemorySlices, MemoryMB: p.MemoryMiB, SMs: p.SMs, Engines: p.Engines}
 			api := APIDevice(d)
 			if n := len(api.Attributes) + len(api.Capacity); n > resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice {
 				t.Errorf("%s %s: %d attributes and capacities, more than the API's %d", m.Name, p.Name, n, resourceapi.ResourceSliceMaxAttributesAndCapacitiesPerDevice)

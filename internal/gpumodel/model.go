@@ -281,7 +281,7 @@ func (m *Model) MIGProfiles() []mig.Profile {
 	for _, p := range m.Profiles {
 		out = append(out, mig.Profile{
 			Name: p.Name, ID: p.ID, Query: p.Query, Slices: p.Slices, MemorySlices: p.MemorySlices,
-			MemoryMB: p.MemoryMiB, SMs: p.SMs, MaxCount: p.MaxCount, Placements: slices.Clone(p.Placements),
+			MemoryMiB: p.MemoryMiB, SMs: p.SMs, MaxCount: p.MaxCount, Placements: slices.Clone(p.Placements),
 			Engines: p.Engines,
 		})
 	}

@@ -33,10 +33,10 @@ func ampereHopper(g1, g2, g3, g4, g7, g1me, g1double string) []mig.Profile {
 }
 
 type model struct {
-	name     string
-	pci      uint32
-	memoryMB uint64
-	profiles []mig.Profile
+	name      string
+	pci       uint32
+	memoryMiB uint64
+	profiles  []mig.Profile
 }
 
 var (
@@ -67,7 +67,7 @@ func gpu(index int, m model, instances ...mig.Instance) mig.GPU {
 		UUID:        fmt.Sprintf("GPU-%08d", index),
 		Model:       m.name,
 		PCIDeviceID: m.pci,
-		MemoryMB:    m.memoryMB,
+		MemoryMiB:   m.memoryMiB,
 		Minor:       index,
 		MigCapable:  m.profiles != nil,
 		MigEnabled:  m.profiles != nil,

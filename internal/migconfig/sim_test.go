@@ -43,7 +43,7 @@ func TestTableModelsMatchSimulator(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			got := discover(t, newSim(t, sim.GPUSpec{Model: m.name, Count: 1}))[0]
 			want := gpu(0, m)
-			ignore := cmpopts.IgnoreFields(mig.Profile{}, "MemoryMB", "SMs", "Engines")
+			ignore := cmpopts.IgnoreFields(mig.Profile{}, "MemoryMiB", "SMs", "Engines")
 			if diff := cmp.Diff(want.Profiles, got.Profiles, ignore); diff != "" {
 				t.Errorf("profiles (-table +simulator):\n%s", diff)
 			}

@@ -48,7 +48,7 @@ func NewModel(name string, profiles []mig.Profile) Model {
 	for i, p := range profiles {
 		m.Profiles[i] = Profile{
 			Name: p.Name, ID: p.ID, Query: p.Query, Slices: p.Slices, MemorySlices: p.MemorySlices,
-			MemoryMiB: p.MemoryMB, SMs: p.SMs, MaxCount: p.MaxCount, Placements: p.Placements, Engines: Engines(p.Engines),
+			MemoryMiB: p.MemoryMiB, SMs: p.SMs, MaxCount: p.MaxCount, Placements: p.Placements, Engines: Engines(p.Engines),
 		}
 	}
 	return m
@@ -60,7 +60,7 @@ func (m Model) MIGProfiles() []mig.Profile {
 	for i, p := range m.Profiles {
 		out[i] = mig.Profile{
 			Name: p.Name, ID: p.ID, Query: p.Query, Slices: p.Slices, MemorySlices: p.MemorySlices,
-			MemoryMB: p.MemoryMiB, SMs: p.SMs, MaxCount: p.MaxCount, Placements: p.Placements, Engines: mig.Engines(p.Engines),
+			MemoryMiB: p.MemoryMiB, SMs: p.SMs, MaxCount: p.MaxCount, Placements: p.Placements, Engines: mig.Engines(p.Engines),
 		}
 	}
 	return out

@@ -57,10 +57,10 @@ func TestEncodeProfiles(t *testing.T) {
 // The profiles annotation's wire form is pinned: agents and planners of
 // other releases read it, memory in MiB under the key "memoryMB".
 func TestProfilesWireForm(t *testing.T) {
-	p := mig.Profile{Name: "1g.10gb+me", ID: 20, Query: 7, Slices: 1, MemorySlices: 1, MemoryMB: 9856, SMs: 16, MaxCount: 1,
+	p := mig.Profile{Name: "1g.10gb+me", ID: 20, Query: 7, Slices: 1, MemorySlices: 1, MemoryMiB: 9856, SMs: 16, MaxCount: 1,
 		Placements: []int{0, 1}, Engines: mig.Engines{CopyEngines: 1, Decoders: 1, JPEGs: 1, OFAs: 1}}
 	g := h100(0, true)
-	g.Profiles = []mig.Profile{p, {Name: "7g.80gb", Slices: 7, MemorySlices: 8, MemoryMB: 80000, MaxCount: 1, Placements: []int{0}}}
+	g.Profiles = []mig.Profile{p, {Name: "7g.80gb", Slices: 7, MemorySlices: 8, MemoryMiB: 80000, MaxCount: 1, Placements: []int{0}}}
 	got, err := EncodeProfiles([]mig.GPU{g})
 	if err != nil {
 		t.Fatal(err)
@@ -77,8 +77,8 @@ func TestProfilesWireForm(t *testing.T) {
 func TestProfilesRoundTrip(t *testing.T) {
 	g := h100(0, true)
 	g.Profiles = []mig.Profile{
-		{Name: "1g.10gb", ID: 19, Query: 0, Slices: 1, MemorySlices: 1, MemoryMB: 9856, SMs: 16, MaxCount: 7, Placements: []int{0, 1, 2, 3, 4, 5, 6}, Engines: mig.Engines{CopyEngines: 1}},
-		{Name: "3g.40gb", ID: 9, Query: 2, Slices: 3, MemorySlices: 4, MemoryMB: 40192, SMs: 60, MaxCount: 2, Placements: []int{0, 4}, Engines: mig.Engines{CopyEngines: 3, Decoders: 2, JPEGs: 0}},
+		{Name: "1g.10gb", ID: 19, Query: 0, Slices: 1, MemorySlices: 1, MemoryMiB: 9856, SMs: 16, MaxCount: 7, Placements: []int{0, 1, 2, 3, 4, 5, 6}, Engines: mig.Engines{CopyEngines: 1}},
+		{Name: "3g.40gb", ID: 9, Query: 2, Slices: 3, MemorySlices: 4, MemoryMiB: 40192, SMs: 60, MaxCount: 2, Placements: []int{0, 4}, Engines: mig.Engines{CopyEngines: 3, Decoders: 2, JPEGs: 0}},
 	}
 	s, err := EncodeProfiles([]mig.GPU{g})
 	if err != nil {

@@ -89,8 +89,8 @@ func TestIntegrationWithAPIServer(t *testing.T) {
 					t.Errorf("%s: profile %v", me, p)
 				}
 				p, _ := gpus[0].Profile("1g.10gb+me")
-				if q := dev.Capacity["memory"].Value; q.Value() != int64(p.MemoryMB)<<20 {
-					t.Errorf("%s: memory %v, want %d MiB", me, q.String(), p.MemoryMB)
+				if q := dev.Capacity["memory"].Value; q.Value() != int64(p.MemoryMiB)<<20 {
+					t.Errorf("%s: memory %v, want %d MiB", me, q.String(), p.MemoryMiB)
 				}
 			}
 		}

@@ -74,7 +74,7 @@ func discoverGPU(lib nvml.Interface, i int) (mig.GPU, error) {
 	if ret != nvml.SUCCESS {
 		return mig.GPU{}, nvmlErr(i, ret, "get memory info")
 	}
-	g.MemoryMB = mem.Total >> 20
+	g.MemoryMiB = mem.Total >> 20
 	if g.Minor, ret = d.GetMinorNumber(); ret != nvml.SUCCESS {
 		return mig.GPU{}, nvmlErr(i, ret, "get minor number")
 	}
@@ -130,13 +130,13 @@ func gpuProfiles(lib nvml.Interface, d nvml.Device, gpu int, totalMem uint64) ([
 			return nil, nvmlErr(gpu, ret, "get placements of GPU instance profile %d", q)
 		}
 		p := profile{info: info, Profile: mig.Profile{
-			Name:     ProfileName(lib, d, q, info, totalMem),
-			ID:       info.Id,
-			Query:    q,
-			Slices:   int(info.SliceCount),
-			MemoryMB: info.MemorySizeMB,
-			SMs:      int(info.MultiprocessorCount),
-			MaxCount: int(info.InstanceCount),
+			Name:      ProfileName(lib, d, q, info, totalMem),
+			ID:        info.Id,
+			Query:     q,
+			Slices:    int(info.SliceCount),
+			MemoryMiB: info.MemorySizeMB,
+			SMs:       int(info.MultiprocessorCount),
+			MaxCount:  int(info.InstanceCount),
 			Engines: mig.Engines{
 				CopyEngines: int(info.CopyEngineCount),
 				Decoders:    int(info.DecoderCount),

@@ -26,17 +26,17 @@ func TestDiscoverA100(t *testing.T) {
 		UUID:        got[0].UUID,
 		Model:       "A100-SXM4-40GB",
 		PCIDeviceID: 0x20B010DE,
-		MemoryMB:    40960,
+		MemoryMiB:   40960,
 		Minor:       0,
 		MigCapable:  true,
 		Profiles: []mig.Profile{
-			{Name: "1g.5gb", ID: 19, Query: 0, Slices: 1, MemorySlices: 1, MemoryMB: 4864, SMs: 14, MaxCount: 7, Placements: seven, Engines: mig.Engines{CopyEngines: 1}},
-			{Name: "2g.10gb", ID: 14, Query: 1, Slices: 2, MemorySlices: 2, MemoryMB: 9856, SMs: 28, MaxCount: 3, Placements: []int{0, 2, 4}, Engines: mig.Engines{CopyEngines: 2, Decoders: 1}},
-			{Name: "3g.20gb", ID: 9, Query: 2, Slices: 3, MemorySlices: 4, MemoryMB: 19968, SMs: 42, MaxCount: 2, Placements: []int{0, 4}, Engines: mig.Engines{CopyEngines: 3, Decoders: 2}},
-			{Name: "4g.20gb", ID: 5, Query: 3, Slices: 4, MemorySlices: 4, MemoryMB: 19968, SMs: 56, MaxCount: 1, Placements: []int{0}, Engines: mig.Engines{CopyEngines: 4, Decoders: 2}},
-			{Name: "7g.40gb", ID: 0, Query: 4, Slices: 7, MemorySlices: 8, MemoryMB: 40192, SMs: 98, MaxCount: 1, Placements: []int{0}, Engines: mig.Engines{CopyEngines: 7, Decoders: 5, JPEGs: 1, OFAs: 1}},
-			{Name: "1g.5gb+me", ID: 20, Query: 7, Slices: 1, MemorySlices: 1, MemoryMB: 4864, SMs: 14, MaxCount: 1, Placements: seven, Engines: mig.Engines{CopyEngines: 1, Decoders: 1, JPEGs: 1, OFAs: 1}},
-			{Name: "1g.10gb", ID: 15, Query: 9, Slices: 1, MemorySlices: 2, MemoryMB: 9856, SMs: 14, MaxCount: 4, Placements: []int{0, 2, 4, 6}, Engines: mig.Engines{CopyEngines: 1, Decoders: 1}},
+			{Name: "1g.5gb", ID: 19, Query: 0, Slices: 1, MemorySlices: 1, MemoryMiB: 4864, SMs: 14, MaxCount: 7, Placements: seven, Engines: mig.Engines{CopyEngines: 1}},
+			{Name: "2g.10gb", ID: 14, Query: 1, Slices: 2, MemorySlices: 2, MemoryMiB: 9856, SMs: 28, MaxCount: 3, Placements: []int{0, 2, 4}, Engines: mig.Engines{CopyEngines: 2, Decoders: 1}},
+			{Name: "3g.20gb", ID: 9, Query: 2, Slices: 3, MemorySlices: 4, MemoryMiB: 19968, SMs: 42, MaxCount: 2, Placements: []int{0, 4}, Engines: mig.Engines{CopyEngines: 3, Decoders: 2}},
+			{Name: "4g.20gb", ID: 5, Query: 3, Slices: 4, MemorySlices: 4, MemoryMiB: 19968, SMs: 56, MaxCount: 1, Placements: []int{0}, Engines: mig.Engines{CopyEngines: 4, Decoders: 2}},
+			{Name: "7g.40gb", ID: 0, Query: 4, Slices: 7, MemorySlices: 8, MemoryMiB: 40192, SMs: 98, MaxCount: 1, Placements: []int{0}, Engines: mig.Engines{CopyEngines: 7, Decoders: 5, JPEGs: 1, OFAs: 1}},
+			{Name: "1g.5gb+me", ID: 20, Query: 7, Slices: 1, MemorySlices: 1, MemoryMiB: 4864, SMs: 14, MaxCount: 1, Placements: seven, Engines: mig.Engines{CopyEngines: 1, Decoders: 1, JPEGs: 1, OFAs: 1}},
+			{Name: "1g.10gb", ID: 15, Query: 9, Slices: 1, MemorySlices: 2, MemoryMiB: 9856, SMs: 14, MaxCount: 4, Placements: []int{0, 2, 4, 6}, Engines: mig.Engines{CopyEngines: 1, Decoders: 1}},
 		},
 	}}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -52,7 +52,7 @@ func TestDiscoverBuiltins(t *testing.T) {
 		var want []mig.Profile
 		for _, p := range m.Profiles {
 			want = append(want, mig.Profile{Name: p.Name, ID: p.ID, Query: p.Query, Slices: p.Slices, MemorySlices: p.MemorySlices,
-				MemoryMB: p.MemoryMiB, SMs: p.SMs, MaxCount: p.MaxCount, Placements: p.Placements, Engines: mig.Engines(p.Engines)})
+				MemoryMiB: p.MemoryMiB, SMs: p.SMs, MaxCount: p.MaxCount, Placements: p.Placements, Engines: mig.Engines(p.Engines)})
 		}
 		for _, tc := range []struct {
 			name string
@@ -71,7 +71,7 @@ func TestDiscoverBuiltins(t *testing.T) {
 					t.Fatalf("got %+v, want 2 GPUs with distinct UUIDs", got)
 				}
 				for i, g := range got {
-					if g.Index != i || g.Minor != i || g.Model != m.Name || g.PCIDeviceID != m.PCIDeviceID || g.MemoryMB != m.MemoryMiB || !g.MigCapable {
+					if g.Index != i || g.Minor != i || g.Model != m.Name || g.PCIDeviceID != m.PCIDeviceID || g.MemoryMiB != m.MemoryMiB || !g.MigCapable {
 						t.Errorf("GPU %d identity = %+v", i, g)
 					}
 					if diff := cmp.Diff(want, g.Profiles); diff != "" {
