@@ -5,14 +5,16 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/migflex/migflex/internal/schedview"
 )
 
 // benchCluster is 5,000 GPU nodes in 10 pools x 3 zones with three MIG
 // layouts, a few tainted and cordoned, as a large mixed fleet looks.
-func benchCluster(tb testing.TB) *Snapshot {
+func benchCluster(tb testing.TB) *schedview.Snapshot {
 	tb.Helper()
 	layouts := []alloc{{mig1g10: 7}, {mig2g20: 3, mig1g10: 1}, {mig3g40: 2}}
-	b := NewBuilder(nil)
+	b := schedview.NewBuilder(nil)
 	for i := range 5000 {
 		opts := []nodeOpt{
 			labeled("pool", fmt.Sprintf("pool-%d", i%10)),
@@ -25,7 +27,7 @@ func benchCluster(tb testing.TB) *Snapshot {
 		if i%89 == 0 {
 			opts = append(opts, tainted("maintenance", corev1.TaintEffectNoSchedule))
 		}
-		b.SetNode(NodeFromAPI(node(fmt.Sprintf("gpu-%04d", i), layouts[i%len(layouts)], opts...)))
+		b.SetNode(schedview.NodeFromAPI(node(fmt.Sprintf("gpu-%04d", i), layouts[i%len(layouts)], opts...)))
 	}
 	return b.Snapshot()
 }
@@ -55,9 +57,9 @@ func BenchmarkDecide(b *testing.B) {
 }
 
 func BenchmarkBuilderNodeUpdate(b *testing.B) {
-	bl := NewBuilder(nil)
+	bl := schedview.NewBuilder(nil)
 	for i := range 5000 {
-		bl.SetNode(NodeFromAPI(node(fmt.Sprintf("gpu-%04d", i), alloc{mig1g10: 7}, labeled("pool", "p"))))
+		bl.SetNode(schedview.NodeFromAPI(node(fmt.Sprintf("gpu-%04d", i), alloc{mig1g10: 7}, labeled("pool", "p"))))
 	}
 	bl.Snapshot()
 	n := 0

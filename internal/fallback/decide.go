@@ -15,7 +15,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	resourcehelper "k8s.io/component-helpers/resource"
+
+	"github.com/migflex/migflex/internal/resourcename"
+	"github.com/migflex/migflex/internal/schedview"
 )
 
 // Annotations the webhook reads and writes.
@@ -102,7 +104,7 @@ type Rewrite struct {
 }
 
 // Label is the annotation form of the rewrite: "2g.20gb->1g.10gb".
-func (r Rewrite) Label() string { return ShortName(r.From) + "->" + ShortName(r.To) }
+func (r Rewrite) Label() string { return resourcename.Short(r.From) + "->" + resourcename.Short(r.To) }
 
 // Options configure a Decider.
 type Options struct {
@@ -173,38 +175,15 @@ func NewDecider(o Options) (*Decider, error) {
 // Mode is the decider's mode; the server needs it to know whether to watch pods.
 func (d *Decider) Mode() Mode { return d.opts.Mode }
 
-// HasGPURequest reports whether any container or init container requests or
-// limits a GPU resource. It allocates nothing: most pods take this exit.
-func HasGPURequest(pod *corev1.Pod) bool {
-	for _, cs := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
-		for i := range cs {
-			r := &cs[i].Resources
-			if hasGPU(r.Requests) || hasGPU(r.Limits) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-func hasGPU(l corev1.ResourceList) bool {
-	for name, q := range l {
-		if IsGPUResource(name) && q.Sign() > 0 {
-			return true
-		}
-	}
-	return false
-}
-
 // Decide decides for one pod at admission. snap must not be nil.
-func (d *Decider) Decide(pod *corev1.Pod, snap *Snapshot) Decision {
+func (d *Decider) Decide(pod *corev1.Pod, snap *schedview.Snapshot) Decision {
 	return d.DecideContext(context.Background(), pod, snap)
 }
 
 // DecideContext is Decide that stops, with OutcomeCanceled, once ctx is
 // done: the API server that asked has given up, so the answer is wasted.
-func (d *Decider) DecideContext(ctx context.Context, pod *corev1.Pod, snap *Snapshot) Decision {
-	if !HasGPURequest(pod) {
+func (d *Decider) DecideContext(ctx context.Context, pod *corev1.Pod, snap *schedview.Snapshot) Decision {
+	if !schedview.HasGPURequest(pod) {
 		return Decision{Outcome: OutcomeNoGPU, Allowed: true}
 	}
 	if _, done := pod.Annotations[AnnotationOriginal]; done {
@@ -248,8 +227,8 @@ func (d *Decider) DecideContext(ctx context.Context, pod *corev1.Pod, snap *Snap
 		return Decision{Outcome: OutcomeUnchanged, Allowed: true}
 	}
 
-	filter := newPodFilter(pod, snap.identity)
-	v := snap.viewFor(filter, d.opts.Mode == ModeCapacity)
+	filter := schedview.NewFilter(pod, snap)
+	v := viewFor(snap, filter, d.opts.Mode == ModeCapacity)
 	var fit *fitting
 	if d.opts.Mode == ModeCapacity {
 		fit = newFitting(pod)
@@ -296,7 +275,7 @@ func (d *Decider) DecideContext(ctx context.Context, pod *corev1.Pod, snap *Snap
 		more += " (left unchanged)"
 		warnings = append(warnings, clip(msg, maxWarning-len(more))+more)
 	}
-	if short := insufficient(pod, chosen, &v, func() view { return snap.viewFor(filter, true) }); short != "" {
+	if short := insufficient(pod, chosen, &v, func() view { return viewFor(snap, filter, true) }); short != "" {
 		if d.opts.OnInsufficientCount == UnsatisfiableDeny {
 			return Decision{Outcome: OutcomeDenied, Message: clip(short, maxMessage), Warnings: warnings}
 		}
@@ -329,7 +308,7 @@ func (d *Decider) DecideContext(ctx context.Context, pod *corev1.Pod, snap *Snap
 // MIG profile of a GPU NVIDIA makes, a type some node has, or a type the
 // policy names. Any other name is left alone with a warning: rewriting
 // nvidia.com/mig-9g.99gb to whatever is near would be a guess.
-func (d *Decider) understood(r corev1.ResourceName, snap *Snapshot) bool {
+func (d *Decider) understood(r corev1.ResourceName, snap *schedview.Snapshot) bool {
 	return Known(r) || d.policyNames[r] || snap.Has(r)
 }
 
@@ -419,9 +398,9 @@ const LabelOther = "other"
 // snap has, a type the policy's chains name, and the MIG profiles of the
 // GPUs NVIDIA makes (with their +me, +gfx attributes). A rewrite's target is
 // always on a node, so it always keeps its name.
-func (d *Decider) MetricLabel(r corev1.ResourceName, snap *Snapshot) string {
+func (d *Decider) MetricLabel(r corev1.ResourceName, snap *schedview.Snapshot) string {
 	if d.understood(r, snap) {
-		return ShortName(r)
+		return resourcename.Short(r)
 	}
 	return LabelOther
 }
@@ -475,8 +454,8 @@ func (d *Decider) candidates(r corev1.ResourceName, v *view, pp PodPolicy) []can
 		for _, p := range append(down, up...) {
 			order = append(order, p.Resource)
 		}
-		if r != ResourceGPU {
-			order = append(order, ResourceGPU)
+		if r != resourcename.GPU {
+			order = append(order, resourcename.GPU)
 		}
 	}
 	var ok, ruledOut []candidate
@@ -487,7 +466,7 @@ func (d *Decider) candidates(r corev1.ResourceName, v *view, pp PodPolicy) []can
 		case why != "":
 			ruledOut = append(ruledOut, candidate{t, why})
 		case !pp.allows(dir):
-			ruledOut = append(ruledOut, candidate{t, fmt.Sprintf("%s is %s, pod annotation %s is %q", ShortName(t), dir, AnnotationPolicy, pp)})
+			ruledOut = append(ruledOut, candidate{t, fmt.Sprintf("%s is %s, pod annotation %s is %q", resourcename.Short(t), dir, AnnotationPolicy, pp)})
 		default:
 			ok = append(ok, candidate{to: t})
 		}
@@ -578,14 +557,14 @@ func (f *fitting) try(v *view, r, t corev1.ResourceName) bool {
 func (f *fitting) settle(r, t corev1.ResourceName) { f.to[r] = t }
 
 // explain names the requested type and what was checked, for a denial.
-func (d *Decider) explain(r corev1.ResourceName, cands []candidate, v *view, snap *Snapshot, f *podFilter, pp PodPolicy) string {
+func (d *Decider) explain(r corev1.ResourceName, cands []candidate, v *view, snap *schedview.Snapshot, f *schedview.Filter, pp PodPolicy) string {
 	var b strings.Builder
-	if f.nodeName != "" {
+	if f.NodeName() != "" {
 		if !explainPinned(&b, r, v, snap, f) {
 			return b.String()
 		}
 	} else {
-		eligible := snap.eligibleNodes(f)
+		eligible := snap.EligibleNodes(f)
 		fmt.Fprintf(&b, "%s is on no node this pod can be scheduled to (%s of the cluster's %d)",
 			r, count(eligible, "node"), snap.Nodes())
 		subject := "they have"
@@ -620,21 +599,22 @@ func (d *Decider) explain(r corev1.ResourceName, cands []candidate, v *view, sna
 // spec.nodeName: that node alone counts, so the message is about it. It
 // returns false when the node itself is out (unknown, or its filters exclude
 // the pod), where the fallback chain is beside the point.
-func explainPinned(b *strings.Builder, r corev1.ResourceName, v *view, snap *Snapshot, f *podFilter) bool {
-	g, m := snap.find(f.nodeName)
+func explainPinned(b *strings.Builder, r corev1.ResourceName, v *view, snap *schedview.Snapshot, f *schedview.Filter) bool {
+	name := f.NodeName()
+	g, m := snap.Find(name)
 	switch {
 	case m == nil:
-		fmt.Fprintf(b, "%s: the pod's spec.nodeName %s names no node in the cluster (of %s)", r, quote(f.nodeName), count(snap.Nodes(), "node"))
+		fmt.Fprintf(b, "%s: the pod's spec.nodeName %s names no node in the cluster (of %s)", r, quote(name), count(snap.Nodes(), "node"))
 		return false
-	case !f.groupAllowed(g):
-		t, _ := f.untoleratedTaint(g)
-		fmt.Fprintf(b, "%s: node %s (the pod's spec.nodeName) has the taint %s, which the pod does not tolerate", r, quote(f.nodeName), clip(t.ToString(), 2*maxQuoted))
+	case !f.GroupAllowed(g):
+		t, _ := f.UntoleratedTaint(g)
+		fmt.Fprintf(b, "%s: node %s (the pod's spec.nodeName) has the taint %s, which the pod does not tolerate", r, quote(name), clip(t.ToString(), 2*maxQuoted))
 		return false
-	case !f.matches(m.node):
-		fmt.Fprintf(b, "%s: node %s (the pod's spec.nodeName) does not match its nodeSelector or required node affinity", r, quote(f.nodeName))
+	case !f.Matches(m):
+		fmt.Fprintf(b, "%s: node %s (the pod's spec.nodeName) does not match its nodeSelector or required node affinity", r, quote(name))
 		return false
 	}
-	fmt.Fprintf(b, "%s is not on node %s (the pod's spec.nodeName)", r, quote(f.nodeName))
+	fmt.Fprintf(b, "%s is not on node %s (the pod's spec.nodeName)", r, quote(name))
 	writeTypes(b, v, "it has")
 	return true
 }
@@ -664,7 +644,7 @@ func podNeeds(pod *corev1.Pod, to map[corev1.ResourceName]corev1.ResourceName) m
 		requests := map[corev1.ResourceName]resource.Quantity{}
 		for _, l := range []corev1.ResourceList{c.Resources.Limits, c.Resources.Requests} {
 			for name, q := range l {
-				if IsGPUResource(name) {
+				if resourcename.IsGPU(name) {
 					requests[name] = q
 				}
 			}
@@ -689,25 +669,5 @@ func podNeeds(pod *corev1.Pod, to map[corev1.ResourceName]corev1.ResourceName) m
 	for i := range pod.Spec.InitContainers {
 		p.Spec.InitContainers = append(p.Spec.InitContainers, gpuOnly(&pod.Spec.InitContainers[i]))
 	}
-	return Devices(p)
-}
-
-// Devices is the GPU devices a pod holds on its node, by the scheduler's
-// request rules (k8s.io/component-helpers/resource.PodRequests). The
-// informer source uses it for the pods bound to a node.
-func Devices(pod *corev1.Pod) map[corev1.ResourceName]int64 {
-	reqs := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{
-		ExcludeOverhead:       true,
-		SkipPodLevelResources: true,
-	})
-	var out map[corev1.ResourceName]int64
-	for name, q := range reqs {
-		if IsGPUResource(name) && q.Sign() > 0 {
-			if out == nil {
-				out = map[corev1.ResourceName]int64{}
-			}
-			out[name] = q.Value()
-		}
-	}
-	return out
+	return schedview.Devices(p)
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/migflex/migflex/internal/schedview"
 )
 
 // Capacity mode at the benchmark issue's scale: 5,000 8-GPU nodes and
@@ -23,10 +25,10 @@ var capacityLayouts = []map[corev1.ResourceName]int64{
 	{mig3g40: 16},
 }
 
-func capacityNodeList() []Node {
-	nodes := make([]Node, capacityNodes)
+func capacityNodeList() []schedview.Node {
+	nodes := make([]schedview.Node, capacityNodes)
 	for i := range nodes {
-		nodes[i] = NodeFromAPI(node(fmt.Sprintf("gpu-%04d", i), capacityLayouts[i%len(capacityLayouts)],
+		nodes[i] = schedview.NodeFromAPI(node(fmt.Sprintf("gpu-%04d", i), capacityLayouts[i%len(capacityLayouts)],
 			labeled("pool", fmt.Sprintf("pool-%d", i%10)),
 			labeled("topology.kubernetes.io/zone", fmt.Sprintf("z%d", i%3))))
 	}
@@ -35,7 +37,7 @@ func capacityNodeList() []Node {
 
 // capacityPodsOf binds one-device pods: every 3g.40gb first (so that type
 // is exhausted), then 1g.10gb round-robin.
-func capacityPodsOf(nodes []Node) []podBinding {
+func capacityPodsOf(nodes []schedview.Node) []podBinding {
 	var out []podBinding
 	for _, n := range nodes {
 		for range n.Allocatable[mig3g40] {
@@ -56,8 +58,8 @@ type podBinding struct {
 	r    corev1.ResourceName
 }
 
-func capacityBuilder(nodes []Node, pods []podBinding) *Builder {
-	b := NewBuilder(nil)
+func capacityBuilder(nodes []schedview.Node, pods []podBinding) *schedview.Builder {
+	b := schedview.NewBuilder(nil)
 	for _, n := range nodes {
 		b.SetNode(n)
 	}
@@ -106,7 +108,7 @@ func BenchmarkSnapshotFromList(b *testing.B) {
 	b.Run("5000 nodes", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			NewSnapshot(nodes)
+			schedview.NewSnapshot(nodes)
 		}
 	})
 	b.Run("5000 nodes + 50000 pods", func(b *testing.B) {

@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/migflex/migflex/internal/schedview"
 )
 
 type alloc = map[corev1.ResourceName]int64
@@ -884,9 +886,9 @@ func TestDecideCapacityMode(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			b := NewBuilder(nil)
+			b := schedview.NewBuilder(nil)
 			for _, n := range nodes {
-				b.SetNode(NodeFromAPI(n))
+				b.SetNode(schedview.NodeFromAPI(n))
 			}
 			for n, u := range tc.used {
 				b.SetPod("default/used-on-"+n, n, u)
@@ -994,9 +996,9 @@ func TestDecideCapacityCombinedNeed(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			b := NewBuilder(nil)
+			b := schedview.NewBuilder(nil)
 			for n, u := range tc.nodes {
-				b.SetNode(NodeFromAPI(node(n, u.alloc)))
+				b.SetNode(schedview.NodeFromAPI(node(n, u.alloc)))
 				b.SetPod("default/used-on-"+n, n, u.used)
 			}
 			policy := DefaultPolicy()
@@ -1050,7 +1052,7 @@ func TestHasGPURequest(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			if got := HasGPURequest(tc.pod); got != tc.want {
+			if got := schedview.HasGPURequest(tc.pod); got != tc.want {
 				t.Errorf("HasGPURequest = %v, want %v", got, tc.want)
 			}
 		})
@@ -1059,7 +1061,7 @@ func TestHasGPURequest(t *testing.T) {
 
 func TestHasGPURequestDoesNotAllocate(t *testing.T) {
 	pod := newPod(withContainer("a", both("cpu", "1", "memory", "1Gi")), withInit("i", both("cpu", "1")))
-	if n := testing.AllocsPerRun(100, func() { HasGPURequest(pod) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { schedview.HasGPURequest(pod) }); n != 0 {
 		t.Errorf("HasGPURequest allocates %v times per call, want 0", n)
 	}
 }

@@ -7,6 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/migflex/migflex/internal/resourcename"
 )
 
 // DefaultMaxTypes is the most distinct GPU resource types (nvidia.com/gpu
@@ -53,7 +55,7 @@ func gather(pod *corev1.Pod, maxTypes int) gathered {
 			for _, l := range []corev1.ResourceList{c.Resources.Requests, c.Resources.Limits} {
 				list = list[:0]
 				for r, q := range l {
-					if !IsGPUResource(r) || q.Sign() <= 0 || seen[r] {
+					if !resourcename.IsGPU(r) || q.Sign() <= 0 || seen[r] {
 						continue
 					}
 					if len(g.types)+len(list) == maxTypes {

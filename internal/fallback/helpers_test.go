@@ -9,6 +9,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/migflex/migflex/internal/resourcename"
+	"github.com/migflex/migflex/internal/schedview"
 )
 
 // Fixture builders, so that each table case states only what it is about.
@@ -21,7 +24,7 @@ const (
 	mig4g40  corev1.ResourceName = "nvidia.com/mig-4g.40gb"
 	mig7g80  corev1.ResourceName = "nvidia.com/mig-7g.80gb"
 	mig1g10m corev1.ResourceName = "nvidia.com/mig-1g.10gb.me"
-	gpu                          = ResourceGPU
+	gpu                          = resourcename.GPU
 )
 
 type nodeOpt func(*corev1.Node)
@@ -54,12 +57,12 @@ func tainted(key string, effect corev1.TaintEffect) nodeOpt {
 
 func cordoned(n *corev1.Node) { n.Spec.Unschedulable = true }
 
-func snapshotOf(nodes ...*corev1.Node) *Snapshot {
-	ns := make([]Node, len(nodes))
+func snapshotOf(nodes ...*corev1.Node) *schedview.Snapshot {
+	ns := make([]schedview.Node, len(nodes))
 	for i, n := range nodes {
-		ns[i] = NodeFromAPI(n)
+		ns[i] = schedview.NodeFromAPI(n)
 	}
-	return NewSnapshot(ns)
+	return schedview.NewSnapshot(ns)
 }
 
 type podOpt func(*corev1.Pod)

@@ -51,7 +51,7 @@ func wordSet(s string) map[string]bool {
 // profile of a GPU NVIDIA makes. The set of such names is small and fixed,
 // unlike the names a pod may ask for.
 func Known(r corev1.ResourceName) bool {
-	if r == ResourceGPU {
+	if r == resourcename.GPU {
 		return true
 	}
 	s, ok := strings.CutPrefix(string(r), resourcename.MIGPrefix)

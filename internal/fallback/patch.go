@@ -9,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+
+	"github.com/migflex/migflex/internal/resourcename"
 )
 
 // Operation is one RFC 6902 JSON patch operation.
@@ -158,7 +160,7 @@ func rewriteList(path string, l corev1.ResourceList, to map[corev1.ResourceName]
 func gpuResources(l corev1.ResourceList) corev1.ResourceList {
 	var out corev1.ResourceList
 	for name, q := range l {
-		if IsGPUResource(name) {
+		if resourcename.IsGPU(name) {
 			if out == nil {
 				out = corev1.ResourceList{}
 			}

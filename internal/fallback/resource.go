@@ -8,9 +8,6 @@ import (
 	"github.com/migflex/migflex/internal/resourcename"
 )
 
-// ResourceGPU is a whole GPU, the last resort of every default chain.
-const ResourceGPU = resourcename.GPU
-
 // Profile is what a GPU resource name says about the device it stands for.
 type Profile struct {
 	Resource corev1.ResourceName
@@ -27,13 +24,13 @@ type Profile struct {
 }
 
 // WholeGPU reports whether p is nvidia.com/gpu.
-func (p Profile) WholeGPU() bool { return p.Resource == ResourceGPU }
+func (p Profile) WholeGPU() bool { return p.Resource == resourcename.GPU }
 
 // ParseResource parses nvidia.com/gpu and nvidia.com/mig-<N>g.<M>gb[.attr...]
 // resource names (resourcename.ParseMIG). Anything else is not a type the
 // default chain can reason about.
 func ParseResource(name corev1.ResourceName) (Profile, bool) {
-	if name == ResourceGPU {
+	if name == resourcename.GPU {
 		return Profile{Resource: name}, true
 	}
 	m, ok := resourcename.ParseMIG(name)
@@ -42,15 +39,6 @@ func ParseResource(name corev1.ResourceName) (Profile, bool) {
 	}
 	return Profile{Resource: name, Slices: m.Slices, MemoryGB: m.MemoryGB, Suffix: m.Suffix}, true
 }
-
-// IsGPUResource reports whether a resource name is one the webhook tracks on
-// nodes: nvidia.com/gpu or any nvidia.com/mig-* resource. It does not
-// allocate, so the no-GPU fast path can call it for every resource of a pod.
-func IsGPUResource(name corev1.ResourceName) bool { return resourcename.IsGPU(name) }
-
-// ShortName is the form the fallback annotation uses: "2g.20gb" for
-// nvidia.com/mig-2g.20gb and "gpu" for nvidia.com/gpu.
-func ShortName(name corev1.ResourceName) string { return resourcename.Short(name) }
 
 // compare orders MIG profiles by size: compute slices, then memory, then
 // plain before suffixed (1g.10gb < 1g.10gb.me), then name so that the order

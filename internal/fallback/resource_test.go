@@ -53,8 +53,8 @@ func TestShortName(t *testing.T) {
 		"example.com/thing":         "example.com/thing",
 	}
 	for in, want := range tests {
-		if got := ShortName(in); got != want {
-			t.Errorf("ShortName(%q) = %q, want %q", in, got, want)
+		if got := resourcename.Short(in); got != want {
+			t.Errorf("resourcename.Short(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

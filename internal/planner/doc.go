@@ -19,7 +19,7 @@
 //     instances, and those of other nodes, serve pods as they are.
 //   - A GPU changed less than Policy.Cooldown ago is not changed again; a
 //     round changes at most Policy.MaxGPUsPerRound GPUs.
-//   - Where a pod may land is the fallback package's node filter (node
+//   - Where a pod may land is schedview's node filter (node
 //     selector, required affinity, taints, cordon, spec.nodeName): the same
 //     code the webhook uses.
 //

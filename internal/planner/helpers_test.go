@@ -11,9 +11,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/migflex/migflex/internal/fallback"
 	"github.com/migflex/migflex/internal/planner"
 	"github.com/migflex/migflex/internal/planner/simmodels"
+	"github.com/migflex/migflex/internal/schedview"
 )
 
 // Fixture builders, so that each table case states only what it is about.
@@ -77,7 +77,7 @@ type nodeOpt func(*planner.Node)
 
 func node(name string, opted bool, gpus []planner.GPU, opts ...nodeOpt) planner.Node {
 	n := planner.Node{
-		Node:    fallback.Node{Name: name, Labels: map[string]string{corev1.LabelHostname: name}},
+		Node:    schedview.Node{Name: name, Labels: map[string]string{corev1.LabelHostname: name}},
 		OptedIn: opted,
 		GPUs:    gpus,
 	}

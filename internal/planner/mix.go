@@ -8,7 +8,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/resourcename"
+	"github.com/migflex/migflex/internal/schedview"
 )
 
 // mixWeights is the demand mix of a round, normalized to sum to one.
@@ -62,7 +63,7 @@ func (r *round) mixFrom(demands []Demand) mixWeights {
 	// in GPUs, not in pods, so that a rare eight-GPU pod counts for what it
 	// holds.
 	size := func(res corev1.ResourceName) float64 {
-		if res == ResourceGPU {
+		if res == resourcename.GPU {
 			return 1
 		}
 		for _, t := range r.tabs {
@@ -87,7 +88,7 @@ func (r *round) mixFrom(demands []Demand) mixWeights {
 			continue
 		}
 		w := weight(d) / total
-		if d.Resource == ResourceGPU {
+		if d.Resource == resourcename.GPU {
 			k := int(min(d.Count, 64))
 			for len(m.whole) <= k {
 				m.whole = append(m.whole, 0)
@@ -127,7 +128,7 @@ func NewMixTracker(halfLife time.Duration) *MixTracker {
 
 // Observe adds a pod's GPU needs at time now.
 func (m *MixTracker) Observe(now time.Time, pod *corev1.Pod) {
-	for res, n := range fallback.Devices(pod) {
+	for res, n := range schedview.Devices(pod) {
 		m.ObserveDemand(now, res, n)
 	}
 }

@@ -9,7 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 
-	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/resourcename"
+	"github.com/migflex/migflex/internal/schedview"
 )
 
 // Planner decides rounds. It keeps nothing between rounds but the
@@ -66,8 +67,8 @@ type round struct {
 	nodes  []nodeState
 	byName map[string]int32
 	gpus   []gpuState
-	fb     *fallback.Snapshot
-	// groups[g] are the node indices of fallback group g.
+	fb     *schedview.Snapshot
+	// groups[g] are the node indices of schedview group g.
 	groups []groupState
 
 	res resources
@@ -194,7 +195,7 @@ func (p *Planner) newRound(snap Snapshot, allResources bool) (*round, error) {
 		needIDs:  map[string]int32{},
 		res:      resources{ids: map[corev1.ResourceName]int32{}},
 	}
-	r.res.id(ResourceGPU) // id 0
+	r.res.id(resourcename.GPU) // id 0
 	for _, m := range snap.Models {
 		if _, dup := r.models[m.Name]; dup {
 			return nil, fmt.Errorf("model %q given twice", m.Name)
@@ -239,7 +240,7 @@ func (p *Planner) newRound(snap Snapshot, allResources bool) (*round, error) {
 }
 
 func (r *round) addNodes(nodes []Node) error {
-	fbNodes := make([]fallback.Node, 0, len(nodes))
+	fbNodes := make([]schedview.Node, 0, len(nodes))
 	total := 0
 	for i := range nodes {
 		total += len(nodes[i].GPUs)
@@ -279,9 +280,9 @@ func (r *round) addNodes(nodes []Node) error {
 			r.gpus = append(r.gpus, r.newGPU(int32(i), n, g, ns.block))
 		}
 		r.nodes = append(r.nodes, ns)
-		fbNodes = append(fbNodes, fallback.Node{Name: n.Name, Labels: n.Labels, Taints: n.Taints, Unschedulable: n.Unschedulable})
+		fbNodes = append(fbNodes, schedview.Node{Name: n.Name, Labels: n.Labels, Taints: n.Taints, Unschedulable: n.Unschedulable})
 	}
-	r.fb = fallback.NewSnapshot(fbNodes)
+	r.fb = schedview.NewSnapshot(fbNodes)
 	r.groups = make([]groupState, r.fb.Groups())
 	for gi := range r.groups {
 		gs := &r.groups[gi]
@@ -362,7 +363,7 @@ func (r *round) addPods(pods []*corev1.Pod) error {
 			created:  pod.CreationTimestamp.Time,
 		}
 		ps.plan = PodPlan{Pod: ps.key, Action: ActionNone}
-		for res, n := range fallback.Devices(pod) {
+		for res, n := range schedview.Devices(pod) {
 			ps.needs = append(ps.needs, need{res: r.res.id(res), count: n})
 		}
 		r.pods[i] = ps

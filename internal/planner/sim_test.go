@@ -13,6 +13,7 @@ import (
 	"github.com/migflex/migflex/internal/nvmlbackend/sim"
 	"github.com/migflex/migflex/internal/nvmlbackend/sim/simtest"
 	"github.com/migflex/migflex/internal/planner"
+	"github.com/migflex/migflex/internal/resourcename"
 )
 
 // TestPlanAppliesOnSimulator runs the planner's documents through the
@@ -126,7 +127,7 @@ mig-configs:
 				continue
 			}
 			if !slices.ContainsFunc(g.Instances, func(in mig.Instance) bool {
-				return in.Start == d.Start && planner.MigResource(in.Profile) == d.Resource
+				return in.Start == d.Start && resourcename.MIG(in.Profile) == d.Resource
 			}) {
 				t.Errorf("pod %s: no %s at %d on GPU %d after the apply: %+v", p.Pod, d.Resource, d.Start, d.GPU, g.Instances)
 			}

@@ -7,7 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 
-	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/schedview"
 )
 
 // Supplier answers, for one snapshot, whether the planner could serve a
@@ -40,7 +40,7 @@ func (s *Supplier) CanSupply(pod *corev1.Pod) PodPlan {
 	r := s.r
 	ps := podState{pod: pod, key: pod.Namespace + "/" + pod.Name, priority: corev1helpers.PodPriority(pod), created: pod.CreationTimestamp.Time}
 	ps.plan = PodPlan{Pod: ps.key, Action: ActionNone}
-	for res, n := range fallback.Devices(pod) {
+	for res, n := range schedview.Devices(pod) {
 		id, known := r.res.ids[res]
 		if !known {
 			ps.plan.Reason = fmt.Sprintf("no GPU model in the cluster offers %s", res)

@@ -72,13 +72,6 @@ func (x placement) String(t *table) string {
 	return fmt.Sprintf("%s@%d", t.profiles[x.prof].Name, x.start)
 }
 
-// MigResource is the resource name the device plugin serves a profile under
-// with the mixed strategy ("1g.10gb+me" is nvidia.com/mig-1g.10gb.me).
-func MigResource(profile string) corev1.ResourceName { return resourcename.MIG(profile) }
-
-// ResourceGPU is a whole GPU with MIG disabled.
-const ResourceGPU = resourcename.GPU
-
 // tables is shared by every Planner: a table depends only on its model.
 var tables tableCache
 
@@ -155,7 +148,7 @@ func buildTable(m Model) (*table, error) {
 			t.xs = append(t.xs, placement{prof: i, start: s, size: p.MemorySlices, mask: ((uint64(1) << p.MemorySlices) - 1) << s})
 			memSlices = max(memSlices, s+p.MemorySlices)
 		}
-		t.resources = append(t.resources, MigResource(p.Name))
+		t.resources = append(t.resources, resourcename.MIG(p.Name))
 		t.attrs = append(t.attrs, strings.ContainsAny(p.Name, "+-"))
 	}
 	if len(t.xs) > maxPlacements {

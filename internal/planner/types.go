@@ -7,8 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/migflex/migflex/internal/fallback"
 	"github.com/migflex/migflex/internal/mig"
+	"github.com/migflex/migflex/internal/schedview"
 )
 
 // Snapshot is everything one round looks at. The planner keeps nothing from
@@ -40,9 +40,9 @@ type Model struct {
 // Node is one node as the planner sees it.
 type Node struct {
 	// Node is the scheduler's view of the node (name, labels, scheduling
-	// taints, cordon), as fallback.NodeFromAPI extracts it; Allocatable is
+	// taints, cordon), as schedview.NodeFromAPI extracts it; Allocatable is
 	// not read.
-	fallback.Node
+	schedview.Node
 	// OptedIn: the planner may change the node's layout. The free instances
 	// of a node that has not opted in still serve pods.
 	OptedIn bool

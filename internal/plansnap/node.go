@@ -18,11 +18,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/migflex/migflex/internal/fallback"
 	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/migconfig"
 	"github.com/migflex/migflex/internal/nodeinfo"
 	"github.com/migflex/migflex/internal/planner"
+	"github.com/migflex/migflex/internal/schedview"
 	"github.com/migflex/migflex/internal/textcut"
 )
 
@@ -70,7 +70,7 @@ type Node struct {
 
 // FromAPI reads a Node.
 func FromAPI(n *corev1.Node, o Options) Node {
-	out := Node{Node: planner.Node{Node: fallback.NodeFromAPI(n), OptedIn: n.Labels[nodeinfo.LabelPlanner] == nodeinfo.PlannerEnabled}}
+	out := Node{Node: planner.Node{Node: schedview.NodeFromAPI(n), OptedIn: n.Labels[nodeinfo.LabelPlanner] == nodeinfo.PlannerEnabled}}
 	out.Config = n.Annotations[nodeinfo.AnnotationMigConfig]
 	out.ConfigOwner, out.ConfigTime = AnnotationOwner(n, nodeinfo.AnnotationMigConfig)
 	freeze := func(format string, args ...any) {

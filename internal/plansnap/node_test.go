@@ -10,10 +10,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/migflex/migflex/internal/fallback"
 	"github.com/migflex/migflex/internal/nodeinfo"
 	"github.com/migflex/migflex/internal/planner"
 	"github.com/migflex/migflex/internal/planner/simmodels"
+	"github.com/migflex/migflex/internal/schedview"
 )
 
 const (
@@ -318,4 +318,4 @@ func TestMergeModels(t *testing.T) {
 	}
 }
 
-func nodeNamed(name string) fallback.Node { return fallback.Node{Name: name} }
+func nodeNamed(name string) schedview.Node { return schedview.Node{Name: name} }

@@ -3,12 +3,12 @@ package plansnap
 import (
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/schedview"
 )
 
 // AsksForGPUs tells whether the pod requests nvidia.com/gpu or a
 // nvidia.com/mig-* resource.
-func AsksForGPUs(p *corev1.Pod) bool { return len(fallback.Devices(p)) > 0 }
+func AsksForGPUs(p *corev1.Pod) bool { return len(schedview.Devices(p)) > 0 }
 
 // Unschedulable tells whether the pod waits for GPUs the scheduler found
 // nowhere: pending, not bound, not being deleted, asking for GPUs, and

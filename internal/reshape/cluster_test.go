@@ -17,6 +17,7 @@ import (
 	"github.com/migflex/migflex/internal/planner"
 	"github.com/migflex/migflex/internal/planner/simmodels"
 	"github.com/migflex/migflex/internal/plansnap"
+	"github.com/migflex/migflex/internal/resourcename"
 )
 
 // A small model of the cluster for the round's tests: Nodes as the agent
@@ -252,7 +253,7 @@ func (c *cluster) schedule() {
 			var free [][2]int
 			for gi, g := range l {
 				for ii, in := range g.Instances {
-					if len(in.UsedBy) == 0 && planner.MigResource(in.Profile) == res {
+					if len(in.UsedBy) == 0 && resourcename.MIG(in.Profile) == res {
 						free = append(free, [2]int{gi, ii})
 					}
 				}

@@ -12,10 +12,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 
-	"github.com/migflex/migflex/internal/fallback"
 	"github.com/migflex/migflex/internal/nodeinfo"
 	"github.com/migflex/migflex/internal/planner"
 	"github.com/migflex/migflex/internal/plansnap"
+	"github.com/migflex/migflex/internal/resourcename"
+	"github.com/migflex/migflex/internal/schedview"
 )
 
 // Event reasons on pods.
@@ -157,7 +158,7 @@ func decide(o *Options, pl *planner.Planner, m *memory, now time.Time, nodes []*
 		}
 		pending = append(pending, p)
 		live[p.UID] = true
-		for res, n := range fallback.Devices(p) {
+		for res, n := range schedview.Devices(p) {
 			d.demand[res] += float64(n)
 		}
 	}
@@ -450,32 +451,32 @@ func describeList(items []string) string {
 // land on that the planner may change now, GPUs of a model with the
 // profile (or MIG capable, for a whole GPU) that pods hold.
 type blockerIndex struct {
-	fb     *fallback.Snapshot
+	fb     *schedview.Snapshot
 	views  map[string]*plansnap.Node
 	offers map[string]map[corev1.ResourceName]bool
 }
 
 func newBlockerIndex(views []plansnap.Node, models []planner.Model) *blockerIndex {
 	b := &blockerIndex{views: map[string]*plansnap.Node{}, offers: map[string]map[corev1.ResourceName]bool{}}
-	var fbNodes []fallback.Node
+	var fbNodes []schedview.Node
 	for i := range views {
 		v := &views[i]
 		b.views[v.Name] = v
-		fbNodes = append(fbNodes, fallback.Node{Name: v.Name, Labels: v.Labels, Taints: v.Taints, Unschedulable: v.Unschedulable})
+		fbNodes = append(fbNodes, schedview.Node{Name: v.Name, Labels: v.Labels, Taints: v.Taints, Unschedulable: v.Unschedulable})
 	}
 	for _, m := range models {
-		set := map[corev1.ResourceName]bool{planner.ResourceGPU: true}
+		set := map[corev1.ResourceName]bool{resourcename.GPU: true}
 		for _, p := range m.Profiles {
-			set[planner.MigResource(p.Name)] = true
+			set[resourcename.MIG(p.Name)] = true
 		}
 		b.offers[m.Name] = set
 	}
-	b.fb = fallback.NewSnapshot(fbNodes)
+	b.fb = schedview.NewSnapshot(fbNodes)
 	return b
 }
 
 func (b *blockerIndex) holding(pod *corev1.Pod) string {
-	devs := fallback.Devices(pod)
+	devs := schedview.Devices(pod)
 	var held []string
 	b.fb.EligibleGroups(pod, func(group int, members []string) {
 		if members == nil {

@@ -10,12 +10,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/schedview"
 )
 
 // BenchmarkMutate serves /mutate against a 5,000-node snapshot, the way
 // the benchmark issue drives the handler with an injected source.
 func BenchmarkMutate(b *testing.B) {
-	bl := fallback.NewBuilder(nil)
+	bl := schedview.NewBuilder(nil)
 	for i := range 5000 {
 		alloc := map[corev1.ResourceName]int64{mig1g10: 7}
 		if i%2 == 0 {
@@ -23,7 +24,7 @@ func BenchmarkMutate(b *testing.B) {
 		}
 		n := gpuNode(fmt.Sprintf("gpu-%04d", i), alloc)
 		n.Labels["pool"] = fmt.Sprintf("pool-%d", i%10)
-		bl.SetNode(fallback.NodeFromAPI(n))
+		bl.SetNode(schedview.NodeFromAPI(n))
 	}
 	fx := newFixture(b, StaticSource{bl.Snapshot()}, fallback.Options{})
 	for name, body := range map[string][]byte{

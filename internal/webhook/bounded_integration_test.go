@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/schedview"
 	"github.com/migflex/migflex/internal/testenv"
 	"github.com/migflex/migflex/internal/testutil"
 )
@@ -200,12 +201,12 @@ func TestBoundsAgainstAPIServer(t *testing.T) {
 // that a test can keep a request in the handler past the API server's
 // timeout.
 type gateSource struct {
-	snap    *fallback.Snapshot
+	snap    *schedview.Snapshot
 	armed   atomic.Bool
 	release chan struct{}
 }
 
-func (g *gateSource) Snapshot() (*fallback.Snapshot, bool) {
+func (g *gateSource) Snapshot() (*schedview.Snapshot, bool) {
 	if g.armed.Load() {
 		<-g.release
 	}

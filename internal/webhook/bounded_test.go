@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/schedview"
 )
 
 // The adversarial pods of issue 14, point 4, generated: what anyone who may
@@ -99,7 +100,7 @@ func TestHandlerBoundedWork(t *testing.T) {
 	cpuOnly := snapshotOf(gpuNode("cpu", nil))
 	tests := map[string]struct {
 		pod    *corev1.Pod
-		snap   *fallback.Snapshot
+		snap   *schedview.Snapshot
 		result string
 		// factor bounds the admission's allocations as a multiple of
 		// decoding's: a pod over the cap is not decided at all; one within
@@ -218,12 +219,12 @@ func TestRequestContextTakesTheCallersTimeout(t *testing.T) {
 // holdSource holds every Snapshot call until release is closed, and says on
 // entered when one starts.
 type holdSource struct {
-	snap    *fallback.Snapshot
+	snap    *schedview.Snapshot
 	entered chan string
 	release chan struct{}
 }
 
-func (s *holdSource) Snapshot() (*fallback.Snapshot, bool) {
+func (s *holdSource) Snapshot() (*schedview.Snapshot, bool) {
 	s.entered <- "entered"
 	<-s.release
 	return s.snap, true

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/resourcename"
 )
 
 // FuzzMutate feeds arbitrary bodies to /mutate: it must never panic, must
@@ -28,7 +29,7 @@ func FuzzMutate(f *testing.F) {
 
 	snap := snapshotOf(
 		gpuNode("a", map[corev1.ResourceName]int64{mig1g10: 7, "nvidia.com/mig-4g.40gb": 1}),
-		gpuNode("b", map[corev1.ResourceName]int64{fallback.ResourceGPU: 8}),
+		gpuNode("b", map[corev1.ResourceName]int64{resourcename.GPU: 8}),
 	)
 	fx := newFixture(f, StaticSource{snap}, fallback.Options{})
 	f.Fuzz(func(t *testing.T, body []byte) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/migflex/migflex/internal/fallback"
 	"github.com/migflex/migflex/internal/planner"
+	"github.com/migflex/migflex/internal/schedview"
 	"github.com/migflex/migflex/internal/textcut"
 )
 
@@ -157,7 +158,7 @@ func (h *Handler) admit(ctx context.Context, req *admissionv1.AdmissionRequest, 
 	if err != nil {
 		return "", err
 	}
-	if !fallback.HasGPURequest(pod) {
+	if !schedview.HasGPURequest(pod) {
 		return string(fallback.OutcomeNoGPU), nil
 	}
 	if err := ctx.Err(); err != nil {

@@ -26,6 +26,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/resourcename"
+	"github.com/migflex/migflex/internal/schedview"
 )
 
 const (
@@ -42,12 +44,12 @@ func gpuNode(name string, alloc map[corev1.ResourceName]int64) *corev1.Node {
 	return n
 }
 
-func snapshotOf(nodes ...*corev1.Node) *fallback.Snapshot {
-	var ns []fallback.Node
+func snapshotOf(nodes ...*corev1.Node) *schedview.Snapshot {
+	var ns []schedview.Node
 	for _, n := range nodes {
-		ns = append(ns, fallback.NodeFromAPI(n))
+		ns = append(ns, schedview.NodeFromAPI(n))
 	}
-	return fallback.NewSnapshot(ns)
+	return schedview.NewSnapshot(ns)
 }
 
 func gpuPod(name string, r corev1.ResourceName, n string) *corev1.Pod {
@@ -464,7 +466,7 @@ func TestHandlerFastPathKeepsGPURequests(t *testing.T) {
 }
 
 func TestHandlerMetrics(t *testing.T) {
-	f := newFixture(t, StaticSource{snapshotOf(gpuNode("v100", map[corev1.ResourceName]int64{fallback.ResourceGPU: 4}))}, fallback.Options{})
+	f := newFixture(t, StaticSource{snapshotOf(gpuNode("v100", map[corev1.ResourceName]int64{resourcename.GPU: 4}))}, fallback.Options{})
 	for range 3 {
 		decodeResponse(t, f.post(http.MethodPost, "application/json", reviewFor(t, gpuPod("p", mig2g20, "1"), nil)))
 	}
@@ -493,7 +495,7 @@ func TestHandlerMetrics(t *testing.T) {
 // that are no NVIDIA GPU's profile, on no node, are left alone with a
 // warning naming them, and add no series.
 func TestHandlerFallbackMetricIsBounded(t *testing.T) {
-	f := newFixture(t, StaticSource{snapshotOf(gpuNode("v100", map[corev1.ResourceName]int64{fallback.ResourceGPU: 4}))}, fallback.Options{})
+	f := newFixture(t, StaticSource{snapshotOf(gpuNode("v100", map[corev1.ResourceName]int64{resourcename.GPU: 4}))}, fallback.Options{})
 	dryRun := func(r *admissionv1.AdmissionRequest) { r.DryRun = ptr.To(true) }
 	var names []corev1.ResourceName
 	for i := range 200 {

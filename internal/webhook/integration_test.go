@@ -29,6 +29,7 @@ import (
 
 	"github.com/migflex/migflex/internal/certwatch/certtest"
 	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/resourcename"
 	"github.com/migflex/migflex/internal/testenv"
 	"github.com/migflex/migflex/internal/testutil"
 )
@@ -260,7 +261,7 @@ func TestAgainstAPIServer(t *testing.T) {
 
 	// a100: 1g.10gb only; v100 (pool=v100): whole GPUs; h100: 2g.20gb but cordoned.
 	c.node("a100", map[string]string{"pool": "a100"}, map[corev1.ResourceName]int64{mig1g10: 28}, false)
-	c.node("v100", map[string]string{"pool": "v100"}, map[corev1.ResourceName]int64{fallback.ResourceGPU: 4}, false)
+	c.node("v100", map[string]string{"pool": "v100"}, map[corev1.ResourceName]int64{resourcename.GPU: 4}, false)
 	c.node("h100", map[string]string{"pool": "h100"}, map[corev1.ResourceName]int64{mig2g20: 8}, true)
 	c.namespaces()
 
@@ -314,7 +315,7 @@ func TestAgainstAPIServer(t *testing.T) {
 		p := gpuPod("v100-job", mig2g20, "1")
 		p.Spec.NodeSelector = map[string]string{"pool": "v100"}
 		got := c.stored("team", p)
-		if diff := cmp.Diff(map[string]corev1.ResourceRequirements{"main": rr(fallback.ResourceGPU, "1")}, resources(got), qtyEqual); diff != "" {
+		if diff := cmp.Diff(map[string]corev1.ResourceRequirements{"main": rr(resourcename.GPU, "1")}, resources(got), qtyEqual); diff != "" {
 			t.Errorf("stored resources (-want +got):\n%s", diff)
 		}
 		if v := got.Annotations[fallback.AnnotationFallback]; v != "2g.20gb->gpu" {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/schedview"
 )
 
 // rewriteLine is the part of a "Rewrote GPU request" line that users search
@@ -67,9 +68,9 @@ func TestHandlerLogsRewrites(t *testing.T) {
 	const uid = "0b4a7d6c-1111-2222-3333-444455556666"
 	a100 := snapshotOf(gpuNode("a100", map[corev1.ResourceName]int64{mig1g10: 28}))
 	// b has two 2g.20gb, both held by running pods; c has 1g.10gb free.
-	full := fallback.NewBuilder(nil)
-	full.SetNode(fallback.NodeFromAPI(gpuNode("b", map[corev1.ResourceName]int64{mig2g20: 2})))
-	full.SetNode(fallback.NodeFromAPI(gpuNode("c", map[corev1.ResourceName]int64{mig1g10: 7})))
+	full := schedview.NewBuilder(nil)
+	full.SetNode(schedview.NodeFromAPI(gpuNode("b", map[corev1.ResourceName]int64{mig2g20: 2})))
+	full.SetNode(schedview.NodeFromAPI(gpuNode("c", map[corev1.ResourceName]int64{mig1g10: 7})))
 	full.SetPod("default/r1", "b", map[corev1.ResourceName]int64{mig2g20: 1})
 	full.SetPod("default/r2", "b", map[corev1.ResourceName]int64{mig2g20: 1})
 
@@ -78,7 +79,7 @@ func TestHandlerLogsRewrites(t *testing.T) {
 			From: string(from), To: string(to), Reason: reason}
 	}
 	tests := map[string]struct {
-		snap *fallback.Snapshot
+		snap *schedview.Snapshot
 		mode fallback.Mode
 		body []byte
 		want []rewriteLine

@@ -18,16 +18,17 @@ import (
 
 	"github.com/migflex/migflex/internal/certwatch/certtest"
 	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/schedview"
 	"github.com/migflex/migflex/internal/testutil"
 )
 
 // gatedSource is not ready until opened.
 type gatedSource struct {
 	open atomic.Bool
-	snap *fallback.Snapshot
+	snap *schedview.Snapshot
 }
 
-func (g *gatedSource) Snapshot() (*fallback.Snapshot, bool) {
+func (g *gatedSource) Snapshot() (*schedview.Snapshot, bool) {
 	if !g.open.Load() {
 		return nil, false
 	}

@@ -17,7 +17,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/resourcename"
+	"github.com/migflex/migflex/internal/schedview"
 )
 
 // SnapshotSource is the cluster view the handler decides against. The
@@ -25,14 +26,14 @@ import (
 type SnapshotSource interface {
 	// Snapshot returns the current view, or false until the view is complete
 	// (caches synced). The snapshot is immutable.
-	Snapshot() (*fallback.Snapshot, bool)
+	Snapshot() (*schedview.Snapshot, bool)
 }
 
 // StaticSource serves one fixed snapshot; for tests and benchmarks.
-type StaticSource struct{ Snap *fallback.Snapshot }
+type StaticSource struct{ Snap *schedview.Snapshot }
 
 // Snapshot implements SnapshotSource.
-func (s StaticSource) Snapshot() (*fallback.Snapshot, bool) { return s.Snap, s.Snap != nil }
+func (s StaticSource) Snapshot() (*schedview.Snapshot, bool) { return s.Snap, s.Snap != nil }
 
 var _ SnapshotSource = StaticSource{}
 var _ SnapshotSource = (*InformerSource)(nil)
@@ -46,11 +47,11 @@ var activePods = fields.AndSelectors(
 	fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed)),
 ).String()
 
-// InformerSource keeps a fallback.Builder up to date from shared informers:
+// InformerSource keeps a schedview.Builder up to date from shared informers:
 // Nodes always, Pods in capacity mode. No API call is made per admission.
 type InformerSource struct {
 	mu sync.Mutex
-	b  *fallback.Builder
+	b  *schedview.Builder
 	// reshape, when set, sees every Node as the planner reads it.
 	reshape *ReshapeView
 	nodes   cache.SharedIndexInformer
@@ -65,7 +66,7 @@ type InformerSource struct {
 // NewInformerSource creates the informers; Run starts them. withPods adds
 // the pod informer that capacity mode needs.
 func NewInformerSource(client kubernetes.Interface, withPods bool, resync time.Duration) (*InformerSource, error) {
-	s := &InformerSource{b: fallback.NewBuilder(nil), readyCh: make(chan struct{})}
+	s := &InformerSource{b: schedview.NewBuilder(nil), readyCh: make(chan struct{})}
 
 	nodes := coreinformers.NewNodeInformer(client, resync, cache.Indexers{})
 	if err := nodes.SetTransform(TransformNode); err != nil {
@@ -137,7 +138,7 @@ func (s *InformerSource) Run(ctx context.Context) {
 func (s *InformerSource) Ready() <-chan struct{} { return s.readyCh }
 
 // Snapshot implements SnapshotSource.
-func (s *InformerSource) Snapshot() (*fallback.Snapshot, bool) {
+func (s *InformerSource) Snapshot() (*schedview.Snapshot, bool) {
 	if !s.ready.Load() {
 		return nil, false
 	}
@@ -151,7 +152,7 @@ func (s *InformerSource) setNode(obj any) {
 	if !ok {
 		return
 	}
-	node := fallback.NodeFromAPI(n)
+	node := schedview.NodeFromAPI(n)
 	if s.reshape != nil {
 		s.reshape.SetNode(n)
 	}
@@ -246,7 +247,7 @@ type PodDevices struct {
 	metav1.ObjectMeta `json:"metadata"`
 	// Node is spec.nodeName.
 	Node string `json:"node"`
-	// Devices is fallback.Devices of the pod; nil for a terminal pod, which
+	// Devices is schedview.Devices of the pod; nil for a terminal pod, which
 	// holds none (the field selector keeps them out, but a watch can deliver
 	// the update that makes a pod terminal before it drops the pod).
 	Devices map[corev1.ResourceName]int64 `json:"devices,omitempty"`
@@ -282,7 +283,7 @@ func TransformPod(obj any) (any, error) {
 		Node: p.Spec.NodeName,
 	}
 	if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-		out.Devices = fallback.Devices(p)
+		out.Devices = schedview.Devices(p)
 	}
 	return out, nil
 }
@@ -290,7 +291,7 @@ func TransformPod(obj any) (any, error) {
 func gpuOnly(l corev1.ResourceList) corev1.ResourceList {
 	var out corev1.ResourceList
 	for name, q := range l {
-		if fallback.IsGPUResource(name) {
+		if resourcename.IsGPU(name) {
 			if out == nil {
 				out = corev1.ResourceList{}
 			}

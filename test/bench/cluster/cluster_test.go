@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/schedview"
 	"github.com/migflex/migflex/internal/testenv"
 	"github.com/migflex/migflex/test/bench/fleet"
 )
@@ -87,7 +87,7 @@ func checkNodes(t *testing.T, c kubernetes.Interface, want int) {
 				break
 			}
 		}
-		got := fallback.NodeFromAPI(&n).Allocatable
+		got := schedview.NodeFromAPI(&n).Allocatable
 		if len(got) != len(fleet.KindOf(i).Devices) {
 			t.Errorf("%s: GPU allocatable %v, want %v", n.Name, got, fleet.KindOf(i).Devices)
 		}

@@ -9,24 +9,25 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/schedview"
 )
 
 // snapshot builds what the webhook's informer source would hold for the
 // first n nodes and the given bound pods.
-func snapshot(n int, pods []*corev1.Pod) *fallback.Snapshot {
-	b := fallback.NewBuilder(nil)
+func snapshot(n int, pods []*corev1.Pod) *schedview.Snapshot {
+	b := schedview.NewBuilder(nil)
 	for i := range n {
 		node := Node(i)
 		node.Status = Status(i)
-		b.SetNode(fallback.NodeFromAPI(node))
+		b.SetNode(schedview.NodeFromAPI(node))
 	}
 	for _, p := range pods {
-		b.SetPod(p.Namespace+"/"+p.Name, p.Spec.NodeName, fallback.Devices(p))
+		b.SetPod(p.Namespace+"/"+p.Name, p.Spec.NodeName, schedview.Devices(p))
 	}
 	return b.Snapshot()
 }
 
-func decide(t *testing.T, mode fallback.Mode, snap *fallback.Snapshot, pod *corev1.Pod) Class {
+func decide(t *testing.T, mode fallback.Mode, snap *schedview.Snapshot, pod *corev1.Pod) Class {
 	t.Helper()
 	d, err := fallback.NewDecider(fallback.Options{Policy: fallback.DefaultPolicy(), Mode: mode})
 	if err != nil {
@@ -67,7 +68,7 @@ func TestMixOutcomes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		snaps := map[fallback.Mode]*fallback.Snapshot{
+		snaps := map[fallback.Mode]*schedview.Snapshot{
 			fallback.ModeExistence: snapshot(n, nil),
 			fallback.ModeCapacity:  snapshot(n, pods),
 		}
@@ -153,7 +154,7 @@ func TestStatusAllocatable(t *testing.T) {
 				t.Errorf("node %d (%s): allocatable %s = %s, want %d", i, k.Name, r, q.String(), want)
 			}
 		}
-		gpu := fallback.NodeFromAPI(&corev1.Node{Status: st}).Allocatable
+		gpu := schedview.NodeFromAPI(&corev1.Node{Status: st}).Allocatable
 		if len(gpu) != len(k.Devices) {
 			t.Errorf("node %d (%s): GPU allocatable %v, want %v", i, k.Name, gpu, k.Devices)
 		}
@@ -179,7 +180,7 @@ func TestBoundPods(t *testing.T) {
 		if used[p.Spec.NodeName] == nil {
 			used[p.Spec.NodeName] = map[corev1.ResourceName]int64{}
 		}
-		for r, v := range fallback.Devices(p) {
+		for r, v := range schedview.Devices(p) {
 			used[p.Spec.NodeName][r] += v
 		}
 	}

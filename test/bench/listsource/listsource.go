@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
-	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/schedview"
 	"github.com/migflex/migflex/internal/webhook"
 )
 
@@ -57,7 +57,7 @@ func New(client kubernetes.Interface, withPods bool, log klog.Logger) *Source {
 // capacity mode, one Pods("").List() per call. On an error it answers
 // "not ready", which the handler turns into an allowed, unchecked pod with
 // a warning; Errors counts them.
-func (s *Source) Snapshot() (*fallback.Snapshot, bool) {
+func (s *Source) Snapshot() (*schedview.Snapshot, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
 	snap, err := s.list(ctx)
@@ -72,14 +72,14 @@ func (s *Source) Snapshot() (*fallback.Snapshot, bool) {
 // Errors is the number of Snapshot calls that failed.
 func (s *Source) Errors() int64 { return s.errors.Load() }
 
-func (s *Source) list(ctx context.Context) (*fallback.Snapshot, error) {
+func (s *Source) list(ctx context.Context) (*schedview.Snapshot, error) {
 	nodes, err := s.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
-	b := fallback.NewBuilder(nil)
+	b := schedview.NewBuilder(nil)
 	for i := range nodes.Items {
-		b.SetNode(fallback.NodeFromAPI(&nodes.Items[i]))
+		b.SetNode(schedview.NodeFromAPI(&nodes.Items[i]))
 	}
 	if s.withPods {
 		pods, err := s.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: activePods})
@@ -88,7 +88,7 @@ func (s *Source) list(ctx context.Context) (*fallback.Snapshot, error) {
 		}
 		for i := range pods.Items {
 			p := &pods.Items[i]
-			b.SetPod(p.Namespace+"/"+p.Name, p.Spec.NodeName, fallback.Devices(p))
+			b.SetPod(p.Namespace+"/"+p.Name, p.Spec.NodeName, schedview.Devices(p))
 		}
 	}
 	return b.Snapshot(), nil

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/migflex/migflex/internal/planner"
+	"github.com/migflex/migflex/internal/resourcename"
 )
 
 // lpByFlow solves the relaxation upperBound bounds, exactly, as a max flow:
@@ -88,7 +88,7 @@ func TestUpperBoundMatchesLP(t *testing.T) {
 		cfg := &runConfig{}
 		for range 5 + rng.IntN(25) {
 			s := sizes[rng.IntN(len(sizes))]
-			p := podTemplate{req: request{res: planner.ResourceGPU, count: 1, size: s}, arrival: float64(rng.IntN(5000)), duration: float64(1 + rng.IntN(8000))}
+			p := podTemplate{req: request{res: resourcename.GPU, count: 1, size: s}, arrival: float64(rng.IntN(5000)), duration: float64(1 + rng.IntN(8000))}
 			pods = append(pods, p)
 			cfg.horizon = max(cfg.horizon, p.arrival)
 		}

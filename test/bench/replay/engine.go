@@ -9,8 +9,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/migflex/migflex/internal/fallback"
 	"github.com/migflex/migflex/internal/planner"
+	"github.com/migflex/migflex/internal/resourcename"
+	"github.com/migflex/migflex/internal/schedview"
 )
 
 // simPod is one task in the replay.
@@ -289,7 +290,7 @@ func (s *sim) bind(p *simPod) bool {
 		if g.changing {
 			continue
 		}
-		if p.req.res == planner.ResourceGPU {
+		if p.req.res == resourcename.GPU {
 			if !g.mig && g.whole < 0 && need > 0 {
 				s.hold(p, g, -1)
 				need--
@@ -314,7 +315,7 @@ func (s *sim) bind(p *simPod) bool {
 func (s *sim) hold(p *simPod, g *gpu, i int) {
 	if i < 0 {
 		g.whole = p.id
-		g.node.free[planner.ResourceGPU]--
+		g.node.free[resourcename.GPU]--
 		s.f.allocated++
 		p.got++
 		p.devs = append(p.devs, devRef{g: g, start: -1})
@@ -343,9 +344,9 @@ func (s *sim) depart(p *simPod) {
 			g.whole = -1
 			s.f.allocated--
 			if !g.changing && !g.mig {
-				g.node.free[planner.ResourceGPU]++
+				g.node.free[resourcename.GPU]++
 			}
-			s.dirty[planner.ResourceGPU] = true
+			s.dirty[resourcename.GPU] = true
 			continue
 		}
 		i := g.instAt(d.start, p.id)
@@ -440,7 +441,7 @@ func (s *sim) carvePlan(p *simPod, n *node) ([]carved, bool) {
 			if g.whole >= 0 || taken[g] {
 				continue
 			}
-			if p.req.res == planner.ResourceGPU {
+			if p.req.res == resourcename.GPU {
 				if len(g.insts) == 0 && len(extra[g]) == 0 {
 					taken[g] = true
 					out = append(out, carved{g: g, start: -1})
@@ -478,7 +479,7 @@ func instances(in []inst) []planner.Instance {
 
 func profileOfResource(mi *modelInfo, res corev1.ResourceName) string {
 	for _, p := range mi.m.Profiles {
-		if planner.MigResource(p.Name) == res {
+		if resourcename.MIG(p.Name) == res {
 			return p.Name
 		}
 	}
@@ -541,20 +542,20 @@ func (s *sim) waiting() []*simPod {
 // computed with the fallback package's node filter as the scheduler sees
 // it; pods of the trace differ only by gpu_spec.
 type eligCache struct {
-	snap  *fallback.Snapshot
+	snap  *schedview.Snapshot
 	idx   map[string]int
 	byKey map[string]int
 	masks [][]bool
 }
 
 func newEligCache(f *fleet) *eligCache {
-	fbNodes := make([]fallback.Node, len(f.nodes))
+	fbNodes := make([]schedview.Node, len(f.nodes))
 	e := &eligCache{idx: map[string]int{}, byKey: map[string]int{}}
 	for i, n := range f.nodes {
-		fbNodes[i] = fallback.Node{Name: n.name, Labels: n.labels}
+		fbNodes[i] = schedview.Node{Name: n.name, Labels: n.labels}
 		e.idx[n.name] = i
 	}
-	e.snap = fallback.NewSnapshot(fbNodes)
+	e.snap = schedview.NewSnapshot(fbNodes)
 	return e
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/migflex/migflex/internal/migconfig"
 	"github.com/migflex/migflex/internal/planner"
 	"github.com/migflex/migflex/internal/planner/simmodels"
+	"github.com/migflex/migflex/internal/resourcename"
 )
 
 // modelInfo is one simulator model with what the replay needs of it.
@@ -57,7 +58,7 @@ func (mi *modelInfo) layoutFor(counts map[string]int) ([]inst, error) {
 	}
 	var out []inst
 	for _, p := range plan.GPUs[0].After() {
-		out = append(out, inst{profile: p.Profile, start: p.Start, res: planner.MigResource(p.Profile), pod: -1})
+		out = append(out, inst{profile: p.Profile, start: p.Start, res: resourcename.MIG(p.Profile), pod: -1})
 	}
 	return out, nil
 }
@@ -172,7 +173,7 @@ func (f *fleet) countFree(g *gpu, sign int) {
 	n := g.node
 	if !g.mig {
 		if g.whole < 0 {
-			n.free[planner.ResourceGPU] += sign
+			n.free[resourcename.GPU] += sign
 		}
 		return
 	}

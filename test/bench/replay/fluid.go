@@ -4,7 +4,7 @@ import (
 	"container/heap"
 	"slices"
 
-	"github.com/migflex/migflex/internal/planner"
+	"github.com/migflex/migflex/internal/resourcename"
 )
 
 // fluid is a reference for waits, not a bound: the fleet as one pool of
@@ -16,7 +16,7 @@ import (
 func fluid(templates []podTemplate, capacity float64, cfg *runConfig) Result {
 	pods := make([]*simPod, len(templates))
 	for i, t := range templates {
-		pods[i] = &simPod{id: i, name: t.name, req: t.req, asked: t.req.total(), askedKind: t.req.kind(), wholeAsk: t.req.res == planner.ResourceGPU, prio: t.prio,
+		pods[i] = &simPod{id: i, name: t.name, req: t.req, asked: t.req.total(), askedKind: t.req.kind(), wholeAsk: t.req.res == resourcename.GPU, prio: t.prio,
 			arrival: t.arrival, duration: t.duration, start: -1}
 	}
 	arrivals := slices.Clone(pods)

@@ -16,6 +16,7 @@ import (
 	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/planner"
 	"github.com/migflex/migflex/internal/planner/simmodels"
+	"github.com/migflex/migflex/internal/resourcename"
 )
 
 // LabelTraceModel is the node label carrying the trace's GPU model, which
@@ -85,13 +86,13 @@ func requestFor(t Task, m planner.Model) (request, bool) {
 	case t.NumGPU <= 0:
 		return request{}, false
 	case t.NumGPU > 1 || t.GPUMilli >= 1000:
-		return request{res: planner.ResourceGPU, count: t.NumGPU, size: 1}, true
+		return request{res: resourcename.GPU, count: t.NumGPU, size: 1}, true
 	}
 	p, total, ok := profileFor(m, t.GPUMilli)
 	if !ok {
-		return request{res: planner.ResourceGPU, count: 1, size: 1}, true
+		return request{res: resourcename.GPU, count: 1, size: 1}, true
 	}
-	return request{res: planner.MigResource(p.Name), count: 1, size: float64(p.MemorySlices) / float64(total)}, true
+	return request{res: resourcename.MIG(p.Name), count: 1, size: float64(p.MemorySlices) / float64(total)}, true
 }
 
 // profileFor is the smallest plain profile of m whose memory share covers

@@ -14,6 +14,8 @@ import (
 	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/migconfig"
 	"github.com/migflex/migflex/internal/planner"
+	"github.com/migflex/migflex/internal/resourcename"
+	"github.com/migflex/migflex/internal/schedview"
 )
 
 // Policy names, in report order.
@@ -167,7 +169,7 @@ func plain(p mig.Profile) bool {
 type fallbackPolicy struct {
 	static
 	dec *fallback.Decider
-	b   *fallback.Builder
+	b   *schedview.Builder
 }
 
 func newFallback(name string, layout func(*modelInfo) ([]inst, error)) (*fallbackPolicy, error) {
@@ -179,7 +181,7 @@ func newFallback(name string, layout func(*modelInfo) ([]inst, error)) (*fallbac
 	if err != nil {
 		return nil, err
 	}
-	return &fallbackPolicy{static: static{label: name, layout: layout}, dec: dec, b: fallback.NewBuilder(nil)}, nil
+	return &fallbackPolicy{static: static{label: name, layout: layout}, dec: dec, b: schedview.NewBuilder(nil)}, nil
 }
 
 func (p *fallbackPolicy) setup(s *sim) error {
@@ -190,14 +192,14 @@ func (p *fallbackPolicy) setup(s *sim) error {
 		alloc := map[corev1.ResourceName]int64{}
 		for _, g := range n.gpus {
 			if !g.mig {
-				alloc[planner.ResourceGPU]++
+				alloc[resourcename.GPU]++
 				continue
 			}
 			for _, in := range g.insts {
 				alloc[in.res]++
 			}
 		}
-		p.b.SetNode(fallback.Node{Name: n.name, Labels: n.labels, Allocatable: alloc})
+		p.b.SetNode(schedview.Node{Name: n.name, Labels: n.labels, Allocatable: alloc})
 	}
 	return nil
 }
@@ -209,7 +211,7 @@ func (p *fallbackPolicy) arrive(s *sim, pod *simPod) {
 	}
 	to := d.Rewrites[0].To
 	size := 1.0
-	if to != planner.ResourceGPU {
+	if to != resourcename.GPU {
 		size = s.f.primary.share(profileOfResource(s.f.primary, to))
 	}
 	if size < pod.req.size {
@@ -288,7 +290,7 @@ func (p *nos) round(s *sim) {
 	}
 	var lacking []*simPod
 	for _, pod := range pods {
-		if pod.req.res == planner.ResourceGPU {
+		if pod.req.res == resourcename.GPU {
 			continue
 		}
 		if free[pod.req.res] >= pod.req.count {
@@ -345,7 +347,7 @@ func (p *nos) updateNode(s *sim, n *node, lacking []*simPod) []*simPod {
 			}
 		}
 		for name, c := range geom {
-			res := planner.MigResource(name)
+			res := resourcename.MIG(name)
 			if f := c - used[name]; f > 0 {
 				devices[res] += f
 				if required[res] -= f; required[res] <= 0 {
@@ -451,7 +453,7 @@ func agentLayout(g *gpu, counts map[string]int) ([]inst, error) {
 	}
 	var out []inst
 	for _, pl := range plan.GPUs[0].After() {
-		out = append(out, inst{profile: pl.Profile, start: pl.Start, res: planner.MigResource(pl.Profile), pod: -1})
+		out = append(out, inst{profile: pl.Profile, start: pl.Start, res: resourcename.MIG(pl.Profile), pod: -1})
 	}
 	return out, nil
 }
@@ -490,7 +492,7 @@ func (p *migflex) round(s *sim) {
 	}
 	slices.SortFunc(snap.Models, func(a, b planner.Model) int { return cmp.Compare(a.Name, b.Name) })
 	for _, n := range s.f.nodes {
-		pn := planner.Node{Node: fallback.Node{Name: n.name, Labels: n.labels}, OptedIn: true}
+		pn := planner.Node{Node: schedview.Node{Name: n.name, Labels: n.labels}, OptedIn: true}
 		if n.changing > 0 {
 			pn.Frozen = "a layout is being applied"
 		}
@@ -523,7 +525,7 @@ func (p *migflex) round(s *sim) {
 			g := n.gpus[gc.Index]
 			var target []inst
 			for _, in := range gc.Layout {
-				target = append(target, inst{profile: in.Profile, start: in.Start, res: planner.MigResource(in.Profile), pod: -1})
+				target = append(target, inst{profile: in.Profile, start: in.Start, res: resourcename.MIG(in.Profile), pod: -1})
 			}
 			if err := s.change(g, gc.MigEnabled, target); err != nil {
 				panic(fmt.Sprintf("replay: the planner broke a rule: %v", err))

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/migflex/migflex/internal/planner"
+	"github.com/migflex/migflex/internal/resourcename"
 )
 
 // replayOf runs tiny hand-made traces on one H100 node with the full fleet
@@ -312,8 +313,8 @@ func TestBoundBeatsGreedyPool(t *testing.T) {
 // TestUpperBound checks the bound on traces whose best schedule is worked
 // out by hand (capacity in GPUs, horizon 3600 s after the last arrival).
 func TestUpperBound(t *testing.T) {
-	whole := request{res: planner.ResourceGPU, count: 1, size: 1}
-	half := request{res: planner.ResourceGPU, count: 1, size: 0.5}
+	whole := request{res: resourcename.GPU, count: 1, size: 1}
+	half := request{res: resourcename.GPU, count: 1, size: 0.5}
 	for name, tc := range map[string]struct {
 		pods     []podTemplate
 		capacity float64

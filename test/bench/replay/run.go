@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/migflex/migflex/internal/planner"
+	"github.com/migflex/migflex/internal/resourcename"
 	"github.com/migflex/migflex/test/bench/report"
 )
 
@@ -338,7 +339,7 @@ func baseConfig(o Options, templates []podTemplate) *runConfig {
 	for _, t := range templates {
 		w := t.req.total() * max(0, min(t.duration, cfg.horizon-t.arrival))
 		all += w
-		if t.req.res == planner.ResourceGPU {
+		if t.req.res == resourcename.GPU {
 			whole += w
 		}
 	}
@@ -462,7 +463,7 @@ func runOne(o Options, policyName string, nodes []TraceNode, templates []podTemp
 func newSim(cfg *runConfig, pol policy, f *fleet, templates []podTemplate) *sim {
 	s := &sim{cfg: cfg, pol: pol, f: f, classes: map[classKey]*podClass{}, dirty: map[corev1.ResourceName]bool{}, now: cfg.start}
 	for i, t := range templates {
-		p := &simPod{id: i, name: t.name, req: t.req, asked: t.req.total(), askedKind: t.req.kind(), wholeAsk: t.req.res == planner.ResourceGPU, prio: t.prio, arrival: t.arrival,
+		p := &simPod{id: i, name: t.name, req: t.req, asked: t.req.total(), askedKind: t.req.kind(), wholeAsk: t.req.res == resourcename.GPU, prio: t.prio, arrival: t.arrival,
 			duration: t.duration, start: -1}
 		p.k8s = k8sPod(t.name, t.req, t.prio, t.arrival, t.spec)
 		s.pods = append(s.pods, p)

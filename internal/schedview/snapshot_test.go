@@ -1,4 +1,4 @@
-package fallback
+package schedview
 
 import (
 	"fmt"
@@ -82,58 +82,6 @@ func TestBuilderGroups(t *testing.T) {
 	}
 }
 
-func TestBuilderUsage(t *testing.T) {
-	d, err := NewDecider(Options{Policy: DefaultPolicy(), Mode: ModeCapacity})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pod := gpuPod(mig2g20, "1")
-	decide := func(b *Builder) []Rewrite { return d.Decide(pod, b.Snapshot()).Rewrites }
-	exhausted := []Rewrite{{mig2g20, mig1g10, ReasonExhausted}}
-
-	b := NewBuilder(nil)
-	// A pod event may arrive before its node's.
-	b.SetPod("ns/early", "a", alloc{mig2g20: 1})
-	b.SetNode(NodeFromAPI(node("a", alloc{mig2g20: 2})))
-	b.SetNode(NodeFromAPI(node("b", alloc{mig1g10: 7})))
-	if got := decide(b); got != nil {
-		t.Fatalf("1 of 2 used: rewrites %v, want none", got)
-	}
-	before := b.Snapshot()
-	b.SetPod("ns/second", "a", alloc{mig2g20: 1})
-	if diff := cmp.Diff(exhausted, decide(b)); diff != "" {
-		t.Fatalf("2 of 2 used (-want +got):\n%s", diff)
-	}
-	if got := d.Decide(pod, before).Rewrites; got != nil {
-		t.Errorf("an earlier snapshot changed with the usage: %v", got)
-	}
-	// Updating a pod with the same usage is a no-op; moving it frees a.
-	s := b.Snapshot()
-	b.SetPod("ns/second", "a", alloc{mig2g20: 1})
-	if b.Snapshot() != s {
-		t.Error("same usage replaced the snapshot")
-	}
-	b.SetPod("ns/second", "b", alloc{mig1g10: 1})
-	if got := decide(b); got != nil {
-		t.Fatalf("after move: rewrites %v, want none", got)
-	}
-	b.SetPod("ns/third", "a", alloc{mig2g20: 1})
-	if diff := cmp.Diff(exhausted, decide(b)); diff != "" {
-		t.Fatalf("third pod (-want +got):\n%s", diff)
-	}
-	b.DeletePod("ns/third")
-	if got := decide(b); got != nil {
-		t.Fatalf("after delete: rewrites %v, want none", got)
-	}
-	// The node going away and coming back keeps the usage of its pods.
-	b.DeleteNode("a")
-	b.SetPod("ns/third", "a", alloc{mig2g20: 1})
-	b.SetNode(NodeFromAPI(node("a", alloc{mig2g20: 2})))
-	if diff := cmp.Diff(exhausted, decide(b)); diff != "" {
-		t.Fatalf("node re-added (-want +got):\n%s", diff)
-	}
-}
-
 func TestDevices(t *testing.T) {
 	tests := map[string]struct {
 		pod  *corev1.Pod
@@ -153,6 +101,30 @@ func TestDevices(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			if diff := cmp.Diff(tc.want, Devices(tc.pod)); diff != "" {
 				t.Errorf("Devices (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestHasGPURequest(t *testing.T) {
+	tests := map[string]struct {
+		pod  *corev1.Pod
+		want bool
+	}{
+		"no containers":          {newPod(), false},
+		"cpu only":               {newPod(withContainer("a", both("cpu", "1"))), false},
+		"a MIG device":           {newPod(withContainer("a", both(string(mig1g10), "1"))), true},
+		"a whole GPU in an init": {newPod(withInit("i", both(string(gpu), "1")), withContainer("a", both("cpu", "1"))), true},
+		"zero of a GPU":          {newPod(withContainer("a", both(string(mig1g10), "0"))), false},
+		"another vendor":         {newPod(withContainer("a", both("example.com/gpu", "1"))), false},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := HasGPURequest(tc.pod); got != tc.want {
+				t.Errorf("HasGPURequest() = %v, want %v", got, tc.want)
+			}
+			if got := len(Devices(tc.pod)) > 0; got != tc.want {
+				t.Errorf("Devices() asks for GPUs: %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package fallback
+package schedview
 
 import (
 	"slices"
@@ -74,5 +74,57 @@ func TestEligibleGroups(t *testing.T) {
 				t.Errorf("eligible nodes (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// Eligible visits whole groups for a pod whose constraints do not name
+// nodes and members otherwise; EligibleNodes and Find agree with it.
+func TestEligible(t *testing.T) {
+	snap := snapshotOf(
+		node("a0", alloc{mig1g10: 7}, labeled("pool", "a")),
+		node("a1", alloc{mig1g10: 7}, labeled("pool", "a")),
+		node("c0", nil, labeled("pool", "a")), // no GPU
+		node("t0", alloc{gpu: 8}, tainted("dedicated", corev1.TaintEffectNoSchedule)),
+	)
+	visit := func(pod *corev1.Pod, gpuOnly bool) (whole, each []string) {
+		snap.Eligible(NewFilter(pod, snap), gpuOnly, func(g *Group) {
+			for _, m := range g.Members() {
+				whole = append(whole, m.Name())
+			}
+		}, func(_ *Group, m *Member) { each = append(each, m.Name()) })
+		return whole, each
+	}
+	tests := map[string]struct {
+		pod         *corev1.Pod
+		gpuOnly     bool
+		whole, each []string
+		count       int
+	}{
+		"by group":                 {pod: newPod(), whole: []string{"a0", "a1", "c0"}, count: 3},
+		"by group, GPU nodes only": {pod: newPod(), gpuOnly: true, whole: []string{"a0", "a1"}, count: 3},
+		"by member":                {pod: newPod(withNodeSelector(corev1.LabelHostname, "a1")), each: []string{"a1"}, count: 1},
+		"pinned to a tainted node": {pod: newPod(onNode("t0")), each: []string{"t0"}, count: 1},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			whole, each := visit(tc.pod, tc.gpuOnly)
+			slices.Sort(whole)
+			if diff := cmp.Diff(tc.whole, whole); diff != "" {
+				t.Errorf("whole groups (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.each, each); diff != "" {
+				t.Errorf("members (-want +got):\n%s", diff)
+			}
+			if got := snap.EligibleNodes(NewFilter(tc.pod, snap)); got != tc.count {
+				t.Errorf("EligibleNodes() = %d, want %d", got, tc.count)
+			}
+		})
+	}
+	g, m := snap.Find("t0")
+	if m == nil || m.Name() != "t0" || !slices.Equal(g.Types(), []corev1.ResourceName{gpu}) || m.Allocatable()[gpu] != 8 {
+		t.Errorf("Find(t0) = %v, %v", g, m)
+	}
+	if g, m := snap.Find("nope"); g != nil || m != nil {
+		t.Errorf("Find(nope) = %v, %v", g, m)
 	}
 }

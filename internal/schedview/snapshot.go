@@ -1,4 +1,4 @@
-package fallback
+package schedview
 
 import (
 	"maps"
@@ -7,9 +7,11 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/migflex/migflex/internal/resourcename"
 )
 
-// Node is what the decision needs to know about one Node.
+// Node is one Node as the scheduler sees it when it places a GPU pod.
 type Node struct {
 	Name   string
 	Labels map[string]string
@@ -23,7 +25,7 @@ type Node struct {
 	Allocatable map[corev1.ResourceName]int64
 }
 
-// NodeFromAPI extracts the decision's view of a Node. The label map is shared
+// NodeFromAPI extracts the scheduler's view of a Node. The label map is shared
 // with n, not copied: informer objects are read-only.
 func NodeFromAPI(n *corev1.Node) Node {
 	out := Node{Name: n.Name, Labels: n.Labels, Unschedulable: n.Spec.Unschedulable}
@@ -33,7 +35,7 @@ func NodeFromAPI(n *corev1.Node) Node {
 		}
 	}
 	for name, q := range n.Status.Allocatable {
-		if !IsGPUResource(name) {
+		if !resourcename.IsGPU(name) {
 			continue
 		}
 		if v := q.Value(); v > 0 {
@@ -59,36 +61,62 @@ var DefaultIdentityLabels = []string{corev1.LabelHostname}
 // scheduler's filters look at except node identity: labels (without the
 // identity labels), scheduling taints, cordon state and the set of GPU types.
 // A pod's nodeSelector, required affinity and tolerations are then matched
-// once per group instead of once per node, unless they name a node.
+// once per group instead of once per node, unless they name a node (see
+// Filter and Eligible).
 type Snapshot struct {
-	groups   []*group
+	groups   []*Group
 	nodes    int
 	identity map[string]bool
 }
 
-type group struct {
-	// labels are the first member's labels; the non-identity part is the
-	// same for every member.
+// Group is nodes the scheduler's filters cannot tell apart, but by name.
+type Group struct {
+	// rep is the first member's Node; the non-identity part of its labels
+	// is every member's.
 	rep           *corev1.Node
 	taints        []corev1.Taint
 	unschedulable bool
 	// types are the GPU types every member has (Allocatable > 0), sorted.
 	types   []corev1.ResourceName
-	members []*member
+	members []*Member
 	// maxFree is the most free devices of each type on one member.
 	maxFree map[corev1.ResourceName]int64
 	// maxAlloc is the most allocatable devices of each type on one member.
 	maxAlloc map[corev1.ResourceName]int64
 }
 
-// member is one node. It is replaced, never changed, once in a Snapshot.
-type member struct {
+// Types are the GPU types every member has (Allocatable > 0), sorted.
+func (g *Group) Types() []corev1.ResourceName { return g.types }
+
+// Members are the group's nodes, by name.
+func (g *Group) Members() []*Member { return g.members }
+
+// MaxFree is the most free devices of each type on one member.
+func (g *Group) MaxFree() map[corev1.ResourceName]int64 { return g.maxFree }
+
+// MaxAllocatable is the most allocatable devices of each type on one
+// member.
+func (g *Group) MaxAllocatable() map[corev1.ResourceName]int64 { return g.maxAlloc }
+
+// Member is one node of a Group. It is replaced, never changed, once in a
+// Snapshot.
+type Member struct {
 	// node carries only the name and labels, for nodeaffinity matching.
 	node *corev1.Node
 	free map[corev1.ResourceName]int64
 	// alloc is the node's Allocatable (shared with its Node, not copied).
 	alloc map[corev1.ResourceName]int64
 }
+
+// Name is the node's name.
+func (m *Member) Name() string { return m.node.Name }
+
+// Free is the node's free devices of each GPU type: allocatable less what
+// the pods bound to it request (Builder.SetPod).
+func (m *Member) Free() map[corev1.ResourceName]int64 { return m.free }
+
+// Allocatable is the node's allocatable devices of each GPU type.
+func (m *Member) Allocatable() map[corev1.ResourceName]int64 { return m.alloc }
 
 // Nodes is the number of nodes in the snapshot.
 func (s *Snapshot) Nodes() int { return s.nodes }
@@ -126,7 +154,7 @@ type nodeEntry struct {
 	node  Node
 	key   string
 	api   *corev1.Node
-	m     *member
+	m     *Member
 	group *groupEntry
 }
 
@@ -141,7 +169,7 @@ type groupEntry struct {
 	// allocHist counts the members by allocatable devices of each type,
 	// for maxAlloc; pod events leave it alone.
 	allocHist map[corev1.ResourceName]map[int64]int
-	built     *group
+	built     *Group
 }
 
 func (g *groupEntry) index(name string) (int, bool) {
@@ -208,8 +236,8 @@ func NewBuilder(identity []string) *Builder {
 	return b
 }
 
-// NewSnapshot groups a list of nodes; a convenience for tests and for callers
-// that list nodes instead of watching them.
+// NewSnapshot groups a list of nodes, for callers that list nodes instead
+// of watching them (the planner's round, the replay) and for tests.
 func NewSnapshot(nodes []Node) *Snapshot {
 	b := NewBuilder(nil)
 	for _, n := range nodes {
@@ -235,7 +263,7 @@ func (b *Builder) SetNode(n Node) {
 	}
 	e.api.Name = n.Name
 	e.api.Labels = n.Labels
-	e.m = &member{node: e.api, free: freeDevices(n.Allocatable, b.used[n.Name]), alloc: n.Allocatable}
+	e.m = &Member{node: e.api, free: freeDevices(n.Allocatable, b.used[n.Name]), alloc: n.Allocatable}
 	g := b.groups[e.key]
 	if g == nil {
 		g = &groupEntry{key: e.key, hist: map[corev1.ResourceName]map[int64]int{}, allocHist: map[corev1.ResourceName]map[int64]int{}}
@@ -307,7 +335,7 @@ func (b *Builder) addUsage(node string, used map[corev1.ResourceName]int64, sign
 	if e := b.nodes[node]; e != nil {
 		// A new member, so that Snapshots already handed out keep theirs.
 		e.group.count(e.m.free, -1)
-		e.m = &member{node: e.api, free: freeDevices(e.node.Allocatable, b.used[node]), alloc: e.node.Allocatable}
+		e.m = &Member{node: e.api, free: freeDevices(e.node.Allocatable, b.used[node]), alloc: e.node.Allocatable}
 		e.group.count(e.m.free, 1)
 		b.markDirty(e.group)
 	}
@@ -329,7 +357,7 @@ func (b *Builder) Snapshot() *Snapshot {
 	}
 	clear(b.dirty)
 	keys := slices.Sorted(maps.Keys(b.groups))
-	s := &Snapshot{groups: make([]*group, 0, len(keys)), nodes: len(b.nodes), identity: b.identity}
+	s := &Snapshot{groups: make([]*Group, 0, len(keys)), nodes: len(b.nodes), identity: b.identity}
 	for _, k := range keys {
 		s.groups = append(s.groups, b.groups[k].built)
 	}
@@ -337,14 +365,14 @@ func (b *Builder) Snapshot() *Snapshot {
 	return s
 }
 
-func buildGroup(g *groupEntry) *group {
+func buildGroup(g *groupEntry) *Group {
 	first := g.order[0]
-	out := &group{
+	out := &Group{
 		rep:           first.api,
 		taints:        first.node.Taints,
 		unschedulable: first.node.Unschedulable,
 		types:         slices.Sorted(maps.Keys(first.node.Allocatable)),
-		members:       make([]*member, len(g.order)),
+		members:       make([]*Member, len(g.order)),
 		maxFree:       maxOf(g.hist),
 		maxAlloc:      maxOf(g.allocHist),
 	}
