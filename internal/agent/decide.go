@@ -221,7 +221,7 @@ func conclude(in concludeInput) (outcome, string) {
 // refused by the device plugin would leave it serving the destroyed
 // instances.
 func servable(gpus []mig.GPU, plan migconfig.Plan, strategy deviceplugin.MigStrategy) error {
-	if _, err := deviceplugin.Resources(projected(gpus, plan), strategy); err != nil {
+	if _, err := deviceplugin.Resources(plan.Projected(gpus), strategy); err != nil {
 		return fmt.Errorf("the layout cannot be served under --mig-strategy=%s: %w", strategy, err)
 	}
 	return nil

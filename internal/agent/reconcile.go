@@ -350,37 +350,6 @@ func (a *Agent) document(src nodeinfo.Source) (string, error) {
 	return string(data), nil
 }
 
-// projected is the layout gpus have once plan is applied, with a
-// placeholder UUID for each MIG device.
-func projected(gpus []mig.GPU, plan migconfig.Plan) []mig.GPU {
-	byGPU := map[int]migconfig.GPUPlan{}
-	for _, p := range plan.GPUs {
-		byGPU[p.GPU] = p
-	}
-	out := make([]mig.GPU, len(gpus))
-	for i, g := range gpus {
-		if p, ok := byGPU[g.Index]; ok && p.Changed() {
-			on := p.BeforeMode
-			switch p.Mode {
-			case migconfig.ModeEnable:
-				on = true
-			case migconfig.ModeDisable:
-				on = false
-			}
-			g.MigEnabled, g.MigPending = on, on
-			g.Instances = nil
-			for j, pl := range p.After() {
-				g.Instances = append(g.Instances, mig.Instance{
-					Profile: pl.Profile, Start: pl.Start, Size: pl.Size,
-					HasCI: true, UUID: fmt.Sprintf("MIG-planned-%d-%d", g.Index, j),
-				})
-			}
-		}
-		out[i] = g
-	}
-	return out
-}
-
 // summarize is one line per GPU of the plan.
 func summarize(plan migconfig.Plan) string {
 	parts := make([]string, len(plan.GPUs))

@@ -99,6 +99,38 @@ func (p GPUPlan) Summary() string {
 	return b.String()
 }
 
+// Projected is the layout gpus have once the plan is applied, with a
+// placeholder UUID for each MIG device: what a server of the devices is
+// asked whether it can serve before any GPU changes.
+func (p Plan) Projected(gpus []mig.GPU) []mig.GPU {
+	byGPU := map[int]GPUPlan{}
+	for _, gp := range p.GPUs {
+		byGPU[gp.GPU] = gp
+	}
+	out := make([]mig.GPU, len(gpus))
+	for i, g := range gpus {
+		if gp, ok := byGPU[g.Index]; ok && gp.Changed() {
+			on := gp.BeforeMode
+			switch gp.Mode {
+			case ModeEnable:
+				on = true
+			case ModeDisable:
+				on = false
+			}
+			g.MigEnabled, g.MigPending = on, on
+			g.Instances = nil
+			for j, pl := range gp.After() {
+				g.Instances = append(g.Instances, mig.Instance{
+					Profile: pl.Profile, Start: pl.Start, Size: pl.Size,
+					HasCI: true, UUID: fmt.Sprintf("MIG-planned-%d-%d", g.Index, j),
+				})
+			}
+		}
+		out[i] = g
+	}
+	return out
+}
+
 func describeLayout(enabled bool, layout []Placement) string {
 	if !enabled {
 		return "MIG disabled"
