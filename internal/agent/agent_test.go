@@ -278,7 +278,18 @@ func (n *node) start(opts ...agentOption) *agentRun {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &agentRun{agent: a, reg: reg, dp: dp, cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- a.Run(ctx) }()
+	go func() {
+		// The health checks are the node's, run beside the agent as the
+		// process does (internal/nodeagent), and stopped with it.
+		var wg sync.WaitGroup
+		if w, ok := dpOpts.Health.(*health.Watcher); ok {
+			wg.Go(func() { _ = w.Run(ctx) })
+		}
+		err := a.Run(ctx)
+		<-ctx.Done()
+		wg.Wait()
+		r.done <- err
+	}()
 	n.t.Cleanup(r.stop)
 	return r
 }

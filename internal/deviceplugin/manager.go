@@ -226,7 +226,7 @@ func (m *Manager) notify() {
 }
 
 // Run serves the resources until ctx is cancelled: it starts and registers
-// every server, runs the health source, re-registers everything when the
+// every server, follows the health source, re-registers everything when the
 // kubelet restarts, and stops all servers on the way out. Registration runs
 // in a goroutine of its own, so a kubelet that hangs in Register delays
 // nothing but the registration. It returns nil on cancellation and an error
@@ -269,22 +269,9 @@ func (m *Manager) Run(ctx context.Context) error {
 		return fmt.Errorf("watching device plugin directory %s: %w", m.opts.PluginDir, err)
 	}
 
-	var wg sync.WaitGroup
-	defer wg.Wait()
 	var healthChanges <-chan struct{}
 	if h := m.opts.Health; h != nil {
 		healthChanges = h.Changes()
-		hctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := h.Run(hctx); err != nil {
-				log.Error(err, "Health checks stopped; devices keep their last health")
-			}
-		}()
-	} else {
-		log.Info("Health checks are off")
 	}
 
 	// Registered after the deferred stop of every server, so it runs

@@ -337,11 +337,6 @@ func (f *fakeHealth) Unhealthy() map[string]health.Fault {
 
 func (f *fakeHealth) Changes() <-chan struct{} { return f.changes }
 
-func (f *fakeHealth) Run(ctx context.Context) error {
-	<-ctx.Done()
-	return nil
-}
-
 func (f *fakeHealth) set(id string, xid uint64) {
 	f.mu.Lock()
 	if xid == 0 {

@@ -1,7 +1,6 @@
 package deviceplugin
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -75,12 +74,13 @@ const (
 	unixPathMax = 107
 )
 
-// HealthSource reports device health. *health.Watcher implements it.
+// HealthSource reports device health: a node-level source
+// (*health.Watcher) that whoever wires the node runs, and hands to the
+// server of the node's devices, which points it at the devices it serves.
 type HealthSource interface {
 	SetTargets([]health.Target)
 	Unhealthy() map[string]health.Fault
 	Changes() <-chan struct{}
-	Run(ctx context.Context) error
 }
 
 var _ HealthSource = (*health.Watcher)(nil)
@@ -117,7 +117,8 @@ type Options struct {
 	// tried again. Default 2s.
 	RetryInterval time.Duration
 	// Health reports device health; nil turns health checking off and every
-	// device is healthy. The Manager runs it.
+	// device is healthy. The Manager sets its targets and reads it; its
+	// owner runs it.
 	Health HealthSource
 }
 

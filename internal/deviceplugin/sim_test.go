@@ -1,6 +1,7 @@
 package deviceplugin
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
@@ -74,6 +75,16 @@ func startWatcher(t *testing.T, lib *sim.Lib, opts health.Options) *health.Watch
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The watcher is the node's, run by its owner; the Manager only reads it.
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("health watcher: %v", err)
+		}
+	})
 	return w
 }
 

@@ -1,8 +1,8 @@
 // Package nodeagent runs migflex's node agent process: it opens the NVML
-// backend and wires the device plugin (with the backend's PostAllocator,
-// when it has one), the Xid health checks, the kubelet's pod-resources
-// client and the Kubernetes client into internal/agent. cmd/device-plugin
-// only turns flags into a Config.
+// backend, runs the node's Xid health checks, and wires the device plugin
+// (with the backend's PostAllocator, when it has one, and the health
+// checks), the kubelet's pod-resources client and the Kubernetes client
+// into internal/agent. cmd/device-plugin only turns flags into a Config.
 package nodeagent
 
 import (
@@ -138,12 +138,12 @@ func Run(ctx context.Context, c Config, getenv func(string) string) error {
 	if pa, ok := lib.(deviceplugin.PostAllocator); ok {
 		dpOpts.PostAllocator = pa
 	}
+	var watcher *health.Watcher
 	if !healthOff {
-		w, err := health.New(lib, healthOpts)
-		if err != nil {
+		if watcher, err = health.New(lib, healthOpts); err != nil {
 			return fmt.Errorf("health checks: %w", err)
 		}
-		dpOpts.Health = w
+		dpOpts.Health = watcher
 	}
 	dp, err := deviceplugin.New(dpOpts)
 	if err != nil {
@@ -167,5 +167,26 @@ func Run(ctx context.Context, c Config, getenv func(string) string) error {
 	if err != nil {
 		return err
 	}
+	stop := runHealth(ctx, watcher)
+	defer stop()
 	return a.Run(ctx)
+}
+
+// runHealth runs the node's health checks, the one source of device health
+// whatever serves the devices, until the returned stop is called.
+func runHealth(ctx context.Context, w *health.Watcher) (stop func()) {
+	log := klog.FromContext(ctx)
+	if w == nil {
+		log.Info("Health checks are off")
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := w.Run(ctx); err != nil {
+			log.Error(err, "Health checks stopped; devices keep their last health")
+		}
+	}()
+	return func() { cancel(); <-done }
 }
