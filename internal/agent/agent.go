@@ -25,7 +25,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/migflex/migflex/internal/cli"
-	"github.com/migflex/migflex/internal/deviceplugin"
 	"github.com/migflex/migflex/internal/metricsserver"
 	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/mig/nvmlmig"
@@ -67,23 +66,11 @@ const (
 // BusyPolicies are the values of --busy-policy.
 var BusyPolicies = cli.NewEnum("busy policy", BusyWait, BusyEvict)
 
-// DevicePlugin serves the node's devices to the kubelet;
-// *deviceplugin.Manager is the real one. The agent names the devices as
-// resources under its MIG strategy (deviceplugin.Serve).
-type DevicePlugin interface {
-	Run(ctx context.Context) error
-	deviceplugin.Server
-	Resources() []deviceplugin.ResourceStatus
-	Changes() <-chan struct{}
-	// Drain stops the kubelet from handing out the devices with these IDs
-	// and returns once every Allocate that handed one out has answered;
-	// Undrain lifts it. See deviceplugin.Manager.Drain.
-	Drain(ctx context.Context, ids []string) error
-	Undrain(ids []string)
-}
-
-// PodResources lists the devices the kubelet assigned to pods;
-// *podresources.Client is the real one.
+// PodResources lists the devices pods hold, by device ID: the busy check
+// and the layout annotation's pods. *podresources.Client (the kubelet's
+// device-plugin assignments) is the real one; a node served through DRA is
+// wired with one that also lists the devices of the pods' prepared and
+// allocated ResourceClaims, so that no GPU is repartitioned under a claim.
 type PodResources interface {
 	List(ctx context.Context) ([]podresources.Assignment, error)
 }
@@ -102,12 +89,10 @@ type Options struct {
 	Client kubernetes.Interface
 	// NVML is the initialized backend, real or simulated. Required.
 	NVML nvml.Interface
-	// DevicePlugin serves the devices; the agent runs it. Required.
-	DevicePlugin DevicePlugin
+	// Server serves the devices; the agent runs it. Required.
+	Server Server
 	// PodResources tells which devices pods hold. Required.
 	PodResources PodResources
-	// MigStrategy is the device plugin's, for the GFD labels. Default mixed.
-	MigStrategy deviceplugin.MigStrategy
 	// ConfigFile holds named configurations for the nvidia.com/mig.config
 	// label (mig-parted format, for example a mounted ConfigMap). Empty:
 	// the label source is an error.
@@ -146,9 +131,6 @@ type Options struct {
 }
 
 func (o *Options) setDefaults() {
-	if o.MigStrategy == "" {
-		o.MigStrategy = deviceplugin.MigStrategyMixed
-	}
 	if o.BusyPolicy == "" {
 		o.BusyPolicy = BusyWait
 	}
@@ -180,16 +162,13 @@ func (o *Options) validate() error {
 	if o.NVML == nil {
 		errs = append(errs, errors.New("an NVML backend is required"))
 	}
-	if o.DevicePlugin == nil {
-		errs = append(errs, errors.New("a device plugin is required"))
+	if o.Server == nil {
+		errs = append(errs, errors.New("a server of the devices is required"))
 	}
 	if o.PodResources == nil {
 		errs = append(errs, errors.New("a pod-resources client is required"))
 	}
 	if _, err := BusyPolicies.Parse(string(o.BusyPolicy)); err != nil {
-		errs = append(errs, err)
-	}
-	if _, err := deviceplugin.MigStrategies.Parse(string(o.MigStrategy)); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -253,7 +232,7 @@ func New(opts Options) (*Agent, error) {
 	if err := opts.validate(); err != nil {
 		return nil, fmt.Errorf("node agent options: %w", err)
 	}
-	m, err := newMetrics(opts.Registry, opts.DevicePlugin, opts.NodeName)
+	m, err := newMetrics(opts.Registry, opts.Server, opts.NodeName)
 	if err != nil {
 		return nil, err
 	}
@@ -275,8 +254,8 @@ func (a *Agent) Handler() http.Handler {
 // Run serves the node's current devices at once, then watches the Node and
 // the config file and reconciles until ctx is cancelled; an Agent runs
 // once. It returns an error only when it cannot start (the metrics address
-// cannot be bound, the GPUs cannot be read) or the device plugin stops
-// with one.
+// cannot be bound, the GPUs cannot be read) or the server of the devices
+// stops with one.
 func (a *Agent) Run(ctx context.Context) error {
 	a.log = klog.FromContext(ctx).WithName("agent").WithValues("node", a.opts.NodeName)
 	ctx = klog.NewContext(ctx, a.log)
@@ -300,14 +279,14 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("reading the GPUs: %w", err)
 	}
 	a.gpus = gpus
-	if err := deviceplugin.Serve(ctx, a.opts.DevicePlugin, gpus, a.opts.MigStrategy); err != nil {
+	if err := a.opts.Server.Serve(ctx, gpus); err != nil {
 		a.log.Error(err, "Serving the current layout")
 	}
-	dpErr := make(chan error, 1)
+	srvErr := make(chan error, 1)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		dpErr <- a.opts.DevicePlugin.Run(ctx)
+		srvErr <- a.opts.Server.Run(ctx)
 	}()
 	a.live.Store(true)
 	defer a.live.Store(false)
@@ -355,16 +334,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	}()
 	select {
 	case <-synced:
-	case err := <-dpErr:
+	case err := <-srvErr:
 		if err != nil {
-			return fmt.Errorf("device plugin: %w", err)
+			return fmt.Errorf("serving the devices: %w", err)
 		}
 		return nil
 	}
 	if ctx.Err() != nil {
 		return nil
 	}
-	return a.loop(ctx, dpErr)
+	return a.loop(ctx, srvErr)
 }
 
 // poke asks the loop for a reconcile; requests coalesce.
@@ -377,7 +356,7 @@ func (a *Agent) poke() {
 
 // loop reconciles on every trigger, retry and resync, and refreshes the
 // report when device health changes.
-func (a *Agent) loop(ctx context.Context, dpErr <-chan error) error {
+func (a *Agent) loop(ctx context.Context, srvErr <-chan error) error {
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()
@@ -397,12 +376,12 @@ func (a *Agent) loop(ctx context.Context, dpErr <-chan error) error {
 		case <-inUse:
 			a.pollInUse(ctx)
 			continue
-		case err := <-dpErr:
+		case err := <-srvErr:
 			if err != nil {
-				return fmt.Errorf("device plugin: %w", err)
+				return fmt.Errorf("serving the devices: %w", err)
 			}
 			return nil
-		case <-a.opts.DevicePlugin.Changes():
+		case <-a.opts.Server.Changes():
 			a.refresh(ctx, causeHealth)
 			continue
 		case <-a.trigger:
@@ -458,7 +437,7 @@ func (a *Agent) step(ctx context.Context) bool {
 	if n := a.node(); n != nil && n.UID == node.UID {
 		node = n
 	}
-	shown := a.present(node, out)
+	shown := a.present(ctx, node, out)
 	retry := out.retry || shown.retry
 	// Events follow the report: an Event the Node's state does not show
 	// yet would tell users of a change they cannot see, and the retry
@@ -538,7 +517,7 @@ func (a *Agent) noteAssignments(assignments []podresources.Assignment) bool {
 // report applies the agent's labels and annotations for st and the last
 // discovered layout; cause is why, for the writes metric.
 func (a *Agent) report(ctx context.Context, node *corev1.Node, st status, cause string) error {
-	labels, annotations, err := ownedMetadata(st, a.gpus, servedHealth(a.opts.DevicePlugin.Resources()), a.inUse, a.opts.MigStrategy)
+	labels, annotations, err := ownedMetadata(st, a.gpus, servedHealth(a.opts.Server.Served()), a.inUse, a.opts.Server.Labels(a.gpus))
 	if err != nil {
 		return err
 	}

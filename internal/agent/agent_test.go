@@ -34,6 +34,7 @@ import (
 	"github.com/migflex/migflex/internal/nvmlbackend/sim"
 	"github.com/migflex/migflex/internal/podresources"
 	"github.com/migflex/migflex/internal/podresources/podresourcestest"
+	"github.com/migflex/migflex/internal/resourcename"
 	"github.com/migflex/migflex/internal/testenv"
 	"github.com/migflex/migflex/internal/testutil"
 )
@@ -271,7 +272,7 @@ func (n *node) start(opts ...agentOption) *agentRun {
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	o.DevicePlugin = dp
+	o.Server = dp
 	a, err := New(o)
 	if err != nil {
 		n.t.Fatal(err)
@@ -589,7 +590,7 @@ func TestAgent(t *testing.T) {
 		n.partition(0, "3g.40gb")
 		before := n.layoutOf()
 		r := n.start()
-		n.waitServed(map[string]int{resource3g: 1, deviceplugin.ResourceGPU: 1})
+		n.waitServed(map[string]int{resource3g: 1, string(resourcename.GPU): 1})
 		obj := n.waitNode("the GFD labels", func(o *corev1.Node) bool { return o.Labels[nodeinfo.LabelGPUCount] == "2" })
 		waitCounter(t, r, "migflex_agent_reconciles_total", "result", resultNone)
 		if _, ok := obj.Labels[nodeinfo.LabelMigConfigState]; ok {
@@ -611,7 +612,7 @@ func TestAgent(t *testing.T) {
 		n.partition(0, "3g.40gb", "3g.40gb")
 		before := n.layoutOf()
 		n.start()
-		want := map[string]int{resource3g: 2, deviceplugin.ResourceGPU: 1}
+		want := map[string]int{resource3g: 2, string(resourcename.GPU): 1}
 		n.waitServed(want)
 
 		n.annotate(nodeinfo.AnnotationMigConfig, "version: v1\nmig-configs:\n  selected:\n  - devices: all\n    mig-enabled: yes please\n")
@@ -644,7 +645,7 @@ func TestAgent(t *testing.T) {
 		if _, ok := obj.Annotations[nodeinfo.AnnotationReason]; ok {
 			t.Errorf("reason annotation stayed on success: %q", obj.Annotations[nodeinfo.AnnotationReason])
 		}
-		n.waitServed(map[string]int{resource3g: 4, deviceplugin.ResourceGPU: 0})
+		n.waitServed(map[string]int{resource3g: 4, string(resourcename.GPU): 0})
 	})
 
 	t.Run("busy GPU waits", func(t *testing.T) {
@@ -664,13 +665,13 @@ func TestAgent(t *testing.T) {
 		// GPU 1 is configured meanwhile; GPU 0 is untouched.
 		want := []string{"GPU 0 mig=true 3g.40gb@0 3g.40gb@4", "GPU 1 mig=true 1g.10gb@0 1g.10gb@1 1g.10gb@2 1g.10gb@3 1g.10gb@4 1g.10gb@5 1g.10gb@6"}
 		waitLayout(t, n, want)
-		n.waitServed(map[string]int{resource3g: 2, resource1g: 7, deviceplugin.ResourceGPU: 0})
+		n.waitServed(map[string]int{resource3g: 2, resource1g: 7, string(resourcename.GPU): 0})
 		n.waitEvent(corev1.EventTypeNormal, ReasonApplied, "GPU 1")
 
 		// The pod is gone: GPU 0 follows.
 		n.podres.Set()
 		n.waitState(nodeinfo.StateSuccess)
-		n.waitServed(map[string]int{resource3g: 0, resource1g: 14, deviceplugin.ResourceGPU: 0})
+		n.waitServed(map[string]int{resource3g: 0, resource1g: 14, string(resourcename.GPU): 0})
 		if pending := countReason(n.events(), ReasonPending); pending != 1 {
 			t.Errorf("%d MigConfigPending Events, want 1 (retries are no news)", pending)
 		}
@@ -714,7 +715,7 @@ func TestAgent(t *testing.T) {
 		// The kubelet lets go of the device once the pod stopped.
 		n.podres.Set()
 		n.waitState(nodeinfo.StateSuccess)
-		n.waitServed(map[string]int{resource3g: 0, resource1g: 14, deviceplugin.ResourceGPU: 0})
+		n.waitServed(map[string]int{resource3g: 0, resource1g: 14, string(resourcename.GPU): 0})
 	})
 
 	t.Run("no pod-resources socket", func(t *testing.T) {
@@ -787,7 +788,7 @@ mig-configs:
 		n.start()
 		n.waitState(nodeinfo.StateSuccess)
 		waitLayout(t, n, []string{"GPU 0 mig=true 3g.20gb@0 3g.20gb@4"})
-		n.waitServed(map[string]int{"nvidia.com/mig-3g.20gb": 2, deviceplugin.ResourceGPU: 0})
+		n.waitServed(map[string]int{"nvidia.com/mig-3g.20gb": 2, string(resourcename.GPU): 0})
 	})
 
 	t.Run("ampere without reset", func(t *testing.T) {
@@ -800,7 +801,7 @@ mig-configs:
 		}
 		n.waitEvent(corev1.EventTypeWarning, ReasonFailed, "reset")
 		waitLayout(t, n, []string{"GPU 0 mig=false (pending true)"})
-		n.waitServed(map[string]int{deviceplugin.ResourceGPU: 1})
+		n.waitServed(map[string]int{string(resourcename.GPU): 1})
 
 		// The operator resets the GPU: the agent completes the layout.
 		if err := n.lib.ResetGPU(0); err != nil {
@@ -808,7 +809,7 @@ mig-configs:
 		}
 		n.waitState(nodeinfo.StateSuccess)
 		waitLayout(t, n, []string{"GPU 0 mig=true 3g.20gb@0 3g.20gb@4"})
-		n.waitServed(map[string]int{"nvidia.com/mig-3g.20gb": 2, deviceplugin.ResourceGPU: 0})
+		n.waitServed(map[string]int{"nvidia.com/mig-3g.20gb": 2, string(resourcename.GPU): 0})
 	})
 
 	t.Run("processes unknown to the kubelet", func(t *testing.T) {
@@ -827,7 +828,7 @@ mig-configs:
 		}
 		n.waitEvent(corev1.EventTypeWarning, ReasonFailed, "GPU 0")
 		waitLayout(t, n, []string{"GPU 0 mig=true 3g.40gb@0 3g.40gb@4", "GPU 1 mig=false"})
-		n.waitServed(map[string]int{resource3g: 2, deviceplugin.ResourceGPU: 1})
+		n.waitServed(map[string]int{resource3g: 2, string(resourcename.GPU): 1})
 		// Held: a reconcile that is not a resync (the agent's own Node
 		// update triggers one) does not try again ...
 		waitCounter(t, r, "migflex_agent_reconciles_total", "result", resultHeld, 1)
@@ -841,7 +842,7 @@ mig-configs:
 			t.Fatal(err)
 		}
 		n.waitState(nodeinfo.StateSuccess)
-		n.waitServed(map[string]int{resource3g: 0, deviceplugin.ResourceGPU: 1, resource1g: 7})
+		n.waitServed(map[string]int{resource3g: 0, string(resourcename.GPU): 1, resource1g: 7})
 	})
 
 	t.Run("health in the layout", func(t *testing.T) {
@@ -946,7 +947,7 @@ mig-configs:
 			t.Fatal(err)
 		}
 		r := n.start(withClient(down))
-		n.waitServed(map[string]int{resource2g: 1, resource3g: 1, deviceplugin.ResourceGPU: 1})
+		n.waitServed(map[string]int{resource2g: 1, resource3g: 1, string(resourcename.GPU): 1})
 		if got := httptestGet(t, r.agent.Handler(), "/healthz"); got != "ok\n" {
 			t.Errorf("/healthz = %q", got)
 		}
@@ -1029,7 +1030,7 @@ mig-configs:
 
 	t.Run("deleted node is not recreated", func(t *testing.T) {
 		n := newNode(t, api)
-		a, err := New(Options{NodeName: n.name, Client: api.client, NVML: n.lib, DevicePlugin: nopPlugin{}, PodResources: podresources.New(n.podres.Socket), Registry: prometheus.NewRegistry()})
+		a, err := New(Options{NodeName: n.name, Client: api.client, NVML: n.lib, Server: nopServer{}, PodResources: podresources.New(n.podres.Socket), Registry: prometheus.NewRegistry()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,7 +20,7 @@ type deviceRef struct {
 	GI  uint32
 }
 
-// deviceIndex maps every device ID the device plugin can serve (GPU UUIDs
+// deviceIndex maps every device ID a server can serve (GPU UUIDs
 // and MIG device UUIDs) to where it lives.
 func deviceIndex(gpus []mig.GPU) map[string]deviceRef {
 	idx := map[string]deviceRef{}

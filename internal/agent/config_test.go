@@ -8,9 +8,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/migflex/migflex/internal/deviceplugin"
 	"github.com/migflex/migflex/internal/migconfig/migconfigtest"
 	"github.com/migflex/migflex/internal/nodeinfo"
+	"github.com/migflex/migflex/internal/resourcename"
 )
 
 // maxAnnotationDoc leaves room on the Node for the agent's own annotations:
@@ -37,7 +37,7 @@ func testHostileAnnotations(t *testing.T, api *apiServer) {
 	n.partition(0, "3g.40gb", "3g.40gb")
 	before := n.layoutOf()
 	n.start()
-	want := map[string]int{resource3g: 2, deviceplugin.ResourceGPU: 1}
+	want := map[string]int{resource3g: 2, string(resourcename.GPU): 1}
 	n.waitServed(want)
 
 	// The layout in place, as a document: success, nothing to change.
@@ -150,7 +150,7 @@ func testSharedConfigFile(t *testing.T, api *apiServer) {
 		t.Errorf("reason %q\nwant   %q", r, wantReason)
 	}
 	n.waitEvent(corev1.EventTypeNormal, ReasonApplied, "create 7g.80gb@0:8", "GPU 5 does not exist", "matches no GPU")
-	n.waitServed(map[string]int{resource7g: 1, deviceplugin.ResourceGPU: 1})
+	n.waitServed(map[string]int{resource7g: 1, string(resourcename.GPU): 1})
 
 	// A configuration for other GPUs: nothing changes, and the Node says so.
 	before := n.layoutOf()

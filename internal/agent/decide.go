@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/migflex/migflex/internal/deviceplugin"
 	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/migconfig"
 	"github.com/migflex/migflex/internal/nodeinfo"
@@ -25,11 +24,12 @@ type planInput struct {
 	// config file not mounted yet).
 	doc    string
 	docErr error
-	// gpus are what NVML reports now; serveErr is why the device plugin
-	// cannot serve them as they are, if it cannot.
+	// gpus are what NVML reports now; serveErr is why the server cannot
+	// serve them as they are, if it cannot.
 	gpus     []mig.GPU
 	serveErr error
-	strategy deviceplugin.MigStrategy
+	// servable is Server.Servable: why a layout could not be served.
+	servable func([]mig.GPU) error
 	// holds are the GPUs whose apply of a document failed on their layout.
 	holds map[int]hold
 }
@@ -77,7 +77,7 @@ func decidePlan(in planInput) planDecision {
 	}
 	r, err := migconfig.Resolve([]byte(in.doc), in.src.ConfigName, in.gpus, scopeOf(in.src))
 	if err == nil {
-		err = servable(in.gpus, r.Plan, in.strategy)
+		err = in.servable(r.Plan.Projected(in.gpus))
 	}
 	if err != nil {
 		msg := fmt.Sprintf("%s: %v; the GPUs are left as they are", in.src, err)
@@ -126,9 +126,10 @@ type busyInput struct {
 	todo migconfig.Plan
 	gpus []mig.GPU
 	// busy are the GPUs pods hold (by index, the pods), at either check.
-	busy     map[int][]string
-	policy   BusyPolicy
-	strategy deviceplugin.MigStrategy
+	busy   map[int][]string
+	policy BusyPolicy
+	// servable is Server.Servable: why a layout could not be served.
+	servable func([]mig.GPU) error
 }
 
 // busyDecision is what to do about busy GPUs.
@@ -160,7 +161,7 @@ func decideBusy(in busyInput) busyDecision {
 	// share of it alone may not: with --mig-strategy=single, one GPU on the
 	// new profile beside a busy one on the old. Then nothing changes until
 	// every GPU can.
-	if err := servable(in.gpus, d.free, in.strategy); err != nil {
+	if err := in.servable(d.free.Projected(in.gpus)); err != nil {
 		d.serveNote = fmt.Sprintf("the free GPUs are left as they are too: %v", err)
 		d.free = migconfig.Plan{}
 	}
@@ -214,17 +215,6 @@ func conclude(in concludeInput) (outcome, string) {
 		}
 	}
 	return out, ReasonApplied
-}
-
-// servable checks that the device plugin can serve the layout gpus would
-// have once plan is applied, before any GPU is touched: a layout applied but
-// refused by the device plugin would leave it serving the destroyed
-// instances.
-func servable(gpus []mig.GPU, plan migconfig.Plan, strategy deviceplugin.MigStrategy) error {
-	if _, err := deviceplugin.Resources(plan.Projected(gpus), strategy); err != nil {
-		return fmt.Errorf("the layout cannot be served under --mig-strategy=%s: %w", strategy, err)
-	}
-	return nil
 }
 
 // finish adds the Event an outcome is worth, given what was reported

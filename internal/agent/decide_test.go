@@ -9,7 +9,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/migflex/migflex/internal/deviceplugin"
 	"github.com/migflex/migflex/internal/gpumodel"
 	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/migconfig"
@@ -87,37 +86,37 @@ func TestDecidePlan(t *testing.T) {
 		},
 		{
 			name: "a layout the MIG strategy cannot serve is refused before any GPU changes",
-			in:   planInput{src: annotation(twoKinds), doc: twoKinds, gpus: fresh, strategy: deviceplugin.MigStrategySingle},
+			in:   planInput{src: annotation(twoKinds), doc: twoKinds, gpus: fresh, servable: oneProfile},
 			want: want{done: true, report: true, state: nodeinfo.StateFailed, statusHas: "--mig-strategy=single", result: resultInvalid, reason: ReasonInvalid, stage: stageConfig},
 		},
 		{
 			name: "the layout is in place: success, holds dropped",
-			in:   planInput{src: annotation(twoThrees), doc: twoThrees, gpus: inPlace, strategy: deviceplugin.MigStrategyMixed, holds: stale},
+			in:   planInput{src: annotation(twoThrees), doc: twoThrees, gpus: inPlace, servable: serveAny, holds: stale},
 			want: want{done: true, report: true, state: nodeinfo.StateSuccess, result: resultSuccess, reason: ReasonApplied, message: "the layout is in place: GPU 0 (H100-SXM5-80GB): unchanged, 3g.40gb@0:4"},
 		},
 		{
 			name: "in place, but not servable as it is",
-			in:   planInput{src: annotation(twoThrees), doc: twoThrees, gpus: inPlace, serveErr: errors.New("refused"), strategy: deviceplugin.MigStrategyMixed},
+			in:   planInput{src: annotation(twoThrees), doc: twoThrees, gpus: inPlace, serveErr: errors.New("refused"), servable: serveAny},
 			want: want{done: true, report: true, state: nodeinfo.StateFailed, statusHas: "refused", result: resultFailed, reason: ReasonFailed},
 		},
 		{
 			name: "in place from a fleet's file: what does not apply is said",
-			in:   planInput{src: nodeinfo.Source{Kind: nodeinfo.SourceLabel, ConfigName: "threes"}, doc: fleetThrees, gpus: inPlace, strategy: deviceplugin.MigStrategyMixed},
+			in:   planInput{src: nodeinfo.Source{Kind: nodeinfo.SourceLabel, ConfigName: "threes"}, doc: fleetThrees, gpus: inPlace, servable: serveAny},
 			want: want{done: true, report: true, state: nodeinfo.StateSuccess, statusHas: "5", result: resultSuccess, reason: ReasonApplied, message: "the layout is in place"},
 		},
 		{
 			name: "GPUs to change",
-			in:   planInput{src: annotation(twoThrees), doc: twoThrees, gpus: fresh, strategy: deviceplugin.MigStrategyMixed, holds: stale},
+			in:   planInput{src: annotation(twoThrees), doc: twoThrees, gpus: fresh, servable: serveAny, holds: stale},
 			want: want{todo: []int{0, 1}},
 		},
 		{
 			name: "a GPU on hold for this document and layout is left out",
-			in:   planInput{src: annotation(twoThrees), doc: twoThrees, gpus: fresh, strategy: deviceplugin.MigStrategyMixed, holds: held(fresh, twoThrees, 0)},
+			in:   planInput{src: annotation(twoThrees), doc: twoThrees, gpus: fresh, servable: serveAny, holds: held(fresh, twoThrees, 0)},
 			want: want{todo: []int{1}, holds: []int{0}},
 		},
 		{
 			name: "every GPU to change on hold: failed with the hold's reason, no Event",
-			in: planInput{src: annotation(twoThrees), doc: twoThrees, gpus: []mig.GPU{fresh[0], inPlace[1]}, strategy: deviceplugin.MigStrategyMixed,
+			in: planInput{src: annotation(twoThrees), doc: twoThrees, gpus: []mig.GPU{fresh[0], inPlace[1]}, servable: serveAny,
 				holds: held([]mig.GPU{fresh[0], inPlace[1]}, twoThrees, 0)},
 			want: want{done: true, state: nodeinfo.StateFailed, statusHas: "GPU 0: create failed", result: resultHeld, holds: []int{0}},
 		},
@@ -172,21 +171,21 @@ func TestDecideBusy(t *testing.T) {
 		busyHas   string
 		serveHas  string
 	}{
-		{name: "nothing busy", in: busyInput{todo: plan(twoThrees), gpus: fresh, strategy: deviceplugin.MigStrategyMixed}, wantFree: []int{0, 1}},
+		{name: "nothing busy", in: busyInput{todo: plan(twoThrees), gpus: fresh, servable: serveAny}, wantFree: []int{0, 1}},
 		{
 			name:     "a busy GPU waits",
-			in:       busyInput{todo: plan(twoThrees), gpus: fresh, busy: map[int][]string{1: {"ns/p"}}, policy: BusyWait, strategy: deviceplugin.MigStrategyMixed},
+			in:       busyInput{todo: plan(twoThrees), gpus: fresh, busy: map[int][]string{1: {"ns/p"}}, policy: BusyWait, servable: serveAny},
 			wantFree: []int{0}, wantRetry: true, busyHas: "(--busy-policy=wait): GPU 1: ns/p",
 		},
 		{
 			name:     "its pods are evicted under evict",
-			in:       busyInput{todo: plan(twoThrees), gpus: fresh, busy: map[int][]string{1: {"ns/p", "ns/q"}}, policy: BusyEvict, strategy: deviceplugin.MigStrategyMixed},
+			in:       busyInput{todo: plan(twoThrees), gpus: fresh, busy: map[int][]string{1: {"ns/p", "ns/q"}}, policy: BusyEvict, servable: serveAny},
 			wantFree: []int{0}, wantEvict: []string{"ns/p", "ns/q"}, wantRetry: true, busyHas: "--busy-policy=evict",
 		},
 		{
 			name: "under single, the free GPUs' share alone is not served: nothing changes",
 			in: busyInput{todo: plan(twoThrees), gpus: []mig.GPU{fresh[0], h100Table(t, 1, true, inst("7g.80gb", 0, 8, 1))},
-				busy: map[int][]string{1: {"ns/p"}}, policy: BusyWait, strategy: deviceplugin.MigStrategySingle},
+				busy: map[int][]string{1: {"ns/p"}}, policy: BusyWait, servable: oneProfile},
 			wantRetry: true, busyHas: "ns/p", serveHas: "the free GPUs are left as they are too",
 		},
 	}

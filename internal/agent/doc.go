@@ -1,7 +1,8 @@
 // Package agent is migflex's node agent: it watches its own Node for the
 // MIG layout users ask for, partitions the GPUs through NVML when no pod is
-// in the way, serves the resulting devices through the device plugin, and
-// reports what it did on the Node.
+// in the way, has the resulting devices served to the kubelet through its
+// Server port (the device plugin, internal/deviceplugin, is the one server
+// today), and reports what it did on the Node.
 //
 // # Sources of the desired layout
 //
@@ -55,13 +56,14 @@
 // configuration was left out on this node: an entry for another GPU model,
 // or, in the label's shared config file, GPUs the node lacks or a
 // configuration nothing of which applies here). Success means the layout is in place,
-// served, and in the Node's allocatable: the kubelet publishes
-// device-plugin resources at its next node status update, seconds after
-// they changed, and until it does the state is pending (a pod created on
-// the word success would otherwise not fit yet). After
-// Options.AllocatableTimeout without it the state is failed, with a Warning
-// MigConfigNotPublished Event, until the kubelet publishes it. GPU feature
-// discovery labels (nvidia.com/gpu.product, gpu.count, mig.capable,
+// served, and visible to the scheduler (Server.Visible): for the device
+// plugin, in the Node's allocatable, which the kubelet publishes at its
+// next node status update, seconds after the devices changed; until then
+// the state is pending (a pod created on the word success would otherwise
+// not fit yet). After Options.AllocatableTimeout without it the state is
+// failed, with a Warning MigConfigNotPublished Event, until it shows. The
+// server's labels for its devices (the device plugin's: GPU feature
+// discovery's nvidia.com/gpu.product, gpu.count, mig.capable,
 // mig.strategy, mig-<profile>.count); annotation migflex.io/mig.layout with the layout,
 // device health and the pods holding each device as JSON ([]nodeinfo.GPU),
 // and migflex.io/mig.profiles with the MIG profile table of each GPU model

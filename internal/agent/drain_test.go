@@ -18,6 +18,7 @@ import (
 	"github.com/migflex/migflex/internal/nodeinfo"
 	"github.com/migflex/migflex/internal/podresources"
 	"github.com/migflex/migflex/internal/podresources/podresourcestest"
+	"github.com/migflex/migflex/internal/resourcename"
 )
 
 // TestDrainIDs: the devices drained before a change are exactly those a
@@ -208,7 +209,7 @@ func TestDrainBeforeRepartition(t *testing.T) {
 			t.Fatal(err)
 		}
 		run := n.start()
-		n.waitServed(map[string]int{resource3g: 2, deviceplugin.ResourceGPU: 1})
+		n.waitServed(map[string]int{resource3g: 2, string(resourcename.GPU): 1})
 		n.annotate(nodeinfo.AnnotationMigConfig, "version: v1\nmig-configs:\n  selected:\n  - devices: [0]\n    mig-enabled: true\n    mig-devices: {\"1g.10gb\": 7}\n")
 		n.waitState(nodeinfo.StateFailed)
 		waitLayout(t, n, []string{"GPU 0 mig=true 3g.40gb@0 3g.40gb@4", "GPU 1 mig=false"})

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/migflex/migflex/internal/deviceplugin"
+	"github.com/migflex/migflex/internal/mig"
 )
 
 // blockingPDB creates a PodDisruptionBudget that allows no disruption of
@@ -53,16 +54,43 @@ func inode(fi os.FileInfo) uint64 {
 	return 0
 }
 
-// nopPlugin serves nothing.
-type nopPlugin struct{}
+// nopServer serves nothing.
+type nopServer struct{}
 
-func (nopPlugin) Run(ctx context.Context) error                                  { <-ctx.Done(); return nil }
-func (nopPlugin) Update(context.Context, map[string][]deviceplugin.Device) error { return nil }
-func (nopPlugin) Retain(context.Context, map[string]bool)                        {}
-func (nopPlugin) Resources() []deviceplugin.ResourceStatus                       { return nil }
-func (nopPlugin) Changes() <-chan struct{}                                       { return nil }
-func (nopPlugin) Drain(context.Context, []string) error                          { return nil }
-func (nopPlugin) Undrain([]string)                                               {}
+func (nopServer) Run(ctx context.Context) error          { <-ctx.Done(); return nil }
+func (nopServer) Serve(context.Context, []mig.GPU) error { return nil }
+func (nopServer) Servable([]mig.GPU) error               { return nil }
+func (nopServer) Drain(context.Context, []string) error  { return nil }
+func (nopServer) Undrain([]string)                       {}
+func (nopServer) Served() map[string]map[string]bool     { return nil }
+func (nopServer) Visible(context.Context, *corev1.Node) (string, []string, error) {
+	return "", nil, nil
+}
+func (nopServer) Publisher() (string, string, string) { return "", "", "" }
+func (nopServer) Labels([]mig.GPU) map[string]string  { return nil }
+func (nopServer) Changes() <-chan struct{}            { return nil }
+
+var _ Server = nopServer{}
+
+// oneProfile is a Server.Servable that, like the device plugin under
+// --mig-strategy=single, serves at most one MIG profile on the node.
+func oneProfile(gpus []mig.GPU) error {
+	profiles := map[string]bool{}
+	for _, g := range gpus {
+		for _, in := range g.Instances {
+			if in.HasCI {
+				profiles[in.Profile] = true
+			}
+		}
+	}
+	if len(profiles) > 1 {
+		return fmt.Errorf("the layout cannot be served under --mig-strategy=single: %d profiles", len(profiles))
+	}
+	return nil
+}
+
+// serveAny is a Server.Servable that serves every layout.
+func serveAny([]mig.GPU) error { return nil }
 
 // nopMutationCache holds nothing.
 type nopMutationCache struct{}

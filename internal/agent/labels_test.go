@@ -6,7 +6,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/migflex/migflex/internal/deviceplugin"
 	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/nodeinfo"
 )
@@ -27,95 +26,6 @@ func inst(profile string, start, size int, gi uint32) mig.Instance {
 
 func migUUID(gi uint32) string { return "MIG-" + string(rune('0'+gi)) }
 
-func TestGFDLabels(t *testing.T) {
-	tests := []struct {
-		name     string
-		gpus     []mig.GPU
-		strategy deviceplugin.MigStrategy
-		want     map[string]string
-	}{
-		{
-			name:     "no GPUs",
-			strategy: deviceplugin.MigStrategyMixed,
-			want:     map[string]string{nodeinfo.LabelGPUCount: "0", nodeinfo.LabelMigCapable: "false", nodeinfo.LabelMigStrategy: "mixed"},
-		},
-		{
-			name:     "mixed: physical GPUs and a count per profile",
-			strategy: deviceplugin.MigStrategyMixed,
-			gpus: []mig.GPU{
-				h100(0, true, inst("3g.40gb", 0, 4, 1), inst("2g.20gb", 4, 2, 2), inst("1g.10gb+me", 6, 1, 3)),
-				h100(1, true, inst("3g.40gb", 0, 4, 1)),
-				h100(2, false),
-			},
-			want: map[string]string{
-				nodeinfo.LabelGPUCount: "3", nodeinfo.LabelGPUProduct: "NVIDIA-H100-80GB-HBM3", nodeinfo.LabelMigCapable: "true", nodeinfo.LabelMigStrategy: "mixed",
-				"nvidia.com/mig-3g.40gb.count": "2", "nvidia.com/mig-2g.20gb.count": "1", "nvidia.com/mig-1g.10gb.me.count": "1",
-			},
-		},
-		{
-			name:     "a GPU instance without compute instance is no device",
-			strategy: deviceplugin.MigStrategyMixed,
-			gpus:     []mig.GPU{h100(0, true, inst("3g.40gb", 0, 4, 1), mig.Instance{Profile: "3g.40gb", Start: 4, Size: 4, GIID: 2})},
-			want: map[string]string{
-				nodeinfo.LabelGPUCount: "1", nodeinfo.LabelGPUProduct: "NVIDIA-H100-80GB-HBM3", nodeinfo.LabelMigCapable: "true", nodeinfo.LabelMigStrategy: "mixed",
-				"nvidia.com/mig-3g.40gb.count": "1",
-			},
-		},
-		{
-			name:     "single with one profile: gpu.* describe the MIG devices",
-			strategy: deviceplugin.MigStrategySingle,
-			gpus:     []mig.GPU{h100(0, true, inst("3g.40gb", 0, 4, 1), inst("3g.40gb", 4, 4, 2)), h100(1, true, inst("3g.40gb", 0, 4, 1))},
-			want: map[string]string{
-				nodeinfo.LabelGPUCount: "3", nodeinfo.LabelGPUProduct: "NVIDIA-H100-80GB-HBM3-MIG-3g.40gb", nodeinfo.LabelMigCapable: "true", nodeinfo.LabelMigStrategy: "single",
-				"nvidia.com/mig-3g.40gb.count": "3",
-			},
-		},
-		{
-			name:     "single with a GPU without MIG: physical GPUs",
-			strategy: deviceplugin.MigStrategySingle,
-			gpus:     []mig.GPU{h100(0, true, inst("3g.40gb", 0, 4, 1)), h100(1, false)},
-			want: map[string]string{
-				nodeinfo.LabelGPUCount: "2", nodeinfo.LabelGPUProduct: "NVIDIA-H100-80GB-HBM3", nodeinfo.LabelMigCapable: "true", nodeinfo.LabelMigStrategy: "single",
-				"nvidia.com/mig-3g.40gb.count": "1",
-			},
-		},
-		{
-			name:     "none: no MIG resources, no counts",
-			strategy: deviceplugin.MigStrategyNone,
-			gpus:     []mig.GPU{h100(0, true, inst("3g.40gb", 0, 4, 1))},
-			want:     map[string]string{nodeinfo.LabelGPUCount: "1", nodeinfo.LabelGPUProduct: "NVIDIA-H100-80GB-HBM3", nodeinfo.LabelMigCapable: "true", nodeinfo.LabelMigStrategy: "none"},
-		},
-		{
-			name:     "not MIG capable",
-			strategy: deviceplugin.MigStrategyMixed,
-			gpus:     []mig.GPU{{Index: 0, UUID: "GPU-t4", Model: "Tesla T4"}},
-			want:     map[string]string{nodeinfo.LabelGPUCount: "1", nodeinfo.LabelGPUProduct: "Tesla-T4", nodeinfo.LabelMigCapable: "false", nodeinfo.LabelMigStrategy: "mixed"},
-		},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, gfdLabels(tc.gpus, tc.strategy)); diff != "" {
-				t.Errorf("gfdLabels() (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
-func TestLabelValue(t *testing.T) {
-	tests := map[string]string{
-		"NVIDIA H100 80GB HBM3":             "NVIDIA-H100-80GB-HBM3",
-		"A100-SXM4-40GB":                    "A100-SXM4-40GB",
-		"  (weird)  name!! ":                "weird-name",
-		strings.Repeat("x", 100):            strings.Repeat("x", 63),
-		"a" + strings.Repeat("-", 70) + "b": "a",
-	}
-	for in, want := range tests {
-		if got := labelValue(in); got != want {
-			t.Errorf("labelValue(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestTruncate(t *testing.T) {
 	short := "fits"
 	if got := truncate(short); got != short {
@@ -132,16 +42,13 @@ func TestTruncate(t *testing.T) {
 }
 
 func TestServedHealth(t *testing.T) {
-	res := []deviceplugin.ResourceStatus{
-		{Name: "nvidia.com/mig-3g.40gb", Devices: []deviceplugin.DeviceStatus{
-			{Device: deviceplugin.Device{ID: "MIG-1"}, Healthy: true},
-			{Device: deviceplugin.Device{ID: "MIG-2"}, Healthy: false},
-		}},
-		{Name: "nvidia.com/mig-1g.10gb", Devices: []deviceplugin.DeviceStatus{}},
-		{Name: "nvidia.com/gpu", Devices: []deviceplugin.DeviceStatus{{Device: deviceplugin.Device{ID: "GPU-b"}, Healthy: true}}},
+	served := map[string]map[string]bool{
+		"nvidia.com/mig-3g.40gb": {"MIG-1": true, "MIG-2": false},
+		"nvidia.com/mig-1g.10gb": {},
+		"nvidia.com/gpu":         {"GPU-b": true},
 	}
 	want := map[string]bool{"MIG-1": true, "MIG-2": false, "GPU-b": true}
-	if diff := cmp.Diff(want, servedHealth(res)); diff != "" {
+	if diff := cmp.Diff(want, servedHealth(served)); diff != "" {
 		t.Errorf("servedHealth() (-want +got):\n%s", diff)
 	}
 }
@@ -152,10 +59,8 @@ func TestOwnedMetadata(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := map[string]string{
-		nodeinfo.LabelGPUCount: "1", nodeinfo.LabelGPUProduct: "NVIDIA-H100-80GB-HBM3", nodeinfo.LabelMigCapable: "true", nodeinfo.LabelMigStrategy: "mixed",
-		"nvidia.com/mig-3g.40gb.count": "1",
-	}
+	// The server's labels for its devices, kept as they are.
+	base := map[string]string{nodeinfo.LabelGPUCount: "1", "nvidia.com/mig-3g.40gb.count": "1"}
 	with := func(m map[string]string, kv ...string) map[string]string {
 		out := map[string]string{}
 		for k, v := range m {
@@ -181,7 +86,7 @@ func TestOwnedMetadata(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			labels, annotations, err := ownedMetadata(tc.st, gpus, nil, nil, deviceplugin.MigStrategyMixed)
+			labels, annotations, err := ownedMetadata(tc.st, gpus, nil, nil, base)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -57,7 +57,7 @@ type metrics struct {
 // migflex_agent_config_state.
 var configStates = []string{nodeinfo.StatePending, nodeinfo.StateSuccess, nodeinfo.StateFailed}
 
-func newMetrics(reg prometheus.Registerer, dp DevicePlugin, node string) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, srv Server, node string) (*metrics, error) {
 	m := &metrics{
 		node: node,
 		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -84,7 +84,7 @@ func newMetrics(reg prometheus.Registerer, dp DevicePlugin, node string) (*metri
 		}, []string{"cause"}),
 	}
 	m.setState("")
-	for _, c := range []prometheus.Collector{m.reconciles, m.duration, m.errors, m.state, m.writes, deviceCollector{dp}} {
+	for _, c := range []prometheus.Collector{m.reconciles, m.duration, m.errors, m.state, m.writes, deviceCollector{srv}} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering agent metrics: %w", err)
 		}
@@ -115,23 +115,23 @@ var devicesDesc = prometheus.NewDesc("migflex_agent_devices",
 	"Devices served to the kubelet, by resource and health (healthy, unhealthy). A resource whose devices went away stays at 0.",
 	[]string{"resource", "health"}, nil)
 
-// deviceCollector reads the device plugin's devices at scrape time, so the
-// gauge is never staler than the device plugin itself.
-type deviceCollector struct{ dp DevicePlugin }
+// deviceCollector reads the served devices at scrape time, so the gauge is
+// never staler than the server itself.
+type deviceCollector struct{ srv Server }
 
 func (c deviceCollector) Describe(ch chan<- *prometheus.Desc) { ch <- devicesDesc }
 
 func (c deviceCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, r := range c.dp.Resources() {
+	for name, devs := range c.srv.Served() {
 		healthy, unhealthy := 0, 0
-		for _, d := range r.Devices {
-			if d.Healthy {
+		for _, ok := range devs {
+			if ok {
 				healthy++
 			} else {
 				unhealthy++
 			}
 		}
-		ch <- prometheus.MustNewConstMetric(devicesDesc, prometheus.GaugeValue, float64(healthy), r.Name, "healthy")
-		ch <- prometheus.MustNewConstMetric(devicesDesc, prometheus.GaugeValue, float64(unhealthy), r.Name, "unhealthy")
+		ch <- prometheus.MustNewConstMetric(devicesDesc, prometheus.GaugeValue, float64(healthy), name, "healthy")
+		ch <- prometheus.MustNewConstMetric(devicesDesc, prometheus.GaugeValue, float64(unhealthy), name, "unhealthy")
 	}
 }

@@ -4,25 +4,22 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/migflex/migflex/internal/deviceplugin"
 	"github.com/migflex/migflex/internal/metricsdoc"
 )
 
-// onePlugin serves one healthy device.
-type onePlugin struct{ nopPlugin }
+// oneDevice serves one healthy device.
+type oneDevice struct{ nopServer }
 
-func (onePlugin) Resources() []deviceplugin.ResourceStatus {
-	return []deviceplugin.ResourceStatus{{Name: resource1g, Devices: []deviceplugin.DeviceStatus{{Device: deviceplugin.Device{ID: "MIG-0"}, Healthy: true}}}}
+func (oneDevice) Served() map[string]map[string]bool {
+	return map[string]map[string]bool{resource1g: {"MIG-0": true}}
 }
-
-var _ DevicePlugin = onePlugin{}
 
 // TestMetricsDocumented: every metric the agent serves is in
 // docs/METRICS.md with its type and labels, and has migflex's prefix;
 // every agent metric documented there exists.
 func TestMetricsDocumented(t *testing.T) {
 	reg := newRegistry()
-	m, err := newMetrics(reg, onePlugin{}, "node-a")
+	m, err := newMetrics(reg, oneDevice{}, "node-a")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,14 +4,12 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/migflex/migflex/internal/deviceplugin"
 	"github.com/migflex/migflex/internal/migconfig"
 	"github.com/migflex/migflex/internal/nodeinfo"
 )
@@ -38,12 +36,12 @@ type presentation struct {
 //     applied;
 //   - the last source removed: the state stays, success, with a reason
 //     saying the layout is kept as is, and a Normal Event;
-//   - success only once the kubelet publishes the served layout in the
-//     Node's allocatable (see awaitPublication).
+//   - success only once the scheduler sees the served layout (for the
+//     device plugin, the Node's allocatable; see awaitPublication).
 //
 // It keeps what it needs to tell news from repetition in the Agent (the
 // loop owns it).
-func (a *Agent) present(node *corev1.Node, out outcome) presentation {
+func (a *Agent) present(ctx context.Context, node *corev1.Node, out outcome) presentation {
 	all := nodeinfo.Sources(node.Labels, node.Annotations)
 	winner := nodeinfo.Source{Kind: nodeinfo.SourceNone}
 	if len(all) > 0 {
@@ -81,7 +79,7 @@ func (a *Agent) present(node *corev1.Node, out outcome) presentation {
 
 	p.events = append(p.events, out.events...)
 	var evs []event
-	p.status, evs, p.retry = a.awaitPublication(node, winner, p.status)
+	p.status, evs, p.retry = a.awaitPublication(ctx, node, winner, p.status)
 	p.events = append(p.events, evs...)
 	return p
 }
@@ -142,8 +140,8 @@ func ignoredNote(winner nodeinfo.Source, ignored []nodeinfo.Source) string {
 	return fmt.Sprintf("%s decides the layout; %s %s set too and ignored", winner, strings.Join(names, " and "), verb)
 }
 
-// publication is a wait for the kubelet to publish a served layout in the
-// Node's allocatable.
+// publication is a wait for the scheduler to see a served layout (see
+// awaitPublication).
 type publication struct {
 	// layout identifies the served devices waited for.
 	layout   string
@@ -151,33 +149,35 @@ type publication struct {
 	timedOut bool
 }
 
-// awaitPublication holds a success back until the Node's allocatable shows
-// what the device plugin serves: the kubelet publishes device-plugin
-// resources only at its next node status update, several seconds after the
-// devices changed, and a pod created on the word "success" before then
-// would be refused by the scheduler (or rewritten by the fallback webhook,
-// which reads the Node). Meanwhile the state is pending; after
-// AllocatableTimeout it is failed, with a Warning Event, until the kubelet
-// publishes it after all. A layout once published is not waited for again
-// (a device turning unhealthy later changes allocatable, not the config
-// state). A zero AllocatableTimeout turns the wait off.
-func (a *Agent) awaitPublication(node *corev1.Node, src nodeinfo.Source, st status) (status, []event, bool) {
+// awaitPublication holds a success back until the scheduler sees what the
+// server serves (Server.Visible): the device plugin's devices show in the
+// Node's allocatable only at the kubelet's next node status update,
+// several seconds after they changed, and a pod created on the word
+// "success" before then would be refused by the scheduler (or rewritten by
+// the fallback webhook, which reads the Node). Meanwhile the state is
+// pending; after AllocatableTimeout it is failed, with a Warning Event,
+// until the layout shows after all. A layout once visible is not waited
+// for again (a device turning unhealthy later changes what is visible, not
+// the config state). A zero AllocatableTimeout turns the wait off.
+func (a *Agent) awaitPublication(ctx context.Context, node *corev1.Node, src nodeinfo.Source, st status) (status, []event, bool) {
 	if st.State != nodeinfo.StateSuccess || a.opts.AllocatableTimeout <= 0 {
 		a.awaiting = nil
 		return st, nil, false
 	}
-	served := a.opts.DevicePlugin.Resources()
-	layout := servedLayout(served)
+	layout, missing, err := a.opts.Server.Visible(ctx, node)
+	if err != nil {
+		missing = append(missing, "cannot tell: "+err.Error())
+	}
 	if layout == a.published {
 		a.awaiting = nil
 		return st, nil, false
 	}
-	missing := unpublished(node.Status.Allocatable, served)
+	who, where, hint := a.opts.Server.Publisher()
 	if len(missing) == 0 {
 		var evs []event
 		if a.awaiting != nil && a.awaiting.timedOut {
 			evs = append(evs, event{corev1.EventTypeNormal, ReasonApplied,
-				fmt.Sprintf("%s: the kubelet now publishes the layout in the Node's allocatable", src)})
+				fmt.Sprintf("%s: %s now publishes the layout in %s", src, who, where)})
 		}
 		a.awaiting, a.published = nil, layout
 		return st, evs, false
@@ -188,10 +188,10 @@ func (a *Agent) awaitPublication(node *corev1.Node, src nodeinfo.Source, st stat
 	}
 	detail := strings.Join(missing, ", ")
 	if waited := now.Sub(a.awaiting.since); waited < a.opts.AllocatableTimeout {
-		msg := fmt.Sprintf("%s: the layout is in place and served; waiting for the kubelet to publish it in the Node's allocatable (%s)", src, detail)
+		msg := fmt.Sprintf("%s: the layout is in place and served; waiting for %s to publish it in %s (%s)", src, who, where, detail)
 		return status{nodeinfo.StatePending, joinReasons(msg, st.Reason)}, nil, true
 	}
-	msg := fmt.Sprintf("%s: the layout is in place and served, but the kubelet has not published it in the Node's allocatable within %v (%s): is the kubelet running, and did it accept the device plugin's registration?", src, a.opts.AllocatableTimeout, detail)
+	msg := fmt.Sprintf("%s: the layout is in place and served, but %s has not published it in %s within %v (%s): %s", src, who, where, a.opts.AllocatableTimeout, detail, hint)
 	var evs []event
 	if !a.awaiting.timedOut {
 		a.awaiting.timedOut = true
@@ -200,52 +200,9 @@ func (a *Agent) awaitPublication(node *corev1.Node, src nodeinfo.Source, st stat
 	return status{nodeinfo.StateFailed, joinReasons(msg, st.Reason)}, evs, true
 }
 
-// servedLayout identifies the served devices, health aside: it changes when
-// the layout does.
-func servedLayout(served []deviceplugin.ResourceStatus) string {
-	var b strings.Builder
-	for _, r := range sortedResources(served) {
-		b.WriteString(r.Name)
-		for _, d := range r.Devices {
-			b.WriteByte(' ')
-			b.WriteString(d.ID)
-		}
-		b.WriteByte('\n')
-	}
-	return b.String()
-}
-
-// unpublished lists, sorted by resource, where the Node's allocatable is not
-// what the kubelet would publish for the served devices (each resource's
-// healthy devices that are not draining), as "nvidia.com/mig-1g.10gb 0 of
-// 4". A resource the kubelet refused is said so.
-func unpublished(allocatable corev1.ResourceList, served []deviceplugin.ResourceStatus) []string {
-	var out []string
-	for _, r := range sortedResources(served) {
-		want := int64(0)
-		for _, d := range r.Devices {
-			if d.Healthy && !d.Draining {
-				want++
-			}
-		}
-		q := allocatable[corev1.ResourceName(r.Name)]
-		if got := q.Value(); got != want {
-			s := fmt.Sprintf("%s %d of %d", r.Name, got, want)
-			if r.RegisterError != "" {
-				s += fmt.Sprintf(" (registration refused: %s)", r.RegisterError)
-			}
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-func sortedResources(rs []deviceplugin.ResourceStatus) []deviceplugin.ResourceStatus {
-	return slices.SortedFunc(slices.Values(rs), func(a, b deviceplugin.ResourceStatus) int { return strings.Compare(a.Name, b.Name) })
-}
-
 // allocatableChanged tells whether a Node update changed its allocatable,
-// which a wait for publication is waiting on.
+// which a wait for publication may be waiting on (the device plugin's
+// devices become visible there).
 func allocatableChanged(o, n *corev1.Node) bool {
 	return !maps.EqualFunc(o.Status.Allocatable, n.Status.Allocatable, func(a, b resource.Quantity) bool { return a.Cmp(b) == 0 })
 }

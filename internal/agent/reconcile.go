@@ -14,7 +14,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/migflex/migflex/internal/deviceplugin"
 	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/mig/nvmlmig"
 	"github.com/migflex/migflex/internal/migconfig"
@@ -50,7 +49,7 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, prev status) o
 	}
 	// Serve what exists first: whatever happens below, the kubelet sees
 	// the devices NVML has.
-	in := planInput{gpus: gpus, serveErr: a.serve(ctx, gpus), strategy: a.opts.MigStrategy, holds: a.held}
+	in := planInput{gpus: gpus, serveErr: a.serve(ctx, gpus), servable: a.opts.Server.Servable, holds: a.held}
 	in.src = nodeinfo.Deciding(node.Labels, node.Annotations)
 	if in.src.Kind != nodeinfo.SourceNone {
 		in.doc, in.docErr = a.document(in.src)
@@ -93,10 +92,10 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, prev status) o
 	// layout it serves (which ends their draining), and those of a GPU
 	// that failed, or that it kept, can be handed out again.
 	if len(draining) > 0 {
-		defer a.opts.DevicePlugin.Undrain(draining)
+		defer a.opts.Server.Undrain(draining)
 	}
 	maps.Copy(busy, late)
-	b := decideBusy(busyInput{src: src, todo: todo, gpus: gpus, busy: busy, policy: a.opts.BusyPolicy, strategy: a.opts.MigStrategy})
+	b := decideBusy(busyInput{src: src, todo: todo, gpus: gpus, busy: busy, policy: a.opts.BusyPolicy, servable: a.opts.Server.Servable})
 	failed := len(reasons) > 0
 	if len(b.evict) > 0 {
 		note, err := a.evict(ctx, b.evict)
@@ -138,7 +137,7 @@ func successWith(src nodeinfo.Source, notes []string) status {
 }
 
 // drainFree drains the devices of the GPUs plan changes (free at the busy
-// check) and asks the kubelet again (see deviceplugin.Manager.Drain). It
+// check) and asks the kubelet again (see Server.Drain). It
 // returns the GPUs pods took in between, whose devices it serves again at
 // once, and the IDs it leaves draining, which the caller undrains once the
 // apply is done.
@@ -148,18 +147,18 @@ func (a *Agent) drainFree(ctx context.Context, plan migconfig.Plan, gpus []mig.G
 		return nil, nil, nil
 	}
 	all := slices.Concat(slices.Collect(maps.Values(byGPU))...)
-	if err := a.opts.DevicePlugin.Drain(ctx, all); err != nil {
+	if err := a.opts.Server.Drain(ctx, all); err != nil {
 		return nil, nil, fmt.Errorf("draining the devices of GPUs %v before repartitioning them: %w", slices.Sorted(maps.Keys(byGPU)), err)
 	}
 	assignments, err := a.opts.PodResources.List(ctx)
 	if err != nil {
-		a.opts.DevicePlugin.Undrain(all)
+		a.opts.Server.Undrain(all)
 		return nil, nil, err
 	}
 	a.noteAssignments(assignments)
 	late = busyGPUs(plan, gpus, assignments)
 	for gpu := range late {
-		a.opts.DevicePlugin.Undrain(byGPU[gpu])
+		a.opts.Server.Undrain(byGPU[gpu])
 		delete(byGPU, gpu)
 	}
 	if len(late) > 0 {
@@ -319,11 +318,11 @@ func (a *Agent) resetAndApply(ctx context.Context, desired []migconfig.Desired, 
 	return after
 }
 
-// serve hands the layout to the device plugin.
+// serve hands the layout to the server of the devices.
 func (a *Agent) serve(ctx context.Context, gpus []mig.GPU) error {
-	if err := deviceplugin.Serve(ctx, a.opts.DevicePlugin, gpus, a.opts.MigStrategy); err != nil {
+	if err := a.opts.Server.Serve(ctx, gpus); err != nil {
 		a.metrics.errors.WithLabelValues(stageServe).Inc()
-		return fmt.Errorf("the layout cannot be served under --mig-strategy=%s: %w", a.opts.MigStrategy, err)
+		return err
 	}
 	return nil
 }

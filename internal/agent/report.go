@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
-	"github.com/migflex/migflex/internal/deviceplugin"
 	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/nodeinfo"
 )
@@ -27,10 +26,15 @@ type status struct {
 }
 
 // ownedMetadata is every label and annotation the agent owns on its Node,
-// with their values. Keys it does not return are removed by the apply, so
-// a profile count label disappears with the profile.
-func ownedMetadata(st status, gpus []mig.GPU, served map[string]bool, inUse map[string][]string, strategy deviceplugin.MigStrategy) (labels, annotations map[string]string, err error) {
-	labels = gfdLabels(gpus, strategy)
+// with their values: the state, the layout and profile tables, and the
+// labels the server gives the devices (deviceLabels). Keys it does not
+// return are removed by the apply, so a profile count label disappears
+// with the profile.
+func ownedMetadata(st status, gpus []mig.GPU, served map[string]bool, inUse map[string][]string, deviceLabels map[string]string) (labels, annotations map[string]string, err error) {
+	labels = maps.Clone(deviceLabels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
 	if st.State != "" {
 		labels[nodeinfo.LabelMigConfigState] = st.State
 	}

@@ -7,10 +7,11 @@ import (
 	"github.com/migflex/migflex/internal/deviceplugin"
 	"github.com/migflex/migflex/internal/nodeinfo"
 	"github.com/migflex/migflex/internal/podresources/podresourcestest"
+	"github.com/migflex/migflex/internal/resourcename"
 )
 
 func withStrategy(s deviceplugin.MigStrategy) agentOption {
-	return func(o *Options, _ *deviceplugin.Options) { o.MigStrategy = s }
+	return func(_ *Options, d *deviceplugin.Options) { d.MigStrategy = s }
 }
 
 // TestSingleStrategy: under --mig-strategy=single the device plugin can
@@ -27,7 +28,7 @@ func TestSingleStrategy(t *testing.T) {
 		n.partition(0, "3g.40gb", "3g.40gb")
 		n.partition(1, "3g.40gb", "3g.40gb")
 		n.start(withStrategy(deviceplugin.MigStrategySingle))
-		n.waitServed(map[string]int{deviceplugin.ResourceGPU: 4})
+		n.waitServed(map[string]int{string(resourcename.GPU): 4})
 
 		n.annotate(nodeinfo.AnnotationMigConfig, mixedLayout)
 		obj := n.waitState(nodeinfo.StateFailed)
@@ -36,7 +37,7 @@ func TestSingleStrategy(t *testing.T) {
 		}
 		n.waitEvent("Warning", ReasonInvalid, "--mig-strategy=single")
 		waitLayout(t, n, threeThree)
-		n.waitServed(map[string]int{deviceplugin.ResourceGPU: 4})
+		n.waitServed(map[string]int{string(resourcename.GPU): 4})
 	})
 
 	t.Run("one GPU busy: the other does not go alone", func(t *testing.T) {
@@ -44,7 +45,7 @@ func TestSingleStrategy(t *testing.T) {
 		n.partition(0, "3g.40gb", "3g.40gb")
 		n.partition(1, "3g.40gb", "3g.40gb")
 		gpus := n.discover()
-		n.podres.Set(podresourcestest.Device{Namespace: "ml", Pod: "train-0", Container: "main", Resource: deviceplugin.ResourceGPU, IDs: []string{gpus[0].Instances[0].UUID}})
+		n.podres.Set(podresourcestest.Device{Namespace: "ml", Pod: "train-0", Container: "main", Resource: string(resourcename.GPU), IDs: []string{gpus[0].Instances[0].UUID}})
 		n.start(withStrategy(deviceplugin.MigStrategySingle))
 
 		// Every GPU to 3 x 2g.20gb destroys the busy instance too.
@@ -58,11 +59,11 @@ mig-configs:
 			t.Errorf("pending reason %q does not name the pod and say why GPU 1 waits too", r)
 		}
 		waitLayout(t, n, threeThree)
-		n.waitServed(map[string]int{deviceplugin.ResourceGPU: 4})
+		n.waitServed(map[string]int{string(resourcename.GPU): 4})
 
 		n.podres.Set()
 		n.waitState(nodeinfo.StateSuccess)
 		waitLayout(t, n, []string{"GPU 0 mig=true 2g.20gb@0 2g.20gb@2 2g.20gb@4", "GPU 1 mig=true 2g.20gb@0 2g.20gb@2 2g.20gb@4"})
-		n.waitServed(map[string]int{deviceplugin.ResourceGPU: 6})
+		n.waitServed(map[string]int{string(resourcename.GPU): 6})
 	})
 }

@@ -1,6 +1,14 @@
 // Package deviceplugin serves a node's GPUs and MIG devices to the kubelet
 // over the device-plugin API (k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1).
 //
+// The Manager is the node agent's server of the devices (agent.Server):
+// it serves a GPU layout (Serve, Servable), drains devices before their
+// GPU changes, says what it serves with each device's health (Served),
+// gives the Node GPU feature discovery's labels (Labels), and tells
+// whether the scheduler sees the layout yet (Visible: the kubelet
+// publishes device-plugin resources in the Node's allocatable at its next
+// node status update). The MIG strategy is its alone.
+//
 // It has three layers, each with one job:
 //
 //   - Resources (resources.go) is pure: it names the devices of a GPU
@@ -8,7 +16,8 @@
 //   - Manager (manager.go) diffs resource sets on every Update and runs one
 //     server per resource; it re-registers everything when the kubelet
 //     restarts (an fsnotify watch on the plugin directory) and feeds device
-//     health from a HealthSource into the servers.
+//     health from the node's HealthSource, which its owner runs, into the
+//     servers.
 //   - server (server.go) speaks the kubelet protocol for one resource on its
 //     own socket: Register, GetDevicePluginOptions, ListAndWatch, Allocate
 //     (allocate.go) and GetPreferredAllocation (preferred.go).

@@ -118,7 +118,7 @@ func TestDrain(t *testing.T) {
 	}{
 		"draining MIG device": {resource: r3g, ids: []string{"MIG-0-2"}, code: codes.FailedPrecondition,
 			msg: `resource nvidia.com/mig-3g.40gb: device "MIG-0-2" is being repartitioned`},
-		"draining whole GPU": {resource: ResourceGPU, ids: []string{"GPU-2"}, code: codes.FailedPrecondition,
+		"draining whole GPU": {resource: resourceGPU, ids: []string{"GPU-2"}, code: codes.FailedPrecondition,
 			msg: `device "GPU-2" is being repartitioned`},
 		"draining beside a device that is not": {resource: r1g, ids: []string{"MIG-0-13"}, code: codes.FailedPrecondition,
 			msg: `device "MIG-0-13" is being repartitioned`},
@@ -159,7 +159,7 @@ func TestDrain(t *testing.T) {
 	// the rest; GPU 2 is gone. Draining ends for the devices the layout no
 	// longer has and goes on for MIG-0-2.
 	next := []mig.GPU{migGPU(0, inst("3g.40gb", 0, 4, 2), inst("3g.40gb", 4, 4, 1)), migGPU(1, inst("1g.10gb+me", 0, 1, 7), inst("1g.10gb", 1, 1, 8))}
-	if err := Serve(e.ctx, e.m, next, MigStrategyMixed); err != nil {
+	if err := e.m.Serve(e.ctx, next); err != nil {
 		t.Fatal(err)
 	}
 	e.wait("new layout", serving(map[string][]string{
@@ -174,7 +174,7 @@ func TestDrain(t *testing.T) {
 	e.m.Undrain([]string{"MIG-0-2"})
 	// GPU 2 comes back (a GPU reset, say) with the ID it drained under:
 	// that drain ended with the layout that lacked it.
-	if err := Serve(e.ctx, e.m, append(next, plainGPU(2)), MigStrategyMixed); err != nil {
+	if err := e.m.Serve(e.ctx, append(next, plainGPU(2))); err != nil {
 		t.Fatal(err)
 	}
 	e.wait("GPU 2 back, healthy", serving(map[string][]string{
@@ -184,7 +184,7 @@ func TestDrain(t *testing.T) {
 		"nvidia.com/mig-1g.10gb.me": {"MIG-1-7"},
 		"nvidia.com/gpu":            {"GPU-2"},
 	}))
-	e.allocateErr(ResourceGPU, []string{"GPU-2"}, codes.OK, "")
+	e.allocateErr(resourceGPU, []string{"GPU-2"}, codes.OK, "")
 	for id, s := range drainStatus(e.m) {
 		if s != "healthy" {
 			t.Errorf("device %s is %s at the end", id, s)

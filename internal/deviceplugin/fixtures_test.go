@@ -4,7 +4,12 @@ import (
 	"fmt"
 
 	"github.com/migflex/migflex/internal/mig"
+	"github.com/migflex/migflex/internal/resourcename"
 )
+
+// resourceGPU is the resource of whole GPUs, and of MIG devices under the
+// single strategy.
+const resourceGPU = string(resourcename.GPU)
 
 // Fixture builders for GPU layouts. UUIDs are short and readable; the
 // plugin treats them as opaque IDs.
@@ -52,5 +57,5 @@ func migDev(resource, profile string, gpu int, gi uint32) Device {
 }
 
 func wholeDev(gpu int) Device {
-	return Device{ID: gpuUUID(gpu), Resource: ResourceGPU, GPUIndex: gpu, GPUUUID: gpuUUID(gpu), Minor: gpu}
+	return Device{ID: gpuUUID(gpu), Resource: resourceGPU, GPUIndex: gpu, GPUUUID: gpuUUID(gpu), Minor: gpu}
 }

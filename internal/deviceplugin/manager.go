@@ -93,28 +93,37 @@ func New(opts Options) (*Manager, error) {
 	}, nil
 }
 
-// Server is what Serve updates; *Manager is the real one.
-type Server interface {
-	Update(ctx context.Context, res map[string][]Device) error
-	Retain(ctx context.Context, ids map[string]bool)
-}
-
-var _ Server = (*Manager)(nil)
-
 // Serve is the one place the MIG strategy applies: it names gpus' devices
-// as resources under strategy (Resources) and has dp serve them. When the
-// layout cannot be served under the strategy it returns the reason, and dp
-// keeps serving the previous devices that still exist.
-func Serve(ctx context.Context, dp Server, gpus []mig.GPU, strategy MigStrategy) error {
-	res, err := Resources(gpus, strategy)
+// as resources under Options.MigStrategy (Resources) and serves them. When
+// the layout cannot be served under the strategy it returns the reason,
+// and the previous devices that still exist stay served.
+func (m *Manager) Serve(ctx context.Context, gpus []mig.GPU) error {
+	res, err := Resources(gpus, m.opts.MigStrategy)
 	if err != nil {
-		dp.Retain(ctx, DeviceIDs(gpus))
-		return fmt.Errorf("serving GPU layout, keeping the previous devices that still exist: %w", err)
+		m.Retain(ctx, deviceIDs(gpus))
+		return m.cannotServe(fmt.Errorf("serving GPU layout, keeping the previous devices that still exist: %w", err))
 	}
-	return dp.Update(ctx, res)
+	if err := m.Update(ctx, res); err != nil {
+		return m.cannotServe(err)
+	}
+	return nil
 }
 
-// Update serves a new set of devices by resource (see Serve): servers for
+// Servable says why the layout gpus would have cannot be served under
+// Options.MigStrategy, or nil; nothing changes.
+func (m *Manager) Servable(gpus []mig.GPU) error {
+	if _, err := Resources(gpus, m.opts.MigStrategy); err != nil {
+		return m.cannotServe(err)
+	}
+	return nil
+}
+
+func (m *Manager) cannotServe(err error) error {
+	return fmt.Errorf("the layout cannot be served under --mig-strategy=%s: %w", m.opts.MigStrategy, err)
+}
+
+// Update serves a new set of devices by resource (see Serve, which names
+// them): servers for
 // new resources start (and register in the background), resources whose
 // devices changed send the new list, and a resource that disappears keeps
 // its registration with an empty list so the kubelet drops its capacity to
@@ -168,9 +177,9 @@ func (m *Manager) Update(ctx context.Context, res map[string][]Device) error {
 	return errs
 }
 
-// DeviceIDs are the IDs of the devices gpus have under any strategy: the
+// deviceIDs are the IDs of the devices gpus have under any strategy: the
 // MIG devices of GPUs with MIG enabled, the other GPUs whole.
-func DeviceIDs(gpus []mig.GPU) map[string]bool {
+func deviceIDs(gpus []mig.GPU) map[string]bool {
 	ids := map[string]bool{}
 	for _, g := range gpus {
 		if !g.MigEnabled {

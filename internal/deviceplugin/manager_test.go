@@ -65,11 +65,12 @@ func run(t *testing.T, k *kubeletstub.Kubelet, opts Options, strategy MigStrateg
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	opts.PluginDir = filepath.Dir(k.Socket())
+	opts.MigStrategy = strategy
 	m, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Serve(ctx, m, gpus, strategy); err != nil {
+	if err := m.Serve(ctx, gpus); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -226,7 +227,7 @@ func TestLiveLayoutChange(t *testing.T) {
 		migGPU(1, inst("4g.40gb", 0, 4, 1), inst("3g.40gb", 4, 4, 2)),
 		plainGPU(2),
 	}
-	if err := Serve(e.ctx, e.m, second, MigStrategyMixed); err != nil {
+	if err := e.m.Serve(e.ctx, second); err != nil {
 		t.Fatal(err)
 	}
 	st := e.wait("second layout", serving(map[string][]string{
@@ -256,7 +257,7 @@ func TestLiveLayoutChange(t *testing.T) {
 	}
 
 	// The zeroed resource comes back on the same registration.
-	if err := Serve(e.ctx, e.m, mixedLayout(), MigStrategyMixed); err != nil {
+	if err := e.m.Serve(e.ctx, mixedLayout()); err != nil {
 		t.Fatal(err)
 	}
 	want := maps.Clone(mixedWant)
@@ -278,7 +279,7 @@ func TestKubeletRestart(t *testing.T) {
 			e := start(t, Options{}, mixedLayout())
 			e.wait("first layout", serving(mixedWant))
 			// Zero two resources: they must come back too.
-			if err := Serve(e.ctx, e.m, mixedLayout()[1:], MigStrategyMixed); err != nil {
+			if err := e.m.Serve(e.ctx, mixedLayout()[1:]); err != nil {
 				t.Fatal(err)
 			}
 			want := map[string][]string{
@@ -374,7 +375,7 @@ func TestAllocateOverSocket(t *testing.T) {
 			},
 		},
 		"envvar real whole GPU": {
-			opts: Options{HostRoot: host}, resource: ResourceGPU, ids: []string{"GPU-1"},
+			opts: Options{HostRoot: host}, resource: resourceGPU, ids: []string{"GPU-1"},
 			want: &pluginapi.ContainerAllocateResponse{
 				Envs:    map[string]string{"NVIDIA_VISIBLE_DEVICES": "GPU-1"},
 				Devices: []*pluginapi.DeviceSpec{spec("/dev/nvidiactl"), spec("/dev/nvidia-uvm"), spec("/dev/nvidia-uvm-tools"), spec("/dev/nvidia1")},
@@ -403,7 +404,7 @@ func TestAllocateOverSocket(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			e := start(t, tc.opts, gpus)
-			e.wait("layout", serving(map[string][]string{r: {"MIG-0-2", "MIG-0-3"}, ResourceGPU: {"GPU-1"}}))
+			e.wait("layout", serving(map[string][]string{r: {"MIG-0-2", "MIG-0-3"}, resourceGPU: {"GPU-1"}}))
 			got, err := e.kubelet.Allocate(e.ctx, tc.resource, tc.ids...)
 			if err != nil {
 				t.Fatal(err)
@@ -502,11 +503,11 @@ func TestPreferredAllocationOverSocket(t *testing.T) {
 func TestSingleStrategyKeepsPreviousSet(t *testing.T) {
 	one := []mig.GPU{migGPU(0, inst("3g.40gb", 0, 4, 2), inst("3g.40gb", 4, 4, 1))}
 	e := startStrategy(t, Options{}, MigStrategySingle, one)
-	e.wait("single layout", serving(map[string][]string{ResourceGPU: {"MIG-0-2", "MIG-0-1"}}))
+	e.wait("single layout", serving(map[string][]string{resourceGPU: {"MIG-0-2", "MIG-0-1"}}))
 	before := e.waitRegistered()
 
 	two := []mig.GPU{migGPU(0, inst("4g.40gb", 0, 4, 1), inst("3g.40gb", 4, 4, 2))}
-	err := Serve(e.ctx, e.m, two, MigStrategySingle)
+	err := e.m.Serve(e.ctx, two)
 	if err == nil || !strings.Contains(err.Error(), "2 profiles (3g.40gb, 4g.40gb)") || !strings.Contains(err.Error(), "keeping the previous devices that still exist") {
 		t.Fatalf("Update error = %v, want the two profiles named and the previous devices kept", err)
 	}
@@ -516,17 +517,17 @@ func TestSingleStrategyKeepsPreviousSet(t *testing.T) {
 	// A refused layout in which a served instance is gone (changed behind
 	// the agent's back): the others stay served, the gone one is not.
 	gone := []mig.GPU{migGPU(0, inst("4g.40gb", 0, 4, 3), inst("3g.40gb", 4, 4, 2))}
-	if err := Serve(e.ctx, e.m, gone, MigStrategySingle); err == nil {
+	if err := e.m.Serve(e.ctx, gone); err == nil {
 		t.Fatal("Update of a two-profile layout under single succeeded")
 	}
-	e.wait("the gone device no longer served", serving(map[string][]string{ResourceGPU: {"MIG-0-2"}}))
+	e.wait("the gone device no longer served", serving(map[string][]string{resourceGPU: {"MIG-0-2"}}))
 
 	// Still served: a later valid layout goes through on the same server.
-	if err := Serve(e.ctx, e.m, []mig.GPU{migGPU(0, inst("1g.10gb", 0, 1, 9))}, MigStrategySingle); err != nil {
+	if err := e.m.Serve(e.ctx, []mig.GPU{migGPU(0, inst("1g.10gb", 0, 1, 9))}); err != nil {
 		t.Fatal(err)
 	}
-	st := e.wait("valid layout after the refused one", serving(map[string][]string{ResourceGPU: {"MIG-0-9"}}))
-	if n := registrations(st)[ResourceGPU]; n != 1 {
+	st := e.wait("valid layout after the refused one", serving(map[string][]string{resourceGPU: {"MIG-0-9"}}))
+	if n := registrations(st)[resourceGPU]; n != 1 {
 		t.Errorf("nvidia.com/gpu registered %d times, want once", n)
 	}
 }
@@ -543,7 +544,7 @@ func TestUpdateBeforeRunAndShutdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Serve(ctx, m, mixedLayout(), MigStrategyMixed); err != nil {
+	if err := m.Serve(ctx, mixedLayout()); err != nil {
 		t.Fatal(err)
 	}
 	sockets := func() []string {
@@ -609,7 +610,7 @@ func TestRegistersWhenKubeletAppears(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Serve(ctx, m, mixedLayout(), MigStrategyMixed); err != nil {
+	if err := m.Serve(ctx, mixedLayout()); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -653,6 +654,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		opts Options
 		msg  string
 	}{
+		"MIG strategy":    {opts: Options{MigStrategy: "fancy"}, msg: `unknown MIG strategy "fancy"`},
 		"device list":     {opts: Options{DeviceListStrategy: "volume-mounts"}, msg: `unknown device list strategy "volume-mounts"`},
 		"policy":          {opts: Options{AllocationPolicy: "spread"}, msg: `unknown allocation policy "spread"`},
 		"relative dir":    {opts: Options{PluginDir: "device-plugins"}, msg: `plugin directory "device-plugins" is not an absolute path`},
@@ -723,7 +725,7 @@ func TestHungRegistrationBlocksNothing(t *testing.T) {
 	// The kubelet holds Register now, until release is closed.
 	returned := make(chan []ResourceStatus, 1)
 	go func() {
-		if err := Serve(ctx, m, []mig.GPU{migGPU(0, inst("3g.40gb", 0, 4, 2), inst("2g.20gb", 4, 2, 3))}, MigStrategyMixed); err != nil {
+		if err := m.Serve(ctx, []mig.GPU{migGPU(0, inst("3g.40gb", 0, 4, 2), inst("2g.20gb", 4, 2, 3))}); err != nil {
 			t.Errorf("Update: %v", err)
 		}
 		returned <- m.Resources()

@@ -62,10 +62,10 @@ func TestMeasureLatency(t *testing.T) {
 	// Register every resource of both layouts first, so (a) measures
 	// layout changes on registered resources (a new resource adds one
 	// registration round trip, measured in (b)).
-	if err := Serve(ctx, m, layoutB, MigStrategyMixed); err != nil {
+	if err := m.Serve(ctx, layoutB); err != nil {
 		t.Fatal(err)
 	}
-	if err := Serve(ctx, m, layoutA, MigStrategyMixed); err != nil {
+	if err := m.Serve(ctx, layoutA); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -99,7 +99,7 @@ func TestMeasureLatency(t *testing.T) {
 		current = want
 		before := k.State()
 		start := time.Now()
-		if err := Serve(ctx, m, layout, MigStrategyMixed); err != nil {
+		if err := m.Serve(ctx, layout); err != nil {
 			t.Fatal(err)
 		}
 		st := wait(serving(want))

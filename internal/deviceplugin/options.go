@@ -87,6 +87,8 @@ var _ HealthSource = (*health.Watcher)(nil)
 
 // Options configure a Manager. Zero fields get the defaults noted.
 type Options struct {
+	// MigStrategy names the devices as resources. Default mixed.
+	MigStrategy MigStrategy
 	// PluginDir is the kubelet's device-plugin directory, holding
 	// kubelet.sock and the plugin sockets. Default DefaultPluginDir.
 	PluginDir string
@@ -123,6 +125,9 @@ type Options struct {
 }
 
 func (o *Options) setDefaults() {
+	if o.MigStrategy == "" {
+		o.MigStrategy = MigStrategyMixed
+	}
 	if o.PluginDir == "" {
 		o.PluginDir = DefaultPluginDir
 	}
@@ -154,6 +159,9 @@ func (o *Options) setDefaults() {
 
 func (o *Options) validate() error {
 	var errs []error
+	if _, err := MigStrategies.Parse(string(o.MigStrategy)); err != nil {
+		errs = append(errs, err)
+	}
 	if _, err := DeviceListStrategies.Parse(string(o.DeviceListStrategy)); err != nil {
 		errs = append(errs, err)
 	}

@@ -11,13 +11,8 @@ import (
 	"github.com/migflex/migflex/internal/resourcename"
 )
 
-const (
-	// ResourceGPU is the resource of whole GPUs, and of MIG devices under the
-	// single strategy.
-	ResourceGPU = string(resourcename.GPU)
-	// maxDeviceIDLen is the kubelet's limit on device IDs.
-	maxDeviceIDLen = 63
-)
+// maxDeviceIDLen is the kubelet's limit on device IDs.
+const maxDeviceIDLen = 63
 
 // Device is one device served to the kubelet: a MIG device or a whole GPU.
 type Device struct {
@@ -72,7 +67,7 @@ func Resources(gpus []mig.GPU, strategy MigStrategy) (map[string][]Device, error
 			migOn = append(migOn, g.Index)
 			for _, in := range instancesOf(g) {
 				profiles[in.Profile] = true
-				add(migDevice(g, in, ResourceGPU))
+				add(migDevice(g, in, string(resourcename.GPU)))
 			}
 		}
 		if len(migOn) > 0 && len(migOff) > 0 {
@@ -110,7 +105,7 @@ func instancesOf(g mig.GPU) []mig.Instance {
 }
 
 func wholeGPU(g mig.GPU) Device {
-	return Device{ID: g.UUID, Resource: ResourceGPU, GPUIndex: g.Index, GPUUUID: g.UUID, Minor: g.Minor}
+	return Device{ID: g.UUID, Resource: string(resourcename.GPU), GPUIndex: g.Index, GPUUUID: g.UUID, Minor: g.Minor}
 }
 
 func migDevice(g mig.GPU, in mig.Instance, resource string) Device {

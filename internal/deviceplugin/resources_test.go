@@ -27,7 +27,7 @@ func TestResources(t *testing.T) {
 				"nvidia.com/mig-2g.20gb":    {migDev("nvidia.com/mig-2g.20gb", "2g.20gb", 0, 3)},
 				"nvidia.com/mig-1g.10gb":    {migDev("nvidia.com/mig-1g.10gb", "1g.10gb", 0, 13), migDev("nvidia.com/mig-1g.10gb", "1g.10gb", 1, 8)},
 				"nvidia.com/mig-1g.10gb.me": {migDev("nvidia.com/mig-1g.10gb.me", "1g.10gb+me", 1, 7)},
-				ResourceGPU:                 {wholeDev(2)},
+				resourceGPU:                 {wholeDev(2)},
 			},
 		},
 		"mixed orders by GPU index and placement": {
@@ -54,13 +54,13 @@ func TestResources(t *testing.T) {
 		"single with one profile": {
 			gpus:     []mig.GPU{migGPU(0, inst("3g.40gb", 0, 4, 2), inst("3g.40gb", 4, 4, 1)), migGPU(1, inst("3g.40gb", 0, 4, 2))},
 			strategy: MigStrategySingle,
-			want: map[string][]Device{ResourceGPU: {
-				migDev(ResourceGPU, "3g.40gb", 0, 2), migDev(ResourceGPU, "3g.40gb", 0, 1), migDev(ResourceGPU, "3g.40gb", 1, 2),
+			want: map[string][]Device{resourceGPU: {
+				migDev(resourceGPU, "3g.40gb", 0, 2), migDev(resourceGPU, "3g.40gb", 0, 1), migDev(resourceGPU, "3g.40gb", 1, 2),
 			}},
 		},
 		"single without MIG serves whole GPUs": {
 			gpus: []mig.GPU{plainGPU(0), plainGPU(1)}, strategy: MigStrategySingle,
-			want: map[string][]Device{ResourceGPU: {wholeDev(0), wholeDev(1)}},
+			want: map[string][]Device{resourceGPU: {wholeDev(0), wholeDev(1)}},
 		},
 		"single with two profiles": {
 			gpus: []mig.GPU{migGPU(0, inst("3g.40gb", 0, 4, 2)), migGPU(1, inst("1g.10gb", 0, 1, 9))}, strategy: MigStrategySingle,
@@ -72,7 +72,7 @@ func TestResources(t *testing.T) {
 		},
 		"none serves every GPU whole": {
 			gpus: mixedLayout(), strategy: MigStrategyNone,
-			want: map[string][]Device{ResourceGPU: {wholeDev(0), wholeDev(1), wholeDev(2)}},
+			want: map[string][]Device{resourceGPU: {wholeDev(0), wholeDev(1), wholeDev(2)}},
 		},
 		"MIG device without UUID": {
 			gpus:     []mig.GPU{{Index: 3, UUID: "GPU-3", MigEnabled: true, Instances: []mig.Instance{{Profile: "1g.10gb", GIID: 9, HasCI: true}}}},
@@ -142,7 +142,7 @@ func TestNames(t *testing.T) {
 			t.Errorf("socketName(%q) = %q, want %q", tc.resource, got, tc.socket)
 		}
 	}
-	if got := socketName("migflex", ResourceGPU); got != "migflex-gpu.sock" {
+	if got := socketName("migflex", resourceGPU); got != "migflex-gpu.sock" {
 		t.Errorf("socketName(gpu) = %q", got)
 	}
 }

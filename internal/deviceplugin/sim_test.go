@@ -116,14 +116,14 @@ func TestSimulatedXidMakesDeviceUnhealthyAndItRecovers(t *testing.T) {
 	e := start(t, Options{PostAllocator: envPost{}, Health: w}, n.gpus)
 	const r = "nvidia.com/mig-3g.40gb"
 	a, b, whole := n.mig0.UUID, n.mig1.UUID, n.gpus[1].UUID
-	e.wait("healthy layout", serving(map[string][]string{r: {a, b}, ResourceGPU: {whole}}))
+	e.wait("healthy layout", serving(map[string][]string{r: {a, b}, resourceGPU: {whole}}))
 	waitWatching(t, w, n.gpus)
 
 	// An Xid on instance b's GPU and compute instance hits b only.
 	if err := n.lib.InjectXid(0, n.mig1.GIID, n.mig1.CIID, 79); err != nil {
 		t.Fatal(err)
 	}
-	e.wait("b unhealthy", serving(map[string][]string{r: {a, b + "!"}, ResourceGPU: {whole}}))
+	e.wait("b unhealthy", serving(map[string][]string{r: {a, b + "!"}, resourceGPU: {whole}}))
 	_, err := e.kubelet.Allocate(e.ctx, r, b)
 	if s, _ := status.FromError(err); s.Code() != codes.FailedPrecondition {
 		t.Errorf("Allocate of the unhealthy device: %v, want FailedPrecondition", err)
@@ -133,7 +133,7 @@ func TestSimulatedXidMakesDeviceUnhealthyAndItRecovers(t *testing.T) {
 	}
 	// After the quiet period without new errors it is healthy again.
 	clk.Step(quiet)
-	e.wait("b recovered", serving(map[string][]string{r: {a, b}, ResourceGPU: {whole}}))
+	e.wait("b recovered", serving(map[string][]string{r: {a, b}, resourceGPU: {whole}}))
 	if _, err := e.kubelet.Allocate(e.ctx, r, b); err != nil {
 		t.Errorf("Allocate after recovery: %v", err)
 	}
@@ -142,9 +142,9 @@ func TestSimulatedXidMakesDeviceUnhealthyAndItRecovers(t *testing.T) {
 	if err := n.lib.InjectXid(0, sim.NoInstance, sim.NoInstance, 48); err != nil {
 		t.Fatal(err)
 	}
-	e.wait("GPU 0 unhealthy", serving(map[string][]string{r: {a + "!", b + "!"}, ResourceGPU: {whole}}))
+	e.wait("GPU 0 unhealthy", serving(map[string][]string{r: {a + "!", b + "!"}, resourceGPU: {whole}}))
 	clk.Step(quiet)
-	e.wait("GPU 0 recovered", serving(map[string][]string{r: {a, b}, ResourceGPU: {whole}}))
+	e.wait("GPU 0 recovered", serving(map[string][]string{r: {a, b}, resourceGPU: {whole}}))
 }
 
 func TestSimulatedIgnoredXid(t *testing.T) {
@@ -153,7 +153,7 @@ func TestSimulatedIgnoredXid(t *testing.T) {
 	e := start(t, Options{PostAllocator: envPost{}, Health: w}, n.gpus)
 	const r = "nvidia.com/mig-3g.40gb"
 	a, b, whole := n.mig0.UUID, n.mig1.UUID, n.gpus[1].UUID
-	e.wait("healthy layout", serving(map[string][]string{r: {a, b}, ResourceGPU: {whole}}))
+	e.wait("healthy layout", serving(map[string][]string{r: {a, b}, resourceGPU: {whole}}))
 	waitWatching(t, w, n.gpus)
 
 	for _, xid := range health.DefaultIgnoredXids() {
@@ -166,7 +166,7 @@ func TestSimulatedIgnoredXid(t *testing.T) {
 	if err := n.lib.InjectXid(0, n.mig1.GIID, n.mig1.CIID, 94); err != nil {
 		t.Fatal(err)
 	}
-	e.wait("only b unhealthy", serving(map[string][]string{r: {a, b + "!"}, ResourceGPU: {whole}}))
+	e.wait("only b unhealthy", serving(map[string][]string{r: {a, b + "!"}, resourceGPU: {whole}}))
 	if st := statusOf(e.m, r, a); !st.Healthy {
 		t.Errorf("a is %+v after ignored Xids, want healthy", st)
 	}
@@ -178,12 +178,12 @@ func TestSimulatedLayoutChangeMovesHealthChecks(t *testing.T) {
 	e := start(t, Options{PostAllocator: envPost{}, Health: w}, n.gpus)
 	const r3, r1 = "nvidia.com/mig-3g.40gb", "nvidia.com/mig-1g.10gb"
 	a, b, whole := n.mig0.UUID, n.mig1.UUID, n.gpus[1].UUID
-	e.wait("first layout", serving(map[string][]string{r3: {a, b}, ResourceGPU: {whole}}))
+	e.wait("first layout", serving(map[string][]string{r3: {a, b}, resourceGPU: {whole}}))
 	waitWatching(t, w, n.gpus)
 	if err := n.lib.InjectXid(0, n.mig1.GIID, n.mig1.CIID, 79); err != nil {
 		t.Fatal(err)
 	}
-	e.wait("b unhealthy", serving(map[string][]string{r3: {a, b + "!"}, ResourceGPU: {whole}}))
+	e.wait("b unhealthy", serving(map[string][]string{r3: {a, b + "!"}, resourceGPU: {whole}}))
 
 	// b is replaced by a 1g instance in its place, which the simulator gives
 	// b's GPU instance id (the lowest free) but a UUID of its own: another
@@ -199,15 +199,15 @@ func TestSimulatedLayoutChangeMovesHealthChecks(t *testing.T) {
 		t.Errorf("the 1g instance in b's place has b's UUID %s", b)
 	}
 	n.discover(t)
-	if err := Serve(e.ctx, e.m, n.gpus, MigStrategyMixed); err != nil {
+	if err := e.m.Serve(e.ctx, n.gpus); err != nil {
 		t.Fatal(err)
 	}
-	e.wait("second layout", serving(map[string][]string{r3: {a}, r1: {c.UUID}, ResourceGPU: {whole}}))
+	e.wait("second layout", serving(map[string][]string{r3: {a}, r1: {c.UUID}, resourceGPU: {whole}}))
 
 	if err := n.lib.InjectXid(0, c.GIID, c.CIID, 79); err != nil {
 		t.Fatal(err)
 	}
-	e.wait("c unhealthy", serving(map[string][]string{r3: {a}, r1: {c.UUID + "!"}, ResourceGPU: {whole}}))
+	e.wait("c unhealthy", serving(map[string][]string{r3: {a}, r1: {c.UUID + "!"}, resourceGPU: {whole}}))
 }
 
 // TestSimulatedXidFromAnotherProcess sends the Xid the way a CLI in
@@ -219,14 +219,14 @@ func TestSimulatedXidFromAnotherProcess(t *testing.T) {
 	e := start(t, Options{PostAllocator: envPost{}, Health: w}, n.gpus)
 	const r = "nvidia.com/mig-3g.40gb"
 	a, b, whole := n.mig0.UUID, n.mig1.UUID, n.gpus[1].UUID
-	e.wait("healthy layout", serving(map[string][]string{r: {a, b}, ResourceGPU: {whole}}))
+	e.wait("healthy layout", serving(map[string][]string{r: {a, b}, resourceGPU: {whole}}))
 	waitWatching(t, w, n.gpus)
 
 	queued, err := sim.Send(cfg, sim.Command{Op: sim.OpXid, GPU: 0, GI: n.mig0.GIID, CI: n.mig0.CIID, Xid: 79})
 	if err != nil || !queued {
 		t.Fatalf("Send = %v, %v; want queued for the running simulator", queued, err)
 	}
-	e.wait("a unhealthy", serving(map[string][]string{r: {a + "!", b}, ResourceGPU: {whole}}))
+	e.wait("a unhealthy", serving(map[string][]string{r: {a + "!", b}, resourceGPU: {whole}}))
 }
 
 func statusOf(m *Manager, resource, id string) DeviceStatus {

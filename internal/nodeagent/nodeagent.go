@@ -22,6 +22,9 @@ import (
 	"github.com/migflex/migflex/internal/podresources"
 )
 
+// The device plugin is the agent's server of the devices.
+var _ agent.Server = (*deviceplugin.Manager)(nil)
+
 // The agent's client-side rate limit. client-go's default (5 QPS, burst
 // 10) throttled back-to-back reconfigurations; an agent makes a handful of
 // requests per reconcile on one Node, so this costs the API server nothing
@@ -132,7 +135,7 @@ func Run(ctx context.Context, c Config, getenv func(string) string) error {
 		}
 	}()
 	dpOpts := deviceplugin.Options{
-		PluginDir: c.PluginDir, DeviceListStrategy: c.DeviceListStrategy, AllocationPolicy: c.AllocationPolicy,
+		MigStrategy: c.MigStrategy, PluginDir: c.PluginDir, DeviceListStrategy: c.DeviceListStrategy, AllocationPolicy: c.AllocationPolicy,
 		HostRoot: c.HostRoot, DriverRoot: c.DriverRoot,
 	}
 	if pa, ok := lib.(deviceplugin.PostAllocator); ok {
@@ -153,9 +156,8 @@ func Run(ctx context.Context, c Config, getenv func(string) string) error {
 		NodeName:           c.NodeName,
 		Client:             client,
 		NVML:               lib,
-		DevicePlugin:       dp,
+		Server:             dp,
 		PodResources:       podresources.New(c.PodResourcesSocket),
-		MigStrategy:        c.MigStrategy,
 		ConfigFile:         c.ConfigFile,
 		BusyPolicy:         c.BusyPolicy,
 		RetryInterval:      c.RetryInterval,

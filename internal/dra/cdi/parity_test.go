@@ -64,7 +64,7 @@ func TestSameEnvironmentAsDevicePlugin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := deviceplugin.Serve(ctx, m, gpus, deviceplugin.MigStrategyMixed); err != nil {
+	if err := m.Serve(ctx, gpus); err != nil {
 		t.Fatal(err)
 	}
 	runCtx, stop := context.WithCancel(ctx)
