@@ -107,14 +107,47 @@ type decision struct {
 // idempotent: what it would write is compared with what the Nodes carry,
 // and changes written but not applied yet are seen as done (plansnap), so
 // a round after a leader change, or right after the previous one, finds
-// nothing more to do.
+// nothing more to do. Its steps: read the nodes (readNodes), the pods
+// that wait (collectPending), plan, pick the nodes to write within the cap
+// (nodeOrder, newWrites), tell each pod what it will get (tellPods) and
+// keep the writes that change something (addWrites).
 func decide(o *Options, pl *planner.Planner, m *memory, now time.Time, nodes []*corev1.Node, pods []*corev1.Pod) (decision, error) {
 	d := decision{demand: map[corev1.ResourceName]float64{}}
-	byName := make(map[string]*corev1.Node, len(nodes))
-	for _, n := range nodes {
-		byName[n.Name] = n
+	views := d.readNodes(o, m, now, nodes, pods)
+	m.observe(now, pods)
+	pending := d.collectPending(m, pods)
+	if len(pending) == 0 {
+		return d, d.proposalsLeft(o, nodes, nil)
 	}
+	models, warnings := plansnap.MergeModels(views)
+	d.warnings = append(d.warnings, warnings...)
+	snap := planner.Snapshot{Now: now, Models: models, Pending: pending, Mix: m.mix.Mix(now)}
+	for _, v := range views {
+		snap.Nodes = append(snap.Nodes, v.Node)
+	}
+	res, err := pl.Plan(snap)
+	if err != nil {
+		return d, fmt.Errorf("planning: %w", err)
+	}
+	d.warnings = append(d.warnings, res.Warnings...)
 
+	changes := map[string]planner.NodeChange{}
+	for _, nc := range res.Nodes {
+		changes[nc.Node] = nc
+	}
+	order := d.nodeOrder(o, res)
+	writes := newWrites(o, order, changes, nodes)
+	d.tellPods(o, m, roundPlan{res: res, pending: pending, changes: changes, views: views, models: snap.Models}, writes)
+	d.addWrites(order, writes)
+	return d, d.proposalsLeft(o, nodes, writes)
+}
+
+// readNodes is each Node as the planner sees it (plansnap), frozen while
+// pods are starting on it whose devices its agent does not report yet: the
+// pods bound but not started, and those that left the pending set bound to
+// it within the start grace (m.started), whose end the round says (lifts).
+// Each GPU's last change is what this process remembers, or the Node says.
+func (d *decision) readNodes(o *Options, m *memory, now time.Time, nodes []*corev1.Node, pods []*corev1.Pod) []plansnap.Node {
 	starting := map[string][]string{}
 	for _, p := range pods {
 		if n := plansnap.StartingOn(p); n != "" {
@@ -122,7 +155,6 @@ func decide(o *Options, pl *planner.Planner, m *memory, now time.Time, nodes []*
 		}
 	}
 	views := make([]plansnap.Node, 0, len(nodes))
-	viewOf := map[string]*plansnap.Node{}
 	for _, n := range nodes {
 		v := plansnap.FromAPI(n, plansnap.Options{FieldManager: o.FieldManager, ManualHold: o.ManualHold, Now: now})
 		d.warnings = append(d.warnings, v.Warnings...)
@@ -145,11 +177,13 @@ func decide(o *Options, pl *planner.Planner, m *memory, now time.Time, nodes []*
 		rememberChanges(o, m, &v, now)
 		views = append(views, v)
 	}
-	for i := range views {
-		viewOf[views[i].Name] = &views[i]
-	}
+	return views
+}
 
-	m.observe(now, pods)
+// collectPending is the pods waiting for GPUs the scheduler found nowhere,
+// in the order they claim capacity (priority, then age, then name), with
+// their demand; the Events told to pods no longer waiting are forgotten.
+func (d *decision) collectPending(m *memory, pods []*corev1.Pod) []*corev1.Pod {
 	pending := make([]*corev1.Pod, 0)
 	live := map[types.UID]bool{}
 	for _, p := range pods {
@@ -163,32 +197,17 @@ func decide(o *Options, pl *planner.Planner, m *memory, now time.Time, nodes []*
 		}
 	}
 	maps.DeleteFunc(m.told, func(uid types.UID, _ string) bool { return !live[uid] })
-	if len(pending) == 0 {
-		return d, d.proposalsLeft(o, nodes, nil)
-	}
-	// The order pods claim capacity in, so that Result.Pods follows it.
 	slices.SortStableFunc(pending, func(a, b *corev1.Pod) int {
 		return cmp.Or(cmp.Compare(corev1helpers.PodPriority(b), corev1helpers.PodPriority(a)),
 			a.CreationTimestamp.Compare(b.CreationTimestamp.Time), cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name))
 	})
+	return pending
+}
 
-	models, warnings := plansnap.MergeModels(views)
-	d.warnings = append(d.warnings, warnings...)
-	snap := planner.Snapshot{Now: now, Models: models, Pending: pending, Mix: m.mix.Mix(now)}
-	for _, v := range views {
-		snap.Nodes = append(snap.Nodes, v.Node)
-	}
-	res, err := pl.Plan(snap)
-	if err != nil {
-		return d, fmt.Errorf("planning: %w", err)
-	}
-	d.warnings = append(d.warnings, res.Warnings...)
-
-	changes := map[string]planner.NodeChange{}
-	for _, nc := range res.Nodes {
-		changes[nc.Node] = nc
-	}
-	// Nodes in the order their first pod claims capacity, up to the cap.
+// nodeOrder is the nodes to write, in the order their first pod claims
+// capacity, up to Options.MaxNodesPerRound; the pods of nodes over the cap
+// wait for the next round.
+func (d *decision) nodeOrder(o *Options, res planner.Result) []string {
 	chosen := map[string]bool{}
 	var order []string
 	for _, pp := range res.Pods {
@@ -201,6 +220,16 @@ func decide(o *Options, pl *planner.Planner, m *memory, now time.Time, nodes []*
 		}
 		chosen[pp.Node] = true
 		order = append(order, pp.Node)
+	}
+	return order
+}
+
+// newWrites is the write of each node in order: its new layout in
+// nvidia.com/mig.config, or in the proposal annotation in dry-run mode.
+func newWrites(o *Options, order []string, changes map[string]planner.NodeChange, nodes []*corev1.Node) map[string]*nodeWrite {
+	byName := make(map[string]*corev1.Node, len(nodes))
+	for _, n := range nodes {
+		byName[n.Name] = n
 	}
 	writes := map[string]*nodeWrite{}
 	for _, name := range order {
@@ -217,10 +246,29 @@ func decide(o *Options, pl *planner.Planner, m *memory, now time.Time, nodes []*
 		}
 		writes[name] = w
 	}
+	return writes
+}
 
+// roundPlan is what tellPods needs of the round's plan.
+type roundPlan struct {
+	res     planner.Result
+	pending []*corev1.Pod
+	changes map[string]planner.NodeChange
+	views   []plansnap.Node
+	models  []planner.Model
+}
+
+// tellPods gives each pending pod its news: where it will run, recorded
+// once its node's write succeeded, or why no change serves it (naming the
+// pods holding the GPUs that could), recorded at once.
+func (d *decision) tellPods(o *Options, m *memory, r roundPlan, writes map[string]*nodeWrite) {
+	viewOf := make(map[string]*plansnap.Node, len(r.views))
+	for i := range r.views {
+		viewOf[r.views[i].Name] = &r.views[i]
+	}
 	var blockers *blockerIndex
-	for i, pp := range res.Pods {
-		pod := pending[i]
+	for i, pp := range r.res.Pods {
+		pod := r.pending[i]
 		switch pp.Action {
 		case planner.ActionReshape:
 			w := writes[pp.Node]
@@ -228,7 +276,7 @@ func decide(o *Options, pl *planner.Planner, m *memory, now time.Time, nodes []*
 				continue // over the round's cap: the next round
 			}
 			w.pods++
-			msg := plannedMessage(o, pp, changes[pp.Node], viewOf[pp.Node])
+			msg := plannedMessage(o, pp, r.changes[pp.Node], viewOf[pp.Node])
 			if ev, news := m.tell(pod, corev1.EventTypeNormal, ReasonPlanned, msg); news {
 				w.eventsAfterward = append(w.eventsAfterward, ev)
 			}
@@ -236,7 +284,7 @@ func decide(o *Options, pl *planner.Planner, m *memory, now time.Time, nodes []*
 			d.impossible++
 			d.waiting = true
 			if blockers == nil {
-				blockers = newBlockerIndex(views, snap.Models)
+				blockers = newBlockerIndex(r.views, r.models)
 			}
 			msg := "no change the planner may make serves it: " + pp.Reason
 			if b := blockers.holding(pod); b != "" {
@@ -247,19 +295,23 @@ func decide(o *Options, pl *planner.Planner, m *memory, now time.Time, nodes []*
 			}
 		}
 	}
+}
+
+// addWrites keeps the writes that change their Node, in order; a write
+// the Node carries already (a dry-run proposal still standing) is not
+// sent again, and its Events are recorded now.
+func (d *decision) addWrites(order []string, writes map[string]*nodeWrite) {
 	for _, name := range order {
 		w := writes[name]
-		if w == nil || w.node.Annotations[w.key] == w.value {
-			if w != nil {
-				// Already written (a dry-run proposal still standing): its
-				// Events were recorded then.
-				d.events = append(d.events, w.eventsAfterward...)
-			}
+		if w == nil {
+			continue
+		}
+		if w.node.Annotations[w.key] == w.value {
+			d.events = append(d.events, w.eventsAfterward...)
 			continue
 		}
 		d.writes = append(d.writes, *w)
 	}
-	return d, d.proposalsLeft(o, nodes, writes)
 }
 
 // proposalsLeft removes the planner's proposals that no longer stand: a
