@@ -9,12 +9,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/migflex/migflex/internal/resourcename"
 	"github.com/migflex/migflex/internal/schedview"
@@ -182,33 +179,79 @@ func (d *Decider) Decide(pod *corev1.Pod, snap *schedview.Snapshot) Decision {
 
 // DecideContext is Decide that stops, with OutcomeCanceled, once ctx is
 // done: the API server that asked has given up, so the answer is wasted.
+// Its steps: a first look at the pod (screen), its GPU types sorted into
+// those the decider may rewrite and those it does not know (sortTypes), a
+// type chosen for each (chooseAll), the verdict on what fits nowhere
+// (judge), and the patch (withPatch).
 func (d *Decider) DecideContext(ctx context.Context, pod *corev1.Pod, snap *schedview.Snapshot) Decision {
+	in, early := d.screen(pod)
+	if early != nil {
+		return *early
+	}
+	requested, warnings, early := d.sortTypes(in.types, snap)
+	if early != nil {
+		return *early
+	}
+	c, err := d.chooseAll(ctx, pod, snap, requested, in.policy)
+	if err != nil {
+		return Decision{Outcome: OutcomeCanceled, Err: err}
+	}
+	dec, done := d.judge(pod, c, warnings)
+	if done {
+		return dec
+	}
+	if err := ctx.Err(); err != nil {
+		return Decision{Outcome: OutcomeCanceled, Err: err}
+	}
+	return d.withPatch(pod, dec)
+}
+
+// screened is what a first look at a pod found: its own fallback policy
+// and the GPU types it names.
+type screened struct {
+	policy PodPolicy
+	types  []corev1.ResourceName
+}
+
+// screen takes a first look at the pod: whether it asks for GPUs at all,
+// was decided on already, carries a valid policy of its own, and names
+// GPU types the decider may look at (not too many, with quantities the
+// API server accepts). A pod the decision ends for comes back as early.
+func (d *Decider) screen(pod *corev1.Pod) (screened, *Decision) {
 	if !schedview.HasGPURequest(pod) {
-		return Decision{Outcome: OutcomeNoGPU, Allowed: true}
+		return screened{}, &Decision{Outcome: OutcomeNoGPU, Allowed: true}
 	}
 	if _, done := pod.Annotations[AnnotationOriginal]; done {
-		return Decision{Outcome: OutcomeAlreadyProcessed, Allowed: true}
+		return screened{}, &Decision{Outcome: OutcomeAlreadyProcessed, Allowed: true}
 	}
-	podPolicy := PodPolicyAny
+	in := screened{policy: PodPolicyAny}
 	if s, ok := pod.Annotations[AnnotationPolicy]; ok {
 		pp, err := parsePodPolicy(s)
 		if err != nil {
-			return Decision{Outcome: OutcomeDenied, Message: err.Error()}
+			return screened{}, &Decision{Outcome: OutcomeDenied, Message: err.Error()}
 		}
-		podPolicy = pp
+		in.policy = pp
 	}
 	g := gather(pod, d.opts.MaxTypes)
 	switch {
 	case g.tooMany:
 		msg := fmt.Sprintf("the pod names more than %d GPU resource types (nvidia.com/gpu, nvidia.com/mig-*), the most the migflex GPU webhook decides on; its GPU requests are left as they are", d.opts.MaxTypes)
-		return Decision{Outcome: OutcomeTooManyTypes, Allowed: true, Message: msg, Warnings: []string{msg}}
+		return screened{}, &Decision{Outcome: OutcomeTooManyTypes, Allowed: true, Message: msg, Warnings: []string{msg}}
 	case g.invalid != "":
 		// The API server rejects the pod with its own message, which names
 		// what the user wrote; a rewrite would only change that.
-		return Decision{Outcome: OutcomeInvalid, Allowed: true, Message: clip(g.invalid, maxMessage)}
+		return screened{}, &Decision{Outcome: OutcomeInvalid, Allowed: true, Message: clip(g.invalid, maxMessage)}
 	}
+	in.types = g.types
+	return in, nil
+}
+
+// sortTypes keeps the types the decider may rewrite (managed), in order,
+// and warns of those it does not understand, which stay as they are. A pod
+// with nothing to rewrite comes back as early.
+func (d *Decider) sortTypes(types []corev1.ResourceName, snap *schedview.Snapshot) ([]corev1.ResourceName, []string, *Decision) {
 	var requested, unknown []corev1.ResourceName
-	for _, r := range g.types {
+	for _, r := range types {
 		switch {
 		case !d.understood(r, snap):
 			unknown = append(unknown, r)
@@ -220,87 +263,116 @@ func (d *Decider) DecideContext(ctx context.Context, pod *corev1.Pod, snap *sche
 	if len(unknown) > 0 {
 		warnings = append(warnings, unknownWarning(unknown))
 	}
-	if len(requested) == 0 {
-		if len(unknown) > 0 {
-			return Decision{Outcome: OutcomeUnknown, Allowed: true, Warnings: warnings}
-		}
-		return Decision{Outcome: OutcomeUnchanged, Allowed: true}
+	switch {
+	case len(requested) > 0:
+		return requested, warnings, nil
+	case len(unknown) > 0:
+		return nil, nil, &Decision{Outcome: OutcomeUnknown, Allowed: true, Warnings: warnings}
 	}
+	return nil, nil, &Decision{Outcome: OutcomeUnchanged, Allowed: true}
+}
 
+// choices are the types chosen for a pod's requested types.
+type choices struct {
+	rewrites []Rewrite
+	// chosen is the type decided for each requested type (itself when
+	// kept).
+	chosen map[corev1.ResourceName]corev1.ResourceName
+	// explained are the denial's explanations of the first unsatisfied
+	// types; unsatisfied counts them all.
+	explained   []string
+	unsatisfied int
+	// v is what the pod can use; withGroups is v with its nodes.
+	v          view
+	withGroups func() view
+}
+
+// chooseAll picks a type for each requested type, in order, on the nodes
+// the pod can land on: itself when it fits, else the first candidate of
+// its chain that does (choose); a type nothing fits is explained.
+func (d *Decider) chooseAll(ctx context.Context, pod *corev1.Pod, snap *schedview.Snapshot, requested []corev1.ResourceName, pp PodPolicy) (*choices, error) {
 	filter := schedview.NewFilter(pod, snap)
-	v := viewFor(snap, filter, d.opts.Mode == ModeCapacity)
+	c := &choices{
+		v:          viewFor(snap, filter, d.opts.Mode == ModeCapacity),
+		chosen:     make(map[corev1.ResourceName]corev1.ResourceName, len(requested)),
+		withGroups: func() view { return viewFor(snap, filter, true) },
+	}
 	var fit *fitting
 	if d.opts.Mode == ModeCapacity {
 		fit = newFitting(pod)
 	}
-
-	var rewrites []Rewrite
-	// explained are the denial's explanations of the first unsatisfied
-	// types; unsatisfied counts them all.
-	var explained []string
-	unsatisfied := 0
-	// chosen is the type decided for each requested type (itself when kept).
-	chosen := make(map[corev1.ResourceName]corev1.ResourceName, len(requested))
 	for _, r := range requested {
 		if err := ctx.Err(); err != nil {
-			return Decision{Outcome: OutcomeCanceled, Err: err}
+			return nil, err
 		}
-		c := d.candidates(r, &v, podPolicy)
-		to, reason, ok := d.choose(r, c, &v, fit)
+		cands := d.candidates(r, &c.v, pp)
+		to, reason, ok := d.choose(r, cands, &c.v, fit)
 		switch {
 		case !ok:
-			if unsatisfied < maxListed {
-				explained = append(explained, d.explain(r, c, &v, snap, filter, podPolicy))
+			if c.unsatisfied < maxListed {
+				c.explained = append(c.explained, d.explain(r, cands, &c.v, snap, filter, pp))
 			}
-			unsatisfied++
+			c.unsatisfied++
 		case to != r:
-			rewrites = append(rewrites, Rewrite{From: r, To: to, Reason: reason})
-			chosen[r] = to
+			c.rewrites = append(c.rewrites, Rewrite{From: r, To: to, Reason: reason})
+			c.chosen[r] = to
 		default:
-			chosen[r] = r
+			c.chosen[r] = r
 		}
 	}
+	return c, nil
+}
 
-	dec := Decision{Outcome: OutcomeUnchanged, Allowed: true, Rewrites: rewrites}
-	if unsatisfied > 0 {
-		msg := "no GPU type fits: " + strings.Join(explained, "; ")
+// judge is the decision on the choices before the patch: a type nothing
+// fits denies the pod or, with --on-unsatisfiable=allow, warns; a need no
+// node can ever hold on one node warns, or denies with
+// --on-insufficient-count=deny. done is set for a denial.
+func (d *Decider) judge(pod *corev1.Pod, c *choices, warnings []string) (dec Decision, done bool) {
+	dec = Decision{Outcome: OutcomeUnchanged, Allowed: true, Rewrites: c.rewrites}
+	if c.unsatisfied > 0 {
+		msg := "no GPU type fits: " + strings.Join(c.explained, "; ")
 		more := ""
-		if n := unsatisfied - maxListed; n > 0 {
+		if n := c.unsatisfied - maxListed; n > 0 {
 			more = "; and " + count(n, "more type")
 		}
 		if d.opts.OnUnsatisfiable == UnsatisfiableDeny {
-			return Decision{Outcome: OutcomeDenied, Message: clip(msg, maxMessage-len(more)) + more, Warnings: warnings}
+			return Decision{Outcome: OutcomeDenied, Message: clip(msg, maxMessage-len(more)) + more, Warnings: warnings}, true
 		}
 		dec.Outcome = OutcomeUnsatisfiable
 		more += " (left unchanged)"
 		warnings = append(warnings, clip(msg, maxWarning-len(more))+more)
 	}
-	if short := insufficient(pod, chosen, &v, func() view { return viewFor(snap, filter, true) }); short != "" {
+	if short := insufficient(pod, c.chosen, &c.v, c.withGroups); short != "" {
 		if d.opts.OnInsufficientCount == UnsatisfiableDeny {
-			return Decision{Outcome: OutcomeDenied, Message: clip(short, maxMessage), Warnings: warnings}
+			return Decision{Outcome: OutcomeDenied, Message: clip(short, maxMessage), Warnings: warnings}, true
 		}
 		warnings = append(warnings, clip(short, maxWarning))
 	}
-	if err := ctx.Err(); err != nil {
-		return Decision{Outcome: OutcomeCanceled, Err: err}
-	}
-	if len(rewrites) > 0 {
-		patch, err := buildPatch(pod, rewrites, d.marshal)
-		var large *annotationsTooLarge
-		switch {
-		case errors.As(err, &large):
-			msg := fmt.Sprintf("rewriting the GPU requests (%s) needs %d bytes of annotations, over the API server's limit of %d for all of a pod's annotations; the pod is left as it was",
-				rewriteLabels(rewrites), large.size, large.limit)
-			return Decision{Outcome: OutcomeTooLarge, Allowed: true, Message: msg, Warnings: append(warnings, clip(msg, maxWarning))}
-		case err != nil:
-			return Decision{Outcome: OutcomeError, Err: fmt.Errorf("building the patch: %w", err)}
-		}
-		if dec.Outcome == OutcomeUnchanged {
-			dec.Outcome = OutcomeRewritten
-		}
-		dec.Patch = patch
-	}
 	dec.Warnings = warnings
+	return dec, false
+}
+
+// withPatch adds the patch of dec's rewrites; a rewrite whose annotations
+// would take the pod over the API server's limit leaves the pod as it is,
+// with a warning.
+func (d *Decider) withPatch(pod *corev1.Pod, dec Decision) Decision {
+	if len(dec.Rewrites) == 0 {
+		return dec
+	}
+	patch, err := buildPatch(pod, dec.Rewrites, d.marshal)
+	var large *annotationsTooLarge
+	switch {
+	case errors.As(err, &large):
+		msg := fmt.Sprintf("rewriting the GPU requests (%s) needs %d bytes of annotations, over the API server's limit of %d for all of a pod's annotations; the pod is left as it was",
+			rewriteLabels(dec.Rewrites), large.size, large.limit)
+		return Decision{Outcome: OutcomeTooLarge, Allowed: true, Message: msg, Warnings: append(dec.Warnings, clip(msg, maxWarning))}
+	case err != nil:
+		return Decision{Outcome: OutcomeError, Err: fmt.Errorf("building the patch: %w", err)}
+	}
+	if dec.Outcome == OutcomeUnchanged {
+		dec.Outcome = OutcomeRewritten
+	}
+	dec.Patch = patch
 	return dec
 }
 
@@ -310,81 +382,6 @@ func (d *Decider) DecideContext(ctx context.Context, pod *corev1.Pod, snap *sche
 // nvidia.com/mig-9g.99gb to whatever is near would be a guess.
 func (d *Decider) understood(r corev1.ResourceName, snap *schedview.Snapshot) bool {
 	return Known(r) || d.policyNames[r] || snap.Has(r)
-}
-
-func unknownWarning(unknown []corev1.ResourceName) string {
-	names := make([]string, len(unknown))
-	for i, r := range unknown {
-		names[i] = name(r)
-	}
-	if len(unknown) == 1 {
-		return clip("unknown GPU resource "+names[0]+" left as it is: no node has it and it is no MIG profile of an NVIDIA GPU", maxWarning)
-	}
-	return clip("unknown GPU resources "+listed(names)+" left as they are: no node has them and they are no MIG profiles of NVIDIA GPUs", maxWarning)
-}
-
-// rewriteLabels is the rewrites in the annotation's form, bounded.
-func rewriteLabels(rewrites []Rewrite) string {
-	labels := make([]string, len(rewrites))
-	for i, rw := range rewrites {
-		labels[i] = rw.Label()
-	}
-	return listed(labels)
-}
-
-// insufficient says why no node the pod can be scheduled to can ever give
-// it the devices it asks for of the types decided (chosen), by their
-// allocatable counts, used or not; or returns "". Such a pod is admitted
-// and stays Pending until some node has more (the planner may reshape
-// one), unless --on-insufficient-count=deny. withGroups is v with its
-// nodes, for a need of several types when v has none.
-func insufficient(pod *corev1.Pod, chosen map[corev1.ResourceName]corev1.ResourceName, v *view, withGroups func() view) string {
-	if len(chosen) == 0 {
-		return ""
-	}
-	to := make(map[corev1.ResourceName]corev1.ResourceName, len(chosen))
-	decided := make(map[corev1.ResourceName]bool, len(chosen))
-	for r, t := range chosen {
-		if r != t {
-			to[r] = t
-		}
-		decided[t] = true
-	}
-	all := podNeeds(pod, to)
-	need := make(map[corev1.ResourceName]int64, len(decided))
-	for t := range decided {
-		if n := all[t]; n > 0 {
-			need[t] = n
-		}
-	}
-	short := false
-	for t, n := range need {
-		short = short || n > v.most[t]
-	}
-	switch {
-	case len(need) == 0:
-		return ""
-	case !short && len(need) == 1:
-		return ""
-	case !short && v.groups == nil:
-		// Each type alone fits on some node: whether one node holds them
-		// all takes the nodes, which existence mode did not collect.
-		if wv := withGroups(); wv.fitsAllocatable(need) {
-			return ""
-		}
-	case !short && v.fitsAllocatable(need):
-		return ""
-	}
-	items := make([]string, 0, len(need))
-	for _, t := range slices.Sorted(maps.Keys(need)) {
-		item := fmt.Sprintf("%d %s", need[t], t)
-		if need[t] > v.most[t] {
-			item += fmt.Sprintf(" (at most %d on one node)", v.most[t])
-		}
-		items = append(items, item)
-	}
-	return "no node this pod can be scheduled to has the GPU devices it needs on one node: " + listed(items) +
-		"; it stays Pending until one has"
 }
 
 // LabelOther is MetricLabel's name for every type it does not name.
@@ -414,260 +411,4 @@ func (d *Decider) managed(r corev1.ResourceName) bool {
 	}
 	p, ok := ParseResource(r)
 	return ok && !p.WholeGPU()
-}
-
-// candidate is one fallback type in chain order, or a type that is present
-// but ruled out (why says by what).
-type candidate struct {
-	to  corev1.ResourceName
-	why string
-}
-
-// candidates returns the fallback chain for r, in order, with the present
-// types the policies rule out appended with their reason (for the message).
-// The explicit chain replaces the derived one. The derived chain is built
-// from the types present on the pod's nodes with the same attribute suffix
-// (a 1g.10gb.me request falls back among .me profiles only: media
-// extensions are part of the type): smaller MIG profiles nearest first,
-// larger ones nearest first, then a whole GPU, which has every engine.
-func (d *Decider) candidates(r corev1.ResourceName, v *view, pp PodPolicy) []candidate {
-	from, _ := ParseResource(r)
-	pol := d.opts.Policy
-	var order []corev1.ResourceName
-	if chain, ok := pol.Chains[r]; ok {
-		order = chain
-	} else {
-		var down, up []Profile
-		for t := range v.free {
-			p, ok := ParseResource(t)
-			if !ok || t == r || p.WholeGPU() || p.Suffix != from.Suffix {
-				continue
-			}
-			if direction(from, p) == Down {
-				down = append(down, p)
-			} else {
-				up = append(up, p)
-			}
-		}
-		slices.SortFunc(down, func(a, b Profile) int { return compare(b, a) })
-		slices.SortFunc(up, compare)
-		for _, p := range append(down, up...) {
-			order = append(order, p.Resource)
-		}
-		if r != resourcename.GPU {
-			order = append(order, resourcename.GPU)
-		}
-	}
-	var ok, ruledOut []candidate
-	for _, t := range order {
-		tp, _ := ParseResource(t)
-		dir := direction(from, tp)
-		switch why := pol.forbids(dir, tp); {
-		case why != "":
-			ruledOut = append(ruledOut, candidate{t, why})
-		case !pp.allows(dir):
-			ruledOut = append(ruledOut, candidate{t, fmt.Sprintf("%s is %s, pod annotation %s is %q", resourcename.Short(t), dir, AnnotationPolicy, pp)})
-		default:
-			ok = append(ok, candidate{to: t})
-		}
-	}
-	return append(ok, ruledOut...)
-}
-
-// choose picks the type for r: r itself when it fits, else the first
-// allowed candidate that does. In capacity mode (fit not nil) "fits" first
-// means that one eligible node has free devices for everything the pod then
-// needs of the types chosen so far (fitting.try); when no type does, the
-// existence rule decides, and the scheduler queues the pod until devices
-// free up.
-func (d *Decider) choose(r corev1.ResourceName, cands []candidate, v *view, fit *fitting) (corev1.ResourceName, string, bool) {
-	if fit != nil {
-		if v.present(r) && fit.try(v, r, r) {
-			return r, "", true
-		}
-		reason := ReasonAbsent
-		if v.present(r) {
-			reason = ReasonExhausted
-		}
-		for _, c := range cands {
-			if c.why == "" && v.present(c.to) && fit.try(v, r, c.to) {
-				return c.to, reason, true
-			}
-		}
-	}
-	to, reason, ok := r, "", v.present(r)
-	for _, c := range cands {
-		if ok {
-			break
-		}
-		if c.why == "" && v.present(c.to) {
-			to, reason, ok = c.to, ReasonAbsent, true
-		}
-	}
-	if ok && fit != nil {
-		fit.settle(r, to)
-	}
-	return to, reason, ok
-}
-
-// fitting is capacity mode's record of the choices made for one pod so far,
-// so that each further choice is tested against the pod's whole need on one
-// node rather than each type's need alone: a pod asking for a 2g.20gb and a
-// 1g.10gb must not become two 1g.10gb where one node has one free.
-type fitting struct {
-	pod *corev1.Pod
-	// to is the type chosen for each requested type decided so far (itself
-	// when kept); the pod's need is computed with these renamed.
-	to map[corev1.ResourceName]corev1.ResourceName
-	// placed are the chosen types that a node had free devices for. Types
-	// left to the existence rule are not tested again: the pod waits for
-	// them anyway.
-	placed map[corev1.ResourceName]bool
-}
-
-func newFitting(pod *corev1.Pod) *fitting {
-	return &fitting{pod: pod, to: map[corev1.ResourceName]corev1.ResourceName{}, placed: map[corev1.ResourceName]bool{}}
-}
-
-// try reports whether, with r moved to t, one eligible node has free devices
-// for the pod's need of t and of every type placed before; if so the choice
-// is recorded. What the pod requests of t already (directly, or through an
-// earlier rewrite) adds to the need.
-func (f *fitting) try(v *view, r, t corev1.ResourceName) bool {
-	prev, had := f.to[r]
-	f.to[r] = t
-	need := podNeeds(f.pod, f.to)
-	check := map[corev1.ResourceName]int64{t: max(need[t], 1)}
-	for p := range f.placed {
-		check[p] = max(need[p], 1)
-	}
-	if v.fits(check) {
-		f.placed[t] = true
-		return true
-	}
-	if had {
-		f.to[r] = prev
-	} else {
-		delete(f.to, r)
-	}
-	return false
-}
-
-// settle records a choice the existence rule made.
-func (f *fitting) settle(r, t corev1.ResourceName) { f.to[r] = t }
-
-// explain names the requested type and what was checked, for a denial.
-func (d *Decider) explain(r corev1.ResourceName, cands []candidate, v *view, snap *schedview.Snapshot, f *schedview.Filter, pp PodPolicy) string {
-	var b strings.Builder
-	if f.NodeName() != "" {
-		if !explainPinned(&b, r, v, snap, f) {
-			return b.String()
-		}
-	} else {
-		eligible := snap.EligibleNodes(f)
-		fmt.Fprintf(&b, "%s is on no node this pod can be scheduled to (%s of the cluster's %d)",
-			r, count(eligible, "node"), snap.Nodes())
-		subject := "they have"
-		if eligible == 1 {
-			subject = "it has"
-		}
-		writeTypes(&b, v, subject)
-	}
-	var ruled []string
-	for _, c := range cands {
-		if c.why != "" && v.present(c.to) {
-			ruled = append(ruled, fmt.Sprintf("%s (%s)", c.to, c.why))
-		}
-	}
-	switch {
-	case pp == PodPolicyNone:
-		fmt.Fprintf(&b, "; fallback disabled by pod annotation %s=none", AnnotationPolicy)
-	case len(ruled) > 0:
-		fmt.Fprintf(&b, "; ruled out by policy: %s", listed(ruled))
-	}
-	if chain, ok := d.opts.Policy.Chains[r]; ok {
-		names := make([]string, len(chain))
-		for i, t := range chain {
-			names[i] = string(t)
-		}
-		b.WriteString("; explicit fallback chain: " + strings.Join(names, " -> "))
-	}
-	return b.String()
-}
-
-// explainPinned explains a denial for a pod bound to one node by
-// spec.nodeName: that node alone counts, so the message is about it. It
-// returns false when the node itself is out (unknown, or its filters exclude
-// the pod), where the fallback chain is beside the point.
-func explainPinned(b *strings.Builder, r corev1.ResourceName, v *view, snap *schedview.Snapshot, f *schedview.Filter) bool {
-	name := f.NodeName()
-	g, m := snap.Find(name)
-	switch {
-	case m == nil:
-		fmt.Fprintf(b, "%s: the pod's spec.nodeName %s names no node in the cluster (of %s)", r, quote(name), count(snap.Nodes(), "node"))
-		return false
-	case !f.GroupAllowed(g):
-		t, _ := f.UntoleratedTaint(g)
-		fmt.Fprintf(b, "%s: node %s (the pod's spec.nodeName) has the taint %s, which the pod does not tolerate", r, quote(name), clip(t.ToString(), 2*maxQuoted))
-		return false
-	case !f.Matches(m):
-		fmt.Fprintf(b, "%s: node %s (the pod's spec.nodeName) does not match its nodeSelector or required node affinity", r, quote(name))
-		return false
-	}
-	fmt.Fprintf(b, "%s is not on node %s (the pod's spec.nodeName)", r, quote(name))
-	writeTypes(b, v, "it has")
-	return true
-}
-
-// writeTypes lists the GPU types of the view; subject is "they have" or "it has".
-func writeTypes(b *strings.Builder, v *view, subject string) {
-	types := slices.Sorted(maps.Keys(v.free))
-	if len(types) == 0 {
-		fmt.Fprintf(b, "; %s no GPU types", subject)
-		return
-	}
-	names := make([]string, len(types))
-	for i, t := range types {
-		names[i] = string(t)
-	}
-	fmt.Fprintf(b, "; GPU types there: %s", listed(names))
-}
-
-// podNeeds is the devices of each GPU type the pod needs on one node, by the
-// scheduler's rules (init containers take the max, sidecars add up), after
-// renaming the types in to as the patch would (a container's quantities of
-// two types moved to one add up). A GPU limit without a request counts as
-// the request, as API defaulting makes it.
-func podNeeds(pod *corev1.Pod, to map[corev1.ResourceName]corev1.ResourceName) map[corev1.ResourceName]int64 {
-	gpuOnly := func(c *corev1.Container) corev1.Container {
-		out := corev1.Container{Name: c.Name, RestartPolicy: c.RestartPolicy}
-		requests := map[corev1.ResourceName]resource.Quantity{}
-		for _, l := range []corev1.ResourceList{c.Resources.Limits, c.Resources.Requests} {
-			for name, q := range l {
-				if resourcename.IsGPU(name) {
-					requests[name] = q
-				}
-			}
-		}
-		for name, q := range requests {
-			if t, ok := to[name]; ok {
-				name = t
-			}
-			if out.Resources.Requests == nil {
-				out.Resources.Requests = corev1.ResourceList{}
-			}
-			sum := out.Resources.Requests[name]
-			sum.Add(q)
-			out.Resources.Requests[name] = sum
-		}
-		return out
-	}
-	p := &corev1.Pod{}
-	for i := range pod.Spec.Containers {
-		p.Spec.Containers = append(p.Spec.Containers, gpuOnly(&pod.Spec.Containers[i]))
-	}
-	for i := range pod.Spec.InitContainers {
-		p.Spec.InitContainers = append(p.Spec.InitContainers, gpuOnly(&pod.Spec.InitContainers[i]))
-	}
-	return schedview.Devices(p)
 }
