@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sync/semaphore"
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
@@ -141,83 +142,115 @@ func requestContext(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithCancel(r.Context())
 }
 
-// admit fills resp for one request and returns the result label.
+// admit fills resp for one request and returns the result label. Its
+// steps: the pod, if the request is a pod's creation that may ask for GPUs
+// (podOf); the decision, and the planner's word in reshape-first mode
+// (decide); then the answer: left for the planner (answerReshape), or the
+// decision's (answer).
 func (h *Handler) admit(ctx context.Context, req *admissionv1.AdmissionRequest, resp *admissionv1.AdmissionResponse) (string, error) {
-	if !isPodCreate(req) {
-		h.log.V(2).Info("Ignoring request that is not a pod CREATE",
-			"kind", req.Kind, "subResource", req.SubResource, "operation", req.Operation)
-		return resultIgnored, nil
-	}
-	if len(req.Object.Raw) == 0 {
-		return "", badRequest("AdmissionReview request has no object")
-	}
-	if !mayHaveGPU(req.Object.Raw) {
-		return string(fallback.OutcomeNoGPU), nil
-	}
-	pod, err := decodePod(req)
-	if err != nil {
-		return "", err
-	}
-	if !schedview.HasGPURequest(pod) {
-		return string(fallback.OutcomeNoGPU), nil
-	}
-	if err := ctx.Err(); err != nil {
-		return "", canceled(err)
+	pod, result, err := h.podOf(ctx, req)
+	if pod == nil {
+		return result, err
 	}
 	snap, ok := h.opts.Source.Snapshot()
 	if !ok {
 		resp.Warnings = []string{"migflex GPU webhook: node cache not synced yet, GPU request not checked"}
 		return resultNotReady, nil
 	}
-
 	if h.opts.Reshaper != nil && hasReshapeAnnotation(pod) {
 		// Left for the planner at an earlier invocation.
 		return string(fallback.OutcomeAlreadyProcessed), nil
 	}
+	d, plan, reshape := h.decide(ctx, pod, snap)
+	if d.Outcome == fallback.OutcomeCanceled {
+		return "", canceled(d.Err)
+	}
+	ref := podRef(req, pod)
+	if d.Err != nil {
+		return "", internalError("deciding for pod %s: %v", ref, d.Err)
+	}
+	if reshape {
+		return h.answerReshape(req, resp, ref, pod, d, plan)
+	}
+	return h.answer(req, resp, ref, d, snap)
+}
 
+// podOf decodes the pod of a request to create one that may ask for GPUs;
+// otherwise it returns no pod, and the result label or the error to answer
+// with.
+func (h *Handler) podOf(ctx context.Context, req *admissionv1.AdmissionRequest) (*corev1.Pod, string, error) {
+	if !isPodCreate(req) {
+		h.log.V(2).Info("Ignoring request that is not a pod CREATE",
+			"kind", req.Kind, "subResource", req.SubResource, "operation", req.Operation)
+		return nil, resultIgnored, nil
+	}
+	if len(req.Object.Raw) == 0 {
+		return nil, "", badRequest("AdmissionReview request has no object")
+	}
+	if !mayHaveGPU(req.Object.Raw) {
+		return nil, string(fallback.OutcomeNoGPU), nil
+	}
+	pod, err := decodePod(req)
+	if err != nil {
+		return nil, "", err
+	}
+	if !schedview.HasGPURequest(pod) {
+		return nil, string(fallback.OutcomeNoGPU), nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, "", canceled(err)
+	}
+	return pod, "", nil
+}
+
+// decide is the decision for pod, timed. A rewrite, or a pod let through
+// with no type fitting, may wait for the planner instead (reshape-first:
+// reshape is set when the planner says it can serve the pod as asked); a
+// denial stands (the pod's own mistake, or a policy's word).
+func (h *Handler) decide(ctx context.Context, pod *corev1.Pod, snap *schedview.Snapshot) (d fallback.Decision, plan planner.PodPlan, reshape bool) {
 	start := time.Now()
-	d := h.opts.Decider.DecideContext(ctx, pod, snap)
-	var plan planner.PodPlan
-	reshape := false
-	// A rewrite, or a pod let through with no type fitting, may wait for
-	// the planner instead; a denial stands (the pod's own mistake, or a
-	// policy's word).
+	d = h.opts.Decider.DecideContext(ctx, pod, snap)
 	if h.opts.Reshaper != nil && d.Err == nil && (d.Outcome == fallback.OutcomeRewritten || d.Outcome == fallback.OutcomeUnsatisfiable) {
 		var ok bool
 		plan, ok = h.opts.Reshaper.CanSupply(pod)
 		reshape = ok && plan.Action != planner.ActionNone
 	}
 	h.opts.Metrics.decision.Observe(time.Since(start).Seconds())
-	if d.Outcome == fallback.OutcomeCanceled {
-		return "", canceled(d.Err)
-	}
+	return d, plan, reshape
+}
 
-	// At CREATE a generated name is not assigned yet.
+// podRef names the pod in logs. At CREATE a generated name is not assigned
+// yet; names are validated after mutating admission, so one longer than any
+// valid name is cut, and cannot make every log line as long.
+func podRef(req *admissionv1.AdmissionRequest, pod *corev1.Pod) klog.ObjectRef {
 	name := pod.Name
 	if name == "" {
 		name = pod.GenerateName + "*"
 	}
-	// Names are validated after mutating admission: a longer one than any
-	// valid name is cut, so that it cannot make every log line as long.
 	if len(name) > validation.DNS1123SubdomainMaxLength {
 		name = textcut.Prefix(name, validation.DNS1123SubdomainMaxLength) + "..."
 	}
-	podRef := klog.KRef(req.Namespace, name)
-	if d.Err != nil {
-		return "", internalError("deciding for pod %s: %v", podRef, d.Err)
+	return klog.KRef(req.Namespace, name)
+}
+
+// answerReshape leaves the pod's GPU requests for the planner: the
+// migflex.io/reshape annotation, and a warning saying what it will get.
+func (h *Handler) answerReshape(req *admissionv1.AdmissionRequest, resp *admissionv1.AdmissionResponse, ref klog.ObjectRef, pod *corev1.Pod, d fallback.Decision, plan planner.PodPlan) (string, error) {
+	patch, err := h.marshal(reshapePatch(pod))
+	if err != nil {
+		return "", internalError("encoding patch: %v", err)
 	}
-	if reshape {
-		patch, err := h.marshal(reshapePatch(pod))
-		if err != nil {
-			return "", internalError("encoding patch: %v", err)
-		}
-		pt := admissionv1.PatchTypeJSONPatch
-		resp.Patch, resp.PatchType = patch, &pt
-		resp.Warnings = []string{reshapeWarning(d, plan)}
-		h.log.Info("Left GPU request for the planner", "pod", podRef, "uid", req.UID, "dryRun", isDryRun(req),
-			"node", plan.Node, "action", plan.Action, "instead", d.Outcome)
-		return resultReshapeExpected, nil
-	}
+	pt := admissionv1.PatchTypeJSONPatch
+	resp.Patch, resp.PatchType = patch, &pt
+	resp.Warnings = []string{reshapeWarning(d, plan)}
+	h.log.Info("Left GPU request for the planner", "pod", ref, "uid", req.UID, "dryRun", isDryRun(req),
+		"node", plan.Node, "action", plan.Action, "instead", d.Outcome)
+	return resultReshapeExpected, nil
+}
+
+// answer is the decision's answer: a denial, or the pod allowed with its
+// patch and warnings; each rewrite is counted and logged.
+func (h *Handler) answer(req *admissionv1.AdmissionRequest, resp *admissionv1.AdmissionResponse, ref klog.ObjectRef, d fallback.Decision, snap *schedview.Snapshot) (string, error) {
 	resp.Warnings = d.Warnings
 	if !d.Allowed {
 		resp.Allowed = false
@@ -227,7 +260,7 @@ func (h *Handler) admit(ctx context.Context, req *admissionv1.AdmissionRequest, 
 			Reason:  metav1.StatusReasonForbidden,
 			Message: d.Message,
 		}
-		h.log.Info("Denied pod: no GPU type fits", "pod", podRef, "uid", req.UID, "dryRun", isDryRun(req), "reason", d.Message)
+		h.log.Info("Denied pod: no GPU type fits", "pod", ref, "uid", req.UID, "dryRun", isDryRun(req), "reason", d.Message)
 		return string(d.Outcome), nil
 	}
 	if len(d.Patch) > 0 {
@@ -244,23 +277,28 @@ func (h *Handler) admit(ctx context.Context, req *admissionv1.AdmissionRequest, 
 		// Labels from a bounded set, whatever names pods ask for.
 		from, to := h.opts.Decider.MetricLabel(rw.From, snap), h.opts.Decider.MetricLabel(rw.To, snap)
 		h.opts.Metrics.fallbacks.WithLabelValues(from, to).Inc()
-		h.log.Info("Rewrote GPU request", "pod", podRef, "uid", req.UID, "dryRun", isDryRun(req),
+		h.log.Info("Rewrote GPU request", "pod", ref, "uid", req.UID, "dryRun", isDryRun(req),
 			"from", string(rw.From), "to", string(rw.To), "reason", rw.Reason)
 	}
+	h.logOutcome(req, ref, d)
+	return string(d.Outcome), nil
+}
+
+// logOutcome logs a pod allowed as it is for a reason worth a line.
+func (h *Handler) logOutcome(req *admissionv1.AdmissionRequest, ref klog.ObjectRef, d fallback.Decision) {
 	switch d.Outcome {
 	case fallback.OutcomeUnsatisfiable:
-		h.log.Info("Allowed pod although no GPU type fits", "pod", podRef, "uid", req.UID, "reason", d.Warnings)
+		h.log.Info("Allowed pod although no GPU type fits", "pod", ref, "uid", req.UID, "reason", d.Warnings)
 	case fallback.OutcomeTooManyTypes, fallback.OutcomeTooLarge:
-		h.log.Info("Left pod unchanged", "pod", podRef, "uid", req.UID, "dryRun", isDryRun(req), "outcome", d.Outcome, "reason", d.Message)
+		h.log.Info("Left pod unchanged", "pod", ref, "uid", req.UID, "dryRun", isDryRun(req), "outcome", d.Outcome, "reason", d.Message)
 	case fallback.OutcomeInvalid:
 		// The API server rejects the pod next, with its own message.
-		h.log.V(2).Info("Left pod with invalid quantities unchanged", "pod", podRef, "uid", req.UID, "reason", d.Message)
+		h.log.V(2).Info("Left pod with invalid quantities unchanged", "pod", ref, "uid", req.UID, "reason", d.Message)
 	default:
 		if len(d.Warnings) > 0 {
-			h.log.V(1).Info("Warned about pod", "pod", podRef, "uid", req.UID, "outcome", d.Outcome, "warnings", d.Warnings)
+			h.log.V(1).Info("Warned about pod", "pod", ref, "uid", req.UID, "outcome", d.Outcome, "warnings", d.Warnings)
 		}
 	}
-	return string(d.Outcome), nil
 }
 
 func isDryRun(req *admissionv1.AdmissionRequest) bool { return req.DryRun != nil && *req.DryRun }
