@@ -172,51 +172,31 @@ type profile struct {
 }
 
 func readProfiles(lib nvml.Interface, d nvml.Device, gpu int, totalMem uint64, notes *[]string) ([]profile, error) {
+	gips, err := nvmlmig.GIProfiles(lib, d, gpu, totalMem)
+	if err != nil {
+		return nil, err
+	}
 	var out []profile
 	derived := 0
-	for q := range nvml.GPU_INSTANCE_PROFILE_COUNT {
-		info, ret := d.GetGpuInstanceProfileInfo(q)
-		switch ret {
-		case nvml.SUCCESS:
-		case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_INVALID_ARGUMENT:
-			continue // the GPU (or this driver) has no such profile
-		default:
-			return nil, gpuErr(gpu, ret, "get GPU instance profile %s", mig.QueryName(q))
-		}
+	for _, gp := range gips {
+		q, info := gp.Query, gp.Info
 		if _, named := d.(nvmlmig.ProfileNamer); !named {
 			if _, ok := nvmlmig.VersionedProfileInfo(lib, d, q); !ok {
 				derived++
 			}
 		}
-		placements, ret := d.GetGpuInstancePossiblePlacements(&info)
-		if ret != nvml.SUCCESS {
-			return nil, gpuErr(gpu, ret, "get placements of GPU instance profile %s", mig.QueryName(q))
-		}
-		if len(placements) == 0 {
+		if len(gp.Placements) == 0 {
 			return nil, fmt.Errorf("GPU %d: GPU instance profile %s (id %d) has no placement", gpu, mig.QueryName(q), info.Id)
 		}
+		mp := gp.MIG()
 		p := profile{info: info, Profile: gpumodel.Profile{
-			Name:      nvmlmig.ProfileName(lib, d, q, info, totalMem),
-			ID:        info.Id,
-			Query:     q,
-			Slices:    int(info.SliceCount),
-			MemoryMiB: info.MemorySizeMB,
-			SMs:       int(info.MultiprocessorCount),
-			MaxCount:  int(info.InstanceCount),
-			Engines: mig.Engines{
-				CopyEngines: int(info.CopyEngineCount),
-				Decoders:    int(info.DecoderCount),
-				Encoders:    int(info.EncoderCount),
-				JPEGs:       int(info.JpegCount),
-				OFAs:        int(info.OfaCount),
-			},
+			Name: mp.Name, ID: mp.ID, Query: mp.Query, Slices: mp.Slices, MemorySlices: mp.MemorySlices,
+			MemoryMiB: mp.MemoryMiB, SMs: mp.SMs, MaxCount: mp.MaxCount, Placements: mp.Placements, Engines: mp.Engines,
 		}}
-		for _, pl := range placements {
-			p.Placements = append(p.Placements, int(pl.Start))
-			if p.MemorySlices != 0 && p.MemorySlices != int(pl.Size) {
-				return nil, fmt.Errorf("GPU %d: GPU instance profile %s has placements of sizes %d and %d", gpu, mig.QueryName(q), p.MemorySlices, pl.Size)
+		for _, pl := range gp.Placements {
+			if int(pl.Size) != p.MemorySlices {
+				return nil, fmt.Errorf("GPU %d: GPU instance profile %s has placements of sizes %d and %d", gpu, mig.QueryName(q), pl.Size, p.MemorySlices)
 			}
-			p.MemorySlices = int(pl.Size)
 		}
 		out = append(out, p)
 	}
@@ -230,30 +210,26 @@ func readProfiles(lib nvml.Interface, d nvml.Device, gpu int, totalMem uint64, n
 // profiles (recorded on the model's profile the first time one is seen) and
 // its compute instances.
 func readInstances(d nvml.Device, gpu int, profiles []profile, m *gpumodel.Model, notes *[]string) ([]sim.InitialInstance, error) {
+	gips := make([]nvmlmig.GIProfile, len(profiles))
+	for i, p := range profiles {
+		gips[i] = nvmlmig.GIProfile{Query: p.Query, Name: p.Name, Info: p.info}
+	}
 	var out []sim.InitialInstance
-	for pi, p := range profiles {
-		if p.info.InstanceCount == 0 {
-			continue // go-nvml would index an empty buffer
+	err := nvmlmig.EachGPUInstance(d, gpu, gips, func(pi int, gi nvml.GpuInstance, info nvml.GpuInstanceInfo) error {
+		name := gips[pi].Name
+		cps, cis, err := readComputeInstances(gi, gpu, name)
+		if err != nil {
+			return err
 		}
-		gis, ret := d.GetGpuInstances(&p.info)
-		if ret != nvml.SUCCESS {
-			return nil, gpuErr(gpu, ret, "list %s GPU instances", p.Name)
+		mp := &m.Profiles[pi]
+		if len(mp.ComputeProfiles) == 0 {
+			mp.ComputeProfiles = cps
 		}
-		for _, gi := range gis {
-			info, ret := gi.GetInfo()
-			if ret != nvml.SUCCESS {
-				return nil, gpuErr(gpu, ret, "get %s GPU instance info", p.Name)
-			}
-			cps, cis, err := readComputeInstances(gi, gpu, p.Name)
-			if err != nil {
-				return nil, err
-			}
-			mp := &m.Profiles[pi]
-			if len(mp.ComputeProfiles) == 0 {
-				mp.ComputeProfiles = cps
-			}
-			out = append(out, sim.InitialInstance{Profile: p.Name, Start: int(info.Placement.Start), ComputeInstances: cis})
-		}
+		out = append(out, sim.InitialInstance{Profile: name, Start: int(info.Placement.Start), ComputeInstances: cis})
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	slices.SortFunc(out, func(a, b sim.InitialInstance) int { return cmp.Compare(a.Start, b.Start) })
 	for _, in := range out {

@@ -112,44 +112,15 @@ type profile struct {
 	info nvml.GpuInstanceProfileInfo
 }
 
-// gpuProfiles enumerates the GPU_INSTANCE_PROFILE_* constants, skipping
-// those the GPU does not support.
+// gpuProfiles is the GPU's profiles (GIProfiles) in their domain form.
 func gpuProfiles(lib nvml.Interface, d nvml.Device, gpu int, totalMem uint64) ([]profile, error) {
-	var out []profile
-	for q := range nvml.GPU_INSTANCE_PROFILE_COUNT {
-		info, ret := d.GetGpuInstanceProfileInfo(q)
-		switch ret {
-		case nvml.SUCCESS:
-		case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_INVALID_ARGUMENT:
-			continue
-		default:
-			return nil, nvmlErr(gpu, ret, "get GPU instance profile %d", q)
-		}
-		placements, ret := d.GetGpuInstancePossiblePlacements(&info)
-		if ret != nvml.SUCCESS {
-			return nil, nvmlErr(gpu, ret, "get placements of GPU instance profile %d", q)
-		}
-		p := profile{info: info, Profile: mig.Profile{
-			Name:      ProfileName(lib, d, q, info, totalMem),
-			ID:        info.Id,
-			Query:     q,
-			Slices:    int(info.SliceCount),
-			MemoryMiB: info.MemorySizeMB,
-			SMs:       int(info.MultiprocessorCount),
-			MaxCount:  int(info.InstanceCount),
-			Engines: mig.Engines{
-				CopyEngines: int(info.CopyEngineCount),
-				Decoders:    int(info.DecoderCount),
-				Encoders:    int(info.EncoderCount),
-				JPEGs:       int(info.JpegCount),
-				OFAs:        int(info.OfaCount),
-			},
-		}}
-		for _, pl := range placements {
-			p.Placements = append(p.Placements, int(pl.Start))
-			p.MemorySlices = int(pl.Size)
-		}
-		out = append(out, p)
+	gips, err := GIProfiles(lib, d, gpu, totalMem)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]profile, len(gips))
+	for i, gp := range gips {
+		out[i] = profile{info: gp.Info, Profile: gp.MIG()}
 	}
 	return out, nil
 }
@@ -161,31 +132,26 @@ func instances(d nvml.Device, gpu int, profiles []profile) ([]mig.Instance, erro
 	if err != nil {
 		return nil, err
 	}
+	gips := make([]GIProfile, len(profiles))
+	for i, p := range profiles {
+		gips[i] = GIProfile{Query: p.Query, Name: p.Name, Info: p.info}
+	}
 	var out []mig.Instance
-	for _, p := range profiles {
-		if p.info.InstanceCount == 0 {
-			continue // go-nvml would index an empty buffer
+	err = EachGPUInstance(d, gpu, gips, func(pi int, gi nvml.GpuInstance, info nvml.GpuInstanceInfo) error {
+		inst := mig.Instance{Profile: gips[pi].Name, Start: int(info.Placement.Start), Size: int(info.Placement.Size), GIID: info.Id}
+		ci, ok, err := fullComputeInstance(gi, gpu, gips[pi].Info.SliceCount)
+		if err != nil {
+			return err
 		}
-		gis, ret := d.GetGpuInstances(&p.info)
-		if ret != nvml.SUCCESS {
-			return nil, nvmlErr(gpu, ret, "list %s GPU instances", p.Name)
+		if ok {
+			inst.HasCI, inst.CIID = true, ci
+			inst.UUID = uuids[[2]uint32{inst.GIID, ci}]
 		}
-		for _, gi := range gis {
-			info, ret := gi.GetInfo()
-			if ret != nvml.SUCCESS {
-				return nil, nvmlErr(gpu, ret, "get %s GPU instance info", p.Name)
-			}
-			inst := mig.Instance{Profile: p.Name, Start: int(info.Placement.Start), Size: int(info.Placement.Size), GIID: info.Id}
-			ci, ok, err := fullComputeInstance(gi, gpu, p.info.SliceCount)
-			if err != nil {
-				return nil, err
-			}
-			if ok {
-				inst.HasCI, inst.CIID = true, ci
-				inst.UUID = uuids[[2]uint32{inst.GIID, ci}]
-			}
-			out = append(out, inst)
-		}
+		out = append(out, inst)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	slices.SortFunc(out, func(a, b mig.Instance) int { return cmp.Compare(a.Start, b.Start) })
 	return out, nil
