@@ -108,111 +108,151 @@ type undoStep struct {
 	do   func() error
 }
 
+// applying is one GPU's apply in progress: the result so far, and how to
+// undo what was done.
+type applying struct {
+	p    Partitioner
+	gp   GPUPlan
+	name string
+	r    GPUResult
+	undo []undoStep
+}
+
+// applyGPU applies gp in its order: destroy, then the MIG mode, then
+// create; a step that fails rolls back the steps done, newest first.
 func applyGPU(ctx context.Context, p Partitioner, gp GPUPlan) GPUResult {
-	r := GPUResult{GPU: gp.GPU, Instances: slices.Clone(gp.Before), MigEnabled: gp.BeforeMode}
-	name := fmt.Sprintf("GPU %d (%s)", gp.GPU, gp.Model)
+	a := &applying{p: p, gp: gp, name: fmt.Sprintf("GPU %d (%s)", gp.GPU, gp.Model),
+		r: GPUResult{GPU: gp.GPU, Instances: slices.Clone(gp.Before), MigEnabled: gp.BeforeMode}}
 	if !gp.Changed() {
-		r.Outcome = OutcomeUnchanged
-		return r
+		a.r.Outcome = OutcomeUnchanged
+		return a.r
 	}
 	if err := ctx.Err(); err != nil {
-		r.Outcome = OutcomeSkipped
-		r.Err = fmt.Errorf("%s: not started: %w", name, err)
-		return r
+		a.r.Outcome = OutcomeSkipped
+		a.r.Err = fmt.Errorf("%s: not started: %w", a.name, err)
+		return a.r
 	}
-	var undo []undoStep
-	fail := func(step string, err error) GPUResult {
-		rbErrs := rollback(undo)
-		slices.SortFunc(r.Instances, func(a, b mig.Instance) int { return cmp.Compare(a.Start, b.Start) })
-		if len(rbErrs) == 0 {
-			r.Outcome = OutcomeRolledBack
-			r.Err = fmt.Errorf("%s: %s: %w; rolled back, the previous layout is back (%s)", name, step, err, describeInstances(r.MigEnabled, r.Instances))
-			return r
+	for _, step := range []func(context.Context) *GPUResult{a.destroy, a.setMode, a.create} {
+		if r := step(ctx); r != nil {
+			return *r
 		}
-		r.Outcome = OutcomeRollbackFailed
-		r.Err = fmt.Errorf("%s: %s: %w; rollback FAILED, the GPU is left with %s instead of the previous %s: %w",
-			name, step, err, describeInstances(r.MigEnabled, r.Instances), describeInstances(gp.BeforeMode, gp.Before), errors.Join(rbErrs...))
-		return r
 	}
-	for _, in := range gp.Destroy {
+	a.sortInstances()
+	a.r.Outcome = OutcomeApplied
+	return a.r
+}
+
+// destroy destroys the instances the plan removes; nil when it did.
+func (a *applying) destroy(ctx context.Context) *GPUResult {
+	for _, in := range a.gp.Destroy {
 		step := "destroy " + instanceString(in)
 		if err := ctx.Err(); err != nil {
-			return fail("stopped before "+step, err)
+			return a.fail("stopped before "+step, err)
 		}
-		if err := p.DestroyInstance(gp.GPU, in.GIID); err != nil {
+		if err := a.p.DestroyInstance(a.gp.GPU, in.GIID); err != nil {
 			if inUse(err) {
-				r.Busy = true
+				a.r.Busy = true
 				step += ", instance busy"
 			}
-			return fail(step, err)
+			return a.fail(step, err)
 		}
-		r.Instances = removeInstance(r.Instances, in.GIID)
-		undo = append(undo, undoStep{
+		a.r.Instances = removeInstance(a.r.Instances, in.GIID)
+		a.undo = append(a.undo, undoStep{
 			what: fmt.Sprintf("recreate %s@%d:%d", in.Profile, in.Start, in.Size),
 			do: func() error {
-				got, err := p.CreateInstance(gp.GPU, in.Profile, in.Start)
+				got, err := a.p.CreateInstance(a.gp.GPU, in.Profile, in.Start)
 				if err == nil {
-					r.Instances = append(r.Instances, got)
+					a.r.Instances = append(a.r.Instances, got)
 				}
 				return err
 			},
 		})
 	}
-	if gp.Mode != ModeUnchanged {
-		enable := gp.Mode == ModeEnable
-		if err := ctx.Err(); err != nil {
-			return fail("stopped before "+gp.Mode.String(), err)
+	return nil
+}
+
+// setMode changes the MIG mode if the plan does; nil when it did.
+func (a *applying) setMode(ctx context.Context) *GPUResult {
+	gp := a.gp
+	if gp.Mode == ModeUnchanged {
+		return nil
+	}
+	enable := gp.Mode == ModeEnable
+	if err := ctx.Err(); err != nil {
+		return a.fail("stopped before "+gp.Mode.String(), err)
+	}
+	if err := a.p.SetMigMode(gp.GPU, enable); err != nil {
+		if errors.Is(err, mig.ErrResetRequired) {
+			// Not a failure to undo: the mode asked for is now pending,
+			// which is the way to it. Undoing it would leave an Ampere
+			// GPU unable ever to change mode; instances destroyed for a
+			// disable would be gone after the reset anyway.
+			a.r.MigEnabled = enable
+			a.r.Outcome = OutcomeResetRequired
+			a.sortInstances()
+			a.r.Err = fmt.Errorf("%s: %s: %w; the change waits for a GPU reset, %d instance(s) still to create after it", a.name, gp.Mode, err, len(gp.Create))
+			return &a.r
 		}
-		if err := p.SetMigMode(gp.GPU, enable); err != nil {
-			if errors.Is(err, mig.ErrResetRequired) {
-				// Not a failure to undo: the mode asked for is now pending,
-				// which is the way to it. Undoing it would leave an Ampere
-				// GPU unable ever to change mode; instances destroyed for a
-				// disable would be gone after the reset anyway.
-				r.MigEnabled = enable
-				r.Outcome = OutcomeResetRequired
-				slices.SortFunc(r.Instances, func(a, b mig.Instance) int { return cmp.Compare(a.Start, b.Start) })
-				r.Err = fmt.Errorf("%s: %s: %w; the change waits for a GPU reset, %d instance(s) still to create after it", name, gp.Mode, err, len(gp.Create))
-				return r
+		return a.fail(gp.Mode.String(), err)
+	}
+	a.r.MigEnabled = enable
+	a.undo = append(a.undo, undoStep{
+		what: fmt.Sprintf("restore MIG mode %s", onOff(gp.BeforeMode)),
+		do: func() error {
+			err := a.p.SetMigMode(gp.GPU, gp.BeforeMode)
+			if err == nil {
+				a.r.MigEnabled = gp.BeforeMode
 			}
-			return fail(gp.Mode.String(), err)
-		}
-		r.MigEnabled = enable
-		undo = append(undo, undoStep{
-			what: fmt.Sprintf("restore MIG mode %s", onOff(gp.BeforeMode)),
-			do: func() error {
-				err := p.SetMigMode(gp.GPU, gp.BeforeMode)
-				if err == nil {
-					r.MigEnabled = gp.BeforeMode
-				}
-				return err
-			},
-		})
-	}
-	for _, c := range gp.Create {
+			return err
+		},
+	})
+	return nil
+}
+
+// create creates the instances the plan adds; nil when it did.
+func (a *applying) create(ctx context.Context) *GPUResult {
+	for _, c := range a.gp.Create {
 		step := "create " + c.String()
 		if err := ctx.Err(); err != nil {
-			return fail("stopped before "+step, err)
+			return a.fail("stopped before "+step, err)
 		}
-		got, err := p.CreateInstance(gp.GPU, c.Profile, c.Start)
+		got, err := a.p.CreateInstance(a.gp.GPU, c.Profile, c.Start)
 		if err != nil {
-			return fail(step, err)
+			return a.fail(step, err)
 		}
-		r.Instances = append(r.Instances, got)
-		undo = append(undo, undoStep{
+		a.r.Instances = append(a.r.Instances, got)
+		a.undo = append(a.undo, undoStep{
 			what: "destroy " + instanceString(got),
 			do: func() error {
-				err := p.DestroyInstance(gp.GPU, got.GIID)
+				err := a.p.DestroyInstance(a.gp.GPU, got.GIID)
 				if err == nil {
-					r.Instances = removeInstance(r.Instances, got.GIID)
+					a.r.Instances = removeInstance(a.r.Instances, got.GIID)
 				}
 				return err
 			},
 		})
 	}
-	slices.SortFunc(r.Instances, func(a, b mig.Instance) int { return cmp.Compare(a.Start, b.Start) })
-	r.Outcome = OutcomeApplied
-	return r
+	return nil
+}
+
+// fail rolls back what was done after step failed, and says whether the
+// previous layout is back.
+func (a *applying) fail(step string, err error) *GPUResult {
+	rbErrs := rollback(a.undo)
+	a.sortInstances()
+	if len(rbErrs) == 0 {
+		a.r.Outcome = OutcomeRolledBack
+		a.r.Err = fmt.Errorf("%s: %s: %w; rolled back, the previous layout is back (%s)", a.name, step, err, describeInstances(a.r.MigEnabled, a.r.Instances))
+		return &a.r
+	}
+	a.r.Outcome = OutcomeRollbackFailed
+	a.r.Err = fmt.Errorf("%s: %s: %w; rollback FAILED, the GPU is left with %s instead of the previous %s: %w",
+		a.name, step, err, describeInstances(a.r.MigEnabled, a.r.Instances), describeInstances(a.gp.BeforeMode, a.gp.Before), errors.Join(rbErrs...))
+	return &a.r
+}
+
+func (a *applying) sortInstances() {
+	slices.SortFunc(a.r.Instances, func(a, b mig.Instance) int { return cmp.Compare(a.Start, b.Start) })
 }
 
 // rollback runs the undo steps newest first. It tries every step even after
