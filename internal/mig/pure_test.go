@@ -22,6 +22,8 @@ func TestPurePackagesLinkNoCgo(t *testing.T) {
 		"github.com/migflex/migflex/internal/fallback/...",
 		"github.com/migflex/migflex/internal/nodeinfo",
 		"github.com/migflex/migflex/internal/dra/...",
+		"github.com/migflex/migflex/internal/schedview",
+		"github.com/migflex/migflex/internal/textcut",
 		"github.com/migflex/migflex/internal/plansnap",
 		"github.com/migflex/migflex/internal/reshape",
 		"github.com/migflex/migflex/cmd/planner",
