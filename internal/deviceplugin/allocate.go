@@ -1,17 +1,14 @@
 package deviceplugin
 
 import (
-	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/migflex/migflex/internal/devnodes"
 )
 
 const (
@@ -26,8 +23,6 @@ const (
 	// with CDI the runtime does the injection, and an image's default of
 	// NVIDIA_VISIBLE_DEVICES=all must not add every GPU on top.
 	visibleDevicesVoid = "void"
-
-	migMinorsPath = "proc/driver/nvidia-caps/mig-minors"
 )
 
 // PostAllocator completes a container's Allocate response once the device
@@ -137,92 +132,20 @@ func validAnnotationName(s string) bool {
 	return s != ""
 }
 
-// deviceSpecs lists the device nodes a container needs for devs: the control
-// nodes, each parent GPU's /dev/nvidiaN, and for MIG devices the capability
-// nodes that grant access to their GPU instance and compute instance.
+// deviceSpecs lists the device nodes a container needs for devs (see
+// devnodes.Nodes, which the DRA driver's CDI specs use too).
 func (n deviceNodes) deviceSpecs(devs []Device) ([]*pluginapi.DeviceSpec, error) {
-	var paths []string
-	seen := map[string]bool{}
-	add := func(p string) {
-		if !seen[p] {
-			seen[p] = true
-			paths = append(paths, p)
-		}
+	dn := make([]devnodes.Device, len(devs))
+	for i, d := range devs {
+		dn[i] = devnodes.Device{ID: d.ID, Minor: d.Minor, MIG: d.MIG, GI: d.GI, CI: d.CI}
 	}
-	add("/dev/nvidiactl")
-	// UVM nodes appear only once nvidia-uvm is loaded; a spec for a missing
-	// node would fail the container instead of running it without UVM.
-	for _, p := range []string{"/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"} {
-		if _, err := os.Stat(filepath.Join(n.hostRoot, n.driverRoot, p)); err == nil {
-			add(p)
-		}
-	}
-	var minors map[string]int
-	for _, d := range devs {
-		add(fmt.Sprintf("/dev/nvidia%d", d.Minor))
-		if !d.MIG {
-			continue
-		}
-		if minors == nil {
-			var err error
-			if minors, err = readMigMinors(filepath.Join(n.hostRoot, migMinorsPath)); err != nil {
-				return nil, err
-			}
-		}
-		for _, capName := range []string{
-			fmt.Sprintf("gpu%d/gi%d/access", d.Minor, d.GI),
-			fmt.Sprintf("gpu%d/gi%d/ci%d/access", d.Minor, d.GI, d.CI),
-		} {
-			minor, ok := minors[capName]
-			if !ok {
-				return nil, fmt.Errorf("device %s: no %q in %s; is the MIG layout current?", d.ID, capName, "/"+migMinorsPath)
-			}
-			add(fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", minor))
-		}
-	}
-	specs := make([]*pluginapi.DeviceSpec, len(paths))
-	for i, p := range paths {
-		specs[i] = &pluginapi.DeviceSpec{ContainerPath: p, HostPath: filepath.Join(n.driverRoot, p), Permissions: "rw"}
-	}
-	return specs, nil
-}
-
-func readMigMinors(path string) (map[string]int, error) {
-	f, err := os.Open(path)
+	nodes, err := devnodes.Nodes(n.hostRoot, n.driverRoot, dn)
 	if err != nil {
-		return nil, fmt.Errorf("reading MIG capability minors: %w", err)
-	}
-	defer f.Close()
-	m, err := parseMigMinors(f)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return m, nil
-}
-
-// parseMigMinors reads the driver's table of capability device minors, lines
-// like "gpu0/gi1/access 12" and "gpu0/gi1/ci0/access 13" (plus "config" and
-// "monitor"), into a map from capability name to minor.
-func parseMigMinors(r io.Reader) (map[string]int, error) {
-	out := map[string]int{}
-	sc := bufio.NewScanner(r)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" {
-			continue
-		}
-		fields := strings.Fields(line)
-		if len(fields) != 2 {
-			return nil, fmt.Errorf("line %d: %q is not \"<capability> <minor>\"", n, line)
-		}
-		minor, err := strconv.Atoi(fields[1])
-		if err != nil || minor < 0 {
-			return nil, fmt.Errorf("line %d: minor %q is not a non-negative number", n, fields[1])
-		}
-		out[fields[0]] = minor
-	}
-	if err := sc.Err(); err != nil {
 		return nil, err
 	}
-	return out, nil
+	specs := make([]*pluginapi.DeviceSpec, len(nodes))
+	for i, node := range nodes {
+		specs[i] = &pluginapi.DeviceSpec{ContainerPath: node.Path, HostPath: node.HostPath, Permissions: "rw"}
+	}
+	return specs, nil
 }

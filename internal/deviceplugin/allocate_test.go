@@ -9,6 +9,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/testing/protocmp"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/migflex/migflex/internal/devnodes"
 )
 
 const testMigMinors = `config 1
@@ -55,7 +57,7 @@ func (envPost) PostAllocate(resp *pluginapi.ContainerAllocateResponse, devs []De
 }
 
 func TestAllocateResponse(t *testing.T) {
-	host := fakeHostRoot(t, map[string]string{migMinorsPath: testMigMinors, "dev/nvidia-uvm": ""})
+	host := fakeHostRoot(t, map[string]string{devnodes.MigMinorsPath: testMigMinors, "dev/nvidia-uvm": ""})
 	mig02 := migDev("nvidia.com/mig-3g.40gb", "3g.40gb", 0, 2)
 	mig03 := migDev("nvidia.com/mig-3g.40gb", "3g.40gb", 0, 3)
 	mig17 := migDev("nvidia.com/mig-1g.10gb+me", "1g.10gb+me", 1, 7)
@@ -139,8 +141,8 @@ func TestAllocateHostErrors(t *testing.T) {
 		wantErr string
 	}{
 		"no mig-minors":       {files: map[string]string{}, wantErr: "reading MIG capability minors"},
-		"instance not listed": {files: map[string]string{migMinorsPath: testMigMinors}, wantErr: `device MIG-0-9: no "gpu0/gi9/access"`},
-		"malformed table":     {files: map[string]string{migMinorsPath: "gpu0/gi9/access twelve\n"}, wantErr: `line 1: minor "twelve"`},
+		"instance not listed": {files: map[string]string{devnodes.MigMinorsPath: testMigMinors}, wantErr: `device MIG-0-9: no "gpu0/gi9/access"`},
+		"malformed table":     {files: map[string]string{devnodes.MigMinorsPath: "gpu0/gi9/access twelve\n"}, wantErr: `line 1: minor "twelve"`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			o := Options{HostRoot: fakeHostRoot(t, tc.files)}
@@ -148,36 +150,6 @@ func TestAllocateHostErrors(t *testing.T) {
 			_, err := newAllocator(o).response([]Device{mig09})
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("error = %v, want one containing %q", err, tc.wantErr)
-			}
-		})
-	}
-}
-
-func TestParseMigMinors(t *testing.T) {
-	for name, tc := range map[string]struct {
-		in      string
-		want    map[string]int
-		wantErr string
-	}{
-		"table":          {in: "config 1\n\ngpu0/gi1/access 12\n  gpu0/gi1/ci0/access 13  \n", want: map[string]int{"config": 1, "gpu0/gi1/access": 12, "gpu0/gi1/ci0/access": 13}},
-		"empty":          {in: "", want: map[string]int{}},
-		"three fields":   {in: "config 1\ngpu0/gi1/access 12 13\n", wantErr: "line 2"},
-		"missing minor":  {in: "gpu0/gi1/access\n", wantErr: "line 1"},
-		"negative minor": {in: "gpu0/gi1/access -3\n", wantErr: "non-negative"},
-	} {
-		t.Run(name, func(t *testing.T) {
-			got, err := parseMigMinors(strings.NewReader(tc.in))
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
 	}

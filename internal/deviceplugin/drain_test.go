@@ -16,6 +16,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/migflex/migflex/internal/deviceplugin/kubeletstub"
+	"github.com/migflex/migflex/internal/devnodes"
 	"github.com/migflex/migflex/internal/mig"
 )
 
@@ -199,7 +200,7 @@ func TestDrain(t *testing.T) {
 // ends meanwhile undrains.
 func TestDrainWaitsForAllocate(t *testing.T) {
 	host := fakeHostRoot(t, map[string]string{"dev/nvidia-uvm": ""})
-	minors := filepath.Join(host, migMinorsPath)
+	minors := filepath.Join(host, devnodes.MigMinorsPath)
 	if err := os.MkdirAll(filepath.Dir(minors), 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/migflex/migflex/internal/deviceplugin/kubeletstub"
+	"github.com/migflex/migflex/internal/devnodes"
 	"github.com/migflex/migflex/internal/health"
 	"github.com/migflex/migflex/internal/mig"
 )
@@ -353,7 +354,7 @@ func (f *fakeHealth) set(id string, xid uint64) {
 }
 
 func TestAllocateOverSocket(t *testing.T) {
-	host := fakeHostRoot(t, map[string]string{migMinorsPath: testMigMinors, "dev/nvidia-uvm": "", "dev/nvidia-uvm-tools": ""})
+	host := fakeHostRoot(t, map[string]string{devnodes.MigMinorsPath: testMigMinors, "dev/nvidia-uvm": "", "dev/nvidia-uvm-tools": ""})
 	gpus := []mig.GPU{migGPU(0, inst("3g.40gb", 0, 4, 2), inst("3g.40gb", 4, 4, 3)), plainGPU(1)}
 	const r = "nvidia.com/mig-3g.40gb"
 

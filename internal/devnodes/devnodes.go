@@ -4,9 +4,8 @@
 // and compute instance, whose minors the driver lists in
 // /proc/driver/nvidia-caps/mig-minors.
 //
-// The DRA driver's CDI specs use it; the device plugin's Allocate builds
-// the same list in internal/deviceplugin (allocate.go), to move here once
-// the agent's serving-port refactor has landed.
+// The DRA driver's CDI specs and the device plugin's Allocate both use it,
+// so a container gets the same nodes whichever serves it.
 package devnodes
 
 import (
