@@ -42,7 +42,9 @@ type Server interface {
 	// layout (health aside) and changes when it does; missing lists what
 	// the scheduler does not see yet, empty once it sees it all. The state
 	// success waits for it. An error (a server that asks the API server
-	// and cannot) leaves the state pending, saying so.
+	// and cannot) leaves the state pending, saying so. The agent asks at
+	// each reconcile: when its Node changes (labels, annotations,
+	// allocatable) and, while it waits, every RetryInterval.
 	Visible(ctx context.Context, node *corev1.Node) (layout string, missing []string, err error)
 	// Publisher names, for the Node's reason and Events, who makes the
 	// served layout visible, where, and what to check when it does not
@@ -51,7 +53,9 @@ type Server interface {
 	// Labels are the labels the server's devices give the Node (GPU
 	// feature discovery's), for the layout gpus.
 	Labels(gpus []mig.GPU) map[string]string
-	// Changes signals (coalesced) whenever Served or Visible may say
-	// something new: a new layout, a health change, a registration.
+	// Changes signals (coalesced) whenever Served may say something new
+	// (a new layout, a health change, a registration): the agent reports
+	// the devices' health again. It does not reconcile on it: a server
+	// signals on every Serve.
 	Changes() <-chan struct{}
 }
