@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -63,12 +64,13 @@ func TestParseAgentFlags(t *testing.T) {
 		NodeName: "n2", NVML: nvmlbackend.Options{Backend: "simulated", SimConfig: "/etc/sim.yaml"}, PluginDir: "/dp", PodResourcesSocket: "/pr.sock", MigStrategy: "single",
 		DeviceListStrategy: "cdi-cri", AllocationPolicy: "distributed", HostRoot: "/host", DriverRoot: "/run/nvidia/driver",
 		DisableHealthChecks: "all", HealthIgnoredXids: "79,48", HealthQuietPeriod: time.Minute, ConfigFile: "/cfg/config.yaml", BusyPolicy: "evict",
-		MetricsAddr: ":9999", RetryInterval: 3 * time.Second, ResyncInterval: time.Hour, InUseInterval: 5 * time.Second,
+		MetricsAddr: ":9999", MetricsCertDir: "/certs", RetryInterval: 3 * time.Second, ResyncInterval: time.Hour, InUseInterval: 5 * time.Second,
 		KubeAPIQPS: 2.5, KubeAPIBurst: 5,
 	}
 	// --in-use-interval came after MIGFLEX_AGENT_*: it has no older name.
 	legacy := everything
 	legacy.InUseInterval = agent.DefaultInUseInterval
+	legacy.MetricsCertDir = ""
 	tests := []struct {
 		name     string
 		args     []string
@@ -89,7 +91,7 @@ func TestParseAgentFlags(t *testing.T) {
 				"MIGFLEX_AGENT_DEVICE_LIST_STRATEGY": "cdi-cri", "MIGFLEX_AGENT_ALLOCATION_POLICY": "distributed", "MIGFLEX_AGENT_HOST_ROOT": "/host",
 				"MIGFLEX_AGENT_DRIVER_ROOT": "/run/nvidia/driver", "MIGFLEX_AGENT_DISABLE_HEALTH_CHECKS": "all", "MIGFLEX_AGENT_HEALTH_QUIET_PERIOD": "1m",
 				"MIGFLEX_AGENT_HEALTH_IGNORED_XIDS": "79,48", "MIGFLEX_AGENT_CONFIG_FILE": "/cfg/config.yaml", "MIGFLEX_AGENT_BUSY_POLICY": "evict",
-				"MIGFLEX_AGENT_METRICS_ADDR": ":9999", "MIGFLEX_AGENT_RETRY_INTERVAL": "3s", "MIGFLEX_AGENT_RESYNC_INTERVAL": "1h",
+				"MIGFLEX_AGENT_METRICS_ADDR": ":9999", "MIGFLEX_AGENT_METRICS_CERT_DIR": "/certs", "MIGFLEX_AGENT_RETRY_INTERVAL": "3s", "MIGFLEX_AGENT_RESYNC_INTERVAL": "1h",
 				"MIGFLEX_AGENT_ALLOCATABLE_TIMEOUT": "0s", "MIGFLEX_AGENT_IN_USE_INTERVAL": "5s", "MIGFLEX_AGENT_KUBE_API_QPS": "2.5", "MIGFLEX_AGENT_KUBE_API_BURST": "5",
 			},
 			want:     everything,
@@ -523,13 +525,18 @@ func TestAgentKilledMidApplyConverges(t *testing.T) {
 	}); err != nil {
 		t.Errorf("the kubelet stand-in never saw 14 1g.10gb devices: %v (%+v)", err, st.Plugins)
 	}
-	resp, err := http.Get("http://" + metricsAddr + "/healthz")
-	if err != nil {
-		t.Fatalf("/healthz: %v", err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Errorf("/healthz: %s", resp.Status)
+	// HTTPS with a certificate of its own; /healthz for the kubelet's
+	// probes, /metrics only with a token (internal/metricsserver).
+	https := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	for path, want := range map[string]int{"/healthz": http.StatusOK, "/metrics": http.StatusUnauthorized} {
+		resp, err := https.Get("https://" + metricsAddr + path)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("%s: %s, want %d", path, resp.Status, want)
+		}
 	}
 	if code := second.stop(t); code != 0 {
 		t.Errorf("exit code %d after SIGINT, want 0", code)

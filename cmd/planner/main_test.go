@@ -23,9 +23,9 @@ func TestParseFlags(t *testing.T) {
 			Policy: planner.DefaultPolicy(), MaxNodesPerRound: reshape.DefaultMaxNodesPerRound, ManualHold: reshape.DefaultManualHold,
 			Cadence: planner.DefaultCadence(), StartGrace: reshape.DefaultStartGrace, MixHalfLife: reshape.DefaultMixHalfLife,
 			LeaderElection: true, LeaseName: reshape.DefaultLeaseName, LeaseDuration: reshape.DefaultLeaseDuration,
-			RenewDeadline: reshape.DefaultRenewDeadline, RetryPeriod: reshape.DefaultRetryPeriod, MetricsAddr: reshape.DefaultMetricsAddr,
+			RenewDeadline: reshape.DefaultRenewDeadline, RetryPeriod: reshape.DefaultRetryPeriod,
 		},
-		KubeAPIQPS: reshape.DefaultKubeAPIQPS, KubeAPIBurst: reshape.DefaultKubeAPIBurst,
+		KubeAPIQPS: reshape.DefaultKubeAPIQPS, KubeAPIBurst: reshape.DefaultKubeAPIBurst, MetricsAddr: reshape.DefaultMetricsAddr,
 	}
 	with := func(change func(c *reshape.Config)) reshape.Config {
 		c := defaults
@@ -45,14 +45,14 @@ func TestParseFlags(t *testing.T) {
 			args: []string{"--kubeconfig=/kc", "--dry-run", "--cooldown=1m", "--max-gpus-per-round=2", "--max-nodes-per-round=3", "--manual-hold=1s",
 				"--batch-idle=1s", "--batch-max=4s", "--resync=9s", "--batch-leading", "--start-grace=5s", "--mix-half-life=2h", "--leader-elect=false",
 				"--leader-elect-namespace=ns", "--leader-elect-name=l", "--leader-elect-identity=me", "--leader-elect-lease-duration=6s",
-				"--leader-elect-renew-deadline=4s", "--leader-elect-retry-period=1s", "--metrics-addr=", "--kube-api-qps=2.5", "--kube-api-burst=5"},
+				"--leader-elect-renew-deadline=4s", "--leader-elect-retry-period=1s", "--metrics-addr=", "--metrics-cert-dir=/certs", "--kube-api-qps=2.5", "--kube-api-burst=5"},
 			want: with(func(c *reshape.Config) {
 				c.Kubeconfig, c.DryRun, c.Policy.Cooldown, c.Policy.MaxGPUsPerRound, c.MaxNodesPerRound, c.ManualHold = "/kc", true, time.Minute, 2, 3, time.Second
 				c.Cadence = planner.Cadence{Idle: time.Second, Max: 4 * time.Second, Resync: 9 * time.Second, Leading: true}
 				c.StartGrace, c.MixHalfLife, c.LeaderElection = 5*time.Second, 2*time.Hour, false
 				c.LeaseNamespace, c.LeaseName, c.Identity = "ns", "l", "me"
 				c.LeaseDuration, c.RenewDeadline, c.RetryPeriod = 6*time.Second, 4*time.Second, time.Second
-				c.MetricsAddr, c.KubeAPIQPS, c.KubeAPIBurst = "", 2.5, 5
+				c.MetricsAddr, c.MetricsCertDir, c.KubeAPIQPS, c.KubeAPIBurst = "", "/certs", 2.5, 5
 			}),
 		},
 		{

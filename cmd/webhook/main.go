@@ -24,8 +24,10 @@ import (
 func webhookFlags(c *webhook.Config) *cli.Flags {
 	f := cli.New("webhook", "webhook")
 	klog.InitFlags(f.FlagSet)
-	f.String(&c.Listen, "listen", ":8443", "HTTPS listen address for /mutate, /healthz, /readyz and /metrics")
+	f.String(&c.Listen, "listen", ":8443", "HTTPS listen address for /mutate, /healthz and /readyz")
 	f.String(&c.CertDir, "tls-cert-dir", "/etc/webhook/certs", "directory with tls.crt and tls.key (the mounted Secret); reloaded on change")
+	f.String(&c.MetricsAddr, "metrics-addr", webhook.DefaultMetricsAddr, `HTTPS listen address for /metrics, to clients whose token the API server authorizes for it; "" disables`)
+	f.String(&c.MetricsCertDir, "metrics-cert-dir", "", "directory with tls.crt and tls.key for --metrics-addr (a mounted Secret), reloaded on change; empty: a self-signed certificate made at start")
 	f.String(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty means $KUBECONFIG when set, else the in-cluster configuration", cli.NoEnv())
 	f.String(&c.PolicyFile, "config", "", "FallbackPolicy file (apiVersion migflex.io/v1alpha1); empty means the default policy")
 	cli.EnumVar(f, &c.Mode, "mode", fallback.ModeExistence, fallback.Modes, "existence: a type fits when a node has it; capacity: prefer types with a free device (watches pods)")

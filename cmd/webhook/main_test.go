@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	clientfeatures "k8s.io/client-go/features"
 
+	"github.com/migflex/migflex/internal/certwatch/certtest"
 	"github.com/migflex/migflex/internal/webhook"
 )
 
@@ -34,25 +35,25 @@ func TestParseFlags(t *testing.T) {
 		wantErr string
 	}{
 		"defaults": {
-			want: webhook.Config{Listen: ":8443", CertDir: "/etc/webhook/certs", Mode: "existence", OnUnsatisfiable: "deny", OnInsufficientCount: "allow", MaxRequestBytes: 8 << 20, MaxInflightBytes: 8 << 20, PlannerManualHold: 10 * time.Minute},
+			want: webhook.Config{Listen: ":8443", CertDir: "/etc/webhook/certs", MetricsAddr: ":9125", Mode: "existence", OnUnsatisfiable: "deny", OnInsufficientCount: "allow", MaxRequestBytes: 8 << 20, MaxInflightBytes: 8 << 20, PlannerManualHold: 10 * time.Minute},
 		},
 		"flags": {
-			args: []string{"--listen=:9443", "--tls-cert-dir=/certs", "--kubeconfig=/kc", "--config=/p.yaml", "--mode=capacity", "--on-unsatisfiable=allow", "--on-insufficient-count=deny", "--max-request-bytes=1024", "--max-inflight-bytes=4096", "--resync=1m", "--reuse-port", "--reshape-first", "--planner-manual-hold=1m"},
-			want: webhook.Config{Listen: ":9443", CertDir: "/certs", Kubeconfig: "/kc", PolicyFile: "/p.yaml", Mode: "capacity", OnUnsatisfiable: "allow", OnInsufficientCount: "deny", MaxRequestBytes: 1024, MaxInflightBytes: 4096, Resync: time.Minute, ReusePort: true, ReshapeFirst: true, PlannerManualHold: time.Minute},
+			args: []string{"--listen=:9443", "--tls-cert-dir=/certs", "--metrics-addr=", "--metrics-cert-dir=/m", "--kubeconfig=/kc", "--config=/p.yaml", "--mode=capacity", "--on-unsatisfiable=allow", "--on-insufficient-count=deny", "--max-request-bytes=1024", "--max-inflight-bytes=4096", "--resync=1m", "--reuse-port", "--reshape-first", "--planner-manual-hold=1m"},
+			want: webhook.Config{Listen: ":9443", CertDir: "/certs", MetricsCertDir: "/m", Kubeconfig: "/kc", PolicyFile: "/p.yaml", Mode: "capacity", OnUnsatisfiable: "allow", OnInsufficientCount: "deny", MaxRequestBytes: 1024, MaxInflightBytes: 4096, Resync: time.Minute, ReusePort: true, ReshapeFirst: true, PlannerManualHold: time.Minute},
 		},
 		"environment twins": {
 			env: map[string]string{
-				"MIGFLEX_WEBHOOK_LISTEN": ":7443", "MIGFLEX_WEBHOOK_TLS_CERT_DIR": "/s", "MIGFLEX_WEBHOOK_CONFIG": "/c",
+				"MIGFLEX_WEBHOOK_LISTEN": ":7443", "MIGFLEX_WEBHOOK_TLS_CERT_DIR": "/s", "MIGFLEX_WEBHOOK_METRICS_ADDR": ":7125", "MIGFLEX_WEBHOOK_CONFIG": "/c",
 				"MIGFLEX_WEBHOOK_MODE": "capacity", "MIGFLEX_WEBHOOK_ON_UNSATISFIABLE": "allow", "MIGFLEX_WEBHOOK_MAX_REQUEST_BYTES": "99",
 				"MIGFLEX_WEBHOOK_ON_INSUFFICIENT_COUNT": "deny", "MIGFLEX_WEBHOOK_MAX_INFLIGHT_BYTES": "77", "MIGFLEX_WEBHOOK_REUSE_PORT": "true",
 				"MIGFLEX_WEBHOOK_RESHAPE_FIRST": "true", "MIGFLEX_WEBHOOK_PLANNER_MANUAL_HOLD": "30s",
 			},
-			want: webhook.Config{Listen: ":7443", CertDir: "/s", PolicyFile: "/c", Mode: "capacity", OnUnsatisfiable: "allow", OnInsufficientCount: "deny", MaxRequestBytes: 99, MaxInflightBytes: 77, ReusePort: true, ReshapeFirst: true, PlannerManualHold: 30 * time.Second},
+			want: webhook.Config{Listen: ":7443", CertDir: "/s", MetricsAddr: ":7125", PolicyFile: "/c", Mode: "capacity", OnUnsatisfiable: "allow", OnInsufficientCount: "deny", MaxRequestBytes: 99, MaxInflightBytes: 77, ReusePort: true, ReshapeFirst: true, PlannerManualHold: 30 * time.Second},
 		},
 		"a flag beats its environment twin": {
 			args: []string{"--mode=existence"},
 			env:  map[string]string{"MIGFLEX_WEBHOOK_MODE": "capacity"},
-			want: webhook.Config{Listen: ":8443", CertDir: "/etc/webhook/certs", Mode: "existence", OnUnsatisfiable: "deny", OnInsufficientCount: "allow", MaxRequestBytes: 8 << 20, MaxInflightBytes: 8 << 20, PlannerManualHold: 10 * time.Minute},
+			want: webhook.Config{Listen: ":8443", CertDir: "/etc/webhook/certs", MetricsAddr: ":9125", Mode: "existence", OnUnsatisfiable: "deny", OnInsufficientCount: "allow", MaxRequestBytes: 8 << 20, MaxInflightBytes: 8 << 20, PlannerManualHold: 10 * time.Minute},
 		},
 		"bad environment value": {
 			env:     map[string]string{"MIGFLEX_WEBHOOK_MAX_REQUEST_BYTES": "lots"},
@@ -84,6 +85,10 @@ func TestParseFlags(t *testing.T) {
 
 func TestRunFailsClearly(t *testing.T) {
 	dir := t.TempDir()
+	serving := t.TempDir()
+	if _, err := certtest.WriteServing(serving); err != nil {
+		t.Fatal(err)
+	}
 	tests := map[string]struct {
 		args    []string
 		env     map[string]string
@@ -101,6 +106,11 @@ func TestRunFailsClearly(t *testing.T) {
 			args:    []string{"--tls-cert-dir=" + dir, "--listen=127.0.0.1:0"},
 			env:     map[string]string{"KUBECONFIG": writeKubeconfig(t, dir)},
 			wantErr: "reading certificate",
+		},
+		"missing metrics certificate": {
+			args:    []string{"--tls-cert-dir=" + serving, "--listen=127.0.0.1:0", "--metrics-addr=127.0.0.1:0", "--metrics-cert-dir=" + dir},
+			env:     map[string]string{"KUBECONFIG": writeKubeconfig(t, dir)},
+			wantErr: "metrics server certificate",
 		},
 	}
 	for name, tc := range tests {

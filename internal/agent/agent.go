@@ -42,8 +42,8 @@ const (
 	// take to publish a new layout in the Node's allocatable: it does at
 	// its next node status update (every 10 s by default).
 	DefaultAllocatableTimeout = 2 * time.Minute
-	// DefaultMetricsAddr is the metrics and /healthz listener the command
-	// uses unless told otherwise.
+	// DefaultMetricsAddr is the command's HTTPS listener for Handler
+	// (internal/metricsserver) unless told otherwise.
 	DefaultMetricsAddr = ":9123"
 	// DefaultInUseInterval is how often the agent asks the kubelet which
 	// devices pods hold, to publish it in the layout annotation.
@@ -122,9 +122,6 @@ type Options struct {
 	// Default DefaultInUseInterval; negative turns the polling off (the
 	// annotation is then current only after each reconcile).
 	InUseInterval time.Duration
-	// MetricsAddr is where /metrics and /healthz are served; empty
-	// serves nothing.
-	MetricsAddr string
 	// Registry receives the agent's metrics and is what /metrics serves.
 	// Nil: a new registry with the Go and process collectors.
 	Registry *prometheus.Registry
@@ -246,16 +243,16 @@ func New(opts Options) (*Agent, error) {
 	}, nil
 }
 
-// Handler serves /metrics and /healthz, as Run does on MetricsAddr.
+// Handler serves /metrics and /healthz; the process serves it
+// (internal/nodeagent, through internal/metricsserver).
 func (a *Agent) Handler() http.Handler {
 	return metricsserver.Handler(a.opts.Registry, &a.live, "the agent is not running its loop")
 }
 
 // Run serves the node's current devices at once, then watches the Node and
 // the config file and reconciles until ctx is cancelled; an Agent runs
-// once. It returns an error only when it cannot start (the metrics address
-// cannot be bound, the GPUs cannot be read) or the server of the devices
-// stops with one.
+// once. It returns an error only when it cannot start (the GPUs cannot be
+// read) or the server of the devices stops with one.
 func (a *Agent) Run(ctx context.Context) error {
 	a.log = klog.FromContext(ctx).WithName("agent").WithValues("node", a.opts.NodeName)
 	ctx = klog.NewContext(ctx, a.log)
@@ -263,14 +260,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-
-	if a.opts.MetricsAddr != "" {
-		addr, err := metricsserver.Start(ctx, &wg, a.opts.MetricsAddr, a.Handler())
-		if err != nil {
-			return err
-		}
-		a.log.Info("Serving metrics", "addr", addr.String())
-	}
 
 	// Serve what the GPUs have before anything else, so a restarted agent
 	// does not zero the node's resources while it catches up.

@@ -18,6 +18,7 @@ import (
 	"github.com/migflex/migflex/internal/deviceplugin"
 	"github.com/migflex/migflex/internal/health"
 	"github.com/migflex/migflex/internal/kubeclient"
+	"github.com/migflex/migflex/internal/metricsserver"
 	"github.com/migflex/migflex/internal/nvmlbackend"
 	"github.com/migflex/migflex/internal/podresources"
 )
@@ -61,6 +62,7 @@ type Config struct {
 	ConfigFile         string
 	BusyPolicy         agent.BusyPolicy
 	MetricsAddr        string
+	MetricsCertDir     string
 	RetryInterval      time.Duration
 	ResyncInterval     time.Duration
 	AllocatableTimeout time.Duration
@@ -164,14 +166,23 @@ func Run(ctx context.Context, c Config, getenv func(string) string) error {
 		ResyncInterval:     c.ResyncInterval,
 		AllocatableTimeout: c.AllocatableTimeout,
 		InUseInterval:      c.InUseInterval,
-		MetricsAddr:        c.MetricsAddr,
 	})
 	if err != nil {
 		return err
 	}
 	stop := runHealth(ctx, watcher)
 	defer stop()
-	return a.Run(ctx)
+	if c.MetricsAddr == "" {
+		return a.Run(ctx)
+	}
+	srv, err := metricsserver.New(metricsserver.Options{
+		Addr: c.MetricsAddr, Name: "migflex-agent", CertDir: c.MetricsCertDir,
+		Handler: a.Handler(), Reviewer: metricsserver.NewReviewer(client),
+	})
+	if err != nil {
+		return err
+	}
+	return srv.RunAlongside(ctx, a.Run)
 }
 
 // runHealth runs the node's health checks, the one source of device health

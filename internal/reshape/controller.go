@@ -245,7 +245,8 @@ func (c *Controller) poke() {
 	}
 }
 
-// Handler serves /metrics and /healthz.
+// Handler serves /metrics and /healthz; the process serves it (Run in
+// process.go, through internal/metricsserver).
 func (c *Controller) Handler() http.Handler {
 	return metricsserver.Handler(c.opts.Registry, &c.ready, "the planner's caches have not synced")
 }
@@ -259,12 +260,6 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-
-	if c.opts.MetricsAddr != "" {
-		if _, err := metricsserver.Start(ctx, &wg, c.opts.MetricsAddr, c.Handler()); err != nil {
-			return err
-		}
-	}
 
 	c.broadcaster = record.NewBroadcaster(record.WithContext(ctx))
 	c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.opts.Client.CoreV1().Events("")})

@@ -70,9 +70,6 @@ type Options struct {
 	RenewDeadline  time.Duration
 	RetryPeriod    time.Duration
 
-	// MetricsAddr is where /metrics and /healthz are served; empty serves
-	// nothing.
-	MetricsAddr string
 	// Registry receives the metrics; nil: a new one with the Go and
 	// process collectors.
 	Registry *prometheus.Registry

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 
 	"github.com/migflex/migflex/internal/kubeclient"
+	"github.com/migflex/migflex/internal/metricsserver"
 )
 
 // The planner's client-side rate limit: a round writes at most
@@ -26,6 +27,11 @@ type Config struct {
 	Kubeconfig   string
 	KubeAPIQPS   float64
 	KubeAPIBurst int
+	// MetricsAddr is the HTTPS address of /metrics (for clients the API
+	// server authorizes) and /healthz (for anyone); empty serves neither.
+	// MetricsCertDir holds its key pair; empty: self-signed.
+	MetricsAddr    string
+	MetricsCertDir string
 }
 
 // Validate checks what the controller's own checks do not; flag names a
@@ -66,5 +72,15 @@ func Run(ctx context.Context, c Config, getenv func(string) string) error {
 	if err != nil {
 		return err
 	}
-	return ctl.Run(ctx)
+	if c.MetricsAddr == "" {
+		return ctl.Run(ctx)
+	}
+	srv, err := metricsserver.New(metricsserver.Options{
+		Addr: c.MetricsAddr, Name: "migflex-planner", CertDir: c.MetricsCertDir,
+		Handler: ctl.Handler(), Reviewer: metricsserver.NewReviewer(client),
+	})
+	if err != nil {
+		return err
+	}
+	return srv.RunAlongside(ctx, ctl.Run)
 }

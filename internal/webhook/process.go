@@ -3,18 +3,30 @@ package webhook
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"time"
 
 	"github.com/migflex/migflex/internal/fallback"
 	"github.com/migflex/migflex/internal/kubeclient"
+	"github.com/migflex/migflex/internal/metricsserver"
 	"github.com/migflex/migflex/internal/plansnap"
 )
+
+// DefaultMetricsAddr is the command's metrics listener unless told
+// otherwise: a port of its own, next to the agent's 9123 and the planner's
+// 9124.
+const DefaultMetricsAddr = ":9125"
 
 // Config is everything the webhook process is told on its command line.
 type Config struct {
 	Listen  string
 	CertDir string
+	// MetricsAddr is the HTTPS address of /metrics, for clients the API
+	// server authorizes; empty serves no metrics. MetricsCertDir holds
+	// its key pair; empty: self-signed.
+	MetricsAddr    string
+	MetricsCertDir string
 	// Kubeconfig is the --kubeconfig file (see kubeclient.Options).
 	Kubeconfig string
 	// PolicyFile is a FallbackPolicy file; empty means the default policy.
@@ -75,5 +87,21 @@ func Run(ctx context.Context, c Config, getenv func(string) string) error {
 	if err != nil {
 		return err
 	}
-	return srv.Run(ctx)
+	if c.MetricsAddr == "" {
+		return srv.Run(ctx)
+	}
+	// Replicas sharing the admission port on one host's network share
+	// the metrics port too; a scrape then reaches one of them.
+	var lc net.ListenConfig
+	if c.ReusePort {
+		lc.Control = reusePort
+	}
+	metrics, err := metricsserver.New(metricsserver.Options{
+		Addr: c.MetricsAddr, Name: "gpu-webhook", CertDir: c.MetricsCertDir,
+		Handler: srv.MetricsHandler(), Reviewer: metricsserver.NewReviewer(client), ListenConfig: &lc,
+	})
+	if err != nil {
+		return err
+	}
+	return metrics.RunAlongside(ctx, srv.Run)
 }

@@ -1,6 +1,9 @@
 // Package webhook is the HTTPS adapter around internal/fallback: it decodes
 // AdmissionReviews, keeps the cluster view in informer caches, serves
-// /mutate, /healthz, /readyz and /metrics, and reloads its certificate.
+// /mutate, /healthz and /readyz, and reloads its certificate. Its metrics
+// are served on a port of their own (MetricsHandler, through
+// internal/metricsserver in Run), not to whoever reaches the admission
+// port.
 package webhook
 
 import (
@@ -148,7 +151,6 @@ func NewServer(o Options) (*Server, error) {
 	mux.Handle("/mutate", h)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc("/readyz", s.readyz)
-	mux.Handle("/metrics", promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{}))
 
 	s.http = &http.Server{
 		Handler: mux,
@@ -178,6 +180,14 @@ func NewServer(o Options) (*Server, error) {
 
 // Addr is the bound address (useful with ":0").
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// MetricsHandler serves /metrics from the webhook's registry; Run serves it
+// on --metrics-addr to authorized clients.
+func (s *Server) MetricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{}))
+	return mux
+}
 
 func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	if _, ok := s.source.Snapshot(); !ok {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -70,7 +71,7 @@ func TestServer(t *testing.T) {
 	first := ca.Issue(t)
 	certtest.WriteSecretDir(t, dir, first)
 	src := &gatedSource{snap: snapshotOf(gpuNode("a100", map[corev1.ResourceName]int64{mig1g10: 7}))}
-	_, base := startServer(t, Options{
+	srv, base := startServer(t, Options{
 		Listen:           "127.0.0.1:0",
 		CertDir:          dir,
 		CertPollInterval: -1,
@@ -111,7 +112,14 @@ func TestServer(t *testing.T) {
 		t.Fatalf("mutate over TLS: %v %+v", err, review.Response)
 	}
 
-	code, metrics := get("/metrics")
+	// Metrics have a port of their own (Run serves MetricsHandler there),
+	// not the admission port anyone who reaches the webhook can use.
+	if code, _ := get("/metrics"); code != http.StatusNotFound {
+		t.Errorf("/metrics on the admission port: %d, want 404", code)
+	}
+	rec := httptest.NewRecorder()
+	srv.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	code, metrics := rec.Code, rec.Body.String()
 	for _, want := range []string{
 		`migflex_webhook_admissions_total{result="rewritten"} 1`,
 		`migflex_webhook_fallbacks_total{from="2g.20gb",to="1g.10gb"} 1`,

@@ -333,19 +333,22 @@ func killPlanner(pod string) error {
 }
 
 // scrape sums a metric's samples (all label sets matching the prefix of
-// labels given, e.g. `cause="in-use"`) at url.
+// labels given, e.g. `cause="in-use"`) at url, with a token that may read
+// metrics (metricsReaderToken).
 func scrape(ctx context.Context, url, name, labels string) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	token, err := metricsReaderToken(ctx)
 	if err != nil {
 		return 0, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	code, body, err := framework.Get(ctx, url, token)
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
+	if code != http.StatusOK {
+		return 0, fmt.Errorf("GET %s: %d %s", url, code, body)
+	}
 	sum := 0.0
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(strings.NewReader(body))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
@@ -381,7 +384,7 @@ func countWrites(t *testing.T) writeCounts {
 	ctx := t.Context()
 	w := writeCounts{agent: map[string]float64{}}
 	for _, cause := range []string{"reconcile", "announce", "health", "in-use"} {
-		v, err := scrape(ctx, "http://127.0.0.1:9123/metrics", "migflex_agent_node_writes_total", `cause="`+cause+`"`)
+		v, err := scrape(ctx, framework.AgentMetricsURL+"/metrics", "migflex_agent_node_writes_total", `cause="`+cause+`"`)
 		if err != nil {
 			t.Fatalf("the agent's metrics: %v", err)
 		}
@@ -392,7 +395,7 @@ func countWrites(t *testing.T) writeCounts {
 		t.Fatal(err)
 	}
 	for _, p := range pods {
-		v, err := scrape(ctx, "http://"+p.Status.PodIP+":9124/metrics", "migflex_planner_node_writes_total", "")
+		v, err := scrape(ctx, "https://"+p.Status.PodIP+":"+framework.PlannerMetricsPort+"/metrics", "migflex_planner_node_writes_total", "")
 		if err != nil {
 			t.Fatalf("planner %s's metrics: %v", p.Name, err)
 		}
@@ -919,4 +922,27 @@ func TestPlannerReshapeFirst(t *testing.T) {
 		}
 		deletePodAndWait(t, ns, p.Name)
 	})
+}
+
+// Each planner replica serves its metrics over HTTPS at its pod's IP, to a
+// token the API server lets read them and to no other; its /healthz there
+// answers the kubelet's probes without one.
+func TestPlannerMetricsNeedAnAuthorizedToken(t *testing.T) {
+	planner(t)
+	pods, err := plannerPods(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods) == 0 {
+		t.Fatal("no planner pod runs")
+	}
+	for _, p := range pods {
+		t.Run(p.Name, func(t *testing.T) {
+			base := "https://" + p.Status.PodIP + ":" + framework.PlannerMetricsPort
+			checkMetricsGuarded(t, base, "migflex_planner_leader ")
+			if code, body, err := framework.Get(t.Context(), base+"/healthz", ""); err != nil || code != http.StatusOK {
+				t.Errorf("/healthz without a token: %d %q %v, want 200", code, body, err)
+			}
+		})
+	}
 }

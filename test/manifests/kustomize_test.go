@@ -179,6 +179,10 @@ func TestLocalOverlay(t *testing.T) {
 	if !slices.Contains(c.Args, "--listen=:9443") {
 		t.Errorf("webhook args %q: want it on 9443, a port free on the host", c.Args)
 	}
+	// Its metrics, like the agent's, on the host's loopback only.
+	if !slices.Contains(c.Args, "--metrics-addr=127.0.0.1:9125") {
+		t.Errorf("webhook args %q: want its metrics on 127.0.0.1:9125", c.Args)
+	}
 	// Two replicas on the one node, sharing the port (TestWebhookRolloutsAreHitless
 	// checks how).
 	if *d.Spec.Replicas != 2 {
