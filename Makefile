@@ -50,7 +50,7 @@ CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 export CGO_CFLAGS
 
 .PHONY: all build lint test test-deps test-unit test-integration test-e2e test-e2e-oldest test-arm64 test-matrix \
-	envtest-assets helm bench replay k8s-binaries images cluster-up cluster-down demo clean test-docker kind
+	envtest-assets helm promtool bench replay k8s-binaries images cluster-up cluster-down demo clean test-docker kind
 
 all: build
 
@@ -102,9 +102,13 @@ envtest-assets:
 helm:
 	deployments/hack/install-helm.sh >/dev/null
 
+# The pinned promtool the manifest tests check the alert rules with.
+promtool:
+	deployments/hack/install-promtool.sh >/dev/null
+
 # MIGFLEX_REQUIRE_ENVTEST=1 turns testenv's skip into a failure, so this target
 # can never pass by skipping.
-test-integration: envtest-assets helm test-deps
+test-integration: envtest-assets helm promtool test-deps
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) MIGFLEX_REQUIRE_ENVTEST=1 $(GO) test $(GO_TEST_FLAGS) ./...
 
 # Builds bin/, the cluster binaries and images, brings the cluster up, runs

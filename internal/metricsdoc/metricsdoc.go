@@ -1,6 +1,8 @@
 // Package metricsdoc checks, in tests, that a binary's Prometheus metrics
 // and docs/METRICS.md agree: every metric with a prefix is documented with
-// its type and labels, and every documented one exists.
+// its type and labels, and every documented one exists. QueryMetrics names
+// the metrics a query selects, so that the alerts and the dashboard the
+// chart ships are checked against the page too (test/manifests).
 package metricsdoc
 
 import (

@@ -3,6 +3,8 @@ package manifests
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +21,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/migflex/migflex/internal/testenv"
 	"github.com/migflex/migflex/test/apiwarn"
@@ -101,6 +104,7 @@ func TestManifestsAcceptedByAPIServer(t *testing.T) {
 	c := newCluster(t, cfg)
 	ctx := t.Context()
 	installCertManagerStubs(t, cfg)
+	installPrometheusOperatorCRDs(t, cfg)
 	c.mapper.Reset()
 	ns := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": namespace},
@@ -156,6 +160,42 @@ func TestManifestsAcceptedByAPIServer(t *testing.T) {
 			t.Fatalf("apply with spec.replica: %v, want it refused", err)
 		}
 	})
+	// ...and so is one of a PrometheusRule: the CRDs are the real ones.
+	t.Run("a misspelt field of a rule is refused", func(t *testing.T) {
+		o := helmTemplate(t, scenarioNamed(t, "prometheus-rules")).find("PrometheusRule", "migflex").DeepCopy()
+		groups, _, _ := unstructured.NestedSlice(o.Object, "spec", "groups")
+		groups[0].(map[string]any)["rules"].([]any)[0].(map[string]any)["fro"] = "5m"
+		if err := unstructured.SetNestedSlice(o.Object, groups, "spec", "groups"); err != nil {
+			t.Fatal(err)
+		}
+		err := c.apply(ctx, o, true)
+		if err == nil || !strings.Contains(err.Error(), "fro") {
+			t.Fatalf("apply with a rule's fro: %v, want it refused", err)
+		}
+	})
+}
+
+// installPrometheusOperatorCRDs creates the Prometheus Operator's
+// CustomResourceDefinitions the chart's objects use, the released ones
+// (testdata/crds), and waits until they are established.
+func installPrometheusOperatorCRDs(t *testing.T, cfg *rest.Config) {
+	t.Helper()
+	client := apiextensionsclient.NewForConfigOrDie(cfg)
+	files, err := filepath.Glob(filepath.Join(repoRoot(t), "test/manifests/testdata/crds/*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no CRDs in testdata/crds: %v", err)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := sigsyaml.UnmarshalStrict(data, crd); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		createCRD(t, client, crd)
+	}
 }
 
 // installCertManagerStubs creates CustomResourceDefinitions for the two
@@ -183,23 +223,30 @@ func installCertManagerStubs(t *testing.T, cfg *rest.Config) {
 				}},
 			},
 		}
-		if _, err := client.ApiextensionsV1().CustomResourceDefinitions().Create(t.Context(), crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-		err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			got, err := client.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
-			if err != nil {
-				return false, err
-			}
-			for _, c := range got.Status.Conditions {
-				if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
-					return true, nil
-				}
-			}
-			return false, nil
-		})
+		createCRD(t, client, crd)
+	}
+}
+
+// createCRD creates crd (unless it exists) and waits until it is
+// established.
+func createCRD(t *testing.T, client apiextensionsclient.Interface, crd *apiextensionsv1.CustomResourceDefinition) {
+	t.Helper()
+	if _, err := client.ApiextensionsV1().CustomResourceDefinitions().Create(t.Context(), crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := client.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
 		if err != nil {
-			t.Fatalf("CRD %s not established: %v", crd.Name, err)
+			return false, err
 		}
+		for _, c := range got.Status.Conditions {
+			if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("CRD %s not established: %v", crd.Name, err)
 	}
 }

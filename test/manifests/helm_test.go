@@ -82,6 +82,10 @@ var scenarios = []scenario{
 	{name: "agent-only", set: []string{"webhook.enabled=false", "nodeScopePolicy.enabled=false"}},
 	{name: "planner", set: []string{"backend=simulated", "planner.enabled=true"}},
 	{name: "planner-dry-run", set: []string{"planner.enabled=true", "planner.dryRun=true"}},
+	{name: "prometheus-rules", set: []string{"backend=simulated", "planner.enabled=true", "metrics.prometheusRule.enabled=true"}},
+	{name: "monitoring", set: []string{"planner.enabled=true", "metrics.certSecretName=migflex-metrics-tls", "metrics.prometheusRule.enabled=true",
+		"metrics.prometheusRule.labels.release=kube-prometheus-stack", "metrics.readers[0].kind=ServiceAccount",
+		"metrics.readers[0].name=prometheus-k8s", "metrics.readers[0].namespace=monitoring"}},
 }
 
 func scenarioNamed(t testing.TB, name string) scenario {

@@ -35,6 +35,7 @@ func TestKustomizeMatchesHelm(t *testing.T) {
 		{"overlays/real-cert-manager", scenario{name: "cert-manager", set: []string{"certificates.mode=cert-manager"}}},
 		{"testdata/simulated-planner", scenarioNamed(t, "planner")},
 		{"testdata/real-planner-dry-run", scenarioNamed(t, "planner-dry-run")},
+		{"testdata/simulated-planner-monitoring", scenarioNamed(t, "prometheus-rules")},
 	} {
 		t.Run(tc.overlay, func(t *testing.T) {
 			fromHelm := normalise(helmTemplate(t, tc.helm), true)

@@ -160,19 +160,23 @@ func newGauge(name string) *prometheus.Registry {
 // the Secret mounted where --metrics-cert-dir points.
 func TestMetricsServing(t *testing.T) {
 	type rendering struct {
-		name string
-		objs objects
+		name       string
+		objs       objects
+		certSecret bool
 	}
 	var renderings []rendering
-	for _, s := range append(slices.Clone(scenarios), scenario{name: "metrics-cert", set: []string{"planner.enabled=true", "metrics.certSecretName=migflex-metrics-tls"}}) {
-		renderings = append(renderings, rendering{"helm/" + s.name, helmTemplate(t, s)})
+	for _, s := range scenarios {
+		renderings = append(renderings, rendering{"helm/" + s.name, helmTemplate(t, s), slices.Contains(s.set, "metrics.certSecretName=migflex-metrics-tls")})
 	}
 	for _, o := range overlays {
-		renderings = append(renderings, rendering{"kustomize/" + o, kustomizeBuild(t, o)})
+		renderings = append(renderings, rendering{"kustomize/" + o, kustomizeBuild(t, o), false})
+	}
+	if !slices.ContainsFunc(renderings, func(r rendering) bool { return r.certSecret }) {
+		t.Fatal("no scenario sets metrics.certSecretName=migflex-metrics-tls")
 	}
 	for _, r := range renderings {
 		t.Run(r.name, func(t *testing.T) {
-			certSecret := strings.HasSuffix(r.name, "/metrics-cert")
+			certSecret := r.certSecret
 			var pods []corev1.PodSpec
 			for _, o := range r.objs.ofKind("DaemonSet") {
 				pods = append(pods, as[appsv1.DaemonSet](t, o).Spec.Template.Spec)
