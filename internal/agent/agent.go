@@ -500,6 +500,7 @@ func (a *Agent) noteAssignments(assignments []podresources.Assignment) bool {
 		return false
 	}
 	a.inUse = next
+	a.metrics.setInUse(next)
 	return true
 }
 

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -51,6 +52,9 @@ type metrics struct {
 	errors     *prometheus.CounterVec
 	state      *prometheus.GaugeVec
 	node       string
+	// inUse holds the device IDs pods hold, as the loop last learnt them
+	// (setInUse); the device collector reads it at scrape time.
+	inUse atomic.Pointer[map[string]bool]
 }
 
 // configStates are the values of the state label of
@@ -84,7 +88,7 @@ func newMetrics(reg prometheus.Registerer, srv Server, node string) (*metrics, e
 		}, []string{"cause"}),
 	}
 	m.setState("")
-	for _, c := range []prometheus.Collector{m.reconciles, m.duration, m.errors, m.state, m.writes, deviceCollector{srv}} {
+	for _, c := range []prometheus.Collector{m.reconciles, m.duration, m.errors, m.state, m.writes, deviceCollector{srv, &m.inUse}} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering agent metrics: %w", err)
 		}
@@ -103,6 +107,16 @@ func (m *metrics) setState(state string) {
 	}
 }
 
+// setInUse records which devices pods hold: inUse maps device IDs to the
+// pods holding them (Agent.inUse).
+func (m *metrics) setInUse(inUse map[string][]string) {
+	ids := make(map[string]bool, len(inUse))
+	for id := range inUse {
+		ids[id] = true
+	}
+	m.inUse.Store(&ids)
+}
+
 // newRegistry is the registry used when Options.Registry is nil: the
 // agent's metrics plus the Go runtime and process collectors.
 func newRegistry() *prometheus.Registry {
@@ -111,27 +125,49 @@ func newRegistry() *prometheus.Registry {
 	return reg
 }
 
-var devicesDesc = prometheus.NewDesc("migflex_agent_devices",
-	"Devices served to the kubelet, by resource and health (healthy, unhealthy). A resource whose devices went away stays at 0.",
-	[]string{"resource", "health"}, nil)
+var (
+	devicesDesc = prometheus.NewDesc("migflex_agent_devices",
+		"Devices served to the kubelet, by resource and health (healthy, unhealthy). A resource whose devices went away stays at 0.",
+		[]string{"resource", "health"}, nil)
+	devicesInUseDesc = prometheus.NewDesc("migflex_agent_devices_in_use",
+		"Served devices that pods hold, as the kubelet's pod-resources API last said, by resource and health; migflex_agent_devices minus these are free.",
+		[]string{"resource", "health"}, nil)
+)
 
-// deviceCollector reads the served devices at scrape time, so the gauge is
-// never staler than the server itself.
-type deviceCollector struct{ srv Server }
+// deviceCollector reads the served devices at scrape time, so the gauges
+// are never staler than the server itself, and which of them pods hold
+// from inUse.
+type deviceCollector struct {
+	srv   Server
+	inUse *atomic.Pointer[map[string]bool]
+}
 
-func (c deviceCollector) Describe(ch chan<- *prometheus.Desc) { ch <- devicesDesc }
+func (c deviceCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- devicesDesc
+	ch <- devicesInUseDesc
+}
 
 func (c deviceCollector) Collect(ch chan<- prometheus.Metric) {
+	var inUse map[string]bool
+	if p := c.inUse.Load(); p != nil {
+		inUse = *p
+	}
 	for name, devs := range c.srv.Served() {
-		healthy, unhealthy := 0, 0
-		for _, ok := range devs {
-			if ok {
-				healthy++
-			} else {
-				unhealthy++
+		// [healthy, unhealthy]
+		var served, used [2]int
+		for id, ok := range devs {
+			h := 0
+			if !ok {
+				h = 1
+			}
+			served[h]++
+			if inUse[id] {
+				used[h]++
 			}
 		}
-		ch <- prometheus.MustNewConstMetric(devicesDesc, prometheus.GaugeValue, float64(healthy), name, "healthy")
-		ch <- prometheus.MustNewConstMetric(devicesDesc, prometheus.GaugeValue, float64(unhealthy), name, "unhealthy")
+		for h, health := range []string{"healthy", "unhealthy"} {
+			ch <- prometheus.MustNewConstMetric(devicesDesc, prometheus.GaugeValue, float64(served[h]), name, health)
+			ch <- prometheus.MustNewConstMetric(devicesInUseDesc, prometheus.GaugeValue, float64(used[h]), name, health)
+		}
 	}
 }
