@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
@@ -105,7 +106,20 @@ func TestManifestsAcceptedByAPIServer(t *testing.T) {
 	ctx := t.Context()
 	installCertManagerStubs(t, cfg)
 	installPrometheusOperatorCRDs(t, cfg)
-	c.mapper.Reset()
+	// An established CRD reaches discovery a moment later.
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		c.mapper.Reset()
+		for _, gk := range []schema.GroupKind{{Group: "cert-manager.io", Kind: "Certificate"}, {Group: "cert-manager.io", Kind: "Issuer"},
+			{Group: "monitoring.coreos.com", Kind: "PrometheusRule"}, {Group: "monitoring.coreos.com", Kind: "ServiceMonitor"}} {
+			if _, err := c.mapper.RESTMapping(gk); err != nil {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("the CRDs never reached discovery: %v", err)
+	}
 	ns := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": namespace},
 	}}

@@ -16,7 +16,7 @@ import (
 // sections are the values.yaml maps whose keys are values of their own;
 // every other map (resources, nodeSelector, policy, ...) is one value.
 var sections = []string{"", "image", "agent", "agent.hostPaths", "simulator", "nodeScopePolicy", "webhook",
-	"webhook.podDisruptionBudget", "planner", "metrics", "metrics.prometheusRule", "certificates", "certificates.certgen", "certificates.certManager"}
+	"webhook.podDisruptionBudget", "planner", "metrics", "metrics.serviceMonitor", "metrics.prometheusRule", "metrics.dashboard", "certificates", "certificates.certgen", "certificates.certManager"}
 
 // docs/INSTALL.md's values table lists every value of the chart, and
 // nothing else.

@@ -85,7 +85,12 @@ var scenarios = []scenario{
 	{name: "prometheus-rules", set: []string{"backend=simulated", "planner.enabled=true", "metrics.prometheusRule.enabled=true"}},
 	{name: "monitoring", set: []string{"planner.enabled=true", "metrics.certSecretName=migflex-metrics-tls", "metrics.prometheusRule.enabled=true",
 		"metrics.prometheusRule.labels.release=kube-prometheus-stack", "metrics.readers[0].kind=ServiceAccount",
-		"metrics.readers[0].name=prometheus-k8s", "metrics.readers[0].namespace=monitoring"}},
+		"metrics.readers[0].name=prometheus-k8s", "metrics.readers[0].namespace=monitoring",
+		"metrics.serviceMonitor.enabled=true", "metrics.serviceMonitor.labels.release=kube-prometheus-stack", "metrics.dashboard.enabled=true"}},
+	{name: "monitoring-host-network", set: []string{"backend=simulated", "agent.hostNetwork=true", "webhook.hostNetwork=true", "webhook.port=9443",
+		"certificates.certgen.hostNetwork=true", "metrics.serviceMonitor.enabled=true",
+		"metrics.serviceMonitor.authorization.type=Bearer", "metrics.serviceMonitor.authorization.credentials.name=scraper-token",
+		"metrics.serviceMonitor.authorization.credentials.key=token"}},
 }
 
 func scenarioNamed(t testing.TB, name string) scenario {

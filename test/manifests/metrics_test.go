@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -18,6 +19,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -234,4 +237,87 @@ func flagValue(args []string, name string) string {
 		}
 	}
 	return v
+}
+
+// With metrics.serviceMonitor.enabled each component has a headless
+// Service whose endpoints are its pods alone, at their metrics port, and a
+// ServiceMonitor that selects that Service alone and scrapes it over HTTPS
+// with a bearer token: Prometheus's own (a token file), or the Secret of
+// metrics.serviceMonitor.authorization. The Prometheus Operator's CRDs
+// validate the fields (TestManifestsAcceptedByAPIServer).
+func TestServiceMonitors(t *testing.T) {
+	if objs := helmTemplate(t, scenarioNamed(t, "planner")); len(objs.ofKind("ServiceMonitor")) != 0 {
+		t.Error("ServiceMonitors without metrics.serviceMonitor.enabled")
+	}
+	for _, name := range []string{"monitoring", "monitoring-host-network"} {
+		t.Run(name, func(t *testing.T) {
+			s := scenarioNamed(t, name)
+			objs := helmTemplate(t, s)
+			pods := map[string]corev1.PodTemplateSpec{}
+			for _, o := range objs.ofKind("DaemonSet") {
+				pods[o.GetName()] = as[appsv1.DaemonSet](t, o).Spec.Template
+			}
+			for _, o := range objs.ofKind("Deployment") {
+				pods[o.GetName()] = as[appsv1.Deployment](t, o).Spec.Template
+			}
+			var services []*corev1.Service
+			for _, o := range objs.ofKind("Service") {
+				services = append(services, as[corev1.Service](t, o))
+			}
+			monitors := objs.ofKind("ServiceMonitor")
+			if len(monitors) != len(pods) {
+				t.Errorf("%d ServiceMonitors for %d components %v", len(monitors), len(pods), slices.Collect(maps.Keys(pods)))
+			}
+			for _, m := range monitors {
+				component := m.GetName()
+				pod, ok := pods[component]
+				if !ok {
+					t.Errorf("ServiceMonitor %s names no component", component)
+					continue
+				}
+				sel, _, _ := unstructured.NestedStringMap(m.Object, "spec", "selector", "matchLabels")
+				var matched []*corev1.Service
+				for _, svc := range services {
+					if labels.SelectorFromSet(sel).Matches(labels.Set(svc.Labels)) {
+						matched = append(matched, svc)
+					}
+				}
+				if len(matched) != 1 {
+					t.Errorf("%s selects %d Services, want its own one", component, len(matched))
+					continue
+				}
+				svc := matched[0]
+				if svc.Spec.ClusterIP != corev1.ClusterIPNone {
+					t.Errorf("Service %s is not headless", svc.Name)
+				}
+				for other, p := range pods {
+					if got := labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(p.Labels)); got != (other == component) {
+						t.Errorf("Service %s selects %s's pods: %v", svc.Name, other, got)
+					}
+				}
+				addr := flagValue(pod.Spec.Containers[0].Args, "--metrics-addr")
+				if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Name != "metrics" || ":"+svc.Spec.Ports[0].TargetPort.String() != addr {
+					t.Errorf("Service %s ports %+v, want metrics to the container's %s", svc.Name, svc.Spec.Ports, addr)
+				}
+				eps, _, _ := unstructured.NestedSlice(m.Object, "spec", "endpoints")
+				if len(eps) != 1 {
+					t.Fatalf("%s endpoints %v", component, eps)
+				}
+				ep := eps[0].(map[string]any)
+				if ep["port"] != "metrics" || ep["scheme"] != "https" || ep["path"] != "/metrics" {
+					t.Errorf("%s endpoint %v, want HTTPS /metrics at port metrics", component, ep)
+				}
+				_, secretToken := ep["authorization"]
+				if want := slices.Contains(s.set, "metrics.serviceMonitor.authorization.type=Bearer"); secretToken != want || (ep["bearerTokenFile"] != nil) == want {
+					t.Errorf("%s endpoint %v: authorization %v, bearerTokenFile %v", component, ep, secretToken, ep["bearerTokenFile"])
+				}
+				if tls, _ := ep["tlsConfig"].(map[string]any); tls["insecureSkipVerify"] != true {
+					t.Errorf("%s tlsConfig %v, want the default insecureSkipVerify for the self-signed certificates", component, tls)
+				}
+				if slices.Contains(s.set, "metrics.serviceMonitor.labels.release=kube-prometheus-stack") && m.GetLabels()["release"] != "kube-prometheus-stack" {
+					t.Errorf("%s labels %v lack metrics.serviceMonitor.labels", component, m.GetLabels())
+				}
+			}
+		})
+	}
 }
