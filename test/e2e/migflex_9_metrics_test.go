@@ -26,7 +26,7 @@ func metricsReaderToken(ctx context.Context) (string, error) {
 // checkMetricsGuarded checks that base serves /metrics (with want in it)
 // to a token bound to migflex-metrics-reader only: 401 without a token,
 // 403 with one that may not read, and nothing over plain HTTP.
-func checkMetricsGuarded(t *testing.T, base, want string) {
+func checkMetricsGuarded(t *testing.T, base string, want ...string) {
 	t.Helper()
 	ctx := t.Context()
 	reader, err := metricsReaderToken(ctx)
@@ -42,7 +42,7 @@ func checkMetricsGuarded(t *testing.T, base, want string) {
 		wantCode    int
 		wantBody    string
 	}{
-		{"a token that may read", reader, http.StatusOK, want},
+		{"a token that may read", reader, http.StatusOK, want[0]},
 		{"a token that may not", nobody, http.StatusForbidden, `"system:serviceaccount:` + framework.MigflexNamespace + `:` + metricsNobody + `" may not get /metrics`},
 		{"no token", "", http.StatusUnauthorized, "Unauthorized"},
 		{"a token no API server issued", "not-a-token", http.StatusUnauthorized, "Unauthorized"},
@@ -53,6 +53,13 @@ func checkMetricsGuarded(t *testing.T, base, want string) {
 		}
 		if code != tc.wantCode || !strings.Contains(body, tc.wantBody) {
 			t.Errorf("%s/metrics with %s: %d %.300q, want %d with %q", base, tc.name, code, body, tc.wantCode, tc.wantBody)
+		}
+		if tc.token == reader {
+			for _, w := range want[1:] {
+				if !strings.Contains(body, w) {
+					t.Errorf("%s/metrics lacks %q", base, w)
+				}
+			}
 		}
 	}
 	plain := "http://" + strings.TrimPrefix(base, "https://") + "/metrics"
@@ -67,7 +74,9 @@ func checkMetricsGuarded(t *testing.T, base, want string) {
 func TestMetricsNeedAnAuthorizedToken(t *testing.T) {
 	migflex(t)
 	t.Run("agent", func(t *testing.T) {
-		checkMetricsGuarded(t, framework.AgentMetricsURL, "migflex_agent_config_state{")
+		// The devices in use are what the dashboard's free devices per
+		// profile subtract.
+		checkMetricsGuarded(t, framework.AgentMetricsURL, "migflex_agent_config_state{", "migflex_agent_devices_in_use{")
 		code, body, err := framework.Get(t.Context(), framework.AgentMetricsURL+"/healthz", "")
 		if err != nil || code != http.StatusOK {
 			t.Errorf("the agent's /healthz without a token: %d %q %v, want 200", code, body, err)
