@@ -47,7 +47,10 @@ func startWebhook(bin, certDir, kubeconfig, mode, logPath string) (*webhookProce
 	}
 	start := time.Now()
 	// KUBECONFIG from the caller's environment must not point it elsewhere.
-	p, err := proc.Start(logPath, bin, []string{"KUBECONFIG="},
+	// cmd/webhook's metrics take a free loopback port (listwebhook has no
+	// metrics server and ignores the variable), so that two webhooks never
+	// race for its default :9125.
+	p, err := proc.Start(logPath, bin, []string{"KUBECONFIG=", "MIGFLEX_WEBHOOK_METRICS_ADDR=127.0.0.1:0"},
 		"--listen="+addr, "--tls-cert-dir="+certDir, "--kubeconfig="+kubeconfig, "--mode="+mode)
 	if err != nil {
 		return nil, err
