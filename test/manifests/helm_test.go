@@ -132,6 +132,9 @@ func TestHelmRejectsBadValues(t *testing.T) {
 		"unknown certificate": {"certificates.mode=vault", "mode"},
 		"relative state dir":  {"simulator.stateDir=sim", "stateDir"},
 		"zero GPUs":           {"simulator.gpus[0].count=0", "count"},
+		"misspelt monitoring": {"metrics.serviceMonitr.enabled=true", "serviceMonitr"},
+		"runbooks not a URL":  {"metrics.prometheusRule.runbookBaseURL=docs/METRICS.md", "runbookBaseURL"},
+		"a reader of no kind": {"metrics.readers[0].name=prometheus", "kind"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			out, err := run(t, helm, "template", "migflex", chartDir, "--kube-version", kubeVersion(t), "--set", tc.set)
