@@ -38,6 +38,13 @@ const (
 	// know which layouts the node's GPUs can take.
 	AnnotationProfiles = "migflex.io/mig.profiles"
 
+	// LabelServing says which kubelet API the agent serves the node's GPUs
+	// through: ServingDevicePlugin or ServingDRA. The webhook and the
+	// planner read supply from allocatable on the first and from
+	// ResourceSlices and claims on the second; one node never offers a
+	// resource both ways.
+	LabelServing = "migflex.io/serving"
+
 	// GPU feature discovery's labels, as the device plugin names the
 	// devices (each profile's count is ProfileCountLabel).
 	LabelGPUProduct  = "nvidia.com/gpu.product"
@@ -49,6 +56,12 @@ const (
 // ProfileCountLabel is GPU feature discovery's label with the number of
 // devices of a MIG resource ("nvidia.com/mig-1g.10gb.count").
 func ProfileCountLabel(resource string) string { return resource + ".count" }
+
+// Values of LabelServing.
+const (
+	ServingDevicePlugin = "device-plugin"
+	ServingDRA          = "dra"
+)
 
 // Values of LabelMigConfigState.
 const (
