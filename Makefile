@@ -54,11 +54,13 @@ export CGO_CFLAGS
 
 all: build
 
-# The node agent links go-nvml (cgo); the webhook and the planner are static.
+# The node agent links go-nvml (cgo); the webhook, the planner and the
+# kubectl plugin (run on an operator's machine, not in the image) are static.
 build:
 	GOOS=linux GOARCH=$(GOARCH) CC=$(CGO_CC) CGO_ENABLED=1 $(GO) build -trimpath -o $(BIN)/device-plugin ./cmd/device-plugin
 	GOOS=linux GOARCH=$(GOARCH) CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/webhook ./cmd/webhook
 	GOOS=linux GOARCH=$(GOARCH) CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/planner ./cmd/planner
+	GOOS=linux GOARCH=$(GOARCH) CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/kubectl-migflex ./cmd/kubectl-migflex
 
 # The e2e and Docker tests (build tags e2e, docker) are linted too.
 lint:

@@ -162,4 +162,3 @@ func describeSimNode(gpus []mig.GPU) string {
 	}
 	return strings.Join(parts, ", ") + " (simulated)"
 }
-
