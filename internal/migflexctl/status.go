@@ -246,21 +246,37 @@ func renderNode(w io.Writer, n NodeStatus, s style, wide bool) {
 			fmt.Fprintln(w, "    no instances")
 			continue
 		}
+		podWidth := podColumn(g, whole)
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		// The header's HEALTH is painted too: tabwriter counts the
 		// escapes of the cells below it.
 		fmt.Fprintf(tw, "    PROFILE\tAT\t%s\tDEVICE\tPOD\n", s.paint(ansiDefault, "HEALTH"))
-		// 4 + 10 + 5 + 9 + 13 columns and their gaps leave the pods
-		// about 30 of 80.
 		if whole {
-			fmt.Fprintf(tw, "    %s\t%s\t%s\t%s\t%s\n", "whole GPU", "-", s.health(cmp.Or(g.Health, nodeinfo.HealthNotServed)), shortID(g.UUID, wide), podList(g.UsedBy, 30, wide))
+			fmt.Fprintf(tw, "    %s\t%s\t%s\t%s\t%s\n", "whole GPU", "-", s.health(cmp.Or(g.Health, nodeinfo.HealthNotServed)), shortID(g.UUID, wide), podList(g.UsedBy, podWidth, wide))
 		}
 		for _, in := range g.Instances {
 			fmt.Fprintf(tw, "    %s\t%d:%d\t%s\t%s\t%s\n", in.Profile, in.Placement.Start, in.Placement.Size,
-				s.health(in.Health), shortID(in.UUID, wide), podList(in.UsedBy, 30, wide))
+				s.health(in.Health), shortID(in.UUID, wide), podList(in.UsedBy, podWidth, wide))
 		}
 		_ = tw.Flush()
 	}
+}
+
+// podColumn is how wide the POD column of g's table may be in 80
+// columns: what the indent, the other columns (as wide as their widest
+// cell) and the gaps between them leave, at least 16.
+func podColumn(g nodeinfo.GPU, whole bool) int {
+	profile, at, health := len("PROFILE"), len("AT"), len("HEALTH")
+	if whole {
+		profile, health = max(profile, len("whole GPU")), max(health, len(g.Health))
+	}
+	for _, in := range g.Instances {
+		profile = max(profile, len(in.Profile))
+		at = max(at, len(fmt.Sprintf("%d:%d", in.Placement.Start, in.Placement.Size)))
+		health = max(health, len(in.Health))
+	}
+	const indent, gap, device = 4, 2, 13
+	return max(16, width-indent-profile-at-health-device-4*gap)
 }
 
 // podList is the pods holding a device, "-" for none, cut to n columns

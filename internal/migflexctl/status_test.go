@@ -14,7 +14,7 @@ import (
 
 func statusCluster(t *testing.T) []*corev1.Node {
 	a := node(t, "gpu-a", nodeinfo.StateSuccess,
-		gpu(0, "3g.40gb@0:4=ml/train-the-big-language-model-0", "1g.10gb@4:1", "1g.10gb@5:1=ns/infer", "1g.10gb@6:1"),
+		gpu(0, "3g.40gb@0:4=ml/train-the-big-language-model-0-of-a-long-job", "1g.10gb@4:1", "1g.10gb@5:1=ns/infer", "1g.10gb@6:1"),
 		wholeGPU(1, "ns/whole"))
 	a.Labels[nodeinfo.LabelPlanner] = nodeinfo.PlannerEnabled
 	a.Annotations[nodeinfo.AnnotationMigConfig] = "version: v1\n"
@@ -33,7 +33,7 @@ func TestStatusText(t *testing.T) {
   source: annotation nvidia.com/mig.config
   GPU 0  H100-SXM5-80GB  MIG Enabled
     PROFILE  AT   HEALTH   DEVICE         POD
-    3g.40gb  0:4  Healthy  MIG-00000000…  ml/train-the-big-language-mod…
+    3g.40gb  0:4  Healthy  MIG-00000000…  ml/train-the-big-language-model-0-of-…
     1g.10gb  4:1  Healthy  MIG-00000004…  -
     1g.10gb  5:1  Healthy  MIG-00000005…  ns/infer
     1g.10gb  6:1  Healthy  MIG-00000006…  -
