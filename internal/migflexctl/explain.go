@@ -381,7 +381,11 @@ func renderExplanation(w io.Writer, ex Explanation, s style) {
 		put("  its policy:  ", fallback.AnnotationPolicy+"="+ex.Webhook.Policy)
 	}
 	for _, d := range ex.Devices {
-		put("  holds:       ", fmt.Sprintf("%s on %s GPU %d %s %s (%s)", d.Profile, d.Node, d.GPU, d.Placement, d.UUID, s.health(d.Health)))
+		at := ""
+		if d.Placement != "" {
+			at = " at " + d.Placement
+		}
+		put("  holds:       ", fmt.Sprintf("%s on %s GPU %d%s, %s (%s)", d.Profile, d.Node, d.GPU, at, d.UUID, s.health(d.Health)))
 	}
 	for _, e := range ex.Events {
 		count := ""

@@ -109,6 +109,10 @@ func TestExplainRunningPod(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("explain -o json (-want +got):\n%s", diff)
 	}
+	_, text, _ := run(t, fakeClient(n, p), "", "explain", "run")
+	if want := "  holds:       3g.40gb on gpu-a GPU 0 at 0:4,\n               MIG-00000000-0000-5000-8000-000000000000 (Healthy)\n"; !strings.Contains(text, want) {
+		t.Errorf("explain run: no line %q:\n%s", want, text)
+	}
 	if code, _, errOut := run(t, fakeClient(n), "", "explain", "gone"); code != ExitError || !strings.Contains(errOut, `pod ns/gone`) {
 		t.Errorf("a missing pod: exit %d, stderr %q", code, errOut)
 	}
