@@ -18,11 +18,11 @@ import (
 // by what the previous one let through:
 //
 //  1. its size, at most MaxDocumentBytes;
-//  2. the characters that can start a value, at most MaxValues: every
-//     value but the document's root comes after a ':', ',', '-', '[', '{',
-//     '?' or '*' of its own (a key and its value share one ':'), so the
-//     document has at most 1+2*MaxValues values before aliases are
-//     expanded, whatever its strings and comments hold;
+//  2. the characters that can start a value, at most MaxValueStarts:
+//     every value but the document's root comes after a ':', ',', '-',
+//     '[', '{', '?' or '*' of its own (a key and its value share one ':'),
+//     so the document has at most 1+2*MaxValueStarts values before
+//     aliases are expanded, whatever its strings and comments hold;
 //  3. its node tree, composed by go-yaml v3 without expanding aliases (the
 //     library under sigs.k8s.io/yaml, one major version on), then walked
 //     with each anchor's size computed once: at most MaxValues values and
