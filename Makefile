@@ -49,16 +49,22 @@ export CACHE_DIR
 CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 export CGO_CFLAGS
 
-.PHONY: all build lint test test-deps test-unit test-integration test-e2e test-e2e-oldest test-arm64 test-matrix \
+.PHONY: all build kubectl-migflex lint test test-deps test-unit test-integration test-e2e test-e2e-oldest test-arm64 test-matrix \
 	envtest-assets helm promtool bench replay k8s-binaries images cluster-up cluster-down demo clean test-docker kind
 
 all: build
 
 # The node agent links go-nvml (cgo); the webhook and the planner are static.
-build:
+# Their recipe is what the image copies (test/manifests); the kubectl plugin,
+# which runs on an operator's machine, is a target of its own.
+build: kubectl-migflex
 	GOOS=linux GOARCH=$(GOARCH) CC=$(CGO_CC) CGO_ENABLED=1 $(GO) build -trimpath -o $(BIN)/device-plugin ./cmd/device-plugin
 	GOOS=linux GOARCH=$(GOARCH) CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/webhook ./cmd/webhook
 	GOOS=linux GOARCH=$(GOARCH) CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/planner ./cmd/planner
+
+# `kubectl migflex` (README): static, for any GOARCH.
+kubectl-migflex:
+	GOOS=linux GOARCH=$(GOARCH) CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/kubectl-migflex ./cmd/kubectl-migflex
 
 # The e2e and Docker tests (build tags e2e, docker) are linted too.
 lint:

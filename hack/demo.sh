@@ -13,7 +13,8 @@
 # rewritten by the fallback webhook, running on the profile it has; then,
 # with the planner installed (overlays/local-planner), a pod for a profile
 # the node lacks running on a GPU the planner reshaped for it, with the
-# Events and the time it took.
+# Events and the time it took; last, `kubectl migflex explain` on that pod
+# and `kubectl migflex status`, the plugin from bin/.
 # The cluster stays up to explore; hack/cluster/down.sh (make cluster-down)
 # tears it down.
 #
@@ -230,6 +231,18 @@ run "kubectl get events --field-selector involvedObject.kind=Node,reason=MigConf
 run "kubectl get node $NODE -o jsonpath='{.metadata.annotations.nvidia\.com/mig\.config}'"
 run "kubectl get node $NODE -L nvidia.com/mig.config.state -L nvidia.com/mig-2g.20gb.count"
 
+# --- kubectl migflex -----------------------------------------------------------
+# kubectl finds the plugin, bin/kubectl-migflex, on PATH. Its plugin lookup
+# stops at the first flag, so `kubectl migflex` runs the pinned kubectl
+# without lib.sh's --kubeconfig (KUBECONFIG is exported above).
+export PATH=$ROOT/bin:$PATH
+kubectl() {
+	if [[ ${1:-} == migflex ]]; then "$KUBECTL" "$@"; else "$K8S_BIN/kubectl" --kubeconfig="$KUBECONFIG_ADMIN" "$@"; fi
+}
+step "kubectl migflex: the node's GPUs, instances and the pods holding them, and why the planner's pod runs where it does"
+run "kubectl migflex explain $PLANNER_POD"
+run "kubectl migflex status"
+
 # --- what next -----------------------------------------------------------------
 STEP="done"
 cat <<EOF
@@ -239,6 +252,10 @@ ${bold}==> Done in $((SECONDS - T0))s. The cluster stays up; to keep exploring:$
   export KUBECONFIG=$KUBECONFIG_ADMIN
   alias kubectl=$KUBECTL   # the pinned kubectl; the host's may differ
 
+  export PATH=$ROOT/bin:\$PATH   # the kubectl migflex plugin
+  kubectl migflex status                            # nodes, GPUs, instances, holders, free devices
+  kubectl migflex explain POD                       # why a pod waits, or where it runs
+  kubectl migflex plan                              # the planner's next round, dry run
   kubectl describe node $NODE                       # allocatable, labels, MigConfig* Events
   kubectl get node $NODE -o jsonpath='{.metadata.annotations.migflex\.io/mig\.layout}' | jq .
   kubectl -n gpu-webhook exec ds/migflex-agent -- /device-plugin sim show

@@ -20,8 +20,11 @@ const (
 	// allocBudget bounds what one document may allocate on its way from
 	// the bytes to the plan. The heap cannot grow by more than what is
 	// allocated, so this bounds the agent's memory growth for any
-	// annotation, well inside issue 14's 32 MiB.
-	allocBudget = 16 << 20
+	// annotation, inside issue 14's 32 MiB. It was 16 MiB while
+	// MaxValues was 8,192; issue 29 doubled that limit so a fleet's
+	// config file of MaxConfigs configurations fits, and a list of 16,000
+	// profiles now decodes (about 20 MB allocated, docs/BENCHMARKS.md).
+	allocBudget = 24 << 20
 	// maxErrorBytes bounds the error a document gets, which becomes the
 	// Node's reason and an Event message.
 	maxErrorBytes = 2048

@@ -22,9 +22,18 @@ const (
 	// on all of an object's annotations together.
 	MaxDocumentBytes = 256 << 10
 	// MaxValues bounds the YAML values (scalars, lists, maps) of a document
-	// once its aliases are expanded, and the characters that can start one
-	// (':', ',', '-', '[', '{', '?', '*') before it is decoded.
-	MaxValues = 8192
+	// once its aliases are expanded: what the decoder builds. It is set so
+	// that MaxConfigs configurations of a realistic size fit, about 16
+	// values each, and the decoder's work on a hostile document stays
+	// within corpus_test.go's allocation budget.
+	MaxValues = 16 << 10
+	// MaxValueStarts bounds the characters that can start a YAML value
+	// (':', ',', '-', '[', '{', '?', '*') before anything is decoded, and so
+	// the node tree composed to measure the document. Keys such as
+	// "mig-devices:" count twice and comments count too, so it is twice
+	// MaxValues: one such character per 8 bytes at MaxDocumentBytes, a
+	// density no block-style mig.config reaches.
+	MaxValueStarts = 2 * MaxValues
 	// MaxDepth bounds how deeply values nest. A mig.config needs seven levels
 	// (document, mig-configs, configuration, entry, mig-devices, placement,
 	// field).
@@ -43,6 +52,11 @@ const (
 	// message repeats.
 	maxQuoted = 64
 )
+
+// limitsHint ends a message about a document-wide limit: the limits are
+// compiled into the agent, and the operator's way past one is the list in
+// docs/INSTALL.md, so the message says where both are.
+const limitsHint = "; the limits are in internal/migconfig/limits.go, see docs/INSTALL.md#the-migconfig-document"
 
 // errorList collects problems, keeping the first MaxErrors and counting
 // the rest, so that a document with a million mistakes costs no more to
@@ -103,7 +117,7 @@ func clipName(s string) string {
 }
 
 // ErrTooLarge is ReadDocument's error for a document past MaxDocumentBytes.
-var ErrTooLarge = fmt.Errorf("the document is more than %d bytes, the limit", MaxDocumentBytes)
+var ErrTooLarge = fmt.Errorf("the document is more than %d bytes, the limit (migconfig.MaxDocumentBytes)%s", MaxDocumentBytes, limitsHint)
 
 // ReadDocument reads a document from r, at most MaxDocumentBytes of it: a
 // config file or standard input is held to the annotation's limit without

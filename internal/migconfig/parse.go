@@ -139,7 +139,7 @@ func (p *parser) spec(doc any) *Spec {
 	case len(configs) == 0:
 		p.fail("mig-configs", "no configurations")
 	case len(configs) > MaxConfigs:
-		p.fail("mig-configs", "%d configurations, more than the limit of %d", len(configs), MaxConfigs)
+		p.fail("mig-configs", "%d configurations, more than the limit of %d (migconfig.MaxConfigs)%s", len(configs), MaxConfigs, limitsHint)
 		return spec
 	}
 	for _, name := range sortedKeys(configs) {

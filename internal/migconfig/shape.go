@@ -18,11 +18,11 @@ import (
 // by what the previous one let through:
 //
 //  1. its size, at most MaxDocumentBytes;
-//  2. the characters that can start a value, at most MaxValues: every
-//     value but the document's root comes after a ':', ',', '-', '[', '{',
-//     '?' or '*' of its own (a key and its value share one ':'), so the
-//     document has at most 1+2*MaxValues values before aliases are
-//     expanded, whatever its strings and comments hold;
+//  2. the characters that can start a value, at most MaxValueStarts:
+//     every value but the document's root comes after a ':', ',', '-',
+//     '[', '{', '?' or '*' of its own (a key and its value share one ':'),
+//     so the document has at most 1+2*MaxValueStarts values before
+//     aliases are expanded, whatever its strings and comments hold;
 //  3. its node tree, composed by go-yaml v3 without expanding aliases (the
 //     library under sigs.k8s.io/yaml, one major version on), then walked
 //     with each anchor's size computed once: at most MaxValues values and
@@ -32,10 +32,10 @@ import (
 // the node tree (nil for an empty document) for duplicateKeys.
 func checkSize(data []byte) (*yaml.Node, error) {
 	if len(data) > MaxDocumentBytes {
-		return nil, fmt.Errorf("the document is %d bytes, more than the limit of %d", len(data), MaxDocumentBytes)
+		return nil, fmt.Errorf("the document is %d bytes, more than the limit of %d (migconfig.MaxDocumentBytes)%s", len(data), MaxDocumentBytes, limitsHint)
 	}
-	if n := valueStarts(data); n > MaxValues {
-		return nil, fmt.Errorf("the document has %d characters that can start a YAML value (':', ',', '-', '[', '{', '?', '*'), more than the limit of %d values", n, MaxValues)
+	if n := valueStarts(data); n > MaxValueStarts {
+		return nil, fmt.Errorf("the document has %d characters that can start a YAML value (':', ',', '-', '[', '{', '?', '*'), more than the limit of %d such characters (migconfig.MaxValueStarts)%s", n, MaxValueStarts, limitsHint)
 	}
 	root, err := compose(data)
 	if err != nil {
@@ -50,7 +50,7 @@ func checkSize(data []byte) (*yaml.Node, error) {
 		return nil, err
 	}
 	if ext.values > MaxValues {
-		return nil, fmt.Errorf("the document has more than %d YAML values, counting what its aliases stand for", MaxValues)
+		return nil, fmt.Errorf("the document has more than %d YAML values, counting what its aliases stand for, the limit (migconfig.MaxValues)%s", MaxValues, limitsHint)
 	}
 	return root, nil
 }

@@ -203,8 +203,12 @@ func checkGPU(g *mig.GPU, d Desired, errs *errorList) bool {
 			fail("%s cannot start at position %d (valid: %s)", pin.Profile, pin.Start, intList(slices.Sorted(slices.Values(p.Placements))))
 		}
 	}
-	for _, o := range overlaps(d.Placements, known) {
-		fail("%s overlaps %s", d.Placements[o[0]], d.Placements[o[1]])
+	for _, o := range countOverlaps(d.Placements, overlaps(d.Placements, known)) {
+		if o.n == 1 {
+			fail("%s overlaps %s", o.later, o.earlier)
+			continue
+		}
+		fail("%s overlaps %s (%d times)", o.later, o.earlier, o.n)
 	}
 	if failed() {
 		return false
@@ -271,6 +275,31 @@ func overlaps(pins []Placement, idx []int) [][2]int {
 		if reach < 0 || pins[i].Start+pins[i].Size > pins[reach].Start+pins[reach].Size {
 			reach = i
 		}
+	}
+	return out
+}
+
+// overlap is one overlap of pinned placements, and how often the same
+// two placements overlap in the entry.
+type overlap struct {
+	later, earlier Placement
+	n              int
+}
+
+// countOverlaps folds the identical pairs of pairs (indices into pins) into
+// one overlap each, in the order each first occurs: a placement pinned a
+// hundred times is one mistake, said once with its count.
+func countOverlaps(pins []Placement, pairs [][2]int) []overlap {
+	var out []overlap
+	at := map[[2]Placement]int{}
+	for _, p := range pairs {
+		key := [2]Placement{pins[p[0]], pins[p[1]]}
+		if i, ok := at[key]; ok {
+			out[i].n++
+			continue
+		}
+		at[key] = len(out)
+		out = append(out, overlap{later: key[0], earlier: key[1], n: 1})
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package migconfig
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -218,6 +219,15 @@ func TestValidate(t *testing.T) {
 				"GPU 0 (H100-SXM5-80GB): 3g.40gb at position 4 has size 2, but the profile takes 4 memory slices",
 				"GPU 0 (H100-SXM5-80GB): 1g.10gb@1:1 overlaps 2g.20gb@1:2",
 				"GPU 0 (H100-SXM5-80GB): 1g.10gb@4:1 overlaps 3g.40gb@4:2",
+			},
+		},
+		"the same overlap many times is said once, with its count": {
+			cfg: Config{Name: "c", Entries: []Entry{{Devices: []int{0}, MigEnabled: true,
+				Placements: append(slices.Repeat([]Placement{{"1g.10gb", 0, 1}}, 100), Placement{"2g.20gb", 2, 2}, Placement{"1g.10gb", 3, 1})}}},
+			gpus: []mig.GPU{gpu(0, h100)},
+			wantErr: []string{
+				"GPU 0 (H100-SXM5-80GB): 1g.10gb@0:1 overlaps 1g.10gb@0:1 (99 times)",
+				"GPU 0 (H100-SXM5-80GB): 1g.10gb@3:1 overlaps 2g.20gb@2:2",
 			},
 		},
 		"pins count towards the maximum": {

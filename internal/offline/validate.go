@@ -6,24 +6,22 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/migflex/migflex/internal/configcheck"
 	"github.com/migflex/migflex/internal/mig"
 	"github.com/migflex/migflex/internal/mig/nvmlmig"
 	"github.com/migflex/migflex/internal/migconfig"
 	"github.com/migflex/migflex/internal/nvmlbackend/sim"
 )
 
-// Exit codes of the validate subcommand.
+// Exit codes of the validate subcommand (configcheck's).
 const (
-	validateExitOK      = 0
-	validateExitInvalid = 1 // the configuration the agent would apply, or the document, does not hold
-	validateExitUsage   = 2 // the command line or the input file is wrong
-	validateExitOthers  = 3 // linting: other configurations of the file do not hold
+	validateExitOK      = configcheck.ExitOK
+	validateExitInvalid = configcheck.ExitInvalid
+	validateExitUsage   = configcheck.ExitUsage
 )
 
 const validateUsage = `usage: device-plugin validate -f FILE [--gpus MODEL[:COUNT][,...]] [--config-name NAME] [--source annotation|file]
@@ -107,36 +105,9 @@ func validate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if source == "-" {
 		source = "standard input"
 	}
-	spec, err := migconfig.Parse(data)
-	if err != nil {
-		fmt.Fprintf(stdout, "%s: invalid:\n%s", source, indentLines(err))
-		return validateExitInvalid
-	}
-	if *configName == "" && len(spec.Configs) > 1 {
-		return validateEach(stdout, spec, gpus, scope)
-	}
-	name := *configName
-	if name == "" {
-		name = spec.Names()[0] // the only one
-	}
-	cfg, ok := spec.Configs[name]
-	if !ok {
-		_, err := spec.Select(name)
-		fmt.Fprintf(stdout, "%s: %v\n", source, err)
-		return validateExitInvalid
-	}
-	r, err := migconfig.PlanConfig(cfg, gpus, scope)
-	if err != nil {
-		fmt.Fprintf(stdout, "config %q on %s: invalid:\n%s", cfg.Name, describeSimNode(gpus), indentLines(err))
-		return validateExitInvalid
-	}
-	fmt.Fprintf(stdout, "config %q on %s: ok\n", cfg.Name, describeSimNode(gpus))
-	for _, n := range r.Notes {
-		fmt.Fprintf(stdout, "  note: %s\n", n)
-	}
-	fmt.Fprintln(stdout)
-	printValidatePlan(stdout, gpus, r.Plan)
-	return validateExitOK
+	return configcheck.Check(stdout, configcheck.Input{
+		Source: source, Data: data, GPUs: gpus, On: describeSimNode(gpus), ConfigName: *configName, Scope: scope,
+	})
 }
 
 func readConfigInput(path string, stdin io.Reader) ([]byte, error) {
@@ -178,66 +149,6 @@ func simulatedGPUs(list string) ([]mig.GPU, error) {
 	return nvmlmig.Discover(lib)
 }
 
-// validateEach lints every configuration, one line each, in name order,
-// and says which are invalid. Its exit code tells the configuration the
-// agent would pick without a name ("selected") failing from only others
-// failing.
-func validateEach(w io.Writer, spec *migconfig.Spec, gpus []mig.GPU, scope migconfig.Scope) int {
-	fmt.Fprintf(w, "%d configs on %s:\n", len(spec.Configs), describeSimNode(gpus))
-	var invalid []string
-	for _, name := range spec.Names() {
-		r, err := migconfig.PlanConfig(spec.Configs[name], gpus, scope)
-		if err != nil {
-			invalid = append(invalid, name)
-			fmt.Fprintf(w, "%s: %s\n", name, strings.ReplaceAll(err.Error(), "\n", "; "))
-			continue
-		}
-		if len(r.Notes) > 0 {
-			fmt.Fprintf(w, "%s: ok (%s)\n", name, strings.Join(r.Notes, "; "))
-			continue
-		}
-		fmt.Fprintf(w, "%s: ok\n", name)
-	}
-	if len(invalid) == 0 {
-		return validateExitOK
-	}
-	fmt.Fprintf(w, "%d of %d configs invalid: %s\n", len(invalid), len(spec.Configs), strings.Join(invalid, ", "))
-	if slices.Contains(invalid, migconfig.SelectedName) {
-		return validateExitInvalid
-	}
-	return validateExitOthers
-}
-
-// printValidatePlan prints the layout each GPU ends with, then the steps.
-func printValidatePlan(w io.Writer, gpus []mig.GPU, plan migconfig.Plan) {
-	byGPU := map[int]migconfig.GPUPlan{}
-	for _, p := range plan.GPUs {
-		byGPU[p.GPU] = p
-	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "GPU\tMODEL\tMIG\tPROFILE\tPLACEMENT")
-	for _, g := range gpus {
-		p, covered := byGPU[g.Index]
-		switch {
-		case !covered:
-			fmt.Fprintf(tw, "%d\t%s\t%s\t-\tnot in the config, left as it is\n", g.Index, g.Model, migOnOff(g.MigPending))
-		case p.Mode == migconfig.ModeDisable || (p.Mode == migconfig.ModeUnchanged && !p.BeforeMode):
-			fmt.Fprintf(tw, "%d\t%s\toff\t-\t-\n", g.Index, g.Model)
-		case len(p.After()) == 0:
-			fmt.Fprintf(tw, "%d\t%s\ton\t-\tno instances\n", g.Index, g.Model)
-		default:
-			for _, pl := range p.After() {
-				fmt.Fprintf(tw, "%d\t%s\ton\t%s\t%d:%d\n", g.Index, g.Model, pl.Profile, pl.Start, pl.Size)
-			}
-		}
-	}
-	_ = tw.Flush()
-	fmt.Fprintln(w)
-	for _, p := range plan.GPUs {
-		fmt.Fprintln(w, p.Summary())
-	}
-}
-
 // describeSimNode says "4 x H100-SXM5-80GB, 2 x A100-SXM4-40GB (simulated)".
 func describeSimNode(gpus []mig.GPU) string {
 	var parts []string
@@ -250,19 +161,4 @@ func describeSimNode(gpus []mig.GPU) string {
 		i = j
 	}
 	return strings.Join(parts, ", ") + " (simulated)"
-}
-
-func indentLines(err error) string {
-	var b strings.Builder
-	for _, line := range strings.Split(err.Error(), "\n") {
-		b.WriteString("  " + line + "\n")
-	}
-	return b.String()
-}
-
-func migOnOff(b bool) string {
-	if b {
-		return "on"
-	}
-	return "off"
 }

@@ -233,12 +233,18 @@ custom-config: ` + strings.Join([]string{
 			args:     []string{"-f", "-", "--gpus", "H100-SXM5-80GB:2"},
 			stdin:    "version: v1\nmig-configs:\n  selected:\n  - devices: [0]\n    mig-enabled: true\n    mig-devices: [&p {name: 1g.10gb, position: 0, size: 1}," + strings.Repeat("*p,", 1499) + "*p]",
 			wantCode: 1,
-			wantOut:  "standard input: invalid:\n  the document has more than 8192 YAML values, counting what its aliases stand for\n",
+			wantOut:  "config \"selected\" on 2 x H100-SXM5-80GB (simulated): invalid:\n  GPU 0 (H100-SXM5-80GB): 1g.10gb@0:1 overlaps 1g.10gb@0:1 (1500 times)\n",
+		},
+		"the issue 14 document, twice as many aliases": {
+			args:     []string{"-f", "-", "--gpus", "H100-SXM5-80GB:2"},
+			stdin:    "version: v1\nmig-configs:\n  selected:\n  - devices: [0]\n    mig-enabled: true\n    mig-devices: [&p {name: 1g.10gb, position: 0, size: 1}," + strings.Repeat("*p,", 2999) + "*p]",
+			wantCode: 1,
+			wantOut:  "standard input: invalid:\n  the document has more than 16384 YAML values, counting what its aliases stand for, the limit (migconfig.MaxValues); the limits are in internal/migconfig/limits.go, see docs/INSTALL.md#the-migconfig-document\n",
 		},
 		"a file past the size limit": {
 			args:     []string{"-f", bigFile},
 			wantCode: 1,
-			wantOut:  bigFile + ": invalid:\n  reading " + bigFile + ": the document is more than 262144 bytes, the limit\n",
+			wantOut:  bigFile + ": invalid:\n  reading " + bigFile + ": the document is more than 262144 bytes, the limit (migconfig.MaxDocumentBytes); the limits are in internal/migconfig/limits.go, see docs/INSTALL.md#the-migconfig-document\n",
 		},
 		"unknown config name": {
 			args:     []string{"-f", twoFile, "--config-name", "medium"},

@@ -101,6 +101,10 @@ type decision struct {
 	// then, and a resync may be far later.
 	lifts    time.Time
 	warnings []string
+	// result is the planner's decision and pending the pods it was for,
+	// in its order (empty when no pod waits), for Preview.
+	result  planner.Result
+	pending []*corev1.Pod
 }
 
 // decide plans one round from the cluster as the informers show it. It is
@@ -129,6 +133,7 @@ func decide(o *Options, pl *planner.Planner, m *memory, now time.Time, nodes []*
 	if err != nil {
 		return d, fmt.Errorf("planning: %w", err)
 	}
+	d.result, d.pending = res, pending
 	d.warnings = append(d.warnings, res.Warnings...)
 
 	changes := map[string]planner.NodeChange{}

@@ -174,11 +174,17 @@ func TestInvalidLayout(t *testing.T) {
 		message: []string{"invalid YAML"},
 	}, {
 		// Issue 14: one placement anchored and aliased 1,500 times took
-		// the agent past its memory limit into CrashLoopBackOff.
-		name:    "aliases expanding past the limit",
+		// the agent past its memory limit into CrashLoopBackOff. Within
+		// the limits since issue 29, its 1,500 overlaps are said once.
+		name:    "issue 14's aliased placements",
 		doc:     "version: v1\nmig-configs:\n  selected:\n  - devices: [0]\n    mig-enabled: true\n    mig-devices: [&p {name: 1g.10gb, position: 0, size: 1}," + strings.Repeat("*p,", 1499) + "*p]",
 		reason:  "MigConfigInvalid",
-		message: []string{"more than 8192 YAML values"},
+		message: []string{"1g.10gb@0:1 overlaps 1g.10gb@0:1 (1500 times)"},
+	}, {
+		name:    "aliases expanding past the limit",
+		doc:     "version: v1\nmig-configs:\n  selected:\n  - devices: [0]\n    mig-enabled: true\n    mig-devices: [&p {name: 1g.10gb, position: 0, size: 1}," + strings.Repeat("*p,", 2999) + "*p]",
+		reason:  "MigConfigInvalid",
+		message: []string{"more than 16384 YAML values", "migconfig.MaxValues"},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()

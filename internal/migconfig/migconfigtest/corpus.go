@@ -65,6 +65,8 @@ func Hostile() []Doc {
 	add("list-of-profiles-256k", fill(MaxBytes, entry+"    mig-devices: [1g.10gb", ",1g.10gb", "]\n"))
 	add("list-of-profiles-192k", fill(192<<10, entry+"    mig-devices: [1g.10gb", ",1g.10gb", "]\n"))
 	add("list-of-profiles-under-the-character-limit", entry+"    mig-devices: [1g.10gb"+strings.Repeat(",1g.10gb", 8000)+"]\n")
+	add("list-of-profiles-under-the-value-limit", entry+"    mig-devices: [1g.10gb"+strings.Repeat(",1g.10gb", 16350)+"]\n")
+	add("aliased-placements-under-the-value-limit", head+"  - devices: [0]\n    mig-enabled: true\n    mig-devices: [&p {name: 1g.10gb, position: 0, size: 1},"+strings.Repeat("*p,", 2320)+"*p]")
 	add("list-of-devices-256k", fill(MaxBytes, head+"  - devices: [0", ",0", "]\n    mig-enabled: false\n"))
 	add("list-of-devices", head+"  - devices: ["+seq(0, 4000)+"]\n    mig-enabled: false\n")
 	add("device-filter-list", head+"  - devices: all\n    device-filter: ["+repeatf(2000, "\"0x%08X\",", 0x10000000)+"\"0x233010DE\"]\n    mig-enabled: false\n")

@@ -1,0 +1,412 @@
+package migflexctl
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+
+	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/planner"
+	"github.com/migflex/migflex/internal/plansnap"
+	"github.com/migflex/migflex/internal/reshape"
+	"github.com/migflex/migflex/internal/resourcename"
+	"github.com/migflex/migflex/internal/schedview"
+	"github.com/migflex/migflex/internal/webhook"
+)
+
+// Explanation is what `explain` reports on a pod, and its -o json|yaml
+// form.
+type Explanation struct {
+	Pod   string `json:"pod"`
+	Phase string `json:"phase"`
+	// Node is where it is bound; empty while it waits for one.
+	Node string `json:"node,omitempty"`
+	// Requested is its GPU request as written (before the webhook),
+	// Effective as admitted: the pod spec now. Resource to count.
+	Requested map[string]int64 `json:"requested"`
+	Effective map[string]int64 `json:"effective"`
+	// Webhook is the decision the webhook recorded on the pod.
+	Webhook WebhookDecision `json:"webhook"`
+	// Devices are the devices it holds, as its node's agent reports.
+	Devices []HeldDevice `json:"devices,omitempty"`
+	// Waiting: the pod waits for GPUs.
+	Waiting bool `json:"waiting"`
+	// Events are the planner's Events on the pod and the scheduler's
+	// latest word.
+	Events []EventLine `json:"events,omitempty"`
+	// Planner is what the planner's next round would do for it, when it
+	// waits.
+	Planner *PlannerView `json:"planner,omitempty"`
+	// Notes say what else keeps it waiting.
+	Notes []string `json:"notes,omitempty"`
+}
+
+// WebhookDecision is the fallback webhook's record on a pod.
+type WebhookDecision struct {
+	// Rewrites is gpu-webhook.k8s.io/fallback ("2g.20gb->1g.10gb").
+	Rewrites string `json:"rewrites,omitempty"`
+	// Reason is migflex.io/fallback-reason.
+	Reason string `json:"reason,omitempty"`
+	// Policy is the pod's own migflex.io/fallback-policy.
+	Policy string `json:"policy,omitempty"`
+	// Reshape is migflex.io/reshape: the webhook left the request for the
+	// planner to serve.
+	Reshape string `json:"reshape,omitempty"`
+}
+
+// HeldDevice is one device a pod holds.
+type HeldDevice struct {
+	Node      string `json:"node"`
+	GPU       int    `json:"gpu"`
+	Profile   string `json:"profile"`
+	Placement string `json:"placement,omitempty"`
+	UUID      string `json:"uuid"`
+	Health    string `json:"health"`
+}
+
+// EventLine is one Event on the pod.
+type EventLine struct {
+	Type    string    `json:"type"`
+	Reason  string    `json:"reason"`
+	Message string    `json:"message"`
+	Count   int32     `json:"count,omitempty"`
+	Last    time.Time `json:"last"`
+}
+
+// PlannerView is the planner's answer for one pod in a dry-run round.
+type PlannerView struct {
+	// Considered: the pod is among the pods the planner plans for (the
+	// scheduler marked it unschedulable).
+	Considered bool   `json:"considered"`
+	Action     string `json:"action,omitempty"`
+	Node       string `json:"node,omitempty"`
+	// Event is the Event the round would record on the pod.
+	Event string `json:"event,omitempty"`
+	// Reason explains action none.
+	Reason string `json:"reason,omitempty"`
+}
+
+// plannerEventReasons are the Event reasons shown from the pod's Events:
+// the planner's, and the scheduler's.
+var plannerEventReasons = []string{reshape.ReasonPlanned, reshape.ReasonImpossible, "FailedScheduling", "Scheduled"}
+
+// requestAsWritten is the pod's GPU devices before the webhook rewrote
+// it: its containers with the resources fallback.AnnotationOriginal
+// recorded put back.
+func requestAsWritten(p *corev1.Pod) (map[corev1.ResourceName]int64, error) {
+	raw, ok := p.Annotations[fallback.AnnotationOriginal]
+	if !ok {
+		return schedview.Devices(p), nil
+	}
+	var orig fallback.OriginalResources
+	if err := json.Unmarshal([]byte(raw), &orig); err != nil {
+		return nil, fmt.Errorf("annotation %s: %w", fallback.AnnotationOriginal, err)
+	}
+	before := p.DeepCopy()
+	restore := func(cs []corev1.Container, rec map[string]fallback.ContainerResources) {
+		for i := range cs {
+			r, ok := rec[cs[i].Name]
+			if !ok {
+				continue
+			}
+			cs[i].Resources.Requests = withGPUs(cs[i].Resources.Requests, r.Requests)
+			cs[i].Resources.Limits = withGPUs(cs[i].Resources.Limits, r.Limits)
+		}
+	}
+	restore(before.Spec.Containers, orig.Containers)
+	restore(before.Spec.InitContainers, orig.InitContainers)
+	return schedview.Devices(before), nil
+}
+
+// withGPUs is l with its GPU resources replaced by gpus.
+func withGPUs(l, gpus corev1.ResourceList) corev1.ResourceList {
+	out := corev1.ResourceList{}
+	for k, v := range l {
+		if !resourcename.IsGPU(k) {
+			out[k] = v
+		}
+	}
+	maps.Copy(out, gpus)
+	return out
+}
+
+func counts(m map[corev1.ResourceName]int64) map[string]int64 {
+	out := make(map[string]int64, len(m))
+	for k, v := range m {
+		out[string(k)] = v
+	}
+	return out
+}
+
+// Explain explains pod from the cluster: nodes and every pod (for the
+// planner's round), events on the pod, at now.
+func Explain(pod *corev1.Pod, nodes []corev1.Node, pods []corev1.Pod, events []corev1.Event, now time.Time) (Explanation, error) {
+	key := pod.Namespace + "/" + pod.Name
+	asked, err := requestAsWritten(pod)
+	if err != nil {
+		return Explanation{}, err
+	}
+	ex := Explanation{
+		Pod: key, Phase: string(pod.Status.Phase), Node: pod.Spec.NodeName,
+		Requested: counts(asked), Effective: counts(schedview.Devices(pod)),
+		Webhook: WebhookDecision{
+			Rewrites: pod.Annotations[fallback.AnnotationFallback],
+			Reason:   pod.Annotations[fallback.AnnotationReason],
+			Policy:   pod.Annotations[fallback.AnnotationPolicy],
+			Reshape:  pod.Annotations[webhook.AnnotationReshape],
+		},
+		Waiting: pod.Status.Phase == corev1.PodPending && pod.Spec.NodeName == "" && plansnap.AsksForGPUs(pod),
+	}
+	st, _ := BuildStatus(nodes, nil)
+	for _, n := range st.Nodes {
+		for _, g := range n.GPUs {
+			if slices.Contains(g.UsedBy, key) {
+				ex.Devices = append(ex.Devices, HeldDevice{Node: n.Name, GPU: g.Index, Profile: "whole GPU", UUID: g.UUID, Health: g.Health})
+			}
+			for _, in := range g.Instances {
+				if slices.Contains(in.UsedBy, key) {
+					ex.Devices = append(ex.Devices, HeldDevice{Node: n.Name, GPU: g.Index, Profile: in.Profile,
+						Placement: fmt.Sprintf("%d:%d", in.Placement.Start, in.Placement.Size), UUID: in.UUID, Health: in.Health})
+				}
+			}
+		}
+	}
+	ex.Events = podEvents(pod, events)
+	if !ex.Waiting {
+		return ex, nil
+	}
+	ex.Notes = inUseNotes(pod, st)
+	nodePtrs := make([]*corev1.Node, len(nodes))
+	for i := range nodes {
+		nodePtrs[i] = &nodes[i]
+	}
+	podPtrs := make([]*corev1.Pod, 0, len(pods))
+	for i := range pods {
+		podPtrs = append(podPtrs, &pods[i])
+	}
+	preview, err := reshape.PreviewRound(reshape.Options{Policy: planner.DefaultPolicy()}, now, nodePtrs, podPtrs)
+	if err != nil {
+		return ex, fmt.Errorf("the planner's round: %w", err)
+	}
+	ex.Planner = plannerView(preview, pod)
+	return ex, nil
+}
+
+// podEvents are the pod's Events the explanation shows, oldest first.
+func podEvents(pod *corev1.Pod, events []corev1.Event) []EventLine {
+	var out []EventLine
+	for _, e := range events {
+		if e.InvolvedObject.Name != pod.Name || e.InvolvedObject.Namespace != pod.Namespace ||
+			(e.InvolvedObject.UID != "" && e.InvolvedObject.UID != pod.UID) || !slices.Contains(plannerEventReasons, e.Reason) {
+			continue
+		}
+		last := e.LastTimestamp.Time
+		if last.IsZero() {
+			last = cmp.Or(e.EventTime.Time, e.CreationTimestamp.Time)
+		}
+		out = append(out, EventLine{Type: e.Type, Reason: e.Reason, Message: e.Message, Count: e.Count, Last: last})
+	}
+	slices.SortStableFunc(out, func(a, b EventLine) int { return a.Last.Compare(b.Last) })
+	return out
+}
+
+// inUseNotes say, for each resource the pod asks for, when the cluster
+// has such devices but every one is held or unhealthy: what the webhook's
+// existence mode cannot see (it rewrites to a type that exists, in use or
+// not), and why the pod then waits anyway.
+func inUseNotes(pod *corev1.Pod, st Status) []string {
+	holders := map[corev1.ResourceName][]string{}
+	for _, n := range st.Nodes {
+		devices(n.GPUs, func(res corev1.ResourceName, _ string, usedBy []string) {
+			holders[res] = append(holders[res], usedBy...)
+		})
+	}
+	var notes []string
+	devs := schedview.Devices(pod)
+	for _, res := range slices.Sorted(maps.Keys(devs)) {
+		i := slices.IndexFunc(st.Free, func(c FreeCount) bool { return c.Resource == string(res) })
+		if i < 0 {
+			notes = append(notes, fmt.Sprintf("no node serves %s", res))
+			continue
+		}
+		c := st.Free[i]
+		if int64(c.Free) >= devs[res] {
+			continue
+		}
+		h := slices.Compact(slices.Sorted(slices.Values(holders[res])))
+		note := fmt.Sprintf("%d of the cluster's %d %s are free, it asks for %d", c.Free, c.Total, res, devs[res])
+		if len(h) > 0 {
+			note += " (held by " + clip(strings.Join(h, ", "), 120) + ")"
+		}
+		if pod.Annotations[fallback.AnnotationFallback] != "" {
+			note += "; the webhook rewrote it to a type that exists, but whose devices are in use"
+		}
+		notes = append(notes, note)
+	}
+	return notes
+}
+
+// plannerView is the round's answer for pod.
+func plannerView(p reshape.Preview, pod *corev1.Pod) *PlannerView {
+	key := pod.Namespace + "/" + pod.Name
+	v := &PlannerView{}
+	i := slices.IndexFunc(p.Pending, func(q *corev1.Pod) bool { return q.Namespace == pod.Namespace && q.Name == pod.Name })
+	if i < 0 {
+		return v
+	}
+	v.Considered = true
+	pp := p.Result.Pods[i]
+	v.Action, v.Node, v.Reason = string(pp.Action), pp.Node, pp.Reason
+	for _, e := range p.Events {
+		if e.Pod == key {
+			v.Event = e.Reason + ": " + e.Message
+		}
+	}
+	return v
+}
+
+func explainCommand() command {
+	return command{
+		name: "explain", args: "POD", outputs: []string{"json", "yaml"},
+		run: func(ctx context.Context, r *runner, args []string) int {
+			if len(args) != 1 {
+				return r.usageError(&command{name: "explain", args: "POD"}, "explain takes one pod, got %d arguments", len(args))
+			}
+			client, ns, err := r.kube()
+			if err != nil {
+				return r.fail(err)
+			}
+			pod, err := client.CoreV1().Pods(ns).Get(ctx, args[0], metav1.GetOptions{})
+			if err != nil {
+				return r.fail(fmt.Errorf("pod %s/%s: %w", ns, args[0], err))
+			}
+			nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return r.fail(fmt.Errorf("listing nodes: %w", err))
+			}
+			pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return r.fail(fmt.Errorf("listing pods: %w", err))
+			}
+			sel := fields.Set{"involvedObject.kind": "Pod", "involvedObject.name": pod.Name}.AsSelector().String()
+			events, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: sel})
+			if err != nil {
+				return r.fail(fmt.Errorf("listing the pod's events: %w", err))
+			}
+			ex, err := Explain(pod, nodes.Items, pods.Items, events.Items, r.Now())
+			if err != nil {
+				return r.fail(err)
+			}
+			if r.g.Output == "text" {
+				renderExplanation(r.Out, ex, r.style)
+			} else if err := printData(r.Out, r.g.Output, ex); err != nil {
+				return r.fail(err)
+			}
+			if ex.Waiting {
+				return ExitAttention
+			}
+			return ExitOK
+		},
+	}
+}
+
+// reasonText says a fallback reason (several, comma-separated, when
+// several types were rewritten) in words.
+func reasonText(reason string) string {
+	if reason == "" {
+		return "no reason recorded"
+	}
+	var parts []string
+	for _, r := range strings.Split(reason, ",") {
+		switch r = strings.TrimSpace(r); r {
+		case fallback.ReasonAbsent:
+			parts = append(parts, "no node it may land on has the type it asked for")
+		case fallback.ReasonExhausted:
+			parts = append(parts, "nodes have the type it asked for, none a free one")
+		default:
+			parts = append(parts, r)
+		}
+	}
+	return strings.Join(slices.Compact(parts), "; ")
+}
+
+// describeCounts is "1 x nvidia.com/mig-3g.40gb, 2 x nvidia.com/gpu".
+func describeCounts(m map[string]int64) string {
+	if len(m) == 0 {
+		return "no GPU"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%d x %s", m[k], k))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func renderExplanation(w io.Writer, ex Explanation, s style) {
+	put := func(first, text string) {
+		for _, l := range wrap(first, text) {
+			fmt.Fprintln(w, l)
+		}
+	}
+	where := "waits for a node"
+	switch {
+	case ex.Node != "":
+		where = "on node " + ex.Node
+	case !ex.Waiting:
+		where = "not bound to a node"
+	}
+	fmt.Fprintf(w, "POD %s  %s, %s\n", ex.Pod, ex.Phase, where)
+	put("  asked for:   ", describeCounts(ex.Requested))
+	admitted := describeCounts(ex.Effective)
+	switch {
+	case ex.Webhook.Rewrites != "":
+		admitted += fmt.Sprintf(" (webhook rewrote %s: %s)", ex.Webhook.Rewrites, reasonText(ex.Webhook.Reason))
+	case ex.Webhook.Reshape != "":
+		admitted += " (webhook left it for the planner to reshape: " + webhook.AnnotationReshape + "=" + ex.Webhook.Reshape + ")"
+	default:
+		admitted += " (the webhook did not change it)"
+	}
+	put("  admitted as: ", admitted)
+	if ex.Webhook.Policy != "" {
+		put("  its policy:  ", fallback.AnnotationPolicy+"="+ex.Webhook.Policy)
+	}
+	for _, d := range ex.Devices {
+		at := ""
+		if d.Placement != "" {
+			at = " at " + d.Placement
+		}
+		put("  holds:       ", fmt.Sprintf("%s on %s GPU %d%s, %s (%s)", d.Profile, d.Node, d.GPU, at, d.UUID, s.health(d.Health)))
+	}
+	for _, e := range ex.Events {
+		count := ""
+		if e.Count > 1 {
+			count = fmt.Sprintf(" (x%d)", e.Count)
+		}
+		put("  event:       ", fmt.Sprintf("%s %s%s: %s", e.Type, e.Reason, count, e.Message))
+	}
+	for _, n := range ex.Notes {
+		put("  note:        ", n)
+	}
+	if p := ex.Planner; p != nil {
+		switch {
+		case !p.Considered:
+			put("  planner now: ", "does not plan for it: the scheduler has not marked it unschedulable (yet)")
+		case p.Action == string(planner.ActionExisting):
+			put("  planner now: ", "free devices that exist serve it; nothing to change (the scheduler should place it)")
+		case p.Action == string(planner.ActionReshape):
+			put("  planner now: ", cmp.Or(p.Event, "would reshape node "+p.Node+" for it"))
+		default:
+			put("  planner now: ", "no change it may make serves it: "+p.Reason)
+		}
+	}
+}

@@ -1,0 +1,137 @@
+package migflexctl
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/nodeinfo"
+	"github.com/migflex/migflex/internal/reshape"
+	"github.com/migflex/migflex/internal/resourcename"
+)
+
+var (
+	mig1g = resourcename.MIG("1g.10gb")
+	mig3g = resourcename.MIG("3g.40gb")
+	mig4g = resourcename.MIG("4g.40gb")
+	mig7g = resourcename.MIG("7g.80gb")
+)
+
+// rewritten is p as the webhook leaves it after rewriting from to to.
+func rewritten(t *testing.T, p *corev1.Pod, from, to corev1.ResourceName, reason string) *corev1.Pod {
+	t.Helper()
+	c := &p.Spec.Containers[0]
+	orig := fallback.OriginalResources{Containers: map[string]fallback.ContainerResources{c.Name: {
+		Requests: corev1.ResourceList{from: c.Resources.Requests[from]}, Limits: corev1.ResourceList{from: c.Resources.Limits[from]},
+	}}}
+	b, err := json.Marshal(orig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := c.Resources.Requests[from]
+	c.Resources.Requests = corev1.ResourceList{to: q}
+	c.Resources.Limits = corev1.ResourceList{to: q}
+	p.Annotations = map[string]string{
+		fallback.AnnotationOriginal: string(b),
+		fallback.AnnotationFallback: resourcename.Short(from) + "->" + resourcename.Short(to),
+		fallback.AnnotationReason:   reason,
+	}
+	return p
+}
+
+func event(p *corev1.Pod, typ, reason, msg string, minutesAgo int) *corev1.Event {
+	return &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: p.Name + "." + reason, Namespace: p.Namespace},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: p.Name, Namespace: p.Namespace, UID: p.UID},
+		Type:           typ, Reason: reason, Message: msg, Count: 1,
+		LastTimestamp: metav1.NewTime(now.Add(-time.Duration(minutesAgo) * time.Minute)),
+	}
+}
+
+// TestExplainExistenceModeInUse: issue 29's case, a 7g pod rewritten to
+// 4g while the only 4g is busy. explain says what was asked, what was
+// admitted and why, that every 4g is held and by whom, and what the
+// planner would do now.
+func TestExplainExistenceModeInUse(t *testing.T) {
+	n := node(t, "gpu-a", nodeinfo.StateSuccess, gpu(0, "4g.40gb@0:4=ns/busy", "3g.40gb@4:4=ns/other"))
+	n.Labels[nodeinfo.LabelPlanner] = nodeinfo.PlannerEnabled
+	p := rewritten(t, pendingPod("big", mig7g, 1), mig7g, mig4g, fallback.ReasonAbsent)
+	ev := event(p, corev1.EventTypeWarning, "FailedScheduling", "0/1 nodes are available: 1 Insufficient nvidia.com/mig-4g.40gb.", 1)
+	code, out, errOut := run(t, fakeClient(n, p, ev), "", "explain", "big")
+	want := `POD ns/big  Pending, waits for a node
+  asked for:   1 x nvidia.com/mig-7g.80gb
+  admitted as: 1 x nvidia.com/mig-4g.40gb (webhook rewrote 7g.80gb->4g.40gb: no
+               node it may land on has the type it asked for)
+  event:       Warning FailedScheduling: 0/1 nodes are available: 1 Insufficient
+               nvidia.com/mig-4g.40gb.
+  note:        0 of the cluster's 1 nvidia.com/mig-4g.40gb are free, it asks for
+               1 (held by ns/busy); the webhook rewrote it to a type that
+               exists, but whose devices are in use
+  planner now: no change it may make serves it: no GPU can take
+               nvidia.com/mig-4g.40gb: of the 1 GPUs on the 1 nodes it may be
+               scheduled to, 1 have no room for it next to instances in use
+`
+	if out != want {
+		t.Errorf("explain (-want +got):\n%s", cmp.Diff(want, out))
+	}
+	checkWidth(t, out)
+	if code != ExitAttention || errOut != "" {
+		t.Errorf("exit %d, stderr %q, want %d: the pod waits", code, errOut, ExitAttention)
+	}
+}
+
+func TestExplainRunningPod(t *testing.T) {
+	n := node(t, "gpu-a", nodeinfo.StateSuccess, gpu(0, "3g.40gb@0:4=ns/run", "4g.40gb@4:4"))
+	p := pendingPod("run", mig3g, 1)
+	p.Spec.NodeName, p.Status.Phase, p.Status.Conditions = "gpu-a", corev1.PodRunning, nil
+	other := pendingPod("other", mig1g, 1)
+	other.Namespace = "elsewhere"
+	code, out, _ := run(t, fakeClient(n, p, other, event(p, corev1.EventTypeNormal, reshape.ReasonPlanned, "will run on node gpu-a: GPU 0 repartitioned 7x1g.10gb -> 3g.40gb + 4g.40gb", 3)), "", "explain", "run", "-o", "json")
+	if code != ExitOK {
+		t.Errorf("exit %d, want %d: the pod runs", code, ExitOK)
+	}
+	var got Explanation
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := Explanation{
+		Pod: "ns/run", Phase: "Running", Node: "gpu-a",
+		Requested: map[string]int64{string(mig3g): 1}, Effective: map[string]int64{string(mig3g): 1},
+		Devices: []HeldDevice{{Node: "gpu-a", GPU: 0, Profile: "3g.40gb", Placement: "0:4", UUID: "MIG-00000000-0000-5000-8000-000000000000", Health: "Healthy"}},
+		Events:  []EventLine{{Type: "Normal", Reason: reshape.ReasonPlanned, Message: "will run on node gpu-a: GPU 0 repartitioned 7x1g.10gb -> 3g.40gb + 4g.40gb", Count: 1, Last: now.Add(-3 * time.Minute)}},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("explain -o json (-want +got):\n%s", diff)
+	}
+	_, text, _ := run(t, fakeClient(n, p), "", "explain", "run")
+	if want := "  holds:       3g.40gb on gpu-a GPU 0 at 0:4,\n               MIG-00000000-0000-5000-8000-000000000000 (Healthy)\n"; !strings.Contains(text, want) {
+		t.Errorf("explain run: no line %q:\n%s", want, text)
+	}
+	if code, _, errOut := run(t, fakeClient(n), "", "explain", "gone"); code != ExitError || !strings.Contains(errOut, `pod ns/gone`) {
+		t.Errorf("a missing pod: exit %d, stderr %q", code, errOut)
+	}
+	if code, _, _ := run(t, fakeClient(n), "", "explain"); code != ExitUsage {
+		t.Errorf("no pod: exit %d, want %d", code, ExitUsage)
+	}
+}
+
+// TestExplainPlannerWouldReshape: a waiting pod an opted-in node can be
+// reshaped for gets the Event the planner's round would record.
+func TestExplainPlannerWouldReshape(t *testing.T) {
+	n := node(t, "gpu-a", nodeinfo.StateSuccess, gpu(0, "1g.10gb@0:1", "1g.10gb@1:1", "1g.10gb@2:1", "1g.10gb@3:1", "1g.10gb@4:1", "1g.10gb@5:1", "1g.10gb@6:1"))
+	n.Labels[nodeinfo.LabelPlanner] = nodeinfo.PlannerEnabled
+	p := pendingPod("p", mig3g, 1)
+	code, out, _ := run(t, fakeClient(n, p), "", "explain", "p")
+	if code != ExitAttention || !strings.Contains(out, "planner now: MigReshapePlanned: will run on node gpu-a: GPU 0 repartitioned") {
+		t.Errorf("exit %d:\n%s", code, out)
+	}
+	if !strings.Contains(out, "(the webhook did not change it)") {
+		t.Errorf("no word on the webhook:\n%s", out)
+	}
+}

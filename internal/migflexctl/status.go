@@ -1,0 +1,307 @@
+package migflexctl
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/migflex/migflex/internal/nodeinfo"
+	"github.com/migflex/migflex/internal/resourcename"
+)
+
+// Status is what `status` reports, and its -o json|yaml form.
+type Status struct {
+	Nodes []NodeStatus `json:"nodes"`
+	// Free counts the devices served to pods per resource across the
+	// nodes shown: free (healthy, held by no pod) of all served.
+	Free []FreeCount `json:"free"`
+}
+
+// NodeStatus is one node as its agent publishes it.
+type NodeStatus struct {
+	Name string `json:"name"`
+	// Serving is nodeinfo.LabelServing's value, device-plugin when absent.
+	Serving string `json:"serving"`
+	// State is nodeinfo.LabelMigConfigState's value, "" when unset.
+	State  string `json:"state"`
+	Reason string `json:"reason,omitempty"`
+	// Source is the mig.config source that decides the layout.
+	Source string `json:"source"`
+	// Planner: the node opted in to the planner (nodeinfo.LabelPlanner).
+	Planner bool           `json:"planner"`
+	GPUs    []nodeinfo.GPU `json:"gpus"`
+	// Problems say what of the Node could not be read.
+	Problems []string `json:"problems,omitempty"`
+}
+
+// FreeCount is one resource's devices across the cluster.
+type FreeCount struct {
+	Resource string `json:"resource"`
+	Free     int    `json:"free"`
+	Total    int    `json:"total"`
+}
+
+// isMigflexNode tells whether a node carries anything migflex's agent
+// publishes: nodes without are left out of an unfiltered status.
+func isMigflexNode(n *corev1.Node) bool {
+	_, layout := n.Annotations[nodeinfo.AnnotationLayout]
+	_, state := n.Labels[nodeinfo.LabelMigConfigState]
+	_, serving := n.Labels[nodeinfo.LabelServing]
+	return layout || state || serving
+}
+
+// nodeStatus reads one Node.
+func nodeStatus(n *corev1.Node) NodeStatus {
+	ns := NodeStatus{
+		Name:    n.Name,
+		Serving: cmp.Or(n.Labels[nodeinfo.LabelServing], nodeinfo.ServingDevicePlugin),
+		State:   n.Labels[nodeinfo.LabelMigConfigState],
+		Reason:  n.Annotations[nodeinfo.AnnotationReason],
+		Source:  nodeinfo.Deciding(n.Labels, n.Annotations).String(),
+		Planner: n.Labels[nodeinfo.LabelPlanner] == nodeinfo.PlannerEnabled,
+	}
+	if v, ok := n.Annotations[nodeinfo.AnnotationLayout]; ok {
+		gpus, err := nodeinfo.ParseLayout(v)
+		if err != nil {
+			ns.Problems = append(ns.Problems, err.Error())
+		}
+		ns.GPUs = gpus
+	} else {
+		ns.Problems = append(ns.Problems, "no "+nodeinfo.AnnotationLayout+" annotation: the agent has not reported this node's GPUs")
+	}
+	return ns
+}
+
+// devices calls f for each device a node serves: each MIG instance with a
+// device and each whole GPU with MIG off, with its resource.
+func devices(gpus []nodeinfo.GPU, f func(res corev1.ResourceName, health string, usedBy []string)) {
+	for _, g := range gpus {
+		if len(g.Instances) == 0 && g.MigMode != nodeinfo.MigModeEnabled {
+			if g.Health != "" && g.Health != nodeinfo.HealthNotServed {
+				f(resourcename.GPU, g.Health, g.UsedBy)
+			}
+			continue
+		}
+		for _, in := range g.Instances {
+			if in.UUID == "" || in.Health == nodeinfo.HealthNotServed {
+				continue
+			}
+			f(resourcename.MIG(in.Profile), in.Health, in.UsedBy)
+		}
+	}
+}
+
+// freeCounts totals the devices of nodes per resource.
+func freeCounts(nodes []NodeStatus) []FreeCount {
+	byRes := map[corev1.ResourceName]*FreeCount{}
+	for _, n := range nodes {
+		devices(n.GPUs, func(res corev1.ResourceName, health string, usedBy []string) {
+			c := byRes[res]
+			if c == nil {
+				c = &FreeCount{Resource: string(res)}
+				byRes[res] = c
+			}
+			c.Total++
+			if health == nodeinfo.HealthHealthy && len(usedBy) == 0 {
+				c.Free++
+			}
+		})
+	}
+	out := make([]FreeCount, 0, len(byRes))
+	for _, c := range byRes {
+		out = append(out, *c)
+	}
+	slices.SortFunc(out, func(a, b FreeCount) int { return cmp.Compare(a.Resource, b.Resource) })
+	return out
+}
+
+// BuildStatus is the status of nodes (all of them when names is empty,
+// those migflex's agent reports on; else the named ones, in that order).
+func BuildStatus(all []corev1.Node, names []string) (Status, error) {
+	var picked []*corev1.Node
+	if len(names) == 0 {
+		for i := range all {
+			if isMigflexNode(&all[i]) {
+				picked = append(picked, &all[i])
+			}
+		}
+		slices.SortFunc(picked, func(a, b *corev1.Node) int { return cmp.Compare(a.Name, b.Name) })
+	} else {
+		for _, name := range names {
+			i := slices.IndexFunc(all, func(n corev1.Node) bool { return n.Name == name })
+			if i < 0 {
+				return Status{}, fmt.Errorf("node %q not found", name)
+			}
+			picked = append(picked, &all[i])
+		}
+	}
+	st := Status{Nodes: make([]NodeStatus, 0, len(picked))}
+	for _, n := range picked {
+		st.Nodes = append(st.Nodes, nodeStatus(n))
+	}
+	st.Free = freeCounts(st.Nodes)
+	return st, nil
+}
+
+// needsLook tells whether a status deserves ExitAttention: a config that
+// failed, or a device that is unhealthy.
+func (st Status) needsLook() bool {
+	for _, n := range st.Nodes {
+		if n.State == nodeinfo.StateFailed || len(n.Problems) > 0 {
+			return true
+		}
+		bad := false
+		devices(n.GPUs, func(_ corev1.ResourceName, health string, _ []string) {
+			bad = bad || health == nodeinfo.HealthUnhealthy
+		})
+		if bad {
+			return true
+		}
+	}
+	return false
+}
+
+func statusCommand() command {
+	return command{
+		name: "status", args: "[NODE...]", outputs: []string{"wide", "json", "yaml"},
+		run: func(ctx context.Context, r *runner, args []string) int {
+			client, _, err := r.kube()
+			if err != nil {
+				return r.fail(err)
+			}
+			list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return r.fail(fmt.Errorf("listing nodes: %w", err))
+			}
+			st, err := BuildStatus(list.Items, args)
+			if err != nil {
+				return r.fail(err)
+			}
+			switch r.g.Output {
+			case "json", "yaml":
+				if err := printData(r.Out, r.g.Output, st); err != nil {
+					return r.fail(err)
+				}
+			default:
+				renderStatus(r.Out, st, r.style, r.g.Output == "wide")
+			}
+			if st.needsLook() {
+				return ExitAttention
+			}
+			return ExitOK
+		},
+	}
+}
+
+// renderStatus prints st for people, in 80 columns unless wide.
+func renderStatus(w io.Writer, st Status, s style, wide bool) {
+	if len(st.Nodes) == 0 {
+		fmt.Fprintln(w, "No node reports migflex's layout: is the agent running (kubectl get ds -A)?")
+		return
+	}
+	for i, n := range st.Nodes {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		renderNode(w, n, s, wide)
+	}
+	fmt.Fprintln(w)
+	renderFree(w, st.Free)
+}
+
+func renderNode(w io.Writer, n NodeStatus, s style, wide bool) {
+	head := fmt.Sprintf("NODE %s  serving %s  config %s", n.Name, n.Serving, s.state(cmp.Or(n.State, "none")))
+	if n.Planner {
+		head += "  planner: opted in"
+	}
+	fmt.Fprintln(w, head)
+	for _, l := range wrap("  source: ", n.Source) {
+		fmt.Fprintln(w, l)
+	}
+	if n.Reason != "" {
+		for _, l := range wrap("  reason: ", n.Reason) {
+			fmt.Fprintln(w, l)
+		}
+	}
+	for _, p := range n.Problems {
+		for _, l := range wrap("  problem: ", p) {
+			fmt.Fprintln(w, l)
+		}
+	}
+	for _, g := range n.GPUs {
+		line := fmt.Sprintf("  GPU %d  %s  MIG %s", g.Index, g.Model, g.MigMode)
+		if wide {
+			line += "  " + g.UUID
+		}
+		fmt.Fprintln(w, line)
+		whole := len(g.Instances) == 0 && g.MigMode != nodeinfo.MigModeEnabled
+		if len(g.Instances) == 0 && !whole {
+			fmt.Fprintln(w, "    no instances")
+			continue
+		}
+		podWidth := podColumn(g, whole)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		// The header's HEALTH is painted too: tabwriter counts the
+		// escapes of the cells below it.
+		fmt.Fprintf(tw, "    PROFILE\tAT\t%s\tDEVICE\tPOD\n", s.paint(ansiDefault, "HEALTH"))
+		if whole {
+			fmt.Fprintf(tw, "    %s\t%s\t%s\t%s\t%s\n", "whole GPU", "-", s.health(cmp.Or(g.Health, nodeinfo.HealthNotServed)), shortID(g.UUID, wide), podList(g.UsedBy, podWidth, wide))
+		}
+		for _, in := range g.Instances {
+			fmt.Fprintf(tw, "    %s\t%d:%d\t%s\t%s\t%s\n", in.Profile, in.Placement.Start, in.Placement.Size,
+				s.health(in.Health), shortID(in.UUID, wide), podList(in.UsedBy, podWidth, wide))
+		}
+		_ = tw.Flush()
+	}
+}
+
+// podColumn is how wide the POD column of g's table may be in 80
+// columns: what the indent, the other columns (as wide as their widest
+// cell) and the gaps between them leave, at least 16.
+func podColumn(g nodeinfo.GPU, whole bool) int {
+	profile, at, health := len("PROFILE"), len("AT"), len("HEALTH")
+	if whole {
+		profile, health = max(profile, len("whole GPU")), max(health, len(g.Health))
+	}
+	for _, in := range g.Instances {
+		profile = max(profile, len(in.Profile))
+		at = max(at, len(fmt.Sprintf("%d:%d", in.Placement.Start, in.Placement.Size)))
+		health = max(health, len(in.Health))
+	}
+	const indent, gap, device = 4, 2, 13
+	return max(16, width-indent-profile-at-health-device-4*gap)
+}
+
+// podList is the pods holding a device, "-" for none, cut to n columns
+// unless wide.
+func podList(pods []string, n int, wide bool) string {
+	if len(pods) == 0 {
+		return "-"
+	}
+	s := strings.Join(pods, ",")
+	if wide {
+		return s
+	}
+	return clip(s, n)
+}
+
+func renderFree(w io.Writer, free []FreeCount) {
+	if len(free) == 0 {
+		fmt.Fprintln(w, "No device is served to pods.")
+		return
+	}
+	fmt.Fprintln(w, "FREE DEVICES (all nodes shown)")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  RESOURCE\tFREE\tTOTAL")
+	for _, c := range free {
+		fmt.Fprintf(tw, "  %s\t%d\t%d\n", c.Resource, c.Free, c.Total)
+	}
+	_ = tw.Flush()
+}
