@@ -1,6 +1,7 @@
 package reshape
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -459,13 +460,15 @@ func (c *Controller) round(ctx context.Context, m *memory) (bool, time.Time) {
 	return d.waiting, d.lifts
 }
 
-// write applies the planner's annotations on the Node: every one it owns
-// as it is, but w.key set to w.value (or removed). The Node's UID and
+// write applies the planner's annotations on the Node under w.manager:
+// every one that manager owns as it is, but w.key set to w.value (or
+// removed). The Node's UID and
 // resourceVersion are preconditions: a Node that changed since the round
 // read it (another replica's write, the agent's report) fails the write,
 // and the next round plans from what it shows.
 func (c *Controller) write(ctx context.Context, w nodeWrite) error {
-	owned, err := corev1ac.ExtractNode(w.node, c.opts.FieldManager)
+	manager := cmp.Or(w.manager, c.opts.FieldManager)
+	owned, err := corev1ac.ExtractNode(w.node, manager)
 	if err != nil {
 		return fmt.Errorf("reading the planner's fields of Node %s: %w", w.node.Name, err)
 	}
@@ -482,7 +485,7 @@ func (c *Controller) write(ctx context.Context, w nodeWrite) error {
 	if len(ann) > 0 {
 		ac.WithAnnotations(ann)
 	}
-	_, err = c.opts.Client.CoreV1().Nodes().Apply(ctx, ac, metav1.ApplyOptions{FieldManager: c.opts.FieldManager, Force: true})
+	_, err = c.opts.Client.CoreV1().Nodes().Apply(ctx, ac, metav1.ApplyOptions{FieldManager: manager, Force: true})
 	switch {
 	case err == nil:
 		c.metrics.writes.WithLabelValues(writeSuccess).Inc()

@@ -73,8 +73,12 @@ func newMemory(halfLife time.Duration) *memory {
 
 // nodeWrite is one server-side apply of the planner's annotation.
 type nodeWrite struct {
-	node            *corev1.Node
-	key, value      string // value "" removes the key
+	node       *corev1.Node
+	key, value string // value "" removes the key
+	// manager is the field manager the apply is made under: the
+	// planner's for nvidia.com/mig.config, its proposal manager for a
+	// proposal (see proposalManager).
+	manager         string
 	gpus            []int
 	pods            int
 	eventsAfterward []podEvent
@@ -237,9 +241,9 @@ func newWrites(o *Options, order []string, changes map[string]planner.NodeChange
 		if n == nil {
 			continue
 		}
-		w := &nodeWrite{node: n, key: nodeinfo.AnnotationMigConfig, value: nc.Config}
+		w := &nodeWrite{node: n, key: nodeinfo.AnnotationMigConfig, value: nc.Config, manager: o.FieldManager}
 		if o.DryRun {
-			w.key = nodeinfo.AnnotationProposed
+			w.key, w.manager = nodeinfo.AnnotationProposed, proposalManager(o)
 		}
 		for _, g := range nc.GPUs {
 			w.gpus = append(w.gpus, g.Index)
@@ -321,7 +325,10 @@ func (d *decision) proposalsLeft(o *Options, nodes []*corev1.Node, writes map[st
 		if _, ok := n.Annotations[nodeinfo.AnnotationProposed]; !ok {
 			continue
 		}
-		if owner, _ := plansnap.AnnotationOwner(n, nodeinfo.AnnotationProposed); owner != o.FieldManager {
+		// Proposals of an older planner were written under its own
+		// field manager; either is ours to remove.
+		owner, _ := plansnap.AnnotationOwner(n, nodeinfo.AnnotationProposed)
+		if owner != proposalManager(o) && owner != o.FieldManager {
 			continue
 		}
 		// The planner may write only on opted-in nodes (its policy says
@@ -332,9 +339,18 @@ func (d *decision) proposalsLeft(o *Options, nodes []*corev1.Node, writes map[st
 		if w := writes[n.Name]; w != nil && w.key == nodeinfo.AnnotationProposed {
 			continue
 		}
-		d.writes = append(d.writes, nodeWrite{node: n, key: nodeinfo.AnnotationProposed})
+		d.writes = append(d.writes, nodeWrite{node: n, key: nodeinfo.AnnotationProposed, manager: owner})
 	}
 	return nil
+}
+
+// proposalManager is the field manager of dry-run proposals. It is not the
+// planner's own: an apply refreshes the time of its manager's entry in
+// managedFields, and the entry that owns nvidia.com/mig.config tells a new
+// leader, and the webhook, when the planner last changed the node, which
+// starts a cooldown. A proposal changes nothing, so it must not touch it.
+func proposalManager(o *Options) string {
+	return o.FieldManager + "-proposal"
 }
 
 // rememberChanges sets each GPU's last change: this process's memory; for
