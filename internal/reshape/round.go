@@ -176,7 +176,11 @@ func (d *decision) readNodes(o *Options, m *memory, now time.Time, nodes []*core
 		}
 		if s := starting[n.Name]; len(s) > 0 && v.Frozen == "" {
 			slices.Sort(s)
-			v.Frozen = fmt.Sprintf("pods are starting on it (%s) whose devices its agent does not report yet", describeList(s))
+			what := "pods are"
+			if len(s) == 1 {
+				what = "a pod is"
+			}
+			v.Frozen = fmt.Sprintf("%s starting on it (%s) whose devices its agent does not report yet", what, describeList(s))
 		}
 		rememberChanges(o, m, &v, now)
 		views = append(views, v)
@@ -515,9 +519,12 @@ func describeList(items []string) string {
 }
 
 // blockerIndex finds, for a pod no change can serve, the pods holding the
-// GPUs that could serve it were their instances free: on nodes the pod may
-// land on that the planner may change now, GPUs of a model with the
-// profile (or MIG capable, for a whole GPU) that pods hold.
+// GPUs that could serve it were their instances free: on opted-in nodes
+// the pod may land on, GPUs of a model with the profile (or MIG capable,
+// for a whole GPU) that pods hold. A node frozen for now counts: its
+// freeze ends by itself (a change lands, a pod starts), the pods holding
+// its GPUs do not, and a new leader finds the node it was handed frozen
+// by its predecessor's change in flight.
 type blockerIndex struct {
 	fb     *schedview.Snapshot
 	views  map[string]*plansnap.Node
@@ -552,7 +559,7 @@ func (b *blockerIndex) holding(pod *corev1.Pod) string {
 		}
 		for _, name := range members {
 			v := b.views[name]
-			if v == nil || !v.OptedIn || v.Frozen != "" {
+			if v == nil || !v.OptedIn {
 				continue
 			}
 			for _, g := range v.GPUs {
