@@ -363,3 +363,18 @@ func ManagedTime(manager, key string, t time.Time) metav1.ManagedFieldsEntry {
 	return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1", Time: &mt,
 		FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(string(raw))}
 }
+
+// HoldRecentChange holds every GPU of a node whose nvidia.com/mig.config
+// the planner (fieldManager) wrote less than cooldown ago, as if each had
+// changed then: whoever does not know which GPUs that write changed (a
+// new leader, the webhook) may over-protect but never under-protects.
+func HoldRecentChange(v *Node, fieldManager string, cooldown time.Duration, now time.Time) {
+	if v.ConfigOwner != fieldManager || v.ConfigTime.IsZero() || now.Sub(v.ConfigTime) >= cooldown {
+		return
+	}
+	for i := range v.GPUs {
+		if v.GPUs[i].LastChanged.Before(v.ConfigTime) {
+			v.GPUs[i].LastChanged = v.ConfigTime
+		}
+	}
+}

@@ -372,13 +372,8 @@ func rememberChanges(o *Options, m *memory, v *plansnap.Node, now time.Time) {
 			}
 		}
 	}
-	if known || v.ConfigOwner != o.FieldManager || v.ConfigTime.IsZero() || now.Sub(v.ConfigTime) >= o.Policy.Cooldown {
-		return
-	}
-	for i := range v.GPUs {
-		if v.GPUs[i].LastChanged.Before(v.ConfigTime) {
-			v.GPUs[i].LastChanged = v.ConfigTime
-		}
+	if !known {
+		plansnap.HoldRecentChange(v, o.FieldManager, o.Policy.Cooldown, now)
 	}
 }
 
