@@ -406,7 +406,7 @@ func (c *Controller) round(ctx context.Context, m *memory) (bool, time.Time) {
 	nodes := listAs[*corev1.Node](c.nodes.GetStore())
 	pods := listAs[*corev1.Pod](c.pods.GetStore())
 	d, err := decide(&c.opts, c.planner, m, now, nodes, pods)
-	log.V(2).Info("Round decided", "nodes", len(nodes), "pods", len(pods), "demand", d.demand, "impossible", d.impossible, "writes", len(d.writes))
+	log.V(2).Info("Round decided", "nodes", len(nodes), "pods", len(pods), "demand", d.demand, "impossible", d.impossible, "writes", len(d.writes), "took", time.Since(start))
 	result := resultUnchanged
 	if err != nil {
 		log.Error(err, "Planning a round")
@@ -457,6 +457,7 @@ func (c *Controller) round(ctx context.Context, m *memory) (bool, time.Time) {
 	}
 	c.metrics.rounds.WithLabelValues(result).Inc()
 	c.metrics.duration.WithLabelValues(result).Observe(time.Since(start).Seconds())
+	log.V(2).Info("Round ended", "result", result, "took", time.Since(start))
 	return d.waiting, d.lifts
 }
 
