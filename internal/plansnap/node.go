@@ -46,6 +46,8 @@ type Options struct {
 	ManualHold time.Duration
 	// Now is the time of the reading.
 	Now time.Time
+	// Cache, when set, keeps the decoded annotations between readings.
+	Cache *Cache
 }
 
 // Node is one Node as the planner sees it.
@@ -79,21 +81,20 @@ func FromAPI(n *corev1.Node, o Options) Node {
 		}
 	}
 
+	dec := o.Cache.entry(n.Name)
 	if s, ok := n.Annotations[nodeinfo.AnnotationProfiles]; ok {
-		models, err := nodeinfo.ParseProfiles(s)
+		models, err := dec.decodeProfiles(s)
 		if err != nil {
 			out.Warnings = append(out.Warnings, err.Error())
 		}
-		for _, m := range models {
-			out.Models = append(out.Models, planner.Model{Name: m.Name, Profiles: m.MIGProfiles()})
-		}
+		out.Models = models
 	}
 	raw, ok := n.Annotations[nodeinfo.AnnotationLayout]
 	if !ok {
 		freeze("its agent has not reported its GPUs (no %s)", nodeinfo.AnnotationLayout)
 		return out
 	}
-	layout, err := nodeinfo.ParseLayout(raw)
+	layout, err := dec.decodeLayout(raw)
 	if err != nil {
 		out.Warnings = append(out.Warnings, err.Error())
 		freeze("its agent's report is unreadable: %v", err)

@@ -2,6 +2,7 @@ package reshape
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -53,6 +54,8 @@ type memory struct {
 	// node, with when: until the node's agent reports them holding their
 	// devices, they may hold instances it reports free.
 	started map[string]map[string]time.Time
+	// decoded keeps the Nodes' decoded annotations from round to round.
+	decoded *plansnap.Cache
 }
 
 // arrival is a GPU pod the informer saw created, and when.
@@ -68,6 +71,7 @@ func newMemory(halfLife time.Duration) *memory {
 		mix:     planner.NewMixTracker(halfLife),
 		seen:    map[types.UID]bool{},
 		started: map[string]map[string]time.Time{},
+		decoded: plansnap.NewCache(),
 	}
 }
 
@@ -159,8 +163,9 @@ func (d *decision) readNodes(o *Options, m *memory, now time.Time, nodes []*core
 		}
 	}
 	views := make([]plansnap.Node, 0, len(nodes))
+	m.decoded.Sweep()
 	for _, n := range nodes {
-		v := plansnap.FromAPI(n, plansnap.Options{FieldManager: o.FieldManager, ManualHold: o.ManualHold, Now: now})
+		v := plansnap.FromAPI(n, plansnap.Options{FieldManager: o.FieldManager, ManualHold: o.ManualHold, Now: now, Cache: m.decoded})
 		d.warnings = append(d.warnings, v.Warnings...)
 		users := v.Users()
 		for pod, since := range m.started[n.Name] {
@@ -520,19 +525,38 @@ func describeList(items []string) string {
 // freeze ends by itself (a change lands, a pod starts), the pods holding
 // its GPUs do not, and a new leader finds the node it was handed frozen
 // by its predecessor's change in flight.
+//
+// A round may have hundreds of such pods on thousands of nodes: the busy
+// GPUs are listed once, and pods with the same devices and scheduling
+// constraints share one answer.
 type blockerIndex struct {
 	fb     *schedview.Snapshot
-	views  map[string]*plansnap.Node
+	busy   map[string][]busyGPU
 	offers map[string]map[corev1.ResourceName]bool
+	said   map[string]string
+}
+
+// busyGPU is a GPU that pods hold, and who.
+type busyGPU struct {
+	index int
+	model string
+	users []string
 }
 
 func newBlockerIndex(views []plansnap.Node, models []planner.Model) *blockerIndex {
-	b := &blockerIndex{views: map[string]*plansnap.Node{}, offers: map[string]map[corev1.ResourceName]bool{}}
+	b := &blockerIndex{busy: map[string][]busyGPU{}, offers: map[string]map[corev1.ResourceName]bool{}, said: map[string]string{}}
 	var fbNodes []schedview.Node
 	for i := range views {
 		v := &views[i]
-		b.views[v.Name] = v
 		fbNodes = append(fbNodes, schedview.Node{Name: v.Name, Labels: v.Labels, Taints: v.Taints, Unschedulable: v.Unschedulable})
+		if !v.OptedIn {
+			continue
+		}
+		for _, g := range v.GPUs {
+			if users := v.GPUUsers(g.Index); len(users) > 0 {
+				b.busy[v.Name] = append(b.busy[v.Name], busyGPU{index: g.Index, model: g.Model, users: users})
+			}
+		}
 	}
 	for _, m := range models {
 		set := map[corev1.ResourceName]bool{resourcename.GPU: true}
@@ -545,32 +569,68 @@ func newBlockerIndex(views []plansnap.Node, models []planner.Model) *blockerInde
 	return b
 }
 
+// holdingKey is what holding's answer depends on: the pod's devices and
+// what decides the nodes it may land on.
+func holdingKey(pod *corev1.Pod, devs map[corev1.ResourceName]int64) string {
+	var affinity *corev1.NodeAffinity
+	if pod.Spec.Affinity != nil {
+		affinity = pod.Spec.Affinity.NodeAffinity
+	}
+	key, err := json.Marshal(struct {
+		Devs         map[corev1.ResourceName]int64
+		NodeName     string
+		NodeSelector map[string]string
+		Affinity     *corev1.NodeAffinity
+		Tolerations  []corev1.Toleration
+	}{devs, pod.Spec.NodeName, pod.Spec.NodeSelector, affinity, pod.Spec.Tolerations})
+	if err != nil {
+		return "" // not shared
+	}
+	return string(key)
+}
+
 func (b *blockerIndex) holding(pod *corev1.Pod) string {
 	devs := schedview.Devices(pod)
-	var held []string
+	key := holdingKey(pod, devs)
+	if s, ok := b.said[key]; ok && key != "" {
+		return s
+	}
+	type at struct {
+		node string
+		gpu  *busyGPU
+	}
+	var held []at
 	b.fb.EligibleGroups(pod, func(group int, members []string) {
 		if members == nil {
 			members = b.fb.GroupNodes(group)
 		}
 		for _, name := range members {
-			v := b.views[name]
-			if v == nil || !v.OptedIn {
-				continue
-			}
-			for _, g := range v.GPUs {
-				users := v.GPUUsers(g.Index)
-				if len(users) == 0 || !b.offersAll(g.Model, devs) {
-					continue
+			busy := b.busy[name]
+			for i := range busy {
+				if b.offersAll(busy[i].model, devs) {
+					held = append(held, at{name, &busy[i]})
 				}
-				held = append(held, fmt.Sprintf("%s GPU %d (%s)", name, g.Index, strings.Join(users, ", ")))
 			}
 		}
 	})
-	if len(held) == 0 {
-		return ""
+	s := ""
+	if len(held) > 0 {
+		slices.SortFunc(held, func(x, y at) int { return cmp.Or(cmp.Compare(x.node, y.node), cmp.Compare(x.gpu.index, y.gpu.index)) })
+		const shown = 4
+		names := make([]string, 0, shown)
+		for _, h := range held[:min(len(held), shown)] {
+			names = append(names, fmt.Sprintf("%s GPU %d (%s)", h.node, h.gpu.index, strings.Join(h.gpu.users, ", ")))
+		}
+		list := strings.Join(names, ", ")
+		if len(held) > shown {
+			list = fmt.Sprintf("%s and %d more", list, len(held)-shown)
+		}
+		s = "the GPUs that could take it hold pods, whose instances the planner never repartitions: " + list
 	}
-	slices.Sort(held)
-	return "the GPUs that could take it hold pods, whose instances the planner never repartitions: " + describeList(held)
+	if key != "" {
+		b.said[key] = s
+	}
+	return s
 }
 
 func (b *blockerIndex) offersAll(model string, devs map[corev1.ResourceName]int64) bool {

@@ -27,7 +27,7 @@ func testOptions(mods ...func(*Options)) *Options {
 	return o
 }
 
-func mustPlanner(t *testing.T, o *Options) *planner.Planner {
+func mustPlanner(t testing.TB, o *Options) *planner.Planner {
 	t.Helper()
 	pl, err := planner.New(o.Policy)
 	if err != nil {

@@ -54,8 +54,10 @@ type ReshapeView struct {
 	opts    plansnap.Options
 	// cooldown is the planner's (see NewReshapeView).
 	cooldown time.Duration
-	now      func() time.Time
-	synced   func() bool
+	// decoded keeps the Nodes' decoded annotations between rebuilds.
+	decoded *plansnap.Cache
+	now     func() time.Time
+	synced  func() bool
 }
 
 // NewReshapeView returns an empty view; fieldManager, manualHold and
@@ -78,6 +80,7 @@ func NewReshapeView(fieldManager string, manualHold, cooldown, refresh time.Dura
 	return &ReshapeView{
 		nodes: map[string]*corev1.Node{}, pl: pl, refresh: refresh, now: time.Now,
 		opts: plansnap.Options{FieldManager: fieldManager, ManualHold: manualHold}, cooldown: cooldown,
+		decoded: plansnap.NewCache(),
 	}, nil
 }
 
@@ -120,7 +123,8 @@ func (v *ReshapeView) supplier() *planner.Supplier {
 		return v.sup
 	}
 	o := v.opts
-	o.Now = now
+	o.Now, o.Cache = now, v.decoded
+	v.decoded.Sweep()
 	snap := planner.Snapshot{Now: now}
 	views := make([]plansnap.Node, 0, len(v.nodes))
 	for _, n := range v.nodes {
