@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -97,6 +98,9 @@ func New(opts Options) (*Controller, error) {
 	c.nodes = coreinformers.NewNodeInformer(opts.Client, 0, cache.Indexers{})
 	c.pods = coreinformers.NewFilteredPodInformer(opts.Client, metav1.NamespaceAll, 0, cache.Indexers{},
 		func(o *metav1.ListOptions) { o.FieldSelector = pendingPods })
+	if err := c.nodes.SetTransform(transformNode); err != nil {
+		return nil, fmt.Errorf("node informer transform: %w", err)
+	}
 	if err := c.pods.SetTransform(transformPod); err != nil {
 		return nil, fmt.Errorf("pod informer transform: %w", err)
 	}
@@ -138,6 +142,34 @@ func transformPod(obj any) (any, error) {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion}}, nil
 	}
 	return p, nil
+}
+
+// transformNode keeps of a Node what the planner reads (plansnap, the
+// scheduling view, nodeChanged) and what its writes need: metadata with
+// the managed fields that say who wrote nvidia.com/mig.config or the
+// proposal (the planner's own among them, which ExtractNode reads), the
+// cordon and taints, allocatable. The kubelet's images, conditions,
+// addresses and system info, and its large managed-fields entries, are
+// most of a Node and the planner reads none of them: at thousands of
+// Nodes the cache would be mostly that.
+func transformNode(obj any) (any, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	slim := &corev1.Node{ObjectMeta: n.ObjectMeta, Spec: corev1.NodeSpec{Unschedulable: n.Spec.Unschedulable, Taints: n.Spec.Taints},
+		Status: corev1.NodeStatus{Allocatable: n.Status.Allocatable}}
+	slim.ManagedFields = nil
+	for _, mf := range n.ManagedFields {
+		if mf.FieldsV1 == nil || mf.Subresource != "" {
+			continue
+		}
+		raw := mf.FieldsV1.GetRawString()
+		if strings.Contains(raw, `"f:`+nodeinfo.AnnotationMigConfig+`"`) || strings.Contains(raw, `"f:`+nodeinfo.AnnotationProposed+`"`) {
+			slim.ManagedFields = append(slim.ManagedFields, mf)
+		}
+	}
+	return slim, nil
 }
 
 // nodeChanged tells whether a Node update concerns the planner: not a
