@@ -15,6 +15,7 @@ import (
 
 	"github.com/migflex/migflex/internal/cli"
 	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/planner"
 	"github.com/migflex/migflex/internal/plansnap"
 	"github.com/migflex/migflex/internal/webhook"
 )
@@ -38,6 +39,7 @@ func webhookFlags(c *webhook.Config) *cli.Flags {
 	f.Duration(&c.Resync, "resync", 0, "informer resync period; 0 disables")
 	f.Bool(&c.ReusePort, "reuse-port", false, "bind --listen with SO_REUSEPORT, so that replicas on one host's network share the port during a rolling update; connections are then accepted only once the caches have synced")
 	f.Bool(&c.ReshapeFirst, "reshape-first", false, "leave a MIG request as asked (annotated migflex.io/reshape=expected) when the planner can serve it on a node the pod may land on, instead of rewriting it; for clusters running the planner")
+	f.Duration(&c.PlannerCooldown, "planner-cooldown", planner.DefaultPolicy().Cooldown, "the planner's --cooldown: a GPU of a node the planner changed less than this ago is not counted on for --reshape-first")
 	f.Duration(&c.PlannerManualHold, "planner-manual-hold", plansnap.DefaultManualHold, "the planner's --manual-hold: how long it leaves an opted-in node alone after someone else changed its nvidia.com/mig.config")
 	return f
 }

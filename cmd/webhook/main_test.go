@@ -35,11 +35,11 @@ func TestParseFlags(t *testing.T) {
 		wantErr string
 	}{
 		"defaults": {
-			want: webhook.Config{Listen: ":8443", CertDir: "/etc/webhook/certs", MetricsAddr: ":9125", Mode: "existence", OnUnsatisfiable: "deny", OnInsufficientCount: "allow", MaxRequestBytes: 8 << 20, MaxInflightBytes: 8 << 20, PlannerManualHold: 10 * time.Minute},
+			want: webhook.Config{Listen: ":8443", CertDir: "/etc/webhook/certs", MetricsAddr: ":9125", Mode: "existence", OnUnsatisfiable: "deny", OnInsufficientCount: "allow", MaxRequestBytes: 8 << 20, MaxInflightBytes: 8 << 20, PlannerManualHold: 10 * time.Minute, PlannerCooldown: 2 * time.Minute},
 		},
 		"flags": {
-			args: []string{"--listen=:9443", "--tls-cert-dir=/certs", "--metrics-addr=", "--metrics-cert-dir=/m", "--kubeconfig=/kc", "--config=/p.yaml", "--mode=capacity", "--on-unsatisfiable=allow", "--on-insufficient-count=deny", "--max-request-bytes=1024", "--max-inflight-bytes=4096", "--resync=1m", "--reuse-port", "--reshape-first", "--planner-manual-hold=1m"},
-			want: webhook.Config{Listen: ":9443", CertDir: "/certs", MetricsCertDir: "/m", Kubeconfig: "/kc", PolicyFile: "/p.yaml", Mode: "capacity", OnUnsatisfiable: "allow", OnInsufficientCount: "deny", MaxRequestBytes: 1024, MaxInflightBytes: 4096, Resync: time.Minute, ReusePort: true, ReshapeFirst: true, PlannerManualHold: time.Minute},
+			args: []string{"--listen=:9443", "--tls-cert-dir=/certs", "--metrics-addr=", "--metrics-cert-dir=/m", "--kubeconfig=/kc", "--config=/p.yaml", "--mode=capacity", "--on-unsatisfiable=allow", "--on-insufficient-count=deny", "--max-request-bytes=1024", "--max-inflight-bytes=4096", "--resync=1m", "--reuse-port", "--reshape-first", "--planner-manual-hold=1m", "--planner-cooldown=30s"},
+			want: webhook.Config{Listen: ":9443", CertDir: "/certs", MetricsCertDir: "/m", Kubeconfig: "/kc", PolicyFile: "/p.yaml", Mode: "capacity", OnUnsatisfiable: "allow", OnInsufficientCount: "deny", MaxRequestBytes: 1024, MaxInflightBytes: 4096, Resync: time.Minute, ReusePort: true, ReshapeFirst: true, PlannerManualHold: time.Minute, PlannerCooldown: 30 * time.Second},
 		},
 		"environment twins": {
 			env: map[string]string{
@@ -48,12 +48,12 @@ func TestParseFlags(t *testing.T) {
 				"MIGFLEX_WEBHOOK_ON_INSUFFICIENT_COUNT": "deny", "MIGFLEX_WEBHOOK_MAX_INFLIGHT_BYTES": "77", "MIGFLEX_WEBHOOK_REUSE_PORT": "true",
 				"MIGFLEX_WEBHOOK_RESHAPE_FIRST": "true", "MIGFLEX_WEBHOOK_PLANNER_MANUAL_HOLD": "30s",
 			},
-			want: webhook.Config{Listen: ":7443", CertDir: "/s", MetricsAddr: ":7125", PolicyFile: "/c", Mode: "capacity", OnUnsatisfiable: "allow", OnInsufficientCount: "deny", MaxRequestBytes: 99, MaxInflightBytes: 77, ReusePort: true, ReshapeFirst: true, PlannerManualHold: 30 * time.Second},
+			want: webhook.Config{Listen: ":7443", CertDir: "/s", MetricsAddr: ":7125", PolicyFile: "/c", Mode: "capacity", OnUnsatisfiable: "allow", OnInsufficientCount: "deny", MaxRequestBytes: 99, MaxInflightBytes: 77, ReusePort: true, ReshapeFirst: true, PlannerManualHold: 30 * time.Second, PlannerCooldown: 2 * time.Minute},
 		},
 		"a flag beats its environment twin": {
 			args: []string{"--mode=existence"},
 			env:  map[string]string{"MIGFLEX_WEBHOOK_MODE": "capacity"},
-			want: webhook.Config{Listen: ":8443", CertDir: "/etc/webhook/certs", MetricsAddr: ":9125", Mode: "existence", OnUnsatisfiable: "deny", OnInsufficientCount: "allow", MaxRequestBytes: 8 << 20, MaxInflightBytes: 8 << 20, PlannerManualHold: 10 * time.Minute},
+			want: webhook.Config{Listen: ":8443", CertDir: "/etc/webhook/certs", MetricsAddr: ":9125", Mode: "existence", OnUnsatisfiable: "deny", OnInsufficientCount: "allow", MaxRequestBytes: 8 << 20, MaxInflightBytes: 8 << 20, PlannerManualHold: 10 * time.Minute, PlannerCooldown: 2 * time.Minute},
 		},
 		"bad environment value": {
 			env:     map[string]string{"MIGFLEX_WEBHOOK_MAX_REQUEST_BYTES": "lots"},

@@ -21,15 +21,24 @@ const (
 	whyCount
 )
 
-var whyText = [whyCount]string{
-	whyCan:       "could take one",
-	whyNoProfile: "are of a model without it",
-	whyNoRoom:    "have no room for it next to instances in use",
-	whyCap:       "wait for the round's limit of GPUs repartitioned",
-	whyCooldown:  "are cooling down after a change",
-	whyFrozen:    "are on nodes whose layout must not change now",
-	whyOptOut:    "are on nodes not opted in to the planner, with no free instance of it",
-	whyUnknown:   "have a layout or model the planner does not understand",
+// whyText says what GPUs of a kind do: for one GPU, then for several.
+var whyText = [whyCount][2]string{
+	whyCan:       {"could take one", "could take one"},
+	whyNoProfile: {"is of a model without it", "are of a model without it"},
+	whyNoRoom:    {"has no room for it next to instances in use", "have no room for it next to instances in use"},
+	whyCap:       {"waits for the round's limit of GPUs repartitioned", "wait for the round's limit of GPUs repartitioned"},
+	whyCooldown:  {"is cooling down after a change", "are cooling down after a change"},
+	whyFrozen:    {"is on a node whose layout must not change now", "are on nodes whose layout must not change now"},
+	whyOptOut:    {"is on a node not opted in to the planner, with no free instance of it", "are on nodes not opted in to the planner, with no free instance of it"},
+	whyUnknown:   {"has a layout or model the planner does not understand", "have a layout or model the planner does not understand"},
+}
+
+// count is "1 GPU" or "3 GPUs".
+func count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
 }
 
 func (r *round) classify(k classKey, c int32, res int32) why {
@@ -128,9 +137,9 @@ func (r *round) diagnose(el eligibility, ps *podState) string {
 	var b strings.Builder
 	name := r.res.names[res]
 	if len(ps.needs) == 1 && ps.needs[0].count == 1 {
-		fmt.Fprintf(&b, "no GPU can take %s: of the %d GPUs on the %d nodes it may be scheduled to", name, gpus, nodes)
+		fmt.Fprintf(&b, "no GPU can take %s: of the %s on the %s it may be scheduled to", name, count(gpus, "GPU", "GPUs"), count(nodes, "node", "nodes"))
 	} else {
-		fmt.Fprintf(&b, "no node it may be scheduled to can hold %s on one node: of the %d GPUs on those %d nodes", describeNeeds(r, ps.needs), gpus, nodes)
+		fmt.Fprintf(&b, "no node it may be scheduled to can hold %s on one node: of the %s on the %s", describeNeeds(r, ps.needs), count(gpus, "GPU", "GPUs"), count(nodes, "node", "nodes"))
 	}
 	first := true
 	for w := range whyCount {
@@ -143,7 +152,11 @@ func (r *round) diagnose(el eligibility, ps *podState) string {
 		} else {
 			b.WriteString("; ")
 		}
-		fmt.Fprintf(&b, "%d %s", counts[w], whyText[w])
+		form := 1
+		if counts[w] == 1 {
+			form = 0
+		}
+		fmt.Fprintf(&b, "%d %s", counts[w], whyText[w][form])
 		switch why(w) {
 		case whyCooldown:
 			fmt.Fprintf(&b, " (cooldown %s)", r.pol.Cooldown)

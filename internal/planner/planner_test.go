@@ -165,7 +165,7 @@ func TestBusyInstancesKept(t *testing.T) {
 		"MIG is not disabled under a busy instance": {
 			nodes: []planner.Node{node("n0", optedIn, gpus(migGPU(0, "1g.10gb@6*")))},
 			pods:  []*corev1.Pod{pod("p", wholeGPU, "1")},
-			want:  map[string]string{"p": "none: 1 have no room"},
+			want:  map[string]string{"p": "none: 1 has no room"},
 		},
 	} {
 		t.Run(name, func(t *testing.T) { runRule(t, tc) })
@@ -205,7 +205,7 @@ func TestPlacementsValid(t *testing.T) {
 		"profile of another model": {
 			nodes: []planner.Node{node("n0", optedIn, gpus(migGPU(0)))},
 			pods:  []*corev1.Pod{pod("p", mig1g5, "1")},
-			want:  map[string]string{"p": "none: 1 are of a model without it"},
+			want:  map[string]string{"p": "none: 1 is of a model without it"},
 		},
 	} {
 		t.Run(name, func(t *testing.T) { runRule(t, tc) })
@@ -219,7 +219,7 @@ func TestOptOutNeverTouched(t *testing.T) {
 		"opted out, empty": {
 			nodes: []planner.Node{node("n0", optedOut, gpus(migGPU(0)))},
 			pods:  []*corev1.Pod{pod("p", mig1g, "1")},
-			want:  map[string]string{"p": "none: 1 are on nodes not opted in"},
+			want:  map[string]string{"p": "none: 1 is on a node not opted in"},
 		},
 		"opted out node's free instance serves as it is": {
 			nodes: []planner.Node{
@@ -241,7 +241,7 @@ func TestOptOutNeverTouched(t *testing.T) {
 		"frozen node": {
 			nodes: []planner.Node{node("n0", optedIn, gpus(migGPU(0)), frozen("agent state pending"))},
 			pods:  []*corev1.Pod{pod("p", mig1g, "1")},
-			want:  map[string]string{"p": "none: 1 are on nodes whose layout must not change now (n0: agent state pending)"},
+			want:  map[string]string{"p": "none: 1 is on a node whose layout must not change now (n0: agent state pending)"},
 		},
 		"unknown model left alone": {
 			nodes: []planner.Node{node("n0", optedIn, gpus(modelGPU("Mystery-GPU", 0)))},
@@ -302,7 +302,7 @@ func TestCooldownAndCap(t *testing.T) {
 		"inside the cooldown": {
 			nodes: []planner.Node{node("n0", optedIn, gpus(recent))},
 			pods:  []*corev1.Pod{pod("p", mig1g, "1")},
-			want:  map[string]string{"p": "none: 1 are cooling down after a change (cooldown 2m0s)"},
+			want:  map[string]string{"p": "none: 1 is cooling down after a change (cooldown 2m0s)"},
 		},
 		"cooldown over": {
 			nodes:   []planner.Node{node("n0", optedIn, gpus(old))},
@@ -336,7 +336,7 @@ func TestCooldownAndCap(t *testing.T) {
 			pol: cap2,
 			want: map[string]string{
 				"a": "reshape n0/0", "b": "reshape n0/1",
-				"c": "none: 1 wait for the round's limit of GPUs repartitioned (2)",
+				"c": "none: 1 waits for the round's limit of GPUs repartitioned (2)",
 			},
 			changed: map[string][]string{"n0/0": {"7g.80gb@0"}, "n0/1": {"7g.80gb@0"}},
 		},
@@ -584,7 +584,7 @@ func TestWhereItMayLand(t *testing.T) {
 				node("b", optedIn, gpus(migGPU(0, "7g.80gb@0*"))),
 			},
 			pods: []*corev1.Pod{pod("p", mig1g, "1")},
-			want: map[string]string{"p": "none: of the 1 GPUs on the 1 nodes"},
+			want: map[string]string{"p": "none: of the 1 GPU on the 1 node"},
 		},
 		"nowhere": {
 			nodes: []planner.Node{node("a", optedIn, gpus(migGPU(0)), labeled("pool", "x"))},

@@ -31,10 +31,10 @@ func TestCanSupply(t *testing.T) {
 	}{
 		"a free instance exists":  {pod("p", mig1g, "1"), "existing free/0"},
 		"reshape idle capacity":   {pod("p", mig3g, "1"), "reshape free/0"},
-		"only busy or opted out":  {pod("p", mig7g, "1"), "none: 1 are on nodes not opted in"},
+		"only busy or opted out":  {pod("p", mig7g, "1"), "none: 1 is on a node not opted in"},
 		"nowhere it may land":     {with(pod("p", mig1g, "1"), selector("pool", "none")), "none: no node it may be scheduled to"},
 		"a profile no model has":  {pod("p", "nvidia.com/mig-9g.99gb", "1"), "none: no GPU model in the cluster offers nvidia.com/mig-9g.99gb"},
-		"pinned to the busy node": {with(pod("p", mig1g, "1"), selector(corev1.LabelHostname, "busy")), "none: 1 have no room"},
+		"pinned to the busy node": {with(pod("p", mig1g, "1"), selector(corev1.LabelHostname, "busy")), "none: 1 has no room"},
 		"two devices on one node": {pod("p", mig1g, "2"), "existing free/0,free/0"},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -46,6 +46,8 @@ type Options struct {
 	ManualHold time.Duration
 	// Now is the time of the reading.
 	Now time.Time
+	// Cache, when set, keeps the decoded annotations between readings.
+	Cache *Cache
 }
 
 // Node is one Node as the planner sees it.
@@ -79,21 +81,20 @@ func FromAPI(n *corev1.Node, o Options) Node {
 		}
 	}
 
+	dec := o.Cache.entry(n.Name)
 	if s, ok := n.Annotations[nodeinfo.AnnotationProfiles]; ok {
-		models, err := nodeinfo.ParseProfiles(s)
+		models, err := dec.decodeProfiles(s)
 		if err != nil {
 			out.Warnings = append(out.Warnings, err.Error())
 		}
-		for _, m := range models {
-			out.Models = append(out.Models, planner.Model{Name: m.Name, Profiles: m.MIGProfiles()})
-		}
+		out.Models = models
 	}
 	raw, ok := n.Annotations[nodeinfo.AnnotationLayout]
 	if !ok {
 		freeze("its agent has not reported its GPUs (no %s)", nodeinfo.AnnotationLayout)
 		return out
 	}
-	layout, err := nodeinfo.ParseLayout(raw)
+	layout, err := dec.decodeLayout(raw)
 	if err != nil {
 		out.Warnings = append(out.Warnings, err.Error())
 		freeze("its agent's report is unreadable: %v", err)
@@ -362,4 +363,19 @@ func ManagedTime(manager, key string, t time.Time) metav1.ManagedFieldsEntry {
 	mt := metav1.NewTime(t)
 	return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1", Time: &mt,
 		FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(string(raw))}
+}
+
+// HoldRecentChange holds every GPU of a node whose nvidia.com/mig.config
+// the planner (fieldManager) wrote less than cooldown ago, as if each had
+// changed then: whoever does not know which GPUs that write changed (a
+// new leader, the webhook) may over-protect but never under-protects.
+func HoldRecentChange(v *Node, fieldManager string, cooldown time.Duration, now time.Time) {
+	if v.ConfigOwner != fieldManager || v.ConfigTime.IsZero() || now.Sub(v.ConfigTime) >= cooldown {
+		return
+	}
+	for i := range v.GPUs {
+		if v.GPUs[i].LastChanged.Before(v.ConfigTime) {
+			v.GPUs[i].LastChanged = v.ConfigTime
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package reshape
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -171,7 +172,7 @@ func (c *cluster) apply(w nodeWrite) {
 		return owner != ""
 	})
 	if w.value != "" {
-		n.ManagedFields = append(n.ManagedFields, plansnap.ManagedTime(DefaultFieldManager, w.key, c.now))
+		n.ManagedFields = append(n.ManagedFields, plansnap.ManagedTime(cmp.Or(w.manager, DefaultFieldManager), w.key, c.now))
 	}
 	c.bump(n)
 }

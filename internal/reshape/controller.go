@@ -1,12 +1,14 @@
 package reshape
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -96,6 +98,9 @@ func New(opts Options) (*Controller, error) {
 	c.nodes = coreinformers.NewNodeInformer(opts.Client, 0, cache.Indexers{})
 	c.pods = coreinformers.NewFilteredPodInformer(opts.Client, metav1.NamespaceAll, 0, cache.Indexers{},
 		func(o *metav1.ListOptions) { o.FieldSelector = pendingPods })
+	if err := c.nodes.SetTransform(transformNode); err != nil {
+		return nil, fmt.Errorf("node informer transform: %w", err)
+	}
 	if err := c.pods.SetTransform(transformPod); err != nil {
 		return nil, fmt.Errorf("pod informer transform: %w", err)
 	}
@@ -137,6 +142,34 @@ func transformPod(obj any) (any, error) {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion}}, nil
 	}
 	return p, nil
+}
+
+// transformNode keeps of a Node what the planner reads (plansnap, the
+// scheduling view, nodeChanged) and what its writes need: metadata with
+// the managed fields that say who wrote nvidia.com/mig.config or the
+// proposal (the planner's own among them, which ExtractNode reads), the
+// cordon and taints, allocatable. The kubelet's images, conditions,
+// addresses and system info, and its large managed-fields entries, are
+// most of a Node and the planner reads none of them: at thousands of
+// Nodes the cache would be mostly that.
+func transformNode(obj any) (any, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	slim := &corev1.Node{ObjectMeta: n.ObjectMeta, Spec: corev1.NodeSpec{Unschedulable: n.Spec.Unschedulable, Taints: n.Spec.Taints},
+		Status: corev1.NodeStatus{Allocatable: n.Status.Allocatable}}
+	slim.ManagedFields = nil
+	for _, mf := range n.ManagedFields {
+		if mf.FieldsV1 == nil || mf.Subresource != "" {
+			continue
+		}
+		raw := mf.FieldsV1.GetRawString()
+		if strings.Contains(raw, `"f:`+nodeinfo.AnnotationMigConfig+`"`) || strings.Contains(raw, `"f:`+nodeinfo.AnnotationProposed+`"`) {
+			slim.ManagedFields = append(slim.ManagedFields, mf)
+		}
+	}
+	return slim, nil
 }
 
 // nodeChanged tells whether a Node update concerns the planner: not a
@@ -405,7 +438,7 @@ func (c *Controller) round(ctx context.Context, m *memory) (bool, time.Time) {
 	nodes := listAs[*corev1.Node](c.nodes.GetStore())
 	pods := listAs[*corev1.Pod](c.pods.GetStore())
 	d, err := decide(&c.opts, c.planner, m, now, nodes, pods)
-	log.V(2).Info("Round decided", "nodes", len(nodes), "pods", len(pods), "demand", d.demand, "impossible", d.impossible, "writes", len(d.writes))
+	log.V(2).Info("Round decided", "nodes", len(nodes), "pods", len(pods), "demand", d.demand, "impossible", d.impossible, "writes", len(d.writes), "took", time.Since(start))
 	result := resultUnchanged
 	if err != nil {
 		log.Error(err, "Planning a round")
@@ -456,16 +489,19 @@ func (c *Controller) round(ctx context.Context, m *memory) (bool, time.Time) {
 	}
 	c.metrics.rounds.WithLabelValues(result).Inc()
 	c.metrics.duration.WithLabelValues(result).Observe(time.Since(start).Seconds())
+	log.V(2).Info("Round ended", "result", result, "took", time.Since(start))
 	return d.waiting, d.lifts
 }
 
-// write applies the planner's annotations on the Node: every one it owns
-// as it is, but w.key set to w.value (or removed). The Node's UID and
+// write applies the planner's annotations on the Node under w.manager:
+// every one that manager owns as it is, but w.key set to w.value (or
+// removed). The Node's UID and
 // resourceVersion are preconditions: a Node that changed since the round
 // read it (another replica's write, the agent's report) fails the write,
 // and the next round plans from what it shows.
 func (c *Controller) write(ctx context.Context, w nodeWrite) error {
-	owned, err := corev1ac.ExtractNode(w.node, c.opts.FieldManager)
+	manager := cmp.Or(w.manager, c.opts.FieldManager)
+	owned, err := corev1ac.ExtractNode(w.node, manager)
 	if err != nil {
 		return fmt.Errorf("reading the planner's fields of Node %s: %w", w.node.Name, err)
 	}
@@ -482,7 +518,7 @@ func (c *Controller) write(ctx context.Context, w nodeWrite) error {
 	if len(ann) > 0 {
 		ac.WithAnnotations(ann)
 	}
-	_, err = c.opts.Client.CoreV1().Nodes().Apply(ctx, ac, metav1.ApplyOptions{FieldManager: c.opts.FieldManager, Force: true})
+	_, err = c.opts.Client.CoreV1().Nodes().Apply(ctx, ac, metav1.ApplyOptions{FieldManager: manager, Force: true})
 	switch {
 	case err == nil:
 		c.metrics.writes.WithLabelValues(writeSuccess).Inc()

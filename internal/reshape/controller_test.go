@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/migflex/migflex/internal/nodeinfo"
@@ -314,6 +315,61 @@ func TestController(t *testing.T) {
 		})
 		if _, ok := e.getNode("ctl-c").Annotations[nodeinfo.AnnotationMigConfig]; ok {
 			t.Error("dry run wrote mig.config")
+		}
+		r.stop()
+	})
+
+	// A node the planner changed before it was put in dry run (or a
+	// dry-run planner beside an applying one under the same name): the
+	// proposal must not date a new change of its mig.config, which a round
+	// reads as a cooldown; the proposal used to be removed a round later,
+	// with a MigReshapeImpossible "cooling down" Event contradicting the
+	// MigReshapePlanned one.
+	t.Run("dry run keeps its proposal on a node the planner changed", func(t *testing.T) {
+		const cooldown = 2 * time.Second
+		e.node("ctl-f", simGPU(0, all1g...))
+		seven1g := "version: v1\nmig-configs:\n  selected:\n  - devices: all\n    mig-enabled: true\n    mig-devices: {\"1g.10gb\": 7}\n"
+		ac := corev1ac.Node("ctl-f").WithAnnotations(map[string]string{nodeinfo.AnnotationMigConfig: seven1g})
+		if _, err := e.client.CoreV1().Nodes().Apply(context.Background(), ac, metav1.ApplyOptions{FieldManager: DefaultFieldManager, Force: true}); err != nil {
+			t.Fatal(err)
+		}
+		_, wrote := plansnap.AnnotationOwner(e.getNode("ctl-f"), nodeinfo.AnnotationMigConfig)
+		// Past the cooldown, and a second later than the write as
+		// managedFields tells time.
+		time.Sleep(cooldown + time.Second)
+		r := e.start(t, func(o *Options) { o.DryRun = true; o.Policy.Cooldown = cooldown })
+		pod := e.pendingPod("ctl-f-3g", mig3g, "ctl-f")
+		n := e.waitNode("ctl-f", "a proposal", func(n *corev1.Node) bool { return n.Annotations[nodeinfo.AnnotationProposed] != "" })
+		if owner, at := plansnap.AnnotationOwner(n, nodeinfo.AnnotationMigConfig); owner != DefaultFieldManager || !at.Equal(wrote) {
+			t.Errorf("mig.config owned by %q since %s after the proposal, want %q since %s (a proposal is no change)", owner, at, DefaultFieldManager, wrote)
+		}
+		e.waitEvent(pod, ReasonPlanned, "would run on node ctl-f", "dry run")
+		for i := range 3 {
+			rounds := r.value("migflex_planner_rounds_total", "", "")
+			e.poke(pod, i)
+			r.waitValue(t, "migflex_planner_rounds_total", "", "", rounds+1)
+		}
+		if got := e.getNode("ctl-f").Annotations[nodeinfo.AnnotationProposed]; got != n.Annotations[nodeinfo.AnnotationProposed] {
+			t.Errorf("the proposal did not stand while the pod waited: %q, was %q", got, n.Annotations[nodeinfo.AnnotationProposed])
+		}
+		list, err := e.client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range list.Items {
+			if ev.InvolvedObject.UID == pod.UID && ev.Reason != ReasonPlanned {
+				t.Errorf("Event contradicting the proposal: %s: %s", ev.Reason, ev.Message)
+			}
+		}
+		if err := e.client.CoreV1().Pods("default").Delete(context.Background(), pod.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.waitNode("ctl-f", "the proposal removed", func(n *corev1.Node) bool {
+			_, ok := n.Annotations[nodeinfo.AnnotationProposed]
+			return !ok
+		})
+		if owner, at := plansnap.AnnotationOwner(e.getNode("ctl-f"), nodeinfo.AnnotationMigConfig); owner != DefaultFieldManager || !at.Equal(wrote) {
+			t.Errorf("mig.config owned by %q since %s after the proposal went, want %q since %s", owner, at, DefaultFieldManager, wrote)
 		}
 		r.stop()
 	})

@@ -52,7 +52,10 @@
 // cooldown ago. A round changes at most Policy.MaxGPUsPerRound GPUs and
 // Options.MaxNodesPerRound nodes; the rest waits for the next round. With
 // Options.DryRun it writes the document to migflex.io/mig.config.proposed
-// instead, and removes proposals that no longer stand.
+// instead, under a field manager of its own (Options.FieldManager plus
+// "-proposal": a proposal must not refresh the managed-fields time that
+// dates the planner's last change), and removes proposals that no longer
+// stand.
 //
 // # Events
 //

@@ -2,6 +2,7 @@ package reshape
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -53,6 +54,8 @@ type memory struct {
 	// node, with when: until the node's agent reports them holding their
 	// devices, they may hold instances it reports free.
 	started map[string]map[string]time.Time
+	// decoded keeps the Nodes' decoded annotations from round to round.
+	decoded *plansnap.Cache
 }
 
 // arrival is a GPU pod the informer saw created, and when.
@@ -68,13 +71,18 @@ func newMemory(halfLife time.Duration) *memory {
 		mix:     planner.NewMixTracker(halfLife),
 		seen:    map[types.UID]bool{},
 		started: map[string]map[string]time.Time{},
+		decoded: plansnap.NewCache(),
 	}
 }
 
 // nodeWrite is one server-side apply of the planner's annotation.
 type nodeWrite struct {
-	node            *corev1.Node
-	key, value      string // value "" removes the key
+	node       *corev1.Node
+	key, value string // value "" removes the key
+	// manager is the field manager the apply is made under: the
+	// planner's for nvidia.com/mig.config, its proposal manager for a
+	// proposal (see proposalManager).
+	manager         string
 	gpus            []int
 	pods            int
 	eventsAfterward []podEvent
@@ -160,8 +168,9 @@ func (d *decision) readNodes(o *Options, m *memory, now time.Time, nodes []*core
 		}
 	}
 	views := make([]plansnap.Node, 0, len(nodes))
+	m.decoded.Sweep()
 	for _, n := range nodes {
-		v := plansnap.FromAPI(n, plansnap.Options{FieldManager: o.FieldManager, ManualHold: o.ManualHold, Now: now})
+		v := plansnap.FromAPI(n, plansnap.Options{FieldManager: o.FieldManager, ManualHold: o.ManualHold, Now: now, Cache: m.decoded})
 		d.warnings = append(d.warnings, v.Warnings...)
 		users := v.Users()
 		for pod, since := range m.started[n.Name] {
@@ -177,7 +186,11 @@ func (d *decision) readNodes(o *Options, m *memory, now time.Time, nodes []*core
 		}
 		if s := starting[n.Name]; len(s) > 0 && v.Frozen == "" {
 			slices.Sort(s)
-			v.Frozen = fmt.Sprintf("pods are starting on it (%s) whose devices its agent does not report yet", describeList(s))
+			what := "pods are"
+			if len(s) == 1 {
+				what = "a pod is"
+			}
+			v.Frozen = fmt.Sprintf("%s starting on it (%s) whose devices its agent does not report yet", what, describeList(s))
 		}
 		rememberChanges(o, m, &v, now)
 		views = append(views, v)
@@ -242,9 +255,9 @@ func newWrites(o *Options, order []string, changes map[string]planner.NodeChange
 		if n == nil {
 			continue
 		}
-		w := &nodeWrite{node: n, key: nodeinfo.AnnotationMigConfig, value: nc.Config}
+		w := &nodeWrite{node: n, key: nodeinfo.AnnotationMigConfig, value: nc.Config, manager: o.FieldManager}
 		if o.DryRun {
-			w.key = nodeinfo.AnnotationProposed
+			w.key, w.manager = nodeinfo.AnnotationProposed, proposalManager(o)
 		}
 		for _, g := range nc.GPUs {
 			w.gpus = append(w.gpus, g.Index)
@@ -326,7 +339,10 @@ func (d *decision) proposalsLeft(o *Options, nodes []*corev1.Node, writes map[st
 		if _, ok := n.Annotations[nodeinfo.AnnotationProposed]; !ok {
 			continue
 		}
-		if owner, _ := plansnap.AnnotationOwner(n, nodeinfo.AnnotationProposed); owner != o.FieldManager {
+		// Proposals of an older planner were written under its own
+		// field manager; either is ours to remove.
+		owner, _ := plansnap.AnnotationOwner(n, nodeinfo.AnnotationProposed)
+		if owner != proposalManager(o) && owner != o.FieldManager {
 			continue
 		}
 		// The planner may write only on opted-in nodes (its policy says
@@ -337,9 +353,18 @@ func (d *decision) proposalsLeft(o *Options, nodes []*corev1.Node, writes map[st
 		if w := writes[n.Name]; w != nil && w.key == nodeinfo.AnnotationProposed {
 			continue
 		}
-		d.writes = append(d.writes, nodeWrite{node: n, key: nodeinfo.AnnotationProposed})
+		d.writes = append(d.writes, nodeWrite{node: n, key: nodeinfo.AnnotationProposed, manager: owner})
 	}
 	return nil
+}
+
+// proposalManager is the field manager of dry-run proposals. It is not the
+// planner's own: an apply refreshes the time of its manager's entry in
+// managedFields, and the entry that owns nvidia.com/mig.config tells a new
+// leader, and the webhook, when the planner last changed the node, which
+// starts a cooldown. A proposal changes nothing, so it must not touch it.
+func proposalManager(o *Options) string {
+	return o.FieldManager + "-proposal"
 }
 
 // rememberChanges sets each GPU's last change: this process's memory; for
@@ -357,13 +382,8 @@ func rememberChanges(o *Options, m *memory, v *plansnap.Node, now time.Time) {
 			}
 		}
 	}
-	if known || v.ConfigOwner != o.FieldManager || v.ConfigTime.IsZero() || now.Sub(v.ConfigTime) >= o.Policy.Cooldown {
-		return
-	}
-	for i := range v.GPUs {
-		if v.GPUs[i].LastChanged.Before(v.ConfigTime) {
-			v.GPUs[i].LastChanged = v.ConfigTime
-		}
+	if !known {
+		plansnap.HoldRecentChange(v, o.FieldManager, o.Policy.Cooldown, now)
 	}
 }
 
@@ -504,22 +524,44 @@ func describeList(items []string) string {
 }
 
 // blockerIndex finds, for a pod no change can serve, the pods holding the
-// GPUs that could serve it were their instances free: on nodes the pod may
-// land on that the planner may change now, GPUs of a model with the
-// profile (or MIG capable, for a whole GPU) that pods hold.
+// GPUs that could serve it were their instances free: on opted-in nodes
+// the pod may land on, GPUs of a model with the profile (or MIG capable,
+// for a whole GPU) that pods hold. A node frozen for now counts: its
+// freeze ends by itself (a change lands, a pod starts), the pods holding
+// its GPUs do not, and a new leader finds the node it was handed frozen
+// by its predecessor's change in flight.
+//
+// A round may have hundreds of such pods on thousands of nodes: the busy
+// GPUs are listed once, and pods with the same devices and scheduling
+// constraints share one answer.
 type blockerIndex struct {
 	fb     *schedview.Snapshot
-	views  map[string]*plansnap.Node
+	busy   map[string][]busyGPU
 	offers map[string]map[corev1.ResourceName]bool
+	said   map[string]string
+}
+
+// busyGPU is a GPU that pods hold, and who.
+type busyGPU struct {
+	index int
+	model string
+	users []string
 }
 
 func newBlockerIndex(views []plansnap.Node, models []planner.Model) *blockerIndex {
-	b := &blockerIndex{views: map[string]*plansnap.Node{}, offers: map[string]map[corev1.ResourceName]bool{}}
+	b := &blockerIndex{busy: map[string][]busyGPU{}, offers: map[string]map[corev1.ResourceName]bool{}, said: map[string]string{}}
 	var fbNodes []schedview.Node
 	for i := range views {
 		v := &views[i]
-		b.views[v.Name] = v
 		fbNodes = append(fbNodes, schedview.Node{Name: v.Name, Labels: v.Labels, Taints: v.Taints, Unschedulable: v.Unschedulable})
+		if !v.OptedIn {
+			continue
+		}
+		for _, g := range v.GPUs {
+			if users := v.GPUUsers(g.Index); len(users) > 0 {
+				b.busy[v.Name] = append(b.busy[v.Name], busyGPU{index: g.Index, model: g.Model, users: users})
+			}
+		}
 	}
 	for _, m := range models {
 		set := map[corev1.ResourceName]bool{resourcename.GPU: true}
@@ -532,32 +574,68 @@ func newBlockerIndex(views []plansnap.Node, models []planner.Model) *blockerInde
 	return b
 }
 
+// holdingKey is what holding's answer depends on: the pod's devices and
+// what decides the nodes it may land on.
+func holdingKey(pod *corev1.Pod, devs map[corev1.ResourceName]int64) string {
+	var affinity *corev1.NodeAffinity
+	if pod.Spec.Affinity != nil {
+		affinity = pod.Spec.Affinity.NodeAffinity
+	}
+	key, err := json.Marshal(struct {
+		Devs         map[corev1.ResourceName]int64
+		NodeName     string
+		NodeSelector map[string]string
+		Affinity     *corev1.NodeAffinity
+		Tolerations  []corev1.Toleration
+	}{devs, pod.Spec.NodeName, pod.Spec.NodeSelector, affinity, pod.Spec.Tolerations})
+	if err != nil {
+		return "" // not shared
+	}
+	return string(key)
+}
+
 func (b *blockerIndex) holding(pod *corev1.Pod) string {
 	devs := schedview.Devices(pod)
-	var held []string
+	key := holdingKey(pod, devs)
+	if s, ok := b.said[key]; ok && key != "" {
+		return s
+	}
+	type at struct {
+		node string
+		gpu  *busyGPU
+	}
+	var held []at
 	b.fb.EligibleGroups(pod, func(group int, members []string) {
 		if members == nil {
 			members = b.fb.GroupNodes(group)
 		}
 		for _, name := range members {
-			v := b.views[name]
-			if v == nil || !v.OptedIn || v.Frozen != "" {
-				continue
-			}
-			for _, g := range v.GPUs {
-				users := v.GPUUsers(g.Index)
-				if len(users) == 0 || !b.offersAll(g.Model, devs) {
-					continue
+			busy := b.busy[name]
+			for i := range busy {
+				if b.offersAll(busy[i].model, devs) {
+					held = append(held, at{name, &busy[i]})
 				}
-				held = append(held, fmt.Sprintf("%s GPU %d (%s)", name, g.Index, strings.Join(users, ", ")))
 			}
 		}
 	})
-	if len(held) == 0 {
-		return ""
+	s := ""
+	if len(held) > 0 {
+		slices.SortFunc(held, func(x, y at) int { return cmp.Or(cmp.Compare(x.node, y.node), cmp.Compare(x.gpu.index, y.gpu.index)) })
+		const shown = 4
+		names := make([]string, 0, shown)
+		for _, h := range held[:min(len(held), shown)] {
+			names = append(names, fmt.Sprintf("%s GPU %d (%s)", h.node, h.gpu.index, strings.Join(h.gpu.users, ", ")))
+		}
+		list := strings.Join(names, ", ")
+		if len(held) > shown {
+			list = fmt.Sprintf("%s and %d more", list, len(held)-shown)
+		}
+		s = "the GPUs that could take it hold pods, whose instances the planner never repartitions: " + list
 	}
-	slices.Sort(held)
-	return "the GPUs that could take it hold pods, whose instances the planner never repartitions: " + describeList(held)
+	if key != "" {
+		b.said[key] = s
+	}
+	return s
 }
 
 func (b *blockerIndex) offersAll(model string, devs map[corev1.ResourceName]int64) bool {

@@ -27,7 +27,7 @@ func testOptions(mods ...func(*Options)) *Options {
 	return o
 }
 
-func mustPlanner(t *testing.T, o *Options) *planner.Planner {
+func mustPlanner(t testing.TB, o *Options) *planner.Planner {
 	t.Helper()
 	pl, err := planner.New(o.Policy)
 	if err != nil {
@@ -156,7 +156,30 @@ func TestRound(t *testing.T) {
 				s.Status.Conditions = nil
 				c.pod("p", mig3g, 1)
 			},
-			wantEvents: []string{"MigReshapeImpossible p:", "pods are starting on it (ns/starting)"},
+			wantEvents: []string{"MigReshapeImpossible p:", "a pod is starting on it (ns/starting)"},
+		},
+		{
+			name: "pods are starting",
+			setup: func(c *cluster) {
+				c.addNode("n1", simGPU(0, all1g...))
+				for _, name := range []string{"s1", "s2"} {
+					s := c.pod(name, mig1g, 1)
+					s.Spec.NodeName = "n1"
+					s.Status.Conditions = nil
+				}
+				c.pod("p", mig3g, 1)
+			},
+			wantEvents: []string{"MigReshapeImpossible p:", "pods are starting on it (ns/s1, ns/s2)"},
+		},
+		{
+			// As a new leader finds the node its predecessor just changed.
+			name: "a frozen node's busy GPUs are named",
+			setup: func(c *cluster) {
+				n := c.addNode("n1", simGPU(0, "1g.10gb@0=ns/busy", "1g.10gb@1"), simGPU(1, "7g.80gb@0=ns/big"))
+				n.Labels[nodeinfo.LabelMigConfigState] = nodeinfo.StatePending
+				c.pod("p", mig7g, 1)
+			},
+			wantEvents: []string{"MigReshapeImpossible p:", "n1 GPU 0 (ns/busy), n1 GPU 1 (ns/big)"},
 		},
 		{
 			name: "at most the round's nodes",

@@ -38,9 +38,10 @@ type Config struct {
 	MaxInflightBytes    int64
 	Resync              time.Duration
 	ReusePort           bool
-	// ReshapeFirst and PlannerManualHold: see Options.
+	// ReshapeFirst, PlannerManualHold and PlannerCooldown: see Options.
 	ReshapeFirst      bool
 	PlannerManualHold time.Duration
+	PlannerCooldown   time.Duration
 }
 
 // Decider builds the fallback decision c asks for.
@@ -83,6 +84,7 @@ func Run(ctx context.Context, c Config, getenv func(string) string) error {
 		ReshapeFirst:        c.ReshapeFirst,
 		PlannerFieldManager: plansnap.DefaultFieldManager,
 		PlannerManualHold:   c.PlannerManualHold,
+		PlannerCooldown:     c.PlannerCooldown,
 	})
 	if err != nil {
 		return err

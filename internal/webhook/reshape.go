@@ -36,7 +36,7 @@ const (
 	// most this often.
 	DefaultReshapeRefresh = time.Second
 	// reshapeMaxAge rebuilds an unchanged view anyway, for what changes
-	// with time alone (a human's hold on a node ends).
+	// with time alone (a human's hold on a node ends, a cooldown ends).
 	reshapeMaxAge = 10 * time.Second
 )
 
@@ -52,14 +52,25 @@ type ReshapeView struct {
 	pl      *planner.Planner
 	refresh time.Duration
 	opts    plansnap.Options
+	// cooldown is the planner's (see NewReshapeView).
+	cooldown time.Duration
+	// decoded keeps the Nodes' decoded annotations between rebuilds.
+	decoded *plansnap.Cache
 	now     func() time.Time
 	synced  func() bool
 }
 
-// NewReshapeView returns an empty view; fieldManager and manualHold are the
-// planner's (a node a human just changed is not counted on).
-func NewReshapeView(fieldManager string, manualHold, refresh time.Duration) (*ReshapeView, error) {
-	pl, err := planner.New(planner.DefaultPolicy())
+// NewReshapeView returns an empty view; fieldManager, manualHold and
+// cooldown are the planner's: a node a human just changed is not counted
+// on, nor the GPUs of a node the planner changed less than cooldown ago
+// (the planner will not change them again before it ends, so a pod left
+// for it would wait where a fallback runs at once). The webhook does not
+// know which GPUs that change was for, so it holds them all, as a new
+// leader of the planner does.
+func NewReshapeView(fieldManager string, manualHold, cooldown, refresh time.Duration) (*ReshapeView, error) {
+	pol := planner.DefaultPolicy()
+	pol.Cooldown = cooldown
+	pl, err := planner.New(pol)
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +79,8 @@ func NewReshapeView(fieldManager string, manualHold, refresh time.Duration) (*Re
 	}
 	return &ReshapeView{
 		nodes: map[string]*corev1.Node{}, pl: pl, refresh: refresh, now: time.Now,
-		opts: plansnap.Options{FieldManager: fieldManager, ManualHold: manualHold},
+		opts: plansnap.Options{FieldManager: fieldManager, ManualHold: manualHold}, cooldown: cooldown,
+		decoded: plansnap.NewCache(),
 	}, nil
 }
 
@@ -111,11 +123,14 @@ func (v *ReshapeView) supplier() *planner.Supplier {
 		return v.sup
 	}
 	o := v.opts
-	o.Now = now
+	o.Now, o.Cache = now, v.decoded
+	v.decoded.Sweep()
 	snap := planner.Snapshot{Now: now}
 	views := make([]plansnap.Node, 0, len(v.nodes))
 	for _, n := range v.nodes {
-		views = append(views, plansnap.FromAPI(n, o))
+		nv := plansnap.FromAPI(n, o)
+		plansnap.HoldRecentChange(&nv, o.FieldManager, v.cooldown, now)
+		views = append(views, nv)
 	}
 	snap.Models, _ = plansnap.MergeModels(views)
 	for _, nv := range views {

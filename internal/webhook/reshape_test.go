@@ -14,6 +14,7 @@ import (
 	"github.com/migflex/migflex/internal/nodeinfo"
 	"github.com/migflex/migflex/internal/planner"
 	"github.com/migflex/migflex/internal/planner/simmodels"
+	"github.com/migflex/migflex/internal/plansnap"
 )
 
 const mig3g40 corev1.ResourceName = "nvidia.com/mig-3g.40gb"
@@ -209,6 +210,15 @@ func TestReshapeView(t *testing.T) {
 		p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: to}
 		return p
 	}
+	now := time.Now()
+	// changed is a node whose nvidia.com/mig.config (its layout as it is)
+	// the planner wrote at t.
+	changed := func(name string, t time.Time) *corev1.Node {
+		n := node(name, true, false)
+		n.Annotations[nodeinfo.AnnotationMigConfig] = "version: v1\nmig-configs:\n  selected:\n  - devices: all\n    mig-enabled: true\n    mig-devices: {\"1g.10gb\": 7}\n"
+		n.ManagedFields = []metav1.ManagedFieldsEntry{plansnap.ManagedTime("migflex-planner", nodeinfo.AnnotationMigConfig, t)}
+		return n
+	}
 	for _, tc := range []struct {
 		name string
 		node *corev1.Node
@@ -217,9 +227,13 @@ func TestReshapeView(t *testing.T) {
 		{"opted in and free", node("a", true, false), planner.ActionReshape},
 		{"not opted in", node("b", false, false), planner.ActionNone},
 		{"busy where a 3g.40gb would go", node("c", true, true), planner.ActionNone},
+		// The planner will not change it again before its cooldown ends:
+		// a pod left for it would wait where a fallback runs at once.
+		{"changed by the planner within its cooldown", changed("d", now.Add(-time.Minute)), planner.ActionNone},
+		{"changed by the planner before its cooldown", changed("e", now.Add(-3*time.Minute)), planner.ActionReshape},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v, err := NewReshapeView("migflex-planner", time.Minute, 0)
+			v, err := NewReshapeView("migflex-planner", time.Minute, 2*time.Minute, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -233,6 +247,7 @@ func TestReshapeView(t *testing.T) {
 				t.Fatal(err)
 			}
 			v.SetNode(slim.(*corev1.Node))
+			v.now = func() time.Time { return now }
 			v.built = time.Time{} // a change at once, not within the refresh
 			plan, ok := v.CanSupply(pinned(tc.node.Name))
 			if !ok || plan.Action != tc.want {

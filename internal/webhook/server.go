@@ -67,12 +67,13 @@ type Options struct {
 	ReusePort bool
 	// ReshapeFirst leaves a request as asked when the planner can serve it
 	// (see HandlerOptions.Reshaper), judged from the Node informer with the
-	// planner's field manager and manual hold (PlannerFieldManager,
-	// PlannerManualHold). Reshaper overrides the informer-backed judge
-	// (tests).
+	// planner's field manager, manual hold and cooldown
+	// (PlannerFieldManager, PlannerManualHold, PlannerCooldown). Reshaper
+	// overrides the informer-backed judge (tests).
 	ReshapeFirst        bool
 	PlannerFieldManager string
 	PlannerManualHold   time.Duration
+	PlannerCooldown     time.Duration
 	Reshaper            Reshaper
 }
 
@@ -120,7 +121,7 @@ func NewServer(o Options) (*Server, error) {
 		if s.informer == nil {
 			return nil, errors.New("webhook: reshape-first needs the informers (a client) or a Reshaper")
 		}
-		v, err := NewReshapeView(o.PlannerFieldManager, o.PlannerManualHold, 0)
+		v, err := NewReshapeView(o.PlannerFieldManager, o.PlannerManualHold, o.PlannerCooldown, 0)
 		if err != nil {
 			return nil, err
 		}

@@ -6,11 +6,13 @@
 #   $BENCH_OUT/micro.txt      go test -bench output (decision, handler, planner)
 #   $BENCH_OUT/webhook.{md,json}   webhook throughput/latency/memory, informer vs list
 #   $BENCH_OUT/reconfig.{md,json}  agent reconfiguration latency and memory
+#   $BENCH_OUT/scale.{md,json}     planner and reshape-first webhook at 5000 Nodes
 #   $BENCH_OUT/{webhook,reconfig}/ every process's log
 #
 # BENCH_OUT defaults to _output/bench/<UTC time>. Needs the envtest binaries
 # (make envtest-assets); KUBEBUILDER_ASSETS overrides where they are.
-# Extra flags for the two tools: WEBHOOKBENCH_FLAGS, RECONFIGBENCH_FLAGS;
+# Extra flags for the tools: WEBHOOKBENCH_FLAGS, RECONFIGBENCH_FLAGS,
+# SCALEBENCH_FLAGS (default: no cap on the nodes a round changes);
 # BENCHTIME is go test's -benchtime (default 1s).
 #
 # Nothing here fails on a time: the tools exit non-zero only when a run
@@ -45,6 +47,8 @@ CGO_ENABLED=1 $GO build -trimpath -o "$BIN/device-plugin" ./cmd/device-plugin
 CGO_ENABLED=0 $GO build -trimpath -o "$BIN/listwebhook" ./test/bench/cmd/listwebhook
 $GO build -o "$BIN/webhookbench" ./test/bench/cmd/webhookbench
 $GO build -o "$BIN/reconfigbench" ./test/bench/cmd/reconfigbench
+CGO_ENABLED=0 $GO build -trimpath -o "$BIN/planner" ./cmd/planner
+$GO build -o "$BIN/scalebench" ./test/bench/cmd/scalebench
 
 log "micro-benchmarks (go test -bench, -benchtime $BENCHTIME)"
 $GO test -run '^$' -benchtime "$BENCHTIME" -count 1 \
@@ -59,6 +63,11 @@ log "webhook: informer cache vs list per admission at 100, 1000 and 5000 nodes, 
 log "reconfiguration: the agent on 8 simulated H100s"
 # shellcheck disable=SC2086
 "$BIN/reconfigbench" -out "$OUT" -assets "$ASSETS" -agent-bin "$BIN/device-plugin" ${RECONFIGBENCH_FLAGS:-}
+
+log "scale: the planner and the reshape-first webhook at 5000 Nodes, 1000 pending pods"
+# shellcheck disable=SC2086
+"$BIN/scalebench" -out "$OUT" -assets "$ASSETS" -planner-bin "$BIN/planner" -webhook-bin "$BIN/webhook" \
+	${SCALEBENCH_FLAGS:--planner-args=--max-nodes-per-round=1000}
 
 machine "after" >>"$OUT/machine.txt"
 {
@@ -83,5 +92,9 @@ machine "after" >>"$OUT/machine.txt"
 	echo "## Reconfiguration"
 	echo
 	cat "$OUT/reconfig.md"
+	echo
+	echo "## Scale"
+	echo
+	cat "$OUT/scale.md"
 } >"$OUT/results.md"
 log "done in $(($(date +%s) - start)) s: $OUT/results.md"
