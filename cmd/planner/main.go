@@ -28,7 +28,7 @@ func plannerFlags(c *reshape.Config) *cli.Flags {
 	f.Bool(&c.DryRun, "dry-run", false, "plan and explain (Events, the migflex.io/mig.config.proposed annotation) but never write nvidia.com/mig.config")
 	f.Duration(&c.Policy.Cooldown, "cooldown", pol.Cooldown, "how long a GPU is left alone after the planner changed it")
 	f.Int(&c.Policy.MaxGPUsPerRound, "max-gpus-per-round", pol.MaxGPUsPerRound, "GPUs one round may repartition (0: no cap)")
-	f.Int(&c.MaxNodesPerRound, "max-nodes-per-round", reshape.DefaultMaxNodesPerRound, "nodes one round may change")
+	f.Int(&c.MaxNodesPerRound, "max-nodes-per-round", reshape.DefaultMaxNodesPerRound, "nodes one round may change (0: no cap, as for --max-gpus-per-round)")
 	f.Duration(&c.ManualHold, "manual-hold", reshape.DefaultManualHold, "how long an opted-in node is left alone after someone else changed its nvidia.com/mig.config (negative: not at all)")
 	f.Duration(&c.Cadence.Idle, "batch-idle", cad.Idle, "a round starts once the cluster has not changed for this long")
 	f.Duration(&c.Cadence.Max, "batch-max", cad.Max, "... or this long after the first change it waits for")
@@ -63,6 +63,9 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool)) (reshape.C
 	f := plannerFlags(&c)
 	if err := f.Parse(args, lookupEnv); err != nil {
 		return c, err
+	}
+	if c.MaxNodesPerRound == 0 {
+		c.MaxNodesPerRound = -1 // the Options' spelling of no cap; their 0 is the default
 	}
 	if err := c.Validate(f.Name); err != nil {
 		f.Fail(err)

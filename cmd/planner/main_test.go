@@ -67,6 +67,11 @@ func TestParseFlags(t *testing.T) {
 			}),
 		},
 		{
+			name: "no cap on nodes per round",
+			args: []string{"--max-nodes-per-round=0", "--max-gpus-per-round=0"},
+			want: with(func(c *reshape.Config) { c.MaxNodesPerRound, c.Policy.MaxGPUsPerRound = -1, 0 }),
+		},
+		{
 			name: "a flag wins over its twin",
 			args: []string{"--cooldown=1m", "--dry-run=false"},
 			env:  map[string]string{"MIGFLEX_PLANNER_COOLDOWN": "30s", "MIGFLEX_PLANNER_DRY_RUN": "true"},

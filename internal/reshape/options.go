@@ -36,7 +36,7 @@ type Options struct {
 	// DefaultFieldManager.
 	FieldManager string
 	// MaxNodesPerRound caps the nodes one round changes. Default
-	// DefaultMaxNodesPerRound.
+	// DefaultMaxNodesPerRound; negative: no cap.
 	MaxNodesPerRound int
 	// ManualHold is how long a node is left alone after someone other
 	// than the planner changed its nvidia.com/mig.config. Default
@@ -130,9 +130,6 @@ func (o *Options) validate() error {
 	}
 	if err := o.Policy.Validate(); err != nil {
 		errs = append(errs, err)
-	}
-	if o.MaxNodesPerRound < 0 {
-		errs = append(errs, fmt.Errorf("max nodes per round %d is negative", o.MaxNodesPerRound))
 	}
 	if o.StartGrace < 0 {
 		errs = append(errs, fmt.Errorf("start grace %s is negative", o.StartGrace))
