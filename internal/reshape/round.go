@@ -53,6 +53,8 @@ type memory struct {
 	// node, with when: until the node's agent reports them holding their
 	// devices, they may hold instances it reports free.
 	started map[string]map[string]time.Time
+	// unread is the last ReasonClaimUnread message each pending pod got.
+	unread map[types.UID]string
 }
 
 // arrival is a GPU pod the informer saw created, and when.
@@ -68,6 +70,7 @@ func newMemory(halfLife time.Duration) *memory {
 		mix:     planner.NewMixTracker(halfLife),
 		seen:    map[types.UID]bool{},
 		started: map[string]map[string]time.Time{},
+		unread:  map[types.UID]string{},
 	}
 }
 
