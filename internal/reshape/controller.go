@@ -234,7 +234,7 @@ func (c *Controller) podAdded(obj any) {
 		c.arrivals = append(c.arrivals, arrival{pod: p, at: c.opts.Now()})
 		c.mu.Unlock()
 	}
-	if waitsForScheduler(p) {
+	if plansnap.WaitsForScheduler(p) {
 		c.poke()
 	}
 }

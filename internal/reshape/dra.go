@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/migflex/migflex/internal/plansnap"
 	"github.com/migflex/migflex/internal/schedview"
 )
 
@@ -62,7 +63,7 @@ func (m *memory) tellUnread(pods []*corev1.Pod, unread map[types.UID][]string) [
 	live := map[types.UID]bool{}
 	for _, p := range pods {
 		u := unread[p.UID]
-		if len(u) == 0 || !waitsForScheduler(p) {
+		if len(u) == 0 || !plansnap.WaitsForScheduler(p) {
 			continue
 		}
 		live[p.UID] = true
@@ -75,18 +76,4 @@ func (m *memory) tellUnread(pods []*corev1.Pod, unread map[types.UID][]string) [
 	}
 	maps.DeleteFunc(m.unread, func(uid types.UID, _ string) bool { return !live[uid] })
 	return out
-}
-
-// waitsForScheduler: pending, not bound, marked unschedulable by the
-// scheduler, whatever it asks for.
-func waitsForScheduler(p *corev1.Pod) bool {
-	if p.Status.Phase != corev1.PodPending || p.Spec.NodeName != "" || p.DeletionTimestamp != nil {
-		return false
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodScheduled {
-			return c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable
-		}
-	}
-	return false
 }
