@@ -20,9 +20,10 @@ import (
 // On a DRA node the webhook counts the devices of the node's
 // ResourceSlice that our DeviceClasses serve, less those allocated to
 // ResourceClaims, and never the stale device-plugin entries of its
-// status.allocatable.
+// status.allocatable. DRAExtendedResource (extendedResourceName) is alpha
+// and off on 1.35, GA on 1.37: turned on, the test runs on every minor.
 func TestDRANodeAgainstAPIServer(t *testing.T) {
-	cfg := testenv.Start(t)
+	cfg := testenv.Start(t, testenv.WithAPIServerFlag("feature-gates", "DRAExtendedResource=true"))
 	_, ctx := ktesting.NewTestContext(t)
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
