@@ -13,8 +13,13 @@ func AsksForGPUs(p *corev1.Pod) bool { return len(schedview.Devices(p)) > 0 }
 // Unschedulable tells whether the pod waits for GPUs the scheduler found
 // nowhere: pending, not bound, not being deleted, asking for GPUs, and
 // marked PodScheduled=False with reason Unschedulable.
-func Unschedulable(p *corev1.Pod) bool {
-	if p.Status.Phase != corev1.PodPending || p.Spec.NodeName != "" || p.DeletionTimestamp != nil || !AsksForGPUs(p) {
+func Unschedulable(p *corev1.Pod) bool { return WaitsForScheduler(p) && AsksForGPUs(p) }
+
+// WaitsForScheduler tells whether the scheduler found no node for the
+// pod, whatever it asks for: pending, not bound, not being deleted, and
+// marked PodScheduled=False with reason Unschedulable.
+func WaitsForScheduler(p *corev1.Pod) bool {
+	if p.Status.Phase != corev1.PodPending || p.Spec.NodeName != "" || p.DeletionTimestamp != nil {
 		return false
 	}
 	for _, c := range p.Status.Conditions {

@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"github.com/migflex/migflex/internal/drawatch"
 	"github.com/migflex/migflex/internal/metricsserver"
 	"github.com/migflex/migflex/internal/nodeinfo"
 	"github.com/migflex/migflex/internal/planner"
@@ -67,6 +68,9 @@ type Controller struct {
 	recorder    record.EventRecorder
 	broadcaster record.EventBroadcaster
 	demandKnown map[corev1.ResourceName]bool
+
+	// dra reads pods' ResourceClaims on our DeviceClasses.
+	dra *drawatch.Watch
 }
 
 type departure struct {
@@ -126,8 +130,16 @@ func New(opts Options) (*Controller, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("pod informer handler: %w", err)
 	}
+	// A claim allocated or a class added changes what pending pods ask.
+	if c.dra, err = drawatch.New(opts.Client, drawatch.Options{Claims: true, Templates: true, ClassesChanged: c.poke, ClaimChanged: c.poke}); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
+
+// asksForDevices: the pod asks for GPUs by extended resource, or names
+// ResourceClaims that may ask for our devices.
+func asksForDevices(p *corev1.Pod) bool { return plansnap.AsksForGPUs(p) || hasClaims(p) }
 
 // transformPod keeps only pods asking for GPUs, without their managed
 // fields: the cache holds what the planner reads, not every pending pod.
@@ -137,7 +149,7 @@ func transformPod(obj any) (any, error) {
 		return obj, nil
 	}
 	p.ManagedFields = nil
-	if !plansnap.AsksForGPUs(p) {
+	if !asksForDevices(p) {
 		// A stub the handlers ignore: the informer needs an object.
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion}}, nil
 	}
@@ -225,9 +237,16 @@ func layoutUsers(layout string) []string {
 	return out
 }
 
+// startingOn is plansnap.StartingOn of the pod as the planner reads its
+// claims.
+func (c *Controller) startingOn(p *corev1.Pod) string {
+	ps, _ := asScheduled(c.dra, []*corev1.Pod{p})
+	return plansnap.StartingOn(ps[0])
+}
+
 // podChanged starts a batch for a pod asking for GPUs.
 func (c *Controller) podChanged(obj any) {
-	if p, ok := obj.(*corev1.Pod); ok && plansnap.AsksForGPUs(p) {
+	if p, ok := obj.(*corev1.Pod); ok && asksForDevices(p) {
 		c.poke()
 	}
 }
@@ -240,7 +259,7 @@ func (c *Controller) podChanged(obj any) {
 // not marked yet and make the mark wait for the batch window.
 func (c *Controller) podAdded(obj any) {
 	p, ok := obj.(*corev1.Pod)
-	if !ok || !plansnap.AsksForGPUs(p) {
+	if !ok || !asksForDevices(p) {
 		return
 	}
 	if c.leading.Load() {
@@ -248,7 +267,7 @@ func (c *Controller) podAdded(obj any) {
 		c.arrivals = append(c.arrivals, arrival{pod: p, at: c.opts.Now()})
 		c.mu.Unlock()
 	}
-	if plansnap.Unschedulable(p) {
+	if plansnap.WaitsForScheduler(p) {
 		c.poke()
 	}
 }
@@ -260,10 +279,10 @@ func (c *Controller) podGone(obj any) {
 		obj = tomb.Obj
 	}
 	p, ok := obj.(*corev1.Pod)
-	if !ok || !plansnap.AsksForGPUs(p) {
+	if !ok || !asksForDevices(p) {
 		return
 	}
-	if node := plansnap.StartingOn(p); node != "" {
+	if node := c.startingOn(p); node != "" {
 		c.mu.Lock()
 		c.departed = append(c.departed, departure{node: node, pod: p.Namespace + "/" + p.Name, at: c.opts.Now()})
 		c.mu.Unlock()
@@ -299,14 +318,14 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer c.broadcaster.Shutdown()
 	c.recorder = c.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: c.opts.FieldManager})
 
-	for _, inf := range []cache.SharedIndexInformer{c.nodes, c.pods} {
+	for _, inf := range append([]cache.SharedIndexInformer{c.nodes, c.pods}, c.dra.Informers()...) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			inf.RunWithContext(ctx)
 		}()
 	}
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.nodes.HasSynced, c.pods.HasSynced) {
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, append([]cache.InformerSynced{c.nodes.HasSynced, c.pods.HasSynced}, c.dra.Synced()...)...) {
 		return nil
 	}
 	c.ready.Store(true)
@@ -431,12 +450,21 @@ func (c *Controller) round(ctx context.Context, m *memory) (bool, time.Time) {
 	c.mu.Lock()
 	m.merge(c.departed, c.reported)
 	c.departed, c.reported = nil, nil
-	m.arrived = append(m.arrived, c.arrivals...)
+	arrived := c.arrivals
 	c.arrivals = nil
 	c.mu.Unlock()
 
 	nodes := listAs[*corev1.Node](c.nodes.GetStore())
-	pods := listAs[*corev1.Pod](c.pods.GetStore())
+	pods, unread := asScheduled(c.dra, listAs[*corev1.Pod](c.pods.GetStore()))
+	for _, a := range arrived {
+		if ps, _ := asScheduled(c.dra, []*corev1.Pod{a.pod}); plansnap.AsksForGPUs(ps[0]) {
+			m.arrived = append(m.arrived, arrival{pod: ps[0], at: a.at})
+		}
+	}
+	for _, ev := range m.tellUnread(pods, unread) {
+		log.Info("Pod's claims partly unread", "pod", klog.KObj(ev.pod), "message", ev.message)
+		c.recorder.Event(ev.pod, ev.typ, ev.reason, ev.message)
+	}
 	d, err := decide(&c.opts, c.planner, m, now, nodes, pods)
 	log.V(2).Info("Round decided", "nodes", len(nodes), "pods", len(pods), "demand", d.demand, "impossible", d.impossible, "writes", len(d.writes), "took", time.Since(start))
 	result := resultUnchanged

@@ -53,12 +53,18 @@ func (e *env) node(name string, gpus ...nodeinfo.GPU) {
 // selector, and marks it unschedulable, as the scheduler would.
 func (e *env) pendingPod(name string, res corev1.ResourceName, node string) *corev1.Pod {
 	e.t.Helper()
+	return e.pendingPodOn(name, res, map[string]string{corev1.LabelHostname: node})
+}
+
+// pendingPodOn is pendingPod with a node selector of its own.
+func (e *env) pendingPodOn(name string, res corev1.ResourceName, selector map[string]string) *corev1.Pod {
+	e.t.Helper()
 	ctx := context.Background()
 	c := newCluster(e.t)
 	p := c.pod(name, res, 1)
 	p.UID, p.Namespace, p.CreationTimestamp = "", "default", metav1.Time{}
 	p.Spec.Containers[0].Image = "example.com/x:1"
-	p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
+	p.Spec.NodeSelector = selector
 	status := p.Status
 	created, err := e.client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{})
 	if err != nil {

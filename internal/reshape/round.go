@@ -56,6 +56,8 @@ type memory struct {
 	started map[string]map[string]time.Time
 	// decoded keeps the Nodes' decoded annotations from round to round.
 	decoded *plansnap.Cache
+	// unread is the last ReasonClaimUnread message each pending pod got.
+	unread map[types.UID]string
 }
 
 // arrival is a GPU pod the informer saw created, and when.
@@ -72,6 +74,7 @@ func newMemory(halfLife time.Duration) *memory {
 		seen:    map[types.UID]bool{},
 		started: map[string]map[string]time.Time{},
 		decoded: plansnap.NewCache(),
+		unread:  map[types.UID]string{},
 	}
 }
 

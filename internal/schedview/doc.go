@@ -8,8 +8,12 @@
 // by what those filters read, with a Builder that keeps it from informer
 // events. It is pure.
 //
-// A pod asks for GPUs by extended resource today (nvidia.com/gpu,
-// nvidia.com/mig-*). With DRA it may also ask through ResourceClaims; what
-// a claim asks for belongs here too, beside Devices, so that the webhook,
-// the planner and the replay keep reading one answer.
+// A pod asks for GPUs by extended resource (nvidia.com/gpu,
+// nvidia.com/mig-*) or, on nodes whose agent serves through DRA, through
+// ResourceClaims on migflex's DeviceClasses. On a DRA node the supply is
+// the devices of its ResourceSlices less those allocated to claims
+// (DRASupply), not status.allocatable; a pod's claims are read as the
+// extended resources of the same devices (PodClaims), and AsScheduled
+// restricts the pod to the nodes that can serve it that way, so that the
+// webhook, the planner and the replay keep reading one answer.
 package schedview

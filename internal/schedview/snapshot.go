@@ -22,17 +22,30 @@ type Node struct {
 	Unschedulable bool
 	// Allocatable holds the GPU resources with Allocatable > 0, in devices. A
 	// type left at 0 after a MIG reconfiguration is absent, not present.
+	// On a DRA node it is the devices of its ResourceSlices that our
+	// DeviceClasses serve (SetDRA), never status.allocatable, which keeps
+	// the device plugin's stale entries.
 	Allocatable map[corev1.ResourceName]int64
+	// DRA: the node's agent serves its GPUs through DRA (the serving
+	// label). Its devices in use are then Allocated, those allocated to
+	// ResourceClaims, and the extended-resource requests of its pods are
+	// not counted again: the scheduler serves them with claims too.
+	DRA       bool
+	Allocated map[corev1.ResourceName]int64
 }
 
 // NodeFromAPI extracts the scheduler's view of a Node. The label map is shared
 // with n, not copied: informer objects are read-only.
 func NodeFromAPI(n *corev1.Node) Node {
-	out := Node{Name: n.Name, Labels: n.Labels, Unschedulable: n.Spec.Unschedulable}
+	out := Node{Name: n.Name, Labels: n.Labels, Unschedulable: n.Spec.Unschedulable, DRA: IsDRANode(n.Labels)}
 	for _, t := range n.Spec.Taints {
 		if schedulingTaint(t) {
 			out.Taints = append(out.Taints, t)
 		}
+	}
+	if out.DRA {
+		// No supply until SetDRA reads its slices.
+		return out
 	}
 	for name, q := range n.Status.Allocatable {
 		if !resourcename.IsGPU(name) {
@@ -46,6 +59,27 @@ func NodeFromAPI(n *corev1.Node) Node {
 		}
 	}
 	return out
+}
+
+// SetDRA sets a DRA node's supply, as DRASupply counts it; zero counts
+// are left out, as in Allocatable.
+func (n *Node) SetDRA(allocatable, allocated map[corev1.ResourceName]int64) {
+	n.Allocatable, n.Allocated = nil, nil
+	for r, v := range allocatable {
+		if v <= 0 {
+			continue
+		}
+		if n.Allocatable == nil {
+			n.Allocatable = map[corev1.ResourceName]int64{}
+		}
+		n.Allocatable[r] = v
+		if a := allocated[r]; a > 0 {
+			if n.Allocated == nil {
+				n.Allocated = map[corev1.ResourceName]int64{}
+			}
+			n.Allocated[r] = a
+		}
+	}
 }
 
 func schedulingTaint(t corev1.Taint) bool {
@@ -263,7 +297,7 @@ func (b *Builder) SetNode(n Node) {
 	}
 	e.api.Name = n.Name
 	e.api.Labels = n.Labels
-	e.m = &Member{node: e.api, free: freeDevices(n.Allocatable, b.used[n.Name]), alloc: n.Allocatable}
+	e.m = &Member{node: e.api, free: freeDevices(n.Allocatable, b.usedOn(n)), alloc: n.Allocatable}
 	g := b.groups[e.key]
 	if g == nil {
 		g = &groupEntry{key: e.key, hist: map[corev1.ResourceName]map[int64]int{}, allocHist: map[corev1.ResourceName]map[int64]int{}}
@@ -335,10 +369,19 @@ func (b *Builder) addUsage(node string, used map[corev1.ResourceName]int64, sign
 	if e := b.nodes[node]; e != nil {
 		// A new member, so that Snapshots already handed out keep theirs.
 		e.group.count(e.m.free, -1)
-		e.m = &Member{node: e.api, free: freeDevices(e.node.Allocatable, b.used[node]), alloc: e.node.Allocatable}
+		e.m = &Member{node: e.api, free: freeDevices(e.node.Allocatable, b.usedOn(e.node)), alloc: e.node.Allocatable}
 		e.group.count(e.m.free, 1)
 		b.markDirty(e.group)
 	}
+}
+
+// usedOn is what is in use on a node: its claims' devices on a DRA node,
+// its pods' requests otherwise.
+func (b *Builder) usedOn(n Node) map[corev1.ResourceName]int64 {
+	if n.DRA {
+		return n.Allocated
+	}
+	return b.used[n.Name]
 }
 
 func (b *Builder) markDirty(g *groupEntry) {
@@ -437,8 +480,8 @@ func (b *Builder) groupKey(n Node) string {
 }
 
 func nodeEqual(a, b Node) bool {
-	return a.Name == b.Name && a.Unschedulable == b.Unschedulable &&
-		maps.Equal(a.Labels, b.Labels) && maps.Equal(a.Allocatable, b.Allocatable) &&
+	return a.Name == b.Name && a.Unschedulable == b.Unschedulable && a.DRA == b.DRA &&
+		maps.Equal(a.Labels, b.Labels) && maps.Equal(a.Allocatable, b.Allocatable) && maps.Equal(a.Allocated, b.Allocated) &&
 		slices.EqualFunc(a.Taints, b.Taints, func(x, y corev1.Taint) bool {
 			return x.Key == y.Key && x.Value == y.Value && x.Effect == y.Effect
 		})

@@ -13,6 +13,7 @@ import (
 	"github.com/migflex/migflex/internal/nodeinfo"
 	"github.com/migflex/migflex/internal/planner"
 	"github.com/migflex/migflex/internal/plansnap"
+	"github.com/migflex/migflex/internal/schedview"
 )
 
 // AnnotationReshape records on a pod that the webhook left its GPU request
@@ -58,6 +59,9 @@ type ReshapeView struct {
 	decoded *plansnap.Cache
 	now     func() time.Time
 	synced  func() bool
+	// classes are the DeviceClasses of our DRA driver: a pod asking for
+	// a resource none serves cannot use a DRA node.
+	classes func() *schedview.DRAClasses
 }
 
 // NewReshapeView returns an empty view; fieldManager, manualHold and
@@ -105,6 +109,11 @@ func (v *ReshapeView) CanSupply(pod *corev1.Pod) (planner.PodPlan, bool) {
 	sup := v.supplier()
 	if sup == nil {
 		return planner.PodPlan{}, false
+	}
+	if v.classes != nil {
+		// The webhook sees a pod before its claims exist; only its
+		// extended resources are read (ClaimDemand empty).
+		pod = v.classes().AsScheduled(pod, schedview.ClaimDemand{})
 	}
 	return sup.CanSupply(pod), true
 }

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/migflex/migflex/internal/drawatch"
 	"github.com/migflex/migflex/internal/resourcename"
 	"github.com/migflex/migflex/internal/schedview"
 )
@@ -55,6 +56,10 @@ type InformerSource struct {
 	// reshape, when set, sees every Node as the planner reads it.
 	reshape *ReshapeView
 	nodes   cache.SharedIndexInformer
+	// dra watches the DRA objects; draNodes are the DRA nodes as their
+	// Node objects show them, before their supply is read from it.
+	dra      *drawatch.Watch
+	draNodes map[string]schedview.Node
 
 	informers []cache.SharedIndexInformer
 	synced    []cache.InformerSynced
@@ -66,7 +71,7 @@ type InformerSource struct {
 // NewInformerSource creates the informers; Run starts them. withPods adds
 // the pod informer that capacity mode needs.
 func NewInformerSource(client kubernetes.Interface, withPods bool, resync time.Duration) (*InformerSource, error) {
-	s := &InformerSource{b: schedview.NewBuilder(nil), readyCh: make(chan struct{})}
+	s := &InformerSource{b: schedview.NewBuilder(nil), readyCh: make(chan struct{}), draNodes: map[string]schedview.Node{}}
 
 	nodes := coreinformers.NewNodeInformer(client, resync, cache.Indexers{})
 	if err := nodes.SetTransform(TransformNode); err != nil {
@@ -101,6 +106,17 @@ func NewInformerSource(client kubernetes.Interface, withPods bool, resync time.D
 		s.informers = append(s.informers, pods)
 		s.synced = append(s.synced, reg.HasSynced)
 	}
+
+	// A DRA node's supply is its slices' devices our classes serve, less
+	// (in capacity mode) those its claims hold.
+	dra, err := drawatch.New(client, drawatch.Options{Slices: true, Claims: withPods, Resync: resync,
+		NodeChanged: s.draNodeChanged, ClassesChanged: s.draClassesChanged})
+	if err != nil {
+		return nil, err
+	}
+	s.dra = dra
+	s.informers = append(s.informers, dra.Informers()...)
+	s.synced = append(s.synced, dra.Synced()...)
 	return s, nil
 }
 
@@ -113,6 +129,7 @@ func (s *InformerSource) WithReshape(v *ReshapeView) error {
 	}
 	s.reshape = v
 	v.synced = s.ready.Load
+	v.classes = s.dra.Classes
 	return nil
 }
 
@@ -158,7 +175,35 @@ func (s *InformerSource) setNode(obj any) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if node.DRA {
+		s.draNodes[n.Name] = node
+		node.SetDRA(s.dra.Supply(n.Name))
+	} else {
+		delete(s.draNodes, n.Name)
+	}
 	s.b.SetNode(node)
+}
+
+// draNodeChanged reads a DRA node's supply again: its slices or claims
+// changed.
+func (s *InformerSource) draNodeChanged(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if node, ok := s.draNodes[name]; ok {
+		node.SetDRA(s.dra.Supply(name))
+		s.b.SetNode(node)
+	}
+}
+
+// draClassesChanged reads every DRA node's supply again: which resources
+// the classes serve may have changed.
+func (s *InformerSource) draClassesChanged() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, node := range s.draNodes {
+		node.SetDRA(s.dra.Supply(name))
+		s.b.SetNode(node)
+	}
 }
 
 func (s *InformerSource) deleteNode(obj any) {
@@ -174,6 +219,7 @@ func (s *InformerSource) deleteNode(obj any) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	delete(s.draNodes, n.Name)
 	s.b.DeleteNode(n.Name)
 }
 

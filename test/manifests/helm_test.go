@@ -442,12 +442,17 @@ func checkWebhook(t *testing.T, s scenario, objs objects) {
 
 	// Informers list and watch; nothing gets one object.
 	role := get[rbacv1.ClusterRole](t, objs, "ClusterRole", "gpu-webhook")
-	want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "watch"}}}
+	want := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices", "deviceclasses"}, Verbs: []string{"list", "watch"}},
+	}
 	if capacity {
-		want = append(want, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}})
+		want = append(want,
+			rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}},
+			rbacv1.PolicyRule{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"list", "watch"}})
 	}
 	if diff := cmp.Diff(want, role.Rules); diff != "" {
-		t.Errorf("webhook ClusterRole: list and watch, pods only in capacity mode (-want +got):\n%s", diff)
+		t.Errorf("webhook ClusterRole: list and watch, pods and claims only in capacity mode (-want +got):\n%s", diff)
 	}
 
 	mwc := get[admissionregistrationv1.MutatingWebhookConfiguration](t, objs, "MutatingWebhookConfiguration", "gpu-allocation-webhook")

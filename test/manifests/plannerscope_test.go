@@ -223,10 +223,18 @@ func TestPlannerRunsWithItsPermissions(t *testing.T) {
 		{verb: "update", resource: "leases", ns: namespace, name: "migflex-planner", allowed: true},
 		{verb: "update", resource: "leases", ns: namespace, name: "another"},
 		{verb: "update", resource: "leases", ns: "kube-system", name: "migflex-planner"},
+		{verb: "watch", resource: "resourceclaims", ns: "team-a", allowed: true},
+		{verb: "list", resource: "resourceclaimtemplates", ns: "team-a", allowed: true},
+		{verb: "watch", resource: "deviceclasses", allowed: true},
+		{verb: "update", resource: "resourceclaims", sub: "status", ns: "team-a"},
+		{verb: "create", resource: "resourceslices"},
 	} {
 		group := ""
-		if ck.resource == "leases" {
+		switch ck.resource {
+		case "leases":
 			group = "coordination.k8s.io"
+		case "resourceclaims", "resourceclaimtemplates", "deviceclasses", "resourceslices":
+			group = "resource.k8s.io"
 		}
 		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 			User: user, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},

@@ -113,6 +113,7 @@ func impersonate(cfg *rest.Config, user string) kubernetes.Interface {
 func TestComponentPermissions(t *testing.T) {
 	type check struct {
 		user                string
+		group               string
 		verb, resource, sub string
 		namespace, name     string
 		allowed             bool
@@ -132,6 +133,9 @@ func TestComponentPermissions(t *testing.T) {
 		{user: webhook, verb: "get", resource: "nodes", name: "gpu-1"},
 		{user: webhook, verb: "patch", resource: "nodes"},
 		{user: webhook, verb: "get", resource: "secrets", namespace: namespace, name: "gpu-webhook-tls"},
+		{user: webhook, group: "resource.k8s.io", verb: "list", resource: "resourceslices", allowed: true},
+		{user: webhook, group: "resource.k8s.io", verb: "watch", resource: "deviceclasses", allowed: true},
+		{user: webhook, group: "resource.k8s.io", verb: "create", resource: "resourceslices"},
 	}
 	helmPath(t) // skip before starting a control plane
 	cfg := testenv.Start(t)
@@ -147,6 +151,7 @@ func TestComponentPermissions(t *testing.T) {
 	}{
 		{"default", append(common,
 			check{user: webhook, verb: "list", resource: "pods", namespace: "team-a"},
+			check{user: webhook, group: "resource.k8s.io", verb: "list", resource: "resourceclaims", namespace: "team-a"},
 			check{user: agent, verb: "create", resource: "pods", sub: "eviction", namespace: "team-a"},
 		)},
 		{"capacity", append(common,
@@ -154,6 +159,8 @@ func TestComponentPermissions(t *testing.T) {
 			check{user: webhook, verb: "watch", resource: "pods", namespace: "team-a", allowed: true},
 			check{user: webhook, verb: "get", resource: "pods", namespace: "team-a", name: "train"},
 			check{user: webhook, verb: "delete", resource: "pods", namespace: "team-a"},
+			check{user: webhook, group: "resource.k8s.io", verb: "watch", resource: "resourceclaims", namespace: "team-a", allowed: true},
+			check{user: webhook, group: "resource.k8s.io", verb: "update", resource: "resourceclaims", sub: "status", namespace: "team-a"},
 		)},
 		{"evict", append(common,
 			check{user: agent, verb: "create", resource: "pods", sub: "eviction", namespace: "team-a", allowed: true},
@@ -175,7 +182,7 @@ func TestComponentPermissions(t *testing.T) {
 					User:   ck.user,
 					Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},
 					ResourceAttributes: &authorizationv1.ResourceAttributes{
-						Verb: ck.verb, Resource: ck.resource, Subresource: ck.sub, Namespace: ck.namespace, Name: ck.name,
+						Group: ck.group, Verb: ck.verb, Resource: ck.resource, Subresource: ck.sub, Namespace: ck.namespace, Name: ck.name,
 					},
 				}}
 				got, err := admin.AuthorizationV1().SubjectAccessReviews().Create(t.Context(), sar, metav1.CreateOptions{})
