@@ -373,12 +373,12 @@ func (s *sim) depart(p *simPod) {
 }
 
 // carve binds a pod by creating its devices when it is scheduled, never
-// moving anything: the DRA DynamicMIG / HAMi model. The node is the
+// moving anything: the DRA DynamicMIG and HAMi models. The node is the
 // scheduler's bin-packing choice, as for every policy: of the nodes where
 // the pod's devices can be carved, the one with the least free capacity
-// (ties to the first by name); on it, GPUs in index order and the lowest
-// start that fits (first fit). The instances are created now and the pod
-// starts when they are there.
+// (ties to the first by name); on it, the policy's carvePlan picks the
+// GPUs and placements. The instances are created now and the pod starts
+// when they are there.
 func (s *sim) carve(p *simPod) bool {
 	var best *node
 	var bestPlan []carved
@@ -387,7 +387,7 @@ func (s *sim) carve(p *simPod) bool {
 		if !s.eligs.masks[p.elig][n.idx] {
 			continue
 		}
-		plan, ok := s.carvePlan(p, n)
+		plan, ok := s.pol.(carver).carvePlan(s, p, n)
 		if !ok {
 			continue
 		}
@@ -431,7 +431,15 @@ type carved struct {
 	start   int // -1: the whole GPU
 }
 
-func (s *sim) carvePlan(p *simPod, n *node) ([]carved, bool) {
+// carver is a policy that carves devices when a pod is bound: it says
+// which, on one node.
+type carver interface {
+	carvePlan(s *sim, p *simPod, n *node) ([]carved, bool)
+}
+
+// carvePlan is first fit's: GPUs in index order, the lowest start that
+// fits.
+func (firstFit) carvePlan(_ *sim, p *simPod, n *node) ([]carved, bool) {
 	var out []carved
 	extra := map[*gpu][]planner.Instance{}
 	taken := map[*gpu]bool{}

@@ -25,6 +25,7 @@ const (
 	PolicyFallback1g       = "fallback-1g"
 	PolicyFallbackBalanced = "fallback-balanced"
 	PolicyFirstFit         = "dra-first-fit"
+	PolicyHAMi             = "hami-dynamic-mig"
 	PolicyNos              = "nos-greedy"
 	PolicyMigflex          = "migflex"
 	PolicyFluid            = "fluid"
@@ -38,7 +39,7 @@ var nosCadence = planner.Cadence{Idle: 10 * time.Second, Max: time.Minute, Resyn
 // AllPolicies lists every policy the replay knows.
 var AllPolicies = []string{
 	PolicyStatic1g, PolicyStaticBalanced, PolicyFallback1g, PolicyFallbackBalanced,
-	PolicyFirstFit, PolicyNos, PolicyMigflex, PolicyFluid,
+	PolicyFirstFit, PolicyHAMi, PolicyNos, PolicyMigflex, PolicyFluid,
 }
 
 func newPolicy(name string, cfg *runConfig) (policy, error) {
@@ -53,6 +54,8 @@ func newPolicy(name string, cfg *runConfig) (policy, error) {
 		return newFallback(name, balanced)
 	case PolicyFirstFit:
 		return &firstFit{}, nil
+	case PolicyHAMi:
+		return &hami{}, nil
 	case PolicyNos:
 		return &nos{static: static{label: name, layout: balanced}}, nil
 	case PolicyMigflex:

@@ -69,6 +69,7 @@ func TestReplayOneGPU(t *testing.T) {
 		// Each instance is created when its pod is scheduled (5 s), and
 		// destroyed when it ends: four changes.
 		PolicyFirstFit: {served: 1, waitMax: 5, repartition: 4},
+		PolicyHAMi:     {served: 1, waitMax: 5, repartition: 4},
 	} {
 		r := got[name]
 		if !near(r.ServedShare, want.served) || r.NeverServed != want.never || r.Downgraded != want.downgraded ||
@@ -153,7 +154,7 @@ func TestReplaySpecConstraint(t *testing.T) {
 func TestFill(t *testing.T) {
 	o := Options{Tasks: []Task{{Name: "h", NumGPU: 1, GPUMilli: 400}}, Nodes: []TraceNode{{Name: "n0", GPUs: 1, Model: "G2"}},
 		Speedup: 1, Planner: planner.DefaultPolicy(), FGD: true, FGDOffered: 1.5, Parallel: 1,
-		Policies: []string{PolicyFluid, PolicyFirstFit, PolicyMigflex, PolicyStatic1g}}
+		Policies: []string{PolicyFluid, PolicyFirstFit, PolicyHAMi, PolicyMigflex, PolicyStatic1g}}
 	r, err := Run(o)
 	if err != nil {
 		t.Fatal(err)

@@ -1,10 +1,10 @@
 // Package replay replays a task trace of the Alibaba openb format on a
 // simulated MIG fleet, once per policy, through one scheduler model, and
 // compares the policies side by side: static layouts, static with the real
-// fallback webhook, first fit at allocation (DRA DynamicMIG / HAMi),
-// nos-style greedy batches, the migflex planner, and a fluid bound. See
-// docs/PLANNER.md for the mapping and the model, and cmd/replay for the
-// command.
+// fallback webhook, first fit at allocation (DRA DynamicMIG), HAMi's
+// dynamic MIG with its placement scoring, nos-style greedy batches, the
+// migflex planner, and a fluid reference. See docs/PLANNER.md for the
+// mapping and the model, and cmd/replay for the command.
 package replay
 
 import (

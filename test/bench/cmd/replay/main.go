@@ -1,9 +1,10 @@
 // Command replay replays a pod list of Alibaba's openb GPU trace on a
 // simulated MIG fleet for every policy (static layouts, static with the
-// fallback webhook, first fit at allocation, nos-style greedy batches, the
-// migflex planner, a fluid bound) at several loads, plus the FGD fill
-// experiment, and writes replay.json and replay.md into --out. The same
-// seed gives the same numbers; docs/PLANNER.md explains the model.
+// fallback webhook, first fit at allocation, HAMi's dynamic MIG, nos-style
+// greedy batches, the migflex planner, a fluid reference) at several loads,
+// plus the FGD fill experiment, and writes replay.json and replay.md into
+// --out. The same seed gives the same numbers; docs/PLANNER.md explains the
+// model.
 package main
 
 import (

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/migflex/migflex/test/bench/replay"
 )
 
 // TestRun runs the command on the trace samples: one file with times, one
@@ -49,7 +51,7 @@ func TestRun(t *testing.T) {
 			if err := json.Unmarshal(b, &r); err != nil {
 				t.Fatal(err)
 			}
-			if tc.timed != (len(r.Loads) == 2) || tc.timed && len(r.Loads[0].Results) != 8 {
+			if tc.timed != (len(r.Loads) == 2) || tc.timed && len(r.Loads[0].Results) != len(replay.AllPolicies) {
 				t.Errorf("timed %v: %d loads in replay.json", tc.timed, len(r.Loads))
 			}
 		})
