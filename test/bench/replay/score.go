@@ -1,0 +1,292 @@
+package replay
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"math"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// Scoring compares one policy (the subject, migflex) with the other real
+// policies over many replays: every file, resampling and seed. Reports of
+// the same pod list and seed are merged, so the other policies, which do
+// not change with the planner, can be replayed once and the subject again.
+type Scoring struct {
+	// Subject is the policy judged; Reference is the one whose wait it is
+	// held to below saturation (first fit: every MIG pod waits one carve).
+	Subject, Reference string
+	// Tie is how far below the best other real policy the subject's
+	// served share may be and still count as a tie (0.0005: 0.05 points).
+	Tie float64
+}
+
+// DefaultScoring judges migflex against the best other real policy, to
+// 0.05 points, and its wait against first fit's.
+func DefaultScoring() Scoring {
+	return Scoring{Subject: PolicyMigflex, Reference: PolicyFirstFit, Tie: 0.0005}
+}
+
+// notReal are the policies that are references, not something a cluster
+// can run.
+var notReal = map[string]bool{PolicyFluid: true}
+
+// Scoreboard is the scoring of a set of replays.
+type Scoreboard struct {
+	Scoring Scoring `json:"scoring"`
+	// Runs are the merged replays, by pod list then seed.
+	Runs []ScoredRun `json:"runs"`
+	// Wins, Ties and Losses count the points at load 1 or more: the
+	// subject's served share above the best other real policy's by more
+	// than Tie, within Tie, below by more.
+	Wins, Ties, Losses int
+	// WaitMisses counts the points below saturation (load up to 1) where
+	// the subject's p99 wait exceeds the reference's plus the change
+	// latency.
+	WaitMisses, WaitPoints int
+	// MaxChurn is the subject's most repartitions per GPU-hour.
+	MaxChurn float64
+	// FillMisses counts the fills where the reference reached 99% of the
+	// fleet before its first failure and the subject did not.
+	FillMisses, FillPoints int
+}
+
+// ScoredRun is one pod list and seed.
+type ScoredRun struct {
+	Trace   string        `json:"trace"`
+	Seed    uint64        `json:"seed"`
+	Latency float64       `json:"latencySeconds"`
+	Points  []ScoredPoint `json:"points"`
+	// Fill is the subject's and the reference's fill, when it ran.
+	Fill *ScoredFill `json:"fill,omitempty"`
+}
+
+// ScoredPoint is one load of one run.
+type ScoredPoint struct {
+	Load float64 `json:"load"`
+	// Served is the subject's served share; Best the best other real
+	// policy's (BestPolicy).
+	Served     float64 `json:"served"`
+	Best       float64 `json:"best"`
+	BestPolicy string  `json:"bestPolicy"`
+	// WaitP99 is the subject's; RefWaitP99 the reference's.
+	WaitP99    float64 `json:"waitP99"`
+	RefWaitP99 float64 `json:"refWaitP99"`
+	Churn      float64 `json:"churn"`
+	// Missing names policies absent from this point's replays.
+	Missing []string `json:"missing,omitempty"`
+}
+
+// ScoredFill is the fill experiment's first failure and end.
+type ScoredFill struct {
+	Subject, Reference FGDResult
+}
+
+var seedSuffix = regexp.MustCompile(` \(seed \d+\)$`)
+
+// Score merges the reports and scores the subject.
+func (sc Scoring) Score(reports []*Report) (*Scoreboard, error) {
+	type key struct {
+		trace string
+		seed  uint64
+	}
+	type merged struct {
+		latency float64
+		loads   map[float64]map[string]Result
+		fill    map[string]FGDResult
+	}
+	runs := map[key]*merged{}
+	for _, r := range reports {
+		k := key{seedSuffix.ReplaceAllString(r.Trace.File, ""), r.Settings.Seed}
+		m := runs[k]
+		if m == nil {
+			m = &merged{latency: r.Settings.LatencySeconds, loads: map[float64]map[string]Result{}, fill: map[string]FGDResult{}}
+			runs[k] = m
+		}
+		if m.latency != r.Settings.LatencySeconds {
+			return nil, fmt.Errorf("%s seed %d: replays with change latencies %v s and %v s", k.trace, k.seed, m.latency, r.Settings.LatencySeconds)
+		}
+		for _, l := range r.Loads {
+			if m.loads[l.Load] == nil {
+				m.loads[l.Load] = map[string]Result{}
+			}
+			for _, res := range l.Results {
+				m.loads[l.Load][res.Policy] = res
+			}
+		}
+		if r.FGD != nil {
+			for _, res := range r.FGD.Results {
+				m.fill[res.Policy] = res
+			}
+		}
+	}
+	b := &Scoreboard{Scoring: sc}
+	for k, m := range runs {
+		run := ScoredRun{Trace: k.trace, Seed: k.seed, Latency: m.latency}
+		for load, byPolicy := range m.loads {
+			subj, ok := byPolicy[sc.Subject]
+			if !ok {
+				continue
+			}
+			p := ScoredPoint{Load: load, Served: subj.ServedShare, WaitP99: subj.WaitP99, Churn: subj.RepartitionsPerGPUHour, Best: -1}
+			for _, name := range AllPolicies {
+				res, ok := byPolicy[name]
+				switch {
+				case name == sc.Subject || notReal[name]:
+				case !ok:
+					p.Missing = append(p.Missing, name)
+				case res.ServedShare > p.Best:
+					p.Best, p.BestPolicy = res.ServedShare, name
+				}
+			}
+			p.RefWaitP99 = math.NaN()
+			if ref, ok := byPolicy[sc.Reference]; ok {
+				p.RefWaitP99 = ref.WaitP99
+			}
+			run.Points = append(run.Points, p)
+		}
+		slices.SortFunc(run.Points, func(a, b ScoredPoint) int { return cmp.Compare(a.Load, b.Load) })
+		if s, ok := m.fill[sc.Subject]; ok {
+			if ref, ok := m.fill[sc.Reference]; ok {
+				run.Fill = &ScoredFill{Subject: s, Reference: ref}
+			}
+		}
+		if len(run.Points) > 0 || run.Fill != nil {
+			b.Runs = append(b.Runs, run)
+		}
+	}
+	slices.SortFunc(b.Runs, func(x, y ScoredRun) int { return cmp.Or(cmp.Compare(x.Trace, y.Trace), cmp.Compare(x.Seed, y.Seed)) })
+	for _, run := range b.Runs {
+		for _, p := range run.Points {
+			b.MaxChurn = max(b.MaxChurn, p.Churn)
+			if p.Load >= 1 && p.Best >= 0 {
+				switch d := p.Served - p.Best; {
+				case d > sc.Tie:
+					b.Wins++
+				case d >= -sc.Tie:
+					b.Ties++
+				default:
+					b.Losses++
+				}
+			}
+			if p.Load <= 1 && !math.IsNaN(p.RefWaitP99) {
+				b.WaitPoints++
+				if p.WaitP99 > p.RefWaitP99+run.Latency {
+					b.WaitMisses++
+				}
+			}
+		}
+		if f := run.Fill; f != nil && f.Reference.AllocatedAtFirstFailure >= 0.99 {
+			b.FillPoints++
+			if f.Subject.AllocatedAtFirstFailure >= 0 && f.Subject.AllocatedAtFirstFailure < 0.99 {
+				b.FillMisses++
+			}
+		}
+	}
+	return b, nil
+}
+
+// WriteMarkdown writes the scoreboard: the totals, then per pod list the
+// subject's served share against the best other real policy's at each load
+// and seed, its p99 wait against the reference's below saturation, and the
+// fill.
+func (b *Scoreboard) WriteMarkdown(w io.Writer) error {
+	var s strings.Builder
+	sc := b.Scoring
+	fmt.Fprintf(&s, "%s against the best other real policy at load 1 or more (a tie is within %.2f points): **%d wins, %d ties, %d losses** of %d.\n\n",
+		sc.Subject, 100*sc.Tie, b.Wins, b.Ties, b.Losses, b.Wins+b.Ties+b.Losses)
+	fmt.Fprintf(&s, "p99 wait at load up to 1 above %s's plus the change latency: %d of %d points. Most repartitions per GPU-hour: %.3f. ",
+		sc.Reference, b.WaitMisses, b.WaitPoints, b.MaxChurn)
+	fmt.Fprintf(&s, "Fill at the first failure under 99%% where %s reaches it: %d of %d.\n\n", sc.Reference, b.FillMisses, b.FillPoints)
+	traces := []string{}
+	for _, r := range b.Runs {
+		if !slices.Contains(traces, r.Trace) {
+			traces = append(traces, r.Trace)
+		}
+	}
+	for _, tr := range traces {
+		var runs []ScoredRun
+		for _, r := range b.Runs {
+			if r.Trace == tr {
+				runs = append(runs, r)
+			}
+		}
+		fmt.Fprintf(&s, "**%s**\n\n| load |", tr)
+		for _, r := range runs {
+			fmt.Fprintf(&s, " seed %d: %s − best (who) | p99 / %s's |", r.Seed, sc.Subject, sc.Reference)
+		}
+		s.WriteString("\n| ---: |")
+		for range runs {
+			s.WriteString(" ---: | ---: |")
+		}
+		s.WriteString("\n")
+		var loads []float64
+		for _, r := range runs {
+			for _, p := range r.Points {
+				if !slices.Contains(loads, p.Load) {
+					loads = append(loads, p.Load)
+				}
+			}
+		}
+		slices.Sort(loads)
+		for _, l := range loads {
+			fmt.Fprintf(&s, "| %g |", l)
+			for _, r := range runs {
+				i := slices.IndexFunc(r.Points, func(p ScoredPoint) bool { return p.Load == l })
+				if i < 0 {
+					s.WriteString(" | |")
+					continue
+				}
+				p := r.Points[i]
+				mark := ""
+				if p.Load >= 1 {
+					switch d := p.Served - p.Best; {
+					case d > sc.Tie:
+						mark = " win"
+					case d < -sc.Tie:
+						mark = " **loss**"
+					}
+				}
+				fmt.Fprintf(&s, " %.2f%% − %.2f%% = %+.2f (%s)%s | %s / %s |", 100*p.Served, 100*p.Best, 100*(p.Served-p.Best),
+					short(p.BestPolicy), mark, seconds(p.WaitP99), seconds(p.RefWaitP99))
+			}
+			s.WriteString("\n")
+		}
+		fills := []string{}
+		for _, r := range runs {
+			if f := r.Fill; f != nil {
+				fills = append(fills, fmt.Sprintf("seed %d: %s %s / %.1f%%, %s %s / %.1f%%", r.Seed,
+					sc.Subject, pct(f.Subject.AllocatedAtFirstFailure), 100*f.Subject.AllocatedAtEnd,
+					sc.Reference, pct(f.Reference.AllocatedAtFirstFailure), 100*f.Reference.AllocatedAtEnd))
+			}
+		}
+		if len(fills) > 0 {
+			fmt.Fprintf(&s, "\nFill, allocated at the first failure / at the end: %s.\n", strings.Join(fills, "; "))
+		}
+		s.WriteString("\n")
+	}
+	_, err := io.WriteString(w, s.String())
+	return err
+}
+
+func pct(v float64) string {
+	if v < 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*v)
+}
+
+// short names a policy in a cramped table.
+func short(p string) string {
+	switch p {
+	case PolicyFirstFit:
+		return "first fit"
+	case PolicyHAMi:
+		return "HAMi"
+	case PolicyNos:
+		return "nos"
+	}
+	return p
+}
