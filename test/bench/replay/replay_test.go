@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -200,7 +201,7 @@ func TestFillHasNoCooldown(t *testing.T) {
 		return res
 	}
 	without, with := fill(0), fill(time.Hour)
-	if with != without {
+	if !reflect.DeepEqual(with, without) {
 		t.Errorf("fill with a 1 h cooldown %+v, without %+v: want the same", with, without)
 	}
 	if without.Repartitions == 0 || without.Failed == 0 {

@@ -2,9 +2,9 @@
 // simulated MIG fleet for every policy (static layouts, static with the
 // fallback webhook, first fit at allocation, HAMi's dynamic MIG, nos-style
 // greedy batches, the migflex planner, a fluid reference) at several loads,
-// plus the FGD fill experiment, and writes replay.json and replay.md into
-// --out. The same seed gives the same numbers; docs/PLANNER.md explains the
-// model.
+// plus the FGD fill experiment, and writes replay.json, replay.md and SVG
+// plots (served share and p99 wait against load, the fill) into --out. The
+// same seed gives the same numbers; docs/PLANNER.md explains the model.
 package main
 
 import (
@@ -117,7 +117,10 @@ func run(args []string, stderr io.Writer) error {
 	if err := report.Write(*out, "replay", r, func(w io.Writer) error { return replay.WriteMarkdown(w, r) }); err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "wrote %s and %s\n", filepath.Join(*out, "replay.json"), filepath.Join(*out, "replay.md"))
+	if err := replay.WritePlots(*out, r); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "wrote %s, %s and the plots (*.svg)\n", filepath.Join(*out, "replay.json"), filepath.Join(*out, "replay.md"))
 	return nil
 }
 

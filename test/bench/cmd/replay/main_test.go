@@ -39,6 +39,19 @@ func TestRun(t *testing.T) {
 			if !strings.Contains(string(md), tc.inText) || !strings.Contains(string(md), "## Fill") {
 				t.Errorf("replay.md lacks %q or the fill:\n%s", tc.inText, md)
 			}
+			plots := []string{"fill.svg"}
+			if tc.timed {
+				plots = append(plots, "served.svg", "wait.svg")
+			}
+			for _, name := range plots {
+				b, err := os.ReadFile(filepath.Join(out, name))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.HasPrefix(b, []byte("<svg")) || !bytes.Contains(b, []byte("migflex")) {
+					t.Errorf("%s is not a plot of the policies:\n%.200s", name, b)
+				}
+			}
 			var r struct {
 				Loads []struct {
 					Results []struct{ Policy string } `json:"results"`
