@@ -380,19 +380,26 @@ func (s *sim) depart(p *simPod) {
 // GPUs and placements. The instances are created now and the pod starts
 // when they are there.
 func (s *sim) carve(p *simPod) bool {
+	// Nodes by free capacity, then name: the first where the devices can
+	// be carved is the choice. (Free capacity is a sum of memory shares,
+	// eighths or quarters, exact in floating point.)
+	type cand struct {
+		n    *node
+		free float64
+	}
+	cands := make([]cand, 0, len(s.f.nodes))
+	for _, n := range s.f.nodes {
+		if free := n.freeCapacity(); s.eligs.masks[p.elig][n.idx] && free >= p.req.total()-1e-9 {
+			cands = append(cands, cand{n, free})
+		}
+	}
+	slices.SortFunc(cands, func(a, b cand) int { return cmp.Or(cmp.Compare(a.free, b.free), cmp.Compare(a.n.idx, b.n.idx)) })
 	var best *node
 	var bestPlan []carved
-	bestFree := 0.0
-	for _, n := range s.f.nodes {
-		if !s.eligs.masks[p.elig][n.idx] {
-			continue
-		}
-		plan, ok := s.pol.(carver).carvePlan(s, p, n)
-		if !ok {
-			continue
-		}
-		if free := n.freeCapacity(); best == nil || free < bestFree-1e-9 {
-			best, bestPlan, bestFree = n, plan, free
+	for _, c := range cands {
+		if plan, ok := s.pol.(carver).carvePlan(s, p, c.n); ok {
+			best, bestPlan = c.n, plan
+			break
 		}
 	}
 	if best == nil {
