@@ -46,5 +46,5 @@ for seed in $seeds; do
 	done
 done
 # shellcheck disable=SC2086
-"$out/bin/replayscore" -json "$out/score.json" "$out" ${SCORE_WITH:-} >"$out/score.md"
+"$out/bin/replayscore" -json "$out/score.json" -svg "$out/margin.svg" "$out" ${SCORE_WITH:-} >"$out/score.md"
 head -5 "$out/score.md"

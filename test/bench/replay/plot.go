@@ -37,6 +37,15 @@ type series struct {
 	marks [][2]float64
 	// dashed draws a reference (the fluid pool, the bound).
 	dashed bool
+	// color, when set, overrides the policy's colour.
+	color string
+}
+
+func (s series) stroke() string {
+	if s.color != "" {
+		return s.color
+	}
+	return policyColor(s.name)
 }
 
 // colors are Okabe and Ito's palette, readable by the colour-blind, one per
@@ -113,7 +122,7 @@ func (c *chart) svg() string {
 			dash = ` stroke-dasharray="5 4"`
 		}
 		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="%s"%s points="%s"><title>%s</title></polyline>`+"\n",
-			policyColor(s.name), width(s.name), dash, strings.Join(pts, " "), html.EscapeString(s.name))
+			s.stroke(), width(s.name), dash, strings.Join(pts, " "), html.EscapeString(s.name))
 	}
 	for _, s := range c.series {
 		for _, p := range append(s.pts[:len(s.pts):len(s.pts)], s.marks...) {
@@ -121,7 +130,7 @@ func (c *chart) svg() string {
 				continue // a dense curve: dots only at its marks
 			}
 			fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="3.2" fill="%s"><title>%s: %s, %s</title></circle>`+"\n",
-				c.x(p[0]), c.y(p[1]), policyColor(s.name), html.EscapeString(s.name), c.xFormat(p[0]), c.yFormat(p[1]))
+				c.x(p[0]), c.y(p[1]), s.stroke(), html.EscapeString(s.name), c.xFormat(p[0]), c.yFormat(p[1]))
 		}
 	}
 	// Legend.
@@ -132,7 +141,7 @@ func (c *chart) svg() string {
 		if s.dashed {
 			dash = ` stroke-dasharray="5 4"`
 		}
-		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="%s"%s/>`+"\n", lx, y, lx+22, y, policyColor(s.name), width(s.name), dash)
+		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="%s"%s/>`+"\n", lx, y, lx+22, y, s.stroke(), width(s.name), dash)
 		fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="%d">%s</text>`+"\n", lx+28, y+4, fontLegend, html.EscapeString(s.name))
 	}
 	if c.note != "" {

@@ -290,3 +290,80 @@ func short(p string) string {
 	}
 	return p
 }
+
+// traceColors tell the pod lists apart in the margin plot.
+var traceColors = []string{"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#999999", "#8C510A", "#01665E", "#762A83", "#B2182B"}
+
+// shortTrace names a pod list briefly: "default", "gpushare40",
+// "multigpu=0.5".
+func shortTrace(t string) string {
+	t = strings.TrimPrefix(t, "openb_pod_list_")
+	t = strings.Replace(t, ".csv", "", 1)
+	return strings.TrimPrefix(t, "default resampled ")
+}
+
+// MarginChart is an SVG plot of the subject's served share minus the best
+// other real policy's, in points, against load (1 or more): a dot per pod
+// list and seed, a line through each pod list's mean, and the goal's
+// tolerance.
+func (b *Scoreboard) MarginChart(title string) string {
+	c := &chart{title: title, xLabel: "load (peak demand / fleet GPUs)", yLabel: "served share − best other real policy's (points)"}
+	c.xFormat = func(v float64) string { return fmt.Sprintf("%g", v) }
+	c.yFormat = func(v float64) string { return fmt.Sprintf("%+.2f", v) }
+	lo, hi := -0.1, 0.1
+	var loads []float64
+	traces := []string{}
+	for _, r := range b.Runs {
+		if !slices.Contains(traces, r.Trace) {
+			traces = append(traces, r.Trace)
+		}
+		for _, p := range r.Points {
+			if p.Load >= 1 && p.Best >= 0 && !slices.Contains(loads, p.Load) {
+				loads = append(loads, p.Load)
+			}
+		}
+	}
+	slices.Sort(loads)
+	if len(loads) == 0 {
+		return ""
+	}
+	for i, tr := range traces {
+		s := series{name: shortTrace(tr), color: traceColors[i%len(traceColors)]}
+		for _, l := range loads {
+			sum, n := 0.0, 0
+			for _, r := range b.Runs {
+				if r.Trace != tr {
+					continue
+				}
+				for _, p := range r.Points {
+					if p.Load == l && p.Best >= 0 {
+						d := 100 * (p.Served - p.Best)
+						s.marks = append(s.marks, [2]float64{l, d})
+						sum += d
+						n++
+						lo, hi = min(lo, d), max(hi, d)
+					}
+				}
+			}
+			if n > 0 {
+				s.pts = append(s.pts, [2]float64{l, sum / float64(n)})
+			}
+		}
+		c.series = append(c.series, s)
+	}
+	tol := -100 * b.Scoring.Tie
+	c.series = append(c.series, series{name: fmt.Sprintf("goal: %+.2f", tol), color: "#000000", dashed: true,
+		pts: [][2]float64{{loads[0], tol}, {loads[len(loads)-1], tol}}})
+	c.xMin, c.xMax = loads[0]-0.05, loads[len(loads)-1]+0.05
+	c.xTicks = loads
+	c.yMin, c.yMax = math.Floor(lo*4)/4, math.Ceil(hi*4)/4
+	step := 0.25
+	if c.yMax-c.yMin > 3 {
+		step = 0.5
+	}
+	for t := c.yMin; t <= c.yMax+1e-9; t += step {
+		c.yTicks = append(c.yTicks, t)
+	}
+	c.note = "a dot per pod list and seed, a line through each pod list's mean"
+	return c.svg()
+}

@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"encoding/xml"
 	"strings"
 	"testing"
 )
@@ -56,6 +57,10 @@ func TestScore(t *testing.T) {
 	}
 	if !strings.Contains(md.String(), "**1 wins, 1 ties, 1 losses** of 3") || !strings.Contains(md.String(), "**loss**") {
 		t.Errorf("markdown:\n%s", md.String())
+	}
+	svg := b.MarginChart("t")
+	if err := xml.Unmarshal([]byte(svg), new(struct{})); err != nil || strings.Count(svg, "<polyline") != 2 {
+		t.Errorf("margin plot: %v, %d lines, want one for the pod list and the goal:\n%s", err, strings.Count(svg, "<polyline"), svg)
 	}
 	other := *subject
 	other.Settings.LatencySeconds = 1

@@ -27,6 +27,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fl.StringVar(&sc.Reference, "reference", sc.Reference, "the policy whose p99 wait (plus the change latency) the subject's is held to below saturation")
 	fl.Float64Var(&sc.Tie, "tie", sc.Tie, "served share within which the subject ties the best other real policy (0.0005: 0.05 points)")
 	jsonOut := fl.String("json", "", "also write the scoreboard as JSON to this file")
+	svgOut := fl.String("svg", "", "also write the margin plot (served share minus the best other real policy's, against load) to this file")
+	title := fl.String("title", "migflex against the best other real policy", "the margin plot's title")
 	if err := fl.Parse(args); err != nil {
 		return err
 	}
@@ -70,6 +72,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		if err := os.WriteFile(*jsonOut, out, 0o644); err != nil {
+			return err
+		}
+	}
+	if *svgOut != "" {
+		if err := os.WriteFile(*svgOut, []byte(b.MarginChart(*title)), 0o644); err != nil {
 			return err
 		}
 	}
