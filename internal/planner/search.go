@@ -175,6 +175,14 @@ func (r *round) find(ps *podState) (int32, []assignment, func() string) {
 			return fmt.Sprintf("no node it may be scheduled to (nodeSelector, affinity, taints, cordon) among the %d nodes", len(r.nodes))
 		}
 	}
+	// A pod that needs what an earlier pod of the round needed, where that
+	// one could land, fails as it did: placing pods only uses capacity up,
+	// and reaching the round's GPU cap only takes ways away. At
+	// saturation most of the queue is such pods.
+	fk := failKey{el.key, r.needsID(ps.needs)}
+	if r.failed[fk] && !noFailMemo {
+		return -1, nil, func() string { return r.explain(el, ps) }
+	}
 	if len(ps.needs) == 1 && ps.needs[0].count == 1 {
 		if gi, o := r.bestGPU(el, ps.needs[0].res); gi >= 0 {
 			return r.gpus[gi].node, []assignment{{gpu: gi, res: ps.needs[0].res, opt: *o}}, nil
@@ -184,7 +192,18 @@ func (r *round) find(ps *podState) (int32, []assignment, func() string) {
 			return ni, as, nil
 		}
 	}
+	r.failed[fk] = true
 	return -1, nil, func() string { return r.explain(el, ps) }
+}
+
+// noFailMemo turns the shortcut off, for the test that checks it changes
+// no result.
+var noFailMemo bool
+
+// failKey is where a pod may land and what it needs.
+type failKey struct {
+	elig  string
+	needs int32
 }
 
 // bestGPU is the cheapest GPU of the pod's nodes for one device of res.
