@@ -36,10 +36,8 @@ type simPod struct {
 	node  *node
 	devs  []devRef
 	// got is the size in GPUs of the devices it runs on.
-	got float64
-	// plannedUntil: a reshape planned for this pod is in flight until then.
-	plannedUntil float64
-	done         bool
+	got  float64
+	done bool
 }
 
 type eventKind int
@@ -539,15 +537,11 @@ func (s *sim) change(g *gpu, enabled bool, target []inst) error {
 	return nil
 }
 
-// waiting lists the pods not running, not in flight, in queue order.
+// waiting lists the pods not running, in queue order.
 func (s *sim) waiting() []*simPod {
 	var out []*simPod
 	for _, c := range s.classes {
-		for _, p := range c.q {
-			if p.plannedUntil <= s.now {
-				out = append(out, p)
-			}
-		}
+		out = append(out, c.q...)
 	}
 	slices.SortFunc(out, queueOrder)
 	return out

@@ -150,7 +150,7 @@ func fillOne(o Options, name string, nodes []TraceNode, templates []podTemplate)
 	pol := o.Planner
 	pol.Cooldown = 0
 	cfg := &runConfig{start: 0, horizon: math.Inf(1), latency: 0, planner: pol, mixHalfLife: o.MixHalfLife, cadence: o.Cadence,
-		migflexWhole: o.MigflexWhole}
+		migflexPreset: o.MigflexPreset}
 	// The static layouts are sized as for the timed replay: by the whole
 	// trace's request mix (no times: by size alone).
 	var whole, all float64
