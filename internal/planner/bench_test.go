@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/migflex/migflex/internal/planner"
+	"github.com/migflex/migflex/internal/resourcename"
 )
 
 // BenchmarkPlanRound is one round at the scale of the planner issue: 5,000
@@ -106,13 +107,13 @@ func snapshotPass(snap planner.Snapshot) int {
 		for _, g := range snap.Nodes[ni].GPUs {
 			if !g.MigEnabled {
 				if !g.InUse {
-					free[planner.ResourceGPU]++
+					free[resourcename.GPU]++
 				}
 				continue
 			}
 			for _, in := range g.Instances {
 				if !in.InUse {
-					free[planner.MigResource(in.Profile)]++
+					free[resourcename.MIG(in.Profile)]++
 				}
 			}
 		}

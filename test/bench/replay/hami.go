@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/migflex/migflex/internal/planner"
+	"github.com/migflex/migflex/internal/resourcename"
 )
 
 // hami is HAMi's dynamic MIG with the placement scoring it merged in
@@ -53,7 +54,7 @@ type hamiCandidate struct {
 }
 
 func (hami) carvePlan(_ *sim, p *simPod, n *node) ([]carved, bool) {
-	if p.req.res == planner.ResourceGPU {
+	if p.req.res == resourcename.GPU {
 		return wholeGPUs(p, n)
 	}
 	profile := ""

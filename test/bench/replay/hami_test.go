@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/migflex/migflex/internal/planner"
+	"github.com/migflex/migflex/internal/resourcename"
 )
 
 // oneNode is a node of H100s with the given instances in use per GPU.
@@ -19,7 +19,7 @@ func oneNode(t *testing.T, busy ...[]inst) *node {
 	for i, list := range busy {
 		g := &gpu{node: n, index: i, model: mi, whole: -1, mig: true}
 		for _, in := range list {
-			in.pod, in.res = 1, planner.MigResource(in.profile)
+			in.pod, in.res = 1, resourcename.MIG(in.profile)
 			g.insts = append(g.insts, in)
 		}
 		if !mi.lay.Valid(instances(g.insts)) {
@@ -68,7 +68,7 @@ func TestHAMiPlacement(t *testing.T) {
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := oneNode(t, tc.busy...)
-			p := &simPod{req: request{res: planner.MigResource(tc.profile), count: tc.count}}
+			p := &simPod{req: request{res: resourcename.MIG(tc.profile), count: tc.count}}
 			ff, _ := firstFit{}.carvePlan(nil, p, n)
 			if got := planString(ff); got != tc.firstFit {
 				t.Errorf("first fit: %s, want %s", got, tc.firstFit)
