@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"regexp"
 	"slices"
@@ -51,6 +52,9 @@ type Scoreboard struct {
 	// FillMisses counts the fills where the reference reached 99% of the
 	// fleet before its first failure and the subject did not.
 	FillMisses, FillPoints int
+	// LossesByKind counts the losses by the request kind that loses most
+	// there (ScoredPoint.Kind).
+	LossesByKind map[string]int `json:"lossesByKind,omitempty"`
 }
 
 // ScoredRun is one pod list and seed.
@@ -75,6 +79,12 @@ type ScoredPoint struct {
 	WaitP99    float64 `json:"waitP99"`
 	RefWaitP99 float64 `json:"refWaitP99"`
 	Churn      float64 `json:"churn"`
+	// Kind is the request kind that loses most against the best other
+	// policy, and KindMargin what it costs there: the kind's share of the
+	// requested GPU-time times the difference of its served shares (the
+	// kinds' margins add up to the point's). Empty where no kind loses.
+	Kind       string  `json:"kind,omitempty"`
+	KindMargin float64 `json:"kindMargin,omitempty"`
 	// Missing names policies absent from this point's replays.
 	Missing []string `json:"missing,omitempty"`
 }
@@ -141,6 +151,9 @@ func (sc Scoring) Score(reports []*Report) (*Scoreboard, error) {
 					p.Best, p.BestPolicy = res.ServedShare, name
 				}
 			}
+			if p.Best >= 0 {
+				p.Kind, p.KindMargin = losingKind(subj, byPolicy[p.BestPolicy])
+			}
 			p.RefWaitP99 = math.NaN()
 			if ref, ok := byPolicy[sc.Reference]; ok {
 				p.RefWaitP99 = ref.WaitP99
@@ -169,6 +182,12 @@ func (sc Scoring) Score(reports []*Report) (*Scoreboard, error) {
 					b.Ties++
 				default:
 					b.Losses++
+					if p.Kind != "" {
+						if b.LossesByKind == nil {
+							b.LossesByKind = map[string]int{}
+						}
+						b.LossesByKind[p.Kind]++
+					}
 				}
 			}
 			if p.Load <= 1 && !math.IsNaN(p.RefWaitP99) {
@@ -188,6 +207,27 @@ func (sc Scoring) Score(reports []*Report) (*Scoreboard, error) {
 	return b, nil
 }
 
+// losingKind is the request kind whose served GPU-time the subject loses
+// most of against best, by its share of the requested GPU-time, and that
+// loss; empty when no kind loses.
+func losingKind(subj, best Result) (string, float64) {
+	bestBy := map[string]KindResult{}
+	for _, k := range best.ByKind {
+		bestBy[k.Kind] = k
+	}
+	kind, margin := "", 0.0
+	for _, k := range subj.ByKind {
+		o, ok := bestBy[k.Kind]
+		if !ok {
+			continue
+		}
+		if m := k.RequestedShare*k.ServedShare - o.RequestedShare*o.ServedShare; m < margin {
+			kind, margin = k.Kind, m
+		}
+	}
+	return kind, margin
+}
+
 // WriteMarkdown writes the scoreboard: the totals, then per pod list the
 // subject's served share against the best other real policy's at each load
 // and seed, its p99 wait against the reference's below saturation, and the
@@ -200,6 +240,17 @@ func (b *Scoreboard) WriteMarkdown(w io.Writer) error {
 	fmt.Fprintf(&s, "p99 wait at load up to 1 above %s's plus the change latency: %d of %d points. Most repartitions per GPU-hour: %.3f. ",
 		sc.Reference, b.WaitMisses, b.WaitPoints, b.MaxChurn)
 	fmt.Fprintf(&s, "Fill at the first failure under 99%% where %s reaches it: %d of %d.\n\n", sc.Reference, b.FillMisses, b.FillPoints)
+	if len(b.LossesByKind) > 0 {
+		kinds := slices.Collect(maps.Keys(b.LossesByKind))
+		slices.SortFunc(kinds, func(x, y string) int {
+			return cmp.Or(cmp.Compare(b.LossesByKind[y], b.LossesByKind[x]), cmp.Compare(x, y))
+		})
+		parts := make([]string, len(kinds))
+		for i, k := range kinds {
+			parts[i] = fmt.Sprintf("%s %d", k, b.LossesByKind[k])
+		}
+		fmt.Fprintf(&s, "Losses by the request kind that loses most there: %s.\n\n", strings.Join(parts, ", "))
+	}
 	traces := []string{}
 	for _, r := range b.Runs {
 		if !slices.Contains(traces, r.Trace) {
@@ -247,6 +298,9 @@ func (b *Scoreboard) WriteMarkdown(w io.Writer) error {
 						mark = " win"
 					case d < -sc.Tie:
 						mark = " **loss**"
+						if p.Kind != "" {
+							mark += fmt.Sprintf(", %s %+.2f", p.Kind, 100*p.KindMargin)
+						}
 					}
 				}
 				fmt.Fprintf(&s, " %.2f%% − %.2f%% = %+.2f (%s)%s | %s / %s |", 100*p.Served, 100*p.Best, 100*(p.Served-p.Best),

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"encoding/xml"
+	"math"
 	"strings"
 	"testing"
 )
@@ -32,6 +33,18 @@ func TestScore(t *testing.T) {
 		},
 		FGD: &FGDResults{Results: []FGDResult{{Policy: PolicyMigflex, AllocatedAtFirstFailure: 0.98}}},
 	}
+	// At load 2 the subject loses 0.01 to nos: eight-GPU pods cost it 0.02
+	// (half the GPU-time, served 0.90 against 0.94), one-GPU pods gain
+	// it 0.01 back; a kind nos never saw counts for nothing.
+	others.Loads[3].Results[1].ByKind = []KindResult{
+		{Kind: "gpu x8", RequestedShare: 0.5, ServedShare: 0.94},
+		{Kind: "gpu x1", RequestedShare: 0.5, ServedShare: 0.68},
+	}
+	subject.Loads[3].Results[0].ByKind = []KindResult{
+		{Kind: "gpu x8", RequestedShare: 0.5, ServedShare: 0.90},
+		{Kind: "gpu x1", RequestedShare: 0.5, ServedShare: 0.70},
+		{Kind: "mig-1g.10gb x1", RequestedShare: 0, ServedShare: 0},
+	}
 	b, err := DefaultScoring().Score([]*Report{others, subject})
 	if err != nil {
 		t.Fatal(err)
@@ -51,11 +64,21 @@ func TestScore(t *testing.T) {
 	if p := b.Runs[0].Points[3]; p.BestPolicy != PolicyNos || p.Best != 0.81 {
 		t.Errorf("load 2: best %s %v, want nos 0.81", p.BestPolicy, p.Best)
 	}
+	if p := b.Runs[0].Points[3]; p.Kind != "gpu x8" || math.Abs(p.KindMargin+0.02) > 1e-9 {
+		t.Errorf("load 2: losing kind %q %v, want gpu x8 -0.02", p.Kind, p.KindMargin)
+	}
+	if p := b.Runs[0].Points[2]; p.Kind != "" {
+		t.Errorf("load 1.5: losing kind %q, want none (no kinds replayed)", p.Kind)
+	}
+	if len(b.LossesByKind) != 1 || b.LossesByKind["gpu x8"] != 1 {
+		t.Errorf("losses by kind %v, want gpu x8: 1", b.LossesByKind)
+	}
 	var md strings.Builder
 	if err := b.WriteMarkdown(&md); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(md.String(), "**1 wins, 1 ties, 1 losses** of 3") || !strings.Contains(md.String(), "**loss**") {
+	if !strings.Contains(md.String(), "**1 wins, 1 ties, 1 losses** of 3") || !strings.Contains(md.String(), "**loss**, gpu x8 -2.00") ||
+		!strings.Contains(md.String(), "Losses by the request kind that loses most there: gpu x8 1.") {
 		t.Errorf("markdown:\n%s", md.String())
 	}
 	svg := b.MarginChart("t")
