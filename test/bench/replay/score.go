@@ -75,7 +75,8 @@ type ScoredPoint struct {
 	Served     float64 `json:"served"`
 	Best       float64 `json:"best"`
 	BestPolicy string  `json:"bestPolicy"`
-	// WaitP99 is the subject's; RefWaitP99 the reference's.
+	// WaitP99 is the subject's; RefWaitP99 the reference's, -1 where the
+	// reference was not replayed (JSON has no NaN).
 	WaitP99    float64 `json:"waitP99"`
 	RefWaitP99 float64 `json:"refWaitP99"`
 	Churn      float64 `json:"churn"`
@@ -154,7 +155,7 @@ func (sc Scoring) Score(reports []*Report) (*Scoreboard, error) {
 			if p.Best >= 0 {
 				p.Kind, p.KindMargin = losingKind(subj, byPolicy[p.BestPolicy])
 			}
-			p.RefWaitP99 = math.NaN()
+			p.RefWaitP99 = -1
 			if ref, ok := byPolicy[sc.Reference]; ok {
 				p.RefWaitP99 = ref.WaitP99
 			}
@@ -190,7 +191,7 @@ func (sc Scoring) Score(reports []*Report) (*Scoreboard, error) {
 					}
 				}
 			}
-			if p.Load <= 1 && !math.IsNaN(p.RefWaitP99) {
+			if p.Load <= 1 && p.RefWaitP99 >= 0 {
 				b.WaitPoints++
 				if p.WaitP99 > p.RefWaitP99+run.Latency {
 					b.WaitMisses++
@@ -304,7 +305,7 @@ func (b *Scoreboard) WriteMarkdown(w io.Writer) error {
 					}
 				}
 				fmt.Fprintf(&s, " %.2f%% − %.2f%% = %+.2f (%s)%s | %s / %s |", 100*p.Served, 100*p.Best, 100*(p.Served-p.Best),
-					short(p.BestPolicy), mark, seconds(p.WaitP99), seconds(p.RefWaitP99))
+					short(p.BestPolicy), mark, seconds(p.WaitP99), refSeconds(p.RefWaitP99))
 			}
 			s.WriteString("\n")
 		}
@@ -323,6 +324,14 @@ func (b *Scoreboard) WriteMarkdown(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, s.String())
 	return err
+}
+
+// refSeconds is a reference's wait, "-" where it was not replayed.
+func refSeconds(v float64) string {
+	if v < 0 {
+		return "-"
+	}
+	return seconds(v)
 }
 
 func pct(v float64) string {

@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"encoding/json"
 	"encoding/xml"
 	"math"
 	"strings"
@@ -84,6 +85,20 @@ func TestScore(t *testing.T) {
 	svg := b.MarginChart("t")
 	if err := xml.Unmarshal([]byte(svg), new(struct{})); err != nil || strings.Count(svg, "<polyline") != 2 {
 		t.Errorf("margin plot: %v, %d lines, want one for the pod list and the goal:\n%s", err, strings.Count(svg, "<polyline"), svg)
+	}
+	// A pod list only the subject was replayed on scores no point and
+	// waits for no reference, and the scoreboard still encodes.
+	alone := &Report{Trace: TraceInfo{File: "b.csv"}, Settings: Settings{Seed: 2, LatencySeconds: 5},
+		Loads: []LoadResult{{Load: 1, Results: []Result{res(PolicyMigflex, 1, 7, 0)}}}}
+	b2, err := DefaultScoring().Score([]*Report{others, subject, alone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b2.Wins+b2.Ties+b2.Losses != 3 || b2.WaitPoints != 2 {
+		t.Errorf("with a pod list no other policy ran: %d points, %d wait points; want 3 and 2", b2.Wins+b2.Ties+b2.Losses, b2.WaitPoints)
+	}
+	if _, err := json.Marshal(b2); err != nil {
+		t.Errorf("scoreboard with a pod list no reference ran: %v", err)
 	}
 	other := *subject
 	other.Settings.LatencySeconds = 1
