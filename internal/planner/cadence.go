@@ -29,10 +29,15 @@ type Cadence struct {
 }
 
 // DefaultCadence is what the controller and the replay run with: a round
-// 2 s after the last pod became pending, at most 10 s after the first, and
-// every 30 s while pods wait.
+// 1 s after the last pod became pending, at most 3 s after the first, and
+// every 30 s while pods wait. The window is short because a burst's later
+// pods need no change of their own: the controller shows a layout written
+// but not in place yet as done (internal/plansnap), so the next round
+// plans them onto the instances coming with it. The window only has to
+// gather the pods that arrive together (docs/PLANNER.md measures what
+// shorter and longer windows cost).
 func DefaultCadence() Cadence {
-	return Cadence{Idle: 2 * time.Second, Max: 10 * time.Second, Resync: 30 * time.Second}
+	return Cadence{Idle: time.Second, Max: 3 * time.Second, Resync: 30 * time.Second}
 }
 
 // Validate rejects a cadence a Batcher cannot run.

@@ -8,10 +8,14 @@ import (
 	"github.com/migflex/migflex/internal/planner"
 )
 
+// cadence2s10s is a cadence of 2 s idle, 10 s max and 30 s resync, which
+// the tests below are worked out for (the default's are shorter).
+var cadence2s10s = planner.Cadence{Idle: 2 * time.Second, Max: 10 * time.Second, Resync: 30 * time.Second}
+
 // TestBatcher: when rounds run for a sequence of triggers (seconds after
-// t0), with the default cadence (2 s idle, 10 s max, 30 s resync).
+// t0), with 2 s idle, 10 s max.
 func TestBatcher(t *testing.T) {
-	c := planner.DefaultCadence()
+	c := cadence2s10s
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 	for name, tc := range map[string]struct {
 		triggers []float64
@@ -50,7 +54,7 @@ func TestBatcher(t *testing.T) {
 // round the next pod gets one at once again.
 func TestBatcherLeading(t *testing.T) {
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
-	c := planner.DefaultCadence()
+	c := cadence2s10s
 	c.Leading = true
 	b, err := planner.NewBatcher(c)
 	if err != nil {
@@ -82,7 +86,7 @@ func TestBatcherLeading(t *testing.T) {
 // TestBatcherResync: after a round with pods still waiting, one look is
 // planned a resync period later, never two at once; nothing waits, none.
 func TestBatcherResync(t *testing.T) {
-	b, err := planner.NewBatcher(planner.DefaultCadence())
+	b, err := planner.NewBatcher(cadence2s10s)
 	if err != nil {
 		t.Fatal(err)
 	}

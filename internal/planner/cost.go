@@ -22,6 +22,9 @@ type classKey struct {
 	reshapable bool
 	block      blockReason
 	touched    bool
+	// held: new MIG instances stay off the GPU this round, for a pod
+	// waiting for several whole GPUs on its node (Policy.HoldForMultiGPU).
+	held bool
 	// When the GPU is idle and can be whole, nodeIdle is the node's count
 	// of such GPUs and nodeWhole its count of GPUs that are or will be
 	// whole (see wholePotential); both -1 otherwise.
@@ -164,7 +167,7 @@ func (r *round) computeOption(k classKey, res int32, capped bool) option {
 			consider(option{state: optOK, existing: true, x: int8(x), occ: occ, keep: free, cost: w.Fragmentation * (before - after)})
 		}
 	}
-	if !k.canChange(capped) {
+	if !k.canChange(capped) || k.held {
 		return best
 	}
 	for _, x := range t.byProfile[p] {

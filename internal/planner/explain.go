@@ -15,6 +15,7 @@ const (
 	whyNoRoom               // no room next to instances in use
 	whyCap                  // the round's cap on GPUs changed
 	whyCooldown
+	whyHeld // kept whole for a pod waiting for several GPUs
 	whyFrozen
 	whyOptOut
 	whyUnknown
@@ -28,6 +29,7 @@ var whyText = [whyCount][2]string{
 	whyNoRoom:    {"has no room for it next to instances in use", "have no room for it next to instances in use"},
 	whyCap:       {"waits for the round's limit of GPUs repartitioned", "wait for the round's limit of GPUs repartitioned"},
 	whyCooldown:  {"is cooling down after a change", "are cooling down after a change"},
+	whyHeld:      {"is on a node kept whole for a pod waiting for several GPUs on one node", "are on nodes kept whole for a pod waiting for several GPUs on one node"},
 	whyFrozen:    {"is on a node whose layout must not change now", "are on nodes whose layout must not change now"},
 	whyOptOut:    {"is on a node not opted in to the planner, with no free instance of it", "are on nodes not opted in to the planner, with no free instance of it"},
 	whyUnknown:   {"has a layout or model the planner does not understand", "have a layout or model the planner does not understand"},
@@ -66,7 +68,10 @@ func (r *round) classify(k classKey, c int32, res int32) why {
 	if r.tabs[k.tab].room(k.occ, int(r.res.prof[k.tab][res])) == 0 {
 		return whyNoRoom
 	}
-	return r.blocked(k)
+	if w := r.blocked(k); w != whyNoRoom && w != whyCap || !k.held {
+		return w
+	}
+	return whyHeld
 }
 
 func (r *round) blocked(k classKey) why {

@@ -87,6 +87,8 @@ type round struct {
 	diag     map[string]string
 	needIDs  map[string]int32
 	needList [][]need
+	// failed are the pods' needs and places that found no way this round.
+	failed map[failKey]bool
 }
 
 type groupState struct {
@@ -193,6 +195,7 @@ func (p *Planner) newRound(snap Snapshot, allResources bool) (*round, error) {
 		bodies:   map[bodyKey]string{},
 		diag:     map[string]string{},
 		needIDs:  map[string]int32{},
+		failed:   map[failKey]bool{},
 		res:      resources{ids: map[corev1.ResourceName]int32{}},
 	}
 	r.res.id(resourcename.GPU) // id 0

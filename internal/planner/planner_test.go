@@ -761,3 +761,65 @@ func TestRandomFleets(t *testing.T) {
 		})
 	}
 }
+
+// TestHoldForMultiGPU: a pod that needs eight whole GPUs finds no node;
+// node a could hold it once the pods on its whole GPUs end. Pods after it
+// in the round's order get no new MIG instance on a (they wait, and say
+// why), pods before it do, a free instance that exists still serves, and
+// with the hold off a MIG GPU goes on a.
+func TestHoldForMultiGPU(t *testing.T) {
+	a := make([]planner.GPU, 8)
+	for i := range a {
+		a[i] = wholeGPUOf(i, i < 6) // six in use, two idle
+	}
+	b := gpus(migGPU(0, "3g.40gb@0*", "2g.20gb@4*", "1g.10gb@6"), wholeGPUOf(1, true))
+	eight := with(pod("eight", wholeGPU, "8"), age(time.Hour))
+	for _, tc := range []struct {
+		name    string
+		hold    bool
+		pending []*corev1.Pod
+		want    map[string]string // pod: node, or "" for none
+	}{{
+		name:    "younger MIG pod waits",
+		hold:    true,
+		pending: []*corev1.Pod{eight, with(pod("young", mig3g, "1"), age(time.Minute))},
+		want:    map[string]string{"ns/eight": "", "ns/young": ""},
+	}, {
+		name:    "an older one goes first",
+		hold:    true,
+		pending: []*corev1.Pod{eight, with(pod("old", mig3g, "1"), age(2*time.Hour))},
+		want:    map[string]string{"ns/eight": "", "ns/old": "a"},
+	}, {
+		name:    "a free instance still serves",
+		hold:    true,
+		pending: []*corev1.Pod{eight, with(pod("small", mig1g, "1"), age(time.Minute))},
+		want:    map[string]string{"ns/eight": "", "ns/small": "b"},
+	}, {
+		name:    "hold off",
+		pending: []*corev1.Pod{eight, with(pod("young", mig3g, "1"), age(time.Minute))},
+		want:    map[string]string{"ns/eight": "", "ns/young": "a"},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			pol := planner.DefaultPolicy()
+			pol.HoldForMultiGPU = tc.hold
+			snap := snapshot([]planner.Node{node("a", optedIn, slices.Clone(a)), node("b", optedIn, b)}, tc.pending...)
+			pl, err := planner.New(pol)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := pl.Plan(snap)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkInvariants(t, snap, pol, res)
+			for _, p := range res.Pods {
+				if want, ok := tc.want[p.Pod]; !ok || p.Node != want {
+					t.Errorf("%s on %q (%s), want %q", p.Pod, p.Node, p.Reason, want)
+				}
+				if p.Pod == "ns/young" && tc.hold && !strings.Contains(p.Reason, "kept whole for a pod waiting for several GPUs") {
+					t.Errorf("young's reason %q does not say why", p.Reason)
+				}
+			}
+		})
+	}
+}

@@ -158,9 +158,58 @@ func (r *round) place(ps *podState) {
 	ni, as, why := r.find(ps)
 	if as == nil {
 		ps.plan.Reason = why()
+		if r.pol.HoldForMultiGPU {
+			r.holdFor(ps)
+		}
 		return
 	}
 	r.commit(ps, ni, as)
+}
+
+// holdFor keeps new MIG instances, for the rest of the round, off every
+// node that could hold ps, a pod that waits for several whole GPUs on one
+// node, once the pods on its whole GPUs and its idle MIG GPUs are gone:
+// look-ahead on pending demand. Pods after it in the round's order (lower
+// priority, or younger) then get MIG instances elsewhere, or wait, rather
+// than put a MIG GPU on a node the waiting pod needs whole: a node that
+// hosts MIG pods can hold no multi-GPU pod until every one of them ends,
+// and the scheduler keeps giving the free instances left there to more.
+// Free instances that exist still serve: they are MIG already.
+func (r *round) holdFor(ps *podState) {
+	if len(ps.needs) != 1 || ps.needs[0].res != 0 || ps.needs[0].count < 2 {
+		return
+	}
+	el := r.eligible(ps)
+	need := int(ps.needs[0].count)
+	hold := func(ni int32) {
+		n := &r.nodes[ni]
+		if len(n.gpus) < need || n.block != blockNone {
+			return
+		}
+		could := 0
+		for _, gi := range n.gpus {
+			if k := r.gpus[gi].key; k.wholePotential() || k.migEnabled && k.occ == 0 && k.reshapable {
+				could++
+			}
+		}
+		if could < need {
+			return
+		}
+		for _, gi := range n.gpus {
+			if k := r.gpus[gi].key; !k.held {
+				k.held = true
+				r.setKey(gi, k)
+			}
+		}
+	}
+	for _, g := range el.groups {
+		for _, ni := range r.groups[g].nodes {
+			hold(ni)
+		}
+	}
+	for _, ni := range el.nodes {
+		hold(ni)
+	}
 }
 
 // find returns the node and devices for a pod, changing nothing; when there
@@ -175,6 +224,14 @@ func (r *round) find(ps *podState) (int32, []assignment, func() string) {
 			return fmt.Sprintf("no node it may be scheduled to (nodeSelector, affinity, taints, cordon) among the %d nodes", len(r.nodes))
 		}
 	}
+	// A pod that needs what an earlier pod of the round needed, where that
+	// one could land, fails as it did: placing pods only uses capacity up,
+	// and reaching the round's GPU cap only takes ways away. At
+	// saturation most of the queue is such pods.
+	fk := failKey{el.key, r.needsID(ps.needs)}
+	if r.failed[fk] && !noFailMemo {
+		return -1, nil, func() string { return r.explain(el, ps) }
+	}
 	if len(ps.needs) == 1 && ps.needs[0].count == 1 {
 		if gi, o := r.bestGPU(el, ps.needs[0].res); gi >= 0 {
 			return r.gpus[gi].node, []assignment{{gpu: gi, res: ps.needs[0].res, opt: *o}}, nil
@@ -184,7 +241,18 @@ func (r *round) find(ps *podState) (int32, []assignment, func() string) {
 			return ni, as, nil
 		}
 	}
+	r.failed[fk] = true
 	return -1, nil, func() string { return r.explain(el, ps) }
+}
+
+// noFailMemo turns the shortcut off, for the test that checks it changes
+// no result.
+var noFailMemo bool
+
+// failKey is where a pod may land and what it needs.
+type failKey struct {
+	elig  string
+	needs int32
 }
 
 // bestGPU is the cheapest GPU of the pod's nodes for one device of res.

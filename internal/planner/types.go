@@ -98,6 +98,13 @@ type Policy struct {
 	// multi-GPU pods, and a whole GPU serves whole-GPU pods at once and MIG
 	// pods after one round.
 	ReclaimIdle bool
+	// HoldForMultiGPU: when a pod that needs several whole GPUs on one
+	// node finds none, the pods after it in the round get no new MIG
+	// instance on the nodes that could hold it once their pods end
+	// (look-ahead on pending demand). A node with a MIG pod holds no
+	// multi-GPU pod until every MIG pod on it ends, and the scheduler
+	// keeps filling the free instances left there.
+	HoldForMultiGPU bool
 	// Weights order the ways of serving a pod; see Weights.
 	Weights Weights
 }
@@ -126,6 +133,7 @@ func DefaultPolicy() Policy {
 		MaxGPUsPerRound: 64,
 		Cooldown:        2 * time.Minute,
 		ReclaimIdle:     true,
+		HoldForMultiGPU: true,
 		Weights:         Weights{Touch: 1000, Destroy: 1e-6, Fragmentation: 1},
 	}
 }

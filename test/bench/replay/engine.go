@@ -36,10 +36,8 @@ type simPod struct {
 	node  *node
 	devs  []devRef
 	// got is the size in GPUs of the devices it runs on.
-	got float64
-	// plannedUntil: a reshape planned for this pod is in flight until then.
-	plannedUntil float64
-	done         bool
+	got  float64
+	done bool
 }
 
 type eventKind int
@@ -373,26 +371,33 @@ func (s *sim) depart(p *simPod) {
 }
 
 // carve binds a pod by creating its devices when it is scheduled, never
-// moving anything: the DRA DynamicMIG / HAMi model. The node is the
+// moving anything: the DRA DynamicMIG and HAMi models. The node is the
 // scheduler's bin-packing choice, as for every policy: of the nodes where
 // the pod's devices can be carved, the one with the least free capacity
-// (ties to the first by name); on it, GPUs in index order and the lowest
-// start that fits (first fit). The instances are created now and the pod
-// starts when they are there.
+// (ties to the first by name); on it, the policy's carvePlan picks the
+// GPUs and placements. The instances are created now and the pod starts
+// when they are there.
 func (s *sim) carve(p *simPod) bool {
+	// Nodes by free capacity, then name: the first where the devices can
+	// be carved is the choice. (Free capacity is a sum of memory shares,
+	// eighths or quarters, exact in floating point.)
+	type cand struct {
+		n    *node
+		free float64
+	}
+	cands := make([]cand, 0, len(s.f.nodes))
+	for _, n := range s.f.nodes {
+		if free := n.freeCapacity(); s.eligs.masks[p.elig][n.idx] && free >= p.req.total()-1e-9 {
+			cands = append(cands, cand{n, free})
+		}
+	}
+	slices.SortFunc(cands, func(a, b cand) int { return cmp.Or(cmp.Compare(a.free, b.free), cmp.Compare(a.n.idx, b.n.idx)) })
 	var best *node
 	var bestPlan []carved
-	bestFree := 0.0
-	for _, n := range s.f.nodes {
-		if !s.eligs.masks[p.elig][n.idx] {
-			continue
-		}
-		plan, ok := s.carvePlan(p, n)
-		if !ok {
-			continue
-		}
-		if free := n.freeCapacity(); best == nil || free < bestFree-1e-9 {
-			best, bestPlan, bestFree = n, plan, free
+	for _, c := range cands {
+		if plan, ok := s.pol.(carver).carvePlan(s, p, c.n); ok {
+			best, bestPlan = c.n, plan
+			break
 		}
 	}
 	if best == nil {
@@ -431,7 +436,15 @@ type carved struct {
 	start   int // -1: the whole GPU
 }
 
-func (s *sim) carvePlan(p *simPod, n *node) ([]carved, bool) {
+// carver is a policy that carves devices when a pod is bound: it says
+// which, on one node.
+type carver interface {
+	carvePlan(s *sim, p *simPod, n *node) ([]carved, bool)
+}
+
+// carvePlan is first fit's: GPUs in index order, the lowest start that
+// fits.
+func (firstFit) carvePlan(_ *sim, p *simPod, n *node) ([]carved, bool) {
 	var out []carved
 	extra := map[*gpu][]planner.Instance{}
 	taken := map[*gpu]bool{}
@@ -524,15 +537,11 @@ func (s *sim) change(g *gpu, enabled bool, target []inst) error {
 	return nil
 }
 
-// waiting lists the pods not running, not in flight, in queue order.
+// waiting lists the pods not running, in queue order.
 func (s *sim) waiting() []*simPod {
 	var out []*simPod
 	for _, c := range s.classes {
-		for _, p := range c.q {
-			if p.plannedUntil <= s.now {
-				out = append(out, p)
-			}
-		}
+		out = append(out, c.q...)
 	}
 	slices.SortFunc(out, queueOrder)
 	return out

@@ -37,6 +37,45 @@ type FGDResult struct {
 	FragmentationAtEnd float64 `json:"fragmentationAtEnd"`
 	Repartitions       int     `json:"repartitions"`
 	Seconds            float64 `json:"seconds"`
+	// Curve is the allocated share as the demand offered grows, every
+	// hundredth of the fleet offered (the fill plot); FirstFailure is
+	// where the first task failed.
+	Curve        []FillPoint `json:"curve,omitempty"`
+	FirstFailure *FillPoint  `json:"firstFailure,omitempty"`
+}
+
+// FillPoint is the fill after some demand was offered: both as shares of
+// the fleet's GPU capacity.
+type FillPoint struct {
+	Offered   float64 `json:"offered"`
+	Allocated float64 `json:"allocated"`
+}
+
+// fillCurve samples a fill every hundredth of the fleet offered.
+type fillCurve struct {
+	capacity, next float64
+	r              *FGDResult
+}
+
+// note records the fill after a task, when offered passed the next sample,
+// and the first failure.
+func (c *fillCurve) note(offered, allocated float64, failed bool) {
+	p := FillPoint{Offered: offered / c.capacity, Allocated: allocated / c.capacity}
+	if failed && c.r.FirstFailure == nil {
+		c.r.FirstFailure = &p
+	}
+	if p.Offered >= c.next {
+		c.r.Curve = append(c.r.Curve, p)
+		c.next = math.Floor(p.Offered*100+1) / 100
+	}
+}
+
+// end records the last fill, if no sample did.
+func (c *fillCurve) end(offered, allocated float64) {
+	p := FillPoint{Offered: offered / c.capacity, Allocated: allocated / c.capacity}
+	if n := len(c.r.Curve); n == 0 || c.r.Curve[n-1] != p {
+		c.r.Curve = append(c.r.Curve, p)
+	}
 }
 
 func runFGD(o Options, templates []podTemplate) (*FGDResults, error) {
@@ -81,6 +120,7 @@ func fillOne(o Options, name string, nodes []TraceNode, templates []podTemplate)
 		return r, err
 	}
 	target := o.FGDOffered * f.capacity
+	curve := &fillCurve{capacity: f.capacity, r: &r}
 	if name == PolicyFluid {
 		free, offered := f.capacity, 0.0
 		for i := 0; offered < target; i++ {
@@ -89,15 +129,18 @@ func fillOne(o Options, name string, nodes []TraceNode, templates []podTemplate)
 			r.Tasks++
 			if t.req.total() <= free+1e-9 {
 				free -= t.req.total()
+				curve.note(offered, f.capacity-free, false)
 				continue
 			}
 			r.Failed++
 			if r.AllocatedAtFirstFailure < 0 {
 				r.AllocatedAtFirstFailure = 1 - free/f.capacity
 			}
+			curve.note(offered, f.capacity-free, true)
 		}
 		r.AllocatedAtEnd = 1 - free/f.capacity
 		r.FragmentationAtEnd = free / f.capacity
+		curve.end(offered, f.capacity-free)
 		return r, nil
 	}
 	// The fill has no clock, so a GPU the planner changed would stay in
@@ -107,7 +150,7 @@ func fillOne(o Options, name string, nodes []TraceNode, templates []podTemplate)
 	pol := o.Planner
 	pol.Cooldown = 0
 	cfg := &runConfig{start: 0, horizon: math.Inf(1), latency: 0, planner: pol, mixHalfLife: o.MixHalfLife, cadence: o.Cadence,
-		migflexWhole: o.MigflexWhole}
+		migflexPreset: o.MigflexPreset}
 	// The static layouts are sized as for the timed replay: by the whole
 	// trace's request mix (no times: by size alone).
 	var whole, all float64
@@ -160,6 +203,7 @@ func fillOne(o Options, name string, nodes []TraceNode, templates []podTemplate)
 			}
 		}
 		if p.start >= 0 {
+			curve.note(offered, s.f.allocated, false)
 			continue
 		}
 		r.Failed++
@@ -167,9 +211,11 @@ func fillOne(o Options, name string, nodes []TraceNode, templates []podTemplate)
 			r.AllocatedAtFirstFailure = s.f.allocated / s.f.capacity
 		}
 		s.drop(p)
+		curve.note(offered, s.f.allocated, true)
 	}
 	r.AllocatedAtEnd = s.f.allocated / s.f.capacity
 	r.FragmentationAtEnd = 1 - r.AllocatedAtEnd
+	curve.end(offered, s.f.allocated)
 	r.Repartitions = s.m.repartitions
 	return r, nil
 }

@@ -100,7 +100,8 @@ type Result struct {
 
 // KindResult is one request kind's part of a replay.
 type KindResult struct {
-	// Kind is the resource asked for and how many ("nvidia.com/gpu x8").
+	// Kind is the resource asked for, without "nvidia.com/", and how many
+	// ("gpu x8", "mig-3g.40gb x1").
 	Kind string `json:"kind"`
 	Pods int    `json:"pods"`
 	// RequestedShare is the kind's share of the requested GPU-slice-time;

@@ -25,6 +25,7 @@ const (
 	PolicyFallback1g       = "fallback-1g"
 	PolicyFallbackBalanced = "fallback-balanced"
 	PolicyFirstFit         = "dra-first-fit"
+	PolicyHAMi             = "hami-dynamic-mig"
 	PolicyNos              = "nos-greedy"
 	PolicyMigflex          = "migflex"
 	PolicyFluid            = "fluid"
@@ -38,7 +39,7 @@ var nosCadence = planner.Cadence{Idle: 10 * time.Second, Max: time.Minute, Resyn
 // AllPolicies lists every policy the replay knows.
 var AllPolicies = []string{
 	PolicyStatic1g, PolicyStaticBalanced, PolicyFallback1g, PolicyFallbackBalanced,
-	PolicyFirstFit, PolicyNos, PolicyMigflex, PolicyFluid,
+	PolicyFirstFit, PolicyHAMi, PolicyNos, PolicyMigflex, PolicyFluid,
 }
 
 func newPolicy(name string, cfg *runConfig) (policy, error) {
@@ -53,6 +54,8 @@ func newPolicy(name string, cfg *runConfig) (policy, error) {
 		return newFallback(name, balanced)
 	case PolicyFirstFit:
 		return &firstFit{}, nil
+	case PolicyHAMi:
+		return &hami{}, nil
 	case PolicyNos:
 		return &nos{static: static{label: name, layout: balanced}}, nil
 	case PolicyMigflex:
@@ -61,7 +64,7 @@ func newPolicy(name string, cfg *runConfig) (policy, error) {
 			return nil, err
 		}
 		return &migflex{static: static{label: name, layout: balanced}, pl: pl, mix: planner.NewMixTracker(cfg.mixHalfLife), cadence: cfg.cadence,
-			whole: cfg.migflexWhole}, nil
+			preset: cfg.migflexPreset}, nil
 	}
 	return nil, fmt.Errorf("unknown policy %q (known: %v)", name, AllPolicies)
 }
@@ -464,12 +467,13 @@ type migflex struct {
 	pl      *planner.Planner
 	mix     *planner.MixTracker
 	cadence planner.Cadence
-	// whole: the fleet starts with every GPU whole (Options.MigflexWhole).
-	whole bool
+	// preset: the fleet starts from the static layouts
+	// (Options.MigflexPreset), not every GPU whole.
+	preset bool
 }
 
 func (p *migflex) setup(s *sim) error {
-	if !p.whole {
+	if p.preset {
 		return p.static.setup(s)
 	}
 	for _, g := range s.f.gpus {
@@ -501,8 +505,16 @@ func (p *migflex) round(s *sim) {
 			if !math.IsInf(g.lastChanged, -1) {
 				pg.LastChanged = simTime(g.lastChanged)
 			}
-			for _, in := range g.insts {
-				pg.Instances = append(pg.Instances, planner.Instance{Profile: in.profile, Start: in.start, InUse: in.pod >= 0})
+			list := g.insts
+			if g.changing {
+				// As the controller sees it (internal/plansnap): a layout
+				// written but not in place yet shows as done, its node
+				// frozen, so that the next round plans pods onto the
+				// instances coming rather than changing another GPU.
+				pg.MigEnabled, list = g.targetMig, g.target
+			}
+			for _, in := range list {
+				pg.Instances = append(pg.Instances, planner.Instance{Profile: in.profile, Start: in.start, InUse: held(g, in)})
 			}
 			pn.GPUs = append(pn.GPUs, pg)
 		}
@@ -532,10 +544,10 @@ func (p *migflex) round(s *sim) {
 			}
 		}
 	}
-	until := s.now + s.cfg.latency
-	for i, pp := range res.Pods {
-		if pp.Action == planner.ActionReshape {
-			pods[i].plannedUntil = until
-		}
-	}
+}
+
+// held reports whether a pod holds the GPU's instance of in's profile at
+// in's start.
+func held(g *gpu, in inst) bool {
+	return slices.ContainsFunc(g.insts, func(x inst) bool { return x.pod >= 0 && x.profile == in.profile && x.start == in.start })
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -64,11 +65,14 @@ func TestReplayOneGPU(t *testing.T) {
 		// mig-parted's all-balanced has a 1g.10gb and a 3g.40gb.
 		PolicyStaticBalanced:   {served: 1},
 		PolicyFallbackBalanced: {served: 1},
-		PolicyMigflex:          {served: 1},
-		PolicyNos:              {served: 1},
+		// migflex starts whole: one round after its idle window lays the
+		// GPU out for both (one change), which takes 5 s.
+		PolicyMigflex: {served: 1, waitMax: planner.DefaultCadence().Idle.Seconds() + 5, repartition: 1},
+		PolicyNos:     {served: 1},
 		// Each instance is created when its pod is scheduled (5 s), and
 		// destroyed when it ends: four changes.
 		PolicyFirstFit: {served: 1, waitMax: 5, repartition: 4},
+		PolicyHAMi:     {served: 1, waitMax: 5, repartition: 4},
 	} {
 		r := got[name]
 		if !near(r.ServedShare, want.served) || r.NeverServed != want.never || r.Downgraded != want.downgraded ||
@@ -79,39 +83,39 @@ func TestReplayOneGPU(t *testing.T) {
 	}
 }
 
-// TestReplayMigflexWhole: a 1g.10gb task on one GPU. From the preset
+// TestReplayMigflexStart: a 1g.10gb task on one GPU. From the preset
 // (all-balanced, no whole-GPU demand) it takes a free 1g.10gb at once;
-// from a whole GPU it waits for a round (2 s idle window) and the change
-// (5 s).
-func TestReplayMigflexWhole(t *testing.T) {
+// from a whole GPU it waits for a round (the idle window, 1 s) and the
+// change (5 s).
+func TestReplayMigflexStart(t *testing.T) {
 	tasks := []Task{{Name: "small", NumGPU: 1, GPUMilli: 100, Created: 0, Duration: 100}}
-	for whole, want := range map[bool]struct {
+	for preset, want := range map[bool]struct {
 		wait         float64
 		repartitions int
-	}{false: {0, 0}, true: {7, 1}} {
+	}{true: {0, 0}, false: {planner.DefaultCadence().Idle.Seconds() + 5, 1}} {
 		o := Options{Tasks: tasks, Columns: Columns{Times: true}, Nodes: []TraceNode{{Name: "n0", GPUs: 1, Model: "G2"}}, Speedup: 1,
 			Drain: time.Hour, Latency: 5 * time.Second, Planner: planner.DefaultPolicy(), MixHalfLife: time.Hour,
-			Policies: []string{PolicyMigflex}, Parallel: 1, MigflexWhole: whole}
+			Policies: []string{PolicyMigflex}, Parallel: 1, MigflexPreset: preset}
 		r, err := Run(o)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res := r.Loads[0].Results[0]; !near(res.WaitP50, want.wait) || res.Repartitions != want.repartitions || r.Settings.MigflexWhole != whole {
-			t.Errorf("starting whole %v: wait %v s, %d repartitions; want %+v", whole, res.WaitP50, res.Repartitions, want)
+		if res := r.Loads[0].Results[0]; !near(res.WaitP50, want.wait) || res.Repartitions != want.repartitions || r.Settings.MigflexPreset != preset {
+			t.Errorf("starting from the preset %v: wait %v s, %d repartitions; want %+v", preset, res.WaitP50, res.Repartitions, want)
 		}
 	}
 }
 
-// TestReplayReshapeTimes: a 7g.80gb task on one GPU laid out all-balanced.
-// migflex plans after its 2 s idle window and the change takes 5 s: 7 s;
-// with a leading round for a lone pod, 5 s.
-// nos plans after its 10 s idle window: 15 s. First fit carves it on the
-// empty GPU: 5 s.
+// TestReplayReshapeTimes: a 7g.80gb task on one GPU, whole for migflex,
+// laid out all-balanced for nos and the static layouts. migflex plans
+// after its idle window (1 s) and the change takes 5 s: 6 s; with a
+// leading round for a lone pod, 5 s. nos plans after its 10 s idle window:
+// 15 s. First fit carves it on the empty GPU: 5 s.
 func TestReplayReshapeTimes(t *testing.T) {
 	tasks := []Task{{Name: "big", NumGPU: 1, GPUMilli: 900, Created: 0, Duration: 100}}
 	nodes := []TraceNode{{Name: "n0", GPUs: 1, Model: "G2"}}
 	got := replayOf(t, tasks, nodes, PolicyMigflex, PolicyNos, PolicyFirstFit, PolicyStaticBalanced)
-	for name, want := range map[string]float64{PolicyMigflex: 7, PolicyNos: 15, PolicyFirstFit: 5, PolicyStaticBalanced: 3600} {
+	for name, want := range map[string]float64{PolicyMigflex: planner.DefaultCadence().Idle.Seconds() + 5, PolicyNos: 15, PolicyFirstFit: 5, PolicyStaticBalanced: 3600} {
 		if r := got[name]; !near(r.WaitP50, want) {
 			t.Errorf("%s: wait %v s, want %v", name, r.WaitP50, want)
 		}
@@ -153,7 +157,7 @@ func TestReplaySpecConstraint(t *testing.T) {
 func TestFill(t *testing.T) {
 	o := Options{Tasks: []Task{{Name: "h", NumGPU: 1, GPUMilli: 400}}, Nodes: []TraceNode{{Name: "n0", GPUs: 1, Model: "G2"}},
 		Speedup: 1, Planner: planner.DefaultPolicy(), FGD: true, FGDOffered: 1.5, Parallel: 1,
-		Policies: []string{PolicyFluid, PolicyFirstFit, PolicyMigflex, PolicyStatic1g}}
+		Policies: []string{PolicyFluid, PolicyFirstFit, PolicyHAMi, PolicyMigflex, PolicyStatic1g}}
 	r, err := Run(o)
 	if err != nil {
 		t.Fatal(err)
@@ -199,7 +203,7 @@ func TestFillHasNoCooldown(t *testing.T) {
 		return res
 	}
 	without, with := fill(0), fill(time.Hour)
-	if with != without {
+	if !reflect.DeepEqual(with, without) {
 		t.Errorf("fill with a 1 h cooldown %+v, without %+v: want the same", with, without)
 	}
 	if without.Repartitions == 0 || without.Failed == 0 {
@@ -431,5 +435,22 @@ func TestStranded(t *testing.T) {
 	r := replayOf(t, tasks, []TraceNode{{Name: "n0", GPUs: 1, Model: "G2"}}, PolicyStatic1g)[PolicyStatic1g]
 	if !near(r.Stranded, 0.125) || !near(r.SaturatedShare, 1000.0/3600) || r.NeverServed != 1 {
 		t.Errorf("stranded %v over %v of the replay, %d never served; want 0.125 over %v, 1", r.Stranded, r.SaturatedShare, r.NeverServed, 1000.0/3600)
+	}
+}
+
+// TestReplaySeesChangesInFlight: as the controller does (internal/plansnap),
+// the replay shows the planner a layout being applied as if it were in
+// place, its node frozen. A 3g.40gb pod arriving while the change for the
+// first one is applied is planned onto the instance coming with it (the
+// change fills the GPU for the mix), not given the other node's GPU.
+func TestReplaySeesChangesInFlight(t *testing.T) {
+	idle := planner.DefaultCadence().Idle.Seconds()
+	tasks := []Task{
+		{Name: "first", NumGPU: 1, GPUMilli: 400, Created: 0, Duration: 1000},
+		{Name: "second", NumGPU: 1, GPUMilli: 400, Created: idle + 1, Duration: 1000},
+	}
+	r := replayOf(t, tasks, []TraceNode{{Name: "n0", GPUs: 1, Model: "G2"}, {Name: "n1", GPUs: 1, Model: "G2"}}, PolicyMigflex)[PolicyMigflex]
+	if r.Repartitions != 1 || r.NeverServed != 0 {
+		t.Errorf("%d repartitions, %d never served; want one change serving both", r.Repartitions, r.NeverServed)
 	}
 }

@@ -31,11 +31,13 @@ func ParseResampling(s string) (Resampling, error) {
 	}
 	share, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 	r := Resampling{Kind: strings.TrimSpace(k), Share: share}
-	if err != nil || share <= 0 || share >= 1 {
-		return Resampling{}, fmt.Errorf("resampling %q: the share must be a number between 0 and 1", s)
-	}
 	if r.Kind != "gpushare" && r.Kind != "multigpu" {
 		return Resampling{}, fmt.Errorf("resampling %q: the kind is gpushare or multigpu", s)
+	}
+	// Every GPU task may share a GPU (gpushare=1); multi-GPU tasks
+	// cannot be all there is, as the others are kept.
+	if err != nil || share <= 0 || share > 1 || share == 1 && r.Kind == "multigpu" {
+		return Resampling{}, fmt.Errorf("resampling %q: the share must be a number above 0 and below 1 (up to 1 for gpushare)", s)
 	}
 	return r, nil
 }
@@ -75,7 +77,7 @@ func Resample(tasks []Task, r Resampling, seed uint64) ([]Task, error) {
 			out = append(out, t)
 		}
 	}
-	if len(in) == 0 || len(out) == 0 {
+	if len(in) == 0 || len(out) == 0 && r.Share < 1 {
 		return nil, fmt.Errorf("resampling %s: the pod list needs tasks of the kind and others (%d and %d)", r, len(in), len(out))
 	}
 	mean := func(ts []Task) float64 {
@@ -101,6 +103,9 @@ func Resample(tasks []Task, r Resampling, seed uint64) ([]Task, error) {
 		ain, aout := mean(in), mean(out)
 		nin := int(math.Round(float64(n) * r.Share * aout / (r.Share*aout + (1-r.Share)*ain)))
 		nin = min(max(nin, 1), n-1)
+		if r.Share == 1 {
+			nin = n
+		}
 		res = append(res, draw(in, nin)...)
 		res = append(res, draw(out, n-nin)...)
 	case "multigpu":

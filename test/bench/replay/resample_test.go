@@ -38,7 +38,7 @@ func TestResample(t *testing.T) {
 			tasks = append(tasks, Task{Name: "multi", NumGPU: 2 + i%7, GPUMilli: 1000, Created: float64(i), Duration: 2})
 		}
 	}
-	for _, spec := range []string{"gpushare=0.2", "gpushare=0.8", "multigpu=0.1", "multigpu=0.6"} {
+	for _, spec := range []string{"gpushare=0.2", "gpushare=0.8", "gpushare=1", "multigpu=0.1", "multigpu=0.6"} {
 		t.Run(spec, func(t *testing.T) {
 			r, err := ParseResampling(spec)
 			if err != nil {
@@ -80,7 +80,7 @@ func TestResample(t *testing.T) {
 			}
 		})
 	}
-	for _, bad := range []string{"gpushare", "gpushare=1", "gpushare=0", "cpu=0.5", "multigpu=x"} {
+	for _, bad := range []string{"gpushare", "gpushare=1.5", "multigpu=1", "gpushare=0", "cpu=0.5", "multigpu=x"} {
 		if _, err := ParseResampling(bad); err == nil || !strings.Contains(err.Error(), "resampling") {
 			t.Errorf("%q: %v, want an error", bad, err)
 		}

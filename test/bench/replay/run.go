@@ -1,10 +1,10 @@
 // Package replay replays a task trace of the Alibaba openb format on a
 // simulated MIG fleet, once per policy, through one scheduler model, and
 // compares the policies side by side: static layouts, static with the real
-// fallback webhook, first fit at allocation (DRA DynamicMIG / HAMi),
-// nos-style greedy batches, the migflex planner, and a fluid bound. See
-// docs/PLANNER.md for the mapping and the model, and cmd/replay for the
-// command.
+// fallback webhook, first fit at allocation (DRA DynamicMIG), HAMi's
+// dynamic MIG with its placement scoring, nos-style greedy batches, the
+// migflex planner, and a fluid reference. See docs/PLANNER.md for the
+// mapping and the model, and cmd/replay for the command.
 package replay
 
 import (
@@ -57,11 +57,11 @@ type Options struct {
 	// what the controller runs with).
 	Cadence     planner.Cadence
 	MixHalfLife time.Duration
-	// MigflexWhole starts migflex's fleet with every GPU whole (MIG
-	// disabled), as GPUs ship, instead of the static policies' preset
-	// (whole GPUs for the whole-GPU share of the demand, the rest
-	// balanced) that nos starts from too.
-	MigflexWhole bool
+	// MigflexPreset starts migflex's fleet from the static policies'
+	// preset (whole GPUs for the whole-GPU share of the demand, the rest
+	// balanced) that nos starts from too, instead of every GPU whole (MIG
+	// disabled), as GPUs ship and as a cluster adopting the planner is.
+	MigflexPreset bool
 	// FGD runs the fill experiment on FGDFraction of the nodes.
 	FGD         bool
 	FGDFraction float64
@@ -116,7 +116,7 @@ type Settings struct {
 	Planner        planner.Policy  `json:"planner"`
 	MixHalfLife    string          `json:"mixHalfLife"`
 	MigflexCadence planner.Cadence `json:"migflexCadence"`
-	MigflexWhole   bool            `json:"migflexStartsWhole"`
+	MigflexPreset  bool            `json:"migflexStartsFromPreset"`
 	NosCadence     planner.Cadence `json:"nosCadence"`
 }
 
@@ -140,7 +140,7 @@ type runConfig struct {
 	planner        planner.Policy
 	cadence        planner.Cadence
 	mixHalfLife    time.Duration
-	migflexWhole   bool
+	migflexPreset  bool
 }
 
 // podTemplate is a task as every policy's replay starts it.
@@ -164,7 +164,7 @@ func Run(o Options) (*Report, error) {
 	rep.Settings = Settings{
 		Models: o.Models, Speedup: o.Speedup, DrainSeconds: o.Drain.Seconds(), LatencySeconds: o.Latency.Seconds(),
 		Seed: o.Seed, Planner: o.Planner, MixHalfLife: o.MixHalfLife.String(),
-		MigflexCadence: o.Cadence, NosCadence: nosCadence, MigflexWhole: o.MigflexWhole,
+		MigflexCadence: o.Cadence, NosCadence: nosCadence, MigflexPreset: o.MigflexPreset,
 	}
 	full, err := newFleet(o.Nodes, o.Models)
 	if err != nil {
@@ -329,7 +329,7 @@ func specModels(m ModelMap, spec []string) []string {
 
 func baseConfig(o Options, templates []podTemplate) *runConfig {
 	cfg := &runConfig{start: math.Inf(1), horizon: 0, latency: o.Latency.Seconds(), planner: o.Planner, mixHalfLife: o.MixHalfLife, cadence: o.Cadence,
-		migflexWhole: o.MigflexWhole}
+		migflexPreset: o.MigflexPreset}
 	for _, t := range templates {
 		cfg.start = min(cfg.start, t.arrival)
 		cfg.horizon = max(cfg.horizon, t.arrival)

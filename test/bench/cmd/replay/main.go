@@ -1,9 +1,10 @@
 // Command replay replays a pod list of Alibaba's openb GPU trace on a
 // simulated MIG fleet for every policy (static layouts, static with the
-// fallback webhook, first fit at allocation, nos-style greedy batches, the
-// migflex planner, a fluid bound) at several loads, plus the FGD fill
-// experiment, and writes replay.json and replay.md into --out. The same
-// seed gives the same numbers; docs/PLANNER.md explains the model.
+// fallback webhook, first fit at allocation, HAMi's dynamic MIG, nos-style
+// greedy batches, the migflex planner, a fluid reference) at several loads,
+// plus the FGD fill experiment, and writes replay.json, replay.md and SVG
+// plots (served share and p99 wait against load, the fill) into --out. The
+// same seed gives the same numbers; docs/PLANNER.md explains the model.
 package main
 
 import (
@@ -13,6 +14,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -48,21 +50,34 @@ func run(args []string, stderr io.Writer) error {
 	fs.Float64Var(&pol.Weights.Destroy, "planner-destroy", pol.Weights.Destroy, "migflex: cost of each free instance destroyed")
 	fs.Float64Var(&pol.Weights.Fragmentation, "planner-fragmentation", pol.Weights.Fragmentation, "migflex: cost of each GPU's worth of usable capacity lost")
 	fs.BoolVar(&pol.ReclaimIdle, "planner-reclaim", pol.ReclaimIdle, "migflex: give MIG GPUs with nothing in use back to whole")
+	fs.BoolVar(&pol.HoldForMultiGPU, "planner-hold", pol.HoldForMultiGPU, "migflex: keep new MIG instances off the nodes a waiting multi-GPU pod could use")
 	cadence := planner.DefaultCadence()
 	fs.DurationVar(&cadence.Idle, "migflex-idle", cadence.Idle, "migflex: a round runs once no pod became pending for this long")
 	fs.DurationVar(&cadence.Max, "migflex-max", cadence.Max, "migflex: ... and at most this long after the first")
 	fs.DurationVar(&cadence.Resync, "migflex-resync", cadence.Resync, "migflex: how often rounds run again while pods wait")
 	fs.BoolVar(&cadence.Leading, "migflex-leading", cadence.Leading, "migflex: a round at once for the first pod after a quiet spell")
 	halfLife := fs.Duration("mix-half-life", time.Hour, "migflex: half-life of the observed demand mix")
-	migflexWhole := fs.Bool("migflex-whole", false, "migflex: start with every GPU whole, not from the static policies' preset layouts")
+	migflexPreset := fs.Bool("migflex-preset", false, "migflex: start from the static policies' preset layouts (as nos does), not with every GPU whole")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the replay to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if *pods == "" || *nodes == "" {
 		return errors.New("-pods and -nodes are required (the trace: github.com/alibaba/clusterdata, cluster-trace-gpu-v2023/csv)")
 	}
 	o := replay.Options{TraceName: filepath.Base(*pods), Speedup: *speedup, Drain: *drain, Latency: *latency,
-		Seed: *seed, Planner: pol, Cadence: cadence, MixHalfLife: *halfLife, MigflexWhole: *migflexWhole, FGD: *fgd, FGDFraction: *fgdFraction, FGDOffered: *fgdOffered,
+		Seed: *seed, Planner: pol, Cadence: cadence, MixHalfLife: *halfLife, MigflexPreset: *migflexPreset, FGD: *fgd, FGDFraction: *fgdFraction, FGDOffered: *fgdOffered,
 		Parallel: *parallel, Progress: func(s string) { fmt.Fprintln(stderr, s) }}
 	var err error
 	if o.Models, err = replay.ParseModelMap(*models); err != nil {
@@ -116,7 +131,10 @@ func run(args []string, stderr io.Writer) error {
 	if err := report.Write(*out, "replay", r, func(w io.Writer) error { return replay.WriteMarkdown(w, r) }); err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "wrote %s and %s\n", filepath.Join(*out, "replay.json"), filepath.Join(*out, "replay.md"))
+	if err := replay.WritePlots(*out, r); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "wrote %s, %s and the plots (*.svg)\n", filepath.Join(*out, "replay.json"), filepath.Join(*out, "replay.md"))
 	return nil
 }
 

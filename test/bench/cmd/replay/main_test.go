@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/migflex/migflex/test/bench/replay"
 )
 
 // TestRun runs the command on the trace samples: one file with times, one
@@ -37,6 +39,19 @@ func TestRun(t *testing.T) {
 			if !strings.Contains(string(md), tc.inText) || !strings.Contains(string(md), "## Fill") {
 				t.Errorf("replay.md lacks %q or the fill:\n%s", tc.inText, md)
 			}
+			plots := []string{"fill.svg"}
+			if tc.timed {
+				plots = append(plots, "served.svg", "wait.svg")
+			}
+			for _, name := range plots {
+				b, err := os.ReadFile(filepath.Join(out, name))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.HasPrefix(b, []byte("<svg")) || !bytes.Contains(b, []byte("migflex")) {
+					t.Errorf("%s is not a plot of the policies:\n%.200s", name, b)
+				}
+			}
 			var r struct {
 				Loads []struct {
 					Results []struct{ Policy string } `json:"results"`
@@ -49,7 +64,7 @@ func TestRun(t *testing.T) {
 			if err := json.Unmarshal(b, &r); err != nil {
 				t.Fatal(err)
 			}
-			if tc.timed != (len(r.Loads) == 2) || tc.timed && len(r.Loads[0].Results) != 8 {
+			if tc.timed != (len(r.Loads) == 2) || tc.timed && len(r.Loads[0].Results) != len(replay.AllPolicies) {
 				t.Errorf("timed %v: %d loads in replay.json", tc.timed, len(r.Loads))
 			}
 		})
