@@ -74,8 +74,8 @@ func TestExplainExistenceModeInUse(t *testing.T) {
                1 (held by ns/busy); the webhook rewrote it to a type that
                exists, but whose devices are in use
   planner now: no change it may make serves it: no GPU can take
-               nvidia.com/mig-4g.40gb: of the 1 GPUs on the 1 nodes it may be
-               scheduled to, 1 have no room for it next to instances in use
+               nvidia.com/mig-4g.40gb: of the 1 GPU on the 1 node it may be
+               scheduled to, 1 has no room for it next to instances in use
 `
 	if out != want {
 		t.Errorf("explain (-want +got):\n%s", cmp.Diff(want, out))
