@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
 	"github.com/migflex/migflex/internal/agent"
@@ -241,6 +243,11 @@ func (c *Config) wireDRA(ctx context.Context, opts *agent.Options, client kubern
 	var editor cdi.Editor = cdi.DeviceNodes{HostRoot: c.HostRoot, DriverRoot: c.DriverRoot}
 	if _, simulated := lib.(deviceplugin.PostAllocator); simulated {
 		editor = cdi.Simulated{}
+	}
+	// The plugin's own directory (socket and checkpoint) under the
+	// kubelet's plugins directory; the kubelet creates only the latter.
+	if err := os.MkdirAll(filepath.Join(kubeletplugin.KubeletPluginsDir, dra.DriverName), 0o750); err != nil {
+		return nil, fmt.Errorf("DRA plugin directory: %w", err)
 	}
 	drv, err := draplugin.Start(ctx, draplugin.Options{NodeName: c.NodeName, KubeClient: client, CDIDir: c.CDIDir, Editor: editor})
 	if err != nil {
