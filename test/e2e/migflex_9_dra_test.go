@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -487,4 +489,61 @@ func podReady(p *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// TestDRAReshapeToRunning measures, on both paths in the same run, a pod
+// created at the moment its profile is made (the annotation changed by
+// hand, as the planner would write it): from just before the change to the
+// watch event that shows the pod Running. On the device-plugin path the
+// scheduler sees the new profile at the kubelet's next node status update;
+// on the DRA path when the agent republishes the ResourceSlice. It is a
+// measurement, not a check (no threshold), and takes minutes: it runs only
+// with MIGFLEX_E2E_DRA_RUNS set (runs per path, e.g. 10).
+func TestDRAReshapeToRunning(t *testing.T) {
+	runs, _ := strconv.Atoi(os.Getenv("MIGFLEX_E2E_DRA_RUNS"))
+	if runs <= 0 {
+		t.Skip("MIGFLEX_E2E_DRA_RUNS is unset: a measurement, run on request")
+	}
+	migflex(t)
+	ns := cluster.Namespace(t)
+	from := gpuLayouts{0: all1g, 1: all1g}
+	to := gpuLayouts{0: {"3g.40gb", "3g.40gb"}, 1: all1g}
+	measure := func(path string, reset func()) []time.Duration {
+		var took []time.Duration
+		for i := range runs {
+			reset()
+			// Runs start spread over the kubelet's 10 s status period, as
+			// pods arrive at any phase of it.
+			time.Sleep(10 * time.Second * time.Duration(i) / time.Duration(runs))
+			name := fmt.Sprintf("%s-%d", path, i)
+			w, err := cluster.Client.CoreV1().Pods(ns).Watch(t.Context(), metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pod := gpuPod(ns, name, "nvidia.com/mig-3g.40gb", 1, "sleep", "3600")
+			pod.Labels = map[string]string{labelOptOut: "disabled"}
+			start := time.Now()
+			setMigConfig(t, annotationMigConfig, migConfigPerGPU(to))
+			cluster.CreatePod(t, pod)
+			running, err := waitRunning(t.Context(), w)
+			w.Stop()
+			if err != nil {
+				t.Fatalf("%s run %d: %v", path, i, err)
+			}
+			took = append(took, running.Sub(start))
+			t.Logf("%s run %d: %s", path, i, running.Sub(start).Round(time.Millisecond))
+			deletePodAndWait(t, ns, name)
+		}
+		return took
+	}
+	summary := func(path string, d []time.Duration) string {
+		return fmt.Sprintf("%s: %d runs, p50 %s, p90 %s, min %s, max %s", path, len(d),
+			percentile(d, 0.5).Round(time.Millisecond), percentile(d, 0.9).Round(time.Millisecond),
+			slices.Min(d).Round(time.Millisecond), slices.Max(d).Round(time.Millisecond))
+	}
+	dp := measure("device-plugin", func() { applyLayouts(t, from) })
+	switchToDRA(t)
+	dra := measure("dra", func() { applyDRALayout(t, from) })
+	t.Log("change + creation -> Running, " + summary("device plugin", dp))
+	t.Log("change + creation -> Running, " + summary("DRA", dra))
 }
