@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 
@@ -197,20 +198,30 @@ func (s *Server) Devices() []dra.Device {
 func (s *Server) Prepared() []dra.PreparedClaim { return s.opts.Driver.Prepared() }
 
 // Visible says whether the API server's ResourceSlices show the pool last
-// published: the scheduler reads them directly, with no kubelet status
-// update in between. node is not needed.
-func (s *Server) Visible(ctx context.Context, _ *corev1.Node) (layout string, missing []string, err error) {
+// published, which the scheduler reads directly, with no kubelet status
+// update in between; and whether node's allocatable still offers a GPU
+// resource through a device plugin (a node just switched from it: until
+// the kubelet's next status update the scheduler would place pods by that
+// stale count, and the kubelet would refuse them, as no plugin serves it).
+func (s *Server) Visible(ctx context.Context, node *corev1.Node) (layout string, missing []string, err error) {
 	devs, _ := s.opts.Driver.Published()
 	var b strings.Builder
 	for _, d := range devs {
 		fmt.Fprintf(&b, "%s %s\n", d.Name, d.UUID)
 	}
+	if node != nil {
+		for _, name := range slices.Sorted(maps.Keys(node.Status.Allocatable)) {
+			if q := node.Status.Allocatable[name]; resourcename.IsGPU(name) && !q.IsZero() {
+				missing = append(missing, fmt.Sprintf("%s %s still in the Node's allocatable from a device plugin", name, q.String()))
+			}
+		}
+	}
 	ok, err := s.opts.Driver.Visible(ctx)
 	if err != nil {
-		return b.String(), nil, err
+		return b.String(), missing, err
 	}
 	if !ok {
-		missing = []string{fmt.Sprintf("ResourceSlices of driver %s, pool %s: not yet the %d devices published", s.opts.DriverName, s.opts.NodeName, len(devs))}
+		missing = append(missing, fmt.Sprintf("ResourceSlices of driver %s, pool %s: not yet the %d devices published", s.opts.DriverName, s.opts.NodeName, len(devs)))
 	}
 	return b.String(), missing, nil
 }

@@ -3,11 +3,14 @@ package draserver
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/migflex/migflex/internal/dra"
@@ -165,6 +168,19 @@ func TestServer(t *testing.T) {
 	d.mu.Unlock()
 	if again, missing, err := s.Visible(ctx, nil); err != nil || missing != nil || again != layout || !strings.Contains(layout, "gpu-0-mig-3g40gb-9-4 "+mig4) {
 		t.Errorf("Visible once shown = %q, %v, %v", again, missing, err)
+	}
+	// A node just switched from the device plugin: until the kubelet's
+	// next status update its allocatable still offers the old supply,
+	// which the scheduler would use (and the kubelet refuse).
+	stale := &corev1.Node{Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{
+		"nvidia.com/mig-3g.40gb": resource.MustParse("2"), "nvidia.com/gpu": resource.MustParse("0"), corev1.ResourceCPU: resource.MustParse("2"),
+	}}}
+	if _, missing, err := s.Visible(ctx, stale); err != nil || !slices.Equal(missing, []string{"nvidia.com/mig-3g.40gb 2 still in the Node's allocatable from a device plugin"}) {
+		t.Errorf("Visible with device-plugin supply in allocatable: missing %q, %v", missing, err)
+	}
+	stale.Status.Allocatable["nvidia.com/mig-3g.40gb"] = resource.MustParse("0")
+	if _, missing, err := s.Visible(ctx, stale); err != nil || missing != nil {
+		t.Errorf("Visible with the device plugin's supply at 0: missing %q, %v", missing, err)
 	}
 
 	if got := s.Labels(gpus); got[nodeinfo.LabelServing] != nodeinfo.ServingDRA || got[nodeinfo.LabelGPUCount] != "2" {
