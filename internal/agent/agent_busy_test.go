@@ -16,7 +16,7 @@ import (
 
 	"github.com/migflex/migflex/internal/deviceplugin"
 	"github.com/migflex/migflex/internal/dra"
-	"github.com/migflex/migflex/internal/dra/draserver"
+	"github.com/migflex/migflex/internal/draserver"
 	"github.com/migflex/migflex/internal/nodeinfo"
 	"github.com/migflex/migflex/internal/podresources"
 	"github.com/migflex/migflex/internal/podresources/podresourcestest"

@@ -26,7 +26,7 @@ import (
 	"github.com/migflex/migflex/internal/dra"
 	"github.com/migflex/migflex/internal/dra/cdi"
 	"github.com/migflex/migflex/internal/dra/draplugin"
-	"github.com/migflex/migflex/internal/dra/draserver"
+	"github.com/migflex/migflex/internal/draserver"
 	"github.com/migflex/migflex/internal/health"
 	"github.com/migflex/migflex/internal/kubeclient"
 	"github.com/migflex/migflex/internal/metricsserver"
