@@ -15,6 +15,8 @@ import (
 	"github.com/migflex/migflex/internal/agent"
 	"github.com/migflex/migflex/internal/cli"
 	"github.com/migflex/migflex/internal/deviceplugin"
+	"github.com/migflex/migflex/internal/dra"
+	"github.com/migflex/migflex/internal/dra/cdi"
 	"github.com/migflex/migflex/internal/health"
 	"github.com/migflex/migflex/internal/nodeagent"
 	"github.com/migflex/migflex/internal/podresources"
@@ -38,6 +40,8 @@ func agentFlags(c *nodeagent.Config) *cli.Flags {
 	f.String(&c.NodeName, "node-name", "", "this node's name, whose Node the agent watches and reports to; required", cli.Alias("NODE_NAME"))
 	c.NVML.AddFlags(f)
 	f.String(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty means $KUBECONFIG (a list, as kubectl reads it), else the in-cluster service account", cli.NoEnv())
+	cli.EnumVar(f, &c.Serving, "serving", nodeagent.ServingDevicePlugin, nodeagent.Servings, "the kubelet API the GPUs are served through: the device plugin, or DRA (ResourceSlices of driver "+dra.DriverName+"; the device plugin is then not registered at all)")
+	f.String(&c.CDIDir, "cdi-dir", cdi.DefaultDir, "where the DRA driver writes its CDI specs, which the container runtime must read (--serving=dra)")
 	f.String(&c.PluginDir, "device-plugin-dir", deviceplugin.DefaultPluginDir, "kubelet device-plugin directory (kubelet.sock and the plugin sockets)", cli.Alias("DEVICE_PLUGIN_DIR"))
 	f.String(&c.PodResourcesSocket, "pod-resources-socket", podresources.DefaultSocket, "kubelet pod-resources socket, asked which devices pods hold", cli.Alias("POD_RESOURCES_SOCKET"))
 	cli.EnumVar(f, &c.MigStrategy, "mig-strategy", deviceplugin.MigStrategyMixed, deviceplugin.MigStrategies, "how MIG devices are named as resources", cli.Alias("MIG_STRATEGY"))

@@ -28,6 +28,7 @@ import (
 	"github.com/migflex/migflex/internal/agent"
 	"github.com/migflex/migflex/internal/deviceplugin"
 	"github.com/migflex/migflex/internal/deviceplugin/kubeletstub"
+	"github.com/migflex/migflex/internal/dra/cdi"
 	"github.com/migflex/migflex/internal/health"
 	"github.com/migflex/migflex/internal/nodeagent"
 	"github.com/migflex/migflex/internal/nodeinfo"
@@ -44,6 +45,7 @@ func TestParseAgentFlags(t *testing.T) {
 		c.NVML.Backend = nvmlbackend.BackendAuto
 		c.PluginDir = deviceplugin.DefaultPluginDir
 		c.PodResourcesSocket = podresources.DefaultSocket
+		c.Serving, c.CDIDir = nodeagent.ServingDevicePlugin, cdi.DefaultDir
 		c.MigStrategy = "mixed"
 		c.DeviceListStrategy = "envvar"
 		c.AllocationPolicy = "packed"
@@ -65,12 +67,13 @@ func TestParseAgentFlags(t *testing.T) {
 		DeviceListStrategy: "cdi-cri", AllocationPolicy: "distributed", HostRoot: "/host", DriverRoot: "/run/nvidia/driver",
 		DisableHealthChecks: "all", HealthIgnoredXids: "79,48", HealthQuietPeriod: time.Minute, ConfigFile: "/cfg/config.yaml", BusyPolicy: "evict",
 		MetricsAddr: ":9999", MetricsCertDir: "/certs", RetryInterval: 3 * time.Second, ResyncInterval: time.Hour, InUseInterval: 5 * time.Second,
-		KubeAPIQPS: 2.5, KubeAPIBurst: 5,
+		KubeAPIQPS: 2.5, KubeAPIBurst: 5, Serving: nodeagent.ServingDRA, CDIDir: "/run/cdi",
 	}
 	// --in-use-interval came after MIGFLEX_AGENT_*: it has no older name.
 	legacy := everything
 	legacy.InUseInterval = agent.DefaultInUseInterval
 	legacy.MetricsCertDir = ""
+	legacy.Serving, legacy.CDIDir = nodeagent.ServingDevicePlugin, cdi.DefaultDir
 	tests := []struct {
 		name     string
 		args     []string
@@ -93,6 +96,7 @@ func TestParseAgentFlags(t *testing.T) {
 				"MIGFLEX_AGENT_HEALTH_IGNORED_XIDS": "79,48", "MIGFLEX_AGENT_CONFIG_FILE": "/cfg/config.yaml", "MIGFLEX_AGENT_BUSY_POLICY": "evict",
 				"MIGFLEX_AGENT_METRICS_ADDR": ":9999", "MIGFLEX_AGENT_METRICS_CERT_DIR": "/certs", "MIGFLEX_AGENT_RETRY_INTERVAL": "3s", "MIGFLEX_AGENT_RESYNC_INTERVAL": "1h",
 				"MIGFLEX_AGENT_ALLOCATABLE_TIMEOUT": "0s", "MIGFLEX_AGENT_IN_USE_INTERVAL": "5s", "MIGFLEX_AGENT_KUBE_API_QPS": "2.5", "MIGFLEX_AGENT_KUBE_API_BURST": "5",
+				"MIGFLEX_AGENT_SERVING": "dra", "MIGFLEX_AGENT_CDI_DIR": "/run/cdi",
 			},
 			want:     everything,
 			wantCode: -1,

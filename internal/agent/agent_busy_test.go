@@ -10,9 +10,15 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/migflex/migflex/internal/deviceplugin"
+	"github.com/migflex/migflex/internal/dra"
+	"github.com/migflex/migflex/internal/draserver"
 	"github.com/migflex/migflex/internal/nodeinfo"
+	"github.com/migflex/migflex/internal/podresources"
 	"github.com/migflex/migflex/internal/podresources/podresourcestest"
 	"github.com/migflex/migflex/internal/resourcename"
 )
@@ -180,4 +186,76 @@ func testProcessesUnknownToTheKubelet(t *testing.T, api *apiServer) {
 	}
 	n.waitState(nodeinfo.StateSuccess)
 	n.waitServed(map[string]int{resource3g: 0, string(resourcename.GPU): 1, resource1g: 7})
+}
+
+// testClaimHoldsGPU: on a node served through DRA, a GPU whose MIG device
+// a ResourceClaim holds is busy exactly as one a device-plugin pod holds:
+// the scheduler's allocation alone (the kubelet has not prepared it yet)
+// keeps the GPU as it is, pending, with the pod named; the other GPU
+// changes; once the claim is gone the GPU follows.
+func testClaimHoldsGPU(t *testing.T, api *apiServer) {
+	n := newNode(t, api)
+	n.partition(0, "3g.40gb", "3g.40gb")
+	devs, err := dra.Devices(n.discover())
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := devs[1] // GPU 0's second 3g.40gb
+	claim := allocatedClaim(t, api, "train-0-gpu", dra.DriverName, n.name, held.Name, "train-0")
+	holders := &draserver.Holders{
+		Kubelet: podresources.New(n.podres.Socket),
+		Claims: func() ([]resourceapi.ResourceClaim, error) {
+			l, err := api.client.ResourceV1().ResourceClaims("").List(context.Background(), metav1.ListOptions{})
+			if err != nil {
+				return nil, err
+			}
+			return l.Items, nil
+		},
+		State:  staticState(devs),
+		Driver: dra.DriverName, Pool: n.name,
+	}
+	n.start(func(o *Options, _ *deviceplugin.Options) { o.PodResources = holders })
+	n.annotate(nodeinfo.AnnotationMigConfig, allSeven)
+
+	obj := n.waitState(nodeinfo.StatePending)
+	if r := obj.Annotations[nodeinfo.AnnotationReason]; !strings.Contains(r, "default/train-0") || !strings.Contains(r, "GPU 0") {
+		t.Errorf("pending reason %q does not name the claim's pod and its GPU", r)
+	}
+	waitLayout(t, n, []string{"GPU 0 mig=true 3g.40gb@0 3g.40gb@4", "GPU 1 mig=true 1g.10gb@0 1g.10gb@1 1g.10gb@2 1g.10gb@3 1g.10gb@4 1g.10gb@5 1g.10gb@6"})
+
+	if err := api.client.ResourceV1().ResourceClaims(claim.Namespace).Delete(context.Background(), claim.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n.waitState(nodeinfo.StateSuccess)
+	waitLayout(t, n, []string{"GPU 0 mig=true 1g.10gb@0 1g.10gb@1 1g.10gb@2 1g.10gb@3 1g.10gb@4 1g.10gb@5 1g.10gb@6", "GPU 1 mig=true 1g.10gb@0 1g.10gb@1 1g.10gb@2 1g.10gb@3 1g.10gb@4 1g.10gb@5 1g.10gb@6"})
+}
+
+type staticState []dra.Device
+
+func (s staticState) Devices() []dra.Device         { return s }
+func (s staticState) Prepared() []dra.PreparedClaim { return nil }
+
+// allocatedClaim creates a claim in default with the allocation the
+// scheduler would write (device of driver in pool) reserved for pod.
+func allocatedClaim(t *testing.T, api *apiServer, name, driver, pool, device, pod string) *resourceapi.ResourceClaim {
+	t.Helper()
+	ctx := context.Background()
+	c, err := api.client.ResourceV1().ResourceClaims("default").Create(ctx, &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: dra.ClassMIG},
+		}}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+		Request: "gpu", Driver: driver, Pool: pool, Device: device,
+	}}}}
+	c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: pod, UID: types.UID("uid-" + pod)}}
+	c, err = api.client.ResourceV1().ResourceClaims("default").UpdateStatus(ctx, c, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -34,6 +34,7 @@ func testValidAnnotation(t *testing.T, api *apiServer) {
 		nodeinfo.LabelMigCapable:       "true",
 		nodeinfo.LabelMigStrategy:      "mixed",
 		nodeinfo.LabelMigConfigState:   "success",
+		nodeinfo.LabelServing:          nodeinfo.ServingDevicePlugin,
 		"nvidia.com/mig-2g.20gb.count": "2",
 		"nvidia.com/mig-3g.40gb.count": "1",
 		"nvidia.com/mig-7g.80gb.count": "1",

@@ -530,6 +530,7 @@ func TestAgent(t *testing.T) {
 		{"malformed and impossible", testMalformedAndImpossible},
 		{"busy GPU waits", testBusyGPUWaits},
 		{"evict", testEvict},
+		{"claim holds GPU", testClaimHoldsGPU},
 		{"no pod-resources socket", testNoPodResourcesSocket},
 		{"label and config file", testLabelAndConfigFile},
 		{"label without config file", testLabelWithoutConfigFile},

@@ -9,6 +9,8 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/migflex/migflex/internal/podresources"
 )
 
 // evict asks the API server to evict each pod ("namespace/name") through
@@ -19,9 +21,15 @@ import (
 // The error lists the evictions that failed otherwise (for example 403:
 // the agent lacks create on pods/eviction).
 func (a *Agent) evict(ctx context.Context, pods []string) (string, error) {
-	var evicted, blocked, gone []string
+	var evicted, blocked, gone, waiting []string
 	var errs []error
 	for _, key := range pods {
+		if strings.HasPrefix(key, podresources.ClaimHolder) {
+			// An allocated claim no pod has reserved yet: there is no pod
+			// to evict, and the claim is its user's to delete.
+			waiting = append(waiting, key)
+			continue
+		}
 		ns, name, _ := strings.Cut(key, "/")
 		// What EvictV1 sends, without client-go's retries: a 429 carries
 		// Retry-After, which client-go would sleep through up to ten
@@ -50,6 +58,9 @@ func (a *Agent) evict(ctx context.Context, pods []string) (string, error) {
 	}
 	if len(gone) > 0 {
 		notes = append(notes, "already deleted "+strings.Join(gone, ", "))
+	}
+	if len(waiting) > 0 {
+		notes = append(notes, "waiting for "+strings.Join(waiting, ", ")+" (no pod to evict)")
 	}
 	if len(blocked) > 0 {
 		notes = append(notes, "eviction refused, retrying: "+strings.Join(blocked, ", "))

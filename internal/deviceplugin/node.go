@@ -97,19 +97,22 @@ func byName(rs []ResourceStatus) []ResourceStatus {
 }
 
 // Labels are GPU feature discovery's labels for gpus under the MIG
-// strategy (see gfdLabels).
+// strategy (see GFDLabels), and the serving label that tells the webhook
+// and the planner to read this node's supply from its allocatable.
 func (m *Manager) Labels(gpus []mig.GPU) map[string]string {
-	return gfdLabels(gpus, m.opts.MigStrategy)
+	labels := GFDLabels(gpus, m.opts.MigStrategy)
+	labels[nodeinfo.LabelServing] = nodeinfo.ServingDevicePlugin
+	return labels
 }
 
-// gfdLabels computes the GPU feature discovery compatible labels for the
+// GFDLabels computes the GPU feature discovery compatible labels for the
 // node's GPUs under a MIG strategy, as GFD does: under mixed (and none)
 // gpu.count and gpu.product describe the physical GPUs; under single, where
 // every MIG device is served as nvidia.com/gpu, they describe the MIG
 // devices ("A100-SXM4-40GB-MIG-1g.5gb", one per device). The per-profile
 // counts are set whenever MIG devices are served as MIG resources, that is
 // under every strategy but none.
-func gfdLabels(gpus []mig.GPU, strategy MigStrategy) map[string]string {
+func GFDLabels(gpus []mig.GPU, strategy MigStrategy) map[string]string {
 	labels := map[string]string{
 		nodeinfo.LabelGPUCount:    strconv.Itoa(len(gpus)),
 		nodeinfo.LabelMigCapable:  "false",

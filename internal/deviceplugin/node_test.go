@@ -120,6 +120,9 @@ func TestManagerAsTheAgentsServer(t *testing.T) {
 	if got := m.Labels(one)[nodeinfo.LabelMigStrategy]; got != "single" {
 		t.Errorf("Labels() strategy label %q", got)
 	}
+	if got := m.Labels(one)[nodeinfo.LabelServing]; got != nodeinfo.ServingDevicePlugin {
+		t.Errorf("Labels() serving label %q, want %q", got, nodeinfo.ServingDevicePlugin)
+	}
 }
 
 func TestGFDLabels(t *testing.T) {
@@ -190,8 +193,8 @@ func TestGFDLabels(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, gfdLabels(tc.gpus, tc.strategy)); diff != "" {
-				t.Errorf("gfdLabels() (-want +got):\n%s", diff)
+			if diff := cmp.Diff(tc.want, GFDLabels(tc.gpus, tc.strategy)); diff != "" {
+				t.Errorf("GFDLabels() (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -204,7 +207,7 @@ func TestGFDLabelsMediaVariants(t *testing.T) {
 		migGPU(0, inst("1g.24gb+me.all", 0, 3, 1), inst("1g.24gb-me", 3, 3, 2), inst("1g.24gb-me", 6, 3, 3), inst("1g.24gb+gfx", 9, 3, 4)),
 		migGPU(1, inst("1g.10gb+me", 0, 1, 1)),
 	}
-	labels := gfdLabels(gpus, MigStrategyMixed)
+	labels := GFDLabels(gpus, MigStrategyMixed)
 	want := map[string]string{
 		"nvidia.com/mig-1g.24gb.me.all.count": "1",
 		"nvidia.com/mig-1g.24gb-me.count":     "2",

@@ -9,22 +9,54 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
 	"github.com/migflex/migflex/internal/agent"
+	"github.com/migflex/migflex/internal/cli"
 	"github.com/migflex/migflex/internal/deviceplugin"
+	"github.com/migflex/migflex/internal/dra"
+	"github.com/migflex/migflex/internal/dra/cdi"
+	"github.com/migflex/migflex/internal/dra/draplugin"
+	"github.com/migflex/migflex/internal/draserver"
 	"github.com/migflex/migflex/internal/health"
 	"github.com/migflex/migflex/internal/kubeclient"
 	"github.com/migflex/migflex/internal/metricsserver"
+	"github.com/migflex/migflex/internal/mig"
+	"github.com/migflex/migflex/internal/nodeinfo"
 	"github.com/migflex/migflex/internal/nvmlbackend"
 	"github.com/migflex/migflex/internal/podresources"
 )
 
-// The device plugin is the agent's server of the devices.
-var _ agent.Server = (*deviceplugin.Manager)(nil)
+// The agent's servers of the devices, one per node: the device plugin, or
+// the DRA kubelet plugin (see Serving).
+var (
+	_ agent.Server       = (*deviceplugin.Manager)(nil)
+	_ agent.Server       = (*draserver.Server)(nil)
+	_ agent.PodResources = (*draserver.Holders)(nil)
+	_ draserver.Driver   = (*draplugin.Driver)(nil)
+)
+
+// Serving is the kubelet API a node's GPUs are served through, the value
+// of --serving and of the Node's migflex.io/serving label.
+type Serving string
+
+// The values of Serving.
+const (
+	ServingDevicePlugin Serving = nodeinfo.ServingDevicePlugin
+	ServingDRA          Serving = nodeinfo.ServingDRA
+)
+
+// Servings are the values of --serving.
+var Servings = cli.NewEnum("serving", ServingDevicePlugin, ServingDRA)
 
 // The agent's client-side rate limit. client-go's default (5 QPS, burst
 // 10) throttled back-to-back reconfigurations; an agent makes a handful of
@@ -44,8 +76,14 @@ type Config struct {
 	KubeAPIQPS   float64
 	KubeAPIBurst int
 
+	// Serving chooses the device plugin or DRA. A node never serves
+	// through both: under DRA the device plugin does not register.
+	Serving            Serving
 	PluginDir          string
 	PodResourcesSocket string
+	// CDIDir is where the DRA driver writes its CDI specs (read by the
+	// container runtime).
+	CDIDir             string
 	MigStrategy        deviceplugin.MigStrategy
 	DeviceListStrategy deviceplugin.DeviceListStrategy
 	AllocationPolicy   deviceplugin.AllocationPolicy
@@ -88,6 +126,7 @@ func (c *Config) Validate(flag func(name string) string) error {
 	for _, p := range []struct{ flag, value string }{
 		{"device-plugin-dir", c.PluginDir},
 		{"pod-resources-socket", c.PodResourcesSocket},
+		{"cdi-dir", c.CDIDir},
 	} {
 		if !filepath.IsAbs(p.value) {
 			errs = append(errs, fmt.Errorf("%s must be an absolute path, got %q", flag(p.flag), p.value))
@@ -136,37 +175,47 @@ func Run(ctx context.Context, c Config, getenv func(string) string) error {
 			klog.FromContext(ctx).Error(err, "Closing NVML")
 		}
 	}()
-	dpOpts := deviceplugin.Options{
-		MigStrategy: c.MigStrategy, PluginDir: c.PluginDir, DeviceListStrategy: c.DeviceListStrategy, AllocationPolicy: c.AllocationPolicy,
-		HostRoot: c.HostRoot, DriverRoot: c.DriverRoot,
-	}
-	if pa, ok := lib.(deviceplugin.PostAllocator); ok {
-		dpOpts.PostAllocator = pa
-	}
 	var watcher *health.Watcher
 	if !healthOff {
 		if watcher, err = health.New(lib, healthOpts); err != nil {
 			return fmt.Errorf("health checks: %w", err)
 		}
-		dpOpts.Health = watcher
 	}
-	dp, err := deviceplugin.New(dpOpts)
-	if err != nil {
-		return err
-	}
-	a, err := agent.New(agent.Options{
+	opts := agent.Options{
 		NodeName:           c.NodeName,
 		Client:             client,
 		NVML:               lib,
-		Server:             dp,
-		PodResources:       podresources.New(c.PodResourcesSocket),
 		ConfigFile:         c.ConfigFile,
 		BusyPolicy:         c.BusyPolicy,
 		RetryInterval:      c.RetryInterval,
 		ResyncInterval:     c.ResyncInterval,
 		AllocatableTimeout: c.AllocatableTimeout,
 		InUseInterval:      c.InUseInterval,
-	})
+	}
+	if c.Serving == ServingDRA {
+		stopDRA, err := c.wireDRA(ctx, &opts, client, lib, watcher)
+		if err != nil {
+			return err
+		}
+		defer stopDRA()
+	} else {
+		dpOpts := deviceplugin.Options{
+			MigStrategy: c.MigStrategy, PluginDir: c.PluginDir, DeviceListStrategy: c.DeviceListStrategy, AllocationPolicy: c.AllocationPolicy,
+			HostRoot: c.HostRoot, DriverRoot: c.DriverRoot,
+		}
+		if pa, ok := lib.(deviceplugin.PostAllocator); ok {
+			dpOpts.PostAllocator = pa
+		}
+		if watcher != nil {
+			dpOpts.Health = watcher
+		}
+		dp, err := deviceplugin.New(dpOpts)
+		if err != nil {
+			return err
+		}
+		opts.Server, opts.PodResources = dp, podresources.New(c.PodResourcesSocket)
+	}
+	a, err := agent.New(opts)
 	if err != nil {
 		return err
 	}
@@ -183,6 +232,70 @@ func Run(ctx context.Context, c Config, getenv func(string) string) error {
 		return err
 	}
 	return srv.RunAlongside(ctx, a.Run)
+}
+
+// wireDRA starts the DRA kubelet plugin and an informer on ResourceClaims,
+// and gives the agent the plugin as its server and a busy check that sees
+// claims. The device plugin is not started at all: one node never offers
+// a resource both ways (KEP-5004). The returned stop ends the informer;
+// the plugin stops with the agent's Server.Run.
+func (c *Config) wireDRA(ctx context.Context, opts *agent.Options, client kubernetes.Interface, lib any, watcher *health.Watcher) (stop func(), err error) {
+	var editor cdi.Editor = cdi.DeviceNodes{HostRoot: c.HostRoot, DriverRoot: c.DriverRoot}
+	if _, simulated := lib.(deviceplugin.PostAllocator); simulated {
+		editor = cdi.Simulated{}
+	}
+	// The plugin's own directory (socket and checkpoint) under the
+	// kubelet's plugins directory; the kubelet creates only the latter.
+	if err := os.MkdirAll(filepath.Join(kubeletplugin.KubeletPluginsDir, dra.DriverName), 0o750); err != nil {
+		return nil, fmt.Errorf("DRA plugin directory: %w", err)
+	}
+	drv, err := draplugin.Start(ctx, draplugin.Options{NodeName: c.NodeName, KubeClient: client, CDIDir: c.CDIDir, Editor: editor})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	claims := factory.Resource().V1().ResourceClaims()
+	lister := claims.Lister()
+	claims.Informer()
+	factory.Start(ctx.Done())
+	// The busy check must not call a GPU free before it has seen every
+	// claim: wait for the first list. Without RBAC on resourceclaims this
+	// never syncs; the agent says so rather than serving blind.
+	synced := factory.WaitForCacheSync(ctx.Done())
+	for _, ok := range synced {
+		if !ok {
+			cancel()
+			drv.Stop()
+			return nil, fmt.Errorf("ResourceClaims informer did not sync: %w", context.Cause(ctx))
+		}
+	}
+	hopts := draserver.Options{Driver: drv, DriverName: dra.DriverName, NodeName: c.NodeName,
+		Labels: func(gpus []mig.GPU) map[string]string {
+			return deviceplugin.GFDLabels(gpus, deviceplugin.MigStrategyMixed)
+		}}
+	if watcher != nil {
+		hopts.Health = watcher
+	}
+	srv := draserver.New(hopts)
+	opts.Server = srv
+	opts.PodResources = &draserver.Holders{
+		Kubelet: podresources.New(c.PodResourcesSocket),
+		Claims: func() ([]resourceapi.ResourceClaim, error) {
+			list, err := lister.List(labels.Everything())
+			if err != nil {
+				return nil, err
+			}
+			out := make([]resourceapi.ResourceClaim, len(list))
+			for i, c := range list {
+				out[i] = *c
+			}
+			return out, nil
+		},
+		State:  srv,
+		Driver: dra.DriverName, Pool: c.NodeName,
+	}
+	return func() { cancel(); factory.Shutdown() }, nil
 }
 
 // runHealth runs the node's health checks, the one source of device health

@@ -62,7 +62,7 @@ func TestHealthOptions(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
-	ok := Config{NodeName: "n", KubeAPIQPS: 1, KubeAPIBurst: 1, PluginDir: "/dp", PodResourcesSocket: "/pr.sock"}
+	ok := Config{NodeName: "n", KubeAPIQPS: 1, KubeAPIBurst: 1, PluginDir: "/dp", PodResourcesSocket: "/pr.sock", CDIDir: "/var/run/cdi"}
 	with := func(f func(*Config)) Config { c := ok; f(&c); return c }
 	tests := []struct {
 		name string

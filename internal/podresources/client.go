@@ -4,9 +4,10 @@
 package podresources
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"sort"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc"
@@ -20,17 +21,34 @@ const DefaultSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
 // maxMessageSize bounds a List answer; the kubelet's own client uses 16 MiB.
 const maxMessageSize = 16 << 20
 
-// Assignment is one device assigned to one container.
+// Assignment is one device assigned to one container, or held by a
+// ResourceClaim.
 type Assignment struct {
 	Namespace string
+	// Pod is empty for a device a ResourceClaim holds that no pod has
+	// reserved yet (allocated by the scheduler, the pod not bound); Claim
+	// names it then.
 	Pod       string
 	Container string
 	Resource  string
 	DeviceID  string
+	// Claim is the ResourceClaim (in Namespace) the device was allocated
+	// through; empty for a device plugin's device.
+	Claim string
 }
 
-// PodKey is "namespace/name", the form users see in kubectl output.
-func (a Assignment) PodKey() string { return a.Namespace + "/" + a.Pod }
+// ClaimHolder starts the PodKey of a claim no pod has reserved.
+const ClaimHolder = "ResourceClaim "
+
+// PodKey is "namespace/name", the form users see in kubectl output; for a
+// claim no pod has reserved it is "ResourceClaim namespace/name", which
+// no pod can be called.
+func (a Assignment) PodKey() string {
+	if a.Pod == "" && a.Claim != "" {
+		return ClaimHolder + a.Namespace + "/" + a.Claim
+	}
+	return a.Namespace + "/" + a.Pod
+}
 
 // Client lists device assignments. It dials lazily on every call, so a
 // kubelet restart (which re-creates the socket) needs no reconnect logic.
@@ -44,12 +62,25 @@ func New(path string) *Client {
 	return &Client{socket: path, timeout: 10 * time.Second}
 }
 
-// List returns every device the kubelet has assigned to a container, sorted
-// by pod, container, resource and device. The kubelet reports devices only
-// for active pods (it prunes finished pods' assignments before answering,
-// since 1.16; from 1.34 it leaves those pods out too), which is exactly the
-// set that makes a GPU busy; test/e2e checks it on the real kubelet.
+// List returns every device the kubelet has assigned to a container
+// through a device plugin (see Assignments). The kubelet reports devices
+// only for active pods (it prunes finished pods' assignments before
+// answering, since 1.16; from 1.34 it leaves those pods out too), which is
+// exactly the set that makes a GPU busy; test/e2e checks it on the real
+// kubelet.
 func (c *Client) List(ctx context.Context) ([]Assignment, error) {
+	resp, err := c.Response(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return Assignments(resp), nil
+}
+
+// Response is the kubelet's List answer as it is: besides the device
+// plugins' devices it holds, per container, the devices of the pod's
+// prepared ResourceClaims (DynamicResources, KubeletPodResourcesDynamicResources:
+// beta and on from 1.34), which a node served through DRA needs.
+func (c *Client) Response(ctx context.Context) (*podresourcesv1.ListPodResourcesResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	conn, err := grpc.NewClient("unix://"+c.socket,
@@ -63,6 +94,12 @@ func (c *Client) List(ctx context.Context) ([]Assignment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list pod resources from %s: %w", c.socket, err)
 	}
+	return resp, nil
+}
+
+// Assignments flattens the device-plugin devices of a List answer, sorted
+// by pod, container, resource and device.
+func Assignments(resp *podresourcesv1.ListPodResourcesResponse) []Assignment {
 	var out []Assignment
 	for _, p := range resp.GetPodResources() {
 		for _, ctr := range p.GetContainers() {
@@ -76,18 +113,14 @@ func (c *Client) List(ctx context.Context) ([]Assignment, error) {
 			}
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		if a.PodKey() != b.PodKey() {
-			return a.PodKey() < b.PodKey()
-		}
-		if a.Container != b.Container {
-			return a.Container < b.Container
-		}
-		if a.Resource != b.Resource {
-			return a.Resource < b.Resource
-		}
-		return a.DeviceID < b.DeviceID
+	Sort(out)
+	return out
+}
+
+// Sort orders assignments by pod, container, resource and device.
+func Sort(out []Assignment) {
+	slices.SortFunc(out, func(a, b Assignment) int {
+		return cmp.Or(cmp.Compare(a.PodKey(), b.PodKey()), cmp.Compare(a.Container, b.Container),
+			cmp.Compare(a.Resource, b.Resource), cmp.Compare(a.DeviceID, b.DeviceID))
 	})
-	return out, nil
 }

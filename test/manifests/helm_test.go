@@ -74,6 +74,8 @@ var scenarios = []scenario{
 	{name: "cert-manager", set: []string{"certificates.mode=cert-manager"}},
 	{name: "cert-manager-cluster-issuer", set: []string{"certificates.mode=cert-manager", "certificates.certManager.issuerRef.name=corp-ca", "certificates.certManager.issuerRef.kind=ClusterIssuer"}},
 	{name: "evict", set: []string{"agent.busyPolicy=evict"}},
+	{name: "dra", set: []string{"backend=simulated", "agent.serving=dra"}},
+	{name: "dra-nodes", set: []string{"agent.draNodeSelector.migflex\\.io/serve=dra"}},
 	{name: "capacity", set: []string{"webhook.mode=capacity", "webhook.onUnsatisfiable=allow"}},
 	{name: "pools", values: poolsValues},
 	{name: "policy", values: policyValues},
@@ -225,12 +227,121 @@ func checkAgent(t *testing.T, s scenario, objs objects) {
 		if diff := cmp.Diff([]string{"DaemonSet/gpu-webhook/migflex-agent-a100", "DaemonSet/gpu-webhook/migflex-agent-custom"}, dss.keys()); diff != "" {
 			t.Fatalf("one DaemonSet per pool (-want +got):\n%s", diff)
 		}
+	} else if draNodes := s.name == "dra-nodes"; draNodes {
+		if diff := cmp.Diff([]string{"DaemonSet/gpu-webhook/migflex-agent", "DaemonSet/gpu-webhook/migflex-agent-dra"}, dss.keys()); diff != "" {
+			t.Fatalf("DaemonSets (-want +got):\n%s", diff)
+		}
 	} else if diff := cmp.Diff([]string{"DaemonSet/gpu-webhook/migflex-agent"}, dss.keys()); diff != "" {
 		t.Fatalf("DaemonSets (-want +got):\n%s", diff)
 	}
 	for _, o := range dss {
 		ds := as[appsv1.DaemonSet](t, o)
 		checkAgentPod(t, s, objs, ds, simulated)
+		checkAgentServing(t, s, ds)
+	}
+	checkDRAObjects(t, s, objs)
+}
+
+// checkAgentServing: each DaemonSet serves one way, and a DRA agent has
+// the kubelet plugin's directories and the CDI directory at the host's
+// paths; the main DaemonSet leaves agent.draNodeSelector's nodes to
+// migflex-agent-dra.
+func checkAgentServing(t *testing.T, s scenario, ds *appsv1.DaemonSet) {
+	t.Helper()
+	dra := s.name == "dra" || ds.Name == "migflex-agent-dra"
+	c := ds.Spec.Template.Spec.Containers[0]
+	var servings []string
+	for _, a := range c.Args {
+		if v, ok := strings.CutPrefix(a, "--serving="); ok {
+			servings = append(servings, v)
+		}
+	}
+	want := "device-plugin"
+	if dra {
+		want = "dra"
+	}
+	if diff := cmp.Diff([]string{want}, servings); diff != "" {
+		t.Errorf("%s --serving (-want +got):\n%s", ds.Name, diff)
+	}
+	mounts := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.Name] = m.MountPath
+	}
+	hostPaths := map[string]string{}
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.HostPath != nil {
+			hostPaths[v.Name] = v.HostPath.Path
+		}
+	}
+	for name, path := range map[string]string{"kubelet-plugins": "/var/lib/kubelet/plugins", "plugins-registry": "/var/lib/kubelet/plugins_registry", "cdi": "/var/run/cdi"} {
+		if got := mounts[name] != "" && mounts[name] == hostPaths[name] && hostPaths[name] == path; got != dra {
+			t.Errorf("%s: %s mounted at %q from host %q; want at %s exactly when serving through DRA (%v)", ds.Name, name, mounts[name], hostPaths[name], path, dra)
+		}
+	}
+	if dra != slices.Contains(c.Args, "--cdi-dir=/var/run/cdi") {
+		t.Errorf("%s args %q: --cdi-dir only and always under DRA", ds.Name, c.Args)
+	}
+	if s.name != "dra-nodes" {
+		return
+	}
+	if ds.Name == "migflex-agent-dra" {
+		if ds.Spec.Template.Spec.NodeSelector["migflex.io/serve"] != "dra" {
+			t.Errorf("%s nodeSelector %v lacks agent.draNodeSelector", ds.Name, ds.Spec.Template.Spec.NodeSelector)
+		}
+		return
+	}
+	aff := ds.Spec.Template.Spec.Affinity
+	if aff == nil || aff.NodeAffinity == nil || aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		t.Fatalf("%s: no required node affinity", ds.Name)
+	}
+	for _, term := range aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		if !slices.ContainsFunc(term.MatchExpressions, func(e corev1.NodeSelectorRequirement) bool {
+			return e.Key == "migflex.io/serve" && e.Operator == corev1.NodeSelectorOpNotIn && slices.Equal(e.Values, []string{"dra"})
+		}) {
+			t.Errorf("%s: affinity term %v takes agent.draNodeSelector's nodes too", ds.Name, term)
+		}
+	}
+}
+
+// checkDRAObjects: the DRA permissions and the DeviceClasses come with
+// DRA serving only; the classes are internal/dra's generated file.
+func checkDRAObjects(t *testing.T, s scenario, objs objects) {
+	t.Helper()
+	dra := s.name == "dra" || s.name == "dra-nodes"
+	role := objs.find("ClusterRole", "migflex-agent-dra")
+	classes := objs.ofKind("DeviceClass")
+	if (role != nil) != dra || (len(classes) > 0) != dra {
+		t.Fatalf("DRA ClusterRole rendered %v, %d DeviceClasses; want both exactly when serving through DRA (%v)", role != nil, len(classes), dra)
+	}
+	if !dra {
+		return
+	}
+	wantRules := []rbacv1.PolicyRule{
+		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}},
+		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get", "list", "watch"}},
+	}
+	if diff := cmp.Diff(wantRules, as[rbacv1.ClusterRole](t, role).Rules); diff != "" {
+		t.Errorf("DRA ClusterRole rules (-want +got):\n%s", diff)
+	}
+	if objs.find("ClusterRoleBinding", "migflex-agent-dra") == nil {
+		t.Error("the DRA ClusterRole is not bound")
+	}
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), "deployments/dra/deviceclasses.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := decode(t, data)
+	if diff := cmp.Diff(want.keys(), classes.keys()); diff != "" {
+		t.Errorf("the chart's DeviceClasses (+) are not deployments/dra/deviceclasses.yaml's (-):\n%s", diff)
+	}
+	for _, w := range want {
+		got := classes.find("DeviceClass", w.GetName())
+		if got == nil {
+			continue
+		}
+		if diff := cmp.Diff(w.Object["spec"], got.Object["spec"]); diff != "" {
+			t.Errorf("DeviceClass %s (-generated +chart):\n%s", w.GetName(), diff)
+		}
 	}
 }
 

@@ -19,6 +19,14 @@ type Device struct {
 	IDs                                 []string
 }
 
+// Claim is one device of a prepared ResourceClaim the stand-in reports for
+// a container (the answer's DynamicResources).
+type Claim struct {
+	Namespace, Pod, Container string
+	ClaimNamespace, ClaimName string
+	Driver, Pool, Device      string
+}
+
 // Server is a pod-resources stand-in. Set what it reports with Set.
 type Server struct {
 	podresourcesv1.UnimplementedPodResourcesListerServer
@@ -26,6 +34,7 @@ type Server struct {
 
 	mu      sync.Mutex
 	devices []Device
+	claims  []Claim
 	calls   int
 }
 
@@ -49,6 +58,13 @@ func (s *Server) Set(devices ...Device) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.devices = append([]Device(nil), devices...)
+}
+
+// SetClaims replaces the reported claims' devices.
+func (s *Server) SetClaims(claims ...Claim) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.claims = append([]Claim(nil), claims...)
 }
 
 // Calls is how many List calls the stand-in answered.
@@ -76,6 +92,22 @@ func (s *Server) List(context.Context, *podresourcesv1.ListPodResourcesRequest) 
 		p.Containers = append(p.Containers, &podresourcesv1.ContainerResources{
 			Name:    d.Container,
 			Devices: []*podresourcesv1.ContainerDevices{{ResourceName: d.Resource, DeviceIds: d.IDs}},
+		})
+	}
+	for _, c := range s.claims {
+		key := c.Namespace + "/" + c.Pod
+		p, ok := pods[key]
+		if !ok {
+			p = &podresourcesv1.PodResources{Namespace: c.Namespace, Name: c.Pod}
+			pods[key] = p
+			order = append(order, key)
+		}
+		p.Containers = append(p.Containers, &podresourcesv1.ContainerResources{
+			Name: c.Container,
+			DynamicResources: []*podresourcesv1.DynamicResource{{
+				ClaimName: c.ClaimName, ClaimNamespace: c.ClaimNamespace,
+				ClaimResources: []*podresourcesv1.ClaimResource{{DriverName: c.Driver, PoolName: c.Pool, DeviceName: c.Device}},
+			}},
 		})
 	}
 	resp := &podresourcesv1.ListPodResourcesResponse{}

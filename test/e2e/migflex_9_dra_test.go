@@ -1,0 +1,549 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/migflex/migflex/test/e2e/framework"
+)
+
+// The DRA driver's names, as users write them in claims and selectors.
+const (
+	draDriver     = "gpu.migflex.io"
+	draAgentRole  = "migflex-agent-dra-e2e"
+	labelServing  = "migflex.io/serving"
+	draClassesDir = "deployments/dra/deviceclasses.yaml"
+)
+
+// TestDRA switches the node's agent to --serving=dra and back. The harness
+// runs one node (one kubelet, one containerd), so a device-plugin node and
+// a DRA node cannot run side by side: the test switches that node, as an
+// operator would (the agent restarted with another --serving), and
+// restores the device plugin afterwards so the other tests are unaffected.
+// The DaemonSet is changed as the chart's agent.serving=dra renders it
+// (the flag, the kubelet plugin and CDI directories), with the cluster's
+// CDI directory; the DRA permissions are the chart's too.
+func TestDRA(t *testing.T) {
+	migflex(t)
+	switchToDRA(t)
+
+	t.Run("slice follows the layout", testDRASliceFollowsLayout)
+	t.Run("extended resource pod", testDRAExtendedResourcePod)
+	t.Run("claim by CEL", testDRAClaimByCEL)
+	t.Run("claim keeps its GPU", testDRAClaimKeepsGPU)
+	t.Run("agent restart", testDRAAgentRestart)
+}
+
+// switchToDRA installs the DeviceClasses and the DRA permissions, restarts
+// the agent with --serving=dra, and undoes it all at cleanup.
+func switchToDRA(t *testing.T) {
+	t.Helper()
+	ctx := t.Context()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cdiDir, err := framework.CDIDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := cluster.Kubectl(ctx, "apply", "-f", filepath.Join(root, draClassesDir)); err != nil {
+		t.Fatalf("DeviceClasses: %v\n%s", err, out)
+	}
+	rbac := cluster.Client.RbacV1()
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: draAgentRole},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}},
+			{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get", "list", "watch"}},
+		},
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: draAgentRole},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: draAgentRole},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: framework.AgentDaemonSet, Namespace: framework.MigflexNamespace}},
+	}
+	if _, err := rbac.ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if _, err := rbac.ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+
+	dss := cluster.Client.AppsV1().DaemonSets(framework.MigflexNamespace)
+	ds, err := dss.Get(ctx, framework.AgentDaemonSet, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	original := ds.Spec.Template.DeepCopy()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
+		defer cancel()
+		restoreDevicePlugin(t, ctx, original)
+		_ = rbac.ClusterRoleBindings().Delete(ctx, draAgentRole, metav1.DeleteOptions{})
+		_ = rbac.ClusterRoles().Delete(ctx, draAgentRole, metav1.DeleteOptions{})
+		if out, err := cluster.Kubectl(ctx, "delete", "--ignore-not-found", "-f", filepath.Join(root, draClassesDir)); err != nil {
+			t.Errorf("deleting the DeviceClasses: %v\n%s", err, out)
+		}
+	})
+
+	dir := corev1.HostPathDirectoryOrCreate
+	spec := &ds.Spec.Template.Spec
+	c := &spec.Containers[0]
+	c.Args = append(c.Args, "--serving=dra", "--cdi-dir="+cdiDir)
+	for name, path := range map[string]string{"kubelet-plugins": "/var/lib/kubelet/plugins", "plugins-registry": "/var/lib/kubelet/plugins_registry", "cdi": cdiDir} {
+		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: &dir}}})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: path})
+	}
+	if _, err := dss.Update(ctx, ds, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.WaitForDaemonSetRollout(ctx, framework.MigflexNamespace, framework.AgentDaemonSet); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cluster.WaitForNode(ctx, "the serving label dra", timeout, func(n *corev1.Node) error {
+		if v := n.Labels[labelServing]; v != "dra" {
+			return fmt.Errorf("%s=%q", labelServing, v)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// restoreDevicePlugin puts the agent's pod template back and waits until
+// the device plugin serves the layout again (state success with its
+// allocatable), and the DRA driver's slices are gone.
+func restoreDevicePlugin(t *testing.T, ctx context.Context, original *corev1.PodTemplateSpec) {
+	dss := cluster.Client.AppsV1().DaemonSets(framework.MigflexNamespace)
+	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		ds, err := dss.Get(ctx, framework.AgentDaemonSet, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		ds.Spec.Template = *original
+		_, err = dss.Update(ctx, ds, metav1.UpdateOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Errorf("restoring the agent's DaemonSet: %v", err)
+		return
+	}
+	if err := cluster.WaitForDaemonSetRollout(ctx, framework.MigflexNamespace, framework.AgentDaemonSet); err != nil {
+		t.Error(err)
+	}
+	// The kubelet keeps the capacity of a device-plugin resource whose
+	// plugin went away (nvidia.com/gpu, when the layout had no whole GPU
+	// while DRA served) until its grace period ends; whole GPUs make the
+	// restarted device plugin register it again, so the other tests find
+	// allocatable and capacity equal.
+	whole := "version: v1\nmig-configs:\n  selected:\n  - devices: all\n    mig-enabled: false\n"
+	if err := cluster.SetNodeAnnotations(ctx, map[string]*string{annotationMigConfig: &whole, annotationRunAI: nil}); err != nil {
+		t.Error(err)
+	}
+	// The kubelet deletes a plugin's slices some time after it is gone;
+	// the test does not wait for that.
+	if err := cluster.Client.ResourceV1().ResourceSlices().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: "spec.driver=" + draDriver}); err != nil {
+		t.Errorf("deleting the DRA slices: %v", err)
+	}
+	if _, err := cluster.WaitForNode(ctx, "the device plugin serving again", timeout, func(n *corev1.Node) error {
+		if v := n.Labels[labelServing]; v != "device-plugin" {
+			return fmt.Errorf("%s=%q", labelServing, v)
+		}
+		if s := n.Labels[labelState]; s != "success" {
+			return fmt.Errorf("state %q, reason %q", s, n.Annotations[annotationReason])
+		}
+		l, err := nodeLayout(n)
+		if err != nil {
+			return err
+		}
+		return checkAllocatable(n, counts(devices(l)))
+	}); err != nil {
+		t.Error(err)
+	}
+}
+
+// draDevices are the devices of the node's pool of our driver, by name,
+// with their profile ("" for a whole GPU) and UUID.
+type draDevice struct{ profile, uuid string }
+
+func draSlices(ctx context.Context) (map[string]draDevice, error) {
+	list, err := cluster.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]draDevice{}
+	var gen int64 = -1
+	for _, s := range list.Items {
+		if s.Spec.Driver == draDriver && s.Spec.Pool.Name == cluster.NodeName {
+			gen = max(gen, s.Spec.Pool.Generation)
+		}
+	}
+	for _, s := range list.Items {
+		if s.Spec.Driver != draDriver || s.Spec.Pool.Name != cluster.NodeName || s.Spec.Pool.Generation != gen {
+			continue
+		}
+		for _, d := range s.Spec.Devices {
+			var dev draDevice
+			if a, ok := d.Attributes["profile"]; ok && a.StringValue != nil {
+				dev.profile = *a.StringValue
+			}
+			if a, ok := d.Attributes["uuid"]; ok && a.StringValue != nil {
+				dev.uuid = *a.StringValue
+			}
+			out[d.Name] = dev
+		}
+	}
+	return out, nil
+}
+
+// applyDRALayout annotates the node and waits until the agent reports
+// success with that layout and the slice lists exactly its MIG devices.
+func applyDRALayout(t *testing.T, l gpuLayouts) []layoutGPU {
+	t.Helper()
+	setMigConfig(t, annotationMigConfig, migConfigPerGPU(l))
+	return waitForDRALayout(t, l)
+}
+
+func waitForDRALayout(t *testing.T, l gpuLayouts) []layoutGPU {
+	t.Helper()
+	w := l.sorted()
+	var layout []layoutGPU
+	if _, err := cluster.WaitForNode(t.Context(), fmt.Sprintf("state success with layout %v", w), timeout, func(n *corev1.Node) error {
+		if s := n.Labels[labelState]; s != "success" {
+			return fmt.Errorf("state %q, reason %q", s, n.Annotations[annotationReason])
+		}
+		got, err := nodeLayout(n)
+		if err != nil {
+			return err
+		}
+		if diff := cmp.Diff(w, profiles(got)); diff != "" {
+			return fmt.Errorf("layout profiles (-want +got):\n%s", diff)
+		}
+		layout = got
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for _, g := range layout {
+		for _, in := range g.Instances {
+			want[in.UUID] = in.Profile
+		}
+	}
+	err := framework.WaitFor(t.Context(), "the ResourceSlice to list the layout's devices", timeout, func(ctx context.Context) (bool, error) {
+		devs, err := draSlices(ctx)
+		if err != nil {
+			return false, err
+		}
+		got := map[string]string{}
+		for _, d := range devs {
+			got[d.uuid] = d.profile
+		}
+		return fmt.Sprint(got) == fmt.Sprint(want), nil
+	})
+	if err != nil {
+		devs, _ := draSlices(t.Context())
+		t.Fatalf("%v: slice devices %v, want the MIG devices %v", err, devs, want)
+	}
+	return layout
+}
+
+// testDRASliceFollowsLayout: the slice lists every MIG device of the
+// layout by profile and UUID, republished in place when the layout
+// changes: a profile removed is gone from it.
+func testDRASliceFollowsLayout(t *testing.T) {
+	applyDRALayout(t, gpuLayouts{0: {"1g.10gb", "1g.10gb", "2g.20gb"}, 1: {"3g.40gb", "1g.10gb"}})
+	layout := applyDRALayout(t, gpuLayouts{0: {"1g.10gb", "1g.10gb"}, 1: {"3g.40gb"}})
+	devs, err := draSlices(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, d := range devs {
+		if d.profile == "2g.20gb" {
+			t.Errorf("device %s of the removed profile 2g.20gb is still in the slice", name)
+		}
+		if !strings.HasPrefix(name, "gpu-") {
+			t.Errorf("device name %q is not gpu-<minor>-...", name)
+		}
+	}
+	if len(devs) != 3 || len(uuidsOf(layout, "1g.10gb")) != 2 {
+		t.Errorf("slice devices %v, want the 3 MIG devices of the layout", devs)
+	}
+}
+
+// testDRAExtendedResourcePod: a pod asking for nvidia.com/mig-1g.10gb as
+// on the device-plugin path is served through DRA (the DeviceClass's
+// extendedResourceName): the scheduler records the claim in the pod's
+// status and the container sees the MIG device's UUID.
+func testDRAExtendedResourcePod(t *testing.T) {
+	layout := applyDRALayout(t, gpuLayouts{0: {"1g.10gb", "1g.10gb"}, 1: {"3g.40gb"}})
+	ns := cluster.Namespace(t)
+	pod := gpuPod(ns, "ext-1g", "nvidia.com/mig-1g.10gb", 1, "env")
+	// The webhook reads supply from allocatable, where a DRA node has
+	// none: until it reads ResourceSlices, the pod opts out of it.
+	pod.Labels = map[string]string{labelOptOut: "disabled"}
+	env := runEnvPod(t, pod)
+	ids := checkAllocateEnv(t, env, layout, "1g.10gb", 1)
+	got, err := cluster.Client.CoreV1().Pods(ns).Get(t.Context(), pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := got.Status.ExtendedResourceClaimStatus
+	if st == nil || st.ResourceClaimName == "" {
+		t.Fatalf("pod status has no extendedResourceClaimStatus: %+v", got.Status)
+	}
+	if len(st.RequestMappings) != 1 || st.RequestMappings[0].ResourceName != "nvidia.com/mig-1g.10gb" || st.RequestMappings[0].ContainerName != pod.Spec.Containers[0].Name {
+		t.Errorf("extendedResourceClaimStatus request mappings %+v, want the container's nvidia.com/mig-1g.10gb", st.RequestMappings)
+	}
+	// The claim goes with the finished pod; the device the container saw
+	// is the slice's.
+	devs, err := draSlices(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for name, d := range devs {
+		if len(ids) == 1 && d.uuid == ids[0] {
+			found = d.profile == "1g.10gb"
+			t.Logf("claim %s: device %s (%s)", st.ResourceClaimName, name, d.uuid)
+		}
+	}
+	if !found {
+		t.Errorf("the container's device %v is no 1g.10gb device of the ResourceSlice %v", ids, devs)
+	}
+}
+
+// claimPod runs args in a pod holding a claim made from spec.
+func claimPod(t *testing.T, ns, name string, spec resourceapi.ResourceClaimSpec, args ...string) *corev1.Pod {
+	t.Helper()
+	claim, err := cluster.Client.ResourceV1().ResourceClaims(ns).Create(t.Context(), &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec,
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := cluster.TestboxPod(ns, name, args...)
+	pod.Spec.NodeName = ""
+	pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &claim.Name}}
+	pod.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
+	return cluster.CreatePod(t, pod)
+}
+
+func profileClaim(profile string) resourceapi.ResourceClaimSpec {
+	return resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+		Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
+			DeviceClassName: "migflex.io",
+			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+				Expression: fmt.Sprintf(`device.attributes["gpu.migflex.io"].type == "mig" && device.attributes["gpu.migflex.io"].profile == %q`, profile),
+			}}},
+		},
+	}}}}
+}
+
+// testDRAClaimByCEL: a ResourceClaim on the general class selecting the
+// profile by CEL gets a device of that profile.
+func testDRAClaimByCEL(t *testing.T) {
+	layout := applyDRALayout(t, gpuLayouts{0: {"1g.10gb", "1g.10gb"}, 1: {"3g.40gb"}})
+	ns := cluster.Namespace(t)
+	pod := claimPod(t, ns, "cel-3g", profileClaim("3g.40gb"), "env")
+	if _, err := cluster.WaitForPodSucceeded(t.Context(), ns, pod.Name); err != nil {
+		t.Fatal(err)
+	}
+	logs, err := cluster.PodLogs(t.Context(), ns, pod.Name, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAllocateEnv(t, envOf(logs), layout, "3g.40gb", 1)
+}
+
+// testDRAClaimKeepsGPU: a GPU whose MIG device a running pod's claim
+// holds is not repartitioned: the layout waits, the reason names the pod;
+// once the pod is gone the GPU changes and the claim is unprepared (its
+// CDI spec removed).
+func testDRAClaimKeepsGPU(t *testing.T) {
+	applyDRALayout(t, gpuLayouts{0: {"1g.10gb", "1g.10gb"}, 1: {"3g.40gb"}})
+	ns := cluster.Namespace(t)
+	pod := claimPod(t, ns, "holder", profileClaim("3g.40gb"), "sleep", "3600")
+	if _, err := cluster.WaitForPodPhase(t.Context(), ns, pod.Name, corev1.PodRunning); err != nil {
+		t.Fatal(err)
+	}
+	setMigConfig(t, annotationMigConfig, migConfigPerGPU(gpuLayouts{0: {"1g.10gb", "1g.10gb"}, 1: {"1g.10gb"}}))
+	holder := ns + "/" + pod.Name
+	if _, err := cluster.WaitForNode(t.Context(), "state pending naming the claim's pod", timeout, func(n *corev1.Node) error {
+		if s, r := n.Labels[labelState], n.Annotations[annotationReason]; s != "pending" || !strings.Contains(r, holder) || !strings.Contains(r, "GPU 1") {
+			return fmt.Errorf("state %q, reason %q", s, r)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Still pending a while later: the wait is not a moment's.
+	time.Sleep(3 * time.Second)
+	n, err := cluster.Node(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := nodeLayout(n); err != nil || fmt.Sprint(profiles(l)[1]) != "[3g.40gb]" {
+		t.Fatalf("GPU 1 changed under the claim: %v (%v)", profiles(l), err)
+	}
+	claim, err := cluster.Client.ResourceV1().ResourceClaims(ns).Get(t.Context(), pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.Client.CoreV1().Pods(ns).Delete(t.Context(), pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.Client.ResourceV1().ResourceClaims(ns).Delete(t.Context(), claim.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitForDRALayout(t, gpuLayouts{0: {"1g.10gb", "1g.10gb"}, 1: {"1g.10gb"}})
+	waitForNoCDISpec(t, string(claim.UID))
+}
+
+// waitForNoCDISpec waits until the claim's CDI spec is gone: unprepared.
+func waitForNoCDISpec(t *testing.T, uid string) {
+	t.Helper()
+	dir, err := framework.CDIDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := filepath.Join(dir, "migflex.io-gpu_"+uid+".json")
+	if err := framework.WaitFor(t.Context(), "the claim's CDI spec "+spec+" removed (unprepared)", timeout, func(context.Context) (bool, error) {
+		_, err := os.Stat(spec)
+		return os.IsNotExist(err), nil
+	}); err != nil {
+		t.Error(err)
+	}
+}
+
+// testDRAAgentRestart: the agent killed and restarted publishes the same
+// devices, a pod whose claim it prepared keeps running, and deleting the
+// pod afterwards unprepares the claim from the restarted agent's
+// checkpoint.
+func testDRAAgentRestart(t *testing.T) {
+	applyDRALayout(t, gpuLayouts{0: {"1g.10gb", "1g.10gb"}, 1: {"3g.40gb"}})
+	ns := cluster.Namespace(t)
+	pod := claimPod(t, ns, "survivor", profileClaim("1g.10gb"), "sleep", "3600")
+	if _, err := cluster.WaitForPodPhase(t.Context(), ns, pod.Name, corev1.PodRunning); err != nil {
+		t.Fatal(err)
+	}
+	claim, err := cluster.Client.ResourceV1().ResourceClaims(ns).Get(t.Context(), pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := draSlices(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, err := cluster.AgentPod(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.Client.CoreV1().Pods(framework.MigflexNamespace).Delete(t.Context(), agent.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := framework.WaitFor(t.Context(), "a new agent pod running", timeout, func(ctx context.Context) (bool, error) {
+		p, err := cluster.AgentPod(ctx)
+		return err == nil && p.UID != agent.UID && podReady(p), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := framework.WaitFor(t.Context(), "the restarted agent to publish the same devices", timeout, func(ctx context.Context) (bool, error) {
+		after, err := draSlices(ctx)
+		return err == nil && fmt.Sprint(after) == fmt.Sprint(before), nil
+	}); err != nil {
+		after, _ := draSlices(t.Context())
+		t.Fatalf("%v: before %v, after %v", err, before, after)
+	}
+	if p, err := cluster.Client.CoreV1().Pods(ns).Get(t.Context(), pod.Name, metav1.GetOptions{}); err != nil || p.Status.Phase != corev1.PodRunning {
+		t.Fatalf("the claim's pod after the agent restart: %v, %v", err, p.Status.Phase)
+	}
+	if err := cluster.Client.CoreV1().Pods(ns).Delete(t.Context(), pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitForNoCDISpec(t, string(claim.UID))
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// TestDRAReshapeToRunning measures, on both paths in the same run, a pod
+// created at the moment its profile is made (the annotation changed by
+// hand, as the planner would write it): from just before the change to the
+// watch event that shows the pod Running. On the device-plugin path the
+// scheduler sees the new profile at the kubelet's next node status update;
+// on the DRA path when the agent republishes the ResourceSlice. It is a
+// measurement, not a check (no threshold), and takes minutes: it runs only
+// with MIGFLEX_E2E_DRA_RUNS set (runs per path, e.g. 10).
+func TestDRAReshapeToRunning(t *testing.T) {
+	runs, _ := strconv.Atoi(os.Getenv("MIGFLEX_E2E_DRA_RUNS"))
+	if runs <= 0 {
+		t.Skip("MIGFLEX_E2E_DRA_RUNS is unset: a measurement, run on request")
+	}
+	migflex(t)
+	ns := cluster.Namespace(t)
+	from := gpuLayouts{0: all1g, 1: all1g}
+	to := gpuLayouts{0: {"3g.40gb", "3g.40gb"}, 1: all1g}
+	measure := func(path string, reset func()) []time.Duration {
+		var took []time.Duration
+		for i := range runs {
+			reset()
+			// Runs start spread over the kubelet's 10 s status period, as
+			// pods arrive at any phase of it.
+			time.Sleep(10 * time.Second * time.Duration(i) / time.Duration(runs))
+			name := fmt.Sprintf("%s-%d", path, i)
+			w, err := cluster.Client.CoreV1().Pods(ns).Watch(t.Context(), metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pod := gpuPod(ns, name, "nvidia.com/mig-3g.40gb", 1, "sleep", "3600")
+			pod.Labels = map[string]string{labelOptOut: "disabled"}
+			start := time.Now()
+			setMigConfig(t, annotationMigConfig, migConfigPerGPU(to))
+			cluster.CreatePod(t, pod)
+			running, err := waitRunning(t.Context(), w)
+			w.Stop()
+			if err != nil {
+				t.Fatalf("%s run %d: %v", path, i, err)
+			}
+			took = append(took, running.Sub(start))
+			t.Logf("%s run %d: %s", path, i, running.Sub(start).Round(time.Millisecond))
+			deletePodAndWait(t, ns, name)
+		}
+		return took
+	}
+	summary := func(path string, d []time.Duration) string {
+		return fmt.Sprintf("%s: %d runs, p50 %s, p90 %s, min %s, max %s", path, len(d),
+			percentile(d, 0.5).Round(time.Millisecond), percentile(d, 0.9).Round(time.Millisecond),
+			slices.Min(d).Round(time.Millisecond), slices.Max(d).Round(time.Millisecond))
+	}
+	dp := measure("device-plugin", func() { applyLayouts(t, from) })
+	switchToDRA(t)
+	dra := measure("dra", func() { applyDRALayout(t, from) })
+	t.Log("change + creation -> Running, " + summary("device plugin", dp))
+	t.Log("change + creation -> Running, " + summary("DRA", dra))
+}
