@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 
@@ -129,6 +130,29 @@ func ReadDocument(r io.Reader) ([]byte, error) {
 	}
 	if len(data) > MaxDocumentBytes {
 		return nil, ErrTooLarge
+	}
+	return data, nil
+}
+
+// ReadDocumentFile is ReadDocument of the file at path, or of stdin when
+// path is "-", with the source named in its errors: what the CLIs that
+// validate or apply a file read.
+func ReadDocumentFile(path string, stdin io.Reader) ([]byte, error) {
+	if path == "-" {
+		data, err := ReadDocument(stdin)
+		if err != nil {
+			return nil, fmt.Errorf("reading standard input: %w", err)
+		}
+		return data, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := ReadDocument(f)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
 	}
 	return data, nil
 }

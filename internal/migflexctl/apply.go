@@ -45,7 +45,7 @@ func applyCommand() command {
 			return r.usageError(&c, "%v", err)
 		}
 		v.node = args[0]
-		data, err := readDocument(v.file, r.In)
+		data, err := migconfig.ReadDocumentFile(v.file, r.In)
 		if errors.Is(err, migconfig.ErrTooLarge) {
 			fmt.Fprintf(r.Err, "error: %s: %v; the agent would refuse it, so it is not written\n", v.file, err)
 			return ExitAttention

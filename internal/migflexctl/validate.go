@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -95,24 +94,6 @@ func describeNode(name string, gpus []mig.GPU) string {
 	return "node " + name + " (" + strings.Join(parts, ", ") + ")"
 }
 
-// readDocument reads a mig.config file (- for in), held to the agent's
-// size limit.
-func readDocument(path string, in io.Reader) ([]byte, error) {
-	if path == "-" {
-		return migconfig.ReadDocument(in)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := migconfig.ReadDocument(f)
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
-	}
-	return data, nil
-}
-
 type validateFlags struct {
 	file, node, configName, source string
 }
@@ -170,7 +151,7 @@ func validateCommand() command {
 		if _, err := v.scope(); err != nil {
 			return r.usageError(&c, "%v", err)
 		}
-		data, err := readDocument(v.file, r.In)
+		data, err := migconfig.ReadDocumentFile(v.file, r.In)
 		if errors.Is(err, migconfig.ErrTooLarge) {
 			fmt.Fprintf(r.Out, "%s: invalid:\n  %v\n", v.file, err)
 			return ExitAttention

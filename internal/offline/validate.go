@@ -75,7 +75,7 @@ func validate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return validateExitUsage
 	}
-	data, err := readConfigInput(*file, stdin)
+	data, err := migconfig.ReadDocumentFile(*file, stdin)
 	if errors.Is(err, migconfig.ErrTooLarge) {
 		// Readable, but more than the agent takes: the document is invalid.
 		fmt.Fprintf(stdout, "%s: invalid:\n  %v\n", *file, err)
@@ -108,26 +108,6 @@ func validate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return configcheck.Check(stdout, configcheck.Input{
 		Source: source, Data: data, GPUs: gpus, On: describeSimNode(gpus), ConfigName: *configName, Scope: scope,
 	})
-}
-
-func readConfigInput(path string, stdin io.Reader) ([]byte, error) {
-	if path == "-" {
-		data, err := migconfig.ReadDocument(stdin)
-		if err != nil {
-			return nil, fmt.Errorf("reading standard input: %w", err)
-		}
-		return data, nil
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := migconfig.ReadDocument(f)
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
-	}
-	return data, nil
 }
 
 // simulatedGPUs builds an in-memory simulator of the listed GPUs and reads
