@@ -1,6 +1,7 @@
 package fallback
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -58,5 +59,44 @@ func TestBuilderUsage(t *testing.T) {
 	b.SetNode(schedview.NodeFromAPI(node("a", alloc{mig2g20: 2})))
 	if diff := cmp.Diff(exhausted, decide(b)); diff != "" {
 		t.Fatalf("node re-added (-want +got):\n%s", diff)
+	}
+}
+
+// In existence mode a rewrite goes to a type that exists, used or not; when
+// the agents report all its devices held (the webhook records them as the
+// node's use), the pod is still rewritten and warned that it will wait.
+func TestExistenceRewriteToAllInUseWarns(t *testing.T) {
+	d, err := NewDecider(Options{Policy: DefaultPolicy(), Mode: ModeExistence})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := gpuPod(mig7g80, "1")
+	for _, tc := range []struct {
+		name     string
+		held     alloc
+		wantWarn bool
+	}{
+		{name: "the only 4g.40gb free", held: nil},
+		{name: "the only 4g.40gb held", held: alloc{mig4g40: 1}, wantWarn: true},
+		{name: "another type held", held: alloc{mig1g10: 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := schedview.NewBuilder(nil)
+			b.SetNode(schedview.NodeFromAPI(node("a", alloc{mig4g40: 1, mig1g10: 3})))
+			b.SetPod("agent-reported:a", "a", tc.held)
+			got := d.Decide(pod, b.Snapshot())
+			if want := []Rewrite{{mig7g80, mig4g40, ReasonAbsent}}; !cmp.Equal(got.Rewrites, want) {
+				t.Fatalf("rewrites %v, want %v", got.Rewrites, want)
+			}
+			warned := false
+			for _, w := range got.Warnings {
+				if strings.Contains(w, "every 4g.40gb device on the nodes this pod may land on is in use") {
+					warned = true
+				}
+			}
+			if warned != tc.wantWarn {
+				t.Errorf("warnings %q; want the all-in-use warning: %v", got.Warnings, tc.wantWarn)
+			}
+		})
 	}
 }

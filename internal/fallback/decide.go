@@ -342,6 +342,9 @@ func (d *Decider) judge(pod *corev1.Pod, c *choices, warnings []string) (dec Dec
 		more += " (left unchanged)"
 		warnings = append(warnings, clip(msg, maxWarning-len(more))+more)
 	}
+	if d.opts.Mode == ModeExistence {
+		warnings = append(warnings, allInUse(c)...)
+	}
 	if short := insufficient(pod, c.chosen, &c.v, c.withGroups); short != "" {
 		if d.opts.OnInsufficientCount == UnsatisfiableDeny {
 			return Decision{Outcome: OutcomeDenied, Message: clip(short, maxMessage), Warnings: warnings}, true
@@ -350,6 +353,22 @@ func (d *Decider) judge(pod *corev1.Pod, c *choices, warnings []string) (dec Dec
 	}
 	dec.Warnings = warnings
 	return dec, false
+}
+
+// allInUse warns, in existence mode, of each rewrite to a type whose
+// devices on the nodes the pod may land on are all held, as the nodes'
+// agents last reported (the webhook watches no pods in this mode): the
+// pod is rewritten, as the type exists, and waits for a device to free.
+// Where no agent reports use (another source), no type is all in use.
+func allInUse(c *choices) []string {
+	var out []string
+	for _, rw := range c.rewrites {
+		if free, ok := c.v.free[rw.To]; ok && free == 0 {
+			out = append(out, clip(fmt.Sprintf("%s was rewritten to %s, but every %s device on the nodes this pod may land on is in use, as their agents last reported: the pod waits until one is free (kubectl migflex explain shows who holds them)",
+				rw.From, rw.To, resourcename.Short(rw.To)), maxWarning))
+		}
+	}
+	return out
 }
 
 // withPatch adds the patch of dec's rewrites; a rewrite whose annotations

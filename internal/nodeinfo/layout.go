@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"slices"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/migflex/migflex/internal/mig"
+	"github.com/migflex/migflex/internal/resourcename"
 )
 
 // GPU is one GPU in the layout annotation.
@@ -155,4 +158,30 @@ func ParseLayout(s string) ([]GPU, error) {
 		return nil, fmt.Errorf("annotation %s: %w", AnnotationLayout, err)
 	}
 	return out, nil
+}
+
+// Held counts the devices pods hold in a layout, by the resource the
+// device plugin serves them as under the mixed strategy: a held MIG
+// device as its profile's resource, a held whole GPU as nvidia.com/gpu.
+// It is what the node's agent last reported, for readers that watch no
+// pods (the webhook in existence mode).
+func Held(gpus []GPU) map[corev1.ResourceName]int64 {
+	var out map[corev1.ResourceName]int64
+	add := func(r corev1.ResourceName) {
+		if out == nil {
+			out = map[corev1.ResourceName]int64{}
+		}
+		out[r]++
+	}
+	for _, g := range gpus {
+		if len(g.UsedBy) > 0 {
+			add(resourcename.GPU)
+		}
+		for _, in := range g.Instances {
+			if in.UUID != "" && len(in.UsedBy) > 0 {
+				add(resourcename.MIG(in.Profile))
+			}
+		}
+	}
+	return out
 }

@@ -3,10 +3,12 @@ package nodeinfo
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/migflex/migflex/internal/mig"
 )
@@ -151,6 +153,39 @@ func TestParseLayoutHostile(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), AnnotationLayout) {
 				t.Errorf("error %q does not name the annotation", err)
+			}
+		})
+	}
+}
+
+func TestHeld(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		gpus []GPU
+		want map[corev1.ResourceName]int64
+	}{
+		{name: "nothing held", gpus: []GPU{{Index: 0, Instances: []Instance{{Profile: "1g.10gb", UUID: "MIG-a"}}}}},
+		{
+			name: "held instances by profile, a held whole GPU",
+			gpus: []GPU{
+				{Index: 0, Instances: []Instance{
+					{Profile: "4g.40gb", UUID: "MIG-a", UsedBy: []string{"ns/a"}},
+					{Profile: "1g.10gb", UUID: "MIG-b", UsedBy: []string{"ns/b"}},
+					{Profile: "1g.10gb", UUID: "MIG-c", UsedBy: []string{"ns/c"}},
+					{Profile: "1g.10gb", UUID: "MIG-d"},
+				}},
+				{Index: 1, UsedBy: []string{"ns/e"}},
+			},
+			want: map[corev1.ResourceName]int64{"nvidia.com/mig-4g.40gb": 1, "nvidia.com/mig-1g.10gb": 2, "nvidia.com/gpu": 1},
+		},
+		{
+			name: "a GPU instance without a compute instance is no device",
+			gpus: []GPU{{Index: 0, Instances: []Instance{{Profile: "2g.20gb", UsedBy: []string{"ns/a"}}}}},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Held(tc.gpus); !maps.Equal(got, tc.want) {
+				t.Errorf("Held = %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/migflex/migflex/internal/drawatch"
+	"github.com/migflex/migflex/internal/nodeinfo"
 	"github.com/migflex/migflex/internal/resourcename"
 	"github.com/migflex/migflex/internal/schedview"
 )
@@ -60,6 +61,16 @@ type InformerSource struct {
 	// Node objects show them, before their supply is read from it.
 	dra      *drawatch.Watch
 	draNodes map[string]schedview.Node
+	// withPods: capacity mode, where pods say which devices are used.
+	// Without them (existence mode) held keeps, by node, the devices its
+	// agent's layout annotation reports held, at the Node's
+	// resourceVersion: the transform reads them before the annotation is
+	// dropped, and setNode records them as the node's use, which only the
+	// warnings about a rewrite to a type all in use read.
+	withPods bool
+	keepPlan bool
+	heldMu   sync.Mutex
+	held     map[string]heldDevices
 
 	informers []cache.SharedIndexInformer
 	synced    []cache.InformerSynced
@@ -71,10 +82,11 @@ type InformerSource struct {
 // NewInformerSource creates the informers; Run starts them. withPods adds
 // the pod informer that capacity mode needs.
 func NewInformerSource(client kubernetes.Interface, withPods bool, resync time.Duration) (*InformerSource, error) {
-	s := &InformerSource{b: schedview.NewBuilder(nil), readyCh: make(chan struct{}), draNodes: map[string]schedview.Node{}}
+	s := &InformerSource{b: schedview.NewBuilder(nil), readyCh: make(chan struct{}), draNodes: map[string]schedview.Node{},
+		withPods: withPods, held: map[string]heldDevices{}}
 
 	nodes := coreinformers.NewNodeInformer(client, resync, cache.Indexers{})
-	if err := nodes.SetTransform(TransformNode); err != nil {
+	if err := nodes.SetTransform(s.transformNode); err != nil {
 		return nil, fmt.Errorf("node informer transform: %w", err)
 	}
 	reg, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -124,9 +136,7 @@ func NewInformerSource(client kubernetes.Interface, withPods bool, resync time.D
 // them (see reshapeNode): the webhook's reshape-first mode. Call it before
 // Run.
 func (s *InformerSource) WithReshape(v *ReshapeView) error {
-	if err := s.nodes.SetTransform(transformReshapeNode); err != nil {
-		return fmt.Errorf("node informer transform: %w", err)
-	}
+	s.keepPlan = true
 	s.reshape = v
 	v.synced = s.ready.Load
 	v.classes = s.dra.Classes
@@ -173,6 +183,7 @@ func (s *InformerSource) setNode(obj any) {
 	if s.reshape != nil {
 		s.reshape.SetNode(n)
 	}
+	held := s.heldOn(n)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if node.DRA {
@@ -182,6 +193,10 @@ func (s *InformerSource) setNode(obj any) {
 		delete(s.draNodes, n.Name)
 	}
 	s.b.SetNode(node)
+	if !s.withPods {
+		// A DRA node's use is its claims' (SetDRA); held is empty there.
+		s.b.SetPod(heldKey(n.Name), n.Name, held)
+	}
 }
 
 // draNodeChanged reads a DRA node's supply again: its slices or claims
@@ -217,10 +232,73 @@ func (s *InformerSource) deleteNode(obj any) {
 	if s.reshape != nil {
 		s.reshape.DeleteNode(n.Name)
 	}
+	s.heldMu.Lock()
+	delete(s.held, n.Name)
+	s.heldMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.draNodes, n.Name)
 	s.b.DeleteNode(n.Name)
+	if !s.withPods {
+		s.b.DeletePod(heldKey(n.Name))
+	}
+}
+
+// heldDevices are the devices a Node's layout annotation reports held, at
+// the Node's resourceVersion.
+type heldDevices struct {
+	version string
+	devices map[corev1.ResourceName]int64
+}
+
+// heldKey is the Builder's key for the devices a node's agent reports
+// held; it has no "/", so no pod's "namespace/name" key is the same.
+func heldKey(node string) string { return "agent-reported:" + node }
+
+// transformNode slims a Node for the cache (TransformNode, or
+// transformReshapeNode in reshape-first mode); in existence mode it first
+// keeps what the layout annotation reports held.
+func (s *InformerSource) transformNode(obj any) (any, error) {
+	if n, ok := obj.(*corev1.Node); ok && !s.withPods {
+		s.noteHeld(n)
+	}
+	if s.keepPlan {
+		return transformReshapeNode(obj)
+	}
+	return TransformNode(obj)
+}
+
+// noteHeld records what n's layout annotation reports held, nothing for
+// a DRA node or a layout it cannot read (the annotation is bounded by the
+// API server's limit on annotations).
+func (s *InformerSource) noteHeld(n *corev1.Node) {
+	var devices map[corev1.ResourceName]int64
+	if raw, ok := n.Annotations[nodeinfo.AnnotationLayout]; ok && !schedview.IsDRANode(n.Labels) {
+		if gpus, err := nodeinfo.ParseLayout(raw); err == nil {
+			devices = nodeinfo.Held(gpus)
+		}
+	}
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	if devices == nil {
+		delete(s.held, n.Name)
+		return
+	}
+	s.held[n.Name] = heldDevices{version: n.ResourceVersion, devices: devices}
+}
+
+// heldOn is what noteHeld recorded for n, if it is of n's version: the
+// transform of a later version may have run before n's handler.
+func (s *InformerSource) heldOn(n *corev1.Node) map[corev1.ResourceName]int64 {
+	if s.withPods {
+		return nil
+	}
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	if h, ok := s.held[n.Name]; ok && h.version == n.ResourceVersion {
+		return h.devices
+	}
+	return nil
 }
 
 func (s *InformerSource) setPod(obj any) {

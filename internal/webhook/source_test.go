@@ -2,6 +2,8 @@ package webhook
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -12,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/nodeinfo"
 	"github.com/migflex/migflex/internal/testutil"
 )
 
@@ -239,5 +242,70 @@ func TestTransformPod(t *testing.T) {
 	done, _ := TransformPod(p)
 	if d := done.(*PodDevices).Devices; d != nil {
 		t.Errorf("terminal pod holds %v, want no devices", d)
+	}
+}
+
+// In existence mode the source records the devices a node's agent reports
+// held in its layout annotation, so a rewrite to a type whose devices are
+// all held is warned of; a layout that frees it, or one the source cannot
+// read, warns no more.
+func TestInformerSourceExistenceSeesHeldDevices(t *testing.T) {
+	const (
+		mig4g = corev1.ResourceName("nvidia.com/mig-4g.40gb")
+		mig7g = corev1.ResourceName("nvidia.com/mig-7g.80gb")
+	)
+	ctx := context.Background()
+	layout := func(usedBy ...string) string {
+		s, err := json.Marshal([]nodeinfo.GPU{{Index: 0, UUID: "GPU-0", MigMode: nodeinfo.MigModeEnabled, Instances: []nodeinfo.Instance{
+			{Profile: "4g.40gb", UUID: "MIG-4g", Health: nodeinfo.HealthHealthy, UsedBy: usedBy},
+		}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(s)
+	}
+	n := gpuNode("a", map[corev1.ResourceName]int64{mig4g: 1})
+	n.Annotations = map[string]string{nodeinfo.AnnotationLayout: layout("ns/holder")}
+	client := fake.NewClientset(n)
+	s, err := NewInformerSource(client, false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runSource(t, s)
+	d, err := fallback.NewDecider(fallback.Options{Policy: fallback.DefaultPolicy(), Mode: fallback.ModeExistence})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := gpuPod("p", mig7g, "1")
+	warned := func() bool {
+		snap, _ := s.Snapshot()
+		dec := d.Decide(pod, snap)
+		if want := []fallback.Rewrite{{From: mig7g, To: mig4g, Reason: fallback.ReasonAbsent}}; !cmp.Equal(want, dec.Rewrites) {
+			t.Fatalf("rewrites %v, want %v", dec.Rewrites, want)
+		}
+		for _, w := range dec.Warnings {
+			if strings.Contains(w, "is in use, as their agents last reported") {
+				return true
+			}
+		}
+		return false
+	}
+	testutil.Eventually(t, "the warning while the only 4g.40gb is held", warned)
+
+	for _, tc := range []struct{ name, layout string }{
+		{"the holder left", layout()},
+		{"an unreadable layout", "{not json"},
+		{"the holder is back", layout("ns/holder")},
+	} {
+		n, err := client.CoreV1().Nodes().Get(ctx, "a", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Annotations[nodeinfo.AnnotationLayout] = tc.layout
+		if _, err := client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		want := tc.name == "the holder is back"
+		testutil.Eventually(t, tc.name, func() bool { return warned() == want })
 	}
 }
