@@ -69,7 +69,7 @@ const helmPolicy = `webhook:
 // them.
 var (
 	agentLabelsLeft = []string{
-		"nvidia.com/gpu.count", "nvidia.com/gpu.product", "nvidia.com/mig.capable", "nvidia.com/mig.config.state", "nvidia.com/mig.strategy",
+		"migflex.io/serving", "nvidia.com/gpu.count", "nvidia.com/gpu.product", "nvidia.com/mig.capable", "nvidia.com/mig.config.state", "nvidia.com/mig.strategy",
 	}
 	agentAnnotationsLeft = []string{annotationLayout, "migflex.io/mig.profiles", annotationMigConfig}
 )
