@@ -93,10 +93,23 @@ func switchToDRA(t *testing.T) {
 		t.Fatal(err)
 	}
 	original := ds.Spec.Template.DeepCopy()
+	// The layout the device plugin served before the switch: restored
+	// afterwards, it registers the same resources with the same counts,
+	// so the capacity the kubelet keeps for them meanwhile is right again.
+	before, err := cluster.Client.CoreV1().Nodes().Get(ctx, cluster.NodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := map[string]*string{annotationMigConfig: nil, annotationRunAI: nil}
+	for k := range served {
+		if v, ok := before.Annotations[k]; ok {
+			served[k] = &v
+		}
+	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
 		defer cancel()
-		restoreDevicePlugin(t, ctx, original)
+		restoreDevicePlugin(t, ctx, original, served)
 		_ = rbac.ClusterRoleBindings().Delete(ctx, draAgentRole, metav1.DeleteOptions{})
 		_ = rbac.ClusterRoles().Delete(ctx, draAgentRole, metav1.DeleteOptions{})
 		if out, err := cluster.Kubectl(ctx, "delete", "--ignore-not-found", "-f", filepath.Join(root, draClassesDir)); err != nil {
@@ -131,7 +144,7 @@ func switchToDRA(t *testing.T) {
 // restoreDevicePlugin puts the agent's pod template back and waits until
 // the device plugin serves the layout again (state success with its
 // allocatable), and the DRA driver's slices are gone.
-func restoreDevicePlugin(t *testing.T, ctx context.Context, original *corev1.PodTemplateSpec) {
+func restoreDevicePlugin(t *testing.T, ctx context.Context, original *corev1.PodTemplateSpec, served map[string]*string) {
 	dss := cluster.Client.AppsV1().DaemonSets(framework.MigflexNamespace)
 	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
 		ds, err := dss.Get(ctx, framework.AgentDaemonSet, metav1.GetOptions{})
@@ -150,12 +163,16 @@ func restoreDevicePlugin(t *testing.T, ctx context.Context, original *corev1.Pod
 		t.Error(err)
 	}
 	// The kubelet keeps the capacity of a device-plugin resource whose
-	// plugin went away (nvidia.com/gpu, when the layout had no whole GPU
-	// while DRA served) until its grace period ends; whole GPUs make the
-	// restarted device plugin register it again, so the other tests find
-	// allocatable and capacity equal.
-	whole := "version: v1\nmig-configs:\n  selected:\n  - devices: all\n    mig-enabled: false\n"
-	if err := cluster.SetNodeAnnotations(ctx, map[string]*string{annotationMigConfig: &whole, annotationRunAI: nil}); err != nil {
+	// plugin went away until its grace period ends (five minutes): the
+	// layout served before the switch makes the restarted device plugin
+	// register those resources again with their counts, so the other tests
+	// find allocatable and capacity equal. Without an annotation to
+	// restore, whole GPUs at least register nvidia.com/gpu again.
+	if served[annotationMigConfig] == nil && served[annotationRunAI] == nil {
+		whole := "version: v1\nmig-configs:\n  selected:\n  - devices: all\n    mig-enabled: false\n"
+		served = map[string]*string{annotationMigConfig: &whole, annotationRunAI: nil}
+	}
+	if err := cluster.SetNodeAnnotations(ctx, served); err != nil {
 		t.Error(err)
 	}
 	// The kubelet deletes a plugin's slices some time after it is gone;
