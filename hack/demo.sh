@@ -14,9 +14,13 @@
 # with the planner installed (overlays/local-planner), a pod for a profile
 # the node lacks running on a GPU the planner reshaped for it, with the
 # Events and the time it took; last, `kubectl migflex explain` on that pod
-# and `kubectl migflex status`, the plugin from bin/.
-# The cluster stays up to explore; hack/cluster/down.sh (make cluster-down)
-# tears it down.
+# and `kubectl migflex status`, the plugin from bin/. Last, the same node
+# switched to DRA (the agent restarted with --serving=dra): the layout as a
+# ResourceSlice, a pod with an unchanged nvidia.com/mig-* request served
+# through a ResourceClaim, and the planner's reshape for a pod the layout
+# cannot serve, timed beside the device-plugin path's.
+# The cluster stays up to explore, its node serving through DRA;
+# hack/cluster/down.sh (make cluster-down) tears it down.
 #
 # Nothing leaves this machine: see "Network safety" in hack/cluster/README.md.
 set -euo pipefail
@@ -29,6 +33,8 @@ KUBECTL=$K8S_BIN/kubectl
 NS=default
 POD=fallback-demo
 PLANNER_POD=planner-demo
+DRA_POD=dra-demo
+DRA_PLANNER_POD=planner-dra-demo
 STEP="starting"
 
 finish() {
@@ -219,6 +225,7 @@ $planner_pod
 EOF"
 run "kubectl wait --for=jsonpath='{.status.phase}'=Running pod/$PLANNER_POD --timeout=180s"
 took_ms=$((($(date +%s%N) - start) / 1000000))
+dp_took_ms=$took_ms
 limits=$(kubectl get pod "$PLANNER_POD" -o jsonpath='{.spec.containers[0].resources.limits}')
 [[ $limits == *mig-2g.20gb* ]] || die "the demo pod runs with $limits, not the nvidia.com/mig-2g.20gb it asked for"
 printf '\n%sThe pod was Running %d.%03d s after kubectl apply began (the kubelet publishes a new layout at its next node status update, every 10 s by default).%s\n' "$bold" $((took_ms / 1000)) $((took_ms % 1000)) "$plain"
@@ -243,11 +250,145 @@ step "kubectl migflex: the node's GPUs, instances and the pods holding them, and
 run "kubectl migflex explain $PLANNER_POD"
 run "kubectl migflex status"
 
+# --- DRA -----------------------------------------------------------------------
+# The same node, switched to Dynamic Resource Allocation as an operator
+# would (the chart's agent.serving=dra, kustomize's components/dra): the
+# DeviceClasses, the agent's DRA permissions, and the agent restarted with
+# --serving=dra and the kubelet plugin and CDI directories (the CDI one is
+# where this cluster's containerd reads specs). One kubelet here, so one
+# node: it is switched rather than set beside a device-plugin node.
+step "DRA: switching the node's agent from the device plugin to DRA (pods keep their nvidia.com/mig-* requests)"
+# A node never offers a resource both ways: the pod holding a
+# device-plugin device goes first.
+run "kubectl delete pod $PLANNER_POD --grace-period=1"
+# 60 DeviceClasses (one per MIG profile of every supported model, one for
+# whole GPUs, general ones for claims that select by CEL): only the last
+# lines of kubectl's list are shown.
+run "kubectl apply -f deployments/dra/deviceclasses.yaml -f deployments/kustomize/components/dra/dra-rbac.yaml | tail -n 3"
+dra_patch='[
+  {"op": "replace", "path": "/spec/template/spec/containers/0/args/7", "value": "--serving=dra"},
+  {"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "--cdi-dir='"$CDI_DIR"'"},
+  {"op": "add", "path": "/spec/template/spec/containers/0/volumeMounts/-", "value": {"name": "kubelet-plugins", "mountPath": "/var/lib/kubelet/plugins"}},
+  {"op": "add", "path": "/spec/template/spec/containers/0/volumeMounts/-", "value": {"name": "plugins-registry", "mountPath": "/var/lib/kubelet/plugins_registry"}},
+  {"op": "add", "path": "/spec/template/spec/containers/0/volumeMounts/-", "value": {"name": "cdi", "mountPath": "'"$CDI_DIR"'"}},
+  {"op": "add", "path": "/spec/template/spec/volumes/-", "value": {"name": "kubelet-plugins", "hostPath": {"path": "/var/lib/kubelet/plugins", "type": "DirectoryOrCreate"}}},
+  {"op": "add", "path": "/spec/template/spec/volumes/-", "value": {"name": "plugins-registry", "hostPath": {"path": "/var/lib/kubelet/plugins_registry", "type": "DirectoryOrCreate"}}},
+  {"op": "add", "path": "/spec/template/spec/volumes/-", "value": {"name": "cdi", "hostPath": {"path": "'"$CDI_DIR"'", "type": "DirectoryOrCreate"}}}
+]'
+[[ $(kubectl -n gpu-webhook get daemonset migflex-agent -o jsonpath='{.spec.template.spec.containers[0].args[7]}') == --serving=device-plugin ]] ||
+	die "the agent's DaemonSet has no --serving=device-plugin at args[7] to switch"
+run "kubectl -n gpu-webhook patch daemonset migflex-agent --type=json -p '$dra_patch'"
+run "kubectl -n gpu-webhook rollout status daemonset/migflex-agent --timeout=180s"
+run "kubectl wait --for=jsonpath='{.metadata.labels.migflex\.io/serving}'=dra node/$NODE --timeout=120s"
+# Until the kubelet's next status update the Node's allocatable still
+# offers the device plugin's counts, by which the scheduler would place
+# pods the kubelet then refuses (docs/INSTALL.md, "Switching a node"):
+# nothing goes to the node before they read 0.
+echo
+echo "Waiting for the kubelet to drop the device plugin's counts from the Node's allocatable (its next status update)"
+for ((i = 0; i < 120; i++)); do
+	# shellcheck disable=SC2016 # a Go template's variables
+	stale=$(kubectl get node "$NODE" -o go-template='{{range $k, $v := .status.allocatable}}{{$k}}={{$v}}{{"\n"}}{{end}}' | grep -E '^nvidia\.com/' | grep -v '=0$') || stale=
+	[[ -z $stale ]] && break
+	sleep 0.5
+done
+[[ -z $stale ]] || die "the Node's allocatable still offers $(tr '\n' ' ' <<<"$stale")"
+
+# Both GPUs alike: the planner may change either for the reshape below,
+# whichever it did not change above (--cooldown, 2 minutes by default).
+step "DRA: a layout set by hand, each GPU one 3g.40gb and four 1g.10gb; the agent publishes it as a ResourceSlice, one device per MIG instance"
+run "kubectl annotate node $NODE --overwrite nvidia.com/mig.config='
+version: v1
+mig-configs:
+  selected:
+  - devices: all
+    mig-enabled: true
+    mig-devices:
+      3g.40gb: 1
+      1g.10gb: 4
+'"
+# The state label still reads success from the layout before: wait for
+# the slice to list this one (success on a DRA node means it does).
+want=$(printf '%s\n' 1g.10gb 1g.10gb 1g.10gb 1g.10gb 1g.10gb 1g.10gb 1g.10gb 1g.10gb 3g.40gb 3g.40gb)
+for ((i = 0; i < 240; i++)); do
+	got=$(kubectl get resourceslices -o jsonpath='{range .items[*].spec.devices[*]}{.attributes.profile.string}{"\n"}{end}' | sort)
+	[[ $got == "$want" ]] && break
+	sleep 0.5
+done
+[[ $got == "$want" ]] || die "the ResourceSlice lists $(tr '\n' ' ' <<<"$got"), not the layout set by hand"
+run "kubectl wait --for=jsonpath='{.metadata.labels.nvidia\.com/mig\.config\.state}'=success node/$NODE --timeout=180s"
+run "kubectl get resourceslices"
+run "kubectl get resourceslices -o jsonpath='{range .items[*].spec.devices[*]}{.name}{\"\\t\"}{.attributes.profile.string}{\"\\t\"}{.attributes.uuid.string}{\"\\n\"}{end}'"
+run "kubectl get deviceclasses migflex.io gpu.migflex.io mig-1g.10gb.migflex.io mig-2g.20gb.migflex.io mig-3g.40gb.migflex.io -o custom-columns=NAME:.metadata.name,EXTENDED-RESOURCE:.spec.extendedResourceName"
+
+step "DRA: a pod with an unchanged spec (limits: nvidia.com/mig-1g.10gb: 1) runs, served through a ResourceClaim"
+dra_pod="apiVersion: v1
+kind: Pod
+metadata:
+  name: $DRA_POD
+  namespace: $NS
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: lc.local/testbox:1
+    imagePullPolicy: Never
+    args: [env]
+    resources:
+      limits:
+        nvidia.com/mig-1g.10gb: 1"
+# The webhook reads the node's supply from its informer's copy of the
+# slices: a server-side dry run says when it lets the pod through as it is.
+ok=0
+for ((i = 0; i < 60; i++)); do
+	if ann=$(kubectl create --dry-run=server -o jsonpath='{.metadata.annotations}' -f - <<<"$dra_pod" 2>/dev/null) &&
+		[[ $ann != *gpu-webhook.k8s.io/fallback* && $ann != *migflex.io/reshape* ]]; then
+		ok=1
+		break
+	fi
+	sleep 0.5
+done
+((ok)) || die "the webhook does not admit the DRA demo pod as it is (kubectl -n gpu-webhook logs -l app=gpu-webhook)"
+run "kubectl apply -f - <<EOF
+$dra_pod
+EOF"
+run "kubectl wait --for=jsonpath='{.status.phase}'=Succeeded pod/$DRA_POD --timeout=120s"
+run "kubectl get pod $DRA_POD -o jsonpath='{.status.extendedResourceClaimStatus}{\"\\n\"}'"
+claim=$(kubectl get pod "$DRA_POD" -o jsonpath='{.status.extendedResourceClaimStatus.resourceClaimName}')
+[[ -n $claim ]] || die "the DRA demo pod has no extendedResourceClaimStatus: not served through DRA"
+run "kubectl logs $DRA_POD | grep -E '^NVIDIA_VISIBLE_DEVICES'"
+run "kubectl delete pod $DRA_POD"
+
+step "DRA: the planner reshapes the DRA node for a pod asking for nvidia.com/mig-2g.20gb, as it did on the device-plugin path"
+# As above: removing the hand-set annotation hands the node to the planner.
+run "kubectl annotate node $NODE nvidia.com/mig.config-"
+dra_planner_pod=${planner_pod//$PLANNER_POD/$DRA_PLANNER_POD}
+for ((i = 0; i < 60; i++)); do
+	ann=$(kubectl create --dry-run=server -o jsonpath='{.metadata.annotations.migflex\.io/reshape}' -f - <<<"$dra_planner_pod" 2>/dev/null) || ann=
+	[[ -n $ann ]] && break
+	sleep 0.5
+done
+[[ -n $ann ]] || die "the reshape-first webhook leaves the DRA demo pod to the planner (kubectl -n gpu-webhook logs -l app=gpu-webhook)"
+start=$(date +%s%N)
+run "kubectl apply -f - <<EOF
+$dra_planner_pod
+EOF"
+run "kubectl wait --for=jsonpath='{.status.phase}'=Running pod/$DRA_PLANNER_POD --timeout=180s"
+dra_took_ms=$((($(date +%s%N) - start) / 1000000))
+[[ -n $(kubectl get pod "$DRA_PLANNER_POD" -o jsonpath='{.status.extendedResourceClaimStatus.resourceClaimName}') ]] ||
+	die "the DRA planner demo pod runs without a claim: not served through DRA"
+secs() { printf '%d.%03d s' $(($1 / 1000)) $(($1 % 1000)); }
+printf '\n%sPlanner reshape, kubectl apply to Running: DRA %s; device plugin (above) %s. On DRA the scheduler sees the new device when the agent republishes the ResourceSlice, with no kubelet status update in between.%s\n' \
+	"$bold" "$(secs "$dra_took_ms")" "$(secs "$dp_took_ms")" "$plain"
+run "kubectl get events --field-selector involvedObject.name=$DRA_PLANNER_POD,reason=MigReshapePlanned -o custom-columns=REASON:.reason,MESSAGE:.message"
+run "kubectl get pod $DRA_PLANNER_POD -o jsonpath='{.status.extendedResourceClaimStatus}{\"\\n\"}'"
+run "kubectl get resourceslices -o jsonpath='{range .items[*].spec.devices[*]}{.name}{\"\\t\"}{.attributes.profile.string}{\"\\n\"}{end}'"
+
 # --- what next -----------------------------------------------------------------
 STEP="done"
 cat <<EOF
 
-${bold}==> Done in $((SECONDS - T0))s. The cluster stays up; to keep exploring:$plain
+${bold}==> Done in $((SECONDS - T0))s. The cluster stays up, its node serving through DRA; to keep exploring:$plain
 
   export KUBECONFIG=$KUBECONFIG_ADMIN
   alias kubectl=$KUBECTL   # the pinned kubectl; the host's may differ
@@ -256,11 +397,12 @@ ${bold}==> Done in $((SECONDS - T0))s. The cluster stays up; to keep exploring:$
   kubectl migflex status                            # nodes, GPUs, instances, holders, free devices
   kubectl migflex explain POD                       # why a pod waits, or where it runs
   kubectl migflex plan                              # the planner's next round, dry run
-  kubectl describe node $NODE                       # allocatable, labels, MigConfig* Events
+  kubectl describe node $NODE                       # labels, MigConfig* Events
+  kubectl get resourceslices -o yaml                # the node's devices, as the DRA scheduler sees them
   kubectl get node $NODE -o jsonpath='{.metadata.annotations.migflex\.io/mig\.layout}' | jq .
   kubectl -n gpu-webhook exec ds/migflex-agent -- /device-plugin sim show
   kubectl -n gpu-webhook exec ds/migflex-agent -- /device-plugin sim inject-xid --gpu 0 --gi 1 --xid 79
-  #   the device drops out of allocatable and comes back 30s later (MIGFLEX_AGENT_HEALTH_QUIET_PERIOD)
+  #   the device is tainted in the ResourceSlice (left out where DRADeviceTaints is off), healthy again 30s later (MIGFLEX_AGENT_HEALTH_QUIET_PERIOD)
   kubectl annotate node $NODE --overwrite nvidia.com/mig.config='{version: v1, mig-configs: {selected: [{devices: all, mig-enabled: true, mig-devices: {2g.20gb: 3}}]}}'
   kubectl -n gpu-webhook logs ds/migflex-agent
   kubectl -n gpu-webhook logs -l app=gpu-webhook --tail=-1

@@ -580,3 +580,78 @@ func TestDRAReshapeToRunning(t *testing.T) {
 	t.Log("change + creation -> Running, " + summary("device plugin", dp))
 	t.Log("change + creation -> Running, " + summary("DRA", dra))
 }
+
+// TestDRAPlannerReshapeToRunning measures what TestPlannerReshapesForAPendingPod
+// measures, on both paths in the same run: every GPU seven free 1g.10gb, the
+// node opted in to the planner, a pod asking for nvidia.com/mig-3g.40gb
+// timed from just before its creation to the watch event that shows it
+// Running, through the planner's reshape (its MigReshapePlanned Event is
+// checked each run). First on the device-plugin path, then with the node
+// switched to DRA, where the planner reads the node's supply from its
+// ResourceSlices and the scheduler sees the new devices when the agent
+// republishes them. A measurement, not a check (no threshold): it runs only
+// with MIGFLEX_E2E_DRA_RUNS set (runs per path, e.g. 10).
+func TestDRAPlannerReshapeToRunning(t *testing.T) {
+	runs, _ := strconv.Atoi(os.Getenv("MIGFLEX_E2E_DRA_RUNS"))
+	if runs <= 0 {
+		t.Skip("MIGFLEX_E2E_DRA_RUNS is unset: a measurement, run on request")
+	}
+	ns := planner(t)
+	period := 10 * time.Second
+	if d, err := time.ParseDuration(os.Getenv("KUBELET_NODE_STATUS_UPDATE_FREQUENCY")); err == nil && d > 0 {
+		period = d
+	}
+	measure := func(path string, reset func()) []time.Duration {
+		var took []time.Duration
+		for i := range runs {
+			reset()
+			// Runs start spread over the kubelet's status period, as pods
+			// arrive at any phase of it.
+			time.Sleep(period * time.Duration(i) / time.Duration(runs))
+			name := fmt.Sprintf("%s-%d", path, i)
+			w, err := cluster.Client.CoreV1().Pods(ns).Watch(t.Context(), metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			cluster.CreatePod(t, gpuPod(ns, name, "nvidia.com/mig-3g.40gb", 1, "sleep", "3600"))
+			running, err := waitRunning(t.Context(), w)
+			w.Stop()
+			if err != nil {
+				p, _ := cluster.Client.CoreV1().Pods(ns).Get(t.Context(), name, metav1.GetOptions{})
+				n, _ := cluster.Node(t.Context())
+				t.Fatalf("%s run %d: %v; pod %+v; node %s", path, i, err, p.Status, summary(n))
+			}
+			took = append(took, running.Sub(start))
+			msg := podEvent(t, ns, name, reasonPlanned, "will run on node "+cluster.NodeName+": GPU ", "-> ")
+			t.Logf("%s run %d: %s; %s", path, i, running.Sub(start).Round(time.Millisecond), msg)
+			if _, err := cluster.WaitForNode(t.Context(), "the agent reporting "+name+" on its device", timeout, func(n *corev1.Node) error {
+				if !strings.Contains(n.Annotations[annotationLayout], ns+"/"+name) {
+					return fmt.Errorf("layout %s", n.Annotations[annotationLayout])
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			deletePodAndWait(t, ns, name)
+		}
+		return took
+	}
+	stats := func(path string, d []time.Duration) string {
+		return fmt.Sprintf("%s: %d runs, p50 %s, p90 %s, min %s, max %s", path, len(d),
+			percentile(d, 0.5).Round(time.Millisecond), percentile(d, 0.9).Round(time.Millisecond),
+			slices.Min(d).Round(time.Millisecond), slices.Max(d).Round(time.Millisecond))
+	}
+	dp := measure("device-plugin", func() { resetTo1g(t) })
+	switchToDRA(t)
+	dra := measure("dra", func() {
+		written := time.Now()
+		applyDRALayout(t, gpuLayouts{0: all1g, 1: all1g})
+		if d := time.Until(written.Add(2 * time.Second)); d > 0 {
+			time.Sleep(d) // the planner's --manual-hold, as resetTo1g
+		}
+	})
+	t.Logf("creation -> Running through the planner's reshape (kubelet status period %s, planner %q)", period, plannerArgs)
+	t.Log(stats("device plugin", dp))
+	t.Log(stats("DRA", dra))
+}
