@@ -53,13 +53,9 @@ func applyCommand() command {
 		if err != nil {
 			return r.fail(err)
 		}
-		client, _, err := r.kube()
+		node, err := r.node(ctx, v.node)
 		if err != nil {
 			return r.fail(err)
-		}
-		node, err := client.CoreV1().Nodes().Get(ctx, v.node, metav1.GetOptions{})
-		if err != nil {
-			return r.fail(fmt.Errorf("node %s: %w", v.node, err))
 		}
 		code, err := v.check(io.Discard, node, data)
 		switch {
@@ -71,6 +67,10 @@ func applyCommand() command {
 			return ExitAttention
 		}
 		patch, err := annotationPatch(key, string(data))
+		if err != nil {
+			return r.fail(err)
+		}
+		client, _, err := r.kube()
 		if err != nil {
 			return r.fail(err)
 		}

@@ -159,13 +159,9 @@ func validateCommand() command {
 		if err != nil {
 			return r.fail(err)
 		}
-		client, _, err := r.kube()
+		node, err := r.node(ctx, v.node)
 		if err != nil {
 			return r.fail(err)
-		}
-		node, err := client.CoreV1().Nodes().Get(ctx, v.node, metav1.GetOptions{})
-		if err != nil {
-			return r.fail(fmt.Errorf("node %s: %w", v.node, err))
 		}
 		code, err := v.check(r.Out, node, data)
 		if err != nil {
@@ -174,4 +170,18 @@ func validateCommand() command {
 		return code
 	}
 	return c
+}
+
+// node reads the named Node, for the commands that check a file against
+// its GPUs.
+func (r *runner) node(ctx context.Context, name string) (*corev1.Node, error) {
+	client, _, err := r.kube()
+	if err != nil {
+		return nil, err
+	}
+	n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", name, err)
+	}
+	return n, nil
 }
