@@ -88,7 +88,7 @@ test-deps:
 	hack/install-debs.sh shellcheck:shellcheck gcc-aarch64-linux-gnu:aarch64-linux-gnu-gcc \
 	  libc6-dev-arm64-cross:/usr/aarch64-linux-gnu/include/stdio.h qemu-user-static:qemu-aarch64-static
 
-# Unit tests: no root, no cluster. Integration tests (internal/testenv) skip
+# Unit tests: no root, no cluster. Integration tests (internal/testsupport/testenv) skip
 # here unless envtest assets happen to be built.
 test-unit: lint
 	$(GO) test $(GO_TEST_FLAGS) ./...

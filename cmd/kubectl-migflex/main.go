@@ -3,17 +3,8 @@
 package main
 
 import (
-	"context"
-	"os"
-	"os/signal"
-	"syscall"
-
 	"github.com/migflex/migflex/internal/migflexctl"
+	"github.com/migflex/migflex/internal/platform/cli"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := migflexctl.New().Run(ctx, os.Args[1:])
-	stop()
-	os.Exit(code)
-}
+func main() { cli.Main(migflexctl.Main) }

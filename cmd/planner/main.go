@@ -1,92 +1,11 @@
 // Command planner is migflex's planner in the cluster: it turns pods the
 // scheduler could not place for lack of a MIG profile into layouts on
-// opted-in nodes (internal/reshape).
+// opted-in nodes (internal/planner).
 package main
 
 import (
-	"context"
-	"errors"
-	"flag"
-	"os"
-	"os/signal"
-	"syscall"
-
-	"k8s.io/klog/v2"
-
-	"github.com/migflex/migflex/internal/cli"
 	"github.com/migflex/migflex/internal/planner"
-	"github.com/migflex/migflex/internal/reshape"
+	"github.com/migflex/migflex/internal/platform/cli"
 )
 
-// plannerFlags declares the planner's flags into c, one line each: default,
-// help and environment twin (MIGFLEX_PLANNER_<FLAG>).
-func plannerFlags(c *reshape.Config) *cli.Flags {
-	f := cli.New("planner", "planner")
-	pol, cad := planner.DefaultPolicy(), planner.DefaultCadence()
-	c.Policy = pol
-	f.String(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty means $KUBECONFIG when set, else the in-cluster configuration", cli.NoEnv())
-	f.Bool(&c.DryRun, "dry-run", false, "plan and explain (Events, the migflex.io/mig.config.proposed annotation) but never write nvidia.com/mig.config")
-	f.Duration(&c.Policy.Cooldown, "cooldown", pol.Cooldown, "how long a GPU is left alone after the planner changed it")
-	f.Int(&c.Policy.MaxGPUsPerRound, "max-gpus-per-round", pol.MaxGPUsPerRound, "GPUs one round may repartition (0: no cap)")
-	f.Int(&c.MaxNodesPerRound, "max-nodes-per-round", reshape.DefaultMaxNodesPerRound, "nodes one round may change (0: no cap, as for --max-gpus-per-round)")
-	f.Duration(&c.ManualHold, "manual-hold", reshape.DefaultManualHold, "how long an opted-in node is left alone after someone else changed its nvidia.com/mig.config (negative: not at all)")
-	f.Duration(&c.Cadence.Idle, "batch-idle", cad.Idle, "a round starts once the cluster has not changed for this long")
-	f.Duration(&c.Cadence.Max, "batch-max", cad.Max, "... or this long after the first change it waits for")
-	f.Duration(&c.Cadence.Resync, "resync", cad.Resync, "how often a round runs again while pods wait and nothing changes")
-	f.Bool(&c.Cadence.Leading, "batch-leading", cad.Leading, "run a round at once for the first change after a quiet spell (a lone pod waits no --batch-idle; a burst's first pod gets a change of its own)")
-	f.Duration(&c.StartGrace, "start-grace", reshape.DefaultStartGrace, "how long a node whose pods just started is left alone until its agent reports their devices")
-	f.Duration(&c.MixHalfLife, "mix-half-life", reshape.DefaultMixHalfLife, "how fast the demand mix the planner keeps free capacity usable for forgets")
-	f.Bool(&c.LeaderElection, "leader-elect", true, "run rounds only in the replica holding the leader Lease")
-	f.String(&c.LeaseNamespace, "leader-elect-namespace", "", "namespace of the leader Lease (the Deployment sets its own)")
-	f.String(&c.LeaseName, "leader-elect-name", reshape.DefaultLeaseName, "name of the leader Lease")
-	f.String(&c.Identity, "leader-elect-identity", "", "this replica's name in the Lease (the pod's name; empty: the host name), to which each process adds a random suffix")
-	f.Duration(&c.LeaseDuration, "leader-elect-lease-duration", reshape.DefaultLeaseDuration, "how long followers wait before taking a Lease its holder stopped renewing")
-	f.Duration(&c.RenewDeadline, "leader-elect-renew-deadline", reshape.DefaultRenewDeadline, "how long the leader keeps trying to renew before it gives up leading")
-	f.Duration(&c.RetryPeriod, "leader-elect-retry-period", reshape.DefaultRetryPeriod, "how often the Lease is tried")
-	f.String(&c.MetricsAddr, "metrics-addr", reshape.DefaultMetricsAddr, `HTTPS listen address for /metrics (to clients whose token the API server authorizes for it) and /healthz (to anyone); "" disables both`)
-	f.String(&c.MetricsCertDir, "metrics-cert-dir", "", "directory with tls.crt and tls.key for --metrics-addr (a mounted Secret), reloaded on change; empty: a self-signed certificate made at start")
-	f.Float64(&c.KubeAPIQPS, "kube-api-qps", reshape.DefaultKubeAPIQPS, "requests per second the API client may make on average")
-	f.Int(&c.KubeAPIBurst, "kube-api-burst", reshape.DefaultKubeAPIBurst, "requests the API client may make in a burst")
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	for _, name := range []string{"v", "vmodule"} {
-		fl := klogFlags.Lookup(name)
-		f.FlagSet.Var(fl.Value, fl.Name, fl.Usage)
-	}
-	return f
-}
-
-// parseFlags parses args with defaults from lookupEnv into a checked
-// Config.
-func parseFlags(args []string, lookupEnv func(string) (string, bool)) (reshape.Config, error) {
-	var c reshape.Config
-	f := plannerFlags(&c)
-	if err := f.Parse(args, lookupEnv); err != nil {
-		return c, err
-	}
-	if c.MaxNodesPerRound == 0 {
-		c.MaxNodesPerRound = -1 // the Options' spelling of no cap; their 0 is the default
-	}
-	if err := c.Validate(f.Name); err != nil {
-		f.Fail(err)
-		return c, err
-	}
-	return c, nil
-}
-
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	c, err := parseFlags(os.Args[1:], os.LookupEnv)
-	if err == nil {
-		err = reshape.Run(ctx, c, os.Getenv)
-	}
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0)
-	}
-	if err != nil {
-		klog.ErrorS(err, "Planner failed")
-		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
-	}
-	klog.Flush()
-}
+func main() { cli.Main(planner.Main) }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/migflex/migflex/internal/platform/cli"
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -246,4 +247,11 @@ func printData(w io.Writer, format string, v any) error {
 	}
 	_, err = fmt.Fprintf(w, "%s\n", b)
 	return err
+}
+
+// Main is the kubectl-migflex binary.
+func Main(ctx context.Context, args []string, env cli.Env) int {
+	a := New()
+	a.Out, a.Err, a.Getenv = env.Stdout, env.Stderr, env.Getenv
+	return a.Run(ctx, args)
 }

@@ -11,9 +11,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/migflex/migflex/internal/configcheck"
-	"github.com/migflex/migflex/internal/migconfig"
-	"github.com/migflex/migflex/internal/nodeinfo"
+	"github.com/migflex/migflex/internal/domain/migconfig"
+	"github.com/migflex/migflex/internal/domain/migconfig/configcheck"
+	"github.com/migflex/migflex/internal/domain/nodeinfo"
 )
 
 // annotationPatch is the merge patch setting one annotation: the document

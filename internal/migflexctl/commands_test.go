@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/migflex/migflex/internal/nodeinfo"
+	"github.com/migflex/migflex/internal/domain/nodeinfo"
 )
 
 func all1g(index int) nodeinfo.GPU {

@@ -15,13 +15,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
-	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/domain/resourcename"
+	"github.com/migflex/migflex/internal/domain/schedview"
 	"github.com/migflex/migflex/internal/planner"
-	"github.com/migflex/migflex/internal/plansnap"
-	"github.com/migflex/migflex/internal/reshape"
-	"github.com/migflex/migflex/internal/resourcename"
-	"github.com/migflex/migflex/internal/schedview"
+	"github.com/migflex/migflex/internal/planner/plansnap"
+	"github.com/migflex/migflex/internal/planner/solver"
 	"github.com/migflex/migflex/internal/webhook"
+	"github.com/migflex/migflex/internal/webhook/fallback"
 )
 
 // Explanation is what `explain` reports on a pod, and its -o json|yaml
@@ -98,7 +98,7 @@ type PlannerView struct {
 
 // plannerEventReasons are the Event reasons shown from the pod's Events:
 // the planner's, and the scheduler's.
-var plannerEventReasons = []string{reshape.ReasonPlanned, reshape.ReasonImpossible, "FailedScheduling", "Scheduled"}
+var plannerEventReasons = []string{planner.ReasonPlanned, planner.ReasonImpossible, "FailedScheduling", "Scheduled"}
 
 // requestAsWritten is the pod's GPU devices before the webhook rewrote
 // it: its containers with the resources fallback.AnnotationOriginal
@@ -194,7 +194,7 @@ func Explain(pod *corev1.Pod, nodes []corev1.Node, pods []corev1.Pod, events []c
 	for i := range pods {
 		podPtrs = append(podPtrs, &pods[i])
 	}
-	preview, err := reshape.PreviewRound(reshape.Options{Policy: planner.DefaultPolicy()}, now, nodePtrs, podPtrs)
+	preview, err := planner.PreviewRound(planner.Options{Policy: solver.DefaultPolicy()}, now, nodePtrs, podPtrs)
 	if err != nil {
 		return ex, fmt.Errorf("the planner's round: %w", err)
 	}
@@ -257,7 +257,7 @@ func inUseNotes(pod *corev1.Pod, st Status) []string {
 }
 
 // plannerView is the round's answer for pod.
-func plannerView(p reshape.Preview, pod *corev1.Pod) *PlannerView {
+func plannerView(p planner.Preview, pod *corev1.Pod) *PlannerView {
 	key := pod.Namespace + "/" + pod.Name
 	v := &PlannerView{}
 	i := slices.IndexFunc(p.Pending, func(q *corev1.Pod) bool { return q.Namespace == pod.Namespace && q.Name == pod.Name })
@@ -401,9 +401,9 @@ func renderExplanation(w io.Writer, ex Explanation, s style) {
 		switch {
 		case !p.Considered:
 			put("  planner now: ", "does not plan for it: the scheduler has not marked it unschedulable (yet)")
-		case p.Action == string(planner.ActionExisting):
+		case p.Action == string(solver.ActionExisting):
 			put("  planner now: ", "free devices that exist serve it; nothing to change (the scheduler should place it)")
-		case p.Action == string(planner.ActionReshape):
+		case p.Action == string(solver.ActionReshape):
 			put("  planner now: ", cmp.Or(p.Event, "would reshape node "+p.Node+" for it"))
 		default:
 			put("  planner now: ", "no change it may make serves it: "+p.Reason)

@@ -10,10 +10,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/migflex/migflex/internal/fallback"
-	"github.com/migflex/migflex/internal/nodeinfo"
-	"github.com/migflex/migflex/internal/reshape"
-	"github.com/migflex/migflex/internal/resourcename"
+	"github.com/migflex/migflex/internal/domain/nodeinfo"
+	"github.com/migflex/migflex/internal/domain/resourcename"
+	"github.com/migflex/migflex/internal/planner"
+	"github.com/migflex/migflex/internal/webhook/fallback"
 )
 
 var (
@@ -92,7 +92,7 @@ func TestExplainRunningPod(t *testing.T) {
 	p.Spec.NodeName, p.Status.Phase, p.Status.Conditions = "gpu-a", corev1.PodRunning, nil
 	other := pendingPod("other", mig1g, 1)
 	other.Namespace = "elsewhere"
-	code, out, _ := run(t, fakeClient(n, p, other, event(p, corev1.EventTypeNormal, reshape.ReasonPlanned, "will run on node gpu-a: GPU 0 repartitioned 7x1g.10gb -> 3g.40gb + 4g.40gb", 3)), "", "explain", "run", "-o", "json")
+	code, out, _ := run(t, fakeClient(n, p, other, event(p, corev1.EventTypeNormal, planner.ReasonPlanned, "will run on node gpu-a: GPU 0 repartitioned 7x1g.10gb -> 3g.40gb + 4g.40gb", 3)), "", "explain", "run", "-o", "json")
 	if code != ExitOK {
 		t.Errorf("exit %d, want %d: the pod runs", code, ExitOK)
 	}
@@ -104,7 +104,7 @@ func TestExplainRunningPod(t *testing.T) {
 		Pod: "ns/run", Phase: "Running", Node: "gpu-a",
 		Requested: map[string]int64{string(mig3g): 1}, Effective: map[string]int64{string(mig3g): 1},
 		Devices: []HeldDevice{{Node: "gpu-a", GPU: 0, Profile: "3g.40gb", Placement: "0:4", UUID: "MIG-00000000-0000-5000-8000-000000000000", Health: "Healthy"}},
-		Events:  []EventLine{{Type: "Normal", Reason: reshape.ReasonPlanned, Message: "will run on node gpu-a: GPU 0 repartitioned 7x1g.10gb -> 3g.40gb + 4g.40gb", Count: 1, Last: now.Add(-3 * time.Minute)}},
+		Events:  []EventLine{{Type: "Normal", Reason: planner.ReasonPlanned, Message: "will run on node gpu-a: GPU 0 repartitioned 7x1g.10gb -> 3g.40gb + 4g.40gb", Count: 1, Last: now.Add(-3 * time.Minute)}},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("explain -o json (-want +got):\n%s", diff)

@@ -10,9 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/migflex/migflex/internal/domain/schedview"
 	"github.com/migflex/migflex/internal/planner"
-	"github.com/migflex/migflex/internal/reshape"
-	"github.com/migflex/migflex/internal/schedview"
+	"github.com/migflex/migflex/internal/planner/solver"
 )
 
 // PlanView is what `plan` reports, and its -o json|yaml form.
@@ -22,7 +22,7 @@ type PlanView struct {
 	Pods   []PodView  `json:"pods"`
 	Nodes  []NodeView `json:"nodes"`
 	// Events are the Events the round would record on pods.
-	Events   []reshape.PreviewEvent `json:"events,omitempty"`
+	Events   []planner.PreviewEvent `json:"events,omitempty"`
 	Warnings []string               `json:"warnings,omitempty"`
 }
 
@@ -55,13 +55,13 @@ type GPUView struct {
 }
 
 // describePolicy names the policy a round is planned with.
-func describePolicy(p planner.Policy) string {
+func describePolicy(p solver.Policy) string {
 	return fmt.Sprintf("the planner's defaults (cooldown %s, at most %d GPUs per round)", p.Cooldown, p.MaxGPUsPerRound)
 }
 
 // BuildPlan is the planner's next round on the cluster at now.
 func BuildPlan(nodes []corev1.Node, pods []corev1.Pod, now time.Time) (PlanView, error) {
-	pol := planner.DefaultPolicy()
+	pol := solver.DefaultPolicy()
 	nodePtrs := make([]*corev1.Node, len(nodes))
 	for i := range nodes {
 		nodePtrs[i] = &nodes[i]
@@ -70,7 +70,7 @@ func BuildPlan(nodes []corev1.Node, pods []corev1.Pod, now time.Time) (PlanView,
 	for i := range pods {
 		podPtrs[i] = &pods[i]
 	}
-	p, err := reshape.PreviewRound(reshape.Options{Policy: pol}, now, nodePtrs, podPtrs)
+	p, err := planner.PreviewRound(planner.Options{Policy: pol}, now, nodePtrs, podPtrs)
 	if err != nil {
 		return PlanView{}, fmt.Errorf("the planner's round: %w", err)
 	}
@@ -79,7 +79,7 @@ func BuildPlan(nodes []corev1.Node, pods []corev1.Pod, now time.Time) (PlanView,
 		pod := p.Pending[i]
 		v.Pods = append(v.Pods, PodView{Pod: pp.Pod, Asks: counts(schedview.Devices(pod)), Action: string(pp.Action), Node: pp.Node, Reason: pp.Reason})
 	}
-	changes := map[string]planner.NodeChange{}
+	changes := map[string]solver.NodeChange{}
 	for _, nc := range p.Result.Nodes {
 		changes[nc.Node] = nc
 	}
@@ -94,7 +94,7 @@ func BuildPlan(nodes []corev1.Node, pods []corev1.Pod, now time.Time) (PlanView,
 }
 
 // layoutText is a GPU's layout after a change, "4g.40gb@0 3g.40gb@4".
-func layoutText(g planner.GPUChange) string {
+func layoutText(g solver.GPUChange) string {
 	if !g.MigEnabled {
 		return "MIG off (whole GPU)"
 	}
@@ -137,7 +137,7 @@ func planCommand() command {
 				return r.fail(err)
 			}
 			for _, p := range v.Pods {
-				if p.Action == string(planner.ActionNone) {
+				if p.Action == string(solver.ActionNone) {
 					return ExitAttention
 				}
 			}

@@ -11,11 +11,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/migflex/migflex/internal/configcheck"
-	"github.com/migflex/migflex/internal/gpumodel"
-	"github.com/migflex/migflex/internal/mig"
-	"github.com/migflex/migflex/internal/migconfig"
-	"github.com/migflex/migflex/internal/nodeinfo"
+	"github.com/migflex/migflex/internal/domain/gpumodel"
+	"github.com/migflex/migflex/internal/domain/mig"
+	"github.com/migflex/migflex/internal/domain/migconfig"
+	"github.com/migflex/migflex/internal/domain/migconfig/configcheck"
+	"github.com/migflex/migflex/internal/domain/nodeinfo"
 )
 
 // NodeGPUs are a node's GPUs as its agent's discovery reported them, read

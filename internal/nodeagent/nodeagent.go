@@ -2,7 +2,7 @@
 // backend, runs the node's Xid health checks, and wires the device plugin
 // (with the backend's PostAllocator, when it has one, and the health
 // checks), the kubelet's pod-resources client and the Kubernetes client
-// into internal/agent. cmd/device-plugin only turns flags into a Config.
+// into internal/nodeagent/agent. cmd/device-plugin only turns flags into a Config.
 package nodeagent
 
 import (
@@ -20,20 +20,20 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
-	"github.com/migflex/migflex/internal/agent"
-	"github.com/migflex/migflex/internal/cli"
-	"github.com/migflex/migflex/internal/deviceplugin"
-	"github.com/migflex/migflex/internal/dra"
-	"github.com/migflex/migflex/internal/dra/cdi"
-	"github.com/migflex/migflex/internal/dra/draplugin"
-	"github.com/migflex/migflex/internal/draserver"
-	"github.com/migflex/migflex/internal/health"
-	"github.com/migflex/migflex/internal/kubeclient"
-	"github.com/migflex/migflex/internal/metricsserver"
-	"github.com/migflex/migflex/internal/mig"
-	"github.com/migflex/migflex/internal/nodeinfo"
-	"github.com/migflex/migflex/internal/nvmlbackend"
-	"github.com/migflex/migflex/internal/podresources"
+	"github.com/migflex/migflex/internal/domain/dra"
+	"github.com/migflex/migflex/internal/domain/mig"
+	"github.com/migflex/migflex/internal/domain/nodeinfo"
+	"github.com/migflex/migflex/internal/nodeagent/agent"
+	"github.com/migflex/migflex/internal/nodeagent/cdi"
+	"github.com/migflex/migflex/internal/nodeagent/deviceplugin"
+	"github.com/migflex/migflex/internal/nodeagent/draplugin"
+	"github.com/migflex/migflex/internal/nodeagent/draserver"
+	"github.com/migflex/migflex/internal/nodeagent/health"
+	"github.com/migflex/migflex/internal/nodeagent/podresources"
+	"github.com/migflex/migflex/internal/nvml/nvmlbackend"
+	"github.com/migflex/migflex/internal/platform/cli"
+	"github.com/migflex/migflex/internal/platform/kubeclient"
+	"github.com/migflex/migflex/internal/platform/metricsserver"
 )
 
 // The agent's servers of the devices, one per node: the device plugin, or

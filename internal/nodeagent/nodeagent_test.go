@@ -7,7 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/migflex/migflex/internal/health"
+	"github.com/migflex/migflex/internal/nodeagent/health"
 )
 
 func TestHealthOptions(t *testing.T) {

@@ -9,8 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/migflex/migflex/internal/fallback"
-	"github.com/migflex/migflex/internal/schedview"
+	"github.com/migflex/migflex/internal/domain/schedview"
+	"github.com/migflex/migflex/internal/webhook/fallback"
 )
 
 // BenchmarkMutate serves /mutate against a 5,000-node snapshot, the way

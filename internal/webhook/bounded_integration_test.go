@@ -18,10 +18,10 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
-	"github.com/migflex/migflex/internal/fallback"
-	"github.com/migflex/migflex/internal/schedview"
-	"github.com/migflex/migflex/internal/testenv"
-	"github.com/migflex/migflex/internal/testutil"
+	"github.com/migflex/migflex/internal/domain/schedview"
+	"github.com/migflex/migflex/internal/testsupport/testenv"
+	"github.com/migflex/migflex/internal/testsupport/testutil"
+	"github.com/migflex/migflex/internal/webhook/fallback"
 )
 
 // warnings collects the API server's warnings to one client.

@@ -10,11 +10,11 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
-	"github.com/migflex/migflex/internal/dra"
-	"github.com/migflex/migflex/internal/fallback"
-	"github.com/migflex/migflex/internal/nodeinfo"
-	"github.com/migflex/migflex/internal/testenv"
-	"github.com/migflex/migflex/internal/testutil"
+	"github.com/migflex/migflex/internal/domain/dra"
+	"github.com/migflex/migflex/internal/domain/nodeinfo"
+	"github.com/migflex/migflex/internal/testsupport/testenv"
+	"github.com/migflex/migflex/internal/testsupport/testutil"
+	"github.com/migflex/migflex/internal/webhook/fallback"
 )
 
 // On a DRA node the webhook counts the devices of the node's

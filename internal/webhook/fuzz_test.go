@@ -9,8 +9,8 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/migflex/migflex/internal/fallback"
-	"github.com/migflex/migflex/internal/resourcename"
+	"github.com/migflex/migflex/internal/domain/resourcename"
+	"github.com/migflex/migflex/internal/webhook/fallback"
 )
 
 // FuzzMutate feeds arbitrary bodies to /mutate: it must never panic, must

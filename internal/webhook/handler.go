@@ -15,10 +15,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 
-	"github.com/migflex/migflex/internal/fallback"
-	"github.com/migflex/migflex/internal/planner"
-	"github.com/migflex/migflex/internal/schedview"
-	"github.com/migflex/migflex/internal/textcut"
+	"github.com/migflex/migflex/internal/domain/schedview"
+	"github.com/migflex/migflex/internal/planner/solver"
+	"github.com/migflex/migflex/internal/platform/textcut"
+	"github.com/migflex/migflex/internal/webhook/fallback"
 )
 
 // DefaultMaxRequestBytes bounds a /mutate body. The API server accepts
@@ -207,13 +207,13 @@ func (h *Handler) podOf(ctx context.Context, req *admissionv1.AdmissionRequest) 
 // with no type fitting, may wait for the planner instead (reshape-first:
 // reshape is set when the planner says it can serve the pod as asked); a
 // denial stands (the pod's own mistake, or a policy's word).
-func (h *Handler) decide(ctx context.Context, pod *corev1.Pod, snap *schedview.Snapshot) (d fallback.Decision, plan planner.PodPlan, reshape bool) {
+func (h *Handler) decide(ctx context.Context, pod *corev1.Pod, snap *schedview.Snapshot) (d fallback.Decision, plan solver.PodPlan, reshape bool) {
 	start := time.Now()
 	d = h.opts.Decider.DecideContext(ctx, pod, snap)
 	if h.opts.Reshaper != nil && d.Err == nil && (d.Outcome == fallback.OutcomeRewritten || d.Outcome == fallback.OutcomeUnsatisfiable) {
 		var ok bool
 		plan, ok = h.opts.Reshaper.CanSupply(pod)
-		reshape = ok && plan.Action != planner.ActionNone
+		reshape = ok && plan.Action != solver.ActionNone
 	}
 	h.opts.Metrics.decision.Observe(time.Since(start).Seconds())
 	return d, plan, reshape
@@ -235,7 +235,7 @@ func podRef(req *admissionv1.AdmissionRequest, pod *corev1.Pod) klog.ObjectRef {
 
 // answerReshape leaves the pod's GPU requests for the planner: the
 // migflex.io/reshape annotation, and a warning saying what it will get.
-func (h *Handler) answerReshape(req *admissionv1.AdmissionRequest, resp *admissionv1.AdmissionResponse, ref klog.ObjectRef, pod *corev1.Pod, d fallback.Decision, plan planner.PodPlan) (string, error) {
+func (h *Handler) answerReshape(req *admissionv1.AdmissionRequest, resp *admissionv1.AdmissionResponse, ref klog.ObjectRef, pod *corev1.Pod, d fallback.Decision, plan solver.PodPlan) (string, error) {
 	patch, err := h.marshal(reshapePatch(pod))
 	if err != nil {
 		return "", internalError("encoding patch: %v", err)

@@ -27,11 +27,11 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/migflex/migflex/internal/certwatch/certtest"
-	"github.com/migflex/migflex/internal/fallback"
-	"github.com/migflex/migflex/internal/resourcename"
-	"github.com/migflex/migflex/internal/testenv"
-	"github.com/migflex/migflex/internal/testutil"
+	"github.com/migflex/migflex/internal/domain/resourcename"
+	"github.com/migflex/migflex/internal/platform/certwatch/certtest"
+	"github.com/migflex/migflex/internal/testsupport/testenv"
+	"github.com/migflex/migflex/internal/testsupport/testutil"
+	"github.com/migflex/migflex/internal/webhook/fallback"
 )
 
 // Names the manifests use (deployments/kustomize/base/webhook-configuration.yaml,

@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/migflex/migflex/internal/metricsdoc"
+	"github.com/migflex/migflex/internal/testsupport/metricsdoc"
 )
 
 // TestMetricsDocumented: every metric the webhook serves is in

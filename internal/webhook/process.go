@@ -7,10 +7,10 @@ import (
 	"os"
 	"time"
 
-	"github.com/migflex/migflex/internal/fallback"
-	"github.com/migflex/migflex/internal/kubeclient"
-	"github.com/migflex/migflex/internal/metricsserver"
-	"github.com/migflex/migflex/internal/plansnap"
+	"github.com/migflex/migflex/internal/planner/plansnap"
+	"github.com/migflex/migflex/internal/platform/kubeclient"
+	"github.com/migflex/migflex/internal/platform/metricsserver"
+	"github.com/migflex/migflex/internal/webhook/fallback"
 )
 
 // DefaultMetricsAddr is the command's metrics listener unless told

@@ -9,11 +9,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/migflex/migflex/internal/fallback"
-	"github.com/migflex/migflex/internal/nodeinfo"
-	"github.com/migflex/migflex/internal/planner"
-	"github.com/migflex/migflex/internal/plansnap"
-	"github.com/migflex/migflex/internal/schedview"
+	"github.com/migflex/migflex/internal/domain/nodeinfo"
+	"github.com/migflex/migflex/internal/domain/schedview"
+	"github.com/migflex/migflex/internal/planner/plansnap"
+	"github.com/migflex/migflex/internal/planner/solver"
+	"github.com/migflex/migflex/internal/webhook/fallback"
 )
 
 // AnnotationReshape records on a pod that the webhook left its GPU request
@@ -27,7 +27,7 @@ const ReshapeExpected = "expected"
 // devices that exist, or by reshaping free capacity of an opted-in node
 // without touching an instance in use. ok is false until it can answer.
 type Reshaper interface {
-	CanSupply(pod *corev1.Pod) (plan planner.PodPlan, ok bool)
+	CanSupply(pod *corev1.Pod) (plan solver.PodPlan, ok bool)
 }
 
 // Defaults of ReshapeView.
@@ -42,15 +42,15 @@ const (
 )
 
 // ReshapeView answers Reshaper from the webhook's Node informer, with the
-// planner's own reading of the Nodes (internal/plansnap) and its pure
+// planner's own reading of the Nodes (internal/planner/plansnap) and its pure
 // Supplier: the same function the planner runs, on the webhook's cache.
 type ReshapeView struct {
 	mu      sync.Mutex
 	nodes   map[string]*corev1.Node
 	dirty   bool
 	built   time.Time
-	sup     *planner.Supplier
-	pl      *planner.Planner
+	sup     *solver.Supplier
+	pl      *solver.Planner
 	refresh time.Duration
 	opts    plansnap.Options
 	// cooldown is the planner's (see NewReshapeView).
@@ -72,9 +72,9 @@ type ReshapeView struct {
 // know which GPUs that change was for, so it holds them all, as a new
 // leader of the planner does.
 func NewReshapeView(fieldManager string, manualHold, cooldown, refresh time.Duration) (*ReshapeView, error) {
-	pol := planner.DefaultPolicy()
+	pol := solver.DefaultPolicy()
 	pol.Cooldown = cooldown
-	pl, err := planner.New(pol)
+	pl, err := solver.New(pol)
 	if err != nil {
 		return nil, err
 	}
@@ -105,10 +105,10 @@ func (v *ReshapeView) DeleteNode(name string) {
 }
 
 // CanSupply implements Reshaper.
-func (v *ReshapeView) CanSupply(pod *corev1.Pod) (planner.PodPlan, bool) {
+func (v *ReshapeView) CanSupply(pod *corev1.Pod) (solver.PodPlan, bool) {
 	sup := v.supplier()
 	if sup == nil {
-		return planner.PodPlan{}, false
+		return solver.PodPlan{}, false
 	}
 	if v.classes != nil {
 		// The webhook sees a pod before its claims exist; only its
@@ -120,7 +120,7 @@ func (v *ReshapeView) CanSupply(pod *corev1.Pod) (planner.PodPlan, bool) {
 
 // supplier is the current Supplier, rebuilt when the Nodes changed (at
 // most every refresh) or it is old.
-func (v *ReshapeView) supplier() *planner.Supplier {
+func (v *ReshapeView) supplier() *solver.Supplier {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.synced != nil && !v.synced() {
@@ -134,7 +134,7 @@ func (v *ReshapeView) supplier() *planner.Supplier {
 	o := v.opts
 	o.Now, o.Cache = now, v.decoded
 	v.decoded.Sweep()
-	snap := planner.Snapshot{Now: now}
+	snap := solver.Snapshot{Now: now}
 	views := make([]plansnap.Node, 0, len(v.nodes))
 	for _, n := range v.nodes {
 		nv := plansnap.FromAPI(n, o)
@@ -187,7 +187,7 @@ func reshapePatch(pod *corev1.Pod) []fallback.Operation {
 }
 
 // reshapeWarning tells the user why the request was not rewritten.
-func reshapeWarning(d fallback.Decision, plan planner.PodPlan) string {
+func reshapeWarning(d fallback.Decision, plan solver.PodPlan) string {
 	var asked []string
 	for _, dev := range plan.Devices {
 		if !slices.Contains(asked, string(dev.Resource)) {
@@ -196,7 +196,7 @@ func reshapeWarning(d fallback.Decision, plan planner.PodPlan) string {
 	}
 	slices.Sort(asked)
 	how := "free devices exist"
-	if plan.Action == planner.ActionReshape {
+	if plan.Action == solver.ActionReshape {
 		how = "the planner can reshape free capacity for it"
 	}
 	instead := "been admitted with no GPU type fitting it"

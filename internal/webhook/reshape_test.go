@@ -10,23 +10,23 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/migflex/migflex/internal/fallback"
-	"github.com/migflex/migflex/internal/nodeinfo"
-	"github.com/migflex/migflex/internal/planner"
+	"github.com/migflex/migflex/internal/domain/nodeinfo"
+	"github.com/migflex/migflex/internal/planner/plansnap"
 	"github.com/migflex/migflex/internal/planner/simmodels"
-	"github.com/migflex/migflex/internal/plansnap"
+	"github.com/migflex/migflex/internal/planner/solver"
+	"github.com/migflex/migflex/internal/webhook/fallback"
 )
 
 const mig3g40 corev1.ResourceName = "nvidia.com/mig-3g.40gb"
 
 // fakeReshaper answers every pod the same.
 type fakeReshaper struct {
-	plan  planner.PodPlan
+	plan  solver.PodPlan
 	ready bool
 	asked int
 }
 
-func (f *fakeReshaper) CanSupply(*corev1.Pod) (planner.PodPlan, bool) {
+func (f *fakeReshaper) CanSupply(*corev1.Pod) (solver.PodPlan, bool) {
 	f.asked++
 	return f.plan, f.ready
 }
@@ -44,7 +44,7 @@ func reshapeFixture(t *testing.T, src SnapshotSource, o fallback.Options, r Resh
 // synced) the webhook falls back too.
 func TestReshapeFirst(t *testing.T) {
 	only1g := StaticSource{snapshotOf(gpuNode("n1", map[corev1.ResourceName]int64{mig1g10: 7}))}
-	reshape := planner.PodPlan{Action: planner.ActionReshape, Node: "n1", Devices: []planner.Device{{GPU: 0, Resource: mig3g40}}}
+	reshape := solver.PodPlan{Action: solver.ActionReshape, Node: "n1", Devices: []solver.Device{{GPU: 0, Resource: mig3g40}}}
 	tests := []struct {
 		name       string
 		src        SnapshotSource
@@ -77,7 +77,7 @@ func TestReshapeFirst(t *testing.T) {
 		},
 		{
 			name: "the planner cannot: falls back as today", src: only1g, pod: gpuPod("p", mig3g40, "1"),
-			reshaper:        &fakeReshaper{plan: planner.PodPlan{Action: planner.ActionNone, Reason: "busy"}, ready: true},
+			reshaper:        &fakeReshaper{plan: solver.PodPlan{Action: solver.ActionNone, Reason: "busy"}, ready: true},
 			wantResult:      string(fallback.OutcomeRewritten),
 			wantAnnotations: map[string]string{fallback.AnnotationFallback: "3g.40gb->1g.10gb"},
 			wantRequest:     mig1g10, wantAllowed: true,
@@ -109,7 +109,7 @@ func TestReshapeFirst(t *testing.T) {
 		{
 			name: "a reinvocation after the planner's expectation is left alone", src: only1g,
 			pod:        withAnnotations(gpuPod("p", mig3g40, "1"), map[string]string{AnnotationReshape: ReshapeExpected}),
-			reshaper:   &fakeReshaper{plan: planner.PodPlan{Action: planner.ActionNone}, ready: true},
+			reshaper:   &fakeReshaper{plan: solver.PodPlan{Action: solver.ActionNone}, ready: true},
 			wantResult: string(fallback.OutcomeAlreadyProcessed), wantAllowed: true,
 			wantAnnotations: map[string]string{AnnotationReshape: ReshapeExpected},
 			wantRequest:     mig3g40,
@@ -222,15 +222,15 @@ func TestReshapeView(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		node *corev1.Node
-		want planner.Action
+		want solver.Action
 	}{
-		{"opted in and free", node("a", true, false), planner.ActionReshape},
-		{"not opted in", node("b", false, false), planner.ActionNone},
-		{"busy where a 3g.40gb would go", node("c", true, true), planner.ActionNone},
+		{"opted in and free", node("a", true, false), solver.ActionReshape},
+		{"not opted in", node("b", false, false), solver.ActionNone},
+		{"busy where a 3g.40gb would go", node("c", true, true), solver.ActionNone},
 		// The planner will not change it again before its cooldown ends:
 		// a pod left for it would wait where a fallback runs at once.
-		{"changed by the planner within its cooldown", changed("d", now.Add(-time.Minute)), planner.ActionNone},
-		{"changed by the planner before its cooldown", changed("e", now.Add(-3*time.Minute)), planner.ActionReshape},
+		{"changed by the planner within its cooldown", changed("d", now.Add(-time.Minute)), solver.ActionNone},
+		{"changed by the planner before its cooldown", changed("e", now.Add(-3*time.Minute)), solver.ActionReshape},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v, err := NewReshapeView("migflex-planner", time.Minute, 2*time.Minute, 0)

@@ -21,7 +21,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/migflex/migflex/internal/certwatch/certtest"
+	"github.com/migflex/migflex/internal/platform/certwatch/certtest"
 )
 
 // TestReusePort: with ReusePort two webhooks share one port, as the old

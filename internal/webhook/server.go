@@ -1,8 +1,8 @@
-// Package webhook is the HTTPS adapter around internal/fallback: it decodes
+// Package webhook is the HTTPS adapter around internal/webhook/fallback: it decodes
 // AdmissionReviews, keeps the cluster view in informer caches, serves
 // /mutate, /healthz and /readyz, and reloads its certificate. Its metrics
 // are served on a port of their own (MetricsHandler, through
-// internal/metricsserver in Run), not to whoever reaches the admission
+// internal/platform/metricsserver in Run), not to whoever reaches the admission
 // port.
 package webhook
 
@@ -17,15 +17,16 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/migflex/migflex/internal/platform/metricsserver"
+
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sys/unix"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
-	"github.com/migflex/migflex/internal/certwatch"
-	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/platform/certwatch"
+	"github.com/migflex/migflex/internal/webhook/fallback"
 )
 
 // Options configure a Server.
@@ -102,8 +103,7 @@ func NewServer(o Options) (*Server, error) {
 		return nil, errors.New("webhook: no decider")
 	}
 	if o.Registry == nil {
-		o.Registry = prometheus.NewRegistry()
-		o.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		o.Registry = metricsserver.NewRegistry()
 	}
 	s := &Server{opts: o, source: o.Source}
 	if s.source == nil {

@@ -17,10 +17,10 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/migflex/migflex/internal/certwatch/certtest"
-	"github.com/migflex/migflex/internal/fallback"
-	"github.com/migflex/migflex/internal/schedview"
-	"github.com/migflex/migflex/internal/testutil"
+	"github.com/migflex/migflex/internal/domain/schedview"
+	"github.com/migflex/migflex/internal/platform/certwatch/certtest"
+	"github.com/migflex/migflex/internal/testsupport/testutil"
+	"github.com/migflex/migflex/internal/webhook/fallback"
 )
 
 // gatedSource is not ready until opened.

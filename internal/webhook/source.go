@@ -17,10 +17,10 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	"github.com/migflex/migflex/internal/drawatch"
-	"github.com/migflex/migflex/internal/nodeinfo"
-	"github.com/migflex/migflex/internal/resourcename"
-	"github.com/migflex/migflex/internal/schedview"
+	"github.com/migflex/migflex/internal/domain/drawatch"
+	"github.com/migflex/migflex/internal/domain/nodeinfo"
+	"github.com/migflex/migflex/internal/domain/resourcename"
+	"github.com/migflex/migflex/internal/domain/schedview"
 )
 
 // SnapshotSource is the cluster view the handler decides against. The

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Measures the hostile mig.config corpus (internal/migconfig/migconfigtest:
+# Measures the hostile mig.config corpus (internal/domain/migconfig/migconfigtest:
 # aliases, nesting, huge numbers, lists and strings, many configurations,
 # junk; up to 256 KiB) in a process of its own: `device-plugin validate` on
 # each document against eight simulated H100s, its peak RSS (GNU time's %M)
@@ -21,7 +21,7 @@ BIN=$OUT/device-plugin
 mkdir -p "$OUT/corpus"
 
 CGO_ENABLED=1 $GO build -trimpath -o "$BIN" ./cmd/device-plugin
-$GO test -count 1 -run '^TestHostileDocumentsAreBounded$' ./internal/migconfig -args -corpus-out "$OUT/corpus" >/dev/null
+$GO test -count 1 -run '^TestHostileDocumentsAreBounded$' ./internal/domain/migconfig -args -corpus-out "$OUT/corpus" >/dev/null
 
 # measure FILE: prints "exit peak-KiB seconds".
 measure() {

@@ -53,7 +53,7 @@ $GO build -o "$BIN/scalebench" ./test/bench/cmd/scalebench
 log "micro-benchmarks (go test -bench, -benchtime $BENCHTIME)"
 $GO test -run '^$' -benchtime "$BENCHTIME" -count 1 \
 	-bench 'BenchmarkDecide|BenchmarkDecideCapacity|BenchmarkSnapshotFromList|BenchmarkBuilderNodeUpdate|BenchmarkMutate|BenchmarkPlanner' \
-	./internal/fallback ./internal/webhook ./internal/migconfig | tee "$OUT/micro.txt" >&2
+	./internal/webhook/fallback ./internal/webhook ./internal/domain/migconfig | tee "$OUT/micro.txt" >&2
 
 log "webhook: informer cache vs list per admission at 100, 1000 and 5000 nodes, then 50000 pods"
 # shellcheck disable=SC2086 # word splitting of the extra flags is wanted

@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
-	"github.com/migflex/migflex/internal/metricsdoc"
+	"github.com/migflex/migflex/internal/testsupport/metricsdoc"
 )
 
 // promtoolPath is $PROMTOOL, else the pinned promtool that

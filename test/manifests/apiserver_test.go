@@ -24,7 +24,7 @@ import (
 	"k8s.io/client-go/restmapper"
 	sigsyaml "sigs.k8s.io/yaml"
 
-	"github.com/migflex/migflex/internal/testenv"
+	"github.com/migflex/migflex/internal/testsupport/testenv"
 	"github.com/migflex/migflex/test/apiwarn"
 )
 

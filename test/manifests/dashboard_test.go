@@ -13,7 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/migflex/migflex/internal/metricsdoc"
+	"github.com/migflex/migflex/internal/testsupport/metricsdoc"
 )
 
 // dashboard is what the tests read of a Grafana dashboard.

@@ -1,8 +1,8 @@
 package manifests
 
 import (
-	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,9 +20,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/migflex/migflex/internal/certgen"
-	"github.com/migflex/migflex/internal/fallback"
-	"github.com/migflex/migflex/internal/nvmlbackend/sim"
+	"github.com/migflex/migflex/internal/nvml/nvmlbackend/sim"
+	"github.com/migflex/migflex/internal/platform/cli"
+	"github.com/migflex/migflex/internal/webhook/certgen"
+	"github.com/migflex/migflex/internal/webhook/fallback"
 )
 
 // poolsValues exercises simulated node pools, a mig-parted config and a
@@ -304,7 +305,7 @@ func checkAgentServing(t *testing.T, s scenario, ds *appsv1.DaemonSet) {
 }
 
 // checkDRAObjects: the DRA permissions and the DeviceClasses come with
-// DRA serving only; the classes are internal/dra's generated file.
+// DRA serving only; the classes are internal/domain/dra's generated file.
 func checkDRAObjects(t *testing.T, s scenario, objs objects) {
 	t.Helper()
 	dra := s.name == "dra" || s.name == "dra-nodes"
@@ -707,10 +708,11 @@ func certgenOptions(t *testing.T, job *batchv1.Job) certgen.Options {
 		t.Errorf("%s: no POD_NAMESPACE from the downward API for --namespace=$(POD_NAMESPACE)", job.Name)
 	}
 	var o certgen.Options
-	fs := flag.NewFlagSet("certgen", flag.ContinueOnError)
-	certgen.RegisterFlags(fs, &o)
-	if err := fs.Parse(c.Args); err != nil || fs.NArg() > 0 {
-		t.Fatalf("%s args %q: %v (extra %q)", job.Name, c.Args, err, fs.Args())
+	f := cli.New("certgen", "certgen")
+	f.SetOutput(io.Discard)
+	certgen.RegisterFlags(f, &o)
+	if err := f.Parse(c.Args, func(string) (string, bool) { return "", false }); err != nil {
+		t.Fatalf("%s args %q: %v", job.Name, c.Args, err)
 	}
 	if o.Namespace != "$(POD_NAMESPACE)" {
 		t.Errorf("%s --namespace=%q, want $(POD_NAMESPACE)", job.Name, o.Namespace)

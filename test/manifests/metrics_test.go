@@ -26,8 +26,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/migflex/migflex/internal/metricsserver"
-	"github.com/migflex/migflex/internal/testenv"
+	"github.com/migflex/migflex/internal/platform/metricsserver"
+	"github.com/migflex/migflex/internal/testsupport/testenv"
 )
 
 // The RBAC each rendering ships is what secure metrics need, against a real

@@ -21,9 +21,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/migflex/migflex/internal/agent"
-	"github.com/migflex/migflex/internal/nodeinfo"
-	"github.com/migflex/migflex/internal/testenv"
+	"github.com/migflex/migflex/internal/domain/nodeinfo"
+	"github.com/migflex/migflex/internal/nodeagent/agent"
+	"github.com/migflex/migflex/internal/testsupport/testenv"
 )
 
 // The ValidatingAdmissionPolicy, applied from the rendered chart to a real
@@ -307,7 +307,7 @@ func mustCreate[T any](t testing.TB, c creator[T], obj *T) *T {
 	return out
 }
 
-// The keys the policy lets the agent change are the ones internal/agent
+// The keys the policy lets the agent change are the ones internal/nodeagent/agent
 // writes: a key added there and not here would have every apply refused.
 func TestNodeScopePolicyKeysMatchTheAgent(t *testing.T) {
 	objs := helmTemplate(t, scenarioNamed(t, "default"))

@@ -19,11 +19,11 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/migflex/migflex/internal/nodeinfo"
+	"github.com/migflex/migflex/internal/domain/nodeinfo"
 	"github.com/migflex/migflex/internal/planner"
 	"github.com/migflex/migflex/internal/planner/simmodels"
-	"github.com/migflex/migflex/internal/reshape"
-	"github.com/migflex/migflex/internal/testenv"
+	"github.com/migflex/migflex/internal/planner/solver"
+	"github.com/migflex/migflex/internal/testsupport/testenv"
 )
 
 const plannerSA = "migflex-planner"
@@ -69,18 +69,18 @@ func TestPlannerNodeScopePolicy(t *testing.T) {
 			Name: name, Labels: labels, Annotations: map[string]string{"note": "by hand"},
 		}})
 	}
-	planner := saTokenClient(t, cfg, admin, plannerSA, nil)
+	plannerClient := saTokenClient(t, cfg, admin, plannerSA, nil)
 
 	apply := func(node string, ann map[string]string) error {
 		ac := corev1ac.Node(node).WithUID(nodes[node].UID).WithAnnotations(ann)
-		_, err := planner.CoreV1().Nodes().Apply(ctx, ac, metav1.ApplyOptions{FieldManager: reshape.DefaultFieldManager, Force: true})
+		_, err := plannerClient.CoreV1().Nodes().Apply(ctx, ac, metav1.ApplyOptions{FieldManager: planner.DefaultFieldManager, Force: true})
 		return err
 	}
 	// The policy takes effect asynchronously.
 	var last error
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		ac := corev1ac.Node("opted-out").WithAnnotations(map[string]string{nodeinfo.AnnotationMigConfig: "x"})
-		_, last = planner.CoreV1().Nodes().Apply(ctx, ac, metav1.ApplyOptions{FieldManager: reshape.DefaultFieldManager, Force: true, DryRun: []string{metav1.DryRunAll}})
+		_, last = plannerClient.CoreV1().Nodes().Apply(ctx, ac, metav1.ApplyOptions{FieldManager: planner.DefaultFieldManager, Force: true, DryRun: []string{metav1.DryRunAll}})
 		return last != nil && strings.Contains(last.Error(), "may change only nodes labelled"), nil
 	})
 	if err != nil {
@@ -119,7 +119,7 @@ func TestPlannerNodeScopePolicy(t *testing.T) {
 		{
 			name: "opting a node in",
 			do: func() error {
-				_, err := planner.CoreV1().Nodes().Patch(ctx, "opted-out", types.MergePatchType, []byte(`{"metadata":{"labels":{"migflex.io/planner":"enabled"}}}`), metav1.PatchOptions{})
+				_, err := plannerClient.CoreV1().Nodes().Patch(ctx, "opted-out", types.MergePatchType, []byte(`{"metadata":{"labels":{"migflex.io/planner":"enabled"}}}`), metav1.PatchOptions{})
 				return err
 			},
 			wantErr: "may change only nodes labelled migflex.io/planner=enabled, not opted-out",
@@ -128,7 +128,7 @@ func TestPlannerNodeScopePolicy(t *testing.T) {
 		{
 			name: "opting a node out",
 			do: func() error {
-				_, err := planner.CoreV1().Nodes().Patch(ctx, "opted-in", types.MergePatchType, []byte(`{"metadata":{"labels":{"migflex.io/planner":null}}}`), metav1.PatchOptions{})
+				_, err := plannerClient.CoreV1().Nodes().Patch(ctx, "opted-in", types.MergePatchType, []byte(`{"metadata":{"labels":{"migflex.io/planner":null}}}`), metav1.PatchOptions{})
 				return err
 			},
 			wantErr: "the migflex planner may not change a Node's labels",
@@ -145,7 +145,7 @@ func TestPlannerNodeScopePolicy(t *testing.T) {
 		{
 			name: "removing a user's annotation",
 			do: func() error {
-				_, err := planner.CoreV1().Nodes().Patch(ctx, "opted-in", types.MergePatchType, []byte(`{"metadata":{"annotations":{"note":null}}}`), metav1.PatchOptions{})
+				_, err := plannerClient.CoreV1().Nodes().Patch(ctx, "opted-in", types.MergePatchType, []byte(`{"metadata":{"annotations":{"note":null}}}`), metav1.PatchOptions{})
 				return err
 			},
 			wantErr: "not note",
@@ -154,7 +154,7 @@ func TestPlannerNodeScopePolicy(t *testing.T) {
 		{
 			name: "cordoning",
 			do: func() error {
-				_, err := planner.CoreV1().Nodes().Patch(ctx, "opted-in", types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{})
+				_, err := plannerClient.CoreV1().Nodes().Patch(ctx, "opted-in", types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{})
 				return err
 			},
 			wantErr: "may change only annotations of a Node",
@@ -164,7 +164,7 @@ func TestPlannerNodeScopePolicy(t *testing.T) {
 			// RBAC refuses it before the policy would.
 			name: "the status",
 			do: func() error {
-				_, err := planner.CoreV1().Nodes().Patch(ctx, "opted-in", types.MergePatchType, []byte(`{"status":{"capacity":{"example.com/x":"1"}}}`), metav1.PatchOptions{}, "status")
+				_, err := plannerClient.CoreV1().Nodes().Patch(ctx, "opted-in", types.MergePatchType, []byte(`{"status":{"capacity":{"example.com/x":"1"}}}`), metav1.PatchOptions{}, "status")
 				return err
 			},
 			wantErr: "forbidden",
@@ -283,8 +283,8 @@ func TestPlannerRunsWithItsPermissions(t *testing.T) {
 	}
 
 	client := saTokenClient(t, cfg, admin, plannerSA, nil)
-	ctl, err := reshape.New(reshape.Options{
-		Client: client, Policy: planner.DefaultPolicy(), Cadence: planner.Cadence{Idle: 10 * time.Millisecond, Max: 100 * time.Millisecond},
+	ctl, err := planner.New(planner.Options{
+		Client: client, Policy: solver.DefaultPolicy(), Cadence: solver.Cadence{Idle: 10 * time.Millisecond, Max: 100 * time.Millisecond},
 		LeaderElection: true, LeaseNamespace: namespace, Identity: "planner-0",
 	})
 	if err != nil {
@@ -311,11 +311,11 @@ func TestPlannerRunsWithItsPermissions(t *testing.T) {
 		t.Fatalf("the planner wrote no mig.config with 3g.40gb as its ServiceAccount: %v", err)
 	}
 	err = wait.PollUntilContextCancel(runCtx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		evs, err := admin.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=train,reason=" + reshape.ReasonPlanned})
+		evs, err := admin.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=train,reason=" + planner.ReasonPlanned})
 		return err == nil && len(evs.Items) > 0, err
 	})
 	if err != nil {
-		t.Errorf("no %s Event on the pod: %v", reshape.ReasonPlanned, err)
+		t.Errorf("no %s Event on the pod: %v", planner.ReasonPlanned, err)
 	}
 	if _, err := admin.CoordinationV1().Leases(namespace).Get(ctx, "migflex-planner", metav1.GetOptions{}); err != nil {
 		t.Errorf("the planner's Lease: %v", err)

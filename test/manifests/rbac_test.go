@@ -15,9 +15,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/migflex/migflex/internal/certgen"
-	"github.com/migflex/migflex/internal/testenv"
+	"github.com/migflex/migflex/internal/testsupport/testenv"
 	"github.com/migflex/migflex/internal/webhook"
+	"github.com/migflex/migflex/internal/webhook/certgen"
 )
 
 // The certgen Job's RBAC, applied from each rendering, is enough for

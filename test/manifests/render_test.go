@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
-	"github.com/migflex/migflex/internal/testenv"
+	"github.com/migflex/migflex/internal/testsupport/testenv"
 )
 
 const (

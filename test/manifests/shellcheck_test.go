@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/migflex/migflex/internal/testenv"
+	"github.com/migflex/migflex/internal/testsupport/testenv"
 )
 
 // scripts are the shell scripts that come with the manifests.

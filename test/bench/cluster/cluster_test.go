@@ -15,8 +15,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/migflex/migflex/internal/schedview"
-	"github.com/migflex/migflex/internal/testenv"
+	"github.com/migflex/migflex/internal/domain/schedview"
+	"github.com/migflex/migflex/internal/testsupport/testenv"
 	"github.com/migflex/migflex/test/bench/fleet"
 )
 

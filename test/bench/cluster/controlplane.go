@@ -17,7 +17,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/migflex/migflex/internal/testenv"
+	"github.com/migflex/migflex/internal/testsupport/testenv"
 )
 
 // Hang protection only; the API server starts in seconds here.

@@ -18,7 +18,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/migflex/migflex/internal/testenv"
+	"github.com/migflex/migflex/internal/testsupport/testenv"
 	"github.com/migflex/migflex/test/bench/proc"
 )
 
@@ -231,7 +231,7 @@ func killIfNamed(pid int, comm string) {
 // envtestAssets is the directory holding etcd, kube-apiserver and kubectl:
 // $KUBEBUILDER_ASSETS, else .cache/envtest in the module root. Without them
 // the test is skipped, or fails under MIGFLEX_REQUIRE_ENVTEST=1 (make
-// test-integration), as internal/testenv does.
+// test-integration), as internal/testsupport/testenv does.
 func envtestAssets(t *testing.T) string {
 	t.Helper()
 	dir := os.Getenv(testenv.EnvAssets)

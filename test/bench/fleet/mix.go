@@ -7,7 +7,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/webhook/fallback"
 )
 
 // Class is what an admission did to a pod, as the client sees it.

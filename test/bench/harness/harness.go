@@ -19,8 +19,8 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/migflex/migflex/internal/certwatch/certtest"
-	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/platform/certwatch/certtest"
+	"github.com/migflex/migflex/internal/webhook/fallback"
 	"github.com/migflex/migflex/test/bench/cluster"
 	"github.com/migflex/migflex/test/bench/fleet"
 	"github.com/migflex/migflex/test/bench/load"

@@ -10,7 +10,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/migflex/migflex/internal/fallback"
+	"github.com/migflex/migflex/internal/webhook/fallback"
 	"github.com/migflex/migflex/test/bench/fleet"
 )
 

@@ -14,7 +14,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/migflex/migflex/internal/nodeinfo"
+	"github.com/migflex/migflex/internal/domain/nodeinfo"
 )
 
 // Layout is one mig.config the benchmark alternates between, on every GPU.

@@ -17,8 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/migflex/migflex/internal/deviceplugin/kubeletstub"
-	"github.com/migflex/migflex/internal/nodeinfo"
+	"github.com/migflex/migflex/internal/domain/nodeinfo"
+	"github.com/migflex/migflex/internal/nodeagent/deviceplugin/kubeletstub"
 	"github.com/migflex/migflex/test/bench/cluster"
 	"github.com/migflex/migflex/test/bench/load"
 	"github.com/migflex/migflex/test/bench/proc"

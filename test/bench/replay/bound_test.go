@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/migflex/migflex/internal/resourcename"
+	"github.com/migflex/migflex/internal/domain/resourcename"
 )
 
 // lpByFlow solves the relaxation upperBound bounds, exactly, as a max flow:

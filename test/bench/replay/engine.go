@@ -9,9 +9,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/migflex/migflex/internal/planner"
-	"github.com/migflex/migflex/internal/resourcename"
-	"github.com/migflex/migflex/internal/schedview"
+	"github.com/migflex/migflex/internal/domain/resourcename"
+	"github.com/migflex/migflex/internal/domain/schedview"
+	"github.com/migflex/migflex/internal/planner/solver"
 )
 
 // simPod is one task in the replay.
@@ -102,7 +102,7 @@ type policy interface {
 	arrive(s *sim, p *simPod)
 	// batching says whether the policy plans in batches of pending pods,
 	// and when its rounds run.
-	batching() (planner.Cadence, bool)
+	batching() (solver.Cadence, bool)
 	// round plans for the pending pods when a batch window closes.
 	round(s *sim)
 	// started is called when a pod is bound, released when its devices
@@ -132,7 +132,7 @@ type sim struct {
 	// batch decides when a batching policy's rounds run (nil: the policy
 	// does not plan in batches): the planner package's Batcher, which the
 	// controller runs too.
-	batch *planner.Batcher
+	batch *solver.Batcher
 	m     metrics
 }
 
@@ -148,7 +148,7 @@ func (s *sim) run() error {
 		return fmt.Errorf("%s: %w", s.pol.name(), err)
 	}
 	if c, ok := s.pol.batching(); ok {
-		b, err := planner.NewBatcher(c)
+		b, err := solver.NewBatcher(c)
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.pol.name(), err)
 		}
@@ -446,7 +446,7 @@ type carver interface {
 // fits.
 func (firstFit) carvePlan(_ *sim, p *simPod, n *node) ([]carved, bool) {
 	var out []carved
-	extra := map[*gpu][]planner.Instance{}
+	extra := map[*gpu][]solver.Instance{}
 	taken := map[*gpu]bool{}
 	for range p.req.count {
 		found := false
@@ -469,7 +469,7 @@ func (firstFit) carvePlan(_ *sim, p *simPod, n *node) ([]carved, bool) {
 			}
 			have := append(instances(g.insts), extra[g]...)
 			if start, ok := g.model.lay.Add(have, profile); ok {
-				extra[g] = append(extra[g], planner.Instance{Profile: profile, Start: start})
+				extra[g] = append(extra[g], solver.Instance{Profile: profile, Start: start})
 				out = append(out, carved{g: g, profile: profile, start: start})
 				found = true
 				break
@@ -482,10 +482,10 @@ func (firstFit) carvePlan(_ *sim, p *simPod, n *node) ([]carved, bool) {
 	return out, true
 }
 
-func instances(in []inst) []planner.Instance {
-	out := make([]planner.Instance, len(in))
+func instances(in []inst) []solver.Instance {
+	out := make([]solver.Instance, len(in))
 	for i, x := range in {
-		out[i] = planner.Instance{Profile: x.profile, Start: x.start, InUse: x.pod >= 0}
+		out[i] = solver.Instance{Profile: x.profile, Start: x.start, InUse: x.pod >= 0}
 	}
 	return out
 }

@@ -6,17 +6,17 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/migflex/migflex/internal/mig"
-	"github.com/migflex/migflex/internal/migconfig"
-	"github.com/migflex/migflex/internal/planner"
+	"github.com/migflex/migflex/internal/domain/mig"
+	"github.com/migflex/migflex/internal/domain/migconfig"
+	"github.com/migflex/migflex/internal/domain/resourcename"
 	"github.com/migflex/migflex/internal/planner/simmodels"
-	"github.com/migflex/migflex/internal/resourcename"
+	"github.com/migflex/migflex/internal/planner/solver"
 )
 
 // modelInfo is one simulator model with what the replay needs of it.
 type modelInfo struct {
-	m      planner.Model
-	lay    *planner.Layouts
+	m      solver.Model
+	lay    *solver.Layouts
 	slices int
 	geoms  []map[string]int
 }
@@ -26,7 +26,7 @@ func newModelInfo(name string) (*modelInfo, error) {
 	if !ok {
 		return nil, fmt.Errorf("no simulator model %q", name)
 	}
-	lay, err := planner.NewLayouts(m)
+	lay, err := solver.NewLayouts(m)
 	if err != nil {
 		return nil, err
 	}

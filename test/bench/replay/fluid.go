@@ -4,7 +4,7 @@ import (
 	"container/heap"
 	"slices"
 
-	"github.com/migflex/migflex/internal/resourcename"
+	"github.com/migflex/migflex/internal/domain/resourcename"
 )
 
 // fluid is a reference for waits, not a bound: the fleet as one pool of

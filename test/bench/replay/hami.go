@@ -4,8 +4,8 @@ import (
 	"cmp"
 	"slices"
 
-	"github.com/migflex/migflex/internal/planner"
-	"github.com/migflex/migflex/internal/resourcename"
+	"github.com/migflex/migflex/internal/domain/resourcename"
+	"github.com/migflex/migflex/internal/planner/solver"
 )
 
 // hami is HAMi's dynamic MIG with the placement scoring it merged in
@@ -28,13 +28,13 @@ type hami struct{}
 // hamiSearchSteps bounds the backtracking search of one pod on one node.
 const hamiSearchSteps = 4096
 
-func (hami) name() string                      { return PolicyHAMi }
-func (hami) carves() bool                      { return true }
-func (hami) arrive(*sim, *simPod)              {}
-func (hami) batching() (planner.Cadence, bool) { return planner.Cadence{}, false }
-func (hami) round(*sim)                        {}
-func (hami) started(*sim, *simPod)             {}
-func (hami) released(*sim, *simPod)            {}
+func (hami) name() string                     { return PolicyHAMi }
+func (hami) carves() bool                     { return true }
+func (hami) arrive(*sim, *simPod)             {}
+func (hami) batching() (solver.Cadence, bool) { return solver.Cadence{}, false }
+func (hami) round(*sim)                       {}
+func (hami) started(*sim, *simPod)            {}
+func (hami) released(*sim, *simPod)           {}
 func (hami) setup(s *sim) error {
 	for _, g := range s.f.gpus {
 		g.mig = true
@@ -85,10 +85,10 @@ func hamiPlace(n *node, requests []string) ([]carved, bool) {
 		pb, _ := n.gpus[0].model.profile(b)
 		return cmp.Compare(pb.MemorySlices, pa.MemorySlices)
 	})
-	extra := map[*gpu][]planner.Instance{}
+	extra := map[*gpu][]solver.Instance{}
 	var out []carved
 	take := func(c hamiCandidate, profile string) {
-		extra[c.g] = append(extra[c.g], planner.Instance{Profile: profile, Start: c.start})
+		extra[c.g] = append(extra[c.g], solver.Instance{Profile: profile, Start: c.start})
 		out = append(out, carved{g: c.g, profile: profile, start: c.start})
 	}
 	greedy := true
@@ -134,7 +134,7 @@ func hamiPlace(n *node, requests []string) ([]carved, bool) {
 // node's GPUs, with the instances already chosen for the pod (extra), best
 // first: the most allocated GPU, then the placement leaving the largest
 // contiguous free run, then the lowest GPU index and start.
-func hamiCandidates(n *node, profile string, extra map[*gpu][]planner.Instance) []hamiCandidate {
+func hamiCandidates(n *node, profile string, extra map[*gpu][]solver.Instance) []hamiCandidate {
 	var out []hamiCandidate
 	for _, g := range n.gpus {
 		if g.whole >= 0 {
@@ -154,7 +154,7 @@ func hamiCandidates(n *node, profile string, extra map[*gpu][]planner.Instance) 
 		}
 		for _, start := range pr.Placements {
 			m := sliceMask(start, pr.MemorySlices)
-			if used&m != 0 || !g.model.lay.Valid(append(have, planner.Instance{Profile: profile, Start: start})) {
+			if used&m != 0 || !g.model.lay.Valid(append(have, solver.Instance{Profile: profile, Start: start})) {
 				continue
 			}
 			out = append(out, hamiCandidate{g: g, start: start, run: longestFreeRun(used|m, g.model.slices), alloc: alloc})

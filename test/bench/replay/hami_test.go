@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/migflex/migflex/internal/resourcename"
+	"github.com/migflex/migflex/internal/domain/resourcename"
 )
 
 // oneNode is a node of H100s with the given instances in use per GPU.

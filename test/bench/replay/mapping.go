@@ -13,10 +13,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/migflex/migflex/internal/mig"
-	"github.com/migflex/migflex/internal/planner"
+	"github.com/migflex/migflex/internal/domain/mig"
+	"github.com/migflex/migflex/internal/domain/resourcename"
 	"github.com/migflex/migflex/internal/planner/simmodels"
-	"github.com/migflex/migflex/internal/resourcename"
+	"github.com/migflex/migflex/internal/planner/solver"
 )
 
 // LabelTraceModel is the node label carrying the trace's GPU model, which
@@ -81,7 +81,7 @@ func (r request) kind() string {
 // (fewest compute slices, then fewest memory slices; profiles with
 // attributes such as +me are never chosen). CPU-only tasks (num_gpu 0)
 // ask for nothing (ok false).
-func requestFor(t Task, m planner.Model) (request, bool) {
+func requestFor(t Task, m solver.Model) (request, bool) {
 	switch {
 	case t.NumGPU <= 0:
 		return request{}, false
@@ -97,7 +97,7 @@ func requestFor(t Task, m planner.Model) (request, bool) {
 
 // profileFor is the smallest plain profile of m whose memory share covers
 // milli thousandths of the GPU, and the model's memory slices.
-func profileFor(m planner.Model, milli int) (mig.Profile, int, bool) {
+func profileFor(m solver.Model, milli int) (mig.Profile, int, bool) {
 	total := memorySlices(m)
 	var best mig.Profile
 	found := false
@@ -112,7 +112,7 @@ func profileFor(m planner.Model, milli int) (mig.Profile, int, bool) {
 	return best, total, found
 }
 
-func memorySlices(m planner.Model) int {
+func memorySlices(m solver.Model) int {
 	total := 0
 	for _, p := range m.Profiles {
 		for _, s := range p.Placements {

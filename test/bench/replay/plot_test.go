@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/migflex/migflex/internal/planner"
+	"github.com/migflex/migflex/internal/planner/solver"
 )
 
 // TestPlots: every plot is well-formed SVG with a line per policy, and the
@@ -19,7 +19,7 @@ func TestPlots(t *testing.T) {
 		{Name: "c", NumGPU: 2, GPUMilli: 1000, Created: 20, Duration: 100},
 	}
 	o := Options{Tasks: tasks, Columns: Columns{Times: true}, Nodes: []TraceNode{{Name: "n0", GPUs: 2, Model: "G2"}, {Name: "n1", GPUs: 2, Model: "G2"}},
-		Speedup: 1, Loads: []float64{0.5, 1}, Drain: time.Hour, Latency: 5 * time.Second, Planner: planner.DefaultPolicy(),
+		Speedup: 1, Loads: []float64{0.5, 1}, Drain: time.Hour, Latency: 5 * time.Second, Planner: solver.DefaultPolicy(),
 		MixHalfLife: time.Hour, FGD: true, Parallel: 1}
 	r, err := Run(o)
 	if err != nil {

@@ -10,12 +10,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/migflex/migflex/internal/fallback"
-	"github.com/migflex/migflex/internal/mig"
-	"github.com/migflex/migflex/internal/migconfig"
-	"github.com/migflex/migflex/internal/planner"
-	"github.com/migflex/migflex/internal/resourcename"
-	"github.com/migflex/migflex/internal/schedview"
+	"github.com/migflex/migflex/internal/domain/mig"
+	"github.com/migflex/migflex/internal/domain/migconfig"
+	"github.com/migflex/migflex/internal/domain/resourcename"
+	"github.com/migflex/migflex/internal/domain/schedview"
+	"github.com/migflex/migflex/internal/planner/solver"
+	"github.com/migflex/migflex/internal/webhook/fallback"
 )
 
 // Policy names, in report order.
@@ -34,7 +34,7 @@ const (
 // nosCadence is nos's batch window (batchWindowIdleSeconds 10,
 // batchWindowTimeoutSeconds 60), looking again as migflex does while pods
 // wait.
-var nosCadence = planner.Cadence{Idle: 10 * time.Second, Max: time.Minute, Resync: planner.DefaultCadence().Resync}
+var nosCadence = solver.Cadence{Idle: 10 * time.Second, Max: time.Minute, Resync: solver.DefaultCadence().Resync}
 
 // AllPolicies lists every policy the replay knows.
 var AllPolicies = []string{
@@ -59,11 +59,11 @@ func newPolicy(name string, cfg *runConfig) (policy, error) {
 	case PolicyNos:
 		return &nos{static: static{label: name, layout: balanced}}, nil
 	case PolicyMigflex:
-		pl, err := planner.New(cfg.planner)
+		pl, err := solver.New(cfg.planner)
 		if err != nil {
 			return nil, err
 		}
-		return &migflex{static: static{label: name, layout: balanced}, pl: pl, mix: planner.NewMixTracker(cfg.mixHalfLife), cadence: cfg.cadence,
+		return &migflex{static: static{label: name, layout: balanced}, pl: pl, mix: solver.NewMixTracker(cfg.mixHalfLife), cadence: cfg.cadence,
 			preset: cfg.migflexPreset}, nil
 	}
 	return nil, fmt.Errorf("unknown policy %q (known: %v)", name, AllPolicies)
@@ -77,13 +77,13 @@ type static struct {
 	layout func(*modelInfo) ([]inst, error)
 }
 
-func (p *static) name() string                      { return p.label }
-func (p *static) carves() bool                      { return false }
-func (p *static) arrive(*sim, *simPod)              {}
-func (p *static) batching() (planner.Cadence, bool) { return planner.Cadence{}, false }
-func (p *static) round(*sim)                        {}
-func (p *static) started(*sim, *simPod)             {}
-func (p *static) released(*sim, *simPod)            {}
+func (p *static) name() string                     { return p.label }
+func (p *static) carves() bool                     { return false }
+func (p *static) arrive(*sim, *simPod)             {}
+func (p *static) batching() (solver.Cadence, bool) { return solver.Cadence{}, false }
+func (p *static) round(*sim)                       {}
+func (p *static) started(*sim, *simPod)            {}
+func (p *static) released(*sim, *simPod)           {}
 
 func (p *static) setup(s *sim) error {
 	whole := int(math.Round(s.cfg.wholeShare * s.f.capacity))
@@ -235,13 +235,13 @@ func (p *fallbackPolicy) released(_ *sim, pod *simPod) { p.b.DeletePod(pod.name)
 // GPU with no instance is handed out whole.
 type firstFit struct{}
 
-func (firstFit) name() string                      { return PolicyFirstFit }
-func (firstFit) carves() bool                      { return true }
-func (firstFit) arrive(*sim, *simPod)              {}
-func (firstFit) batching() (planner.Cadence, bool) { return planner.Cadence{}, false }
-func (firstFit) round(*sim)                        {}
-func (firstFit) started(*sim, *simPod)             {}
-func (firstFit) released(*sim, *simPod)            {}
+func (firstFit) name() string                     { return PolicyFirstFit }
+func (firstFit) carves() bool                     { return true }
+func (firstFit) arrive(*sim, *simPod)             {}
+func (firstFit) batching() (solver.Cadence, bool) { return solver.Cadence{}, false }
+func (firstFit) round(*sim)                       {}
+func (firstFit) started(*sim, *simPod)            {}
+func (firstFit) released(*sim, *simPod)           {}
 func (firstFit) setup(s *sim) error {
 	for _, g := range s.f.gpus {
 		g.mig = true
@@ -270,7 +270,7 @@ type nos struct {
 	static
 }
 
-func (p *nos) batching() (planner.Cadence, bool) { return nosCadence, true }
+func (p *nos) batching() (solver.Cadence, bool) { return nosCadence, true }
 
 func (p *nos) round(s *sim) {
 	pods := s.waiting()
@@ -461,12 +461,12 @@ func agentLayout(g *gpu, counts map[string]int) ([]inst, error) {
 	return out, nil
 }
 
-// migflex runs internal/planner on every batch of pending pods.
+// migflex runs internal/planner/solver on every batch of pending pods.
 type migflex struct {
 	static
-	pl      *planner.Planner
-	mix     *planner.MixTracker
-	cadence planner.Cadence
+	pl      *solver.Planner
+	mix     *solver.MixTracker
+	cadence solver.Cadence
 	// preset: the fleet starts from the static layouts
 	// (Options.MigflexPreset), not every GPU whole.
 	preset bool
@@ -482,39 +482,39 @@ func (p *migflex) setup(s *sim) error {
 	return nil
 }
 
-// batching is the controller's cadence (planner.DefaultCadence unless the
+// batching is the controller's cadence (solver.DefaultCadence unless the
 // replay is told otherwise).
-func (p *migflex) batching() (planner.Cadence, bool) { return p.cadence, true }
+func (p *migflex) batching() (solver.Cadence, bool) { return p.cadence, true }
 
 func (p *migflex) arrive(s *sim, pod *simPod) { p.mix.Observe(simTime(s.now), pod.k8s) }
 
 func (p *migflex) round(s *sim) {
 	pods := s.waiting()
-	snap := planner.Snapshot{Now: simTime(s.now), Mix: p.mix.Mix(simTime(s.now))}
+	snap := solver.Snapshot{Now: simTime(s.now), Mix: p.mix.Mix(simTime(s.now))}
 	for _, mi := range s.f.models {
 		snap.Models = append(snap.Models, mi.m)
 	}
-	slices.SortFunc(snap.Models, func(a, b planner.Model) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(snap.Models, func(a, b solver.Model) int { return cmp.Compare(a.Name, b.Name) })
 	for _, n := range s.f.nodes {
-		pn := planner.Node{Node: schedview.Node{Name: n.name, Labels: n.labels}, OptedIn: true}
+		pn := solver.Node{Node: schedview.Node{Name: n.name, Labels: n.labels}, OptedIn: true}
 		if n.changing > 0 {
 			pn.Frozen = "a layout is being applied"
 		}
 		for _, g := range n.gpus {
-			pg := planner.GPU{Index: g.index, Model: g.model.m.Name, MigEnabled: g.mig, InUse: !g.mig && g.whole >= 0}
+			pg := solver.GPU{Index: g.index, Model: g.model.m.Name, MigEnabled: g.mig, InUse: !g.mig && g.whole >= 0}
 			if !math.IsInf(g.lastChanged, -1) {
 				pg.LastChanged = simTime(g.lastChanged)
 			}
 			list := g.insts
 			if g.changing {
-				// As the controller sees it (internal/plansnap): a layout
+				// As the controller sees it (internal/planner/plansnap): a layout
 				// written but not in place yet shows as done, its node
 				// frozen, so that the next round plans pods onto the
 				// instances coming rather than changing another GPU.
 				pg.MigEnabled, list = g.targetMig, g.target
 			}
 			for _, in := range list {
-				pg.Instances = append(pg.Instances, planner.Instance{Profile: in.profile, Start: in.start, InUse: held(g, in)})
+				pg.Instances = append(pg.Instances, solver.Instance{Profile: in.profile, Start: in.start, InUse: held(g, in)})
 			}
 			pn.GPUs = append(pn.GPUs, pg)
 		}

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/migflex/migflex/internal/planner"
-	"github.com/migflex/migflex/internal/resourcename"
+	"github.com/migflex/migflex/internal/domain/resourcename"
+	"github.com/migflex/migflex/internal/planner/solver"
 )
 
 // replayOf runs tiny hand-made traces on one H100 node with the full fleet
@@ -19,7 +19,7 @@ import (
 func replayOf(t *testing.T, tasks []Task, nodes []TraceNode, policies ...string) map[string]Result {
 	t.Helper()
 	o := Options{Tasks: tasks, Columns: Columns{Times: true}, Nodes: nodes, Speedup: 1, Loads: []float64{0},
-		Drain: time.Hour, Latency: 5 * time.Second, Planner: planner.DefaultPolicy(), MixHalfLife: time.Hour,
+		Drain: time.Hour, Latency: 5 * time.Second, Planner: solver.DefaultPolicy(), MixHalfLife: time.Hour,
 		Policies: policies, Parallel: 1}
 	o.Loads = nil
 	r, err := Run(o)
@@ -67,7 +67,7 @@ func TestReplayOneGPU(t *testing.T) {
 		PolicyFallbackBalanced: {served: 1},
 		// migflex starts whole: one round after its idle window lays the
 		// GPU out for both (one change), which takes 5 s.
-		PolicyMigflex: {served: 1, waitMax: planner.DefaultCadence().Idle.Seconds() + 5, repartition: 1},
+		PolicyMigflex: {served: 1, waitMax: solver.DefaultCadence().Idle.Seconds() + 5, repartition: 1},
 		PolicyNos:     {served: 1},
 		// Each instance is created when its pod is scheduled (5 s), and
 		// destroyed when it ends: four changes.
@@ -92,9 +92,9 @@ func TestReplayMigflexStart(t *testing.T) {
 	for preset, want := range map[bool]struct {
 		wait         float64
 		repartitions int
-	}{true: {0, 0}, false: {planner.DefaultCadence().Idle.Seconds() + 5, 1}} {
+	}{true: {0, 0}, false: {solver.DefaultCadence().Idle.Seconds() + 5, 1}} {
 		o := Options{Tasks: tasks, Columns: Columns{Times: true}, Nodes: []TraceNode{{Name: "n0", GPUs: 1, Model: "G2"}}, Speedup: 1,
-			Drain: time.Hour, Latency: 5 * time.Second, Planner: planner.DefaultPolicy(), MixHalfLife: time.Hour,
+			Drain: time.Hour, Latency: 5 * time.Second, Planner: solver.DefaultPolicy(), MixHalfLife: time.Hour,
 			Policies: []string{PolicyMigflex}, Parallel: 1, MigflexPreset: preset}
 		r, err := Run(o)
 		if err != nil {
@@ -115,7 +115,7 @@ func TestReplayReshapeTimes(t *testing.T) {
 	tasks := []Task{{Name: "big", NumGPU: 1, GPUMilli: 900, Created: 0, Duration: 100}}
 	nodes := []TraceNode{{Name: "n0", GPUs: 1, Model: "G2"}}
 	got := replayOf(t, tasks, nodes, PolicyMigflex, PolicyNos, PolicyFirstFit, PolicyStaticBalanced)
-	for name, want := range map[string]float64{PolicyMigflex: planner.DefaultCadence().Idle.Seconds() + 5, PolicyNos: 15, PolicyFirstFit: 5, PolicyStaticBalanced: 3600} {
+	for name, want := range map[string]float64{PolicyMigflex: solver.DefaultCadence().Idle.Seconds() + 5, PolicyNos: 15, PolicyFirstFit: 5, PolicyStaticBalanced: 3600} {
 		if r := got[name]; !near(r.WaitP50, want) {
 			t.Errorf("%s: wait %v s, want %v", name, r.WaitP50, want)
 		}
@@ -124,8 +124,8 @@ func TestReplayReshapeTimes(t *testing.T) {
 		t.Errorf("migflex: %d repartitions in %d rounds, want 1 in 1", r.Repartitions, r.Rounds)
 	}
 	o := Options{Tasks: tasks, Columns: Columns{Times: true}, Nodes: nodes, Speedup: 1, Drain: time.Hour, Latency: 5 * time.Second,
-		Planner: planner.DefaultPolicy(), MixHalfLife: time.Hour, Policies: []string{PolicyMigflex}, Parallel: 1}
-	o.Cadence = planner.DefaultCadence()
+		Planner: solver.DefaultPolicy(), MixHalfLife: time.Hour, Policies: []string{PolicyMigflex}, Parallel: 1}
+	o.Cadence = solver.DefaultCadence()
 	o.Cadence.Leading = true
 	r, err := Run(o)
 	if err != nil {
@@ -156,7 +156,7 @@ func TestReplaySpecConstraint(t *testing.T) {
 // fill it, the third fails.
 func TestFill(t *testing.T) {
 	o := Options{Tasks: []Task{{Name: "h", NumGPU: 1, GPUMilli: 400}}, Nodes: []TraceNode{{Name: "n0", GPUs: 1, Model: "G2"}},
-		Speedup: 1, Planner: planner.DefaultPolicy(), FGD: true, FGDOffered: 1.5, Parallel: 1,
+		Speedup: 1, Planner: solver.DefaultPolicy(), FGD: true, FGDOffered: 1.5, Parallel: 1,
 		Policies: []string{PolicyFluid, PolicyFirstFit, PolicyHAMi, PolicyMigflex, PolicyStatic1g}}
 	r, err := Run(o)
 	if err != nil {
@@ -189,7 +189,7 @@ func TestFillHasNoCooldown(t *testing.T) {
 		tasks = append(tasks, Task{Name: fmt.Sprint("t", i), NumGPU: 1, GPUMilli: milli})
 	}
 	fill := func(cooldown time.Duration) FGDResult {
-		pol := planner.DefaultPolicy()
+		pol := solver.DefaultPolicy()
 		pol.Cooldown = cooldown
 		o := Options{Tasks: tasks, Nodes: []TraceNode{{Name: "a", GPUs: 4, Model: "G2"}},
 			Speedup: 1, Planner: pol, MixHalfLife: time.Hour, Seed: 1, FGD: true, FGDFraction: 1, FGDOffered: 1.3,
@@ -259,7 +259,7 @@ func TestDeterministic(t *testing.T) {
 	nodes := []TraceNode{{Name: "a", GPUs: 8, Model: "G2"}, {Name: "b", GPUs: 2, Model: "T4"}}
 	run := func() string {
 		o := Options{Tasks: tasks, Columns: cols, Nodes: nodes, Speedup: 1000, Loads: []float64{0.5, 2},
-			Drain: time.Hour, Latency: 5 * time.Second, Planner: planner.DefaultPolicy(), MixHalfLife: time.Hour, Seed: 1, FGD: true}
+			Drain: time.Hour, Latency: 5 * time.Second, Planner: solver.DefaultPolicy(), MixHalfLife: time.Hour, Seed: 1, FGD: true}
 		r, err := Run(o)
 		if err != nil {
 			t.Fatal(err)
@@ -295,7 +295,7 @@ func TestBoundBeatsGreedyPool(t *testing.T) {
 		{Name: "big", NumGPU: 1, GPUMilli: 1000, QoS: "BE", Created: 0, Duration: 10000},
 	}
 	o := Options{Tasks: tasks, Columns: Columns{Times: true}, Nodes: []TraceNode{{Name: "n0", GPUs: 1, Model: "G2"}}, Speedup: 1,
-		Drain: time.Hour, Latency: 5 * time.Second, Planner: planner.DefaultPolicy(), MixHalfLife: time.Hour,
+		Drain: time.Hour, Latency: 5 * time.Second, Planner: solver.DefaultPolicy(), MixHalfLife: time.Hour,
 		Policies: []string{PolicyStaticBalanced, PolicyFluid}, Parallel: 1}
 	r, err := Run(o)
 	if err != nil {
@@ -370,7 +370,7 @@ func TestBoundHoldsOnRandomTraces(t *testing.T) {
 		}
 		nodes := []TraceNode{{Name: "a", GPUs: 4, Model: "G2"}, {Name: "b", GPUs: 2, Model: "G2"}}
 		o := Options{Tasks: tasks, Columns: Columns{Times: true}, Nodes: nodes, Speedup: 1, Drain: time.Hour, Latency: 5 * time.Second,
-			Planner: planner.DefaultPolicy(), MixHalfLife: time.Hour, Parallel: 2}
+			Planner: solver.DefaultPolicy(), MixHalfLife: time.Hour, Parallel: 2}
 		r, err := Run(o)
 		if err != nil {
 			t.Fatal(err)
@@ -438,13 +438,13 @@ func TestStranded(t *testing.T) {
 	}
 }
 
-// TestReplaySeesChangesInFlight: as the controller does (internal/plansnap),
+// TestReplaySeesChangesInFlight: as the controller does (internal/planner/plansnap),
 // the replay shows the planner a layout being applied as if it were in
 // place, its node frozen. A 3g.40gb pod arriving while the change for the
 // first one is applied is planned onto the instance coming with it (the
 // change fills the GPU for the mix), not given the other node's GPU.
 func TestReplaySeesChangesInFlight(t *testing.T) {
-	idle := planner.DefaultCadence().Idle.Seconds()
+	idle := solver.DefaultCadence().Idle.Seconds()
 	tasks := []Task{
 		{Name: "first", NumGPU: 1, GPUMilli: 400, Created: 0, Duration: 1000},
 		{Name: "second", NumGPU: 1, GPUMilli: 400, Created: idle + 1, Duration: 1000},

@@ -20,8 +20,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/migflex/migflex/internal/planner"
-	"github.com/migflex/migflex/internal/resourcename"
+	"github.com/migflex/migflex/internal/domain/resourcename"
+	"github.com/migflex/migflex/internal/planner/solver"
 	"github.com/migflex/migflex/test/bench/report"
 )
 
@@ -52,10 +52,10 @@ type Options struct {
 	Latency  time.Duration
 	Seed     uint64
 	Policies []string
-	Planner  planner.Policy
-	// Cadence is when migflex's rounds run (zero: planner.DefaultCadence,
+	Planner  solver.Policy
+	// Cadence is when migflex's rounds run (zero: solver.DefaultCadence,
 	// what the controller runs with).
-	Cadence     planner.Cadence
+	Cadence     solver.Cadence
 	MixHalfLife time.Duration
 	// MigflexPreset starts migflex's fleet from the static policies'
 	// preset (whole GPUs for the whole-GPU share of the demand, the rest
@@ -108,16 +108,16 @@ type TraceInfo struct {
 
 // Settings are the knobs of the run.
 type Settings struct {
-	Models         ModelMap        `json:"models"`
-	Speedup        float64         `json:"speedup"`
-	DrainSeconds   float64         `json:"drainSeconds"`
-	LatencySeconds float64         `json:"latencySeconds"`
-	Seed           uint64          `json:"seed"`
-	Planner        planner.Policy  `json:"planner"`
-	MixHalfLife    string          `json:"mixHalfLife"`
-	MigflexCadence planner.Cadence `json:"migflexCadence"`
-	MigflexPreset  bool            `json:"migflexStartsFromPreset"`
-	NosCadence     planner.Cadence `json:"nosCadence"`
+	Models         ModelMap       `json:"models"`
+	Speedup        float64        `json:"speedup"`
+	DrainSeconds   float64        `json:"drainSeconds"`
+	LatencySeconds float64        `json:"latencySeconds"`
+	Seed           uint64         `json:"seed"`
+	Planner        solver.Policy  `json:"planner"`
+	MixHalfLife    string         `json:"mixHalfLife"`
+	MigflexCadence solver.Cadence `json:"migflexCadence"`
+	MigflexPreset  bool           `json:"migflexStartsFromPreset"`
+	NosCadence     solver.Cadence `json:"nosCadence"`
 }
 
 // LoadResult is every policy at one load.
@@ -137,8 +137,8 @@ type runConfig struct {
 	start, horizon float64
 	latency        float64
 	wholeShare     float64
-	planner        planner.Policy
-	cadence        planner.Cadence
+	planner        solver.Policy
+	cadence        solver.Cadence
 	mixHalfLife    time.Duration
 	migflexPreset  bool
 }
@@ -238,8 +238,8 @@ func (o *Options) defaults() error {
 	if o.FGDOffered <= 0 {
 		o.FGDOffered = 1.3
 	}
-	if o.Cadence == (planner.Cadence{}) {
-		o.Cadence = planner.DefaultCadence()
+	if o.Cadence == (solver.Cadence{}) {
+		o.Cadence = solver.DefaultCadence()
 	}
 	if err := o.Cadence.Validate(); err != nil {
 		return fmt.Errorf("migflex cadence: %w", err)

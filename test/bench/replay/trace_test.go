@@ -8,8 +8,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/migflex/migflex/internal/planner"
 	"github.com/migflex/migflex/internal/planner/simmodels"
+	"github.com/migflex/migflex/internal/planner/solver"
 )
 
 func readFile(t *testing.T, path string) ([]Task, Columns) {
@@ -122,7 +122,7 @@ func TestMapping(t *testing.T) {
 	a100, _ := simmodels.Get("A100-SXM4-40GB")
 	for _, tc := range []struct {
 		task  Task
-		model planner.Model
+		model solver.Model
 		res   corev1.ResourceName
 		count int
 		size  float64

@@ -2,7 +2,7 @@
 // cluster) and the reshape-first webhook (cmd/webhook --reshape-first)
 // against thousands of opted-in Nodes on a real etcd and kube-apiserver:
 // Nodes carry the layout and profiles annotations their agents would write
-// (internal/nodeinfo's encoders), no kubelet runs, and pending pods arrive
+// (internal/domain/nodeinfo's encoders), no kubelet runs, and pending pods arrive
 // in bursts, each marked unschedulable as the scheduler would. Both run as
 // processes of their own, so their resident memory is theirs.
 package scale
@@ -33,8 +33,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/migflex/migflex/internal/certwatch/certtest"
-	"github.com/migflex/migflex/internal/nodeinfo"
+	"github.com/migflex/migflex/internal/domain/nodeinfo"
+	"github.com/migflex/migflex/internal/platform/certwatch/certtest"
 	"github.com/migflex/migflex/test/bench/cluster"
 	"github.com/migflex/migflex/test/bench/load"
 	"github.com/migflex/migflex/test/bench/proc"

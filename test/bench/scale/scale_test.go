@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/migflex/migflex/internal/nodeinfo"
-	"github.com/migflex/migflex/internal/testenv"
+	"github.com/migflex/migflex/internal/domain/nodeinfo"
+	"github.com/migflex/migflex/internal/testsupport/testenv"
 )
 
 // The fleet's nodes read as their agents would write them.

@@ -18,8 +18,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
-	"github.com/migflex/migflex/internal/fallback"
 	"github.com/migflex/migflex/internal/webhook"
+	"github.com/migflex/migflex/internal/webhook/fallback"
 	"github.com/migflex/migflex/test/bench/listsource"
 )
 

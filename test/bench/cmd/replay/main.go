@@ -19,7 +19,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/migflex/migflex/internal/planner"
+	"github.com/migflex/migflex/internal/planner/solver"
 	"github.com/migflex/migflex/test/bench/replay"
 	"github.com/migflex/migflex/test/bench/report"
 )
@@ -43,7 +43,7 @@ func run(args []string, stderr io.Writer) error {
 	fgdOffered := fs.Float64("fgd-offered", 1.3, "demand the fill experiment offers, as a multiple of the fleet's GPUs")
 	parallel := fs.Int("parallel", 0, "replays run at once (default: the CPUs)")
 	out := fs.String("out", "_output/replay", "directory for replay.json and replay.md")
-	pol := planner.DefaultPolicy()
+	pol := solver.DefaultPolicy()
 	fs.IntVar(&pol.MaxGPUsPerRound, "planner-max-gpus", pol.MaxGPUsPerRound, "migflex: GPUs one round may repartition (0: no cap)")
 	fs.DurationVar(&pol.Cooldown, "planner-cooldown", pol.Cooldown, "migflex: time a GPU is left alone after a change")
 	fs.Float64Var(&pol.Weights.Touch, "planner-touch", pol.Weights.Touch, "migflex: cost of repartitioning a GPU")
@@ -51,7 +51,7 @@ func run(args []string, stderr io.Writer) error {
 	fs.Float64Var(&pol.Weights.Fragmentation, "planner-fragmentation", pol.Weights.Fragmentation, "migflex: cost of each GPU's worth of usable capacity lost")
 	fs.BoolVar(&pol.ReclaimIdle, "planner-reclaim", pol.ReclaimIdle, "migflex: give MIG GPUs with nothing in use back to whole")
 	fs.BoolVar(&pol.HoldForMultiGPU, "planner-hold", pol.HoldForMultiGPU, "migflex: keep new MIG instances off the nodes a waiting multi-GPU pod could use")
-	cadence := planner.DefaultCadence()
+	cadence := solver.DefaultCadence()
 	fs.DurationVar(&cadence.Idle, "migflex-idle", cadence.Idle, "migflex: a round runs once no pod became pending for this long")
 	fs.DurationVar(&cadence.Max, "migflex-max", cadence.Max, "migflex: ... and at most this long after the first")
 	fs.DurationVar(&cadence.Resync, "migflex-resync", cadence.Resync, "migflex: how often rounds run again while pods wait")

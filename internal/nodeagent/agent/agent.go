@@ -1,0 +1,584 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/fsnotify/fsnotify"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/migflex/migflex/internal/domain/mig"
+	"github.com/migflex/migflex/internal/domain/migconfig"
+	"github.com/migflex/migflex/internal/domain/nodeinfo"
+	"github.com/migflex/migflex/internal/nodeagent/podresources"
+	"github.com/migflex/migflex/internal/nvml/nvmlmig"
+	"github.com/migflex/migflex/internal/platform/cli"
+	"github.com/migflex/migflex/internal/platform/metricsserver"
+)
+
+// Defaults of Options.
+const (
+	DefaultFieldManager   = "migflex-agent"
+	DefaultRetryInterval  = 10 * time.Second
+	DefaultResyncInterval = 5 * time.Minute
+	// DefaultAllocatableTimeout is how long the command lets the kubelet
+	// take to publish a new layout in the Node's allocatable: it does at
+	// its next node status update (every 10 s by default).
+	DefaultAllocatableTimeout = 2 * time.Minute
+	// DefaultMetricsAddr is the command's HTTPS listener for Handler
+	// (internal/platform/metricsserver) unless told otherwise.
+	DefaultMetricsAddr = ":9123"
+	// DefaultInUseInterval is how often the agent asks the kubelet which
+	// devices pods hold, to publish it in the layout annotation.
+	DefaultInUseInterval = 2 * time.Second
+)
+
+// BusyPolicy decides what happens to a GPU the new layout would change
+// while pods use it.
+type BusyPolicy string
+
+const (
+	// BusyWait leaves such a GPU as it is until its pods are gone; the
+	// other GPUs are configured meanwhile.
+	BusyWait BusyPolicy = "wait"
+	// BusyEvict evicts the pods through the Eviction API, which respects
+	// PodDisruptionBudgets, then configures the GPU once they are gone.
+	BusyEvict BusyPolicy = "evict"
+)
+
+// BusyPolicies are the values of --busy-policy.
+var BusyPolicies = cli.NewEnum("busy policy", BusyWait, BusyEvict)
+
+// PodResources lists the devices pods hold, by device ID: the busy check
+// and the layout annotation's pods. *podresources.Client (the kubelet's
+// device-plugin assignments) is the real one; a node served through DRA is
+// wired with one that also lists the devices of the pods' prepared and
+// allocated ResourceClaims, so that no GPU is repartitioned under a claim.
+type PodResources interface {
+	List(ctx context.Context) ([]podresources.Assignment, error)
+}
+
+// partitioner changes MIG state; *nvmlmig.Partitioner is the real one.
+type partitioner interface {
+	migconfig.Partitioner
+	ResetGPU(gpu int) error
+}
+
+// Options configure an Agent.
+type Options struct {
+	// NodeName is the Node the agent runs on and reports to. Required.
+	NodeName string
+	// Client talks to the API server. Required.
+	Client kubernetes.Interface
+	// NVML is the initialized backend, real or simulated. Required.
+	NVML nvml.Interface
+	// Server serves the devices; the agent runs it. Required.
+	Server Server
+	// PodResources tells which devices pods hold. Required.
+	PodResources PodResources
+	// ConfigFile holds named configurations for the nvidia.com/mig.config
+	// label (mig-parted format, for example a mounted ConfigMap). Empty:
+	// the label source is an error.
+	ConfigFile string
+	// BusyPolicy decides about GPUs pods use. Default BusyWait.
+	BusyPolicy BusyPolicy
+	// RetryInterval is how often a pending change is retried, and a
+	// transient failure (NVML, pod-resources, config file unreadable).
+	// Default DefaultRetryInterval.
+	RetryInterval time.Duration
+	// ResyncInterval is how often the agent compares the GPUs with the
+	// desired layout without being told of a change, catching changes
+	// made behind its back (nvidia-smi, a GPU reset). Default
+	// DefaultResyncInterval.
+	ResyncInterval time.Duration
+	// FieldManager owns the agent's keys on the Node. Default
+	// DefaultFieldManager.
+	FieldManager string
+	// AllocatableTimeout: state success waits until the Node's
+	// allocatable shows the served layout, for at most this long (then
+	// failed, until it does). Zero reports success as soon as the layout
+	// is served, without waiting for the kubelet.
+	AllocatableTimeout time.Duration
+	// InUseInterval is how often the kubelet is asked which devices pods
+	// hold, so that the layout annotation says it as pods come and go; the
+	// Node is written only when that changed, so at most once per interval.
+	// Default DefaultInUseInterval; negative turns the polling off (the
+	// annotation is then current only after each reconcile).
+	InUseInterval time.Duration
+	// Registry receives the agent's metrics and is what /metrics serves.
+	// Nil: a new registry with the Go and process collectors.
+	Registry *prometheus.Registry
+}
+
+func (o *Options) setDefaults() {
+	if o.BusyPolicy == "" {
+		o.BusyPolicy = BusyWait
+	}
+	if o.RetryInterval <= 0 {
+		o.RetryInterval = DefaultRetryInterval
+	}
+	if o.ResyncInterval <= 0 {
+		o.ResyncInterval = DefaultResyncInterval
+	}
+	if o.FieldManager == "" {
+		o.FieldManager = DefaultFieldManager
+	}
+	if o.InUseInterval == 0 {
+		o.InUseInterval = DefaultInUseInterval
+	}
+	if o.Registry == nil {
+		o.Registry = newRegistry()
+	}
+}
+
+func (o *Options) validate() error {
+	var errs []error
+	if o.NodeName == "" {
+		errs = append(errs, errors.New("the node name is required"))
+	}
+	if o.Client == nil {
+		errs = append(errs, errors.New("a Kubernetes client is required"))
+	}
+	if o.NVML == nil {
+		errs = append(errs, errors.New("an NVML backend is required"))
+	}
+	if o.Server == nil {
+		errs = append(errs, errors.New("a server of the devices is required"))
+	}
+	if o.PodResources == nil {
+		errs = append(errs, errors.New("a pod-resources client is required"))
+	}
+	if _, err := BusyPolicies.Parse(string(o.BusyPolicy)); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// nodeCache is what the agent needs of client-go's MutationCache (which
+// outsiders may no longer implement, so tests substitute this instead).
+type nodeCache interface {
+	GetByKey(key string) (any, bool, error)
+	Mutation(obj any)
+}
+
+// Agent is the node agent: it keeps the node's GPUs partitioned as the
+// Node asks, serves their devices, and reports on the Node.
+type Agent struct {
+	opts    Options
+	part    partitioner
+	metrics *metrics
+	log     klog.Logger
+	live    atomic.Bool
+	trigger chan struct{}
+
+	// nodes is the informer's view of the Node, corrected by the agent's
+	// own applies until the informer catches up. Set by Run.
+	nodes nodeCache
+
+	// Owned by the loop in Run.
+	gpus []mig.GPU
+	// reported is the status of the last reconcile whose report
+	// succeeded, and shown what the Node shows for it (see present);
+	// known is false until the first reconcile, when the Node's labels
+	// stand in for both.
+	reported status
+	shown    status
+	known    bool
+	nodeUID  types.UID
+	// lastSourceKey is the key of the source that decided at the last
+	// reconcile (see present).
+	lastSourceKey   string
+	lastSourceKnown bool
+	// awaiting is the wait for the kubelet to publish the served layout,
+	// and published the layout it last published (see awaitPublication).
+	awaiting  *publication
+	published string
+	// held are GPUs on which the current document failed, by index (see
+	// reconcile).
+	held map[int]hold
+	// unsent are the Events of reconciles whose report on the Node
+	// failed, recorded with the next report that succeeds (see step).
+	unsent []event
+	// inUse maps each device ID pods hold to those pods, as the kubelet
+	// last said (see noteAssignments); inUseErr is the last failure to
+	// ask, logged once.
+	inUse    map[string][]string
+	inUseErr string
+}
+
+// New checks opts, fills in defaults and returns an Agent; Run starts it.
+func New(opts Options) (*Agent, error) {
+	opts.setDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, fmt.Errorf("node agent options: %w", err)
+	}
+	m, err := newMetrics(opts.Registry, opts.Server, opts.NodeName)
+	if err != nil {
+		return nil, err
+	}
+	return &Agent{
+		opts:    opts,
+		part:    nvmlmig.NewPartitioner(opts.NVML),
+		metrics: m,
+		log:     klog.Background().WithName("agent"),
+		trigger: make(chan struct{}, 1),
+		held:    map[int]hold{},
+	}, nil
+}
+
+// Handler serves /metrics and /healthz; the process serves it
+// (internal/nodeagent, through internal/platform/metricsserver).
+func (a *Agent) Handler() http.Handler {
+	return metricsserver.Handler(a.opts.Registry, &a.live, "the agent is not running its loop")
+}
+
+// Run serves the node's current devices at once, then watches the Node and
+// the config file and reconciles until ctx is cancelled; an Agent runs
+// once. It returns an error only when it cannot start (the GPUs cannot be
+// read) or the server of the devices stops with one.
+func (a *Agent) Run(ctx context.Context) error {
+	a.log = klog.FromContext(ctx).WithName("agent").WithValues("node", a.opts.NodeName)
+	ctx = klog.NewContext(ctx, a.log)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+
+	// Serve what the GPUs have before anything else, so a restarted agent
+	// does not zero the node's resources while it catches up.
+	gpus, err := nvmlmig.Discover(a.opts.NVML)
+	if err != nil {
+		return fmt.Errorf("reading the GPUs: %w", err)
+	}
+	a.gpus = gpus
+	if err := a.opts.Server.Serve(ctx, gpus); err != nil {
+		a.log.Error(err, "Serving the current layout")
+	}
+	srvErr := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		srvErr <- a.opts.Server.Run(ctx)
+	}()
+	a.live.Store(true)
+	defer a.live.Store(false)
+	a.log.Info("Serving the current layout", "gpus", len(gpus))
+
+	factory := informers.NewSharedInformerFactoryWithOptions(a.opts.Client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", a.opts.NodeName).String()
+		}))
+	informer := factory.Core().V1().Nodes().Informer()
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { a.poke() },
+		UpdateFunc: func(oldObj, newObj any) {
+			o, ok1 := oldObj.(*corev1.Node)
+			n, ok2 := newObj.(*corev1.Node)
+			// Status heartbeats do not concern the agent; a new
+			// allocatable may be the publication it waits for.
+			if !ok1 || !ok2 || o.UID != n.UID || !maps.Equal(o.Labels, n.Labels) || !maps.Equal(o.Annotations, n.Annotations) || allocatableChanged(o, n) {
+				a.poke()
+			}
+		},
+		DeleteFunc: func(any) { a.poke() },
+	}); err != nil {
+		return fmt.Errorf("watching Node %s: %w", a.opts.NodeName, err)
+	}
+	a.nodes = cache.NewIntegerResourceVersionMutationCache(a.log, informer.GetStore(), informer.GetIndexer(), time.Minute, false)
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	defer cancel() // before Shutdown, which waits for the informer
+
+	if a.opts.ConfigFile != "" {
+		stop, err := a.watchConfigFile()
+		if err != nil {
+			// The file may be mounted later; the resync reads it anyway.
+			a.log.Error(err, "Watching the config file; changes are picked up at the next resync", "file", a.opts.ConfigFile, "resync", a.opts.ResyncInterval)
+		} else {
+			defer stop()
+		}
+	}
+
+	synced := make(chan struct{})
+	go func() {
+		cache.WaitForCacheSync(ctx.Done(), informer.HasSynced)
+		close(synced)
+	}()
+	select {
+	case <-synced:
+	case err := <-srvErr:
+		if err != nil {
+			return fmt.Errorf("serving the devices: %w", err)
+		}
+		return nil
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return a.loop(ctx, srvErr)
+}
+
+// poke asks the loop for a reconcile; requests coalesce.
+func (a *Agent) poke() {
+	select {
+	case a.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// loop reconciles on every trigger, retry and resync, and refreshes the
+// report when device health changes.
+func (a *Agent) loop(ctx context.Context, srvErr <-chan error) error {
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	resync := time.NewTicker(a.opts.ResyncInterval)
+	defer resync.Stop()
+	var inUse <-chan time.Time
+	if a.opts.InUseInterval > 0 {
+		t := time.NewTicker(a.opts.InUseInterval)
+		defer t.Stop()
+		inUse = t.C
+	}
+	a.poke()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-inUse:
+			a.pollInUse(ctx)
+			continue
+		case err := <-srvErr:
+			if err != nil {
+				return fmt.Errorf("serving the devices: %w", err)
+			}
+			return nil
+		case <-a.opts.Server.Changes():
+			a.refresh(ctx, causeHealth)
+			continue
+		case <-a.trigger:
+		case <-retry.C:
+		case <-resync.C:
+			a.liftBusyHolds()
+		}
+		if a.step(ctx) {
+			retry.Reset(a.opts.RetryInterval)
+		} else {
+			retry.Stop()
+		}
+	}
+}
+
+// node returns the Node from the cache, or nil.
+func (a *Agent) node() *corev1.Node {
+	obj, ok, err := a.nodes.GetByKey(a.opts.NodeName)
+	if err != nil || !ok {
+		return nil
+	}
+	n, _ := obj.(*corev1.Node)
+	return n
+}
+
+// step reconciles once and reports; it returns whether to retry soon.
+func (a *Agent) step(ctx context.Context) bool {
+	node := a.node()
+	if node == nil {
+		a.log.Info("Node not found; waiting for it", "node", a.opts.NodeName)
+		return false
+	}
+	if !a.known || node.UID != a.nodeUID {
+		// What the Node shows stands in for what this process reported,
+		// so a restart does not repeat the last Event; a Node deleted and
+		// created again starts from its own labels too.
+		a.shown = status{State: node.Labels[nodeinfo.LabelMigConfigState], Reason: node.Annotations[nodeinfo.AnnotationReason]}
+		a.reported = withoutNote(a.shown, node)
+		a.known, a.nodeUID = true, node.UID
+		a.lastSourceKnown, a.awaiting, a.published = false, nil, ""
+		a.metrics.setState(a.shown.State)
+	}
+	start := time.Now()
+	out := a.reconcile(ctx, node, a.reported)
+	if ctx.Err() != nil {
+		return false // shutting down; what was done stays, the next agent reports it
+	}
+	a.metrics.reconciles.WithLabelValues(out.result).Inc()
+	a.metrics.duration.WithLabelValues(out.result).Observe(time.Since(start).Seconds())
+	a.gpus = out.gpus
+	// The reconcile may have reported on the Node (see announce): what
+	// follows compares with the Node as it is now.
+	if n := a.node(); n != nil && n.UID == node.UID {
+		node = n
+	}
+	shown := a.present(ctx, node, out)
+	retry := out.retry || shown.retry
+	// Events follow the report: an Event the Node's state does not show
+	// yet would tell users of a change they cannot see, and the retry
+	// after a failed report, which still compares with the old state,
+	// would record it a second time.
+	if err := a.report(ctx, node, shown.status, causeReconcile); err != nil {
+		a.metrics.errors.WithLabelValues(stageReport).Inc()
+		a.log.Error(err, "Reporting on the Node; its Events wait for the next report", "events", len(shown.events))
+		retry = true
+		a.unsent = keepUnsent(a.unsent, shown.events)
+	} else {
+		a.reported, a.shown = out.status, shown.status
+		a.metrics.setState(a.shown.State)
+		for _, ev := range withUnsent(a.unsent, shown.events) {
+			a.recordEvent(ctx, node, ev)
+		}
+		a.unsent = nil
+	}
+	log := a.log.WithValues("result", out.result, "state", shown.status.State, "took", time.Since(start))
+	if shown.status.Reason != "" {
+		log = log.WithValues("reason", shown.status.Reason)
+	}
+	log.Info("Reconciled")
+	return retry
+}
+
+// refresh reports again with the last status, for a change of device
+// health or of the pods holding devices.
+func (a *Agent) refresh(ctx context.Context, cause string) {
+	node := a.node()
+	if node == nil || !a.known {
+		return
+	}
+	if err := a.report(ctx, node, a.shown, cause); err != nil {
+		a.metrics.errors.WithLabelValues(stageReport).Inc()
+		a.log.Error(err, "Reporting on the Node", "cause", cause)
+	}
+}
+
+// pollInUse asks the kubelet which devices pods hold and, when that
+// changed, reports it on the Node. A failure keeps what was known and is
+// logged once until it changes.
+func (a *Agent) pollInUse(ctx context.Context) {
+	assignments, err := a.opts.PodResources.List(ctx)
+	if err != nil {
+		if msg := err.Error(); msg != a.inUseErr {
+			a.inUseErr = msg
+			a.log.Error(err, "Asking the kubelet which devices pods hold; the layout annotation keeps what it last knew")
+		}
+		return
+	}
+	a.inUseErr = ""
+	if a.noteAssignments(assignments) {
+		a.refresh(ctx, causeInUse)
+	}
+}
+
+// noteAssignments records which pods hold which devices, and returns
+// whether that changed.
+func (a *Agent) noteAssignments(assignments []podresources.Assignment) bool {
+	next := map[string][]string{}
+	for _, as := range assignments {
+		if key := as.PodKey(); !slices.Contains(next[as.DeviceID], key) {
+			next[as.DeviceID] = append(next[as.DeviceID], key)
+		}
+	}
+	for _, pods := range next {
+		slices.Sort(pods)
+	}
+	if maps.EqualFunc(a.inUse, next, slices.Equal[[]string]) {
+		return false
+	}
+	a.inUse = next
+	a.metrics.setInUse(next)
+	return true
+}
+
+// report applies the agent's labels and annotations for st and the last
+// discovered layout; cause is why, for the writes metric.
+func (a *Agent) report(ctx context.Context, node *corev1.Node, st status, cause string) error {
+	labels, annotations, err := ownedMetadata(st, a.gpus, servedHealth(a.opts.Server.Served()), a.inUse, a.opts.Server.Labels(a.gpus))
+	if err != nil {
+		return err
+	}
+	sent, err := a.applyMetadata(ctx, node, labels, annotations)
+	if sent {
+		a.metrics.writes.WithLabelValues(cause).Inc()
+	}
+	if sent && err == nil {
+		a.log.V(2).Info("Updated the Node's labels and annotations", "cause", cause)
+	}
+	return err
+}
+
+// watchConfigFile pokes the loop when anything in the config file's
+// directory changes: a mounted ConfigMap is updated by swapping a symlink
+// next to the file, not by writing it.
+func (a *Agent) watchConfigFile() (stop func(), err error) {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Dir(a.opts.ConfigFile)
+	if err := w.Add(dir); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("watching %s: %w", dir, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case _, ok := <-w.Events:
+				if !ok {
+					return
+				}
+				a.poke()
+			case err, ok := <-w.Errors:
+				if !ok {
+					return
+				}
+				a.log.Error(err, "Watching the config file", "file", a.opts.ConfigFile)
+				a.poke()
+			}
+		}
+	}()
+	return func() { w.Close(); <-done }, nil
+}
+
+// maxUnsent bounds the Events kept while reports fail: the oldest go first.
+const maxUnsent = 8
+
+// keepUnsent adds to the Events waiting for a report those of evs of
+// another type or reason: a reconcile after a failed report finds the
+// change done and would only repeat what the waiting Event says, less
+// precisely ("the layout is in place" after "GPU 0: create 3g.40gb").
+func keepUnsent(unsent, evs []event) []event {
+	unsent = withUnsent(unsent, evs)
+	if len(unsent) > maxUnsent {
+		unsent = slices.Clone(unsent[len(unsent)-maxUnsent:])
+	}
+	return unsent
+}
+
+// withUnsent is what to record once a report succeeded: the Events that
+// waited for it, then those of evs of another type or reason.
+func withUnsent(unsent, evs []event) []event {
+	out := slices.Clone(unsent)
+	for _, ev := range evs {
+		if !slices.ContainsFunc(unsent, func(u event) bool { return u.Type == ev.Type && u.Reason == ev.Reason }) {
+			out = append(out, ev)
+		}
+	}
+	return out
+}

@@ -1,0 +1,465 @@
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/migflex/migflex/internal/nodeagent/health"
+)
+
+// pluginOptions are registered with the kubelet and returned by
+// GetDevicePluginOptions; the kubelet uses the latter, so they must agree.
+func pluginOptions() *pluginapi.DevicePluginOptions {
+	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}
+}
+
+// socketName is the stable socket file name of a resource:
+// nvidia.com/mig-2g.20gb is served on migflex-mig-2g.20gb.sock.
+func socketName(prefix, resource string) string {
+	_, name, ok := strings.Cut(resource, "/")
+	if !ok {
+		name = resource
+	}
+	name = strings.Map(func(r rune) rune {
+		if r == '/' || r == ' ' || r == '+' {
+			return '-'
+		}
+		return r
+	}, name)
+	return prefix + "-" + name + ".sock"
+}
+
+// server serves one resource to the kubelet on its own socket. Its device
+// list outlives the gRPC server: after a kubelet restart the same list is
+// served again on a fresh gRPC server.
+type server struct {
+	pluginapi.UnimplementedDevicePluginServer
+
+	resource      string
+	socket        string
+	kubeletSocket string
+	alloc         allocator
+	policy        AllocationPolicy
+	timeout       time.Duration
+	log           klog.Logger
+	// gate is the Manager's: Allocate holds it shared from the drain check
+	// to its answer, Drain takes it exclusively to wait for those in
+	// flight.
+	gate *sync.RWMutex
+
+	mu      sync.Mutex
+	devices []Device
+	faults  map[string]health.Fault
+	// draining are the device IDs the Manager drains (see Manager.Drain):
+	// sent unhealthy and refused by Allocate, whatever their health.
+	draining map[string]bool
+	// answered is when Allocate last handed out each device, for Drain's
+	// settle.
+	answered map[string]time.Time
+	list     []*pluginapi.Device
+	changed  chan struct{} // closed when list changes, then replaced
+	grpc     *grpc.Server
+	served   chan struct{} // closed when grpc.Serve has returned
+	serving  bool
+	// gen counts starts: a registration made for an earlier gRPC server
+	// is not this one's.
+	gen        uint64
+	registered bool
+	regAt      time.Time
+	regErr     error
+	// regWith identifies the kubelet.sock the server registered through.
+	regWith os.FileInfo
+}
+
+var _ pluginapi.DevicePluginServer = (*server)(nil)
+
+func newServer(log klog.Logger, resource string, o Options, alloc allocator, gate *sync.RWMutex) *server {
+	return &server{
+		gate:          gate,
+		resource:      resource,
+		socket:        filepath.Join(o.PluginDir, socketName(o.SocketPrefix, resource)),
+		kubeletSocket: filepath.Join(o.PluginDir, filepath.Base(pluginapi.KubeletSocket)),
+		alloc:         alloc,
+		policy:        o.AllocationPolicy,
+		timeout:       o.RegisterTimeout,
+		log:           log.WithValues("resource", resource),
+		changed:       make(chan struct{}),
+		list:          []*pluginapi.Device{},
+	}
+}
+
+// set replaces the devices, the known faults and the draining IDs; it
+// reports whether the list the kubelet sees changed.
+func (s *server) set(devs []Device, faults map[string]health.Fault, draining map[string]bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.devices = slices.Clone(devs)
+	s.faults = faults
+	s.draining = draining
+	maps.DeleteFunc(s.answered, func(id string, _ time.Time) bool {
+		return !slices.ContainsFunc(s.devices, func(d Device) bool { return d.ID == id })
+	})
+	return s.recomputeLocked()
+}
+
+// keepOnly drops the devices whose IDs are not in exists and returns
+// theirs.
+func (s *server) keepOnly(exists map[string]bool) (gone []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.devices = slices.DeleteFunc(slices.Clone(s.devices), func(d Device) bool {
+		if !exists[d.ID] {
+			gone = append(gone, d.ID)
+			return true
+		}
+		return false
+	})
+	if len(gone) > 0 {
+		s.recomputeLocked()
+	}
+	return gone
+}
+
+// setDraining replaces the draining IDs; it reports whether the list the
+// kubelet sees changed.
+func (s *server) setDraining(draining map[string]bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.draining = draining
+	return s.recomputeLocked()
+}
+
+// lastAnswered is the latest time Allocate handed out one of ids; zero if
+// none was.
+func (s *server) lastAnswered(ids []string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var last time.Time
+	for _, id := range ids {
+		if t := s.answered[id]; t.After(last) {
+			last = t
+		}
+	}
+	return last
+}
+
+// setHealth replaces the known faults; it reports whether the list the
+// kubelet sees or a device's health in status changed (they differ for a
+// draining device, which the kubelet sees unhealthy either way).
+func (s *server) setHealth(faults map[string]health.Fault) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	healthChanged := slices.ContainsFunc(s.devices, func(d Device) bool {
+		_, was := s.faults[d.ID]
+		_, is := faults[d.ID]
+		return was != is
+	})
+	s.faults = faults
+	return s.recomputeLocked() || healthChanged
+}
+
+func (s *server) recomputeLocked() bool {
+	list := make([]*pluginapi.Device, len(s.devices))
+	for i, d := range s.devices {
+		h := pluginapi.Healthy
+		if _, bad := s.faults[d.ID]; bad || s.draining[d.ID] {
+			h = pluginapi.Unhealthy
+		}
+		list[i] = &pluginapi.Device{ID: d.ID, Health: h}
+	}
+	if slices.EqualFunc(list, s.list, func(a, b *pluginapi.Device) bool { return a.ID == b.ID && a.Health == b.Health }) {
+		return false
+	}
+	s.list = list
+	close(s.changed)
+	s.changed = make(chan struct{})
+	return true
+}
+
+// snapshot returns a copy of the current list and a channel closed when it
+// changes.
+func (s *server) snapshot() ([]*pluginapi.Device, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*pluginapi.Device, len(s.list))
+	for i, d := range s.list {
+		out[i] = &pluginapi.Device{ID: d.ID, Health: d.Health}
+	}
+	return out, s.changed
+}
+
+func (s *server) status() ResourceStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rs := ResourceStatus{Name: s.resource, Socket: s.socket, Registered: s.registered, RegisteredAt: s.regAt, Devices: []DeviceStatus{}}
+	if s.regErr != nil {
+		rs.RegisterError = s.regErr.Error()
+	}
+	for _, d := range s.devices {
+		ds := DeviceStatus{Device: d, Healthy: true, Draining: s.draining[d.ID]}
+		if f, bad := s.faults[d.ID]; bad {
+			ds.Healthy = false
+			ds.Fault = &f
+		}
+		rs.Devices = append(rs.Devices, ds)
+	}
+	return rs
+}
+
+// start serves the plugin API on the resource's socket, replacing a stale
+// socket file left by an earlier process.
+func (s *server) start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.serving {
+		return nil
+	}
+	if len(s.socket) > unixPathMax {
+		return fmt.Errorf("socket path %s is longer than %d bytes", s.socket, unixPathMax)
+	}
+	if err := os.Remove(s.socket); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing stale socket: %w", err)
+	}
+	lis, err := net.Listen("unix", s.socket)
+	if err != nil {
+		return fmt.Errorf("listening for the kubelet: %w", err)
+	}
+	g := grpc.NewServer()
+	pluginapi.RegisterDevicePluginServer(g, s)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		if err := g.Serve(lis); err != nil {
+			s.log.Error(err, "Device plugin server stopped", "socket", s.socket)
+		}
+	}()
+	s.grpc, s.served, s.serving = g, served, true
+	s.gen++
+	s.log.V(2).Info("Serving device plugin", "socket", s.socket)
+	return nil
+}
+
+// stop closes the gRPC server, and with it the kubelet's ListAndWatch
+// stream, and removes the socket.
+func (s *server) stop() {
+	s.mu.Lock()
+	g, served := s.grpc, s.served
+	s.grpc, s.served, s.serving, s.registered, s.regWith = nil, nil, false, false, nil
+	s.mu.Unlock()
+	if g == nil {
+		return
+	}
+	g.Stop()
+	<-served
+	if err := os.Remove(s.socket); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		s.log.Error(err, "Removing socket", "socket", s.socket)
+	}
+}
+
+func (s *server) isServing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.serving
+}
+
+// needsRegistration reports whether the server serves but is not
+// registered, and the generation of the gRPC server to register.
+func (s *server) needsRegistration() (gen uint64, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gen, s.serving && !s.registered
+}
+
+// registeredElsewhere reports whether the server is registered, but not
+// through the kubelet socket kubelet describes: with a kubelet that is gone.
+func (s *server) registeredElsewhere(kubelet os.FileInfo) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.registered && !sameSocket(s.regWith, kubelet)
+}
+
+// sameSocket reports whether a and b describe the same socket file. A
+// socket re-created at the same path can reuse the inode, so the
+// modification time must match too.
+func sameSocket(a, b os.FileInfo) bool {
+	return a != nil && b != nil && os.SameFile(a, b) && a.ModTime().Equal(b.ModTime())
+}
+
+// errStale is register's answer when the gRPC server it was asked to
+// register was stopped (and perhaps started again) meanwhile.
+var errStale = errors.New("the server was restarted during its registration")
+
+// register announces the gRPC server of generation gen to the kubelet
+// listening on the socket kubelet describes. The kubelet dials back and asks
+// for the options before it answers, which may take up to the register
+// timeout: register holds no lock meanwhile.
+func (s *server) register(ctx context.Context, kubelet os.FileInfo, gen uint64) error {
+	if g, ok := s.needsRegistration(); !ok || g != gen {
+		return errStale
+	}
+	err := s.callRegister(ctx)
+	if err == nil {
+		// The kubelet that answered may be one that was replaced during
+		// the call: the new one would not know this server.
+		if now, serr := os.Stat(s.kubeletSocket); serr != nil || !sameSocket(now, kubelet) {
+			err = fmt.Errorf("registering %s: the kubelet restarted during the call", s.resource)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.serving || s.gen != gen {
+		return errStale
+	}
+	s.regErr = err
+	if err != nil {
+		s.registered, s.regWith = false, nil
+		return err
+	}
+	s.registered, s.regAt, s.regWith = true, time.Now(), kubelet
+	return nil
+}
+
+func (s *server) callRegister(ctx context.Context) error {
+	conn, err := grpc.NewClient("unix://"+s.kubeletSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("dialing kubelet at %s: %w", s.kubeletSocket, err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
+		Version:      pluginapi.Version,
+		Endpoint:     filepath.Base(s.socket),
+		ResourceName: s.resource,
+		Options:      pluginOptions(),
+	})
+	if err != nil {
+		return fmt.Errorf("registering %s with kubelet at %s: %w", s.resource, s.kubeletSocket, err)
+	}
+	return nil
+}
+
+// GetDevicePluginOptions returns the options the plugin registered with.
+func (s *server) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return pluginOptions(), nil
+}
+
+// ListAndWatch sends the full device list now and after every change, until
+// the kubelet goes away or the server stops.
+func (s *server) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+	for {
+		list, changed := s.snapshot()
+		if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: list}); err != nil {
+			return fmt.Errorf("sending device list: %w", err)
+		}
+		s.log.V(4).Info("Sent device list", "devices", len(list))
+		select {
+		case <-changed:
+		case <-stream.Context().Done():
+			return stream.Context().Err()
+		}
+	}
+}
+
+// lookup returns the devices for ids, refusing unknown, duplicate,
+// unhealthy and draining ones.
+func (s *server) lookup(ids []string) ([]Device, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(ids) == 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "resource %s: container request names no device", s.resource)
+	}
+	out := make([]Device, 0, len(ids))
+	for _, id := range ids {
+		i := slices.IndexFunc(s.devices, func(d Device) bool { return d.ID == id })
+		switch {
+		case i < 0:
+			return nil, status.Errorf(codes.InvalidArgument, "resource %s: unknown device %q", s.resource, id)
+		case slices.ContainsFunc(out, func(d Device) bool { return d.ID == id }):
+			return nil, status.Errorf(codes.InvalidArgument, "resource %s: device %q requested twice", s.resource, id)
+		}
+		if f, bad := s.faults[id]; bad {
+			return nil, status.Errorf(codes.FailedPrecondition, "resource %s: device %q is unhealthy (Xid %d at %s)", s.resource, id, f.Xid, f.At.Format(time.RFC3339))
+		}
+		if s.draining[id] {
+			return nil, status.Errorf(codes.FailedPrecondition, "resource %s: device %q is being repartitioned (its GPU's MIG layout is changing)", s.resource, id)
+		}
+		out = append(out, s.devices[i])
+	}
+	return out, nil
+}
+
+// Allocate tells the kubelet how to give each container its devices. It
+// holds the drain gate shared from the lookup, which refuses draining
+// devices, until it answers, so a Drain that returned has seen the answer
+// of every Allocate that accepted one of its devices.
+func (s *server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	resp := &pluginapi.AllocateResponse{}
+	var ids []string
+	for _, creq := range req.GetContainerRequests() {
+		devs, err := s.lookup(creq.GetDevicesIds())
+		if err != nil {
+			s.log.Info("Refusing allocation", "devices", creq.GetDevicesIds(), "err", err)
+			return nil, err
+		}
+		cresp, err := s.alloc.response(devs)
+		if err != nil {
+			s.log.Error(err, "Building allocation", "devices", creq.GetDevicesIds())
+			return nil, status.Errorf(codes.Internal, "resource %s: %v", s.resource, err)
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, cresp)
+		ids = append(ids, creq.GetDevicesIds()...)
+		s.log.V(2).Info("Allocated", "devices", creq.GetDevicesIds())
+	}
+	s.mu.Lock()
+	if s.answered == nil {
+		s.answered = map[string]time.Time{}
+	}
+	now := time.Now()
+	for _, id := range ids {
+		s.answered[id] = now
+	}
+	s.mu.Unlock()
+	return resp, nil
+}
+
+// GetPreferredAllocation advises the kubelet which available devices to
+// pick, following the allocation policy over parent GPUs.
+func (s *server) GetPreferredAllocation(ctx context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	s.mu.Lock()
+	devs := slices.Clone(s.devices)
+	s.mu.Unlock()
+	resp := &pluginapi.PreferredAllocationResponse{}
+	for _, creq := range req.GetContainerRequests() {
+		ids, err := preferredAllocation(s.policy, devs, creq.GetAvailableDeviceIDs(), creq.GetMustIncludeDeviceIDs(), int(creq.GetAllocationSize()))
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "resource %s: %v", s.resource, err)
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
+	}
+	return resp, nil
+}
+
+// PreStartContainer is not required (see pluginOptions) and does nothing.
+func (s *server) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	return &pluginapi.PreStartContainerResponse{}, nil
+}

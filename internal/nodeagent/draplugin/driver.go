@@ -1,0 +1,364 @@
+// Package draplugin is migflex's DRA kubelet plugin: it publishes the
+// node's GPU layout as ResourceSlices, prepares and unprepares the claims
+// the kubelet hands it, and keeps what it prepared in a checkpoint on the
+// node. It speaks the kubelet's protocols through
+// k8s.io/dynamic-resource-allocation/kubeletplugin; the devices are the
+// pure dra package's, and the CDI specs those of dra/cdi.
+//
+// The agent drives it as it drives the device plugin: Publish on every
+// layout change (no restart: the ResourceSlice is updated in place),
+// Drain and Undrain around a repartition, Prepared and Published for its
+// busy check and its report, Visible to know the scheduler can see the
+// layout.
+package draplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2"
+
+	"github.com/migflex/migflex/internal/domain/dra"
+	"github.com/migflex/migflex/internal/domain/mig"
+	"github.com/migflex/migflex/internal/nodeagent/cdi"
+)
+
+// Driver is the running kubelet plugin. Create it with Start.
+type Driver struct {
+	opts   Options
+	helper *kubeletplugin.Helper
+	cdi    *cdi.Writer
+	ckpt   checkpoint
+	logger klog.Logger
+	fatal  chan error
+
+	// mu guards everything below. Prepare and Unprepare hold it from
+	// their decision until the checkpoint is saved, so Drain, which
+	// takes it after marking, returns only once every Prepare that could
+	// have accepted a drained device has answered.
+	mu        sync.Mutex
+	started   bool
+	devices   []dra.Device
+	byName    map[string]dra.Device
+	unhealthy map[string]dra.Fault
+	draining  map[string]bool // by UUID
+	policy    dra.UnhealthyPolicy
+	prepared  map[string]dra.PreparedClaim
+	published resourceslice.DriverResources
+	changed   chan struct{} // closed and replaced on every publication
+}
+
+var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
+
+// Start loads the checkpoint, removes CDI specs of claims it does not list
+// (left by a Prepare that failed half way), and registers with the kubelet.
+// It publishes nothing until the first Publish. Stop, or ctx's end, stops
+// it.
+func Start(ctx context.Context, opts Options) (*Driver, error) {
+	opts.setDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, fmt.Errorf("DRA driver: %w", err)
+	}
+	w, err := cdi.NewWriter(opts.CDIDir, opts.CDIKind, opts.Editor)
+	if err != nil {
+		return nil, fmt.Errorf("DRA driver: %w", err)
+	}
+	d := &Driver{
+		opts: opts, cdi: w, ckpt: newCheckpoint(opts.StateDir, opts.DriverName, opts.NodeName),
+		logger: klog.FromContext(ctx).WithName("dra"), fatal: make(chan error, 1),
+		byName: map[string]dra.Device{}, draining: map[string]bool{}, changed: make(chan struct{}),
+		policy: opts.Unhealthy,
+	}
+	if d.policy == UnhealthyAuto {
+		d.policy = dra.UnhealthyTaint
+	}
+	if d.prepared, err = d.ckpt.load(); err != nil {
+		return nil, fmt.Errorf("DRA driver: %w", err)
+	}
+	if err := d.removeStraySpecs(); err != nil {
+		return nil, fmt.Errorf("DRA driver: %w", err)
+	}
+	d.helper, err = kubeletplugin.Start(klog.NewContext(ctx, d.logger), d,
+		kubeletplugin.DriverName(opts.DriverName),
+		kubeletplugin.NodeName(opts.NodeName),
+		kubeletplugin.NodeUID(opts.NodeUID),
+		kubeletplugin.KubeClient(opts.KubeClient),
+		kubeletplugin.RegistrarDirectoryPath(opts.RegistrarDir),
+		kubeletplugin.PluginDataDirectoryPath(opts.PluginDir),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("DRA driver: starting the kubelet plugin: %w", err)
+	}
+	d.logger.Info("DRA driver started", "driver", opts.DriverName, "node", opts.NodeName, "prepared", len(d.prepared))
+	return d, nil
+}
+
+func (d *Driver) removeStraySpecs() error {
+	uids, err := d.cdi.Claims()
+	if err != nil {
+		return err
+	}
+	for _, uid := range uids {
+		if _, ok := d.prepared[uid]; ok {
+			continue
+		}
+		if err := d.cdi.RemoveClaim(uid); err != nil {
+			return err
+		}
+		d.logger.Info("Removed the CDI spec of a claim the checkpoint does not list", "claim", uid)
+	}
+	return nil
+}
+
+// Stop unregisters from the kubelet and stops publishing. The
+// ResourceSlices stay: the kubelet deletes them when the plugin has been
+// gone for a while, and a restarted agent takes them over unchanged.
+func (d *Driver) Stop() { d.helper.Stop() }
+
+// Fatal delivers an error the kubelet-plugin helper says the process
+// cannot recover from (its gRPC servers failed); the caller decides to
+// exit.
+func (d *Driver) Fatal() <-chan error { return d.fatal }
+
+// Publish makes gpus the published layout with the given device health
+// (by UUID), replacing the previous one in place. A layout that cannot be
+// named as devices is an error and changes nothing. Drain marks of
+// devices that are gone end.
+func (d *Driver) Publish(gpus []mig.GPU, unhealthy map[string]dra.Fault) error {
+	devs, err := dra.Devices(gpus)
+	if err != nil {
+		return fmt.Errorf("cannot publish the layout: %w", err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.devices, d.byName, d.unhealthy = devs, dra.ByName(devs), maps.Clone(unhealthy)
+	present := map[string]bool{}
+	for _, dev := range devs {
+		present[dev.UUID] = true
+	}
+	maps.DeleteFunc(d.draining, func(uuid string, _ bool) bool { return !present[uuid] })
+	d.started = true
+	return d.publishLocked()
+}
+
+// publishLocked hands the current devices, less those draining, to the
+// ResourceSlice controller.
+func (d *Driver) publishLocked() error {
+	visible := slices.DeleteFunc(slices.Clone(d.devices), func(dev dra.Device) bool { return d.draining[dev.UUID] })
+	res, err := dra.Resources(d.opts.NodeName, visible, d.unhealthy, d.policy)
+	if err != nil {
+		return err
+	}
+	if err := d.helper.PublishResources(context.Background(), res); err != nil {
+		return fmt.Errorf("publishing ResourceSlices: %w", err)
+	}
+	d.published = res
+	close(d.changed)
+	d.changed = make(chan struct{})
+	return nil
+}
+
+// Drain withdraws the devices with these UUIDs from the slice, so the
+// scheduler allocates them to no new claim, and makes Prepare refuse
+// them. It returns once every Prepare that might have accepted one has
+// answered. A claim the scheduler allocated before it saw the new slice
+// is the caller's to find (dra.Uses over the API's claims), as on the
+// device-plugin path.
+func (d *Driver) Drain(ctx context.Context, uuids []string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, u := range uuids {
+		d.draining[u] = true
+	}
+	if !d.started {
+		return nil
+	}
+	return d.publishLocked()
+}
+
+// Undrain ends Drain for these UUIDs and publishes them again.
+func (d *Driver) Undrain(uuids []string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, u := range uuids {
+		delete(d.draining, u)
+	}
+	if !d.started {
+		return
+	}
+	if err := d.publishLocked(); err != nil {
+		d.logger.Error(err, "Undrain: republishing")
+	}
+}
+
+// Published returns the devices of the current layout (draining ones
+// included) and the pool last handed to the ResourceSlice controller.
+func (d *Driver) Published() ([]dra.Device, resourceslice.DriverResources) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.devices), *d.published.DeepCopy()
+}
+
+// Prepared returns the prepared claims, sorted by UID.
+func (d *Driver) Prepared() []dra.PreparedClaim {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := slices.Collect(maps.Values(d.prepared))
+	slices.SortFunc(out, func(a, b dra.PreparedClaim) int { return strings.Compare(a.UID, b.UID) })
+	return out
+}
+
+// Visible reports whether the API server's ResourceSlices of this node
+// and driver show exactly the pool last published: the scheduler sees
+// what the agent serves. It is "success" on a DRA node.
+func (d *Driver) Visible(ctx context.Context) (bool, error) {
+	d.mu.Lock()
+	want := d.published.DeepCopy()
+	started := d.started
+	d.mu.Unlock()
+	if !started {
+		return false, nil
+	}
+	list, err := d.opts.KubeClient.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
+		FieldSelector: fields.AndSelectors(
+			fields.OneTermEqualSelector(resourceapi.ResourceSliceSelectorDriver, d.opts.DriverName),
+			fields.OneTermEqualSelector(resourceapi.ResourceSliceSelectorNodeName, d.opts.NodeName),
+		).String(),
+	})
+	if err != nil {
+		return false, fmt.Errorf("listing ResourceSlices: %w", err)
+	}
+	return sameDevices(want.Pools[d.opts.NodeName], d.opts.DriverName, d.opts.NodeName, list.Items), nil
+}
+
+// sameDevices reports whether slices (of any driver and pool: filtered
+// here, as a fake client ignores field selectors) hold, at the newest
+// generation of the pool and complete, the devices of want with their
+// taints.
+func sameDevices(want resourceslice.Pool, driver, pool string, items []resourceapi.ResourceSlice) bool {
+	var gen int64 = -1
+	var ours []resourceapi.ResourceSlice
+	for _, s := range items {
+		if s.Spec.Driver != driver || s.Spec.Pool.Name != pool {
+			continue
+		}
+		ours = append(ours, s)
+		gen = max(gen, s.Spec.Pool.Generation)
+	}
+	var got []string
+	count := 0
+	for _, s := range ours {
+		if s.Spec.Pool.Generation != gen {
+			continue
+		}
+		if int64(len(want.Slices)) != s.Spec.Pool.ResourceSliceCount {
+			return false
+		}
+		count++
+		for _, dev := range s.Spec.Devices {
+			got = append(got, deviceKey(dev))
+		}
+	}
+	if count != len(want.Slices) {
+		return false
+	}
+	var expect []string
+	for _, s := range want.Slices {
+		for _, dev := range s.Devices {
+			expect = append(expect, deviceKey(dev))
+		}
+	}
+	slices.Sort(got)
+	slices.Sort(expect)
+	return slices.Equal(got, expect)
+}
+
+func deviceKey(dev resourceapi.Device) string {
+	key := dev.Name
+	for _, t := range dev.Taints {
+		key += fmt.Sprintf(" %s=%s:%s", t.Key, t.Value, t.Effect)
+	}
+	return key
+}
+
+// HandleError implements kubeletplugin.DRAPlugin. Publishing errors are
+// logged; taints the API server dropped switch the auto policy to
+// withdrawing unhealthy devices; an unrecoverable error goes to Fatal.
+func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
+	var dropped *resourceslice.DroppedFieldsError
+	if errors.As(err, &dropped) && slices.Contains(dropped.DisabledFeatures(), "DRADeviceTaints") {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if d.opts.Unhealthy == UnhealthyAuto && d.policy == dra.UnhealthyTaint {
+			d.logger.Info("The API server drops device taints (DRADeviceTaints is off); unhealthy devices are withdrawn from the ResourceSlice instead")
+			d.policy = dra.UnhealthyWithdraw
+			if perr := d.publishLocked(); perr != nil {
+				d.logger.Error(perr, "Republishing without unhealthy devices")
+			}
+			return
+		}
+	}
+	if errors.Is(err, kubeletplugin.ErrRecoverable) {
+		d.logger.Error(err, msg)
+		return
+	}
+	d.logger.Error(err, msg, "fatal", true)
+	select {
+	case d.fatal <- fmt.Errorf("%s: %w", msg, err):
+	default:
+	}
+}
+
+// WatchHealthStatus implements kubeletplugin.DRAPlugin: the health of every
+// published device, sent at once, on every publication and every
+// healthTimeout/3, so the kubelet can show it in the pod's status.
+func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+	tick := time.NewTicker(healthTimeout / 3)
+	defer tick.Stop()
+	for {
+		d.mu.Lock()
+		report := d.healthLocked(time.Now())
+		changed := d.changed
+		d.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil
+		case reports <- report:
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		case <-tick.C:
+		}
+	}
+}
+
+func (d *Driver) healthLocked(now time.Time) kubeletplugin.DeviceHealthReport {
+	var r kubeletplugin.DeviceHealthReport
+	for _, dev := range d.devices {
+		h := kubeletplugin.DeviceHealth{
+			PoolName: d.opts.NodeName, DeviceName: dev.Name, Health: kubeletplugin.HealthStatusHealthy,
+			LastUpdated: now, HealthCheckTimeout: healthTimeout,
+		}
+		if f, bad := d.unhealthy[dev.UUID]; bad {
+			h.Health, h.Message = kubeletplugin.HealthStatusUnhealthy, f.Reason
+		}
+		r.Devices = append(r.Devices, h)
+	}
+	return r
+}

@@ -1,0 +1,202 @@
+package draplugin
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/migflex/migflex/internal/domain/dra"
+	"github.com/migflex/migflex/internal/nodeagent/cdi"
+)
+
+// PrepareResourceClaims implements kubeletplugin.DRAPlugin. A claim
+// already prepared gets the same answer again (the kubelet repeats
+// Prepare, for example after it restarted). Otherwise each of its devices
+// of this driver must be in this node's current layout, not draining, and
+// not prepared for another claim; then its CDI spec is written and the
+// claim checkpointed, in that order, before the answer goes back.
+func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	for _, c := range claims {
+		pc, err := d.prepareLocked(c)
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Prepare refused", "claim", klog.KObj(c))
+			out[c.UID] = kubeletplugin.PrepareResult{Err: err}
+			continue
+		}
+		out[c.UID] = kubeletplugin.PrepareResult{Devices: d.result(pc)}
+	}
+	return out, nil
+}
+
+func (d *Driver) prepareLocked(c *resourceapi.ResourceClaim) (dra.PreparedClaim, error) {
+	uid := string(c.UID)
+	if pc, ok := d.prepared[uid]; ok {
+		// The spec may be gone (a node whose /var/run was cleared); the
+		// answer must still be true.
+		if _, err := os.Stat(d.cdi.SpecPath(uid)); err != nil {
+			if _, err := d.cdi.WriteClaim(uid, requestsOf(pc)); err != nil {
+				return dra.PreparedClaim{}, fmt.Errorf("claim %s: rewriting its CDI spec: %w", klog.KObj(c), err)
+			}
+		}
+		return pc, nil
+	}
+	if c.Status.Allocation == nil {
+		return dra.PreparedClaim{}, fmt.Errorf("claim %s is not allocated", klog.KObj(c))
+	}
+	if !d.started {
+		return dra.PreparedClaim{}, fmt.Errorf("claim %s: the driver has not published this node's layout yet; try again", klog.KObj(c))
+	}
+	holder := d.holders()
+	pc := dra.PreparedClaim{UID: uid, Namespace: c.Namespace, Name: c.Name}
+	for _, r := range c.Status.ReservedFor {
+		if r.APIGroup == "" && r.Resource == "pods" {
+			pc.Pods = append(pc.Pods, c.Namespace+"/"+r.Name)
+		}
+	}
+	slices.Sort(pc.Pods)
+	for _, r := range c.Status.Allocation.Devices.Results {
+		if r.Driver != d.opts.DriverName {
+			continue
+		}
+		dev, err := d.check(r, uid, holder)
+		if err != nil {
+			return dra.PreparedClaim{}, fmt.Errorf("claim %s: %w", klog.KObj(c), err)
+		}
+		pc.Devices = append(pc.Devices, dra.PreparedDevice{Device: dev, Requests: []string{r.Request}})
+	}
+	if len(pc.Devices) > 0 {
+		reqs := requestsOf(pc)
+		ids, err := d.cdi.WriteClaim(uid, reqs)
+		if err != nil {
+			return dra.PreparedClaim{}, fmt.Errorf("claim %s: %w", klog.KObj(c), err)
+		}
+		// The first device of each request carries the request's CDI
+		// device, which gives the container all of the request's devices
+		// at once.
+		idOf := map[string]string{}
+		for i, r := range reqs {
+			idOf[r.Name] = ids[i]
+		}
+		for i := range pc.Devices {
+			req := pc.Devices[i].Requests[0]
+			if id, ok := idOf[req]; ok {
+				pc.Devices[i].CDIDeviceIDs = []string{id}
+				delete(idOf, req)
+			}
+		}
+	}
+	next := maps.Clone(d.prepared)
+	next[uid] = pc
+	if err := d.ckpt.save(next); err != nil {
+		// Not checkpointed, so not prepared: the spec goes too.
+		if rerr := d.cdi.RemoveClaim(uid); rerr != nil {
+			err = fmt.Errorf("%w; and removing its CDI spec: %v", err, rerr)
+		}
+		return dra.PreparedClaim{}, fmt.Errorf("claim %s: %w", klog.KObj(c), err)
+	}
+	d.prepared = next
+	return pc, nil
+}
+
+// check says why the allocated device r cannot be prepared, if it cannot.
+func (d *Driver) check(r resourceapi.DeviceRequestAllocationResult, uid string, holder map[string]string) (dra.Device, error) {
+	if r.Pool != d.opts.NodeName {
+		return dra.Device{}, fmt.Errorf("device %s/%s (request %q) is in pool %q, not this node's %q", r.Pool, r.Device, r.Request, r.Pool, d.opts.NodeName)
+	}
+	dev, ok := d.byName[r.Device]
+	if !ok {
+		return dra.Device{}, fmt.Errorf("device %q (request %q) is not in this node's MIG layout any more; the layout changed after the claim was allocated", r.Device, r.Request)
+	}
+	if d.draining[dev.UUID] {
+		return dra.Device{}, fmt.Errorf("device %q (request %q) is draining: its GPU is about to be repartitioned", r.Device, r.Request)
+	}
+	if other, ok := holder[dev.UUID]; ok && other != uid && !adminAccess(r) {
+		return dra.Device{}, fmt.Errorf("device %q (request %q) is already prepared for claim %s", r.Device, r.Request, d.prepared[other].Namespace+"/"+d.prepared[other].Name)
+	}
+	return dev, nil
+}
+
+func adminAccess(r resourceapi.DeviceRequestAllocationResult) bool {
+	return r.AdminAccess != nil && *r.AdminAccess
+}
+
+// holders maps the UUID of every prepared device to its claim's UID.
+func (d *Driver) holders() map[string]string {
+	out := map[string]string{}
+	for uid, pc := range d.prepared {
+		for _, dev := range pc.Devices {
+			out[dev.UUID] = uid
+		}
+	}
+	return out
+}
+
+// requestsOf groups a prepared claim's devices by request, in the order
+// of their first device.
+func requestsOf(pc dra.PreparedClaim) []cdi.Request {
+	var out []cdi.Request
+	for _, dev := range pc.Devices {
+		req := dev.Requests[0]
+		i := slices.IndexFunc(out, func(r cdi.Request) bool { return r.Name == req })
+		if i < 0 {
+			out = append(out, cdi.Request{Name: req})
+			i = len(out) - 1
+		}
+		out[i].Devices = append(out[i].Devices, dev.Device)
+	}
+	return out
+}
+
+// result is the kubelet's view of a prepared claim.
+func (d *Driver) result(pc dra.PreparedClaim) []kubeletplugin.Device {
+	out := make([]kubeletplugin.Device, 0, len(pc.Devices))
+	for _, dev := range pc.Devices {
+		out = append(out, kubeletplugin.Device{
+			Requests: slices.Clone(dev.Requests), PoolName: d.opts.NodeName, DeviceName: dev.Name,
+			CDIDeviceIDs: slices.Clone(dev.CDIDeviceIDs),
+		})
+	}
+	return out
+}
+
+// UnprepareResourceClaims implements kubeletplugin.DRAPlugin: the claim's
+// CDI spec is removed and it leaves the checkpoint. A claim that is not
+// prepared is no error.
+func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[types.UID]error, len(claims))
+	for _, c := range claims {
+		out[c.UID] = d.unprepareLocked(string(c.UID))
+		if out[c.UID] != nil {
+			klog.FromContext(ctx).Error(out[c.UID], "Unprepare failed", "claim", c.NamespacedName)
+		}
+	}
+	return out, nil
+}
+
+func (d *Driver) unprepareLocked(uid string) error {
+	if err := d.cdi.RemoveClaim(uid); err != nil {
+		return err
+	}
+	if _, ok := d.prepared[uid]; !ok {
+		return nil
+	}
+	next := maps.Clone(d.prepared)
+	delete(next, uid)
+	if err := d.ckpt.save(next); err != nil {
+		return err
+	}
+	d.prepared = next
+	return nil
+}

@@ -1,0 +1,172 @@
+package draplugin
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/testing/protocmp"
+	resourceapi "k8s.io/api/resource/v1"
+	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+
+	"github.com/migflex/migflex/internal/domain/dra"
+)
+
+func TestPrepareAndUnprepare(t *testing.T) {
+	_, discover := simGPUs(t)
+	c1 := allocated("ns", "c1", "p1", [2]string{"r", mig0})
+	// One request with two devices: the container must see both at once.
+	c2 := allocated("ns", "c2", "p2", [2]string{"x", mig4}, [2]string{"x", whole})
+	client := fakeClient(c1, c2)
+	d := newDirs(t)
+	drv := startDriver(t, client, d, Options{})
+	gpus := discover()
+	if err := drv.Publish(gpus, nil); err != nil {
+		t.Fatal(err)
+	}
+	k := dialKubelet(t, d)
+
+	got := k.prepare(c1, c2)
+	want := map[string]*drapb.NodePrepareResourceResponse{
+		"uid-c1": {Devices: []*drapb.Device{{RequestNames: []string{"r"}, PoolName: node, DeviceName: mig0, CdiDeviceIds: []string{"migflex.io/gpu=uid-c1-r"}}}},
+		"uid-c2": {Devices: []*drapb.Device{
+			{RequestNames: []string{"x"}, PoolName: node, DeviceName: mig4, CdiDeviceIds: []string{"migflex.io/gpu=uid-c2-x"}},
+			{RequestNames: []string{"x"}, PoolName: node, DeviceName: whole},
+		}},
+	}
+	if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
+		t.Fatalf("prepare (-want,+got):\n%s", diff)
+	}
+	// The kubelet asks again (it restarted): the same answer.
+	if diff := cmp.Diff(want, k.prepare(c1, c2), protocmp.Transform()); diff != "" {
+		t.Errorf("repeated prepare (-want,+got):\n%s", diff)
+	}
+	devs, _ := drv.Published()
+	uuid := map[string]string{}
+	for _, dev := range devs {
+		uuid[dev.Name] = dev.UUID
+	}
+	spec := readSpecEnv(t, filepath.Join(d.cdi, "migflex.io-gpu_uid-c2.json"))
+	if want := "NVIDIA_VISIBLE_DEVICES=" + uuid[mig4] + "," + uuid[whole]; !strings.Contains(spec, want) {
+		t.Errorf("c2's spec %s lacks %s", spec, want)
+	}
+
+	// The busy check sees both claims' pods through the checkpoint alone.
+	uses := dra.Uses(devs, dra.DriverName, node, dra.Sources{Prepared: drv.Prepared()})
+	var holders []string
+	for _, u := range uses {
+		holders = append(holders, u.Holder+" "+u.Device)
+	}
+	if diff := cmp.Diff([]string{"ns/p1 " + mig0, "ns/p2 " + mig4, "ns/p2 " + whole}, holders); diff != "" {
+		t.Errorf("uses (-want,+got):\n%s", diff)
+	}
+
+	for range 2 { // idempotent
+		if r := k.unprepare(c1)["uid-c1"]; r.GetError() != "" {
+			t.Fatalf("unprepare c1: %s", r.GetError())
+		}
+	}
+	if _, err := os.Stat(filepath.Join(d.cdi, "migflex.io-gpu_uid-c1.json")); !os.IsNotExist(err) {
+		t.Errorf("c1's spec still there: %v", err)
+	}
+	if p := drv.Prepared(); len(p) != 1 || p[0].UID != "uid-c2" {
+		t.Errorf("prepared after unprepare: %+v", p)
+	}
+
+	// The agent restarts: c2 is still prepared, answered the same before
+	// any layout is published, and unprepared by the new process.
+	drv.Stop()
+	drv = startDriver(t, client, d, Options{})
+	if p := drv.Prepared(); len(p) != 1 || p[0].UID != "uid-c2" || len(p[0].Pods) != 1 || p[0].Pods[0] != "ns/p2" {
+		t.Fatalf("prepared after restart: %+v", p)
+	}
+	k = dialKubelet(t, d)
+	if diff := cmp.Diff(want["uid-c2"], k.prepare(c2)["uid-c2"], protocmp.Transform()); diff != "" {
+		t.Errorf("prepare after restart (-want,+got):\n%s", diff)
+	}
+	if r := k.unprepare(c2)["uid-c2"]; r.GetError() != "" {
+		t.Fatalf("unprepare c2 after restart: %s", r.GetError())
+	}
+	if p := drv.Prepared(); len(p) != 0 {
+		t.Errorf("prepared after unprepare: %+v", p)
+	}
+	if entries, _ := os.ReadDir(d.cdi); len(entries) != 0 {
+		t.Errorf("CDI specs left: %v", entries)
+	}
+}
+
+func readSpecEnv(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec struct {
+		Devices []struct {
+			ContainerEdits struct{ Env []string } `json:"containerEdits"`
+		} `json:"devices"`
+	}
+	if err := json.Unmarshal(b, &spec); err != nil {
+		t.Fatal(err)
+	}
+	var env []string
+	for _, d := range spec.Devices {
+		env = append(env, d.ContainerEdits.Env...)
+	}
+	return strings.Join(env, " ")
+}
+
+func TestPrepareRefuses(t *testing.T) {
+	_, discover := simGPUs(t)
+	gpus := discover()
+	held := allocated("ns", "held", "p0", [2]string{"r", mig0})
+	otherPool := allocated("ns", "other-pool", "p", [2]string{"r", mig4})
+	otherPool.Status.Allocation.Devices.Results[0].Pool = "node-b"
+	// Each case runs against a driver that prepared held (GPU 0's first
+	// instance) and drains GPU 1.
+	for _, tt := range []struct {
+		name string
+		c    *resourceapi.ResourceClaim
+		want string
+	}{
+		{"device prepared for another claim", allocated("ns", "twice", "p", [2]string{"r", mig0}), "already prepared for claim ns/held"},
+		{"device not in the layout", allocated("ns", "gone", "p", [2]string{"r", "gpu-0-mig-1g10gb-19-0"}), `device "gpu-0-mig-1g10gb-19-0" (request "r") is not in this node's MIG layout any more`},
+		{"device draining", allocated("ns", "drained", "p", [2]string{"r", whole}), `device "gpu-1" (request "r") is draining`},
+		{"device of another pool", otherPool, `is in pool "node-b", not this node's "node-a"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel() // each waits a second for its informer
+			client := fakeClient(held, tt.c)
+			d := newDirs(t)
+			drv := startDriver(t, client, d, Options{})
+			if err := drv.Publish(gpus, nil); err != nil {
+				t.Fatal(err)
+			}
+			devs, _ := drv.Published()
+			if err := drv.Drain(context.Background(), []string{devs[2].UUID}); err != nil {
+				t.Fatal(err)
+			}
+			k := dialKubelet(t, d)
+			if r := k.prepare(held)["uid-held"]; r.GetError() != "" {
+				t.Fatalf("prepare held: %s", r.GetError())
+			}
+			r := k.prepare(tt.c)[string(tt.c.UID)]
+			if !strings.Contains(r.GetError(), tt.want) || len(r.GetDevices()) != 0 {
+				t.Fatalf("prepare %s = %v; want an error containing %q", tt.c.Name, r, tt.want)
+			}
+			if !strings.Contains(r.GetError(), "claim ns/"+tt.c.Name) {
+				t.Errorf("error %q does not name the claim", r.GetError())
+			}
+			if p := drv.Prepared(); len(p) != 1 {
+				t.Errorf("a refused claim was checkpointed: %+v", p)
+			}
+			if _, err := os.Stat(filepath.Join(d.cdi, "migflex.io-gpu_"+string(tt.c.UID)+".json")); !os.IsNotExist(err) {
+				t.Errorf("a refused claim has a CDI spec: %v", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,255 @@
+package draserver
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2"
+
+	"github.com/migflex/migflex/internal/domain/dra"
+	"github.com/migflex/migflex/internal/domain/mig"
+	"github.com/migflex/migflex/internal/domain/nodeinfo"
+	"github.com/migflex/migflex/internal/domain/resourcename"
+	"github.com/migflex/migflex/internal/nodeagent/health"
+)
+
+// Driver is the kubelet plugin; *draplugin.Driver is the real one.
+type Driver interface {
+	Publish(gpus []mig.GPU, unhealthy map[string]dra.Fault) error
+	Drain(ctx context.Context, uuids []string) error
+	Undrain(uuids []string)
+	Published() ([]dra.Device, resourceslice.DriverResources)
+	Prepared() []dra.PreparedClaim
+	Visible(ctx context.Context) (bool, error)
+	Fatal() <-chan error
+	Stop()
+}
+
+// HealthSource is the node's device health; *health.Watcher is the real
+// one, shared with the device-plugin path.
+type HealthSource interface {
+	SetTargets([]health.Target)
+	Unhealthy() map[string]health.Fault
+	Changes() <-chan struct{}
+}
+
+// Options configure a Server.
+type Options struct {
+	// Driver is the started kubelet plugin. Required.
+	Driver Driver
+	// Health is the devices' health; nil: every device is healthy.
+	Health HealthSource
+	// Labels are the hardware labels the Node gets for a layout (GPU
+	// feature discovery's); the serving label is added. Nil: only it.
+	Labels func(gpus []mig.GPU) map[string]string
+	// DriverName and NodeName name the pool, for messages.
+	DriverName, NodeName string
+}
+
+// Server serves the node's GPUs through DRA behind the agent's Server
+// port (see the package comment).
+type Server struct {
+	opts    Options
+	changes chan struct{}
+
+	mu        sync.Mutex
+	gpus      []mig.GPU
+	served    bool
+	unhealthy map[string]dra.Fault
+}
+
+// New returns a Server of the started driver.
+func New(opts Options) *Server {
+	return &Server{opts: opts, changes: make(chan struct{}, 1)}
+}
+
+// Run republishes on every health change until ctx ends, then stops the
+// driver (its ResourceSlices stay: a restarted agent takes them over).
+// It returns the driver's fatal error, if one comes.
+func (s *Server) Run(ctx context.Context) error {
+	defer s.opts.Driver.Stop()
+	var healthChanges <-chan struct{}
+	if s.opts.Health != nil {
+		healthChanges = s.opts.Health.Changes()
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-s.opts.Driver.Fatal():
+			return fmt.Errorf("DRA kubelet plugin: %w", err)
+		case <-healthChanges:
+			if err := s.republish(); err != nil {
+				klog.FromContext(ctx).Error(err, "Republishing after a health change")
+			}
+		}
+	}
+}
+
+func (s *Server) republish() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.served {
+		return nil
+	}
+	faults := s.faultsLocked()
+	if maps.Equal(faults, s.unhealthy) {
+		return nil
+	}
+	if err := s.opts.Driver.Publish(s.gpus, faults); err != nil {
+		return err
+	}
+	s.unhealthy = faults
+	s.notify()
+	return nil
+}
+
+// faultsLocked is the health watcher's faults as the slice's taints take
+// them.
+func (s *Server) faultsLocked() map[string]dra.Fault {
+	out := map[string]dra.Fault{}
+	if s.opts.Health == nil {
+		return out
+	}
+	for id, f := range s.opts.Health.Unhealthy() {
+		out[id] = dra.Fault{Xid: f.Xid, Reason: f.Reason}
+	}
+	return out
+}
+
+// Serve publishes gpus' layout as the node's ResourceSlice pool, in place.
+// A layout that cannot be named as devices changes nothing.
+func (s *Server) Serve(_ context.Context, gpus []mig.GPU) error {
+	devs, err := dra.Devices(gpus)
+	if err != nil {
+		return fmt.Errorf("the layout cannot be published as DRA devices, keeping the previous ones: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.opts.Health != nil {
+		targets := make([]health.Target, 0, len(devs))
+		for _, d := range devs {
+			targets = append(targets, health.Target{ID: d.UUID, GPU: d.GPUUUID, MIG: d.MIG, GI: d.GI, CI: d.CI, Profile: d.Profile})
+		}
+		s.opts.Health.SetTargets(targets)
+	}
+	faults := s.faultsLocked()
+	if err := s.opts.Driver.Publish(gpus, faults); err != nil {
+		return err
+	}
+	s.gpus, s.served, s.unhealthy = gpus, true, faults
+	s.notify()
+	return nil
+}
+
+// Servable says why gpus could not be published, or nil.
+func (s *Server) Servable(gpus []mig.GPU) error {
+	if _, err := dra.Devices(gpus); err != nil {
+		return fmt.Errorf("the layout cannot be published as DRA devices: %w", err)
+	}
+	return nil
+}
+
+// Drain withdraws the devices from the slice and makes Prepare refuse
+// them (see draplugin.Driver.Drain).
+func (s *Server) Drain(ctx context.Context, ids []string) error {
+	return s.opts.Driver.Drain(ctx, ids)
+}
+
+// Undrain publishes them again.
+func (s *Server) Undrain(ids []string) { s.opts.Driver.Undrain(ids) }
+
+// Served is the published devices by the extended resource their
+// DeviceClass maps (nvidia.com/mig-<profile>, nvidia.com/gpu), so the
+// Node's layout and metrics read as on the device-plugin path.
+func (s *Server) Served() map[string]map[string]bool {
+	devs, _ := s.opts.Driver.Published()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]map[string]bool{}
+	for _, d := range devs {
+		r := string(resourcename.GPU)
+		if d.MIG {
+			r = string(resourcename.MIG(d.Profile))
+		}
+		if out[r] == nil {
+			out[r] = map[string]bool{}
+		}
+		_, bad := s.unhealthy[d.UUID]
+		out[r][d.UUID] = !bad
+	}
+	return out
+}
+
+// Devices are the published layout's devices, draining ones included
+// (State, for Holders).
+func (s *Server) Devices() []dra.Device {
+	devs, _ := s.opts.Driver.Published()
+	return devs
+}
+
+// Prepared are the claims the driver prepared (State, for Holders).
+func (s *Server) Prepared() []dra.PreparedClaim { return s.opts.Driver.Prepared() }
+
+// Visible says whether the API server's ResourceSlices show the pool last
+// published, which the scheduler reads directly, with no kubelet status
+// update in between; and whether node's allocatable still offers a GPU
+// resource through a device plugin (a node just switched from it: until
+// the kubelet's next status update the scheduler would place pods by that
+// stale count, and the kubelet would refuse them, as no plugin serves it).
+func (s *Server) Visible(ctx context.Context, node *corev1.Node) (layout string, missing []string, err error) {
+	devs, _ := s.opts.Driver.Published()
+	var b strings.Builder
+	for _, d := range devs {
+		fmt.Fprintf(&b, "%s %s\n", d.Name, d.UUID)
+	}
+	if node != nil {
+		for _, name := range slices.Sorted(maps.Keys(node.Status.Allocatable)) {
+			if q := node.Status.Allocatable[name]; resourcename.IsGPU(name) && !q.IsZero() {
+				missing = append(missing, fmt.Sprintf("%s %s still in the Node's allocatable from a device plugin", name, q.String()))
+			}
+		}
+	}
+	ok, err := s.opts.Driver.Visible(ctx)
+	if err != nil {
+		return b.String(), missing, err
+	}
+	if !ok {
+		missing = append(missing, fmt.Sprintf("ResourceSlices of driver %s, pool %s: not yet the %d devices published", s.opts.DriverName, s.opts.NodeName, len(devs)))
+	}
+	return b.String(), missing, nil
+}
+
+// Publisher names the driver and the slices.
+func (s *Server) Publisher() (who, where, hint string) {
+	return "the DRA driver " + s.opts.DriverName, "the node's ResourceSlices",
+		"can the agent write ResourceSlices (its RBAC), and does the API server serve resource.k8s.io/v1?"
+}
+
+// Labels are the hardware labels and the serving label, which tells the
+// webhook and the planner to read this node's supply from its
+// ResourceSlices and claims.
+func (s *Server) Labels(gpus []mig.GPU) map[string]string {
+	labels := map[string]string{}
+	if s.opts.Labels != nil {
+		labels = s.opts.Labels(gpus)
+	}
+	labels[nodeinfo.LabelServing] = nodeinfo.ServingDRA
+	return labels
+}
+
+// Changes signals after every publication.
+func (s *Server) Changes() <-chan struct{} { return s.changes }
+
+func (s *Server) notify() {
+	select {
+	case s.changes <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,381 @@
+// Package plansnap builds what the planner sees of a cluster from the
+// Kubernetes objects: each Node as a solver.Node (its GPUs and the
+// instances pods hold, from the agent's publication; whether the planner
+// may change it, and if not why), the GPU models' profile tables, and which
+// pods wait for GPUs. The planner's controller and the webhook's
+// reshape-first mode both read the cluster through it, from their informer
+// caches, so they agree on what the planner could do. It does no I/O.
+package plansnap
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/migflex/migflex/internal/domain/mig"
+	"github.com/migflex/migflex/internal/domain/migconfig"
+	"github.com/migflex/migflex/internal/domain/nodeinfo"
+	"github.com/migflex/migflex/internal/domain/schedview"
+	"github.com/migflex/migflex/internal/planner/solver"
+	"github.com/migflex/migflex/internal/platform/textcut"
+)
+
+// The planner's defaults that the webhook's reshape-first mode must read
+// Nodes with too, so that both tell a human's edit from the planner's alike.
+const (
+	// DefaultFieldManager is the planner's field manager.
+	DefaultFieldManager = "migflex-planner"
+	// DefaultManualHold is how long the planner leaves an opted-in node
+	// alone after someone else changed its nvidia.com/mig.config.
+	DefaultManualHold = 10 * time.Minute
+)
+
+// Options say how to read the Nodes.
+type Options struct {
+	// FieldManager is the planner's: a nvidia.com/mig.config written by
+	// any other manager is a human's (or another tool's) edit.
+	FieldManager string
+	// ManualHold is how long the planner leaves an opted-in node alone
+	// after someone else changed its nvidia.com/mig.config.
+	ManualHold time.Duration
+	// Now is the time of the reading.
+	Now time.Time
+	// Cache, when set, keeps the decoded annotations between readings.
+	Cache *Cache
+}
+
+// Node is one Node as the planner sees it.
+type Node struct {
+	solver.Node
+	// Models are the profile tables the node's agent published.
+	Models []solver.Model
+	// InFlight lists the GPUs whose nvidia.com/mig.config layout is not in
+	// place yet; they are shown at that layout, as pods will find them.
+	InFlight []int
+	// Config is the node's nvidia.com/mig.config, and ConfigOwner the field
+	// manager that last set it ("" when unknown or unset), at ConfigTime.
+	Config      string
+	ConfigOwner string
+	ConfigTime  time.Time
+	// Layout is the agent's layout annotation, decoded (nil when absent
+	// or unreadable).
+	Layout []nodeinfo.GPU
+	// Warnings say what of the Node could not be read.
+	Warnings []string
+}
+
+// FromAPI reads a Node.
+func FromAPI(n *corev1.Node, o Options) Node {
+	out := Node{Node: solver.Node{Node: schedview.NodeFromAPI(n), OptedIn: n.Labels[nodeinfo.LabelPlanner] == nodeinfo.PlannerEnabled}}
+	out.Config = n.Annotations[nodeinfo.AnnotationMigConfig]
+	out.ConfigOwner, out.ConfigTime = AnnotationOwner(n, nodeinfo.AnnotationMigConfig)
+	freeze := func(format string, args ...any) {
+		if out.Frozen == "" {
+			out.Frozen = fmt.Sprintf(format, args...)
+		}
+	}
+
+	dec := o.Cache.entry(n.Name)
+	if s, ok := n.Annotations[nodeinfo.AnnotationProfiles]; ok {
+		models, err := dec.decodeProfiles(s)
+		if err != nil {
+			out.Warnings = append(out.Warnings, err.Error())
+		}
+		out.Models = models
+	}
+	raw, ok := n.Annotations[nodeinfo.AnnotationLayout]
+	if !ok {
+		freeze("its agent has not reported its GPUs (no %s)", nodeinfo.AnnotationLayout)
+		return out
+	}
+	layout, err := dec.decodeLayout(raw)
+	if err != nil {
+		out.Warnings = append(out.Warnings, err.Error())
+		freeze("its agent's report is unreadable: %v", err)
+		return out
+	}
+	out.Layout = layout
+	for _, g := range layout {
+		pg := solver.GPU{Index: g.Index, Model: g.Model, MigEnabled: g.MigMode == nodeinfo.MigModeEnabled, InUse: len(g.UsedBy) > 0}
+		switch g.MigMode {
+		case nodeinfo.MigModeEnabled, nodeinfo.MigModeDisabled, nodeinfo.MigModeNA:
+		default:
+			freeze("GPU %d's MIG mode change waits for a GPU reset (%s)", g.Index, g.MigMode)
+		}
+		if g.MigMode == nodeinfo.MigModeNA {
+			// Not MIG capable: a whole GPU the planner never changes.
+			pg.Model = ""
+		}
+		for _, in := range g.Instances {
+			pg.Instances = append(pg.Instances, solver.Instance{Profile: in.Profile, Start: in.Placement.Start, InUse: len(in.UsedBy) > 0})
+		}
+		out.GPUs = append(out.GPUs, pg)
+	}
+
+	state, reason := n.Labels[nodeinfo.LabelMigConfigState], n.Annotations[nodeinfo.AnnotationReason]
+	switch {
+	case state == nodeinfo.StatePending:
+		freeze("its agent is changing its layout (state pending: %s)", clip(reason))
+	case state == nodeinfo.StateFailed:
+		freeze("its agent could not apply its layout (state failed: %s)", clip(reason))
+	case state == "" && hasSource(n):
+		freeze("its agent has not reported on its layout yet")
+	case state != "" && state != nodeinfo.StateSuccess:
+		freeze("its agent reports an unknown state %q", state)
+	}
+	if out.ConfigOwner != "" && out.ConfigOwner != o.FieldManager && o.ManualHold > 0 {
+		if until := out.ConfigTime.Add(o.ManualHold); o.Now.Before(until) {
+			freeze("%s was changed by %s at %s: the planner leaves the node alone until %s", nodeinfo.AnnotationMigConfig, out.ConfigOwner,
+				out.ConfigTime.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339))
+		}
+	}
+	if state != nodeinfo.StateFailed && out.Config != "" {
+		out.inFlight(layout, n.Annotations[nodeinfo.AnnotationProfiles] != "", o.Now)
+		if len(out.InFlight) > 0 {
+			freeze("the layout its %s asks for is not in place yet (GPUs %v)", nodeinfo.AnnotationMigConfig, out.InFlight)
+		}
+	}
+	return out
+}
+
+// hasSource tells whether the node asks its agent for a layout, by the
+// agent's own reading of its keys.
+func hasSource(n *corev1.Node) bool { return len(nodeinfo.Sources(n.Labels, n.Annotations)) > 0 }
+
+// inFlight finds the GPUs whose layout the node's mig.config changes, as
+// the agent would plan it from their current layout, and shows them at
+// that layout: a change written but not applied yet (the agent has not
+// seen it, or is applying it) must count as done, or the next round would
+// plan the same pods again elsewhere. Their cooldown starts now. A GPU
+// whose change would destroy an instance in use stays as it is (the agent
+// waits for the pod).
+func (out *Node) inFlight(layout []nodeinfo.GPU, haveProfiles bool, now time.Time) {
+	if !haveProfiles {
+		return
+	}
+	gpus := make([]mig.GPU, 0, len(layout))
+	for _, g := range layout {
+		mg := mig.GPU{Index: g.Index, UUID: g.UUID, Model: g.Model, MigCapable: g.MigMode != nodeinfo.MigModeNA,
+			MigEnabled: g.MigMode == nodeinfo.MigModeEnabled, MigPending: g.MigMode == nodeinfo.MigModeEnabled}
+		if i := slices.IndexFunc(out.Models, func(m solver.Model) bool { return m.Name == g.Model }); i >= 0 {
+			mg.Profiles = out.Models[i].Profiles
+		}
+		for i, in := range g.Instances {
+			mg.Instances = append(mg.Instances, mig.Instance{Profile: in.Profile, Start: in.Placement.Start, Size: in.Placement.Size,
+				GIID: cmp.Or(in.GI, uint32(1000+i)), HasCI: in.UUID != "", UUID: in.UUID})
+		}
+		gpus = append(gpus, mg)
+	}
+	spec, err := migconfig.Parse([]byte(out.Config))
+	if err != nil {
+		out.Warnings = append(out.Warnings, fmt.Sprintf("%s: %v", nodeinfo.AnnotationMigConfig, err))
+		return
+	}
+	cfg, err := spec.Select("")
+	if err != nil {
+		out.Warnings = append(out.Warnings, fmt.Sprintf("%s: %v", nodeinfo.AnnotationMigConfig, err))
+		return
+	}
+	v, err := migconfig.ValidateFor(cfg, gpus, migconfig.ScopeNode)
+	if err != nil {
+		out.Warnings = append(out.Warnings, fmt.Sprintf("%s: %v", nodeinfo.AnnotationMigConfig, err))
+		return
+	}
+	plan, err := migconfig.MakePlan(gpus, v.Desired)
+	if err != nil {
+		out.Warnings = append(out.Warnings, fmt.Sprintf("%s: %v", nodeinfo.AnnotationMigConfig, err))
+		return
+	}
+	for _, p := range plan.GPUs {
+		if !p.Changed() {
+			continue
+		}
+		gi := slices.IndexFunc(out.GPUs, func(g solver.GPU) bool { return g.Index == p.GPU })
+		if gi < 0 {
+			continue
+		}
+		g := &out.GPUs[gi]
+		if slices.ContainsFunc(p.Destroy, func(d mig.Instance) bool { return instanceInUse(*g, d.Profile, d.Start) }) ||
+			(p.Mode != migconfig.ModeUnchanged && (g.InUse || slices.ContainsFunc(g.Instances, func(in solver.Instance) bool { return in.InUse }))) {
+			continue
+		}
+		next := solver.GPU{Index: g.Index, Model: g.Model, LastChanged: now,
+			MigEnabled: p.Mode == migconfig.ModeEnable || (p.Mode == migconfig.ModeUnchanged && g.MigEnabled)}
+		for _, pl := range p.After() {
+			next.Instances = append(next.Instances, solver.Instance{Profile: pl.Profile, Start: pl.Start, InUse: instanceInUse(*g, pl.Profile, pl.Start)})
+		}
+		*g = next
+		out.InFlight = append(out.InFlight, p.GPU)
+	}
+}
+
+func instanceInUse(g solver.GPU, profile string, start int) bool {
+	return slices.ContainsFunc(g.Instances, func(in solver.Instance) bool {
+		return in.InUse && in.Profile == profile && in.Start == start
+	})
+}
+
+// AnnotationOwner is the field manager that owns the annotation key on
+// the Node and when it last changed its fields, from managedFields.
+func AnnotationOwner(n *corev1.Node, key string) (string, time.Time) {
+	want := "f:" + key
+	for _, mf := range n.ManagedFields {
+		if mf.FieldsV1 == nil || mf.Subresource != "" {
+			continue
+		}
+		var fields struct {
+			Metadata struct {
+				Annotations map[string]json.RawMessage `json:"f:annotations"`
+			} `json:"f:metadata"`
+		}
+		if json.Unmarshal(mf.FieldsV1.GetRawBytes(), &fields) != nil {
+			continue
+		}
+		if _, ok := fields.Metadata.Annotations[want]; ok {
+			var at time.Time
+			if mf.Time != nil {
+				at = mf.Time.Time
+			}
+			return mf.Manager, at
+		}
+	}
+	return "", time.Time{}
+}
+
+// clip bounds a reason quoted in another message.
+func clip(s string) string {
+	const maxLen = 200
+	if len(s) <= maxLen {
+		return s
+	}
+	return textcut.Prefix(s, maxLen) + "..."
+}
+
+// GPUUsers are the pods holding devices of GPU index on the node, sorted.
+func (n *Node) GPUUsers(index int) []string {
+	var out []string
+	for _, g := range n.Layout {
+		if g.Index != index {
+			continue
+		}
+		out = append(out, g.UsedBy...)
+		for _, in := range g.Instances {
+			out = append(out, in.UsedBy...)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// Users are every pod holding a device of the node.
+func (n *Node) Users() []string {
+	var out []string
+	for _, g := range n.Layout {
+		out = append(out, n.GPUUsers(g.Index)...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// MergeModels gathers the nodes' profile tables, and sees that each node is
+// planned with the table its own agent published. A model's table is the
+// one most nodes publish (ties: the first node by name). Nodes publishing
+// another table under that name, as during a rolling driver upgrade that
+// adds profiles, keep theirs: their GPUs of that model are renamed, in
+// nodes, to "MODEL (table N)", the name that table is returned under, and
+// a warning names them. The planner then never plans a node with a table
+// its agent would refuse.
+func MergeModels(nodes []Node) ([]solver.Model, []string) {
+	type variant struct {
+		model solver.Model
+		nodes []int // indices into nodes, in name order
+	}
+	order := make([]int, len(nodes))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(nodes[a].Name, nodes[b].Name) })
+	byName := map[string][]*variant{}
+	var names []string
+	for _, i := range order {
+		for _, m := range nodes[i].Models {
+			vs := byName[m.Name]
+			if vs == nil {
+				names = append(names, m.Name)
+			}
+			k := slices.IndexFunc(vs, func(v *variant) bool { return profilesEqual(v.model.Profiles, m.Profiles) })
+			if k < 0 {
+				vs = append(vs, &variant{model: m})
+				k = len(vs) - 1
+				byName[m.Name] = vs
+			}
+			vs[k].nodes = append(vs[k].nodes, i)
+		}
+	}
+	var out []solver.Model
+	var warnings []string
+	for _, name := range names {
+		vs := byName[name]
+		// Most nodes first; a stable sort keeps the first publisher's
+		// order among equals.
+		slices.SortStableFunc(vs, func(a, b *variant) int { return cmp.Compare(len(b.nodes), len(a.nodes)) })
+		out = append(out, vs[0].model)
+		for k, v := range vs[1:] {
+			alias := fmt.Sprintf("%s (table %d)", name, k+2)
+			m := v.model
+			m.Name = alias
+			out = append(out, m)
+			var who []string
+			for _, i := range v.nodes {
+				who = append(who, nodes[i].Name)
+				gpus := slices.Clone(nodes[i].GPUs)
+				for g := range gpus {
+					if gpus[g].Model == name {
+						gpus[g].Model = alias
+					}
+				}
+				nodes[i].GPUs = gpus
+			}
+			warnings = append(warnings, fmt.Sprintf("node(s) %s publish another profile table for %s than %d other node(s); they are planned with their own, as %q",
+				strings.Join(who, ", "), name, len(vs[0].nodes), alias))
+		}
+	}
+	return out, warnings
+}
+
+func profilesEqual(a, b []mig.Profile) bool {
+	return slices.EqualFunc(a, b, func(x, y mig.Profile) bool {
+		return x.Name == y.Name && x.Slices == y.Slices && x.MemorySlices == y.MemorySlices && x.MaxCount == y.MaxCount &&
+			slices.Equal(x.Placements, y.Placements) && x.Engines == y.Engines
+	})
+}
+
+// ManagedTime is a helper for tests and callers that build Nodes: the
+// managedFields entry of manager owning annotation key at t.
+func ManagedTime(manager, key string, t time.Time) metav1.ManagedFieldsEntry {
+	raw, _ := json.Marshal(map[string]any{"f:metadata": map[string]any{"f:annotations": map[string]any{"f:" + key: map[string]any{}}}})
+	mt := metav1.NewTime(t)
+	return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1", Time: &mt,
+		FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(string(raw))}
+}
+
+// HoldRecentChange holds every GPU of a node whose nvidia.com/mig.config
+// the planner (fieldManager) wrote less than cooldown ago, as if each had
+// changed then: whoever does not know which GPUs that write changed (a
+// new leader, the webhook) may over-protect but never under-protects.
+func HoldRecentChange(v *Node, fieldManager string, cooldown time.Duration, now time.Time) {
+	if v.ConfigOwner != fieldManager || v.ConfigTime.IsZero() || now.Sub(v.ConfigTime) >= cooldown {
+		return
+	}
+	for i := range v.GPUs {
+		if v.GPUs[i].LastChanged.Before(v.ConfigTime) {
+			v.GPUs[i].LastChanged = v.ConfigTime
+		}
+	}
+}

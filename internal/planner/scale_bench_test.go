@@ -1,0 +1,45 @@
+package planner
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/migflex/migflex/test/bench/scale"
+)
+
+// BenchmarkDecide5000 is one round's decision on the scale benchmark's
+// fleet (test/bench/scale): 5,000 opted-in nodes of eight H100s and 1,000
+// pending pods, as the informers hand them over.
+func BenchmarkDecide5000(b *testing.B) {
+	o := testOptions(func(o *Options) { o.MaxNodesPerRound = 1 << 20 })
+	pl := mustPlanner(b, o)
+	var nodes []*corev1.Node
+	for i := range 5000 {
+		n, err := scale.Node(i)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n.UID = types.UID(n.Name)
+		nodes = append(nodes, n)
+	}
+	var pods []*corev1.Pod
+	for j := range 1000 {
+		p := scale.Pod(j)
+		p.UID = types.UID(p.Name)
+		p.CreationTimestamp = metav1.NewTime(t0.Add(time.Duration(j) * time.Millisecond))
+		p.Status = corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
+			Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable}}}
+		pods = append(pods, p)
+	}
+	m := newMemory(o.MixHalfLife)
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := decide(o, pl, m, t0, nodes, pods); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

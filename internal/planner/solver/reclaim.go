@@ -1,0 +1,26 @@
+package solver
+
+// reclaim gives MIG GPUs with nothing in use, and nothing given to a pod
+// this round, back to whole, after the round's pods and within its cap and
+// the cooldown (Policy.ReclaimIdle). Only when the demand mix asks for
+// whole GPUs: otherwise nothing but MIG pods could use the GPU, and its
+// free instances serve them without a change.
+func (r *round) reclaim() {
+	if !r.pol.ReclaimIdle || !r.mix.asksWhole() {
+		return
+	}
+	for gi := range r.gpus {
+		g := &r.gpus[gi]
+		k := g.key
+		if k.tab < 0 || !k.migEnabled || k.occ != 0 || k.whole || !k.canChange(r.capped) {
+			continue
+		}
+		if !k.touched {
+			r.touched++
+			r.capped = r.pol.MaxGPUsPerRound > 0 && r.touched >= r.pol.MaxGPUsPerRound
+		}
+		k.migEnabled, k.free, k.touched = false, 0, true
+		g.toWhole, g.reclaimed = true, true
+		r.setKey(int32(gi), k)
+	}
+}

@@ -1,0 +1,71 @@
+package solver
+
+import (
+	"fmt"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+
+	"github.com/migflex/migflex/internal/domain/schedview"
+)
+
+// Supplier answers, for one snapshot, whether the planner could serve a
+// pod's GPU needs on a node the pod may land on: from free devices that
+// exist, or by repartitioning idle capacity of opted-in nodes without
+// touching an instance in use. It is what the webhook asks before it falls
+// back: build one per snapshot (the pending pods are ignored) and ask per
+// pod. Answers do not reserve anything: two pods may be told about the same
+// free capacity. It is safe for concurrent use.
+type Supplier struct {
+	mu sync.Mutex
+	r  *round
+}
+
+// NewSupplier indexes a snapshot for CanSupply.
+func (p *Planner) NewSupplier(snap Snapshot) (*Supplier, error) {
+	snap.Pending = nil
+	r, err := p.newRound(snap, true)
+	if err != nil {
+		return nil, err
+	}
+	return &Supplier{r: r}, nil
+}
+
+// CanSupply says where the planner would serve the pod now, or why it
+// could not (Action none).
+func (s *Supplier) CanSupply(pod *corev1.Pod) PodPlan {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.r
+	ps := podState{pod: pod, key: pod.Namespace + "/" + pod.Name, priority: corev1helpers.PodPriority(pod), created: pod.CreationTimestamp.Time}
+	ps.plan = PodPlan{Pod: ps.key, Action: ActionNone}
+	for res, n := range schedview.Devices(pod) {
+		id, known := r.res.ids[res]
+		if !known {
+			ps.plan.Reason = fmt.Sprintf("no GPU model in the cluster offers %s", res)
+			return ps.plan
+		}
+		ps.needs = append(ps.needs, need{res: id, count: n})
+	}
+	r.sortNeeds(ps.needs)
+	ni, as, why := r.find(&ps)
+	if as == nil {
+		ps.plan.Reason = why()
+		return ps.plan
+	}
+	ps.plan.Node = r.nodes[ni].name
+	ps.plan.Action = ActionExisting
+	for _, a := range as {
+		g := &r.gpus[a.gpu]
+		if !a.opt.existing {
+			ps.plan.Action = ActionReshape
+		}
+		d := Device{GPU: g.g.Index, Resource: r.res.names[a.res]}
+		if a.opt.x >= 0 {
+			d.Start = r.tabs[g.key.tab].xs[a.opt.x].start
+		}
+		ps.plan.Devices = append(ps.plan.Devices, d)
+	}
+	return ps.plan
+}

@@ -1,0 +1,107 @@
+package fallback
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/migflex/migflex/internal/domain/resourcename"
+	"github.com/migflex/migflex/internal/domain/schedview"
+)
+
+// insufficient says why no node the pod can be scheduled to can ever give
+// it the devices it asks for of the types decided (chosen), by their
+// allocatable counts, used or not; or returns "". Such a pod is admitted
+// and stays Pending until some node has more (the planner may reshape
+// one), unless --on-insufficient-count=deny. withGroups is v with its
+// nodes, for a need of several types when v has none.
+func insufficient(pod *corev1.Pod, chosen map[corev1.ResourceName]corev1.ResourceName, v *view, withGroups func() view) string {
+	if len(chosen) == 0 {
+		return ""
+	}
+	to := make(map[corev1.ResourceName]corev1.ResourceName, len(chosen))
+	decided := make(map[corev1.ResourceName]bool, len(chosen))
+	for r, t := range chosen {
+		if r != t {
+			to[r] = t
+		}
+		decided[t] = true
+	}
+	all := podNeeds(pod, to)
+	need := make(map[corev1.ResourceName]int64, len(decided))
+	for t := range decided {
+		if n := all[t]; n > 0 {
+			need[t] = n
+		}
+	}
+	short := false
+	for t, n := range need {
+		short = short || n > v.most[t]
+	}
+	switch {
+	case len(need) == 0:
+		return ""
+	case !short && len(need) == 1:
+		return ""
+	case !short && v.groups == nil:
+		// Each type alone fits on some node: whether one node holds them
+		// all takes the nodes, which existence mode did not collect.
+		if wv := withGroups(); wv.fitsAllocatable(need) {
+			return ""
+		}
+	case !short && v.fitsAllocatable(need):
+		return ""
+	}
+	items := make([]string, 0, len(need))
+	for _, t := range slices.Sorted(maps.Keys(need)) {
+		item := fmt.Sprintf("%d %s", need[t], t)
+		if need[t] > v.most[t] {
+			item += fmt.Sprintf(" (at most %d on one node)", v.most[t])
+		}
+		items = append(items, item)
+	}
+	return "no node this pod can be scheduled to has the GPU devices it needs on one node: " + listed(items) +
+		"; it stays Pending until one has"
+}
+
+// podNeeds is the devices of each GPU type the pod needs on one node, by the
+// scheduler's rules (init containers take the max, sidecars add up), after
+// renaming the types in to as the patch would (a container's quantities of
+// two types moved to one add up). A GPU limit without a request counts as
+// the request, as API defaulting makes it.
+func podNeeds(pod *corev1.Pod, to map[corev1.ResourceName]corev1.ResourceName) map[corev1.ResourceName]int64 {
+	gpuOnly := func(c *corev1.Container) corev1.Container {
+		out := corev1.Container{Name: c.Name, RestartPolicy: c.RestartPolicy}
+		requests := map[corev1.ResourceName]resource.Quantity{}
+		for _, l := range []corev1.ResourceList{c.Resources.Limits, c.Resources.Requests} {
+			for name, q := range l {
+				if resourcename.IsGPU(name) {
+					requests[name] = q
+				}
+			}
+		}
+		for name, q := range requests {
+			if t, ok := to[name]; ok {
+				name = t
+			}
+			if out.Resources.Requests == nil {
+				out.Resources.Requests = corev1.ResourceList{}
+			}
+			sum := out.Resources.Requests[name]
+			sum.Add(q)
+			out.Resources.Requests[name] = sum
+		}
+		return out
+	}
+	p := &corev1.Pod{}
+	for i := range pod.Spec.Containers {
+		p.Spec.Containers = append(p.Spec.Containers, gpuOnly(&pod.Spec.Containers[i]))
+	}
+	for i := range pod.Spec.InitContainers {
+		p.Spec.InitContainers = append(p.Spec.InitContainers, gpuOnly(&pod.Spec.InitContainers[i]))
+	}
+	return schedview.Devices(p)
+}
