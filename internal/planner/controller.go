@@ -240,8 +240,14 @@ func layoutUsers(layout string) []string {
 // startingOn is plansnap.StartingOn of the pod as the planner reads its
 // claims.
 func (c *Controller) startingOn(p *corev1.Pod) string {
-	ps, _ := asScheduled(c.dra, []*corev1.Pod{p})
-	return plansnap.StartingOn(ps[0])
+	s := asScheduled(c.dra, []*corev1.Pod{p})
+	if node := plansnap.StartingOn(s.pods[0]); node != "" {
+		return node
+	}
+	for node := range s.claimed {
+		return node
+	}
+	return ""
 }
 
 // podChanged starts a batch for a pod asking for GPUs.
@@ -455,13 +461,15 @@ func (c *Controller) round(ctx context.Context, m *memory) (bool, time.Time) {
 	c.mu.Unlock()
 
 	nodes := listAs[*corev1.Node](c.nodes.GetStore())
-	pods, unread := asScheduled(c.dra, listAs[*corev1.Pod](c.pods.GetStore()))
+	sched := asScheduled(c.dra, listAs[*corev1.Pod](c.pods.GetStore()))
+	pods := sched.pods
+	m.claimed = sched.claimed
 	for _, a := range arrived {
-		if ps, _ := asScheduled(c.dra, []*corev1.Pod{a.pod}); plansnap.AsksForGPUs(ps[0]) {
-			m.arrived = append(m.arrived, arrival{pod: ps[0], at: a.at})
+		if ps := asScheduled(c.dra, []*corev1.Pod{a.pod}).pods[0]; plansnap.AsksForGPUs(ps) {
+			m.arrived = append(m.arrived, arrival{pod: ps, at: a.at})
 		}
 	}
-	for _, ev := range m.tellUnread(pods, unread) {
+	for _, ev := range m.tellUnread(pods, sched.unread) {
 		log.Info("Pod's claims partly unread", "pod", klog.KObj(ev.pod), "message", ev.message)
 		c.recorder.Event(ev.pod, ev.typ, ev.reason, ev.message)
 	}

@@ -28,31 +28,63 @@ type draView interface {
 // such pods (they may ask for our devices without an extended resource).
 func hasClaims(p *corev1.Pod) bool { return len(p.Spec.ResourceClaims) > 0 }
 
+// scheduled is the pods as the round reads them (asScheduled).
+type scheduled struct {
+	pods []*corev1.Pod
+	// unread says, by pod, what of its claims could not be read.
+	unread map[types.UID][]string
+	// claimed are the pods, "namespace/name" by node, that have not
+	// started and hold devices of ours on that node through allocated
+	// claims: they ask for no more devices, so plansnap.StartingOn does not
+	// see them, but the devices are theirs from the allocation on, before
+	// the node's agent reports them.
+	claimed map[string][]string
+}
+
 // asScheduled is each pod as the scheduling view places it
 // (schedview.AsScheduled): what its claims ask of our driver added as the
 // extended resources of the same devices, on DRA nodes only, and an
-// extended resource no class of ours serves kept off DRA nodes. unread
-// says, by pod, what of its claims could not be read.
-func asScheduled(dv draView, pods []*corev1.Pod) (out []*corev1.Pod, unread map[types.UID][]string) {
+// extended resource no class of ours serves kept off DRA nodes.
+func asScheduled(dv draView, pods []*corev1.Pod) scheduled {
 	if dv == nil {
-		return pods, nil
+		return scheduled{pods: pods}
 	}
 	classes := dv.Classes()
-	out = make([]*corev1.Pod, len(pods))
+	out := scheduled{pods: make([]*corev1.Pod, len(pods))}
 	for i, p := range pods {
 		d := classes.PodClaims(p, dv)
 		if len(d.Unknown) > 0 {
-			if unread == nil {
-				unread = map[types.UID][]string{}
+			if out.unread == nil {
+				out.unread = map[types.UID][]string{}
 			}
-			unread[p.UID] = d.Unknown
+			out.unread[p.UID] = d.Unknown
 		}
-		out[i] = p
+		if node := claimedOn(p, d); node != "" {
+			if out.claimed == nil {
+				out.claimed = map[string][]string{}
+			}
+			out.claimed[node] = append(out.claimed[node], p.Namespace+"/"+p.Name)
+		}
+		out.pods[i] = p
 		if len(d.Devices) > 0 || schedview.HasGPURequest(p) {
-			out[i] = classes.AsScheduled(p, d)
+			out.pods[i] = classes.AsScheduled(p, d)
 		}
 	}
-	return out, unread
+	return out
+}
+
+// claimedOn is the node on which a pod that has not started holds devices
+// of ours through allocated claims: the node it is bound to, or, between
+// the scheduler's allocation and its binding, the pool the allocation is
+// in. Empty otherwise.
+func claimedOn(p *corev1.Pod, d schedview.ClaimDemand) string {
+	switch {
+	case len(d.AllocatedIn) == 0, p.Status.Phase != corev1.PodPending, p.DeletionTimestamp != nil:
+		return ""
+	case p.Spec.NodeName != "":
+		return p.Spec.NodeName
+	}
+	return d.AllocatedIn[0]
 }
 
 // tellUnread is the Warning each pending pod gets once for the part of

@@ -58,6 +58,9 @@ type memory struct {
 	decoded *plansnap.Cache
 	// unread is the last ReasonClaimUnread message each pending pod got.
 	unread map[types.UID]string
+	// claimed are this round's pods holding devices of ours through
+	// allocated claims before they start, by node (scheduled.claimed).
+	claimed map[string][]string
 }
 
 // arrival is a GPU pod the informer saw created, and when.
@@ -168,6 +171,13 @@ func (d *decision) readNodes(o *Options, m *memory, now time.Time, nodes []*core
 	for _, p := range pods {
 		if n := plansnap.StartingOn(p); n != "" {
 			starting[n] = append(starting[n], p.Namespace+"/"+p.Name)
+		}
+	}
+	for n, claimed := range m.claimed {
+		for _, p := range claimed {
+			if !slices.Contains(starting[n], p) {
+				starting[n] = append(starting[n], p)
+			}
 		}
 	}
 	views := make([]plansnap.Node, 0, len(nodes))

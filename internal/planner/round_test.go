@@ -55,6 +55,9 @@ func TestRound(t *testing.T) {
 		name  string
 		opts  []func(*Options)
 		setup func(c *cluster)
+		// claimed are pods holding devices through allocated claims, by
+		// node, as asScheduled finds them (memory.claimed).
+		claimed map[string][]string
 		// wantWrites are "node key" per write, in order.
 		wantWrites []string
 		// wantConfig is in the (first) write's value.
@@ -172,6 +175,17 @@ func TestRound(t *testing.T) {
 			wantEvents: []string{"MigReshapeImpossible p:", "pods are starting on it (ns/s1, ns/s2)"},
 		},
 		{
+			// Its claims allocated, it asks for no more devices; its
+			// devices are its before the agent reports them.
+			name: "a node where a pod holds allocated claims is left alone",
+			setup: func(c *cluster) {
+				c.addNode("n1", simGPU(0, all1g...))
+				c.pod("p", mig3g, 1)
+			},
+			claimed:    map[string][]string{"n1": {"ns/claims"}},
+			wantEvents: []string{"MigReshapeImpossible p:", "a pod is starting on it (ns/claims)"},
+		},
+		{
 			// As a new leader finds the node its predecessor just changed.
 			name: "a frozen node's busy GPUs are named",
 			setup: func(c *cluster) {
@@ -223,6 +237,7 @@ func TestRound(t *testing.T) {
 			c := newCluster(t)
 			tc.setup(c)
 			m := newMemory(o.MixHalfLife)
+			m.claimed = tc.claimed
 			d := c.round(o, mustPlanner(t, o), m)
 			var got []string
 			for _, w := range d.writes {

@@ -312,6 +312,11 @@ type ClaimDemand struct {
 	// view cannot read (a CEL form it does not know, firstAvailable, All,
 	// a claim or template not found): the planner leaves that part alone.
 	Unknown []string
+	// AllocatedIn are the pools (node names) of our driver in which the
+	// pod's allocated claims hold devices, sorted: where the scheduler
+	// has put it, before the pod is bound and before the node's agent
+	// reports the devices held.
+	AllocatedIn []string
 }
 
 // PodClaims reads the pod's ResourceClaims: each request of a class of
@@ -335,12 +340,14 @@ func (c *DRAClasses) PodClaims(pod *corev1.Pod, src ClaimSource) ClaimDemand {
 				continue
 			}
 			if cl.Status.Allocation != nil {
+				out.allocated(cl.Status.Allocation)
 				continue
 			}
 			spec = &cl.Spec
 		case pc.ResourceClaimTemplateName != nil:
 			if name := generatedClaim(pod, pc.Name); name != "" {
 				if cl := src.Claim(pod.Namespace, name); cl != nil && cl.Status.Allocation != nil {
+					out.allocated(cl.Status.Allocation)
 					continue
 				}
 			}
@@ -356,6 +363,18 @@ func (c *DRAClasses) PodClaims(pod *corev1.Pod, src ClaimSource) ClaimDemand {
 		c.addRequests(pc.Name, spec, &out, unknown)
 	}
 	return out
+}
+
+// allocated notes the pools of our driver an allocation holds devices in.
+func (d *ClaimDemand) allocated(a *resourceapi.AllocationResult) {
+	for _, r := range a.Devices.Results {
+		if r.Driver != DRADriver {
+			continue
+		}
+		if i, found := slices.BinarySearch(d.AllocatedIn, r.Pool); !found {
+			d.AllocatedIn = slices.Insert(d.AllocatedIn, i, r.Pool)
+		}
+	}
 }
 
 // generatedClaim is the name of the claim made for the pod's claim entry

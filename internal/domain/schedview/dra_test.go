@@ -1,6 +1,7 @@
 package schedview
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
@@ -288,10 +289,13 @@ func TestPodClaims(t *testing.T) {
 		return r
 	}()))
 	addClaim("allocated", claimSpec(exactly(dra.ClassMIG, 1, prof3g)))
-	src.claims["default/allocated"].Status.Allocation = &resourceapi.AllocationResult{}
+	src.claims["default/allocated"].Status.Allocation = allocatedIn("n2", "n1")
 	addTemplate("tmpl", claimSpec(exactly(dra.ClassMIG, 1, prof3g)))
 	addClaim("pod-gpu-abc", claimSpec(exactly(dra.ClassMIG, 1, prof3g)))
-	src.claims["default/pod-gpu-abc"].Status.Allocation = &resourceapi.AllocationResult{}
+	src.claims["default/pod-gpu-abc"].Status.Allocation = allocatedIn("n1")
+	addClaim("nvidia-allocated", claimSpec(exactly("gpu.nvidia.com", 1)))
+	src.claims["default/nvidia-allocated"].Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
+		Results: []resourceapi.DeviceRequestAllocationResult{{Request: "r", Driver: "gpu.nvidia.com", Pool: "n3", Device: "gpu-0"}}}}
 
 	tests := []struct {
 		name string
@@ -306,11 +310,16 @@ func TestPodClaims(t *testing.T) {
 		{"another driver's class is not ours to read", newPod(withClaim("gpu", ptr.To("nvidia"), nil)), ClaimDemand{}},
 		{"claims add up", newPod(withClaim("a", ptr.To("by-cel"), nil), withClaim("b", ptr.To("two-requests"), nil)),
 			ClaimDemand{Devices: alloc{mig3g: 2, mig1g10: 1}}},
-		{"an allocated claim asks for nothing more", newPod(withClaim("gpu", ptr.To("allocated"), nil)), ClaimDemand{}},
+		{"an allocated claim asks for nothing more, and says where", newPod(withClaim("gpu", ptr.To("allocated"), nil)), ClaimDemand{AllocatedIn: []string{"n1", "n2"}}},
+		{"another driver's allocation is not where ours are", newPod(withClaim("gpu", ptr.To("nvidia-allocated"), nil)), ClaimDemand{}},
+		{"pools counted once", newPod(withClaim("a", ptr.To("allocated"), nil), withClaim("b", ptr.To("by-cel"), nil), func(p *corev1.Pod) {
+			p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, corev1.PodResourceClaim{Name: "c", ResourceClaimTemplateName: ptr.To("tmpl")})
+			p.Status.ResourceClaimStatuses = []corev1.PodResourceClaimStatus{{Name: "c", ResourceClaimName: ptr.To("pod-gpu-abc")}}
+		}), ClaimDemand{Devices: alloc{mig3g: 1}, AllocatedIn: []string{"n1", "n2"}}},
 		{"from a template", newPod(withClaim("gpu", nil, ptr.To("tmpl"))), ClaimDemand{Devices: alloc{mig3g: 1}}},
 		{"from a template, its claim allocated", newPod(withClaim("gpu", nil, ptr.To("tmpl")), func(p *corev1.Pod) {
 			p.Status.ResourceClaimStatuses = []corev1.PodResourceClaimStatus{{Name: "gpu", ResourceClaimName: ptr.To("pod-gpu-abc")}}
-		}), ClaimDemand{}},
+		}), ClaimDemand{AllocatedIn: []string{"n1"}}},
 		{"unknown CEL", newPod(withClaim("gpu", ptr.To("memory"), nil)),
 			ClaimDemand{Unknown: []string{"claim gpu request r: a selector of class mig.migflex.io is not of the forms migflex reads"}}},
 		{"any MIG device", newPod(withClaim("gpu", ptr.To("any-mig"), nil)),
@@ -338,6 +347,15 @@ func TestPodClaims(t *testing.T) {
 	if got := none.PodClaims(newPod(withClaim("gpu", ptr.To("by-cel"), nil)), src); got.Devices != nil {
 		t.Errorf("no classes: %+v", got)
 	}
+}
+
+// allocatedIn is an allocation of our driver with one device in each pool.
+func allocatedIn(pools ...string) *resourceapi.AllocationResult {
+	a := &resourceapi.AllocationResult{}
+	for i, p := range pools {
+		a.Devices.Results = append(a.Devices.Results, resourceapi.DeviceRequestAllocationResult{Request: "r", Driver: DRADriver, Pool: p, Device: fmt.Sprintf("gpu-%d", i)})
+	}
+	return a
 }
 
 // Where the view lets a pod land: DRA nodes only for claims, no DRA node
