@@ -42,6 +42,8 @@ type Driver struct {
 	ckpt   checkpoint
 	logger klog.Logger
 	fatal  chan error
+	// stopBackground ends the periodic ReleaseStale.
+	stopBackground context.CancelFunc
 
 	// mu guards everything below. Prepare and Unprepare hold it from
 	// their decision until the checkpoint is saved, so Drain, which
@@ -62,7 +64,9 @@ type Driver struct {
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
 
 // Start loads the checkpoint, removes CDI specs of claims it does not list
-// (left by a Prepare that failed half way), and registers with the kubelet.
+// (left by a Prepare that failed half way), registers with the kubelet, and
+// releases prepared claims gone from the API server now and every
+// Options.StaleClaimCheck (ReleaseStale).
 // It publishes nothing until the first Publish. Stop, or ctx's end, stops
 // it.
 func Start(ctx context.Context, opts Options) (*Driver, error) {
@@ -101,6 +105,11 @@ func Start(ctx context.Context, opts Options) (*Driver, error) {
 		return nil, fmt.Errorf("DRA driver: starting the kubelet plugin: %w", err)
 	}
 	d.logger.Info("DRA driver started", "driver", opts.DriverName, "node", opts.NodeName, "prepared", len(d.prepared))
+	if opts.StaleClaimCheck > 0 {
+		var bg context.Context
+		bg, d.stopBackground = context.WithCancel(klog.NewContext(ctx, d.logger))
+		go d.releaseStaleEvery(bg, opts.StaleClaimCheck)
+	}
 	return d, nil
 }
 
@@ -124,7 +133,12 @@ func (d *Driver) removeStraySpecs() error {
 // Stop unregisters from the kubelet and stops publishing. The
 // ResourceSlices stay: the kubelet deletes them when the plugin has been
 // gone for a while, and a restarted agent takes them over unchanged.
-func (d *Driver) Stop() { d.helper.Stop() }
+func (d *Driver) Stop() {
+	if d.stopBackground != nil {
+		d.stopBackground()
+	}
+	d.helper.Stop()
+}
 
 // Fatal delivers an error the kubelet-plugin helper says the process
 // cannot recover from (its gRPC servers failed); the caller decides to

@@ -59,9 +59,16 @@ type Options struct {
 	// Unhealthy says how unhealthy devices are published. Default
 	// UnhealthyAuto.
 	Unhealthy dra.UnhealthyPolicy
+	// StaleClaimCheck is how often prepared claims gone from the API
+	// server are released (ReleaseStale), the first time at Start.
+	// Default DefaultStaleClaimCheck; negative: never.
+	StaleClaimCheck time.Duration
 }
 
 func (o *Options) setDefaults() {
+	if o.StaleClaimCheck == 0 {
+		o.StaleClaimCheck = DefaultStaleClaimCheck
+	}
 	if o.DriverName == "" {
 		o.DriverName = dra.DriverName
 	}
