@@ -158,61 +158,89 @@ func checkGPU(g *mig.GPU, d Desired, errs *errorList) bool {
 	if !d.MigEnabled {
 		return true
 	}
-	prefix := gpuName(g) + ": "
+	c := gpuCheck{g: g, errs: errs, prefix: gpuName(g) + ": "}
 	if !g.MigCapable {
-		errs.add(errors.New(prefix + "MIG is not supported on this GPU"))
+		errs.add(errors.New(c.prefix + "MIG is not supported on this GPU"))
 		return false
 	}
 	before := errs.len()
-	fail := func(format string, args ...any) {
-		if errs.full() {
-			errs.extra++ // counted, not spelled out: no formatting
-			return
-		}
-		errs.addf(prefix+format, args...)
+	c.names(d)
+	c.pins(d)
+	if errs.len() > before {
+		return false
 	}
-	failed := func() bool { return errs.len() > before }
+	return c.fits(d)
+}
+
+// gpuCheck is checkGPU's steps on one GPU, each adding what it finds.
+type gpuCheck struct {
+	g      *mig.GPU
+	errs   *errorList
+	prefix string
+}
+
+func (c gpuCheck) fail(format string, args ...any) {
+	if c.errs.full() {
+		c.errs.extra++ // counted, not spelled out: no formatting
+		return
+	}
+	c.errs.addf(c.prefix+format, args...)
+}
+
+// names: every profile asked for is one of the GPU's.
+func (c gpuCheck) names(d Desired) {
 	supported := ""
 	for _, name := range requestedNames(d) {
-		if _, ok := g.Profile(name); !ok {
-			if supported == "" {
-				supported = supportedNames(g)
-			}
-			if lower := strings.ToLower(name); lower != name {
-				if _, ok := g.Profile(lower); ok {
-					// mig-parted reads "+ME" as an attribute of its own;
-					// no GPU has one.
-					fail("unknown profile %s: profile names are lower case (%q)", name, lower)
-					continue
-				}
-			}
-			fail("unknown profile %s (supported: %s)", name, supported)
+		if _, ok := c.g.Profile(name); ok {
+			continue
 		}
+		if supported == "" {
+			supported = supportedNames(c.g)
+		}
+		if lower := strings.ToLower(name); lower != name {
+			if _, ok := c.g.Profile(lower); ok {
+				// mig-parted reads "+ME" as an attribute of its own;
+				// no GPU has one.
+				c.fail("unknown profile %s: profile names are lower case (%q)", name, lower)
+				continue
+			}
+		}
+		c.fail("unknown profile %s (supported: %s)", name, supported)
 	}
+}
+
+// pins: each pinned placement of a known profile has the profile's size,
+// one of its starts, and overlaps no other.
+func (c gpuCheck) pins(d Desired) {
 	var known []int // indices of d.Placements with a known profile
 	for i, pin := range d.Placements {
-		if _, ok := g.Profile(pin.Profile); !ok {
+		p, ok := c.g.Profile(pin.Profile)
+		if !ok {
 			continue
 		}
 		known = append(known, i)
-		p, _ := g.Profile(pin.Profile)
 		if pin.Size != p.MemorySlices {
-			fail("%s at position %d has size %d, but the profile takes %d memory slices", pin.Profile, pin.Start, pin.Size, p.MemorySlices)
+			c.fail("%s at position %d has size %d, but the profile takes %d memory slices", pin.Profile, pin.Start, pin.Size, p.MemorySlices)
 		}
 		if !slices.Contains(p.Placements, pin.Start) {
-			fail("%s cannot start at position %d (valid: %s)", pin.Profile, pin.Start, intList(slices.Sorted(slices.Values(p.Placements))))
+			c.fail("%s cannot start at position %d (valid: %s)", pin.Profile, pin.Start, intList(slices.Sorted(slices.Values(p.Placements))))
 		}
 	}
 	for _, o := range countOverlaps(d.Placements, overlaps(d.Placements, known)) {
 		if o.n == 1 {
-			fail("%s overlaps %s", o.later, o.earlier)
+			c.fail("%s overlaps %s", o.later, o.earlier)
 			continue
 		}
-		fail("%s overlaps %s (%d times)", o.later, o.earlier, o.n)
+		c.fail("%s overlaps %s (%d times)", o.later, o.earlier, o.n)
 	}
-	if failed() {
-		return false
-	}
+}
+
+// fits: the layout of known profiles fits the GPU. One explanation per
+// GPU, the plainest first: memory, then profile counts, then compute
+// slices, then media engines, then placements. A layout that breaks
+// several rules breaks them for one reason; listing them all is noise.
+func (c gpuCheck) fits(d Desired) bool {
+	g := c.g
 	total := memorySlices(g)
 	counts := maps.Clone(d.Profiles)
 	if counts == nil {
@@ -221,10 +249,6 @@ func checkGPU(g *mig.GPU, d Desired, errs *errorList) bool {
 	for _, pin := range d.Placements {
 		counts[pin.Profile]++
 	}
-	// One explanation per GPU, the plainest first: memory, then profile
-	// counts, then compute slices, then media engines, then placements. A
-	// layout that breaks several rules breaks them for one reason; listing
-	// them all is noise.
 	needed, compute := 0, 0
 	for _, name := range slices.Sorted(maps.Keys(counts)) {
 		p, _ := g.Profile(name)
@@ -232,27 +256,29 @@ func checkGPU(g *mig.GPU, d Desired, errs *errorList) bool {
 		compute += counts[name] * p.Slices
 	}
 	if needed > total {
-		fail("%s needs %d of %d memory slices", describeCounts(g, counts), needed, total)
+		c.fail("%s needs %d of %d memory slices", describeCounts(g, counts), needed, total)
 		return false
 	}
+	ok := true
 	for _, name := range slices.Sorted(maps.Keys(counts)) {
 		if p, _ := g.Profile(name); counts[name] > p.MaxCount {
-			fail("%s x%d exceeds the maximum of %d per GPU", name, counts[name], p.MaxCount)
+			c.fail("%s x%d exceeds the maximum of %d per GPU", name, counts[name], p.MaxCount)
+			ok = false
 		}
 	}
-	if failed() {
+	if !ok {
 		return false
 	}
-	if c := computeSlices(g); compute > c {
-		fail("%s needs %d of %d compute slices", describeCounts(g, counts), compute, c)
+	if s := computeSlices(g); compute > s {
+		c.fail("%s needs %d of %d compute slices", describeCounts(g, counts), compute, s)
 		return false
 	}
 	if why := mediaShortfall(g, counts); why != "" {
-		fail("%s: %s", describeCounts(g, counts), why)
+		c.fail("%s: %s", describeCounts(g, counts), why)
 		return false
 	}
 	if _, _, ok := newLayout(g, d.Profiles, d.Placements).solve(); !ok {
-		fail("no placement fits %s on %d memory slices (%s)", describeCounts(g, counts), total, startsOf(g, counts))
+		c.fail("no placement fits %s on %d memory slices (%s)", describeCounts(g, counts), total, startsOf(g, counts))
 		return false
 	}
 	return true

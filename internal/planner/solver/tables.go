@@ -133,17 +133,32 @@ func buildTable(m Model) (*table, error) {
 	slices.SortStableFunc(t.profiles, func(a, b mig.Profile) int {
 		return cmp.Or(cmp.Compare(a.Slices, b.Slices), cmp.Compare(a.MemorySlices, b.MemorySlices), cmp.Compare(a.Name, b.Name))
 	})
+	if err := t.addPlacements(); err != nil {
+		return nil, fmt.Errorf("model %q: %w", m.Name, err)
+	}
+	sets, err := t.enumerate()
+	if err != nil {
+		return nil, fmt.Errorf("model %q: %w", m.Name, err)
+	}
+	t.index(sets)
+	return t, nil
+}
+
+// addPlacements lists every placement of every profile (xs), by profile
+// and by profile and start, with each profile's resource name and share
+// of the GPU's memory.
+func (t *table) addPlacements() error {
 	memSlices := 0
 	for i, p := range t.profiles {
 		if i > 0 && p.Name == t.profiles[i-1].Name {
-			return nil, fmt.Errorf("model %q: profile %s listed twice", m.Name, p.Name)
+			return fmt.Errorf("profile %s listed twice", p.Name)
 		}
 		if p.MemorySlices < 1 {
-			return nil, fmt.Errorf("model %q: profile %s has %d memory slices", m.Name, p.Name, p.MemorySlices)
+			return fmt.Errorf("profile %s has %d memory slices", p.Name, p.MemorySlices)
 		}
 		for _, s := range slices.Sorted(slices.Values(p.Placements)) {
 			if s < 0 || s+p.MemorySlices > 64 {
-				return nil, fmt.Errorf("model %q: profile %s placement %d is outside 64 memory slices", m.Name, p.Name, s)
+				return fmt.Errorf("profile %s placement %d is outside 64 memory slices", p.Name, s)
 			}
 			t.xs = append(t.xs, placement{prof: i, start: s, size: p.MemorySlices, mask: ((uint64(1) << p.MemorySlices) - 1) << s})
 			memSlices = max(memSlices, s+p.MemorySlices)
@@ -152,7 +167,7 @@ func buildTable(m Model) (*table, error) {
 		t.attrs = append(t.attrs, strings.ContainsAny(p.Name, "+-"))
 	}
 	if len(t.xs) > maxPlacements {
-		return nil, fmt.Errorf("model %q: %d placements, more than the %d the planner handles", m.Name, len(t.xs), maxPlacements)
+		return fmt.Errorf("%d placements, more than the %d the planner handles", len(t.xs), maxPlacements)
 	}
 	t.byProfile = make([][]int, len(t.profiles))
 	t.at = make(map[migconfig.Placement]int, len(t.xs))
@@ -163,15 +178,18 @@ func buildTable(m Model) (*table, error) {
 	for _, p := range t.profiles {
 		t.size = append(t.size, float64(p.MemorySlices)/float64(memSlices))
 	}
+	return nil
+}
 
-	// Grow layouts one placement at a time, keeping those migconfig
-	// accepts. MIG's rules only ever forbid adding an instance (overlap,
-	// counts, compute slices), so a set migconfig rejects has no valid
-	// superset and its branch ends there; if a rule were ever not of that
-	// kind, layouts would be missed, never invented.
-	gpu := mig.GPU{Model: m.Name, MigCapable: true, MigEnabled: true, MigPending: true, Profiles: t.profiles}
+// enumerate is every layout migconfig accepts, as sets of placements,
+// grown one placement at a time. MIG's rules only ever forbid adding an
+// instance (overlap, counts, compute slices), so a set migconfig rejects
+// has no valid superset and its branch ends there; if a rule were ever
+// not of that kind, layouts would be missed, never invented.
+func (t *table) enumerate() ([]uint64, error) {
+	gpu := mig.GPU{Model: t.model, MigCapable: true, MigEnabled: true, MigPending: true, Profiles: t.profiles}
 	if err := t.validate(gpu, 0); err != nil {
-		return nil, fmt.Errorf("model %q: migconfig rejects the empty layout: %w", m.Name, err)
+		return nil, fmt.Errorf("migconfig rejects the empty layout: %w", err)
 	}
 	sets := []uint64{0}
 	checks := 0
@@ -196,9 +214,16 @@ func buildTable(m Model) (*table, error) {
 		return true
 	}
 	if !grow(0, 0, 0) {
-		return nil, fmt.Errorf("model %q: its profile table allows more layouts than the planner enumerates (over %d checked, %d valid so far); MIG tables in the field have a few thousand", m.Name, maxTableChecks, len(sets))
+		return nil, fmt.Errorf("its profile table allows more layouts than the planner enumerates (over %d checked, %d valid so far); MIG tables in the field have a few thousand", maxTableChecks, len(sets))
 	}
 	t.checks = checks
+	return sets, nil
+}
+
+// index orders the layouts by size and keeps, for each, the layout each
+// placement added leads to (trans) and how many more of each profile fit
+// (maxAdd).
+func (t *table) index(sets []uint64) {
 	slices.SortFunc(sets, func(a, b uint64) int {
 		return cmp.Or(cmp.Compare(bits.OnesCount64(a), bits.OnesCount64(b)), cmp.Compare(a, b))
 	})
@@ -234,7 +259,6 @@ func buildTable(m Model) (*table, error) {
 			}
 		}
 	}
-	return t, nil
 }
 
 // validate asks migconfig whether the placements of set form a layout the
