@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // why classifies one GPU for one resource, for explanations.
@@ -108,6 +109,12 @@ func (r *round) diagnose(el eligibility, ps *podState) string {
 	var counts [whyCount]int
 	gpus, nodes := 0, 0
 	frozen := ""
+	var coolEnds time.Time // the first cooldown to end, of GPUs it leaves out
+	cooled := func(end time.Time) {
+		if !end.IsZero() && (coolEnds.IsZero() || end.Before(coolEnds)) {
+			coolEnds = end
+		}
+	}
 	countGPU := func(gi int32) {
 		g := &r.gpus[gi]
 		w := r.classify(g.key, g.class, res)
@@ -115,6 +122,9 @@ func (r *round) diagnose(el eligibility, ps *podState) string {
 		if w == whyFrozen && frozen == "" {
 			n := r.nodes[g.node]
 			frozen = fmt.Sprintf("%s: %s", n.name, n.n.Frozen)
+		}
+		if w == whyCooldown {
+			cooled(g.g.LastChanged.Add(r.pol.Cooldown))
 		}
 	}
 	for _, g := range el.groups {
@@ -127,8 +137,12 @@ func (r *round) diagnose(el eligibility, ps *podState) string {
 		}
 		for c, n := range gs.classCount {
 			if n > 0 {
-				counts[r.classify(r.keys[c], c, res)] += int(n)
+				w := r.classify(r.keys[c], c, res)
+				counts[w] += int(n)
 				gpus += int(n)
+				if w == whyCooldown {
+					cooled(r.groupCoolEnd(g, c))
+				}
 			}
 		}
 	}
@@ -164,7 +178,7 @@ func (r *round) diagnose(el eligibility, ps *podState) string {
 		fmt.Fprintf(&b, "%d %s", counts[w], whyText[w][form])
 		switch why(w) {
 		case whyCooldown:
-			fmt.Fprintf(&b, " (cooldown %s)", r.pol.Cooldown)
+			fmt.Fprintf(&b, " (cooldown %s; the first ends at %s)", r.pol.Cooldown, coolEnds.UTC().Format(time.RFC3339))
 		case whyFrozen:
 			if frozen != "" {
 				fmt.Fprintf(&b, " (%s)", frozen)
@@ -177,6 +191,30 @@ func (r *round) diagnose(el eligibility, ps *podState) string {
 		b.WriteString(", none has a GPU")
 	}
 	return b.String()
+}
+
+// groupCoolEnd is when the first cooldown of the group's GPUs of class c
+// ends, worked out once a round.
+func (r *round) groupCoolEnd(g, c int32) time.Time {
+	key := [2]int32{g, c}
+	if end, ok := r.coolEnds[key]; ok {
+		return end
+	}
+	var end time.Time
+	for _, ni := range r.groups[g].nodes {
+		for _, gi := range r.nodes[ni].gpus {
+			if gs := &r.gpus[gi]; gs.class == c {
+				if e := gs.g.LastChanged.Add(r.pol.Cooldown); end.IsZero() || e.Before(end) {
+					end = e
+				}
+			}
+		}
+	}
+	if r.coolEnds == nil {
+		r.coolEnds = map[[2]int32]time.Time{}
+	}
+	r.coolEnds[key] = end
+	return end
 }
 
 func describeNeeds(r *round, needs []need) string {

@@ -85,6 +85,8 @@ type round struct {
 	pods     []podState
 	warnings []string
 	diag     map[string]string
+	// coolEnds is groupCoolEnd's answer by group and class.
+	coolEnds map[[2]int32]time.Time
 	needIDs  map[string]int32
 	needList [][]need
 	// failed are the pods' needs and places that found no way this round.

@@ -302,7 +302,16 @@ func TestCooldownAndCap(t *testing.T) {
 		"inside the cooldown": {
 			nodes: []solver.Node{node("n0", optedIn, gpus(recent))},
 			pods:  []*corev1.Pod{pod("p", mig1g, "1")},
-			want:  map[string]string{"p": "none: 1 is cooling down after a change (cooldown 2m0s)"},
+			want:  map[string]string{"p": "none: 1 is cooling down after a change (cooldown 2m0s; the first ends at 2025-01-01T12:01:30Z)"},
+		},
+		"the first cooldown to end is named": {
+			nodes: []solver.Node{node("n0", optedIn, gpus(recent)), node("n1", optedIn, gpus(func() solver.GPU {
+				g := migGPU(0)
+				g.LastChanged = t0.Add(-90 * time.Second)
+				return g
+			}()))},
+			pods: []*corev1.Pod{pod("p", mig1g, "1")},
+			want: map[string]string{"p": "none: 2 are cooling down after a change (cooldown 2m0s; the first ends at 2025-01-01T12:00:30Z)"},
 		},
 		"cooldown over": {
 			nodes:   []solver.Node{node("n0", optedIn, gpus(old))},
