@@ -128,8 +128,9 @@ test-e2e:
 # migflex there (annotate -> success -> allocatable and removed profiles at
 # 0, a pod's MIG device, the webhook's fallback rewrite, a busy GPU
 # protected, a kubelet restart, the planner's reshape, metrics only to
-# tokens the API server authorizes, the node served through DRA) with the
-# harness and deprecation checks. `make test-matrix` runs everything on every minor.
+# tokens the API server authorizes, the node served through DRA and the
+# planner reshaping it) with the harness and deprecation checks.
+# `make test-matrix` runs everything on every minor.
 K8S_OLDEST = $(shell awk '!/^\#/ && NF { print $$1; exit }' hack/cluster/k8s/minors)
 E2E_OLDEST_RUN ?= ^(TestHarnessNetworkSafety|TestDeprecationWarningsAreCaught|TestMigflexInstalled|TestLayoutAnnotation|TestSuccessMeansAllocatable|TestPodGetsMigDevice|TestWebhookFallback|TestBusyGPU|TestKubeletRestart|TestPlannerReshapesForAPendingPod|TestMetricsNeedAnAuthorizedToken|TestDRA)$$
 test-e2e-oldest:

@@ -263,8 +263,9 @@ step "DRA: switching the node's agent from the device plugin to DRA (pods keep t
 run "kubectl delete pod $PLANNER_POD --grace-period=1"
 # 60 DeviceClasses (one per MIG profile of every supported model, one for
 # whole GPUs, general ones for claims that select by CEL): only the last
-# lines of kubectl's list are shown.
-run "kubectl apply -f deployments/dra/deviceclasses.yaml -f deployments/kustomize/components/dra/dra-rbac.yaml | tail -n 3"
+# lines of kubectl's list are shown, the agent's DRA permissions and the
+# policy that limits them to its node's ResourceSlices.
+run "kubectl apply -f deployments/dra/deviceclasses.yaml -f deployments/kustomize/components/dra/dra-rbac.yaml -f deployments/kustomize/components/dra/agent-slice-scope-policy.yaml | tail -n 5"
 dra_patch='[
   {"op": "replace", "path": "/spec/template/spec/containers/0/args/7", "value": "--serving=dra"},
   {"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "--cdi-dir='"$CDI_DIR"'"},

@@ -14,12 +14,13 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/migflex/migflex/test/e2e/framework"
 )
@@ -27,10 +28,17 @@ import (
 // The DRA driver's names, as users write them in claims and selectors.
 const (
 	draDriver     = "gpu.migflex.io"
-	draAgentRole  = "migflex-agent-dra-e2e"
 	labelServing  = "migflex.io/serving"
 	draClassesDir = "deployments/dra/deviceclasses.yaml"
 )
+
+// draAgentManifests are the agent's DRA permissions and the policy that
+// limits them, as kustomize's components/dra installs them (the chart's
+// agent.serving=dra renders the same objects; test/manifests checks it).
+var draAgentManifests = []string{
+	"deployments/kustomize/components/dra/dra-rbac.yaml",
+	"deployments/kustomize/components/dra/agent-slice-scope-policy.yaml",
+}
 
 // TestDRA switches the node's agent to --serving=dra and back. The harness
 // runs one node (one kubelet, one containerd), so a device-plugin node and
@@ -39,9 +47,13 @@ const (
 // restores the device plugin afterwards so the other tests are unaffected.
 // The DaemonSet is changed as the chart's agent.serving=dra renders it
 // (the flag, the kubelet plugin and CDI directories), with the cluster's
-// CDI directory; the DRA permissions are the chart's too.
+// CDI directory; the DRA permissions and the policy limiting them to the
+// node's own ResourceSlices are the chart's too.
 func TestDRA(t *testing.T) {
 	migflex(t)
+	// For "planner reshape": installing the planner applies the agent's
+	// DaemonSet of the overlay again, which would undo the switch.
+	installPlanner(t)
 	switchToDRA(t)
 
 	t.Run("slice follows the layout", testDRASliceFollowsLayout)
@@ -49,10 +61,12 @@ func TestDRA(t *testing.T) {
 	t.Run("claim by CEL", testDRAClaimByCEL)
 	t.Run("claim keeps its GPU", testDRAClaimKeepsGPU)
 	t.Run("agent restart", testDRAAgentRestart)
+	t.Run("planner reshape", testDRAPlannerReshape)
 }
 
-// switchToDRA installs the DeviceClasses and the DRA permissions, restarts
-// the agent with --serving=dra, and undoes it all at cleanup.
+// switchToDRA installs the DeviceClasses, the DRA permissions and their
+// policy, restarts the agent with --serving=dra, and undoes it all at
+// cleanup.
 func switchToDRA(t *testing.T) {
 	t.Helper()
 	ctx := t.Context()
@@ -64,29 +78,18 @@ func switchToDRA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, err := cluster.Kubectl(ctx, "apply", "-f", filepath.Join(root, draClassesDir)); err != nil {
-		t.Fatalf("DeviceClasses: %v\n%s", err, out)
+	// The chart's DRA objects as kustomize's components/dra has them: the
+	// DeviceClasses, the agent's DRA permissions and the policy limiting
+	// them to the node's own ResourceSlices, under which the agent must
+	// publish, republish and withdraw.
+	manifests := []string{"-f", filepath.Join(root, draClassesDir)}
+	for _, f := range draAgentManifests {
+		manifests = append(manifests, "-f", filepath.Join(root, f))
 	}
-	rbac := cluster.Client.RbacV1()
-	role := &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: draAgentRole},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}},
-			{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get", "list", "watch"}},
-		},
+	if out, err := cluster.Kubectl(ctx, append([]string{"apply"}, manifests...)...); err != nil {
+		t.Fatalf("the DRA manifests: %v\n%s", err, out)
 	}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: draAgentRole},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: draAgentRole},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: framework.AgentDaemonSet, Namespace: framework.MigflexNamespace}},
-	}
-	if _, err := rbac.ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	if _, err := rbac.ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-
+	waitForSlicePolicy(t)
 	dss := cluster.Client.AppsV1().DaemonSets(framework.MigflexNamespace)
 	ds, err := dss.Get(ctx, framework.AgentDaemonSet, metav1.GetOptions{})
 	if err != nil {
@@ -110,10 +113,8 @@ func switchToDRA(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
 		defer cancel()
 		restoreDevicePlugin(t, ctx, original, served)
-		_ = rbac.ClusterRoleBindings().Delete(ctx, draAgentRole, metav1.DeleteOptions{})
-		_ = rbac.ClusterRoles().Delete(ctx, draAgentRole, metav1.DeleteOptions{})
-		if out, err := cluster.Kubectl(ctx, "delete", "--ignore-not-found", "-f", filepath.Join(root, draClassesDir)); err != nil {
-			t.Errorf("deleting the DeviceClasses: %v\n%s", err, out)
+		if out, err := cluster.Kubectl(ctx, append([]string{"delete", "--ignore-not-found"}, manifests...)...); err != nil {
+			t.Errorf("deleting the DRA manifests: %v\n%s", err, out)
 		}
 	})
 
@@ -138,6 +139,50 @@ func switchToDRA(t *testing.T) {
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// waitForSlicePolicy waits until the policy limiting the agent to its
+// node's ResourceSlices is in force (it takes effect asynchronously), so
+// that the agent publishes under it from its first write: with a token
+// bound to the agent's pod, as the kubelet mounts it, a dry run of a slice
+// for another node is refused.
+func waitForSlicePolicy(t *testing.T) {
+	t.Helper()
+	ctx := t.Context()
+	agent, err := cluster.AgentPod(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := cluster.Client.CoreV1().ServiceAccounts(framework.MigflexNamespace).CreateToken(ctx, agent.Spec.ServiceAccountName, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{
+			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: agent.Name, UID: agent.UID},
+			ExpirationSeconds: ptr(int64(600)),
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := rest.AnonymousClientConfig(cluster.Config)
+	cfg.BearerToken = tr.Status.Token
+	asAgent, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := "not-" + cluster.NodeName
+	slice := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "policy-probe-"},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver: draDriver, NodeName: &other,
+			Pool: resourceapi.ResourcePool{Name: other, ResourceSliceCount: 1},
+		},
+	}
+	var last error
+	if err := framework.WaitFor(ctx, "the slice-scope policy to refuse the agent a slice of another node", timeout, func(ctx context.Context) (bool, error) {
+		_, last = asAgent.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return last != nil && strings.Contains(last.Error(), "may change only ResourceSlices of its own node"), nil
+	}); err != nil {
+		t.Fatalf("%v: last answer %v", err, last)
 	}
 }
 
@@ -339,13 +384,7 @@ func testDRAExtendedResourcePod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := got.Status.ExtendedResourceClaimStatus
-	if st == nil || st.ResourceClaimName == "" {
-		t.Fatalf("pod status has no extendedResourceClaimStatus: %+v", got.Status)
-	}
-	if len(st.RequestMappings) != 1 || st.RequestMappings[0].ResourceName != "nvidia.com/mig-1g.10gb" || st.RequestMappings[0].ContainerName != pod.Spec.Containers[0].Name {
-		t.Errorf("extendedResourceClaimStatus request mappings %+v, want the container's nvidia.com/mig-1g.10gb", st.RequestMappings)
-	}
+	claim := extendedResourceClaim(t, got, "nvidia.com/mig-1g.10gb")
 	// The claim goes with the finished pod; the device the container saw
 	// is the slice's.
 	devs, err := draSlices(t.Context())
@@ -356,12 +395,61 @@ func testDRAExtendedResourcePod(t *testing.T) {
 	for name, d := range devs {
 		if len(ids) == 1 && d.uuid == ids[0] {
 			found = d.profile == "1g.10gb"
-			t.Logf("claim %s: device %s (%s)", st.ResourceClaimName, name, d.uuid)
+			t.Logf("claim %s: device %s (%s)", claim, name, d.uuid)
 		}
 	}
 	if !found {
 		t.Errorf("the container's device %v is no 1g.10gb device of the ResourceSlice %v", ids, devs)
 	}
+}
+
+// extendedResourceClaim returns the claim through which the scheduler
+// served the pod's extended resource by DRA: its extendedResourceClaimStatus
+// maps the container's request for resource to it.
+func extendedResourceClaim(t *testing.T, pod *corev1.Pod, resource string) string {
+	t.Helper()
+	st := pod.Status.ExtendedResourceClaimStatus
+	if st == nil || st.ResourceClaimName == "" {
+		t.Fatalf("pod status has no extendedResourceClaimStatus: %+v", pod.Status)
+	}
+	if len(st.RequestMappings) != 1 || st.RequestMappings[0].ResourceName != resource || st.RequestMappings[0].ContainerName != pod.Spec.Containers[0].Name {
+		t.Errorf("extendedResourceClaimStatus request mappings %+v, want the container's %s", st.RequestMappings, resource)
+	}
+	return st.ResourceClaimName
+}
+
+// checkExtendedResourceClaim checks, on a running pod (a finished pod's
+// claim is deleted), that its extended resource was served by a claim
+// allocated one device of our driver in the node's pool, a device of
+// profile in the node's ResourceSlice. It returns that device.
+func checkExtendedResourceClaim(t *testing.T, ns, pod, resource, profile string) draDevice {
+	t.Helper()
+	ctx := t.Context()
+	got, err := cluster.Client.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim, err := cluster.Client.ResourceV1().ResourceClaims(ns).Get(ctx, extendedResourceClaim(t, got, resource), metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the pod's extended-resource claim: %v", err)
+	}
+	if claim.Status.Allocation == nil || len(claim.Status.Allocation.Devices.Results) != 1 {
+		t.Fatalf("claim %s allocation %+v, want one device", claim.Name, claim.Status.Allocation)
+	}
+	r := claim.Status.Allocation.Devices.Results[0]
+	if r.Driver != draDriver || r.Pool != cluster.NodeName {
+		t.Fatalf("claim %s got device %s of driver %s, pool %s; want driver %s, pool %s", claim.Name, r.Device, r.Driver, r.Pool, draDriver, cluster.NodeName)
+	}
+	devs, err := draSlices(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, ok := devs[r.Device]
+	if !ok || dev.profile != profile {
+		t.Fatalf("claim %s got device %s (%+v), want a %s device of the ResourceSlice %v", claim.Name, r.Device, dev, profile, devs)
+	}
+	t.Logf("claim %s: device %s (%s, %s)", claim.Name, r.Device, profile, dev.uuid)
+	return dev
 }
 
 // claimPod runs args in a pod holding a claim made from spec.
@@ -581,16 +669,89 @@ func TestDRAReshapeToRunning(t *testing.T) {
 	t.Log("change + creation -> Running, " + summary("DRA", dra))
 }
 
+// testDRAPlannerReshape: the planner reshapes a DRA node for a pending
+// pod, once (TestDRAPlannerReshapeToRunning times it, on request): every
+// GPU seven free 1g.10gb, the node opted in, a pod with an unchanged
+// nvidia.com/mig-3g.40gb limit runs after the planner's MigReshapePlanned,
+// served through DRA by a 3g.40gb device the claim in its
+// extendedResourceClaimStatus names.
+func testDRAPlannerReshape(t *testing.T) {
+	ns := planner(t)
+	took := plannerReshapeRuns(t, ns, "dra", 1, 0, resetDRATo1g, func(t *testing.T, pod string) {
+		checkExtendedResourceClaim(t, ns, pod, "nvidia.com/mig-3g.40gb", "3g.40gb")
+	})
+	t.Logf("creation -> Running through the planner's reshape on DRA: %s", took[0].Round(time.Millisecond))
+}
+
+// resetDRATo1g is resetTo1g on a DRA node: it waits for the slice too.
+func resetDRATo1g(t *testing.T) {
+	t.Helper()
+	written := time.Now()
+	applyDRALayout(t, gpuLayouts{0: all1g, 1: all1g})
+	if d := time.Until(written.Add(2 * time.Second)); d > 0 {
+		time.Sleep(d) // the planner's --manual-hold, as resetTo1g
+	}
+}
+
+// plannerReshapeRuns creates, runs times, a pod asking for
+// nvidia.com/mig-3g.40gb in ns (a namespace of planner(t)), each after
+// reset and a wait spread over period (runs start at any phase of the
+// kubelet's status period, as pods arrive), and returns each one's time
+// from just before its creation to the watch event that shows it Running.
+// Each run checks the planner's MigReshapePlanned Event, check (when not
+// nil) on the running pod, and waits for the agent to report the pod on
+// its device before the pod is deleted.
+func plannerReshapeRuns(t *testing.T, ns, path string, runs int, period time.Duration, reset func(*testing.T), check func(t *testing.T, pod string)) []time.Duration {
+	t.Helper()
+	var took []time.Duration
+	for i := range runs {
+		reset(t)
+		time.Sleep(period * time.Duration(i) / time.Duration(runs))
+		name := fmt.Sprintf("%s-%d", path, i)
+		w, err := cluster.Client.CoreV1().Pods(ns).Watch(t.Context(), metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		cluster.CreatePod(t, gpuPod(ns, name, "nvidia.com/mig-3g.40gb", 1, "sleep", "3600"))
+		running, err := waitRunning(t.Context(), w)
+		w.Stop()
+		if err != nil {
+			p, _ := cluster.Client.CoreV1().Pods(ns).Get(t.Context(), name, metav1.GetOptions{})
+			n, _ := cluster.Node(t.Context())
+			t.Fatalf("%s run %d: %v; pod %+v; node %s", path, i, err, p.Status, summary(n))
+		}
+		took = append(took, running.Sub(start))
+		msg := podEvent(t, ns, name, reasonPlanned, "will run on node "+cluster.NodeName+": GPU ", "-> ")
+		t.Logf("%s run %d: %s; %s", path, i, running.Sub(start).Round(time.Millisecond), msg)
+		if check != nil {
+			check(t, name)
+		}
+		if _, err := cluster.WaitForNode(t.Context(), "the agent reporting "+name+" on its device", timeout, func(n *corev1.Node) error {
+			if !strings.Contains(n.Annotations[annotationLayout], ns+"/"+name) {
+				return fmt.Errorf("layout %s", n.Annotations[annotationLayout])
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		deletePodAndWait(t, ns, name)
+	}
+	return took
+}
+
 // TestDRAPlannerReshapeToRunning measures what TestPlannerReshapesForAPendingPod
 // measures, on both paths in the same run: every GPU seven free 1g.10gb, the
 // node opted in to the planner, a pod asking for nvidia.com/mig-3g.40gb
 // timed from just before its creation to the watch event that shows it
 // Running, through the planner's reshape (its MigReshapePlanned Event is
-// checked each run). First on the device-plugin path, then with the node
-// switched to DRA, where the planner reads the node's supply from its
-// ResourceSlices and the scheduler sees the new devices when the agent
-// republishes them. A measurement, not a check (no threshold): it runs only
-// with MIGFLEX_E2E_DRA_RUNS set (runs per path, e.g. 10).
+// checked each run, and on DRA the device its claim got). First on the
+// device-plugin path, then with the node switched to DRA, where the planner
+// reads the node's supply from its ResourceSlices and the scheduler sees
+// the new devices when the agent republishes them. TestDRA's "planner
+// reshape" proves it once in every suite; this is a measurement, not a
+// check (no threshold): it runs only with MIGFLEX_E2E_DRA_RUNS set (runs
+// per path, e.g. 10).
 func TestDRAPlannerReshapeToRunning(t *testing.T) {
 	runs, _ := strconv.Atoi(os.Getenv("MIGFLEX_E2E_DRA_RUNS"))
 	if runs <= 0 {
@@ -601,55 +762,15 @@ func TestDRAPlannerReshapeToRunning(t *testing.T) {
 	if d, err := time.ParseDuration(os.Getenv("KUBELET_NODE_STATUS_UPDATE_FREQUENCY")); err == nil && d > 0 {
 		period = d
 	}
-	measure := func(path string, reset func()) []time.Duration {
-		var took []time.Duration
-		for i := range runs {
-			reset()
-			// Runs start spread over the kubelet's status period, as pods
-			// arrive at any phase of it.
-			time.Sleep(period * time.Duration(i) / time.Duration(runs))
-			name := fmt.Sprintf("%s-%d", path, i)
-			w, err := cluster.Client.CoreV1().Pods(ns).Watch(t.Context(), metav1.ListOptions{FieldSelector: "metadata.name=" + name})
-			if err != nil {
-				t.Fatal(err)
-			}
-			start := time.Now()
-			cluster.CreatePod(t, gpuPod(ns, name, "nvidia.com/mig-3g.40gb", 1, "sleep", "3600"))
-			running, err := waitRunning(t.Context(), w)
-			w.Stop()
-			if err != nil {
-				p, _ := cluster.Client.CoreV1().Pods(ns).Get(t.Context(), name, metav1.GetOptions{})
-				n, _ := cluster.Node(t.Context())
-				t.Fatalf("%s run %d: %v; pod %+v; node %s", path, i, err, p.Status, summary(n))
-			}
-			took = append(took, running.Sub(start))
-			msg := podEvent(t, ns, name, reasonPlanned, "will run on node "+cluster.NodeName+": GPU ", "-> ")
-			t.Logf("%s run %d: %s; %s", path, i, running.Sub(start).Round(time.Millisecond), msg)
-			if _, err := cluster.WaitForNode(t.Context(), "the agent reporting "+name+" on its device", timeout, func(n *corev1.Node) error {
-				if !strings.Contains(n.Annotations[annotationLayout], ns+"/"+name) {
-					return fmt.Errorf("layout %s", n.Annotations[annotationLayout])
-				}
-				return nil
-			}); err != nil {
-				t.Fatal(err)
-			}
-			deletePodAndWait(t, ns, name)
-		}
-		return took
-	}
 	stats := func(path string, d []time.Duration) string {
 		return fmt.Sprintf("%s: %d runs, p50 %s, p90 %s, min %s, max %s", path, len(d),
 			percentile(d, 0.5).Round(time.Millisecond), percentile(d, 0.9).Round(time.Millisecond),
 			slices.Min(d).Round(time.Millisecond), slices.Max(d).Round(time.Millisecond))
 	}
-	dp := measure("device-plugin", func() { resetTo1g(t) })
+	dp := plannerReshapeRuns(t, ns, "device-plugin", runs, period, resetTo1g, nil)
 	switchToDRA(t)
-	dra := measure("dra", func() {
-		written := time.Now()
-		applyDRALayout(t, gpuLayouts{0: all1g, 1: all1g})
-		if d := time.Until(written.Add(2 * time.Second)); d > 0 {
-			time.Sleep(d) // the planner's --manual-hold, as resetTo1g
-		}
+	dra := plannerReshapeRuns(t, ns, "dra", runs, period, resetDRATo1g, func(t *testing.T, pod string) {
+		checkExtendedResourceClaim(t, ns, pod, "nvidia.com/mig-3g.40gb", "3g.40gb")
 	})
 	t.Logf("creation -> Running through the planner's reshape (kubelet status period %s, planner %q)", period, plannerArgs)
 	t.Log(stats("device plugin", dp))

@@ -72,6 +72,23 @@ var plannerInstall struct {
 // namespace out of the webhook, and returns that namespace.
 func planner(t *testing.T) string {
 	t.Helper()
+	installPlanner(t)
+	setPlannerLabel(t, "enabled")
+	t.Cleanup(func() { setPlannerLabel(t, "") })
+	ns := cluster.Namespace(t)
+	patch := []byte(`{"metadata":{"labels":{"` + labelOptOut + `":"disabled"}}}`)
+	if _, err := cluster.Client.CoreV1().Namespaces().Patch(t.Context(), ns, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+// installPlanner installs the planner once. It applies the whole
+// local-planner overlay, the agent's DaemonSet included: a test that
+// changes that DaemonSet (TestDRA's switch to DRA) installs the planner
+// first.
+func installPlanner(t *testing.T) {
+	t.Helper()
 	migflex(t)
 	plannerInstall.once.Do(func() {
 		root, err := framework.RepoRoot()
@@ -96,14 +113,6 @@ func planner(t *testing.T) string {
 	if plannerInstall.err != nil {
 		t.Fatalf("installing the planner: %v", plannerInstall.err)
 	}
-	setPlannerLabel(t, "enabled")
-	t.Cleanup(func() { setPlannerLabel(t, "") })
-	ns := cluster.Namespace(t)
-	patch := []byte(`{"metadata":{"labels":{"` + labelOptOut + `":"disabled"}}}`)
-	if _, err := cluster.Client.CoreV1().Namespaces().Patch(t.Context(), ns, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	return ns
 }
 
 // setPlannerArgs gives the planner's container args and waits for the

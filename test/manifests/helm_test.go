@@ -311,6 +311,9 @@ func checkDRAObjects(t *testing.T, s scenario, objs objects) {
 	dra := s.name == "dra" || s.name == "dra-nodes"
 	role := objs.find("ClusterRole", "migflex-agent-dra")
 	classes := objs.ofKind("DeviceClass")
+	if !dra && (objs.find("ValidatingAdmissionPolicy", "migflex-agent-slice-scope") != nil || objs.find("ValidatingAdmissionPolicyBinding", "migflex-agent-slice-scope") != nil) {
+		t.Error("the slice-scope policy is rendered without DRA serving")
+	}
 	if (role != nil) != dra || (len(classes) > 0) != dra {
 		t.Fatalf("DRA ClusterRole rendered %v, %d DeviceClasses; want both exactly when serving through DRA (%v)", role != nil, len(classes), dra)
 	}
@@ -318,7 +321,7 @@ func checkDRAObjects(t *testing.T, s scenario, objs objects) {
 		return
 	}
 	wantRules := []rbacv1.PolicyRule{
-		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}},
+		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get", "list", "watch"}},
 	}
 	if diff := cmp.Diff(wantRules, as[rbacv1.ClusterRole](t, role).Rules); diff != "" {
@@ -326,6 +329,11 @@ func checkDRAObjects(t *testing.T, s scenario, objs objects) {
 	}
 	if objs.find("ClusterRoleBinding", "migflex-agent-dra") == nil {
 		t.Error("the DRA ClusterRole is not bound")
+	}
+	// The policy that limits those writes to the node's own slices
+	// (TestAgentSliceScopePolicy) comes with them.
+	if objs.find("ValidatingAdmissionPolicy", "migflex-agent-slice-scope") == nil || objs.find("ValidatingAdmissionPolicyBinding", "migflex-agent-slice-scope") == nil {
+		t.Error("DRA permissions rendered without the slice-scope policy and its binding")
 	}
 	data, err := os.ReadFile(filepath.Join(repoRoot(t), "deployments/dra/deviceclasses.yaml"))
 	if err != nil {
