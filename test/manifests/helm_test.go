@@ -74,6 +74,7 @@ var scenarios = []scenario{
 	{name: "cert-manager", set: []string{"certificates.mode=cert-manager"}},
 	{name: "cert-manager-cluster-issuer", set: []string{"certificates.mode=cert-manager", "certificates.certManager.issuerRef.name=corp-ca", "certificates.certManager.issuerRef.kind=ClusterIssuer"}},
 	{name: "evict", set: []string{"agent.busyPolicy=evict"}},
+	{name: "no-publish", set: []string{"agent.publishAllocatable=false"}},
 	{name: "dra", set: []string{"backend=simulated", "agent.serving=dra"}},
 	{name: "dra-nodes", set: []string{"agent.draNodeSelector.migflex\\.io/serve=dra"}},
 	{name: "capacity", set: []string{"webhook.mode=capacity", "webhook.onUnsatisfiable=allow"}},
