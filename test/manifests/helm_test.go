@@ -205,8 +205,18 @@ func checkAgent(t *testing.T, s scenario, objs objects) {
 
 	role := get[rbacv1.ClusterRole](t, objs, "ClusterRole", "migflex-agent")
 	wantRules := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch"}}}
+	publish := !slices.Contains(s.set, "agent.publishAllocatable=false")
+	if publish {
+		wantRules = append(wantRules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"nodes/status"}, Verbs: []string{"patch"}})
+	}
 	if diff := cmp.Diff(wantRules, role.Rules); diff != "" {
 		t.Errorf("agent ClusterRole rules (-want +got):\n%s", diff)
+	}
+	for _, o := range objs.ofKind("DaemonSet") {
+		ds := as[appsv1.DaemonSet](t, o)
+		if off := slices.Contains(ds.Spec.Template.Spec.Containers[0].Args, "--publish-allocatable=false"); off == publish {
+			t.Errorf("%s: --publish-allocatable=false in its arguments %v, want %v", ds.Name, off, !publish)
+		}
 	}
 	events := get[rbacv1.Role](t, objs, "Role", "migflex-agent-events")
 	if events.Namespace != "default" {
