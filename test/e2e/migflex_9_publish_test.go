@@ -79,8 +79,8 @@ func TestPublishedAllocatableIsHeld(t *testing.T) {
 		if publishedByAgent(node) {
 			published++
 		}
-		t.Logf("round %d: %d x %s Running %s after the change, %s pending; allocatable %s", i, r.n, res,
-			took.Round(time.Millisecond), pending, summary(node))
+		t.Logf("round %d: %d x %s Running %s after the change, %s pending; allocatable %v", i, r.n, res,
+			took.Round(time.Millisecond), pending, gpuResources(node.Status.Allocatable))
 		for _, name := range names {
 			deletePodAndWait(t, ns, name)
 		}
