@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -56,6 +57,10 @@ func TestPublishedAllocatableIsHeld(t *testing.T) {
 	published := 0
 	for i, r := range rounds {
 		res := "nvidia.com/mig-" + r.profile
+		var hist *allocatableHistory
+		if i == 0 {
+			hist = watchAllocatable(t, res)
+		}
 		start := time.Now()
 		setMigConfig(t, annotationMigConfig, migConfigPerGPU(gpuLayouts{0: r.gpu0, 1: all1g}))
 		var names []string
@@ -79,6 +84,14 @@ func TestPublishedAllocatableIsHeld(t *testing.T) {
 		if publishedByAgent(node) {
 			published++
 		}
+		if hist != nil {
+			// The kubelet's own status update comes within a period of the
+			// agent's write; it computes the same counts, so the value must
+			// stay.
+			if err := hist.steadyAfter(int64(r.n), 12*time.Second); err != nil {
+				t.Error(err)
+			}
+		}
 		t.Logf("round %d: %d x %s Running %s after the change, %s pending; allocatable %v", i, r.n, res,
 			took.Round(time.Millisecond), pending, gpuResources(node.Status.Allocatable))
 		for _, name := range names {
@@ -88,6 +101,74 @@ func TestPublishedAllocatableIsHeld(t *testing.T) {
 	if published == 0 {
 		t.Errorf("the agent's status write (field manager %s) never showed on the Node", deviceplugin.FieldManager)
 	}
+}
+
+// allocatableHistory records the Node's allocatable of one resource, from
+// a watch.
+type allocatableHistory struct {
+	res    corev1.ResourceName
+	stop   func()
+	done   chan struct{}
+	mu     sync.Mutex
+	values []allocatableValue
+}
+
+type allocatableValue struct {
+	at    time.Time
+	value int64
+}
+
+func watchAllocatable(t *testing.T, res string) *allocatableHistory {
+	t.Helper()
+	w, err := cluster.Client.CoreV1().Nodes().Watch(t.Context(), metav1.ListOptions{FieldSelector: "metadata.name=" + cluster.NodeName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &allocatableHistory{res: corev1.ResourceName(res), stop: w.Stop, done: make(chan struct{})}
+	go func() {
+		defer close(h.done)
+		for ev := range w.ResultChan() {
+			if n, ok := ev.Object.(*corev1.Node); ok {
+				q := n.Status.Allocatable[h.res]
+				h.mu.Lock()
+				if len(h.values) == 0 || h.values[len(h.values)-1].value != q.Value() {
+					h.values = append(h.values, allocatableValue{time.Now(), q.Value()})
+				}
+				h.mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() { w.Stop(); <-h.done })
+	return h
+}
+
+// steadyAfter waits until the history is span past the first time it
+// showed want and checks that it never left want after: a kubelet status
+// update that disagreed with the agent's write would show as a change.
+func (h *allocatableHistory) steadyAfter(want int64, span time.Duration) error {
+	h.mu.Lock()
+	first := -1
+	for i, v := range h.values {
+		if v.value == want {
+			first = i
+			break
+		}
+	}
+	if first < 0 {
+		defer h.mu.Unlock()
+		return fmt.Errorf("allocatable %s never showed %d: %v", h.res, want, h.values)
+	}
+	reached := h.values[first].at
+	h.mu.Unlock()
+	time.Sleep(time.Until(reached.Add(span)))
+	h.stop()
+	<-h.done
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if after := h.values[first:]; len(after) != 1 {
+		return fmt.Errorf("allocatable %s changed after it showed %d: %v", h.res, want, after)
+	}
+	return nil
 }
 
 // waitForPlaced waits until n of the pods run and the others are refused
