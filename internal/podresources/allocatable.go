@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
 
@@ -16,16 +14,9 @@ import (
 // to 1.37), the same set whose size it publishes as the Node's
 // allocatable. A resource whose plugin serves no healthy device is absent.
 func (c *Client) Allocatable(ctx context.Context) (map[string][]string, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	conn, err := grpc.NewClient("unix://"+c.socket,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageSize)))
-	if err != nil {
-		return nil, fmt.Errorf("connect to pod-resources socket %s: %w", c.socket, err)
-	}
-	defer conn.Close()
-	resp, err := podresourcesv1.NewPodResourcesListerClient(conn).GetAllocatableResources(ctx, &podresourcesv1.AllocatableResourcesRequest{})
+	resp, err := call(ctx, c, func(ctx context.Context, l podresourcesv1.PodResourcesListerClient) (*podresourcesv1.AllocatableResourcesResponse, error) {
+		return l.GetAllocatableResources(ctx, &podresourcesv1.AllocatableResourcesRequest{})
+	})
 	if err != nil {
 		return nil, fmt.Errorf("allocatable resources from %s: %w", c.socket, err)
 	}
