@@ -127,12 +127,13 @@ test-e2e:
 # ones that prove the kubelet's, the scheduler's and the API's side of
 # migflex there (annotate -> success -> allocatable and removed profiles at
 # 0, a pod's MIG device, the webhook's fallback rewrite, a busy GPU
-# protected, a kubelet restart, the planner's reshape, metrics only to
-# tokens the API server authorizes, the node served through DRA and the
-# planner reshaping it) with the harness and deprecation checks.
-# `make test-matrix` runs everything on every minor.
+# protected, a kubelet restart, the agent's write of the allocatable the
+# kubelet holds, the planner's reshape, metrics only to tokens the API
+# server authorizes, the node served through DRA and the planner reshaping
+# it) with the harness and deprecation checks. `make test-matrix` runs
+# everything on every minor.
 K8S_OLDEST = $(shell awk '!/^\#/ && NF { print $$1; exit }' hack/cluster/k8s/minors)
-E2E_OLDEST_RUN ?= ^(TestHarnessNetworkSafety|TestDeprecationWarningsAreCaught|TestMigflexInstalled|TestLayoutAnnotation|TestSuccessMeansAllocatable|TestPodGetsMigDevice|TestWebhookFallback|TestBusyGPU|TestKubeletRestart|TestPlannerReshapesForAPendingPod|TestMetricsNeedAnAuthorizedToken|TestDRA)$$
+E2E_OLDEST_RUN ?= ^(TestHarnessNetworkSafety|TestDeprecationWarningsAreCaught|TestMigflexInstalled|TestLayoutAnnotation|TestSuccessMeansAllocatable|TestPodGetsMigDevice|TestWebhookFallback|TestBusyGPU|TestKubeletRestart|TestPublishedAllocatableIsHeld|TestPlannerReshapesForAPendingPod|TestMetricsNeedAnAuthorizedToken|TestDRA)$$
 test-e2e-oldest:
 	K8S_VERSION=$(K8S_OLDEST) hack/cluster/e2e.sh -run '$(E2E_OLDEST_RUN)'
 

@@ -44,6 +44,7 @@ func TestParseAgentFlags(t *testing.T) {
 		c.ResyncInterval = agent.DefaultResyncInterval
 		c.AllocatableTimeout = agent.DefaultAllocatableTimeout
 		c.InUseInterval = agent.DefaultInUseInterval
+		c.PublishAllocatable = true
 		c.KubeAPIQPS, c.KubeAPIBurst = 20, 40
 		return c
 	}
@@ -57,6 +58,7 @@ func TestParseAgentFlags(t *testing.T) {
 	// --in-use-interval came after MIGFLEX_AGENT_*: it has no older name.
 	legacy := everything
 	legacy.InUseInterval = agent.DefaultInUseInterval
+	legacy.PublishAllocatable = true
 	legacy.MetricsCertDir = ""
 	legacy.Serving, legacy.CDIDir = ServingDevicePlugin, cdi.DefaultDir
 	tests := []struct {
@@ -81,7 +83,7 @@ func TestParseAgentFlags(t *testing.T) {
 				"MIGFLEX_AGENT_HEALTH_IGNORED_XIDS": "79,48", "MIGFLEX_AGENT_CONFIG_FILE": "/cfg/config.yaml", "MIGFLEX_AGENT_BUSY_POLICY": "evict",
 				"MIGFLEX_AGENT_METRICS_ADDR": ":9999", "MIGFLEX_AGENT_METRICS_CERT_DIR": "/certs", "MIGFLEX_AGENT_RETRY_INTERVAL": "3s", "MIGFLEX_AGENT_RESYNC_INTERVAL": "1h",
 				"MIGFLEX_AGENT_ALLOCATABLE_TIMEOUT": "0s", "MIGFLEX_AGENT_IN_USE_INTERVAL": "5s", "MIGFLEX_AGENT_KUBE_API_QPS": "2.5", "MIGFLEX_AGENT_KUBE_API_BURST": "5",
-				"MIGFLEX_AGENT_SERVING": "dra", "MIGFLEX_AGENT_CDI_DIR": "/run/cdi",
+				"MIGFLEX_AGENT_SERVING": "dra", "MIGFLEX_AGENT_CDI_DIR": "/run/cdi", "MIGFLEX_AGENT_PUBLISH_ALLOCATABLE": "false",
 			},
 			want:     everything,
 			wantCode: -1,
@@ -129,6 +131,14 @@ func TestParseAgentFlags(t *testing.T) {
 		{
 			name: "KUBECONFIG is not --kubeconfig: the loader reads it as a list", env: map[string]string{"NODE_NAME": "n", "KUBECONFIG": "/a:/b"},
 			want: defaults(Config{NodeName: "n"}), wantCode: -1,
+		},
+		{
+			name: "publishing the allocatable turned off", args: []string{"--node-name", "n", "--publish-allocatable=false"},
+			want: func() Config {
+				c := defaults(Config{NodeName: "n"})
+				c.PublishAllocatable = false
+				return c
+			}(), wantCode: -1,
 		},
 		{name: "no node name", wantCode: 2, wantErr: "--node-name (env MIGFLEX_AGENT_NODE_NAME) is required"},
 		{

@@ -105,6 +105,11 @@ type Config struct {
 	ResyncInterval     time.Duration
 	AllocatableTimeout time.Duration
 	InUseInterval      time.Duration
+	// PublishAllocatable has the device-plugin path write the served
+	// resources' counts into the Node's status as soon as the kubelet's
+	// device manager holds them (deviceplugin.StatusPublisher), not at the
+	// kubelet's next status update. Never under DRA.
+	PublishAllocatable bool
 }
 
 // Validate checks what can be checked before anything starts; flag names a
@@ -214,6 +219,12 @@ func Run(ctx context.Context, c Config, getenv func(string) string) error {
 			return err
 		}
 		opts.Server, opts.PodResources = dp, podresources.New(c.PodResourcesSocket)
+		if c.PublishAllocatable {
+			stopPub := runStatusPublisher(ctx, deviceplugin.NewStatusPublisher(dp, deviceplugin.StatusPublisherOptions{
+				NodeName: c.NodeName, Nodes: client.CoreV1().Nodes(), Kubelet: podresources.New(c.PodResourcesSocket),
+			}))
+			defer stopPub()
+		}
 	}
 	a, err := agent.New(opts)
 	if err != nil {
@@ -296,6 +307,19 @@ func (c *Config) wireDRA(ctx context.Context, opts *agent.Options, client kubern
 		Driver: dra.DriverName, Pool: c.NodeName,
 	}
 	return func() { cancel(); factory.Shutdown() }, nil
+}
+
+// runStatusPublisher runs p until the returned stop is called.
+func runStatusPublisher(ctx context.Context, p *deviceplugin.StatusPublisher) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := p.Run(ctx); err != nil {
+			klog.FromContext(ctx).Error(err, "Publishing the Node's allocatable stopped; the kubelet's status update publishes it")
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // runHealth runs the node's health checks, the one source of device health

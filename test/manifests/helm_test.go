@@ -75,6 +75,7 @@ var scenarios = []scenario{
 	{name: "cert-manager", set: []string{"certificates.mode=cert-manager"}},
 	{name: "cert-manager-cluster-issuer", set: []string{"certificates.mode=cert-manager", "certificates.certManager.issuerRef.name=corp-ca", "certificates.certManager.issuerRef.kind=ClusterIssuer"}},
 	{name: "evict", set: []string{"agent.busyPolicy=evict"}},
+	{name: "no-publish", set: []string{"agent.publishAllocatable=false"}},
 	{name: "dra", set: []string{"backend=simulated", "agent.serving=dra"}},
 	{name: "dra-nodes", set: []string{"agent.draNodeSelector.migflex\\.io/serve=dra"}},
 	{name: "capacity", set: []string{"webhook.mode=capacity", "webhook.onUnsatisfiable=allow"}},
@@ -205,8 +206,18 @@ func checkAgent(t *testing.T, s scenario, objs objects) {
 
 	role := get[rbacv1.ClusterRole](t, objs, "ClusterRole", "migflex-agent")
 	wantRules := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch"}}}
+	publish := !slices.Contains(s.set, "agent.publishAllocatable=false")
+	if publish {
+		wantRules = append(wantRules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"nodes/status"}, Verbs: []string{"patch"}})
+	}
 	if diff := cmp.Diff(wantRules, role.Rules); diff != "" {
 		t.Errorf("agent ClusterRole rules (-want +got):\n%s", diff)
+	}
+	for _, o := range objs.ofKind("DaemonSet") {
+		ds := as[appsv1.DaemonSet](t, o)
+		if off := slices.Contains(ds.Spec.Template.Spec.Containers[0].Args, "--publish-allocatable=false"); off == publish {
+			t.Errorf("%s: --publish-allocatable=false in its arguments %v, want %v", ds.Name, off, !publish)
+		}
 	}
 	events := get[rbacv1.Role](t, objs, "Role", "migflex-agent-events")
 	if events.Namespace != "default" {

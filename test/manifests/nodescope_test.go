@@ -3,6 +3,7 @@ package manifests
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -210,6 +212,8 @@ func TestAgentNodeScopePolicy(t *testing.T) {
 		t.Errorf("node-b got the agent's labels: %v", b.Labels)
 	}
 
+	t.Run("status", func(t *testing.T) { nodeStatusScope(t, admin, bound) })
+
 	t.Run("events in default only", func(t *testing.T) {
 		ev := &corev1.Event{
 			ObjectMeta:     metav1.ObjectMeta{Name: "node-a.1", Namespace: "default"},
@@ -224,6 +228,149 @@ func TestAgentNodeScopePolicy(t *testing.T) {
 			t.Errorf("creating an Event in %s: %v, want forbidden", namespace, err)
 		}
 	})
+}
+
+// nodeStatusScope checks the policy on the agent's writes of nodes/status
+// (--publish-allocatable): on its own Node, the capacity and allocatable
+// of nvidia.com/gpu and nvidia.com/mig-* only; nothing else in the status,
+// and nothing of another Node's.
+func nodeStatusScope(t *testing.T, admin, bound kubernetes.Interface) {
+	ctx := t.Context()
+	// The kubelet's status, as it would have written it.
+	for _, name := range []string{"node-a", "node-b"} {
+		n := getNode(t, admin, name)
+		n.Status = corev1.NodeStatus{
+			Capacity:    corev1.ResourceList{"cpu": resource.MustParse("4"), "nvidia.com/mig-1g.10gb": resource.MustParse("7"), "example.com/fpga": resource.MustParse("1")},
+			Allocatable: corev1.ResourceList{"cpu": resource.MustParse("4"), "nvidia.com/mig-1g.10gb": resource.MustParse("7"), "example.com/fpga": resource.MustParse("1")},
+			Conditions:  []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"}},
+			NodeInfo:    corev1.NodeSystemInfo{KubeletVersion: "v1.37.2"},
+		}
+		if _, err := admin.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	patchStatus := func(node, patch string) func() error {
+		return func() error {
+			_, err := bound.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+			return err
+		}
+	}
+	for _, tc := range []scopeCase{
+		{
+			// What the publisher writes after a layout change: a new
+			// profile, the old one at 0, and a whole GPU.
+			name: "GPU capacity and allocatable of its own node",
+			do: patchStatus("node-a", `{"status":{"capacity":{"nvidia.com/mig-1g.10gb":"0","nvidia.com/mig-3g.40gb":"2","nvidia.com/gpu":"1"},`+
+				`"allocatable":{"nvidia.com/mig-1g.10gb":"0","nvidia.com/mig-3g.40gb":"2","nvidia.com/gpu":"1"}}}`),
+		},
+		{
+			name: "removing a GPU entry of its own node",
+			do:   patchStatus("node-a", `{"status":{"capacity":{"nvidia.com/gpu":null},"allocatable":{"nvidia.com/gpu":null}}}`),
+		},
+		{
+			name:    "GPU allocatable of another node",
+			do:      patchStatus("node-b", `{"status":{"allocatable":{"nvidia.com/mig-1g.10gb":"9"}}}`),
+			wantErr: "the migflex agent on node node-a may change only its own Node, not node-b",
+			node:    "node-b",
+		},
+		{
+			name:    "cpu capacity of its own node",
+			do:      patchStatus("node-a", `{"status":{"capacity":{"cpu":"64"}}}`),
+			wantErr: "only the capacity and allocatable of nvidia.com/gpu and nvidia.com/mig-*, not capacity cpu",
+			node:    "node-a",
+		},
+		{
+			name:    "another extended resource in the allocatable",
+			do:      patchStatus("node-a", `{"status":{"allocatable":{"example.com/fpga":"8","nvidia.com/mig-3g.40gb":"1"}}}`),
+			wantErr: "not allocatable example.com/fpga",
+			node:    "node-a",
+		},
+		{
+			name:    "removing another resource",
+			do:      patchStatus("node-a", `{"status":{"capacity":{"example.com/fpga":null}}}`),
+			wantErr: "not capacity example.com/fpga",
+			node:    "node-a",
+		},
+		{
+			name:    "a resource named like ours but not ours",
+			do:      patchStatus("node-a", `{"status":{"allocatable":{"nvidia.com/gpu-x":"1"}}}`),
+			wantErr: "not allocatable nvidia.com/gpu-x",
+			node:    "node-a",
+		},
+		{
+			name:    "a condition of its own node",
+			do:      patchStatus("node-a", `{"status":{"conditions":[{"type":"Ready","status":"False","reason":"Forged"}]}}`),
+			wantErr: "and in its status only the capacity and allocatable of nvidia.com/gpu and nvidia.com/mig-*",
+			node:    "node-a",
+		},
+		{
+			name:    "node info beside a GPU entry",
+			do:      patchStatus("node-a", `{"status":{"nodeInfo":{"kubeletVersion":"v9.9.9"},"allocatable":{"nvidia.com/mig-3g.40gb":"1"}}}`),
+			wantErr: "and in its status only the capacity and allocatable",
+			node:    "node-a",
+		},
+		{
+			name:    "a foreign label through the status",
+			do:      patchStatus("node-a", `{"metadata":{"labels":{"team":"other"}},"status":{"allocatable":{"nvidia.com/mig-3g.40gb":"1"}}}`),
+			wantErr: "may change only its own Node labels, not team",
+			node:    "node-a",
+		},
+		{
+			name: "the kubelet (anyone else) is not limited",
+			do: func() error {
+				_, err := admin.CoreV1().Nodes().Patch(ctx, "node-b", types.MergePatchType, []byte(`{"status":{"capacity":{"cpu":"8"}}}`), metav1.PatchOptions{}, "status")
+				return err
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.check(t, admin) })
+	}
+	a := getNode(t, admin, "node-a")
+	want := corev1.ResourceList{"cpu": resource.MustParse("4"), "nvidia.com/mig-1g.10gb": resource.MustParse("0"), "nvidia.com/mig-3g.40gb": resource.MustParse("2"), "example.com/fpga": resource.MustParse("1")}
+	if diff := cmp.Diff(want, a.Status.Capacity); diff != "" {
+		t.Errorf("node-a capacity after the allowed writes (-want +got):\n%s", diff)
+	}
+	if a.Status.Conditions[0].Reason != "KubeletReady" || a.Status.NodeInfo.KubeletVersion != "v1.37.2" {
+		t.Errorf("node-a status changed: %+v", a.Status)
+	}
+}
+
+// The policy names every field of NodeStatus but capacity and allocatable
+// as unchanged: a field a newer k8s.io/api adds must be added there, or the
+// agent could change it.
+func TestNodeScopePolicyNamesEveryStatusField(t *testing.T) {
+	objs := helmTemplate(t, scenarioNamed(t, "default"))
+	policy := objs.find("ValidatingAdmissionPolicy", "migflex-agent-node-scope")
+	if policy == nil {
+		t.Fatal("no node-scope policy")
+	}
+	var expr string
+	list, _, _ := unstructured.NestedSlice(policy.Object, "spec", "variables")
+	for _, v := range list {
+		if v := v.(map[string]any); v["name"] == "otherStatusUnchanged" {
+			expr = v["expression"].(string)
+		}
+	}
+	var named []string
+	for _, m := range regexp.MustCompile(`object\.\?status\.\?(\w+) == oldObject\.\?status\.\?(\w+)`).FindAllStringSubmatch(expr, -1) {
+		if m[1] != m[2] {
+			t.Errorf("compares %s with %s", m[1], m[2])
+		}
+		named = append(named, m[1])
+	}
+	var want []string
+	st := reflect.TypeFor[corev1.NodeStatus]()
+	for i := range st.NumField() {
+		name, _, _ := strings.Cut(st.Field(i).Tag.Get("json"), ",")
+		if name != "capacity" && name != "allocatable" {
+			want = append(want, name)
+		}
+	}
+	slices.Sort(named)
+	slices.Sort(want)
+	if diff := cmp.Diff(want, named); diff != "" {
+		t.Errorf("status fields the policy keeps unchanged (-NodeStatus +policy):\n%s", diff)
+	}
 }
 
 // tokenClient returns a client authenticated as the agent's ServiceAccount
@@ -281,6 +428,9 @@ func (tc scopeCase) check(t *testing.T, admin kubernetes.Interface) {
 	after := getNode(t, admin, tc.node)
 	if diff := cmp.Diff(before.ObjectMeta, after.ObjectMeta); diff != "" {
 		t.Errorf("a refused request changed %s (-before +after):\n%s", tc.node, diff)
+	}
+	if diff := cmp.Diff(before.Status, after.Status); diff != "" {
+		t.Errorf("a refused request changed the status of %s (-before +after):\n%s", tc.node, diff)
 	}
 }
 

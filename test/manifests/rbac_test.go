@@ -109,7 +109,8 @@ func impersonate(cfg *rest.Config, user string) kubernetes.Interface {
 
 // Each component's ServiceAccount gets what it needs and no more, with the
 // switches that widen it: the webhook reads pods only in capacity mode, the
-// agent evicts pods only with busyPolicy evict.
+// agent evicts pods only with busyPolicy evict, and writes its Node's
+// status only with publishAllocatable (the default).
 func TestComponentPermissions(t *testing.T) {
 	type check struct {
 		user                string
@@ -150,6 +151,7 @@ func TestComponentPermissions(t *testing.T) {
 		checks   []check
 	}{
 		{"default", append(common,
+			check{user: agent, verb: "patch", resource: "nodes", sub: "status", allowed: true},
 			check{user: webhook, verb: "list", resource: "pods", namespace: "team-a"},
 			check{user: webhook, group: "resource.k8s.io", verb: "list", resource: "resourceclaims", namespace: "team-a"},
 			check{user: agent, verb: "create", resource: "pods", sub: "eviction", namespace: "team-a"},
@@ -161,6 +163,9 @@ func TestComponentPermissions(t *testing.T) {
 			check{user: webhook, verb: "delete", resource: "pods", namespace: "team-a"},
 			check{user: webhook, group: "resource.k8s.io", verb: "watch", resource: "resourceclaims", namespace: "team-a", allowed: true},
 			check{user: webhook, group: "resource.k8s.io", verb: "update", resource: "resourceclaims", sub: "status", namespace: "team-a"},
+		)},
+		{"no-publish", append(common,
+			check{user: agent, verb: "patch", resource: "nodes", sub: "status"},
 		)},
 		{"evict", append(common,
 			check{user: agent, verb: "create", resource: "pods", sub: "eviction", namespace: "team-a", allowed: true},

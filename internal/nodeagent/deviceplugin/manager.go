@@ -72,6 +72,11 @@ type Manager struct {
 	servers map[string]*server
 	// draining are the device IDs being drained (see Drain).
 	draining map[string]bool
+
+	// subs are Subscribe's channels, signalled with changes; subMu, not
+	// mu, guards them, as notify runs with and without mu held.
+	subMu sync.Mutex
+	subs  []chan struct{}
 }
 
 // New validates opts, fills in defaults and returns a Manager serving
@@ -227,10 +232,28 @@ func (m *Manager) Resources() []ResourceStatus {
 // layout, a health change, or a registration.
 func (m *Manager) Changes() <-chan struct{} { return m.changes }
 
+// Subscribe returns a channel of its own that is signalled (coalesced)
+// whenever Changes is, for a reader besides the agent.
+func (m *Manager) Subscribe() <-chan struct{} {
+	c := make(chan struct{}, 1)
+	m.subMu.Lock()
+	defer m.subMu.Unlock()
+	m.subs = append(m.subs, c)
+	return c
+}
+
 func (m *Manager) notify() {
 	select {
 	case m.changes <- struct{}{}:
 	default:
+	}
+	m.subMu.Lock()
+	defer m.subMu.Unlock()
+	for _, c := range m.subs {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
 	}
 }
 

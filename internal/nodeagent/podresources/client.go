@@ -81,20 +81,29 @@ func (c *Client) List(ctx context.Context) ([]Assignment, error) {
 // prepared ResourceClaims (DynamicResources, KubeletPodResourcesDynamicResources:
 // beta and on from 1.34), which a node served through DRA needs.
 func (c *Client) Response(ctx context.Context) (*podresourcesv1.ListPodResourcesResponse, error) {
+	resp, err := call(ctx, c, func(ctx context.Context, l podresourcesv1.PodResourcesListerClient) (*podresourcesv1.ListPodResourcesResponse, error) {
+		return l.List(ctx, &podresourcesv1.ListPodResourcesRequest{})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list pod resources from %s: %w", c.socket, err)
+	}
+	return resp, nil
+}
+
+// call makes one call to the kubelet on a connection of its own, within
+// the client's timeout.
+func call[T any](ctx context.Context, c *Client, f func(context.Context, podresourcesv1.PodResourcesListerClient) (T, error)) (T, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	conn, err := grpc.NewClient("unix://"+c.socket,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageSize)))
 	if err != nil {
-		return nil, fmt.Errorf("connect to pod-resources socket %s: %w", c.socket, err)
+		var zero T
+		return zero, fmt.Errorf("connect to pod-resources socket %s: %w", c.socket, err)
 	}
 	defer conn.Close()
-	resp, err := podresourcesv1.NewPodResourcesListerClient(conn).List(ctx, &podresourcesv1.ListPodResourcesRequest{})
-	if err != nil {
-		return nil, fmt.Errorf("list pod resources from %s: %w", c.socket, err)
-	}
-	return resp, nil
+	return f(ctx, podresourcesv1.NewPodResourcesListerClient(conn))
 }
 
 // Assignments flattens the device-plugin devices of a List answer, sorted

@@ -4,8 +4,10 @@ package podresourcestest
 
 import (
 	"context"
+	"maps"
 	"net"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 
@@ -36,6 +38,9 @@ type Server struct {
 	devices []Device
 	claims  []Claim
 	calls   int
+	// allocatable is the GetAllocatableResources answer, by resource.
+	allocatable      map[string][]string
+	allocatableCalls int
 }
 
 // Start serves on a socket in a fresh temp dir and stops at test cleanup.
@@ -65,6 +70,40 @@ func (s *Server) SetClaims(claims ...Claim) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.claims = append([]Claim(nil), claims...)
+}
+
+// SetAllocatable replaces the devices GetAllocatableResources reports, by
+// resource.
+func (s *Server) SetAllocatable(byResource map[string][]string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.allocatable = map[string][]string{}
+	for r, ids := range byResource {
+		s.allocatable[r] = append([]string(nil), ids...)
+	}
+}
+
+// AllocatableCalls is how many GetAllocatableResources calls the stand-in
+// answered.
+func (s *Server) AllocatableCalls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.allocatableCalls
+}
+
+// GetAllocatableResources answers as the kubelet does: one entry per
+// device.
+func (s *Server) GetAllocatableResources(context.Context, *podresourcesv1.AllocatableResourcesRequest) (*podresourcesv1.AllocatableResourcesResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.allocatableCalls++
+	resp := &podresourcesv1.AllocatableResourcesResponse{}
+	for _, r := range slices.Sorted(maps.Keys(s.allocatable)) {
+		for _, id := range s.allocatable[r] {
+			resp.Devices = append(resp.Devices, &podresourcesv1.ContainerDevices{ResourceName: r, DeviceIds: []string{id}})
+		}
+	}
+	return resp, nil
 }
 
 // Calls is how many List calls the stand-in answered.
