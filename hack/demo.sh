@@ -228,7 +228,7 @@ took_ms=$((($(date +%s%N) - start) / 1000000))
 dp_took_ms=$took_ms
 limits=$(kubectl get pod "$PLANNER_POD" -o jsonpath='{.spec.containers[0].resources.limits}')
 [[ $limits == *mig-2g.20gb* ]] || die "the demo pod runs with $limits, not the nvidia.com/mig-2g.20gb it asked for"
-printf '\n%sThe pod was Running %d.%03d s after kubectl apply began (the kubelet publishes a new layout at its next node status update, every 10 s by default).%s\n' "$bold" $((took_ms / 1000)) $((took_ms % 1000)) "$plain"
+printf '\n%sThe pod was Running %d.%03d s after kubectl apply began (the agent writes the new counts into the Node allocatable once the kubelet holds the devices, --publish-allocatable; without it the scheduler waits for the next node status update of the kubelet, every 10 s by default).%s\n' "$bold" $((took_ms / 1000)) $((took_ms % 1000)) "$plain"
 
 step "What happened: the planner's Event on the pod, the agent's on the node, the new layout"
 run "kubectl get pod $PLANNER_POD -o jsonpath='{.metadata.annotations.migflex\\.io/reshape}{\"\\n\"}'"
@@ -379,7 +379,7 @@ dra_took_ms=$((($(date +%s%N) - start) / 1000000))
 [[ -n $(kubectl get pod "$DRA_PLANNER_POD" -o jsonpath='{.status.extendedResourceClaimStatus.resourceClaimName}') ]] ||
 	die "the DRA planner demo pod runs without a claim: not served through DRA"
 secs() { printf '%d.%03d s' $(($1 / 1000)) $(($1 % 1000)); }
-printf '\n%sPlanner reshape, kubectl apply to Running: DRA %s; device plugin (above) %s. On DRA the scheduler sees the new device when the agent republishes the ResourceSlice, with no kubelet status update in between.%s\n' \
+printf '\n%sPlanner reshape, kubectl apply to Running: DRA %s; device plugin (above) %s. On DRA the scheduler sees the new device when the agent republishes the ResourceSlice; on the device-plugin path when the agent writes the allocatable the kubelet holds (--publish-allocatable), not at the next status update of the kubelet.%s\n' \
 	"$bold" "$(secs "$dra_took_ms")" "$(secs "$dp_took_ms")" "$plain"
 run "kubectl get events --field-selector involvedObject.name=$DRA_PLANNER_POD,reason=MigReshapePlanned -o custom-columns=REASON:.reason,MESSAGE:.message"
 run "kubectl get pod $DRA_PLANNER_POD -o jsonpath='{.status.extendedResourceClaimStatus}{\"\\n\"}'"
