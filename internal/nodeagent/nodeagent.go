@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -197,6 +198,11 @@ func Run(ctx context.Context, c Config, getenv func(string) string) error {
 		AllocatableTimeout: c.AllocatableTimeout,
 		InUseInterval:      c.InUseInterval,
 	}
+	// The publisher starts before the agent (it subscribes to the device
+	// plugin's changes at once) and counts its writes on the agent's
+	// metrics once the agent exists; it writes only for a layout the
+	// agent has served.
+	var counter atomic.Pointer[agent.Agent]
 	if c.Serving == ServingDRA {
 		stopDRA, err := c.wireDRA(ctx, &opts, client, lib, watcher)
 		if err != nil {
@@ -222,6 +228,11 @@ func Run(ctx context.Context, c Config, getenv func(string) string) error {
 		if c.PublishAllocatable {
 			stopPub := runStatusPublisher(ctx, deviceplugin.NewStatusPublisher(dp, deviceplugin.StatusPublisherOptions{
 				NodeName: c.NodeName, Nodes: client.CoreV1().Nodes(), Kubelet: podresources.New(c.PodResourcesSocket),
+				Observe: func(result string) {
+					if a := counter.Load(); a != nil {
+						a.CountAllocatableWrite(result)
+					}
+				},
 			}))
 			defer stopPub()
 		}
@@ -230,6 +241,7 @@ func Run(ctx context.Context, c Config, getenv func(string) string) error {
 	if err != nil {
 		return err
 	}
+	counter.Store(a)
 	stop := runHealth(ctx, watcher)
 	defer stop()
 	if c.MetricsAddr == "" {

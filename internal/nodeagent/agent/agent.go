@@ -244,6 +244,14 @@ func New(opts Options) (*Agent, error) {
 }
 
 // Handler serves /metrics and /healthz; the process serves it
+// CountAllocatableWrite counts one outcome of the device plugin's write
+// of the Node's allocatable (deviceplugin.StatusPublisher) on the agent's
+// /metrics: the agent owns every migflex_agent_ metric, and stays free of
+// device-plugin packages.
+func (a *Agent) CountAllocatableWrite(result string) {
+	a.metrics.allocatable.WithLabelValues(result).Inc()
+}
+
 // (internal/nodeagent, through internal/platform/metricsserver).
 func (a *Agent) Handler() http.Handler {
 	return metricsserver.Handler(a.opts.Registry, &a.live, "the agent is not running its loop")

@@ -47,12 +47,15 @@ const (
 )
 
 type metrics struct {
-	writes     *prometheus.CounterVec
-	reconciles *prometheus.CounterVec
-	duration   *prometheus.HistogramVec
-	errors     *prometheus.CounterVec
-	state      *prometheus.GaugeVec
-	node       string
+	writes *prometheus.CounterVec
+	// allocatable counts the writes of the Node's allocatable by the
+	// server's publisher (CountAllocatableWrite).
+	allocatable *prometheus.CounterVec
+	reconciles  *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	errors      *prometheus.CounterVec
+	state       *prometheus.GaugeVec
+	node        string
 	// inUse holds the device IDs pods hold, as the loop last learnt them
 	// (setInUse); the device collector reads it at scrape time.
 	inUse atomic.Pointer[map[string]bool]
@@ -87,9 +90,13 @@ func newMetrics(reg prometheus.Registerer, srv Server, node string) (*metrics, e
 			Namespace: "migflex", Subsystem: "agent", Name: "node_writes_total",
 			Help: "Server-side applies of the agent's labels and annotations sent to its Node, by cause (reconcile, announce, health, in-use).",
 		}, []string{"cause"}),
+		allocatable: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "migflex", Subsystem: "agent", Name: "allocatable_writes_total",
+			Help: "Writes of the served GPU counts into the Node's status ahead of the kubelet's status update (--publish-allocatable), by result (written, refused, failed, left).",
+		}, []string{"result"}),
 	}
 	m.setState("")
-	for _, c := range []prometheus.Collector{m.reconciles, m.duration, m.errors, m.state, m.writes, deviceCollector{srv, &m.inUse}} {
+	for _, c := range []prometheus.Collector{m.reconciles, m.duration, m.errors, m.state, m.writes, m.allocatable, deviceCollector{srv, &m.inUse}} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering agent metrics: %w", err)
 		}

@@ -28,6 +28,7 @@ func TestMetricsDocumented(t *testing.T) {
 	m.duration.WithLabelValues(resultSuccess).Observe(0)
 	m.errors.WithLabelValues(stageReport).Inc()
 	m.writes.WithLabelValues(causeInUse).Inc()
+	m.allocatable.WithLabelValues("written").Inc()
 
 	mfs, err := reg.Gather()
 	if err != nil {

@@ -66,7 +66,25 @@ type StatusPublisherOptions struct {
 	// was computed before the kubelet held the devices overwrote it.
 	// Default DefaultStatusConfirm.
 	Confirm time.Duration
+	// Observe, when set, is told the outcome of each attempt to write,
+	// one of the Status* results, for the agent's metrics.
+	Observe func(result string)
 }
+
+// Outcomes of the publisher's attempts, told to StatusPublisherOptions.Observe.
+const (
+	// StatusWritten: the Node's status was patched.
+	StatusWritten = "written"
+	// StatusRefused: RBAC or the node-scope policy refused the patch; the
+	// publisher stops for this served state.
+	StatusRefused = "refused"
+	// StatusFailed: the patch failed otherwise; it is tried again.
+	StatusFailed = "failed"
+	// StatusLeft: the publisher left a served state to the kubelet's
+	// status update (the kubelet did not hold it in time, or the Node
+	// kept differing after the writes allowed).
+	StatusLeft = "left"
+)
 
 // Defaults of StatusPublisherOptions.
 const (
@@ -103,6 +121,9 @@ func newStatusPublisher(src servedSource, opts StatusPublisherOptions) *StatusPu
 	}
 	if opts.Confirm <= 0 {
 		opts.Confirm = DefaultStatusConfirm
+	}
+	if opts.Observe == nil {
+		opts.Observe = func(string) {}
 	}
 	return &StatusPublisher{opts: opts, served: src, changes: src.Subscribe()}
 }
@@ -150,6 +171,7 @@ func (p *StatusPublisher) step(ctx context.Context, served []ResourceStatus, pub
 	retry := func(msg string, kv ...any) time.Duration {
 		if time.Now().After(pub.deadline) {
 			pub.done = true
+			p.opts.Observe(StatusLeft)
 			log.Info("Leaving the Node's allocatable to the kubelet's status update", append([]any{"why", msg}, kv...)...)
 			return 0
 		}
@@ -178,6 +200,7 @@ func (p *StatusPublisher) step(ctx context.Context, served []ResourceStatus, pub
 	}
 	if pub.writes >= statusMaxWrites {
 		pub.done = true
+		p.opts.Observe(StatusLeft)
 		log.Info("The Node's allocatable keeps differing from what the kubelet holds; leaving it to the kubelet", "want", upd.String())
 		return 0
 	}
@@ -192,12 +215,15 @@ func (p *StatusPublisher) step(ctx context.Context, served []ResourceStatus, pub
 			// RBAC or the node-scope policy says no: retrying will not
 			// change that, and the kubelet publishes anyway.
 			pub.done = true
+			p.opts.Observe(StatusRefused)
 			log.Error(err, "Writing the Node's allocatable was refused; the kubelet's status update publishes it")
 			return 0
 		}
+		p.opts.Observe(StatusFailed)
 		return retry("writing the Node's status", "err", err)
 	}
 	pub.writes++
+	p.opts.Observe(StatusWritten)
 	log.Info("Published the Node's allocatable ahead of the kubelet's status update", "resources", upd.String())
 	return p.opts.Confirm
 }

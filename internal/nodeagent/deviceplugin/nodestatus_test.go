@@ -3,6 +3,7 @@ package deviceplugin
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -219,7 +220,7 @@ func (f *fakeKubelet) callCount() int {
 
 // publisherFixture runs a publisher for node "gpu-1" against a fake
 // clientset whose Node has cpu and a condition besides r1g x2.
-func publisherFixture(t *testing.T, kubelet *fakeKubelet, setup func(*fake.Clientset), served ...ResourceStatus) (*fake.Clientset, *fakeSource, func()) {
+func publisherFixture(t *testing.T, kubelet *fakeKubelet, setup func(*fake.Clientset), served ...ResourceStatus) (*fake.Clientset, *fakeSource, *outcomes, func()) {
 	t.Helper()
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-1"}, Status: corev1.NodeStatus{
 		Capacity:    quantities(map[string]int64{"cpu": 4, r1g: 2}),
@@ -231,12 +232,30 @@ func publisherFixture(t *testing.T, kubelet *fakeKubelet, setup func(*fake.Clien
 		setup(cs)
 	}
 	src := &fakeSource{served: served, changes: make(chan struct{}, 1)}
+	obs := &outcomes{}
 	p := newStatusPublisher(src, StatusPublisherOptions{NodeName: "gpu-1", Nodes: cs.CoreV1().Nodes(), Kubelet: kubelet,
-		Patience: 2 * time.Second, Confirm: 50 * time.Millisecond})
+		Patience: 2 * time.Second, Confirm: 50 * time.Millisecond, Observe: obs.add})
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = p.Run(ctx) }()
-	return cs, src, func() { cancel(); <-done }
+	return cs, src, obs, func() { cancel(); <-done }
+}
+
+// outcomes records what the publisher tells StatusPublisherOptions.Observe.
+type outcomes struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (o *outcomes) add(r string) { o.mu.Lock(); defer o.mu.Unlock(); o.got = append(o.got, r) }
+
+func (o *outcomes) check(t *testing.T, want ...string) {
+	t.Helper()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if strings.Join(o.got, ",") != strings.Join(want, ",") {
+		t.Errorf("observed %q, want %q", o.got, want)
+	}
 }
 
 func statusPatches(cs *fake.Clientset) []string {
@@ -262,7 +281,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func TestStatusPublisherWritesOnceTheKubeletHolds(t *testing.T) {
 	kubelet := &fakeKubelet{held: map[string][]string{r1g: {"a", "b"}}}
-	cs, src, stop := publisherFixture(t, kubelet, nil, res(r1g, "a", "b"))
+	cs, src, obs, stop := publisherFixture(t, kubelet, nil, res(r1g, "a", "b"))
 	defer stop()
 	// The Node shows the served layout: nothing to write.
 	waitFor(t, "the first look", func() bool { return kubelet.callCount() >= 1 })
@@ -290,6 +309,7 @@ func TestStatusPublisherWritesOnceTheKubeletHolds(t *testing.T) {
 	if p := statusPatches(cs); len(p) != 1 {
 		t.Errorf("%d writes, want 1: %v", len(p), p)
 	}
+	obs.check(t, StatusWritten)
 }
 
 // A status update of the kubelet's computed before it held the devices
@@ -307,8 +327,9 @@ func TestStatusPublisherRewritesAfterAStaleKubeletUpdate(t *testing.T) {
 		return true, node.DeepCopy(), nil
 	})
 	src := &fakeSource{served: []ResourceStatus{res(r1g), res(r3g, "c")}, changes: make(chan struct{}, 1)}
+	obs := &outcomes{}
 	p := newStatusPublisher(src, StatusPublisherOptions{NodeName: "gpu-1", Nodes: cs.CoreV1().Nodes(), Kubelet: kubelet,
-		Patience: 5 * time.Second, Confirm: 20 * time.Millisecond})
+		Patience: 5 * time.Second, Confirm: 20 * time.Millisecond, Observe: obs.add})
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = p.Run(ctx) }()
@@ -318,13 +339,14 @@ func TestStatusPublisherRewritesAfterAStaleKubeletUpdate(t *testing.T) {
 	if n := len(statusPatches(cs)); n != statusMaxWrites {
 		t.Errorf("%d writes, want %d", n, statusMaxWrites)
 	}
+	obs.check(t, StatusWritten, StatusWritten, StatusWritten, StatusLeft)
 }
 
 func TestStatusPublisherStopsWhenRefused(t *testing.T) {
 	kubelet := &fakeKubelet{held: map[string][]string{r3g: {"c"}}}
 	var tries int
 	var mu sync.Mutex
-	_, _, stop := publisherFixture(t, kubelet, func(cs *fake.Clientset) {
+	_, _, obs, stop := publisherFixture(t, kubelet, func(cs *fake.Clientset) {
 		cs.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -340,13 +362,14 @@ func TestStatusPublisherStopsWhenRefused(t *testing.T) {
 	if tries != 1 {
 		t.Errorf("%d tries after a refusal, want 1", tries)
 	}
+	obs.check(t, StatusRefused)
 }
 
 // A kubelet that never holds the layout: the publisher polls until its
 // patience ends and writes nothing.
 func TestStatusPublisherGivesUp(t *testing.T) {
 	kubelet := &fakeKubelet{held: map[string][]string{r1g: {"a", "b"}}}
-	cs, _, stop := publisherFixture(t, kubelet, nil, res(r1g), res(r3g, "c"))
+	cs, _, obs, stop := publisherFixture(t, kubelet, nil, res(r1g), res(r3g, "c"))
 	defer stop()
 	time.Sleep(2500 * time.Millisecond)
 	calls := kubelet.callCount()
@@ -357,6 +380,7 @@ func TestStatusPublisherGivesUp(t *testing.T) {
 	if p := statusPatches(cs); len(p) != 0 {
 		t.Errorf("wrote %v for a layout the kubelet never held", p)
 	}
+	obs.check(t, StatusLeft)
 }
 
 // The publisher's subscription and the agent's Changes are signalled
