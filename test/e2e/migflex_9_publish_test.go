@@ -101,6 +101,10 @@ func TestPublishedAllocatableIsHeld(t *testing.T) {
 	if published == 0 {
 		t.Errorf("the agent's status write (field manager %s) never showed on the Node", deviceplugin.FieldManager)
 	}
+	// The writes show on the agent's metrics, as an operator would check.
+	if v, err := scrape(t.Context(), framework.AgentMetricsURL+"/metrics", "migflex_agent_allocatable_writes_total", `result="`+deviceplugin.StatusWritten+`"`); err != nil || v < 1 {
+		t.Errorf("migflex_agent_allocatable_writes_total{result=%q} = %v (%v), want at least 1", deviceplugin.StatusWritten, v, err)
+	}
 }
 
 // allocatableHistory records the Node's allocatable of one resource, from
