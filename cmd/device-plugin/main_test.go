@@ -17,9 +17,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/migflex/migflex/internal/domain/nodeinfo"
 	"github.com/migflex/migflex/internal/nodeagent/deviceplugin/kubeletstub"
@@ -67,20 +64,6 @@ func buildBinary(t *testing.T) string {
 		t.Fatal(buildErr)
 	}
 	return binary
-}
-
-func writeKubeconfig(t *testing.T, cfg *rest.Config) string {
-	t.Helper()
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["test"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
-	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "test"}
-	kc.CurrentContext = "test"
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 // process is the agent binary running.
@@ -182,7 +165,7 @@ func TestAgentKilledMidApplyConverges(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := buildBinary(t)
-	kubeconfig := writeKubeconfig(t, restCfg)
+	kubeconfig := testutil.WriteKubeconfig(t, restCfg)
 
 	dir := t.TempDir()
 	stateDir := filepath.Join(dir, "state")

@@ -5,16 +5,15 @@ import (
 	"context"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/migflex/migflex/internal/testsupport/testutil"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/migflex/migflex/internal/nodeagent/agent"
 	"github.com/migflex/migflex/internal/nodeagent/cdi"
@@ -239,7 +238,7 @@ func TestRunAgentStartupErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"bad health switch", []string{"--kubeconfig", writeKubeconfig(t, &rest.Config{Host: "https://127.0.0.1:1"}), "--nvml-backend", "simulated", "--disable-health-checks", "79,x"}, "--disable-health-checks"},
+		{"bad health switch", []string{"--kubeconfig", testutil.WriteKubeconfig(t, &rest.Config{Host: "https://127.0.0.1:1"}), "--nvml-backend", "simulated", "--disable-health-checks", "79,x"}, "--disable-health-checks"},
 		// Refused before the client and NVML are even set up.
 		{"bad ignored Xids", []string{"--health-ignored-xids", "13,31,-1"}, `--health-ignored-xids: "13,31,-1": "-1" is not an Xid (a non-negative integer)`},
 		{"no kubeconfig outside a cluster", nil, "in-cluster"},
@@ -267,18 +266,4 @@ func TestMainRunsTheAgentWithoutSubcommand(t *testing.T) {
 	if code := Main(context.Background(), nil, cli.Env{LookupEnv: os.LookupEnv, Stdout: io.Discard, Stderr: &stderr}); code != 2 || !strings.Contains(stderr.String(), "--node-name") {
 		t.Errorf("Main() = %d, stderr:\n%s", code, stderr.String())
 	}
-}
-
-func writeKubeconfig(t *testing.T, cfg *rest.Config) string {
-	t.Helper()
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["test"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
-	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "test"}
-	kc.CurrentContext = "test"
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
