@@ -628,45 +628,54 @@ func TestDRAReshapeToRunning(t *testing.T) {
 	migflex(t)
 	ns := cluster.Namespace(t)
 	from := gpuLayouts{0: all1g, 1: all1g}
-	to := gpuLayouts{0: {"3g.40gb", "3g.40gb"}, 1: all1g}
-	measure := func(path string, reset func()) []time.Duration {
-		var took []time.Duration
-		for i := range runs {
-			reset()
-			// Runs start spread over the kubelet's 10 s status period, as
-			// pods arrive at any phase of it.
-			time.Sleep(10 * time.Second * time.Duration(i) / time.Duration(runs))
-			name := fmt.Sprintf("%s-%d", path, i)
-			w, err := cluster.Client.CoreV1().Pods(ns).Watch(t.Context(), metav1.ListOptions{FieldSelector: "metadata.name=" + name})
-			if err != nil {
-				t.Fatal(err)
-			}
-			pod := gpuPod(ns, name, "nvidia.com/mig-3g.40gb", 1, "sleep", "3600")
-			pod.Labels = map[string]string{labelOptOut: "disabled"}
-			start := time.Now()
-			setMigConfig(t, annotationMigConfig, migConfigPerGPU(to))
-			cluster.CreatePod(t, pod)
-			running, err := waitRunning(t.Context(), w)
-			w.Stop()
-			if err != nil {
-				t.Fatalf("%s run %d: %v", path, i, err)
-			}
-			took = append(took, running.Sub(start))
-			t.Logf("%s run %d: %s", path, i, running.Sub(start).Round(time.Millisecond))
-			deletePodAndWait(t, ns, name)
-		}
-		return took
-	}
-	summary := func(path string, d []time.Duration) string {
-		return fmt.Sprintf("%s: %d runs, p50 %s, p90 %s, min %s, max %s", path, len(d),
-			percentile(d, 0.5).Round(time.Millisecond), percentile(d, 0.9).Round(time.Millisecond),
-			slices.Min(d).Round(time.Millisecond), slices.Max(d).Round(time.Millisecond))
-	}
-	dp := measure("device-plugin", func() { applyLayouts(t, from) })
+	dp := reshapeToRunningRuns(t, ns, "device-plugin", runs, 10*time.Second, func() { applyLayouts(t, from) })
 	switchToDRA(t)
-	dra := measure("dra", func() { applyDRALayout(t, from) })
-	t.Log("change + creation -> Running, " + summary("device plugin", dp))
-	t.Log("change + creation -> Running, " + summary("DRA", dra))
+	dra := reshapeToRunningRuns(t, ns, "dra", runs, 10*time.Second, func() { applyDRALayout(t, from) })
+	t.Log("change + creation -> Running, " + runsSummary("device plugin", dp))
+	t.Log("change + creation -> Running, " + runsSummary("DRA", dra))
+}
+
+// reshapeToRunningRuns times runs of a hand-made reshape: each run resets
+// the layout (reset), waits a further fraction of period so that the runs
+// sample the whole kubelet status period, then changes GPU 0 from seven
+// 1g.10gb to two 3g.40gb and at once creates a pod asking for a 3g.40gb
+// (opted out of the webhook); each result is from just before the change
+// to the watch event that shows the pod Running.
+func reshapeToRunningRuns(t *testing.T, ns, label string, runs int, period time.Duration, reset func()) []time.Duration {
+	t.Helper()
+	to := gpuLayouts{0: {"3g.40gb", "3g.40gb"}, 1: all1g}
+	var took []time.Duration
+	for i := range runs {
+		reset()
+		time.Sleep(period * time.Duration(i) / time.Duration(runs))
+		name := fmt.Sprintf("%s-%d", label, i)
+		w, err := cluster.Client.CoreV1().Pods(ns).Watch(t.Context(), metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod := gpuPod(ns, name, "nvidia.com/mig-3g.40gb", 1, "sleep", "3600")
+		pod.Labels = map[string]string{labelOptOut: "disabled"}
+		start := time.Now()
+		setMigConfig(t, annotationMigConfig, migConfigPerGPU(to))
+		cluster.CreatePod(t, pod)
+		running, err := waitRunning(t.Context(), w)
+		w.Stop()
+		if err != nil {
+			p, _ := cluster.Client.CoreV1().Pods(ns).Get(t.Context(), name, metav1.GetOptions{})
+			t.Fatalf("%s run %d: %v; pod %+v", label, i, err, p.Status)
+		}
+		took = append(took, running.Sub(start))
+		t.Logf("%s run %d: %s", label, i, running.Sub(start).Round(time.Millisecond))
+		deletePodAndWait(t, ns, name)
+	}
+	return took
+}
+
+// runsSummary is one line of a timing's percentiles.
+func runsSummary(label string, d []time.Duration) string {
+	return fmt.Sprintf("%s: %d runs, p50 %s, p90 %s, min %s, max %s", label, len(d),
+		percentile(d, 0.5).Round(time.Millisecond), percentile(d, 0.9).Round(time.Millisecond),
+		slices.Min(d).Round(time.Millisecond), slices.Max(d).Round(time.Millisecond))
 }
 
 // testDRAPlannerReshape: the planner reshapes a DRA node for a pending
@@ -762,17 +771,12 @@ func TestDRAPlannerReshapeToRunning(t *testing.T) {
 	if d, err := time.ParseDuration(os.Getenv("KUBELET_NODE_STATUS_UPDATE_FREQUENCY")); err == nil && d > 0 {
 		period = d
 	}
-	stats := func(path string, d []time.Duration) string {
-		return fmt.Sprintf("%s: %d runs, p50 %s, p90 %s, min %s, max %s", path, len(d),
-			percentile(d, 0.5).Round(time.Millisecond), percentile(d, 0.9).Round(time.Millisecond),
-			slices.Min(d).Round(time.Millisecond), slices.Max(d).Round(time.Millisecond))
-	}
 	dp := plannerReshapeRuns(t, ns, "device-plugin", runs, period, resetTo1g, nil)
 	switchToDRA(t)
 	dra := plannerReshapeRuns(t, ns, "dra", runs, period, resetDRATo1g, func(t *testing.T, pod string) {
 		checkExtendedResourceClaim(t, ns, pod, "nvidia.com/mig-3g.40gb", "3g.40gb")
 	})
 	t.Logf("creation -> Running through the planner's reshape (kubelet status period %s, planner %q)", period, plannerArgs)
-	t.Log(stats("device plugin", dp))
-	t.Log(stats("DRA", dra))
+	t.Log(runsSummary("device plugin", dp))
+	t.Log(runsSummary("DRA", dra))
 }

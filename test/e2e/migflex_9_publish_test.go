@@ -354,46 +354,12 @@ func TestPublishAllocatableToRunning(t *testing.T) {
 		}
 	})
 	from := gpuLayouts{0: all1g, 1: all1g}
-	to := gpuLayouts{0: {"3g.40gb", "3g.40gb"}, 1: all1g}
-	measure := func(setting string) []time.Duration {
-		var took []time.Duration
-		for i := range runs {
-			applyLayouts(t, from)
-			// Runs start spread over the kubelet's status period, as pods
-			// arrive at any phase of it.
-			time.Sleep(period * time.Duration(i) / time.Duration(runs))
-			name := fmt.Sprintf("%s-%d", setting, i)
-			w, err := cluster.Client.CoreV1().Pods(ns).Watch(t.Context(), metav1.ListOptions{FieldSelector: "metadata.name=" + name})
-			if err != nil {
-				t.Fatal(err)
-			}
-			pod := gpuPod(ns, name, "nvidia.com/mig-3g.40gb", 1, "sleep", "3600")
-			pod.Labels = map[string]string{labelOptOut: "disabled"}
-			start := time.Now()
-			setMigConfig(t, annotationMigConfig, migConfigPerGPU(to))
-			cluster.CreatePod(t, pod)
-			running, err := waitRunning(t.Context(), w)
-			w.Stop()
-			if err != nil {
-				p, _ := cluster.Client.CoreV1().Pods(ns).Get(t.Context(), name, metav1.GetOptions{})
-				t.Fatalf("%s run %d: %v; pod %+v", setting, i, err, p.Status)
-			}
-			took = append(took, running.Sub(start))
-			t.Logf("%s run %d: %s", setting, i, running.Sub(start).Round(time.Millisecond))
-			deletePodAndWait(t, ns, name)
-		}
-		return took
-	}
-	stats := func(setting string, d []time.Duration) string {
-		return fmt.Sprintf("%s: %d runs, p50 %s, p90 %s, min %s, max %s", setting, len(d),
-			percentile(d, 0.5).Round(time.Millisecond), percentile(d, 0.9).Round(time.Millisecond),
-			slices.Min(d).Round(time.Millisecond), slices.Max(d).Round(time.Millisecond))
-	}
+	reset := func() { applyLayouts(t, from) }
 	setAgentPublish(t, false)
-	off := measure("off")
+	off := reshapeToRunningRuns(t, ns, "off", runs, period, reset)
 	setAgentPublish(t, true)
-	on := measure("on")
+	on := reshapeToRunningRuns(t, ns, "on", runs, period, reset)
 	t.Logf("change + creation -> Running on the device plugin (kubelet status period %s)", period)
-	t.Log(stats("--publish-allocatable=false", off))
-	t.Log(stats("--publish-allocatable=true", on))
+	t.Log(runsSummary("--publish-allocatable=false", off))
+	t.Log(runsSummary("--publish-allocatable=true", on))
 }
