@@ -2,6 +2,7 @@ package cdi_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -55,7 +56,12 @@ func TestSameEnvironmentAsDevicePlugin(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	k, err := kubeletstub.Start(t.TempDir())
+	pluginDir, err := os.MkdirTemp("", "dp") // short: unix socket paths are limited
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(pluginDir) })
+	k, err := kubeletstub.Start(pluginDir)
 	if err != nil {
 		t.Fatal(err)
 	}

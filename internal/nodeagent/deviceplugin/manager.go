@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -58,6 +59,8 @@ type Manager struct {
 	opts    Options
 	alloc   allocator
 	changes chan struct{}
+	// token is in every socket name of this Manager (see socketName).
+	token string
 	// kick asks Run's registrar for a pass (coalesced).
 	kick chan struct{}
 	// gate is shared by every server's Allocate and taken by Drain (see
@@ -88,6 +91,7 @@ func New(opts Options) (*Manager, error) {
 	}
 	return &Manager{
 		opts:     opts,
+		token:    newToken(),
 		alloc:    newAllocator(opts),
 		changes:  make(chan struct{}, 1),
 		kick:     make(chan struct{}, 1),
@@ -142,7 +146,7 @@ func (m *Manager) Update(ctx context.Context, res map[string][]Device) error {
 	log := klog.FromContext(ctx).WithName("deviceplugin")
 	for _, name := range slices.Sorted(maps.Keys(res)) {
 		if _, ok := m.servers[name]; !ok {
-			m.servers[name] = newServer(m.log, name, m.opts, m.alloc, &m.gate)
+			m.servers[name] = newServer(m.log, name, m.token, m.opts, m.alloc, &m.gate)
 			log.Info("New resource", "resource", name)
 		}
 	}
@@ -290,6 +294,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	if err := os.MkdirAll(m.opts.PluginDir, 0o750); err != nil {
 		return fmt.Errorf("creating device plugin directory: %w", err)
 	}
+	m.removeEarlierSockets(log)
 	// Watch before the first registration, so a kubelet that starts in
 	// between is not missed.
 	w, err := fsnotify.NewWatcher()
@@ -378,9 +383,9 @@ const (
 // already registered with it (our own restart on the removal of our sockets
 // may have got there first); servers not registered at all are the
 // registrar's, which is asked for a pass. A removed socket of ours means
-// the kubelet restarted, or is about to. Our own restarts remove and
-// re-create sockets too; those are recognised because the socket exists
-// again by the time the event is handled.
+// the kubelet restarted, or is about to. Our own restarts remove sockets
+// too, but serve on new ones (see socketName): the removed one is no
+// longer a current server's.
 func (m *Manager) restartScope(log klog.Logger, ev fsnotify.Event) restartScope {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -406,13 +411,10 @@ func (m *Manager) restartScope(log klog.Logger, ev fsnotify.Event) restartScope 
 		return restartNone
 	}
 	for _, s := range m.servers {
-		if s.socket != ev.Name || !s.isServing() {
+		if socket, ok := s.servingOn(); !ok || socket != ev.Name {
 			continue
 		}
-		if _, err := os.Stat(s.socket); err == nil {
-			return restartNone
-		}
-		log.Info("Plugin socket removed; registering again", "socket", s.socket)
+		log.Info("Plugin socket removed; registering again", "socket", ev.Name)
 		return restartAll
 	}
 	return restartNone
@@ -503,10 +505,13 @@ func (m *Manager) registerPass(ctx context.Context) bool {
 	kubelet := m.kubeletSocket()
 	kubeletFile, statErr := os.Stat(kubelet)
 	var jobs []job
+	settling := false
 	for _, name := range slices.Sorted(maps.Keys(m.servers)) {
 		s := m.servers[name]
 		gen, ok := s.needsRegistration()
 		switch {
+		case s.settling():
+			settling = true // kept down after a failure; a later pass serves it
 		case !ok:
 		case statErr != nil:
 			log.V(2).Info("Kubelet socket absent; registration waits for it", "resource", name, "socket", kubelet)
@@ -519,7 +524,7 @@ func (m *Manager) registerPass(ctx context.Context) bool {
 		log.Error(startErr, "Serving devices; will retry")
 	}
 
-	done := startErr == nil
+	done := startErr == nil && !settling
 	for _, j := range jobs {
 		start := time.Now()
 		err := j.s.register(ctx, kubeletFile, j.gen)
@@ -532,11 +537,33 @@ func (m *Manager) registerPass(ctx context.Context) bool {
 			log.Info("Registration failed; will retry", "resource", j.name, "err", err)
 			done = false
 		default:
-			log.Info("Registered with kubelet", "resource", j.name, "socket", j.s.socket, "took", time.Since(start))
+			socket, _ := j.s.servingOn()
+			log.Info("Registered with kubelet", "resource", j.name, "socket", socket, "took", time.Since(start))
 			m.notify()
 		}
 	}
 	return done
+}
+
+// removeEarlierSockets removes the sockets an earlier agent left behind
+// when it did not stop cleanly; nothing of this Manager serves yet. The
+// kubelet removes them only when it restarts.
+func (m *Manager) removeEarlierSockets(log klog.Logger) {
+	paths, err := filepath.Glob(filepath.Join(m.opts.PluginDir, socketGlob(m.opts.SocketPrefix)))
+	if err != nil {
+		log.Error(err, "Listing earlier plugin sockets")
+		return
+	}
+	for _, p := range paths {
+		if fi, err := os.Lstat(p); err != nil || fi.Mode().Type() != fs.ModeSocket {
+			continue
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			log.Error(err, "Removing an earlier plugin socket", "socket", p)
+			continue
+		}
+		log.V(2).Info("Removed an earlier plugin socket", "socket", p)
+	}
 }
 
 func (m *Manager) kubeletSocket() string {

@@ -2,7 +2,9 @@ package deviceplugin
 
 import (
 	"context"
+	"errors"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -46,7 +48,20 @@ func start(t *testing.T, opts Options, gpus []mig.GPU) *env {
 // startStrategy is start serving gpus under a MIG strategy.
 func startStrategy(t *testing.T, opts Options, strategy MigStrategy, gpus []mig.GPU) *env {
 	t.Helper()
-	return run(t, startKubelet(t, t.TempDir()), opts, strategy, gpus)
+	return run(t, startKubelet(t, socketDir(t)), opts, strategy, gpus)
+}
+
+// socketDir returns a new directory for sockets, removed when the test
+// ends; a short one, as unix socket paths are limited and t.TempDir's
+// names grow with the test's.
+func socketDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "dp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }
 
 // startKubelet starts a kubelet stand-in in dir until the end of the test.
@@ -189,7 +204,7 @@ func TestRegistersMixedLayout(t *testing.T) {
 
 	for _, reg := range st.Registrations {
 		p := st.Plugins[reg.Resource]
-		if want := socketName(DefaultSocketPrefix, reg.Resource); reg.Endpoint != want {
+		if want := socketName(DefaultSocketPrefix, reg.Resource, e.m.token, 1); reg.Endpoint != want {
 			t.Errorf("%s registered endpoint %q, want %q", reg.Resource, reg.Endpoint, want)
 		}
 		if !reg.Options.GetGetPreferredAllocationAvailable() {
@@ -273,7 +288,12 @@ func TestKubeletRestart(t *testing.T) {
 	for name, restart := range map[string]func(e *env) error{
 		"kubelet restarts": func(e *env) error { return e.kubelet.Restart() },
 		"plugin socket removed": func(e *env) error {
-			return os.Remove(filepath.Join(e.dir, socketName(DefaultSocketPrefix, "nvidia.com/mig-1g.10gb")))
+			for _, r := range e.m.Resources() {
+				if r.Name == "nvidia.com/mig-1g.10gb" {
+					return os.Remove(r.Socket)
+				}
+			}
+			return errors.New("nvidia.com/mig-1g.10gb is not served")
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -535,7 +555,7 @@ func TestSingleStrategyKeepsPreviousSet(t *testing.T) {
 
 func TestUpdateBeforeRunAndShutdown(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	dir := t.TempDir()
+	dir := socketDir(t)
 	k, err := kubeletstub.Start(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -606,7 +626,7 @@ func TestUpdateBeforeRunAndShutdown(t *testing.T) {
 
 func TestRegistersWhenKubeletAppears(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	dir := t.TempDir()
+	dir := socketDir(t)
 	m, err := New(Options{PluginDir: dir})
 	if err != nil {
 		t.Fatal(err)
@@ -697,7 +717,7 @@ func TestParseOptions(t *testing.T) {
 // (and with them the agent's loop and /metrics) must answer meanwhile, and
 // the registration completes once the kubelet answers.
 func TestHungRegistrationBlocksNothing(t *testing.T) {
-	k := startKubelet(t, t.TempDir())
+	k := startKubelet(t, socketDir(t))
 	entered := make(chan string, 16)
 	release := make(chan struct{})
 	k.SetRegisterHook(func(ctx context.Context, r *pluginapi.RegisterRequest) error {
@@ -758,7 +778,7 @@ func TestHungRegistrationBlocksNothing(t *testing.T) {
 // answers a Register: the old kubelet accepts the plugin, but the new one
 // on the re-created kubelet.sock must get its own registration.
 func TestKubeletReplacedDuringRegistration(t *testing.T) {
-	dir := t.TempDir()
+	dir := socketDir(t)
 	old := startKubelet(t, dir)
 	var (
 		once    sync.Once
@@ -786,4 +806,102 @@ func TestKubeletReplacedDuringRegistration(t *testing.T) {
 		t.Fatal("the manager never registered")
 	}
 	(&env{t: t, ctx: e.ctx, kubelet: current}).wait("registered with the new kubelet", serving(map[string][]string{"nvidia.com/mig-3g.40gb": {"MIG-0-2"}}))
+}
+
+// TestRegistrationAnswerLost has the kubelet connect a plugin but the
+// plugin hear an error, as when its Register call times out on a slow
+// kubelet. The retry must not reuse the connected socket: kubelets from
+// 1.37 refuse it ("device plugin already connected") and, having dropped
+// their client of the first connection with the refusal, never disconnect
+// it, so the devices stay allocatable after the plugin is gone and every
+// later registration is refused (kubernetes/kubernetes#139338).
+func TestRegistrationAnswerLost(t *testing.T) {
+	const lost = "nvidia.com/mig-2g.20gb"
+	for name, strict := range map[string]bool{"kubelet 1.35-1.36": false, "kubelet 1.37": true} {
+		t.Run(name, func(t *testing.T) {
+			k := startKubelet(t, socketDir(t))
+			k.RefuseConnectedEndpoint(strict)
+			var once sync.Once
+			k.SetAnswerHook(func(_ context.Context, r *pluginapi.RegisterRequest) error {
+				err := error(nil)
+				if r.ResourceName == lost {
+					once.Do(func() { err = status.Error(codes.DeadlineExceeded, "the answer was lost") })
+				}
+				return err
+			})
+			e := run(t, k, Options{}, MigStrategyMixed, mixedLayout())
+			res := e.waitRegistered()
+			st := e.wait("every resource served", serving(mixedWant))
+
+			var endpoints []string
+			for _, reg := range st.Registrations {
+				if reg.Resource == lost {
+					endpoints = append(endpoints, reg.Endpoint)
+				}
+			}
+			if len(endpoints) != 2 || endpoints[0] == endpoints[1] {
+				t.Fatalf("%s registered at %v, want twice on two sockets\nkubelet state: %s", lost, endpoints, describe(st))
+			}
+			if got := st.Plugins[lost].Endpoint; got != endpoints[1] {
+				t.Errorf("the kubelet serves %s from %s, want the second socket %s", lost, got, endpoints[1])
+			}
+			if _, err := os.Stat(filepath.Join(e.dir, endpoints[0])); err == nil {
+				t.Errorf("the socket of the lost registration, %s, still exists", endpoints[0])
+			}
+			for _, r := range res {
+				if r.Name == lost && filepath.Base(r.Socket) != endpoints[1] {
+					t.Errorf("status names socket %s, want %s", r.Socket, endpoints[1])
+				}
+			}
+			if len(st.Rejected) != 0 {
+				t.Errorf("registrations refused: %v", st.Rejected)
+			}
+		})
+	}
+}
+
+// TestRunRemovesEarlierSockets: an agent that died without stopping left
+// its sockets (named before the generation suffix, or after); Run removes
+// them and nothing else in the directory.
+func TestRunRemovesEarlierSockets(t *testing.T) {
+	dir := socketDir(t)
+	listen := func(name string) {
+		l, err := net.Listen("unix", filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Closing would remove the file; keep it as a dead process does.
+		l.(*net.UnixListener).SetUnlinkOnClose(false)
+		l.Close()
+	}
+	for _, name := range []string{"migflex-mig-2g.20gb.sock", "migflex-gpu-0a1b2c3d-4.sock", "nvidia-gpu.sock"} {
+		listen(name)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "migflex-notes.sock"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e := run(t, startKubelet(t, dir), Options{}, MigStrategyMixed, mixedLayout())
+	e.waitRegistered()
+
+	var left []string
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, en := range entries {
+		left = append(left, en.Name())
+	}
+	served := map[string]bool{}
+	for _, r := range e.m.Resources() {
+		served[filepath.Base(r.Socket)] = true
+	}
+	var others []string
+	for _, name := range left {
+		if !served[name] {
+			others = append(others, name)
+		}
+	}
+	if diff := cmp.Diff([]string{"kubelet.sock", "migflex-notes.sock", "nvidia-gpu.sock"}, others); diff != "" {
+		t.Errorf("files besides the served sockets (-want +got):\n%s", diff)
+	}
 }

@@ -32,7 +32,7 @@ func TestMeasureLatency(t *testing.T) {
 	}
 	// Logging to the test would be part of what is measured.
 	ctx := klog.NewContext(context.Background(), logr.Discard())
-	dir := t.TempDir()
+	dir := socketDir(t)
 	k, err := kubeletstub.Start(dir)
 	if err != nil {
 		t.Fatal(err)

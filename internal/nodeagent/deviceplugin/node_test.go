@@ -73,7 +73,7 @@ func TestServedLayout(t *testing.T) {
 // strategy, Servable, Served with health, and Visible against a Node.
 func TestManagerAsTheAgentsServer(t *testing.T) {
 	h := newFakeHealth()
-	m, err := New(Options{PluginDir: t.TempDir(), MigStrategy: MigStrategySingle, Health: h})
+	m, err := New(Options{PluginDir: socketDir(t), MigStrategy: MigStrategySingle, Health: h})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -386,7 +386,7 @@ func TestStatusPublisherGivesUp(t *testing.T) {
 // The publisher's subscription and the agent's Changes are signalled
 // alike: one does not take the other's signal.
 func TestSubscribeBesideChanges(t *testing.T) {
-	m, err := New(Options{PluginDir: t.TempDir()})
+	m, err := New(Options{PluginDir: socketDir(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

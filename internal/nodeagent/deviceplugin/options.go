@@ -3,6 +3,7 @@ package deviceplugin
 import (
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"strings"
 	"time"
@@ -185,7 +186,7 @@ func (o *Options) validate() error {
 	// The longest socket name is the one of a resource with a long profile
 	// name; checking a generous stand-in catches a too-deep directory early
 	// instead of on the first layout with that profile.
-	if p := filepath.Join(o.PluginDir, socketName(o.SocketPrefix, "nvidia.com/mig-1g.10gb.me")); len(p) > unixPathMax {
+	if p := filepath.Join(o.PluginDir, socketName(o.SocketPrefix, "nvidia.com/mig-1g.10gb.me", newToken(), math.MaxUint32)); len(p) > unixPathMax {
 		errs = append(errs, fmt.Errorf("plugin directory %q is too long for unix socket paths (%d > %d bytes)", o.PluginDir, len(p), unixPathMax))
 	}
 	return errors.Join(errs...)

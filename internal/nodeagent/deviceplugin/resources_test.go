@@ -131,18 +131,18 @@ func TestResourcesDoesNotReorderInput(t *testing.T) {
 
 func TestNames(t *testing.T) {
 	for _, tc := range []struct{ profile, resource, socket string }{
-		{"2g.20gb", "nvidia.com/mig-2g.20gb", "migflex-mig-2g.20gb.sock"},
-		{"1g.10gb+me", "nvidia.com/mig-1g.10gb.me", "migflex-mig-1g.10gb.me.sock"},
-		{"7g.141gb", "nvidia.com/mig-7g.141gb", "migflex-mig-7g.141gb.sock"},
+		{"2g.20gb", "nvidia.com/mig-2g.20gb", "migflex-mig-2g.20gb-0a1b2c3d-7.sock"},
+		{"1g.10gb+me", "nvidia.com/mig-1g.10gb.me", "migflex-mig-1g.10gb.me-0a1b2c3d-7.sock"},
+		{"7g.141gb", "nvidia.com/mig-7g.141gb", "migflex-mig-7g.141gb-0a1b2c3d-7.sock"},
 	} {
 		if got := string(resourcename.MIG(tc.profile)); got != tc.resource {
 			t.Errorf("string(resourcename.MIG(%q)) = %q, want %q", tc.profile, got, tc.resource)
 		}
-		if got := socketName("migflex", tc.resource); got != tc.socket {
+		if got := socketName("migflex", tc.resource, "0a1b2c3d", 7); got != tc.socket {
 			t.Errorf("socketName(%q) = %q, want %q", tc.resource, got, tc.socket)
 		}
 	}
-	if got := socketName("migflex", resourceGPU); got != "migflex-gpu.sock" {
+	if got := socketName("migflex", resourceGPU, "0a1b2c3d", 7); got != "migflex-gpu-0a1b2c3d-7.sock" {
 		t.Errorf("socketName(gpu) = %q", got)
 	}
 }

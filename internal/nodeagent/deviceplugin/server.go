@@ -2,6 +2,8 @@ package deviceplugin
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -30,9 +32,16 @@ func pluginOptions() *pluginapi.DevicePluginOptions {
 	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}
 }
 
-// socketName is the stable socket file name of a resource:
-// nvidia.com/mig-2g.20gb is served on migflex-mig-2g.20gb.sock.
-func socketName(prefix, resource string) string {
+// socketName is the socket file name of one gRPC server of a resource:
+// nvidia.com/mig-2g.20gb is served on migflex-mig-2g.20gb-<token>-<gen>.sock,
+// where token is the Manager's and gen counts the server's starts. No
+// name is ever registered twice: a kubelet from 1.37 keeps one connection
+// per socket path and refuses a second registration there while the first
+// is connected, and the refusal drops its client of the first, which it
+// then never disconnects (kubernetes/kubernetes#139338); the resource
+// stays allocatable after the plugin is gone and every later registration
+// at that path is refused.
+func socketName(prefix, resource, token string, gen uint64) string {
 	_, name, ok := strings.Cut(resource, "/")
 	if !ok {
 		name = resource
@@ -43,7 +52,19 @@ func socketName(prefix, resource string) string {
 		}
 		return r
 	}, name)
-	return prefix + "-" + name + ".sock"
+	return fmt.Sprintf("%s-%s-%s-%d.sock", prefix, name, token, gen)
+}
+
+// socketGlob matches the socket names socketName gives under prefix, of
+// this process or an earlier one.
+func socketGlob(prefix string) string { return prefix + "-*.sock" }
+
+// newToken returns a random token that tells this process's sockets from
+// an earlier agent's: a restarted agent runs as PID 1 again.
+func newToken() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux
+	return hex.EncodeToString(b[:])
 }
 
 // server serves one resource to the kubelet on its own socket. Its device
@@ -53,7 +74,8 @@ type server struct {
 	pluginapi.UnimplementedDevicePluginServer
 
 	resource      string
-	socket        string
+	dir, prefix   string
+	token         string
 	kubeletSocket string
 	alloc         allocator
 	policy        AllocationPolicy
@@ -78,6 +100,11 @@ type server struct {
 	grpc     *grpc.Server
 	served   chan struct{} // closed when grpc.Serve has returned
 	serving  bool
+	// socket is the current gRPC server's, named by gen.
+	socket string
+	// downUntil keeps a server whose registration failed from serving
+	// again before then (see failedSettle).
+	downUntil time.Time
 	// gen counts starts: a registration made for an earlier gRPC server
 	// is not this one's.
 	gen        uint64
@@ -90,11 +117,13 @@ type server struct {
 
 var _ pluginapi.DevicePluginServer = (*server)(nil)
 
-func newServer(log klog.Logger, resource string, o Options, alloc allocator, gate *sync.RWMutex) *server {
+func newServer(log klog.Logger, resource, token string, o Options, alloc allocator, gate *sync.RWMutex) *server {
 	return &server{
 		gate:          gate,
 		resource:      resource,
-		socket:        filepath.Join(o.PluginDir, socketName(o.SocketPrefix, resource)),
+		dir:           o.PluginDir,
+		prefix:        o.SocketPrefix,
+		token:         token,
 		kubeletSocket: filepath.Join(o.PluginDir, filepath.Base(pluginapi.KubeletSocket)),
 		alloc:         alloc,
 		policy:        o.AllocationPolicy,
@@ -223,21 +252,22 @@ func (s *server) status() ResourceStatus {
 	return rs
 }
 
-// start serves the plugin API on the resource's socket, replacing a stale
-// socket file left by an earlier process.
+// start serves the plugin API on a new socket, unless it serves already or
+// is kept down after a failed registration.
 func (s *server) start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.serving {
+	if s.serving || time.Now().Before(s.downUntil) {
 		return nil
 	}
-	if len(s.socket) > unixPathMax {
-		return fmt.Errorf("socket path %s is longer than %d bytes", s.socket, unixPathMax)
+	socket := filepath.Join(s.dir, socketName(s.prefix, s.resource, s.token, s.gen+1))
+	if len(socket) > unixPathMax {
+		return fmt.Errorf("socket path %s is longer than %d bytes", socket, unixPathMax)
 	}
-	if err := os.Remove(s.socket); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := os.Remove(socket); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("removing stale socket: %w", err)
 	}
-	lis, err := net.Listen("unix", s.socket)
+	lis, err := net.Listen("unix", socket)
 	if err != nil {
 		return fmt.Errorf("listening for the kubelet: %w", err)
 	}
@@ -247,20 +277,33 @@ func (s *server) start() error {
 	go func() {
 		defer close(served)
 		if err := g.Serve(lis); err != nil {
-			s.log.Error(err, "Device plugin server stopped", "socket", s.socket)
+			s.log.Error(err, "Device plugin server stopped", "socket", socket)
 		}
 	}()
-	s.grpc, s.served, s.serving = g, served, true
+	s.grpc, s.served, s.serving, s.socket = g, served, true, socket
 	s.gen++
-	s.log.V(2).Info("Serving device plugin", "socket", s.socket)
+	s.log.V(2).Info("Serving device plugin", "socket", socket)
 	return nil
+}
+
+// settling reports whether the server is kept down after a failed
+// registration.
+func (s *server) settling() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.serving && time.Now().Before(s.downUntil)
 }
 
 // stop closes the gRPC server, and with it the kubelet's ListAndWatch
 // stream, and removes the socket.
 func (s *server) stop() {
 	s.mu.Lock()
-	g, served := s.grpc, s.served
+	s.stopLocked()
+}
+
+// stopLocked is stop with s.mu held, which it releases.
+func (s *server) stopLocked() {
+	g, served, socket := s.grpc, s.served, s.socket
 	s.grpc, s.served, s.serving, s.registered, s.regWith = nil, nil, false, false, nil
 	s.mu.Unlock()
 	if g == nil {
@@ -268,15 +311,17 @@ func (s *server) stop() {
 	}
 	g.Stop()
 	<-served
-	if err := os.Remove(s.socket); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		s.log.Error(err, "Removing socket", "socket", s.socket)
+	if err := os.Remove(socket); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		s.log.Error(err, "Removing socket", "socket", socket)
 	}
 }
 
-func (s *server) isServing() bool {
+// servingOn returns the current socket and whether a gRPC server serves on
+// it.
+func (s *server) servingOn() (string, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.serving
+	return s.socket, s.serving
 }
 
 // needsRegistration reports whether the server serves but is not
@@ -302,6 +347,13 @@ func sameSocket(a, b os.FileInfo) bool {
 	return a != nil && b != nil && os.SameFile(a, b) && a.ModTime().Equal(b.ModTime())
 }
 
+// failedSettle is how long a server whose registration failed stays down
+// before it serves on a new socket. A kubelet up to 1.36 keys its plugin
+// clients by resource name: if the stream to the old server ended after the
+// new registration, it would disconnect the new client. It sees the end of
+// a stream within milliseconds.
+const failedSettle = time.Second
+
 // errStale is register's answer when the gRPC server it was asked to
 // register was stopped (and perhaps started again) meanwhile.
 var errStale = errors.New("the server was restarted during its registration")
@@ -311,10 +363,13 @@ var errStale = errors.New("the server was restarted during its registration")
 // for the options before it answers, which may take up to the register
 // timeout: register holds no lock meanwhile.
 func (s *server) register(ctx context.Context, kubelet os.FileInfo, gen uint64) error {
-	if g, ok := s.needsRegistration(); !ok || g != gen {
+	s.mu.Lock()
+	socket, ok := s.socket, s.serving && !s.registered && s.gen == gen
+	s.mu.Unlock()
+	if !ok {
 		return errStale
 	}
-	err := s.callRegister(ctx)
+	err := s.callRegister(ctx, socket)
 	if err == nil {
 		// The kubelet that answered may be one that was replaced during
 		// the call: the new one would not know this server.
@@ -323,20 +378,26 @@ func (s *server) register(ctx context.Context, kubelet os.FileInfo, gen uint64) 
 		}
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if !s.serving || s.gen != gen {
+		s.mu.Unlock()
 		return errStale
 	}
 	s.regErr = err
 	if err != nil {
-		s.registered, s.regWith = false, nil
+		// The kubelet may have connected all the same: never register this
+		// socket again (see socketName). Stopping the server ends any
+		// stream the kubelet holds to it, and the next start serves on a
+		// new socket once the kubelet has seen that stream end.
+		s.downUntil = time.Now().Add(failedSettle)
+		s.stopLocked()
 		return err
 	}
 	s.registered, s.regAt, s.regWith = true, time.Now(), kubelet
+	s.mu.Unlock()
 	return nil
 }
 
-func (s *server) callRegister(ctx context.Context) error {
+func (s *server) callRegister(ctx context.Context, socket string) error {
 	conn, err := grpc.NewClient("unix://"+s.kubeletSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return fmt.Errorf("dialing kubelet at %s: %w", s.kubeletSocket, err)
@@ -346,7 +407,7 @@ func (s *server) callRegister(ctx context.Context) error {
 	defer cancel()
 	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
 		Version:      pluginapi.Version,
-		Endpoint:     filepath.Base(s.socket),
+		Endpoint:     filepath.Base(socket),
 		ResourceName: s.resource,
 		Options:      pluginOptions(),
 	})

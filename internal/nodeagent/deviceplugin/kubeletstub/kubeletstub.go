@@ -84,6 +84,10 @@ type Kubelet struct {
 	plugins  map[string]*plugin
 	changed  chan struct{}
 	hook     RegisterHook
+	answer   RegisterHook
+	// strict refuses a registration at an endpoint still connected, as
+	// kubelets from 1.37 do.
+	strict bool
 }
 
 // RegisterHook runs at the start of every Register call, before the
@@ -235,12 +239,34 @@ func (k *Kubelet) SetRegisterHook(hook RegisterHook) {
 	k.hook = hook
 }
 
+// SetAnswerHook makes every later accepted registration run hook before
+// the answer; an error goes back to the caller although the plugin stays
+// registered, as when a plugin gives up on a slow kubelet that connects
+// anyway. nil removes it.
+func (k *Kubelet) SetAnswerHook(hook RegisterHook) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.answer = hook
+}
+
+// RefuseConnectedEndpoint makes the stand-in refuse a registration at an
+// endpoint whose ListAndWatch stream is still open, with the error of
+// kubelets from 1.37 ("device plugin already connected"); those keep one
+// connection per socket path (kubernetes/kubernetes#139338). Off, a
+// registration for a resource replaces the old one, as up to 1.36.
+func (k *Kubelet) RefuseConnectedEndpoint(on bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.strict = on
+}
+
 // Register accepts a plugin the way the kubelet does: check the version and
 // resource name, dial the endpoint, read the options, open ListAndWatch.
-// A plugin registering again for the same resource replaces the old one.
+// A plugin registering again for the same resource replaces the old one
+// (but see RefuseConnectedEndpoint).
 func (k *Kubelet) Register(ctx context.Context, r *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
 	k.mu.Lock()
-	hook := k.hook
+	hook, answer := k.hook, k.answer
 	k.mu.Unlock()
 	var err error
 	if hook != nil {
@@ -248,6 +274,12 @@ func (k *Kubelet) Register(ctx context.Context, r *pluginapi.RegisterRequest) (*
 	}
 	if err == nil {
 		err = k.register(r)
+		if err == nil && answer != nil {
+			// Registered: the error only changes what the caller hears.
+			if err := answer(ctx, r); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if err != nil {
 		k.mu.Lock()
@@ -268,6 +300,13 @@ func (k *Kubelet) register(r *pluginapi.RegisterRequest) error {
 	}
 	if r.Endpoint == "" || strings.Contains(r.Endpoint, "/") {
 		return fmt.Errorf("endpoint %q is not a socket name in %s", r.Endpoint, k.dir)
+	}
+	k.mu.Lock()
+	cur := k.plugins[r.ResourceName]
+	connected := k.strict && cur != nil && cur.Connected && cur.Endpoint == r.Endpoint
+	k.mu.Unlock()
+	if connected {
+		return fmt.Errorf("device plugin already connected: %s", filepath.Join(k.dir, r.Endpoint))
 	}
 	conn, err := grpc.NewClient("unix://"+filepath.Join(k.dir, r.Endpoint), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
