@@ -9,4 +9,4 @@ import (
 	"github.com/migflex/migflex/internal/platform/cli"
 )
 
-func main() { cli.Main(nodeagent.Main) }
+func main() { cli.ServerMain(nodeagent.Main) }

@@ -8,4 +8,4 @@ import (
 	"github.com/migflex/migflex/internal/platform/cli"
 )
 
-func main() { cli.Main(planner.Main) }
+func main() { cli.ServerMain(planner.Main) }

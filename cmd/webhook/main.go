@@ -8,4 +8,4 @@ import (
 	"github.com/migflex/migflex/internal/webhook"
 )
 
-func main() { cli.Main(webhook.Main) }
+func main() { cli.ServerMain(webhook.Main) }

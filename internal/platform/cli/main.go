@@ -10,6 +10,8 @@ import (
 	"syscall"
 
 	"k8s.io/klog/v2"
+
+	"github.com/migflex/migflex/internal/platform/memlimit"
 )
 
 // Exit statuses every binary shares.
@@ -47,6 +49,22 @@ func Main(p Program) {
 	stop()
 	klog.Flush()
 	os.Exit(code)
+}
+
+// ServerMain is Main for a long-running component in a container: it first
+// gives the Go runtime a memory limit under the container's (memlimit),
+// so the collector works harder near the limit instead of the kernel
+// killing the process, and logs it.
+func ServerMain(p Program) {
+	switch l, err := memlimit.Process(); {
+	case err != nil:
+		klog.ErrorS(err, "No Go memory limit: reading the container's failed")
+	case l.Set > 0:
+		klog.InfoS("Go memory limit set under the container's", "limit", l.Set, "container", l.Cgroup, "from", l.Reason)
+	default:
+		klog.V(2).InfoS("No Go memory limit set", "reason", l.Reason)
+	}
+	Main(p)
 }
 
 // Exit is the status of a long-running component whose Run returned err:
