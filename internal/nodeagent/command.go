@@ -15,6 +15,7 @@ import (
 	"github.com/migflex/migflex/internal/nodeagent/podresources"
 	"github.com/migflex/migflex/internal/nodeagent/subcmd"
 	"github.com/migflex/migflex/internal/platform/cli"
+	"k8s.io/klog/v2"
 )
 
 const agentUsage = `usage: device-plugin [flags]
@@ -87,6 +88,7 @@ func runAgent(ctx context.Context, args []string, env cli.Env) int {
 	if code >= 0 {
 		return code
 	}
+	cli.LogMemoryLimit(klog.FromContext(ctx))
 	if err := Run(ctx, c, env.Getenv); err != nil {
 		fmt.Fprintf(env.Stderr, "device-plugin: %v\n", err)
 		return cli.ExitFailed

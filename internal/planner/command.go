@@ -5,6 +5,7 @@ import (
 
 	"github.com/migflex/migflex/internal/planner/solver"
 	"github.com/migflex/migflex/internal/platform/cli"
+	"k8s.io/klog/v2"
 )
 
 // flags declares the planner's flags into c, one line each: default,
@@ -62,6 +63,7 @@ func parseFlags(args []string, lookupEnv func(string) (string, bool)) (Config, e
 func Main(ctx context.Context, args []string, env cli.Env) int {
 	c, err := parseFlags(args, env.LookupEnv)
 	if err == nil {
+		cli.LogMemoryLimit(klog.FromContext(ctx))
 		err = Run(ctx, c, env.Getenv)
 	}
 	return cli.Exit(err, "Planner")

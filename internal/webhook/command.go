@@ -48,6 +48,7 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		return err
 	}
 	enableWatchList(getenv)
+	cli.LogMemoryLimit(klog.FromContext(ctx))
 	return Run(ctx, c, getenv)
 }
 

@@ -54,17 +54,29 @@ func Main(p Program) {
 // ServerMain is Main for a long-running component in a container: it first
 // gives the Go runtime a memory limit under the container's (memlimit),
 // so the collector works harder near the limit instead of the kernel
-// killing the process, and logs it.
+// killing the process. The component logs what was set with
+// LogMemoryLimit once its flags are parsed; the subcommands of its binary
+// (device-plugin sim, validate) print nothing of it.
 func ServerMain(p Program) {
-	switch l, err := memlimit.Process(); {
-	case err != nil:
-		klog.ErrorS(err, "No Go memory limit: reading the container's failed")
-	case l.Set > 0:
-		klog.InfoS("Go memory limit set under the container's", "limit", l.Set, "container", l.Cgroup, "from", l.Reason)
-	default:
-		klog.V(2).InfoS("No Go memory limit set", "reason", l.Reason)
-	}
+	memLimit, memLimitErr = memlimit.Process()
 	Main(p)
+}
+
+var (
+	memLimit    memlimit.Limit
+	memLimitErr error
+)
+
+// LogMemoryLimit logs the memory limit ServerMain gave the runtime.
+func LogMemoryLimit(log klog.Logger) {
+	switch l := memLimit; {
+	case memLimitErr != nil:
+		log.Error(memLimitErr, "No Go memory limit: reading the container's failed")
+	case l.Set > 0:
+		log.Info("Go memory limit set under the container's", "limit", l.Set, "container", l.Cgroup, "from", l.Reason)
+	default:
+		log.V(2).Info("No Go memory limit set", "reason", l.Reason)
+	}
 }
 
 // Exit is the status of a long-running component whose Run returned err:
