@@ -181,11 +181,7 @@ func TestAgentKilledMidApplyConverges(t *testing.T) {
 	}
 	simCfg := sim.Config{GPUs: []sim.GPUSpec{{Model: "H100-SXM5-80GB", Count: 2}}, StateDir: stateDir, UUIDSeed: "kill-node"}
 
-	pluginDir, err := os.MkdirTemp("", "dp") // short: unix socket paths are limited
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(pluginDir) })
+	pluginDir := testutil.SocketDir(t)
 	kubelet, err := kubeletstub.Start(pluginDir)
 	if err != nil {
 		t.Fatal(err)

@@ -149,11 +149,7 @@ func newNode(t *testing.T, api *apiServer, opts ...nodeOption) *node {
 	}
 	n.simCfg = sim.Config{GPUs: s.gpus, UUIDSeed: name, StateDir: s.stateDir}
 	n.openSim()
-	dir, err := os.MkdirTemp("", "agent") // short: unix socket paths are limited
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir := testutil.SocketDir(t)
 	if n.kubelet, err = kubeletstub.Start(dir); err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package cdi_test
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,6 +20,7 @@ import (
 	"github.com/migflex/migflex/internal/nvml/nvmlbackend/sim"
 	"github.com/migflex/migflex/internal/nvml/nvmlbackend/sim/simtest"
 	"github.com/migflex/migflex/internal/nvml/nvmlmig"
+	"github.com/migflex/migflex/internal/testsupport/testutil"
 )
 
 // A pod sees the same environment whether its simulated devices come from
@@ -56,12 +56,7 @@ func TestSameEnvironmentAsDevicePlugin(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	pluginDir, err := os.MkdirTemp("", "dp") // short: unix socket paths are limited
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(pluginDir) })
-	k, err := kubeletstub.Start(pluginDir)
+	k, err := kubeletstub.Start(testutil.SocketDir(t))
 	if err != nil {
 		t.Fatal(err)
 	}

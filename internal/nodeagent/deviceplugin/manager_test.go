@@ -24,6 +24,7 @@ import (
 	"github.com/migflex/migflex/internal/nodeagent/deviceplugin/kubeletstub"
 	"github.com/migflex/migflex/internal/nodeagent/devnodes"
 	"github.com/migflex/migflex/internal/nodeagent/health"
+	"github.com/migflex/migflex/internal/testsupport/testutil"
 )
 
 // hangTimeout only protects against hangs; tests wait on conditions.
@@ -48,20 +49,7 @@ func start(t *testing.T, opts Options, gpus []mig.GPU) *env {
 // startStrategy is start serving gpus under a MIG strategy.
 func startStrategy(t *testing.T, opts Options, strategy MigStrategy, gpus []mig.GPU) *env {
 	t.Helper()
-	return run(t, startKubelet(t, socketDir(t)), opts, strategy, gpus)
-}
-
-// socketDir returns a new directory for sockets, removed when the test
-// ends; a short one, as unix socket paths are limited and t.TempDir's
-// names grow with the test's.
-func socketDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "dp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
+	return run(t, startKubelet(t, testutil.SocketDir(t)), opts, strategy, gpus)
 }
 
 // startKubelet starts a kubelet stand-in in dir until the end of the test.
@@ -555,7 +543,7 @@ func TestSingleStrategyKeepsPreviousSet(t *testing.T) {
 
 func TestUpdateBeforeRunAndShutdown(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	dir := socketDir(t)
+	dir := testutil.SocketDir(t)
 	k, err := kubeletstub.Start(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -626,7 +614,7 @@ func TestUpdateBeforeRunAndShutdown(t *testing.T) {
 
 func TestRegistersWhenKubeletAppears(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	dir := socketDir(t)
+	dir := testutil.SocketDir(t)
 	m, err := New(Options{PluginDir: dir})
 	if err != nil {
 		t.Fatal(err)
@@ -717,7 +705,7 @@ func TestParseOptions(t *testing.T) {
 // (and with them the agent's loop and /metrics) must answer meanwhile, and
 // the registration completes once the kubelet answers.
 func TestHungRegistrationBlocksNothing(t *testing.T) {
-	k := startKubelet(t, socketDir(t))
+	k := startKubelet(t, testutil.SocketDir(t))
 	entered := make(chan string, 16)
 	release := make(chan struct{})
 	k.SetRegisterHook(func(ctx context.Context, r *pluginapi.RegisterRequest) error {
@@ -778,7 +766,7 @@ func TestHungRegistrationBlocksNothing(t *testing.T) {
 // answers a Register: the old kubelet accepts the plugin, but the new one
 // on the re-created kubelet.sock must get its own registration.
 func TestKubeletReplacedDuringRegistration(t *testing.T) {
-	dir := socketDir(t)
+	dir := testutil.SocketDir(t)
 	old := startKubelet(t, dir)
 	var (
 		once    sync.Once
@@ -819,7 +807,7 @@ func TestRegistrationAnswerLost(t *testing.T) {
 	const lost = "nvidia.com/mig-2g.20gb"
 	for name, strict := range map[string]bool{"kubelet 1.35-1.36": false, "kubelet 1.37": true} {
 		t.Run(name, func(t *testing.T) {
-			k := startKubelet(t, socketDir(t))
+			k := startKubelet(t, testutil.SocketDir(t))
 			k.RefuseConnectedEndpoint(strict)
 			var once sync.Once
 			k.SetAnswerHook(func(_ context.Context, r *pluginapi.RegisterRequest) error {
@@ -864,7 +852,7 @@ func TestRegistrationAnswerLost(t *testing.T) {
 // its sockets (named before the generation suffix, or after); Run removes
 // them and nothing else in the directory.
 func TestRunRemovesEarlierSockets(t *testing.T) {
-	dir := socketDir(t)
+	dir := testutil.SocketDir(t)
 	listen := func(name string) {
 		l, err := net.Listen("unix", filepath.Join(dir, name))
 		if err != nil {

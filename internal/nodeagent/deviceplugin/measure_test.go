@@ -11,6 +11,7 @@ import (
 
 	"github.com/migflex/migflex/internal/domain/mig"
 	"github.com/migflex/migflex/internal/nodeagent/deviceplugin/kubeletstub"
+	"github.com/migflex/migflex/internal/testsupport/testutil"
 )
 
 // measureRuns is how many times each latency is measured.
@@ -32,7 +33,7 @@ func TestMeasureLatency(t *testing.T) {
 	}
 	// Logging to the test would be part of what is measured.
 	ctx := klog.NewContext(context.Background(), logr.Discard())
-	dir := socketDir(t)
+	dir := testutil.SocketDir(t)
 	k, err := kubeletstub.Start(dir)
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/migflex/migflex/internal/domain/mig"
 	"github.com/migflex/migflex/internal/domain/nodeinfo"
+	"github.com/migflex/migflex/internal/testsupport/testutil"
 )
 
 const (
@@ -73,7 +74,7 @@ func TestServedLayout(t *testing.T) {
 // strategy, Servable, Served with health, and Visible against a Node.
 func TestManagerAsTheAgentsServer(t *testing.T) {
 	h := newFakeHealth()
-	m, err := New(Options{PluginDir: socketDir(t), MigStrategy: MigStrategySingle, Health: h})
+	m, err := New(Options{PluginDir: testutil.SocketDir(t), MigStrategy: MigStrategySingle, Health: h})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/migflex/migflex/internal/testsupport/testutil"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -386,7 +387,7 @@ func TestStatusPublisherGivesUp(t *testing.T) {
 // The publisher's subscription and the agent's Changes are signalled
 // alike: one does not take the other's signal.
 func TestSubscribeBesideChanges(t *testing.T) {
-	m, err := New(Options{PluginDir: socketDir(t)})
+	m, err := New(Options{PluginDir: testutil.SocketDir(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

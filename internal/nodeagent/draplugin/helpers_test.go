@@ -25,6 +25,7 @@ import (
 	"github.com/migflex/migflex/internal/nvml/nvmlbackend/sim"
 	"github.com/migflex/migflex/internal/nvml/nvmlbackend/sim/simtest"
 	"github.com/migflex/migflex/internal/nvml/nvmlmig"
+	"github.com/migflex/migflex/internal/testsupport/testutil"
 )
 
 const (
@@ -40,12 +41,7 @@ type dirs struct{ registrar, plugin, state, cdi string }
 
 func newDirs(t *testing.T) dirs {
 	t.Helper()
-	// Short: the sockets' paths must fit a unix socket address.
-	root, err := os.MkdirTemp("", "dra")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(root) })
+	root := testutil.SocketDir(t)
 	d := dirs{filepath.Join(root, "reg"), filepath.Join(root, "plugin"), filepath.Join(root, "state"), filepath.Join(root, "cdi")}
 	for _, p := range []string{d.registrar, d.plugin, d.state, d.cdi} {
 		if err := os.Mkdir(p, 0o755); err != nil {
