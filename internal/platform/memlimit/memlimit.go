@@ -8,7 +8,6 @@
 package memlimit
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -16,6 +15,7 @@ import (
 	"os"
 	"path"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -69,17 +69,16 @@ func FromCgroup(fsys fs.FS) (int64, string, error) {
 		return 0, "", fmt.Errorf("reading the process's cgroup: %w", err)
 	}
 	var dir, file string
-	sc := bufio.NewScanner(strings.NewReader(string(data)))
-	for sc.Scan() {
+	for line := range strings.Lines(string(data)) {
 		// hierarchy-ID:controller-list:cgroup-path
-		fields := strings.SplitN(sc.Text(), ":", 3)
+		fields := strings.SplitN(strings.TrimSuffix(line, "\n"), ":", 3)
 		if len(fields) != 3 {
 			continue
 		}
 		switch {
 		case fields[0] == "0" && fields[1] == "" && file == "":
 			dir, file = path.Join("sys/fs/cgroup", fields[2]), "memory.max"
-		case hasController(fields[1], "memory"):
+		case slices.Contains(strings.Split(fields[1], ","), "memory"):
 			dir, file = path.Join("sys/fs/cgroup/memory", fields[2]), "memory.limit_in_bytes"
 		}
 	}
@@ -104,15 +103,6 @@ func FromCgroup(fsys fs.FS) (int64, string, error) {
 		}
 	}
 	return least, from, nil
-}
-
-func hasController(list, name string) bool {
-	for c := range strings.SplitSeq(list, ",") {
-		if c == name {
-			return true
-		}
-	}
-	return false
 }
 
 // readLimit reads one limit file; 0 for a missing file or no limit ("max"
