@@ -299,9 +299,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		UpdateFunc: func(oldObj, newObj any) {
 			o, ok1 := oldObj.(*corev1.Node)
 			n, ok2 := newObj.(*corev1.Node)
-			// Status heartbeats do not concern the agent; a new
-			// allocatable may be the publication it waits for.
-			if !ok1 || !ok2 || o.UID != n.UID || !maps.Equal(o.Labels, n.Labels) || !maps.Equal(o.Annotations, n.Annotations) || allocatableChanged(o, n) {
+			if !ok1 || !ok2 || concerns(o, n, a.opts.FieldManager) {
 				a.poke()
 			}
 		},

@@ -525,6 +525,7 @@ func TestAgent(t *testing.T) {
 		{"no source", testNoSource},
 		{"malformed and impossible", testMalformedAndImpossible},
 		{"busy GPU waits", testBusyGPUWaits},
+		{"waiting node writes nothing", testWaitingNodeWritesNothing},
 		{"evict", testEvict},
 		{"claim holds GPU", testClaimHoldsGPU},
 		{"no pod-resources socket", testNoPodResourcesSocket},
