@@ -194,7 +194,7 @@ func Explain(pod *corev1.Pod, nodes []corev1.Node, pods []corev1.Pod, events []c
 	for i := range pods {
 		podPtrs = append(podPtrs, &pods[i])
 	}
-	preview, err := planner.PreviewRound(planner.Options{Policy: solver.DefaultPolicy()}, now, nodePtrs, podPtrs)
+	preview, err := planner.PreviewRound(planner.Options{Policy: solver.DefaultPolicy()}, now, nodePtrs, podPtrs, nil)
 	if err != nil {
 		return ex, fmt.Errorf("the planner's round: %w", err)
 	}

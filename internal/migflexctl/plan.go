@@ -70,7 +70,7 @@ func BuildPlan(nodes []corev1.Node, pods []corev1.Pod, now time.Time) (PlanView,
 	for i := range pods {
 		podPtrs[i] = &pods[i]
 	}
-	p, err := planner.PreviewRound(planner.Options{Policy: pol}, now, nodePtrs, podPtrs)
+	p, err := planner.PreviewRound(planner.Options{Policy: pol}, now, nodePtrs, podPtrs, nil)
 	if err != nil {
 		return PlanView{}, fmt.Errorf("the planner's round: %w", err)
 	}
