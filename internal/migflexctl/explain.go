@@ -167,7 +167,7 @@ func Explain(pod *corev1.Pod, nodes []corev1.Node, pods []corev1.Pod, events []c
 		},
 		Waiting: pod.Status.Phase == corev1.PodPending && pod.Spec.NodeName == "" && plansnap.AsksForGPUs(pod),
 	}
-	st, _ := BuildStatus(nodes, nil)
+	st, _ := BuildStatus(nodes, nil, plansnap.Options{FieldManager: plansnap.DefaultFieldManager, ManualHold: plansnap.DefaultManualHold, Now: now})
 	for _, n := range st.Nodes {
 		for _, g := range n.GPUs {
 			if slices.Contains(g.UsedBy, key) {
