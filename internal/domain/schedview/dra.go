@@ -281,7 +281,7 @@ func IsDRANode(labels map[string]string) bool {
 // device is none on the device-plugin path. A node with no slice has no
 // supply.
 func DRASupply(node string, slices []*resourceapi.ResourceSlice, claims []*resourceapi.ResourceClaim, classes *DRAClasses) (allocatable, allocated map[corev1.ResourceName]int64) {
-	devices := poolDevices(node, slices)
+	devices := PoolDevices(node, slices)
 	taken := map[string]bool{}
 	for _, c := range claims {
 		if c.Status.Allocation == nil {
@@ -313,9 +313,10 @@ func DRASupply(node string, slices []*resourceapi.ResourceSlice, claims []*resou
 	return allocatable, allocated
 }
 
-// poolDevices are the schedulable devices of our driver's pool for node,
-// by name, from the slices of the pool's newest generation.
-func poolDevices(node string, sl []*resourceapi.ResourceSlice) map[string]*resourceapi.Device {
+// PoolDevices are the schedulable devices of our driver's pool for node,
+// by name, from the slices of the pool's newest generation: a device with
+// a NoSchedule or NoExecute taint (unhealthy) is left out.
+func PoolDevices(node string, sl []*resourceapi.ResourceSlice) map[string]*resourceapi.Device {
 	var gen int64 = -1
 	for _, s := range sl {
 		if s.Spec.Driver == DRADriver && s.Spec.Pool.Name == node && s.Spec.Pool.Generation > gen {
