@@ -23,6 +23,7 @@ import (
 	"github.com/google/cel-go/common/types"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/utils/lru"
 
 	"github.com/migflex/migflex/internal/platform/textcut"
 )
@@ -102,15 +103,18 @@ func Quote(expr string) string {
 }
 
 // Checker compiles selectors as the scheduler does and keeps what it
-// compiled. It is safe for concurrent use.
+// compiled, and what Check found. It is safe for concurrent use.
 type Checker struct {
 	cache *cel.Cache
+	// checked are Check's findings by expression: the planner asks about
+	// the same selectors every round.
+	checked *lru.Cache
 }
 
 // NewChecker returns a Checker that keeps up to entries compiled
-// expressions (at least 1).
+// expressions, and as many Check answers (at least 1).
 func NewChecker(entries int) *Checker {
-	return &Checker{cache: cel.NewCache(max(entries, 1), features)}
+	return &Checker{cache: cel.NewCache(max(entries, 1), features), checked: lru.New(max(entries, 1))}
 }
 
 // compile is the scheduler's compilation of expr, or what keeps it from
@@ -143,15 +147,21 @@ func compileDetail(d string) string {
 // device of the driver. None: nothing found, which does not mean it
 // selects anything.
 func (c *Checker) Check(expr string) []Finding {
-	res, f := c.compile(expr)
-	if f != nil {
-		return []Finding{*f}
+	if len(expr) <= MaxLength {
+		if v, ok := c.checked.Get(expr); ok {
+			return slices.Clone(v.([]Finding))
+		}
 	}
-	ast, iss := res.Environment.Compile(expr)
-	if iss.Err() != nil {
-		return nil
+	var out []Finding
+	if res, f := c.compile(expr); f != nil {
+		out = []Finding{*f}
+	} else if ast, iss := res.Environment.Compile(expr); iss.Err() == nil {
+		out = lint(ast.NativeRep(), Quote(expr))
 	}
-	return lint(ast.NativeRep(), Quote(expr))
+	if len(expr) <= MaxLength {
+		c.checked.Add(expr, slices.Clone(out))
+	}
+	return out
 }
 
 // lint finds, in a compiled expression, the parts that are false or fail

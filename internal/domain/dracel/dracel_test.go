@@ -92,8 +92,17 @@ func TestCheck(t *testing.T) {
 	c := NewChecker(4)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if diff := cmp.Diff(tt.want, c.Check(tt.expr)); diff != "" {
+			got := c.Check(tt.expr)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("Check(%s) (-want,+got):\n%s", Quote(tt.expr), diff)
+			}
+			// Asked again (kept): the same, whatever the caller did
+			// with the first answer.
+			for i := range got {
+				got[i].Detail = "changed by the caller"
+			}
+			if diff := cmp.Diff(tt.want, c.Check(tt.expr)); diff != "" {
+				t.Errorf("Check(%s) again (-want,+got):\n%s", Quote(tt.expr), diff)
 			}
 		})
 	}
