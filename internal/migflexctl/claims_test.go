@@ -152,6 +152,22 @@ func TestExplainClaims(t *testing.T) {
 			},
 		},
 		{
+			name: "the claim the scheduler made for an extended resource", pod: "ext", code: ExitOK,
+			objs: []runtime.Object{func() *corev1.Pod {
+				p := pendingPod("ext", mig3g, 1)
+				p.Spec.NodeName, p.Status.Phase, p.Status.Conditions = "gpu-a", corev1.PodRunning, nil
+				p.Status.ExtendedResourceClaimStatus = &corev1.PodExtendedResourceClaimStatus{ResourceClaimName: "held"}
+				return p
+			}(), allocated},
+			lines: []string{
+				"  admitted as: 1 x nvidia.com/mig-3g.40gb (the webhook did not change it)",
+				"  claim:       extended resources: ResourceClaim held",
+				"  request:     extended resources/r: 1 x class mig.migflex.io where",
+				`               device.attributes["gpu.migflex.io"].profile == "3g.40gb"`,
+				"  allocated:   extended resources/r: gpu-0-mig-3g40gb-9-0 on node gpu-a",
+			},
+		},
+		{
 			name: "a template whose claim is not made yet", pod: "p", code: ExitAttention,
 			objs: []runtime.Object{claimPod("p", "one-3g", true), template, allocated},
 			lines: []string{
