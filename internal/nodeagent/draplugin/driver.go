@@ -198,8 +198,10 @@ func (d *Driver) removeStraySpecs() error {
 }
 
 // Stop unregisters from the kubelet and stops publishing. The
-// ResourceSlices stay: the kubelet deletes them when the plugin has been
-// gone for a while, and a restarted agent takes them over unchanged.
+// ResourceSlices stay: a restarted agent takes them over unchanged, an
+// agent that serves the node through the device plugin instead deletes
+// them (Withdraw), and otherwise the kubelet does once the plugin has
+// been gone for a while.
 func (d *Driver) Stop() {
 	if d.stopBackground != nil {
 		d.stopBackground()
