@@ -15,7 +15,9 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -225,6 +227,8 @@ func Run(ctx context.Context, c Config, getenv func(string) string) error {
 			return err
 		}
 		opts.Server, opts.PodResources = dp, podresources.New(c.PodResourcesSocket)
+		stopWithdraw := withdrawDRA(ctx, client, c.NodeName)
+		defer stopWithdraw()
 		if c.PublishAllocatable {
 			stopPub := runStatusPublisher(ctx, deviceplugin.NewStatusPublisher(dp, deviceplugin.StatusPublisherOptions{
 				NodeName: c.NodeName, Nodes: client.CoreV1().Nodes(), Kubelet: podresources.New(c.PodResourcesSocket),
@@ -319,6 +323,48 @@ func (c *Config) wireDRA(ctx context.Context, opts *agent.Options, client kubern
 		Driver: dra.DriverName, Pool: c.NodeName,
 	}
 	return func() { cancel(); factory.Shutdown() }, nil
+}
+
+// withdrawBackoff paces withdrawDRA's tries: about 30 s in all, as long as
+// the kubelet waits before it deletes a gone plugin's slices itself.
+var withdrawBackoff = wait.Backoff{Duration: time.Second, Factor: 2, Steps: 5}
+
+// withdrawDRA deletes, in the background, the ResourceSlices a DRA agent
+// of this node left (draplugin.Withdraw): a node served through the
+// device plugin must offer none, and the kubelet would delete them only
+// some time after the DRA plugin went, while the scheduler could still
+// allocate their devices to claims nothing here prepares. It does not
+// hold the device plugin up: a restarted agent serves at once, API server
+// or not. An agent whose RBAC has no DRA role (the cluster serves no node
+// through DRA, and its DeviceClasses went with that role) cannot and need
+// not. The returned stop waits for it.
+func withdrawDRA(ctx context.Context, client kubernetes.Interface, node string) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		log := klog.FromContext(ctx)
+		var last error
+		err := wait.ExponentialBackoffWithContext(ctx, withdrawBackoff, func(ctx context.Context) (bool, error) {
+			n, err := draplugin.Withdraw(ctx, client, dra.DriverName, node)
+			switch {
+			case apierrors.IsForbidden(err) || apierrors.IsNotFound(err):
+				log.V(2).Info("Not withdrawing ResourceSlices of the DRA driver: no permission, or no resource.k8s.io API", "driver", dra.DriverName, "err", err)
+				return true, nil
+			case err != nil:
+				last = err
+				return false, nil
+			}
+			if n > 0 {
+				log.Info("Withdrew the ResourceSlices a DRA agent of this node left: the node serves through the device plugin", "driver", dra.DriverName, "slices", n)
+			}
+			return true, nil
+		})
+		if err != nil && ctx.Err() == nil {
+			log.Error(last, "Withdrawing the ResourceSlices a DRA agent of this node left; the kubelet deletes them itself", "driver", dra.DriverName)
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // runStatusPublisher runs p until the returned stop is called.

@@ -267,7 +267,9 @@ func (n *node) start(opts ...agentOption) *agentRun {
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	o.Server = dp
+	if o.Server == nil {
+		o.Server = dp
+	}
 	a, err := New(o)
 	if err != nil {
 		n.t.Fatal(err)
@@ -528,6 +530,8 @@ func TestAgent(t *testing.T) {
 		{"waiting node writes nothing", testWaitingNodeWritesNothing},
 		{"evict", testEvict},
 		{"claim holds GPU", testClaimHoldsGPU},
+		{"publication signalled", testPublicationSignalled},
+		{"DRA publication", testDRAPublication},
 		{"no pod-resources socket", testNoPodResourcesSocket},
 		{"label and config file", testLabelAndConfigFile},
 		{"label without config file", testLabelWithoutConfigFile},

@@ -52,14 +52,17 @@ func waitDevices(t *testing.T, client kubernetes.Interface, drv *Driver, want ..
 		got = sliceDevices(t, client)
 		return slices.Equal(got, want)
 	})
-	// Visible agrees once the API shows the publication.
+	// Visible agrees once the API shows the publication (its informer
+	// may not have listed the slices yet: it cannot tell until then).
+	var err error
 	waitFor(t, "Visible", func() bool {
-		ok, err := drv.Visible(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
+		var ok bool
+		ok, err = drv.Visible(context.Background())
 		return ok
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestPublishFollowsTheLayout(t *testing.T) {
