@@ -1,8 +1,9 @@
 // Package nodeagent runs migflex's node agent process: it opens the NVML
 // backend, runs the node's Xid health checks, and wires the device plugin
-// (with the backend's PostAllocator, when it has one, and the health
-// checks), the kubelet's pod-resources client and the Kubernetes client
-// into internal/nodeagent/agent. cmd/device-plugin only turns flags into a Config.
+// (with the environment that names the backend's devices when they have
+// no device nodes, and the health checks), the kubelet's pod-resources
+// client and the Kubernetes client into internal/nodeagent/agent.
+// cmd/device-plugin only turns flags into a Config.
 package nodeagent
 
 import (
@@ -216,8 +217,8 @@ func Run(ctx context.Context, c Config, getenv func(string) string) error {
 			MigStrategy: c.MigStrategy, PluginDir: c.PluginDir, DeviceListStrategy: c.DeviceListStrategy, AllocationPolicy: c.AllocationPolicy,
 			HostRoot: c.HostRoot, DriverRoot: c.DriverRoot,
 		}
-		if pa, ok := lib.(deviceplugin.PostAllocator); ok {
-			dpOpts.PostAllocator = pa
+		if env, ok := lib.(deviceplugin.DeviceEnv); ok {
+			dpOpts.PostAllocator = deviceplugin.EnvPostAllocator(env)
 		}
 		if watcher != nil {
 			dpOpts.Health = watcher
@@ -268,8 +269,8 @@ func Run(ctx context.Context, c Config, getenv func(string) string) error {
 // the plugin stops with the agent's Server.Run.
 func (c *Config) wireDRA(ctx context.Context, opts *agent.Options, client kubernetes.Interface, lib any, watcher *health.Watcher) (stop func(), err error) {
 	var editor cdi.Editor = cdi.DeviceNodes{HostRoot: c.HostRoot, DriverRoot: c.DriverRoot}
-	if _, simulated := lib.(deviceplugin.PostAllocator); simulated {
-		editor = cdi.Simulated{}
+	if env, ok := lib.(cdi.DeviceEnv); ok {
+		editor = cdi.EnvEditor(env)
 	}
 	// The plugin's own directory (socket and checkpoint) under the
 	// kubelet's plugins directory; the kubelet creates only the latter.

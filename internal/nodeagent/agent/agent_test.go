@@ -250,7 +250,7 @@ func withHealth(h deviceplugin.HealthSource) agentOption {
 // start runs an agent for n until stop or the end of the test.
 func (n *node) start(opts ...agentOption) *agentRun {
 	n.t.Helper()
-	dpOpts := deviceplugin.Options{PluginDir: filepath.Dir(n.kubelet.Socket()), PostAllocator: nvmlbackend.SimulatedDevices{}, RetryInterval: 50 * time.Millisecond}
+	dpOpts := deviceplugin.Options{PluginDir: filepath.Dir(n.kubelet.Socket()), PostAllocator: deviceplugin.EnvPostAllocator(nvmlbackend.SimulatedDevices{}), RetryInterval: 50 * time.Millisecond}
 	reg := prometheus.NewRegistry()
 	o := Options{
 		NodeName:      n.name,

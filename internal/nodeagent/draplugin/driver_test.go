@@ -20,7 +20,6 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/migflex/migflex/internal/domain/dra"
-	"github.com/migflex/migflex/internal/nodeagent/cdi"
 )
 
 // sliceDevices returns "name[ taint]" for every device in the API's
@@ -245,7 +244,7 @@ func TestStartRefusesABadCheckpoint(t *testing.T) {
 			}
 			_, ctx := ktesting.NewTestContext(t)
 			_, err := Start(ctx, Options{
-				NodeName: node, KubeClient: fakeClient(), Editor: cdi.Simulated{},
+				NodeName: node, KubeClient: fakeClient(), Editor: simulated,
 				RegistrarDir: d.registrar, PluginDir: d.plugin, StateDir: d.state, CDIDir: d.cdi,
 			})
 			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "move it away only once") {
