@@ -25,6 +25,7 @@ import (
 	"github.com/migflex/migflex/internal/nodeagent/deviceplugin"
 	"github.com/migflex/migflex/internal/nodeagent/draplugin"
 	"github.com/migflex/migflex/internal/nodeagent/draserver"
+	"github.com/migflex/migflex/internal/nvml/nvmlbackend"
 	"github.com/migflex/migflex/internal/testsupport/testutil"
 )
 
@@ -89,7 +90,7 @@ func startDRAServer(t *testing.T, n *node, client kubernetes.Interface) *draserv
 	}
 	_, ctx := ktesting.NewTestContext(t)
 	drv, err := draplugin.Start(ctx, draplugin.Options{
-		NodeName: n.name, KubeClient: client, Editor: cdi.Simulated{}, StaleClaimCheck: -1,
+		NodeName: n.name, KubeClient: client, Editor: cdi.EnvEditor(nvmlbackend.SimulatedDevices{}), StaleClaimCheck: -1,
 		RegistrarDir: d[0], PluginDir: d[1], StateDir: d[2], CDIDir: d[3],
 	})
 	if err != nil {
