@@ -164,7 +164,7 @@ func (d *Decider) existing(r corev1.ResourceName, cands []candidate, v *view, fi
 // rather than each type's need alone: a pod asking for a 2g.20gb and a
 // 1g.10gb must not become two 1g.10gb where one node has one free.
 type fitting struct {
-	pod *corev1.Pod
+	need *needs
 	// to is the type chosen for each requested type decided so far (itself
 	// when kept); the pod's need is computed with these renamed.
 	to map[corev1.ResourceName]corev1.ResourceName
@@ -176,8 +176,8 @@ type fitting struct {
 	withGroups func() view
 }
 
-func newFitting(pod *corev1.Pod, withGroups func() view) *fitting {
-	return &fitting{pod: pod, to: map[corev1.ResourceName]corev1.ResourceName{}, placed: map[corev1.ResourceName]bool{}, withGroups: withGroups}
+func newFitting(need *needs, withGroups func() view) *fitting {
+	return &fitting{need: need, to: map[corev1.ResourceName]corev1.ResourceName{}, placed: map[corev1.ResourceName]bool{}, withGroups: withGroups}
 }
 
 // try reports whether, with r moved to t, one eligible node has free devices
@@ -187,7 +187,7 @@ func newFitting(pod *corev1.Pod, withGroups func() view) *fitting {
 func (f *fitting) try(v *view, r, t corev1.ResourceName) bool {
 	prev, had := f.to[r]
 	f.to[r] = t
-	need := podNeeds(f.pod, f.to)
+	need := f.need.of(f.to)
 	check := map[corev1.ResourceName]int64{t: max(need[t], 1)}
 	for p := range f.placed {
 		check[p] = max(need[p], 1)
@@ -214,7 +214,7 @@ func (f *fitting) holds(v *view, r, t corev1.ResourceName) bool {
 	to := maps.Clone(f.to)
 	to[r] = t
 	n, ok := v.most[t]
-	return ok && n >= podNeeds(f.pod, to)[t]
+	return ok && n >= f.need.of(to)[t]
 }
 
 // settle records a choice that no free devices back.

@@ -307,8 +307,8 @@ type choices struct {
 	reshapeFirst bool
 	// to is the type chosen for each requested type decided (fitting.to).
 	to map[corev1.ResourceName]corev1.ResourceName
-	// shape is the pod's gpuShape, for its needs.
-	shape *corev1.Pod
+	// need is the pod's needs under renamings.
+	need *needs
 	// v is what the pod can use; withGroups is v with its nodes.
 	v          view
 	withGroups func() view
@@ -341,9 +341,9 @@ const (
 // planner no longer serves that, the choices are made again without its
 // word.
 func (d *Decider) chooseAll(ctx context.Context, pod *corev1.Pod, snap *schedview.Snapshot, requested []corev1.ResourceName, pp PodPolicy, p Planner) (*choices, error) {
-	shape := gpuShape(pod)
-	ask := newAsker(p, pod, shape)
-	c, err := d.chooseEach(ctx, pod, shape, snap, requested, pp, ask)
+	need := newNeeds(pod)
+	ask := newAsker(p, pod, need)
+	c, err := d.chooseEach(ctx, pod, need, snap, requested, pp, ask)
 	if err != nil || c.planned == nil || len(requested) == 1 {
 		return c, err
 	}
@@ -352,23 +352,23 @@ func (d *Decider) chooseAll(ctx context.Context, pod *corev1.Pod, snap *schedvie
 		return c, nil
 	}
 	ask.left = 0
-	return d.chooseEach(ctx, pod, shape, snap, requested, pp, ask)
+	return d.chooseEach(ctx, pod, need, snap, requested, pp, ask)
 }
 
 // chooseEach picks a type for each requested type, in order: itself when
 // it fits, else the first candidate of its chain that does (choose); a
 // type nothing fits is explained.
-// shape is the pod's gpuShape.
-func (d *Decider) chooseEach(ctx context.Context, pod, shape *corev1.Pod, snap *schedview.Snapshot, requested []corev1.ResourceName, pp PodPolicy, ask *asker) (*choices, error) {
+// need is the pod's needs.
+func (d *Decider) chooseEach(ctx context.Context, pod *corev1.Pod, need *needs, snap *schedview.Snapshot, requested []corev1.ResourceName, pp PodPolicy, ask *asker) (*choices, error) {
 	filter := schedview.NewFilter(pod, snap)
 	c := &choices{
 		v:            viewFor(snap, filter, d.opts.Mode == ModeCapacity),
 		chosen:       make(map[corev1.ResourceName]corev1.ResourceName, len(requested)),
 		withGroups:   func() view { return viewFor(snap, filter, true) },
 		reshapeFirst: ask != nil,
-		shape:        shape,
+		need:         need,
 	}
-	fit := newFitting(shape, c.withGroups)
+	fit := newFitting(need, c.withGroups)
 	for _, r := range requested {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -435,7 +435,7 @@ func (d *Decider) judge(c *choices, warnings []string) (dec Decision, done bool)
 	case d.opts.Mode == ModeExistence:
 		warnings = append(warnings, allInUse(c)...)
 	}
-	if short := insufficient(c.shape, c.chosen, c.forPlanner, &c.v, c.withGroups); short != "" {
+	if short := insufficient(c.need, c.chosen, c.forPlanner, &c.v, c.withGroups); short != "" {
 		if d.opts.OnInsufficientCount == UnsatisfiableDeny {
 			return Decision{Outcome: OutcomeDenied, Message: clip(short, maxMessage), Warnings: warnings}, true
 		}

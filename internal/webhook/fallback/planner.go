@@ -37,17 +37,17 @@ const maxPlannerAsks = 8
 // asker asks the planner about one pod, at most maxPlannerAsks times. A nil
 // asker is no planner: reshape-first is off.
 type asker struct {
-	p Planner
-	// pod is the pod, shape its gpuShape.
-	pod, shape *corev1.Pod
-	left       int
+	p    Planner
+	pod  *corev1.Pod
+	need *needs
+	left int
 }
 
-func newAsker(p Planner, pod, shape *corev1.Pod) *asker {
+func newAsker(p Planner, pod *corev1.Pod, need *needs) *asker {
 	if p == nil {
 		return nil
 	}
-	return &asker{p: p, pod: pod, shape: shape, left: maxPlannerAsks}
+	return &asker{p: p, pod: pod, need: need, left: maxPlannerAsks}
 }
 
 // serve asks whether the planner serves the pod with r moved to t and the
@@ -62,11 +62,11 @@ func (a *asker) serve(fit *fitting, r, t corev1.ResourceName) Served {
 		to = map[corev1.ResourceName]corev1.ResourceName{}
 	}
 	to[r] = t
-	return a.p.Serve(a.pod, podNeeds(a.shape, to))
+	return a.p.Serve(a.pod, a.need.of(to))
 }
 
 // final asks whether the planner serves the pod with its types renamed by
 // to, the choices made: one question besides the bound.
 func (a *asker) final(to map[corev1.ResourceName]corev1.ResourceName) Served {
-	return a.p.Serve(a.pod, podNeeds(a.shape, to))
+	return a.p.Serve(a.pod, a.need.of(to))
 }
