@@ -43,9 +43,10 @@ type HandlerOptions struct {
 	MaxInflightBytes int64
 	// Logger receives one line per rewrite and per denial; zero means klog's.
 	Logger klog.Logger
-	// Reshaper, when set, is asked before a request is rewritten or
-	// denied (reshape-first): a request the planner can serve as asked is
-	// left alone and annotated migflex.io/reshape=expected.
+	// Reshaper, when set, gives the decision the planner's word
+	// (reshape-first): a requested type with no free device is kept, or
+	// rewritten to one of its chain, when the planner serves it in its
+	// next round, and the pod annotated migflex.io/reshape=expected.
 	Reshaper Reshaper
 }
 
