@@ -2,7 +2,9 @@ package webhook
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -279,6 +281,51 @@ func TestReshapeView(t *testing.T) {
 			v.built = time.Time{} // a change at once, not within the refresh
 			plan, ok := v.CanSupply(pinned(tc.node.Name))
 			if !ok || plan.Action != tc.want {
+				t.Errorf("CanSupply = %+v (%v), want %s", plan, ok, tc.want)
+			}
+		})
+	}
+}
+
+// The view holds, for the planner's cooldown, the GPUs a write of the
+// planner changed when it saw the write in flight, and every GPU of the
+// node when it did not; once the cooldown has passed, none.
+func TestReshapeViewHoldsTheGPUsAWriteChanged(t *testing.T) {
+	at := time.Now().Truncate(time.Second)
+	before := agentNode(t, "gpu", true, h100(t, "gpu", 0, seven1g()...), h100(t, "gpu", 1, seven1g()...))
+	config := migConfig(`"3g.40gb": 1, "1g.10gb": 3`, `"1g.10gb": 7`)
+	written := byPlanner(before, config, at)
+	applied := byPlanner(agentNode(t, "gpu", true, h100(t, "gpu", 0, "3g.40gb@0*", "1g.10gb@4", "1g.10gb@5", "1g.10gb@6"),
+		h100(t, "gpu", 1, seven1g()...)), config, at)
+	for _, tc := range []struct {
+		name  string
+		seen  []*corev1.Node
+		after time.Duration
+		want  string
+	}{
+		{"the write seen in flight: only GPU 0 cools down", []*corev1.Node{before, written, applied}, time.Minute, "reshape GPU 1"},
+		{"the write not seen: every GPU cools down", []*corev1.Node{applied}, time.Minute, "none"},
+		{"the cooldown over", []*corev1.Node{applied}, 3 * time.Minute, "reshape"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v, err := NewReshapeView(plansnap.DefaultFieldManager, time.Minute, 2*time.Minute, time.Nanosecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range tc.seen {
+				slim, err := transformReshapeNode(n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				v.SetNode(slim.(*corev1.Node))
+			}
+			v.now = func() time.Time { return at.Add(tc.after) }
+			plan, ok := v.CanSupply(gpuPod("p", mig4g40, "1"))
+			got := string(plan.Action)
+			if plan.Action == solver.ActionReshape && strings.HasSuffix(tc.want, "GPU 1") {
+				got = fmt.Sprintf("reshape GPU %d", plan.Devices[0].GPU)
+			}
+			if !ok || got != tc.want {
 				t.Errorf("CanSupply = %+v (%v), want %s", plan, ok, tc.want)
 			}
 		})
