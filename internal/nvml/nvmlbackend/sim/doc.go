@@ -51,10 +51,13 @@
 //   - A state file written for other GPUs (model or count differ from the
 //     config) makes New fail with an error naming the file; nothing is reset
 //     behind the user's back. GPU UUIDs in the state file win over the seed.
-//   - A MIG device UUID is derived from the GPU UUID, the GPU and compute
-//     instance ids, the profile and the placement: stable for one instance
-//     across restarts, and not handed to a new instance that got a destroyed
-//     one's ids (GPU instance ids are reused, lowest free).
+//   - A MIG device UUID is drawn at random when its compute instance is
+//     created, and the state file keeps it: stable for one instance across
+//     restarts, new for every create, even of the same profile at the same
+//     place, as on a real GPU (GPU instance ids are reused, lowest free; a
+//     UUID never is). Instances in a state file written before UUIDs were
+//     stored keep the UUID derived then from the GPU UUID, the ids, the
+//     profile and the placement.
 //   - Reboot keeps GPU handles and event sets usable (the simulator's
 //     process survives what a real one would not); instances, their handles
 //     and busy marks are gone; pending MIG modes take effect.

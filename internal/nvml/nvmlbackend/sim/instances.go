@@ -536,7 +536,7 @@ func (h *giHandle) createComputeInstance(info *nvml.ComputeInstanceProfileInfo, 
 	}
 	next := l.st.clone()
 	_, ngi, _, _ := h.lookup(&next)
-	ci := ciState{ID: 0, ProfileID: info.Id, serial: l.serial()}
+	ci := ciState{ID: 0, ProfileID: info.Id, UUID: newMIGUUID(), serial: l.serial()}
 	ngi.CIs = append(ngi.CIs, ci)
 	if r := l.commit(next); r != nvml.SUCCESS {
 		return nil, r

@@ -84,6 +84,9 @@ func New(cfg Config) (*Lib, error) {
 			fresh.GPUs[i].UUID = gpuUUID(seed, i)
 		}
 	}
+	// The config's instances are created anew at each fresh start, as an
+	// administrator's would be after a reboot: new UUIDs.
+	fresh.fillMIGUUIDs(func(string, *giState, uint32) string { return newMIGUUID() })
 	l.st = fresh
 	l.assignSerials()
 	if cfg.StateDir == "" {
@@ -94,7 +97,9 @@ func New(cfg Config) (*Lib, error) {
 		return nil, err
 	}
 	loaded, ok, err := l.store.load()
+	filled := false
 	if err == nil && ok {
+		filled = loaded.fillMIGUUIDs(legacyMIGUUID)
 		if err = loaded.check(models); err != nil {
 			err = fmt.Errorf("simulator state %s: %w", l.store.path(), err)
 		}
@@ -106,7 +111,8 @@ func New(cfg Config) (*Lib, error) {
 	if ok {
 		l.st = loaded
 		l.assignSerials()
-	} else if !cfg.ReadOnly {
+	}
+	if (!ok || filled) && !cfg.ReadOnly {
 		if err := l.store.save(&l.st); err != nil {
 			l.store.close()
 			return nil, err
@@ -308,7 +314,8 @@ func (l *Lib) DeviceGetHandleByUUID(uuid string) (nvml.Device, nvml.Return) {
 		for i := range l.st.GPUs {
 			g := &l.st.GPUs[i]
 			for _, m := range l.migDevices(i) {
-				if gi, _ := g.instance(m.gi); migUUID(g.UUID, gi, m.ci) == uuid {
+				gi, _ := g.instance(m.gi)
+				if ci, _ := gi.ci(m.ci); ci.UUID == uuid {
 					return m, nvml.SUCCESS
 				}
 			}

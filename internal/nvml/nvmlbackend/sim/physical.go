@@ -200,8 +200,7 @@ func (l *Lib) Snapshot() []GPUSnapshot {
 			p, _ := l.models[i].ProfileByID(gi.ProfileID)
 			is := InstanceSnapshot{GI: gi.ID, Profile: p.Name, Start: gi.Start, Size: p.MemorySlices, Busy: gi.Busy}
 			if len(gi.CIs) > 0 {
-				is.HasCI, is.CI = true, gi.CIs[0].ID
-				is.UUID = migUUID(g.UUID, &gi, is.CI)
+				is.HasCI, is.CI, is.UUID = true, gi.CIs[0].ID, gi.CIs[0].UUID
 			}
 			s.Instances = append(s.Instances, is)
 		}
