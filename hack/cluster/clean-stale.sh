@@ -43,6 +43,9 @@ for d in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods.slice /sys/fs/cgroup/
 	[[ -d $d ]] || continue
 	find "$d" -depth -type d -exec rmdir {} + 2>/dev/null && log "removed cgroup $d"
 done
+# A node's veth outlives its namespace files while something holds the
+# namespace; deleting the host's end takes the node's end too.
+for l in $(node_veths); do ip link del "$l" 2>/dev/null && log "removed link $l"; done
 for b in "$BRIDGE" "$NODES_BRIDGE"; do
 	ip link del "$b" 2>/dev/null && log "removed bridge $b"
 done
@@ -57,5 +60,9 @@ done
 left=0
 for p in "${HOST_PATHS[@]}"; do
 	[[ ! -e $p ]] || { echo "$(basename "$0"): $p remains" >&2; left=1; }
+done
+if [[ -n $(stale_mounts) ]]; then echo "$(basename "$0"): mounts remain: $(stale_mounts | tr '\n' ' ')" >&2; left=1; fi
+for l in $(node_veths) "$BRIDGE" "$NODES_BRIDGE"; do
+	if ip link show "$l" >/dev/null 2>&1; then echo "$(basename "$0"): link $l remains" >&2; left=1; fi
 done
 exit $left

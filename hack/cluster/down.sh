@@ -167,7 +167,12 @@ mounts() {
 }
 for m in $(mounts); do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
 for n in $(our_netns); do rm -f "$n" && log "removed network namespace ${n#/run/netns/}"; done
-ip link del "$BRIDGE" 2>/dev/null && log "removed bridge $BRIDGE"
+# A node's veth goes with its network namespace, unless something still
+# holds that namespace: deleting the host's end takes the node's too.
+for l in $(node_veths); do ip link del "$l" 2>/dev/null && log "removed link $l"; done
+for b in "$BRIDGE" "$NODES_BRIDGE"; do
+	ip link del "$b" 2>/dev/null && log "removed bridge $b"
+done
 find /sys/fs/cgroup/*/kubepods -depth -type d -exec rmdir {} + 2>/dev/null
 
 # 6. Host settings up.sh recorded.
@@ -241,6 +246,7 @@ if [[ -n $(mounts) ]]; then echo "down.sh: mounts remain: $(mounts | tr '\n' ' '
 for b in "$BRIDGE" "$NODES_BRIDGE"; do
 	if ip link show "$b" >/dev/null 2>&1; then echo "down.sh: bridge $b remains" >&2; left=1; fi
 done
+if [[ -n $(node_veths) ]]; then echo "down.sh: links remain: $(node_veths | tr '\n' ' ')" >&2; left=1; fi
 if cg=$(compgen -G '/sys/fs/cgroup/*/mfnode[0-9]*'); then echo "down.sh: cgroups remain: $(tr '\n' ' ' <<<"$cg")" >&2; left=1; fi
 if [[ -n $(our_netns) ]]; then echo "down.sh: network namespaces remain: $(our_netns | tr '\n' ' ')" >&2; left=1; fi
 if [[ $left -ne 0 ]]; then exit 1; fi

@@ -193,6 +193,13 @@ node_ip() { echo "$NODES_NET.$1"; }
 node_pod_cidr() { echo "${POD_CIDR%.*.*}.$1.0/24"; }
 node_pod_gateway() { echo "${POD_CIDR%.*.*}.$1.1"; }
 node_bridge() { echo "mfcni$1"; }
+# node_veth <N>: the host's end of node N's veth, on NODES_BRIDGE.
+node_veth() { echo "mfveth$1"; }
+# node_veths: the host's ends of the nodes' veths that exist now, whatever
+# cluster made them (deleting one deletes its peer in the node too).
+node_veths() {
+	ip -o link show type veth 2>/dev/null | awk -F': ' '{ sub(/@.*/, "", $2); if ($2 ~ /^mfveth[0-9]+$/) print $2 }'
+}
 node_dir() { echo "$NODES_DIR/$1"; }
 # node_component <component> <name>: the name a component of the node goes
 # by (PID file, log): node 1's are the cluster's own.

@@ -76,6 +76,7 @@ ip link show "$BRIDGE" >/dev/null 2>&1 && refuse "bridge $BRIDGE exists; run hac
 	refuse "routes for $SERVICE_CIDR or $POD_CIDR exist; run hack/cluster/down.sh, or choose SERVICE_CIDR/POD_CIDR"
 if ((NODES > 1)); then
 	ip link show "$NODES_BRIDGE" >/dev/null 2>&1 && refuse "bridge $NODES_BRIDGE exists; run hack/cluster/down.sh first"
+	[[ -z $(node_veths) ]] || refuse "links $(node_veths | tr '\n' ' ')exist; run hack/cluster/down.sh first"
 	for ((i = 2; i <= NODES; i++)); do
 		[[ -z $(ip route show "$(node_pod_cidr "$i")") ]] || refuse "a route for $(node_pod_cidr "$i") exists; run hack/cluster/down.sh, or choose POD_CIDR"
 	done
@@ -250,11 +251,11 @@ if ((NODES > 1)); then
 			mount --bind '$nd/kubelet' /var/lib/kubelet
 			mount --bind '$nd/log' /var/log
 			mount --bind '$nd/cni/lib' /var/lib/cni"
-		# eth0 in the node, mfveth<N> on the nodes' bridge; no default
+		# eth0 in the node, mfveth<N> (node_veth) on the nodes' bridge; no default
 		# route: the node knows the nodes' /24, its pods' bridge and, through
 		# the host, POD_GATEWAY.
-		nsenter --net="$NS_DIR/$n.net" -- ip link add eth0 type veth peer name "mfveth$i" netns $$
-		ip link set "mfveth$i" master "$NODES_BRIDGE" up
+		nsenter --net="$NS_DIR/$n.net" -- ip link add eth0 type veth peer name "$(node_veth "$i")" netns $$
+		ip link set "$(node_veth "$i")" master "$NODES_BRIDGE" up
 		nsenter --net="$NS_DIR/$n.net" -- sh -ec "
 			ip link set lo up
 			ip addr add $(node_ip "$i")/24 dev eth0
