@@ -103,15 +103,20 @@ func waitGone(t *testing.T, ns, name, node string) {
 	}
 }
 
-// servingLabel waits until the node's agent labels it as serving through
-// want (device-plugin or dra) and reports state success.
+// waitServing waits until the node's agent has reported its GPUs (the
+// layout annotation), labels the node as serving through want
+// (device-plugin or dra), and reports state success, or no state: a fresh
+// agent on a node without a mig.config source sets none.
 func (n simNode) waitServing(t *testing.T, want string) *corev1.Node {
 	t.Helper()
-	node, err := n.WaitForNode(t.Context(), fmt.Sprintf("node %s serving through %s, state success", n.NodeName, want), timeout, func(node *corev1.Node) error {
+	node, err := n.WaitForNode(t.Context(), fmt.Sprintf("node %s serving through %s, state success or none", n.NodeName, want), timeout, func(node *corev1.Node) error {
 		if v := node.Labels[labelServing]; v != want {
 			return fmt.Errorf("%s=%q", labelServing, v)
 		}
-		if s := node.Labels[labelState]; s != "success" {
+		if _, ok := node.Annotations[annotationLayout]; !ok {
+			return fmt.Errorf("no %s annotation", annotationLayout)
+		}
+		if s := node.Labels[labelState]; s != "success" && s != "" {
 			return fmt.Errorf("state %q, reason %q", s, node.Annotations[annotationReason])
 		}
 		return nil
