@@ -147,7 +147,7 @@ func TestHelmChart(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	waitForHelmRollout(t, ns)
-	checkHelmPools(t, others)
+	checkHelmPools(t, ns, others)
 
 	// annotate -> success -> allocatable, through the chart's agent.
 	_, layout := applyLayouts(t, gpuLayouts{0: {"1g.10gb", "1g.10gb"}, 1: {"3g.40gb"}})
@@ -251,7 +251,8 @@ func TestHelmChart(t *testing.T) {
 // allocatable and no slice; the DRA node through DRA, from
 // migflex-agent-dra, with its GPUs in its ResourceSlice and none in its
 // allocatable. Each node's agent reports the GPUs simulator.nodes gives it.
-func checkHelmPools(t *testing.T, others []simNode) {
+// The release is in ns, not where the framework's AgentPod looks.
+func checkHelmPools(t *testing.T, ns string, others []simNode) {
 	t.Helper()
 	ctx := t.Context()
 	for _, n := range append([]simNode{dpNode()}, others...) {
@@ -260,12 +261,21 @@ func checkHelmPools(t *testing.T, others []simNode) {
 			serving, ds = "dra", framework.AgentDRADaemonSet
 		}
 		node := n.waitServing(t, serving)
-		agent, err := n.AgentPod(ctx)
+		// The chart's only DaemonSets are the agent's pools.
+		pods, err := cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{
+			FieldSelector: "spec.nodeName=" + n.NodeName + ",status.phase=Running",
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if owner := metav1.GetControllerOf(agent); owner == nil || owner.Name != ds {
-			t.Errorf("node %s: agent pod %s of %v, want DaemonSet %s", n.NodeName, agent.Name, owner, ds)
+		var owners []string
+		for _, p := range pods.Items {
+			if owner := metav1.GetControllerOf(&p); owner != nil && owner.Kind == "DaemonSet" {
+				owners = append(owners, owner.Name)
+			}
+		}
+		if len(owners) != 1 || owners[0] != ds {
+			t.Errorf("node %s: agent pods of the DaemonSets %v, want one of %s", n.NodeName, owners, ds)
 		}
 		l, err := nodeLayout(node)
 		if err != nil {
