@@ -25,7 +25,7 @@
 //
 // Faults (fault.go) make the simulated driver misbehave on purpose: a call
 // site that fails with a chosen return on its Nth call, or hangs; an Xid
-// storm; a GPU that falls off the bus. They come from Config.Faults (the
+// storm; a GPU that falls off the bus; a node reboot at a chosen call. They come from Config.Faults (the
 // config file's faults:) or, on a running simulator, from ArmFault (the
 // inbox's fault command), and are listed with what they did by Faults and,
 // for other processes, ReadFaults. None is armed unless listed, a

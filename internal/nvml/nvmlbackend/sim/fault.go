@@ -30,12 +30,18 @@ import (
 //     instances and its MIG devices answers ERROR_GPU_IS_LOST (see
 //     doc.go), until a reboot brings it back, or with Permanent until the
 //     fault is cleared.
+//   - FaultReboot: the node reboots (Reboot): every instance is gone, MIG
+//     modes stay, pending ones take effect. At a call site it happens just
+//     before the Nth call, which then runs on the rebooted GPUs (a stale
+//     instance handle answers ERROR_INVALID_ARGUMENT), as an agent that lived
+//     through the reboot would see it.
 //
 // When: an error or a hang fires at a call site (Call), on the Nth call
 // there (default 1) and the Times-1 after it, or on every call from the
 // Nth with Always; a storm or a loss starts at once when armed, or with a
 // Call, at the Nth call there. With GPU set, only calls on that GPU count;
-// a storm's or a loss's GPU is also the GPU it happens to.
+// a storm's or a loss's GPU is also the GPU it happens to. A reboot fires
+// once, at once when armed or at the Nth call of its site.
 type Fault struct {
 	// Name identifies the fault in listings and for clearing; default
 	// "<kind>-<n>", n counting the faults armed.
@@ -77,10 +83,11 @@ const (
 	FaultHang     FaultKind = "hang"
 	FaultXidStorm FaultKind = "xidStorm"
 	FaultLost     FaultKind = "lost"
+	FaultReboot   FaultKind = "reboot"
 )
 
 // FaultKinds are the kinds a Fault may have.
-var FaultKinds = []FaultKind{FaultError, FaultHang, FaultXidStorm, FaultLost}
+var FaultKinds = []FaultKind{FaultError, FaultHang, FaultXidStorm, FaultLost, FaultReboot}
 
 // CallSite names the simulated calls a fault can fire at.
 type CallSite string
@@ -287,6 +294,20 @@ func (f Fault) check(gpus int, fromConfig bool) (faultPlan, error) {
 		}
 		if fromConfig && f.Call == "" {
 			bad("a storm in the simulator config needs call: one that fires at start is over before anything watches; inject it with `device-plugin sim fault` instead")
+		}
+	case FaultReboot:
+		notFor("times", f.Times != 0)
+		notFor("always", f.Always)
+		notFor("return", f.Return != "")
+		notFor("duration", f.Duration != 0)
+		notFor("xid", f.Xid != 0)
+		notFor("gi", f.GI != nil)
+		notFor("ci", f.CI != nil)
+		notFor("events", f.Events != 0)
+		notFor("interval", f.Interval != 0)
+		notFor("permanent", f.Permanent)
+		if fromConfig && f.Call == "" {
+			bad("a reboot in the simulator config needs call: one at start would reboot the node at every start; reboot it with `device-plugin sim reboot` instead")
 		}
 	case "":
 		bad("kind is required: one of %s", joinNames(FaultKinds))

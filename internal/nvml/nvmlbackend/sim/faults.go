@@ -325,7 +325,7 @@ func (fs *faultSet) hang(a *armedFault) {
 	fs.mu.Unlock()
 }
 
-// fire starts a storm or loses a GPU.
+// fire starts a storm, loses a GPU or reboots the node.
 func (l *Lib) fire(a *armedFault) {
 	switch a.Kind {
 	case FaultLost:
@@ -335,6 +335,12 @@ func (l *Lib) fire(a *armedFault) {
 	case FaultXidStorm:
 		l.faults.storms.Add(1)
 		go l.storm(a)
+	case FaultReboot:
+		if err := l.Reboot(); err != nil {
+			logger().Error(err, "Simulator fault could not reboot the node", "fault", a.Name)
+			return
+		}
+		logger().Info("Simulated node rebooted", "fault", a.Name)
 	}
 }
 

@@ -45,7 +45,11 @@ func TestFaultValidation(t *testing.T) {
 		{"storm at a call", sim.Fault{Kind: sim.FaultXidStorm, GPU: intp(0), Call: sim.CallCreateGpuInstance, Xid: 48, Events: 10, Interval: dur("100ms")}, "", false},
 		{"storm now", sim.Fault{Kind: sim.FaultXidStorm, GPU: intp(0), Xid: 48, Events: 10}, "a storm in the simulator config needs call", true},
 
-		{"no kind", sim.Fault{Call: sim.CallSetMigMode}, "kind is required: one of error, hang, xidStorm, lost", false},
+		{"reboot at a call", sim.Fault{Kind: sim.FaultReboot, Call: sim.CallCreateComputeInstance, GPU: intp(1), Nth: 4}, "", false},
+		{"reboot now", sim.Fault{Kind: sim.FaultReboot}, "a reboot in the simulator config needs call", true},
+		{"reboot with times", sim.Fault{Kind: sim.FaultReboot, Call: sim.CallSetMigMode, Times: 2}, "times does not apply to a fault of kind reboot", false},
+		{"reboot with a return", sim.Fault{Kind: sim.FaultReboot, Call: sim.CallSetMigMode, Return: "ERROR_UNKNOWN"}, "return does not apply to a fault of kind reboot", false},
+		{"no kind", sim.Fault{Call: sim.CallSetMigMode}, "kind is required: one of error, hang, xidStorm, lost, reboot", false},
 		{"unknown kind", sim.Fault{Kind: "explode", Call: sim.CallSetMigMode}, `kind "explode"`, false},
 		{"unknown call", sim.Fault{Kind: sim.FaultError, Call: "createInstance"}, `call "createInstance": want one of createGpuInstance, `, false},
 		{"error without call", sim.Fault{Kind: sim.FaultError}, "a fault of kind error needs call", false},
@@ -620,4 +624,65 @@ func TestFaultsAcrossProcesses(t *testing.T) {
 	if _, ret := device(t, l, 0).SetMigMode(nvml.DEVICE_MIG_ENABLE); ret != nvml.ERROR_UNKNOWN {
 		t.Errorf("SetMigMode on GPU 0 after a restart = %v, want the config's fault armed again", ret)
 	}
+}
+
+// TestRebootFault: a reboot armed at once, or set off by the Nth call at
+// a site, drops every instance and keeps MIG modes; the call that set it
+// off runs on the rebooted GPU, and a stale instance handle is refused.
+func TestRebootFault(t *testing.T) {
+	profiles := func(l *sim.Lib, gpu int) []string {
+		var out []string
+		for _, in := range l.Snapshot()[gpu].Instances {
+			out = append(out, in.Profile)
+		}
+		return out
+	}
+	t.Run("now", func(t *testing.T) {
+		l := newLib(t, gpu("H100-SXM5-80GB"), gpu("H100-SXM5-80GB"))
+		createInstance(t, enableMIG(t, l, 0), byKind["3g"], 0)
+		createInstance(t, enableMIG(t, l, 1), byKind["7g"], 0)
+		if _, err := l.ArmFault(sim.Fault{Kind: sim.FaultReboot}); err != nil {
+			t.Fatal(err)
+		}
+		for i, g := range l.Snapshot() {
+			if !g.MigEnabled || len(g.Instances) != 0 {
+				t.Errorf("GPU %d after the reboot: MIG %v, %d instances; want MIG kept and none", i, g.MigEnabled, len(g.Instances))
+			}
+		}
+		if st := l.Faults()[0]; st.Fired != 1 || !st.Done {
+			t.Errorf("listing %+v, want fired once, done", st)
+		}
+	})
+	t.Run("at the second create", func(t *testing.T) {
+		l := newLib(t, gpu("H100-SXM5-80GB"))
+		d := enableMIG(t, l, 0)
+		gi, _ := createInstance(t, d, byKind["3g"], 0)
+		if _, err := l.ArmFault(sim.Fault{Kind: sim.FaultReboot, Call: sim.CallCreateGpuInstance, Nth: 2}); err != nil {
+			t.Fatal(err)
+		}
+		if _, ret := createGI(d, profileInfo(t, d, byKind["2g"]), 4, 2); ret != nvml.SUCCESS {
+			t.Fatalf("first create = %v", ret)
+		}
+		if diff := cmp.Diff([]string{"3g.40gb", "2g.20gb"}, profiles(l, 0)); diff != "" {
+			t.Errorf("before the reboot (-want +got):\n%s", diff)
+		}
+		if _, ret := createGI(d, profileInfo(t, d, byKind["1g"]), 6, 1); ret != nvml.SUCCESS {
+			t.Fatalf("the create that set off the reboot = %v", ret)
+		}
+		if diff := cmp.Diff([]string{"1g.10gb"}, profiles(l, 0)); diff != "" {
+			t.Errorf("after the reboot (-want +got):\n%s", diff)
+		}
+		if got := modes(t, d); got.Current != nvml.DEVICE_MIG_ENABLE {
+			t.Errorf("MIG after the reboot: %+v, want kept", got)
+		}
+		if _, ret := gi.GetInfo(); ret != nvml.ERROR_INVALID_ARGUMENT {
+			t.Errorf("a GPU instance handle from before the reboot = %v, want ERROR_INVALID_ARGUMENT", ret)
+		}
+		if _, ret := createGI(d, profileInfo(t, d, byKind["1g"]), 5, 1); ret != nvml.SUCCESS {
+			t.Errorf("a third create = %v, want no second reboot", ret)
+		}
+		if diff := cmp.Diff([]string{"1g.10gb", "1g.10gb"}, profiles(l, 0)); diff != "" {
+			t.Errorf("after the third create (-want +got):\n%s", diff)
+		}
+	})
 }
