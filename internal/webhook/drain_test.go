@@ -1,0 +1,100 @@
+package webhook
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/migflex/migflex/internal/platform/certwatch/certtest"
+)
+
+// TestDrainAnswersKeptAliveConnections: the API server keeps its
+// connections to the webhook alive and may send a request on an idle one
+// at any moment, also while the webhook stops. A stopping webhook accepts
+// no new connection but answers a request on a kept-alive one (with
+// "Connection: close", so that the next goes to another replica) instead
+// of closing the idle connection under it: a POST lost there is not
+// retried, and with failurePolicy Ignore the pod would be admitted
+// unchecked. Run returns once the last connection has closed, long before
+// the drain period.
+func TestDrainAnswersKeptAliveConnections(t *testing.T) {
+	ca := certtest.NewCA(t)
+	dir := t.TempDir()
+	certtest.WriteSecretDir(t, dir, ca.Issue(t))
+	srv, stop := runServer(t, Options{
+		Listen:           "127.0.0.1:0",
+		CertDir:          dir,
+		CertPollInterval: -1,
+		Decider:          newDecider(t),
+		Source:           StaticSource{Snap: snapshotOf(gpuNode("a100", map[corev1.ResourceName]int64{mig1g10: 7}))},
+		DrainPeriod:      time.Hour,
+	})
+	addr := srv.Addr().String()
+	conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.Pool(), NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	post := func() (*http.Response, error) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, "https://"+addr+"/mutate", bytes.NewReader(reviewFor(t, gpuPod("p", mig2g20, "1"), nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if err := req.Write(conn); err != nil {
+			return nil, err
+		}
+		resp, err := http.ReadResponse(br, req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		var review admissionv1.AdmissionReview
+		if err := json.NewDecoder(resp.Body).Decode(&review); err != nil || review.Response == nil || len(review.Response.Patch) == 0 {
+			t.Fatalf("answer %d: %v %+v, want a rewrite", resp.StatusCode, err, review.Response)
+		}
+		return resp, nil
+	}
+	if resp, err := post(); err != nil || resp.Close {
+		t.Fatalf("first request: %v (close %v), want an answer on a connection kept alive", err, resp != nil && resp.Close)
+	}
+
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		stop()
+	}()
+	// The server is stopping once it refuses new connections.
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			break
+		}
+		c.Close()
+		time.Sleep(time.Millisecond) // polling a condition nothing signals
+	}
+
+	resp, err := post()
+	if err != nil {
+		t.Fatalf("a request on the kept-alive connection while the server stops: %v, want an answer", err)
+	}
+	if !resp.Close {
+		t.Error(`the answer while stopping lacks "Connection: close"`)
+	}
+	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+		t.Errorf("after the answer: %v, want the server to close the connection", err)
+	}
+	<-stopped
+}
