@@ -14,6 +14,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 
 	"github.com/migflex/migflex/internal/platform/certwatch/certtest"
 )
@@ -97,4 +98,16 @@ func TestDrainAnswersKeptAliveConnections(t *testing.T) {
 		t.Errorf("after the answer: %v, want the server to close the connection", err)
 	}
 	<-stopped
+}
+
+// TestIdleTimeoutOutlastsTheAPIServers: the API server's webhook client
+// (client-go, whose transports get k8s.io/apimachinery's defaults) closes
+// a connection idle for its IdleConnTimeout. The webhook keeps an idle
+// connection longer, so that it is never the one to close it while a
+// request may be on its way.
+func TestIdleTimeoutOutlastsTheAPIServers(t *testing.T) {
+	client := utilnet.SetTransportDefaults(&http.Transport{}).IdleConnTimeout
+	if client <= 0 || idleTimeout <= client {
+		t.Fatalf("the webhook closes connections idle for %v, the API server those idle for %v: want the webhook's longer", idleTimeout, client)
+	}
 }

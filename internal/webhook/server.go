@@ -105,6 +105,9 @@ type Server struct {
 // grace period.
 const DefaultDrainPeriod = 5 * time.Second
 
+// idleTimeout is how long the server keeps an idle connection.
+const idleTimeout = 2 * time.Minute
+
 // NewServer validates the options, loads the certificate, creates the
 // informers (not started) and binds the listener, so that Addr is known
 // before Run.
@@ -182,7 +185,11 @@ func NewServer(o Options) (*Server, error) {
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       90 * time.Second,
+		// Longer than the API server keeps an idle connection (its
+		// transport's 90 s), so that the client, which knows when it sends
+		// next, closes one first: the server closing it races a request
+		// on its way, lost then (see drain).
+		IdleTimeout: idleTimeout,
 		// TLS handshake errors are what users look for when the caBundle
 		// and the certificate disagree; send them to the structured log.
 		ErrorLog: klog.NewStandardLogger("WARNING"),
