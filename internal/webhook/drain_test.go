@@ -3,12 +3,14 @@ package webhook
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 
 	"github.com/migflex/migflex/internal/platform/certwatch/certtest"
+	"github.com/migflex/migflex/internal/testsupport/testutil"
 )
 
 // TestDrainAnswersKeptAliveConnections: the API server keeps its
@@ -109,5 +112,107 @@ func TestIdleTimeoutOutlastsTheAPIServers(t *testing.T) {
 	client := utilnet.SetTransportDefaults(&http.Transport{}).IdleConnTimeout
 	if client <= 0 || idleTimeout <= client {
 		t.Fatalf("the webhook closes connections idle for %v, the API server those idle for %v: want the webhook's longer", idleTimeout, client)
+	}
+}
+
+// TestStopUnderLoadLosesNoRequest: clients keep sending admissions over
+// kept-alive connections, as the API server does, while a replica whose
+// endpoint was withdrawn stops; new connections go to a sibling replica.
+// No request is lost (before the drain most stops lost some:
+// docs/BENCHMARKS.md).
+func TestStopUnderLoadLosesNoRequest(t *testing.T) {
+	ca := certtest.NewCA(t)
+	dir := t.TempDir()
+	certtest.WriteSecretDir(t, dir, ca.Issue(t))
+	src := StaticSource{Snap: snapshotOf(gpuNode("a100", map[corev1.ResourceName]int64{mig1g10: 7}))}
+	opts := Options{Listen: "127.0.0.1:0", CertDir: dir, CertPollInterval: -1, Decider: newDecider(t), Source: src}
+	body := reviewFor(t, gpuPod("p", mig2g20, "1"), nil)
+	const rounds, clients = 5, 4
+	for round := range rounds {
+		stopping, stop := runServer(t, opts)
+		sibling, stopSibling := runServer(t, opts)
+		// One address, as the Service's: new connections go to the
+		// stopping replica until its endpoint is withdrawn (before it
+		// is told to stop: the preStop sleep), then to the sibling; the
+		// connections kept alive stay where they are.
+		var (
+			endpointMu sync.Mutex
+			withdrawn  bool
+			connecting int // connections to the stopping replica not yet established
+		)
+		dialer := &tls.Dialer{Config: &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1", NextProtos: []string{"http/1.1"}}}
+		tr := &http.Transport{
+			DialTLSContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+				endpointMu.Lock()
+				addr := sibling.Addr().String()
+				if !withdrawn {
+					addr = stopping.Addr().String()
+					connecting++
+					defer func() {
+						endpointMu.Lock()
+						connecting--
+						endpointMu.Unlock()
+					}()
+				}
+				endpointMu.Unlock()
+				return dialer.DialContext(ctx, network, addr) // the handshake: accepted
+			},
+		}
+		client := &http.Client{Transport: tr}
+		var (
+			mu       sync.Mutex
+			answered int
+			lost     []string
+			wg       sync.WaitGroup
+			stopped  = make(chan struct{})
+		)
+		for range clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stopped:
+						return
+					default:
+					}
+					resp, err := client.Post("https://webhook/mutate", "application/json", bytes.NewReader(body))
+					mu.Lock()
+					if err != nil {
+						lost = append(lost, err.Error())
+					} else {
+						answered++
+					}
+					mu.Unlock()
+					if err == nil {
+						_, _ = io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+					}
+				}
+			}()
+		}
+		// Stop once every client has been answered, with their
+		// connections kept alive.
+		testutil.Eventually(t, "answers before the stop", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return answered >= 4*clients
+		})
+		endpointMu.Lock()
+		withdrawn = true
+		endpointMu.Unlock()
+		testutil.Eventually(t, "the connections on their way to the stopping replica", func() bool {
+			endpointMu.Lock()
+			defer endpointMu.Unlock()
+			return connecting == 0
+		})
+		stop()
+		close(stopped)
+		wg.Wait()
+		tr.CloseIdleConnections()
+		stopSibling()
+		if len(lost) > 0 {
+			t.Errorf("round %d: %d of %d requests lost while a replica stopped: %v", round, len(lost), answered+len(lost), lost)
+		}
 	}
 }
