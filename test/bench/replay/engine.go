@@ -111,6 +111,12 @@ type policy interface {
 	released(s *sim, p *simPod)
 }
 
+// departing is a policy whose rounds also start when a pod leaves its
+// devices.
+type departing interface {
+	roundsOnDeparture() bool
+}
+
 // sim is one replay of one policy on one fleet.
 type sim struct {
 	cfg     *runConfig
@@ -173,6 +179,9 @@ func (s *sim) run() error {
 				arrived = append(arrived, e.pod)
 			case evDepart:
 				s.depart(e.pod)
+				if d, ok := s.pol.(departing); ok && d.roundsOnDeparture() {
+					s.trigger()
+				}
 			case evChanged:
 				s.f.finishChange(e.gpu)
 				s.dirtyAll = true

@@ -64,7 +64,7 @@ func newPolicy(name string, cfg *runConfig) (policy, error) {
 			return nil, err
 		}
 		return &migflex{static: static{label: name, layout: balanced}, pl: pl, mix: solver.NewMixTracker(cfg.mixHalfLife), cadence: cfg.cadence,
-			preset: cfg.migflexPreset}, nil
+			preset: cfg.migflexPreset, departures: cfg.migflexDepartures}, nil
 	}
 	return nil, fmt.Errorf("unknown policy %q (known: %v)", name, AllPolicies)
 }
@@ -470,6 +470,9 @@ type migflex struct {
 	// preset: the fleet starts from the static layouts
 	// (Options.MigflexPreset), not every GPU whole.
 	preset bool
+	// departures: a pod leaving its devices starts a batch, as in the
+	// controller (Options.MigflexIgnoresDepartures).
+	departures bool
 }
 
 func (p *migflex) setup(s *sim) error {
@@ -487,6 +490,12 @@ func (p *migflex) setup(s *sim) error {
 func (p *migflex) batching() (solver.Cadence, bool) { return p.cadence, true }
 
 func (p *migflex) arrive(s *sim, pod *simPod) { p.mix.Observe(simTime(s.now), pod.k8s) }
+
+// roundsOnDeparture: the controller starts a batch on every change of a
+// Node's annotations, and the agent's layout annotation names the pods
+// holding each device, so a pod leaving starts a round a batch window
+// later, pods waiting or not.
+func (p *migflex) roundsOnDeparture() bool { return p.departures }
 
 func (p *migflex) round(s *sim) {
 	pods := s.waiting()

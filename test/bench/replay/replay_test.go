@@ -120,8 +120,10 @@ func TestReplayReshapeTimes(t *testing.T) {
 			t.Errorf("%s: wait %v s, want %v", name, r.WaitP50, want)
 		}
 	}
-	if r := got[PolicyMigflex]; r.Repartitions != 1 || r.Rounds != 1 {
-		t.Errorf("migflex: %d repartitions in %d rounds, want 1 in 1", r.Repartitions, r.Rounds)
+	// One round for the pod, one when it leaves (which changes nothing:
+	// the GPU is whole).
+	if r := got[PolicyMigflex]; r.Repartitions != 1 || r.Rounds != 2 {
+		t.Errorf("migflex: %d repartitions in %d rounds, want 1 in 2", r.Repartitions, r.Rounds)
 	}
 	o := Options{Tasks: tasks, Columns: Columns{Times: true}, Nodes: nodes, Speedup: 1, Drain: time.Hour, Latency: 5 * time.Second,
 		Planner: solver.DefaultPolicy(), MixHalfLife: time.Hour, Policies: []string{PolicyMigflex}, Parallel: 1}
@@ -452,5 +454,40 @@ func TestReplaySeesChangesInFlight(t *testing.T) {
 	r := replayOf(t, tasks, []TraceNode{{Name: "n0", GPUs: 1, Model: "G2"}, {Name: "n1", GPUs: 1, Model: "G2"}}, PolicyMigflex)[PolicyMigflex]
 	if r.Repartitions != 1 || r.NeverServed != 0 {
 		t.Errorf("%d repartitions, %d never served; want one change serving both", r.Repartitions, r.NeverServed)
+	}
+}
+
+// TestReplayRoundsOnDepartures: as in the controller (the agent's layout
+// annotation names the pods holding each device, and a Node's annotations
+// changing starts a batch), a pod leaving starts a round a batch window
+// later. A whole-GPU pod waits for the one GPU, a MIG pod's for 1000 s;
+// when that pod leaves (at 1006: a round at 1 s, a 5 s change), a round
+// at 1007 gives the GPU whole to the waiting pod, whose change lands at
+// 1012. Without the departure's round it waits for the next resync.
+func TestReplayRoundsOnDepartures(t *testing.T) {
+	idle := solver.DefaultCadence().Idle.Seconds()
+	tasks := []Task{
+		{Name: "small", NumGPU: 1, GPUMilli: 100, Created: 0, Duration: 1000},
+		{Name: "whole", NumGPU: 1, GPUMilli: 1000, Created: 10, Duration: 100},
+	}
+	for _, ignore := range []bool{false, true} {
+		o := Options{Tasks: tasks, Columns: Columns{Times: true}, Nodes: []TraceNode{{Name: "n0", GPUs: 1, Model: "G2"}}, Speedup: 1,
+			Drain: time.Hour, Latency: 5 * time.Second, Planner: solver.DefaultPolicy(), MixHalfLife: time.Hour,
+			Policies: []string{PolicyMigflex}, Parallel: 1, MigflexIgnoresDepartures: ignore}
+		r, err := Run(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := r.Loads[0].Results[0]
+		want := idle + 5 + 1000 + idle + 5 - 10
+		if ignore {
+			if res.WaitP99 <= want || r.Settings.MigflexDepartureRounds {
+				t.Errorf("without rounds on departures: wait %v s, departure rounds %v; want longer than %v s, false", res.WaitP99, r.Settings.MigflexDepartureRounds, want)
+			}
+			continue
+		}
+		if !near(res.WaitP99, want) || res.Repartitions != 2 || !r.Settings.MigflexDepartureRounds {
+			t.Errorf("with rounds on departures: wait %v s, %d repartitions, departure rounds %v; want %v s, 2, true", res.WaitP99, res.Repartitions, r.Settings.MigflexDepartureRounds, want)
+		}
 	}
 }

@@ -62,6 +62,13 @@ type Options struct {
 	// balanced) that nos starts from too, instead of every GPU whole (MIG
 	// disabled), as GPUs ship and as a cluster adopting the planner is.
 	MigflexPreset bool
+	// MigflexIgnoresDepartures runs migflex's rounds only for pods that
+	// cannot be scheduled and every Cadence.Resync while pods wait, not
+	// also when a pod leaves its devices as the controller's do (the
+	// agent's layout annotation names the pods holding each device, so a
+	// pod leaving changes the Node, which starts a batch): the replay
+	// before issue 38, to measure the difference.
+	MigflexIgnoresDepartures bool
 	// FGD runs the fill experiment on FGDFraction of the nodes.
 	FGD         bool
 	FGDFraction float64
@@ -117,7 +124,9 @@ type Settings struct {
 	MixHalfLife    string         `json:"mixHalfLife"`
 	MigflexCadence solver.Cadence `json:"migflexCadence"`
 	MigflexPreset  bool           `json:"migflexStartsFromPreset"`
-	NosCadence     solver.Cadence `json:"nosCadence"`
+	// MigflexDepartureRounds: a pod leaving its devices starts a batch.
+	MigflexDepartureRounds bool           `json:"migflexDepartureRounds"`
+	NosCadence             solver.Cadence `json:"nosCadence"`
 }
 
 // LoadResult is every policy at one load.
@@ -141,6 +150,8 @@ type runConfig struct {
 	cadence        solver.Cadence
 	mixHalfLife    time.Duration
 	migflexPreset  bool
+	// migflexDepartures: a pod leaving starts a batch of migflex's.
+	migflexDepartures bool
 }
 
 // podTemplate is a task as every policy's replay starts it.
@@ -164,7 +175,7 @@ func Run(o Options) (*Report, error) {
 	rep.Settings = Settings{
 		Models: o.Models, Speedup: o.Speedup, DrainSeconds: o.Drain.Seconds(), LatencySeconds: o.Latency.Seconds(),
 		Seed: o.Seed, Planner: o.Planner, MixHalfLife: o.MixHalfLife.String(),
-		MigflexCadence: o.Cadence, NosCadence: nosCadence, MigflexPreset: o.MigflexPreset,
+		MigflexCadence: o.Cadence, NosCadence: nosCadence, MigflexPreset: o.MigflexPreset, MigflexDepartureRounds: !o.MigflexIgnoresDepartures,
 	}
 	full, err := newFleet(o.Nodes, o.Models)
 	if err != nil {
@@ -329,7 +340,7 @@ func specModels(m ModelMap, spec []string) []string {
 
 func baseConfig(o Options, templates []podTemplate) *runConfig {
 	cfg := &runConfig{start: math.Inf(1), horizon: 0, latency: o.Latency.Seconds(), planner: o.Planner, mixHalfLife: o.MixHalfLife, cadence: o.Cadence,
-		migflexPreset: o.MigflexPreset}
+		migflexPreset: o.MigflexPreset, migflexDepartures: !o.MigflexIgnoresDepartures}
 	for _, t := range templates {
 		cfg.start = min(cfg.start, t.arrival)
 		cfg.horizon = max(cfg.horizon, t.arrival)

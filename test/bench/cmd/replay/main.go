@@ -58,6 +58,7 @@ func run(args []string, stderr io.Writer) error {
 	fs.BoolVar(&cadence.Leading, "migflex-leading", cadence.Leading, "migflex: a round at once for the first pod after a quiet spell")
 	halfLife := fs.Duration("mix-half-life", time.Hour, "migflex: half-life of the observed demand mix")
 	migflexPreset := fs.Bool("migflex-preset", false, "migflex: start from the static policies' preset layouts (as nos does), not with every GPU whole")
+	migflexDepartures := fs.Bool("migflex-departures", true, "migflex: a pod leaving its devices starts a round, as in the controller (false: only pods that cannot be scheduled and the resync do)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the replay to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -77,7 +78,7 @@ func run(args []string, stderr io.Writer) error {
 		return errors.New("-pods and -nodes are required (the trace: github.com/alibaba/clusterdata, cluster-trace-gpu-v2023/csv)")
 	}
 	o := replay.Options{TraceName: filepath.Base(*pods), Speedup: *speedup, Drain: *drain, Latency: *latency,
-		Seed: *seed, Planner: pol, Cadence: cadence, MixHalfLife: *halfLife, MigflexPreset: *migflexPreset, FGD: *fgd, FGDFraction: *fgdFraction, FGDOffered: *fgdOffered,
+		Seed: *seed, Planner: pol, Cadence: cadence, MixHalfLife: *halfLife, MigflexPreset: *migflexPreset, MigflexIgnoresDepartures: !*migflexDepartures, FGD: *fgd, FGDFraction: *fgdFraction, FGDOffered: *fgdOffered,
 		Parallel: *parallel, Progress: func(s string) { fmt.Fprintln(stderr, s) }}
 	var err error
 	if o.Models, err = replay.ParseModelMap(*models); err != nil {
