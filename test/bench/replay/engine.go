@@ -48,6 +48,8 @@ const (
 	evChanged
 	evBatch
 	evResync
+	// evCall runs the event's call: a policy's timer.
+	evCall
 )
 
 type event struct {
@@ -59,6 +61,7 @@ type event struct {
 	kind eventKind
 	pod  *simPod
 	gpu  *gpu
+	call func()
 }
 
 type eventQueue []event
@@ -191,6 +194,8 @@ func (s *sim) run() error {
 				if s.pending > 0 {
 					s.trigger()
 				}
+			case evCall:
+				e.call()
 			}
 		}
 		s.pass()
@@ -210,6 +215,9 @@ func (s *sim) run() error {
 func (s *sim) advance(t float64) {
 	if dt := t - s.now; dt > 0 && s.pending > 0 {
 		s.m.observe(dt, s.f.capacity-s.f.allocated, s.f.capacity, s.pendingDemand)
+	}
+	if dt := t - s.now; dt > 0 {
+		s.m.withheld += dt * s.f.withheld
 	}
 	s.now = t
 }
@@ -280,12 +288,12 @@ func (s *sim) bind(p *simPod) bool {
 	}
 	var best *node
 	for _, n := range s.f.nodes {
-		if !s.eligs.masks[p.elig][n.idx] || n.free[p.req.res] < p.req.count {
+		if !s.eligs.masks[p.elig][n.idx] || n.available(p.req.res, p.id) < p.req.count {
 			continue
 		}
 		// Most allocated first: the node with the fewest free devices of
 		// the kind (the bin-packing scoring GPU clusters use).
-		if best == nil || n.free[p.req.res] < best.free[p.req.res] {
+		if best == nil || n.available(p.req.res, p.id) < best.available(p.req.res, p.id) {
 			best = n
 		}
 	}
@@ -293,8 +301,14 @@ func (s *sim) bind(p *simPod) bool {
 		return false
 	}
 	need := p.req.count
-	for _, g := range best.gpus {
-		if g.changing {
+	gpus := best.gpus
+	if best.resvPod == p.id {
+		// Its reservation's GPUs first: the rest stay offered to others.
+		gpus = slices.Clone(gpus)
+		slices.SortStableFunc(gpus, func(a, b *gpu) int { return cmp.Compare(b2i(b.reserved), b2i(a.reserved)) })
+	}
+	for _, g := range gpus {
+		if g.changing || g.reserved && best.resvPod != p.id {
 			continue
 		}
 		if p.req.res == resourcename.GPU {
@@ -312,7 +326,7 @@ func (s *sim) bind(p *simPod) bool {
 		}
 	}
 	if need != 0 {
-		panic(fmt.Sprintf("replay: node %s counted %d free %s but had fewer", best.name, best.free[p.req.res], p.req.res))
+		panic(fmt.Sprintf("replay: node %s counted %d free %s but had fewer", best.name, best.available(p.req.res, p.id), p.req.res))
 	}
 	s.started(p, best, s.now)
 	return true
@@ -322,15 +336,15 @@ func (s *sim) bind(p *simPod) bool {
 func (s *sim) hold(p *simPod, g *gpu, i int) {
 	if i < 0 {
 		g.whole = p.id
-		g.node.free[resourcename.GPU]--
+		s.f.bump(g, resourcename.GPU, 1, -1)
 		s.f.allocated++
 		p.got++
 		p.devs = append(p.devs, devRef{g: g, start: -1})
 		return
 	}
 	g.insts[i].pod = p.id
-	g.node.free[g.insts[i].res]--
 	sh := g.share(g.insts[i])
+	s.f.bump(g, g.insts[i].res, sh, -1)
 	s.f.allocated += sh
 	p.got += sh
 	p.devs = append(p.devs, devRef{g: g, start: g.insts[i].start})
@@ -351,7 +365,7 @@ func (s *sim) depart(p *simPod) {
 			g.whole = -1
 			s.f.allocated--
 			if !g.changing && !g.mig {
-				g.node.free[resourcename.GPU]++
+				s.f.bump(g, resourcename.GPU, 1, 1)
 			}
 			s.dirty[resourcename.GPU] = true
 			continue
@@ -369,7 +383,7 @@ func (s *sim) depart(p *simPod) {
 			g.lastChanged = s.now
 			s.m.repartitions++
 		} else if !g.changing {
-			g.node.free[in.res]++
+			s.f.bump(g, in.res, g.share(*in), 1)
 		}
 		s.dirty[in.res] = true
 	}
@@ -597,4 +611,11 @@ func (e *eligCache) of(p *corev1.Pod) int {
 	e.byKey[key] = len(e.masks)
 	e.masks = append(e.masks, mask)
 	return len(e.masks) - 1
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

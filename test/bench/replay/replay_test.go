@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/migflex/migflex/internal/domain/resourcename"
+	"github.com/migflex/migflex/internal/planner/reserve"
 	"github.com/migflex/migflex/internal/planner/solver"
 )
 
@@ -489,5 +490,103 @@ func TestReplayRoundsOnDepartures(t *testing.T) {
 		if !near(res.WaitP99, want) || res.Repartitions != 2 || !r.Settings.MigflexDepartureRounds {
 			t.Errorf("with rounds on departures: wait %v s, %d repartitions, departure rounds %v; want %v s, 2, true", res.WaitP99, res.Repartitions, r.Settings.MigflexDepartureRounds, want)
 		}
+	}
+}
+
+// TestReplayReservations: a pod asking for both GPUs of the one node
+// arrives at 10 s, behind two whole-GPU pods ending at 1000 and 2000 s;
+// one-GPU pods arriving at 900 and 1500 s would take each GPU as it
+// frees. With reservations (after 5 minutes' wait, the node's GPUs due
+// within the hour) the round after 310 s reserves the node: the GPU
+// freed at 1000 s is withheld (1000 s of it) and the pod starts at 2000
+// s. Without, the one-GPU pods take the GPUs as they free and it starts
+// at 5000 s, when the second of them ends.
+func TestReplayReservations(t *testing.T) {
+	tasks := []Task{
+		{Name: "a", NumGPU: 1, GPUMilli: 1000, Created: 0, Duration: 1000},
+		{Name: "b", NumGPU: 1, GPUMilli: 1000, Created: 0, Duration: 2000},
+		{Name: "two", NumGPU: 2, GPUMilli: 1000, Created: 10, Duration: 500},
+		{Name: "c1", NumGPU: 1, GPUMilli: 1000, Created: 900, Duration: 3000},
+		{Name: "c2", NumGPU: 1, GPUMilli: 1000, Created: 1500, Duration: 3000},
+	}
+	pol := reserve.DefaultPolicy()
+	pol.Lead = time.Hour
+	for _, tc := range []struct {
+		name     string
+		max      int
+		wait     float64 // the two-GPU pod's
+		resv     [3]int  // made, bound, lapsed
+		withheld float64 // GPU-hours
+	}{
+		{name: "with", max: pol.Max, wait: 1990, resv: [3]int{1, 1, 0}, withheld: 1000.0 / 3600},
+		{name: "without", wait: 4990},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := pol
+			p.Max = tc.max
+			o := Options{Tasks: tasks, Columns: Columns{Times: true}, Nodes: []TraceNode{{Name: "n0", GPUs: 2, Model: "G2"}}, Speedup: 1,
+				Drain: time.Hour, Latency: 5 * time.Second, Planner: solver.DefaultPolicy(), Reserve: p, MixHalfLife: time.Hour,
+				Policies: []string{PolicyMigflex}, Parallel: 1}
+			r, err := Run(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := r.Loads[0].Results[0]
+			var wait float64
+			for _, k := range res.ByKind {
+				if k.Kind == "gpu x2" {
+					wait = k.WaitP99
+				}
+			}
+			if !near(wait, tc.wait) || [3]int{res.Reservations, res.ReservationsBound, res.ReservationsLapsed} != tc.resv || !near(res.WithheldGPUHours, tc.withheld) {
+				t.Errorf("two-GPU pod's wait %v s; reservations made, bound, lapsed %v; withheld %v GPU-hours; want %v s, %v, %v",
+					wait, [3]int{res.Reservations, res.ReservationsBound, res.ReservationsLapsed}, res.WithheldGPUHours, tc.wait, tc.resv, tc.withheld)
+			}
+		})
+	}
+}
+
+// TestReplayReservationOnMIG: the node's GPUs are one whole, held by a
+// pod until 1006 s, and one given to a 1g.10gb pod (a round at 1 s, the
+// change at 6 s) until 1006 s. The reservation for the two-GPU pod waits
+// for both; at 1006 s the departure's round makes the MIG GPU whole
+// (reserved GPUs go whole whatever the mix) and the pod starts when that
+// lands, at 1012 s. With no grace the reservation lapses at 1006 s, and
+// the pod is served by the planner's own reshape, at the same time.
+func TestReplayReservationOnMIG(t *testing.T) {
+	tasks := []Task{
+		{Name: "b", NumGPU: 1, GPUMilli: 1000, Created: 0, Duration: 1006},
+		{Name: "small", NumGPU: 1, GPUMilli: 100, Created: 0, Duration: 1000},
+		{Name: "two", NumGPU: 2, GPUMilli: 1000, Created: 10, Duration: 500},
+	}
+	for _, tc := range []struct {
+		name  string
+		grace time.Duration
+		resv  [3]int // made, bound, lapsed
+	}{
+		{name: "bound", grace: 2 * time.Minute, resv: [3]int{1, 1, 0}},
+		{name: "lapsed", grace: 0, resv: [3]int{1, 0, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pol := reserve.DefaultPolicy()
+			pol.Lead, pol.Grace = time.Hour, tc.grace
+			o := Options{Tasks: tasks, Columns: Columns{Times: true}, Nodes: []TraceNode{{Name: "n0", GPUs: 2, Model: "G2"}}, Speedup: 1,
+				Drain: time.Hour, Latency: 5 * time.Second, Planner: solver.DefaultPolicy(), Reserve: pol, MixHalfLife: time.Hour,
+				Policies: []string{PolicyMigflex}, Parallel: 1}
+			r, err := Run(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := r.Loads[0].Results[0]
+			var wait float64
+			for _, k := range res.ByKind {
+				if k.Kind == "gpu x2" {
+					wait = k.WaitP99
+				}
+			}
+			if got := [3]int{res.Reservations, res.ReservationsBound, res.ReservationsLapsed}; !near(wait, 1002) || got != tc.resv {
+				t.Errorf("two-GPU pod's wait %v s, reservations made, bound, lapsed %v; want 1002 s, %v", wait, got, tc.resv)
+			}
+		})
 	}
 }

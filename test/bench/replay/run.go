@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/migflex/migflex/internal/domain/resourcename"
+	"github.com/migflex/migflex/internal/planner/reserve"
 	"github.com/migflex/migflex/internal/planner/solver"
 	"github.com/migflex/migflex/test/bench/report"
 )
@@ -53,6 +54,10 @@ type Options struct {
 	Seed     uint64
 	Policies []string
 	Planner  solver.Policy
+	// Reserve is when migflex reserves nodes for pods waiting for several
+	// whole GPUs (internal/planner/reserve, called as the controller
+	// calls it); Max 0 reserves none.
+	Reserve reserve.Policy
 	// Cadence is when migflex's rounds run (zero: solver.DefaultCadence,
 	// what the controller runs with).
 	Cadence     solver.Cadence
@@ -121,6 +126,7 @@ type Settings struct {
 	LatencySeconds float64        `json:"latencySeconds"`
 	Seed           uint64         `json:"seed"`
 	Planner        solver.Policy  `json:"planner"`
+	Reserve        reserve.Policy `json:"reserve"`
 	MixHalfLife    string         `json:"mixHalfLife"`
 	MigflexCadence solver.Cadence `json:"migflexCadence"`
 	MigflexPreset  bool           `json:"migflexStartsFromPreset"`
@@ -147,6 +153,7 @@ type runConfig struct {
 	latency        float64
 	wholeShare     float64
 	planner        solver.Policy
+	reserve        reserve.Policy
 	cadence        solver.Cadence
 	mixHalfLife    time.Duration
 	migflexPreset  bool
@@ -174,7 +181,7 @@ func Run(o Options) (*Report, error) {
 	rep := &Report{Machine: report.DescribeMachine()}
 	rep.Settings = Settings{
 		Models: o.Models, Speedup: o.Speedup, DrainSeconds: o.Drain.Seconds(), LatencySeconds: o.Latency.Seconds(),
-		Seed: o.Seed, Planner: o.Planner, MixHalfLife: o.MixHalfLife.String(),
+		Seed: o.Seed, Planner: o.Planner, Reserve: o.Reserve, MixHalfLife: o.MixHalfLife.String(),
 		MigflexCadence: o.Cadence, NosCadence: nosCadence, MigflexPreset: o.MigflexPreset, MigflexDepartureRounds: !o.MigflexIgnoresDepartures,
 	}
 	full, err := newFleet(o.Nodes, o.Models)
@@ -254,6 +261,9 @@ func (o *Options) defaults() error {
 	}
 	if err := o.Cadence.Validate(); err != nil {
 		return fmt.Errorf("migflex cadence: %w", err)
+	}
+	if err := o.Reserve.Validate(); err != nil {
+		return fmt.Errorf("migflex reservations: %w", err)
 	}
 	return o.Planner.Validate()
 }
@@ -339,7 +349,7 @@ func specModels(m ModelMap, spec []string) []string {
 }
 
 func baseConfig(o Options, templates []podTemplate) *runConfig {
-	cfg := &runConfig{start: math.Inf(1), horizon: 0, latency: o.Latency.Seconds(), planner: o.Planner, mixHalfLife: o.MixHalfLife, cadence: o.Cadence,
+	cfg := &runConfig{start: math.Inf(1), horizon: 0, latency: o.Latency.Seconds(), planner: o.Planner, reserve: o.Reserve, mixHalfLife: o.MixHalfLife, cadence: o.Cadence,
 		migflexPreset: o.MigflexPreset, migflexDepartures: !o.MigflexIgnoresDepartures}
 	for _, t := range templates {
 		cfg.start = min(cfg.start, t.arrival)
