@@ -275,9 +275,33 @@ func (s *sim) pass() {
 				continue
 			}
 		} else {
+			s.bindReserved(c)
 			c.blocked = true
 		}
 		heads = slices.Delete(heads, bi, bi+1)
+	}
+}
+
+// bindReserved binds the pods of a class whose head does not fit that a
+// node is reserved for, where they fit: unlike the others of the class,
+// they may use the devices withheld for them.
+func (s *sim) bindReserved(c *podClass) {
+	var ids []int
+	for id := range s.f.reservedFor {
+		if p := s.pods[id]; p.start < 0 && !p.done && (classKey{res: p.req.res, count: p.req.count, elig: p.elig}) == c.key {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		p := s.pods[id]
+		i := slices.Index(c.q, p)
+		if i < 0 || !s.bind(p) {
+			continue
+		}
+		c.q = slices.Delete(c.q, i, i+1)
+		s.pending--
+		s.pendingDemand -= p.req.total()
 	}
 }
 

@@ -122,8 +122,10 @@ type fleet struct {
 	// pods (memory share).
 	capacity  float64
 	allocated float64
-	// withheld is the GPUs' worth of free devices reservations withhold.
-	withheld float64
+	// withheld is the GPUs' worth of free devices reservations withhold;
+	// reservedFor the node reserved for each pod (by id).
+	withheld    float64
+	reservedFor map[int]*node
 }
 
 func newFleet(nodes []TraceNode, models ModelMap) (*fleet, error) {
@@ -223,10 +225,17 @@ func (f *fleet) reserve(n *node, gpus []int, pod int) {
 		f.addFree(g)
 	}
 	n.resvPod = pod
+	if f.reservedFor == nil {
+		f.reservedFor = map[int]*node{}
+	}
+	f.reservedFor[pod] = n
 }
 
 // unreserve offers the node's withheld devices to every pod again.
 func (f *fleet) unreserve(n *node) {
+	if n.resvPod >= 0 {
+		delete(f.reservedFor, n.resvPod)
+	}
 	for _, g := range n.gpus {
 		if g.reserved {
 			f.dropFree(g)

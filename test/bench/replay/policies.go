@@ -560,6 +560,7 @@ func (p *migflex) reserve(s *sim, snap *solver.Snapshot, byName map[string]*node
 		p.reservedCount++
 		gen := p.reservedCount
 		s.f.reserve(n, r.GPUs, pod.id)
+		s.dirtyAll = true
 		p.reserved[pod.id] = applied{n: n, gen: gen}
 		s.m.reservations++
 		id := pod.id

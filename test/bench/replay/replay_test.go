@@ -590,3 +590,36 @@ func TestReplayReservationOnMIG(t *testing.T) {
 		})
 	}
 }
+
+// TestReplayReservedPodBehindHead: the scheduler tries every pod, not
+// only the first of those asking for the same thing. Pod p1 (two GPUs)
+// holds the reservation of node a, whose GPUs free at 1000 s; p2, of
+// higher priority and asking for the same, arrives later and holds node
+// b's, free at 1500 s. When a frees, p2 comes first and cannot use it,
+// and p1, behind it, binds there all the same (wait 990 s); p2 binds on b
+// (wait 1100 s).
+func TestReplayReservedPodBehindHead(t *testing.T) {
+	tasks := []Task{
+		{Name: "a1", NumGPU: 1, GPUMilli: 1000, QoS: "LS", Created: 0, Duration: 1000},
+		{Name: "a2", NumGPU: 1, GPUMilli: 1000, QoS: "LS", Created: 0, Duration: 1000},
+		{Name: "b1", NumGPU: 1, GPUMilli: 1000, QoS: "LS", Created: 0, Duration: 1500},
+		{Name: "b2", NumGPU: 1, GPUMilli: 1000, QoS: "LS", Created: 0, Duration: 1500},
+		{Name: "p1", NumGPU: 2, GPUMilli: 1000, Created: 10, Duration: 600},
+		{Name: "p2", NumGPU: 2, GPUMilli: 1000, QoS: "LS", Created: 400, Duration: 500},
+	}
+	pol := reserve.DefaultPolicy()
+	pol.Lead = time.Hour
+	o := Options{Tasks: tasks, Columns: Columns{Times: true}, Nodes: []TraceNode{{Name: "a", GPUs: 2, Model: "G2"}, {Name: "b", GPUs: 2, Model: "G2"}},
+		Speedup: 1, Drain: time.Hour, Latency: 5 * time.Second, Planner: solver.DefaultPolicy(), Reserve: pol, MixHalfLife: time.Hour,
+		Policies: []string{PolicyMigflex}, Parallel: 1}
+	r, err := Run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := r.Loads[0].Results[0]
+	for _, k := range res.ByKind {
+		if k.Kind == "gpu x2" && (!near(k.WaitP99, 1100) || !near(k.WaitMean, 1045) || res.ReservationsBound != 2) {
+			t.Errorf("two-GPU pods' waits: longest %v s, mean %v s; %d reservations bound; want 1100 s, 1045 s (990 and 1100), 2", k.WaitP99, k.WaitMean, res.ReservationsBound)
+		}
+	}
+}
