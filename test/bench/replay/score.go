@@ -18,28 +18,45 @@ import (
 type Scoring struct {
 	// Subject is the policy judged; Reference is the one whose wait it is
 	// held to below saturation (first fit: every MIG pod waits one carve),
-	// whose fill it is held to, whose eight-GPU pods it is compared with,
-	// and whose spread over the seeds is one measure of the noise.
+	// whose fill it is held to and whose eight-GPU pods it is compared
+	// with.
 	Subject, Reference string
 	// Twin is a policy that differs from Reference only in details that
 	// should not matter (HAMi: which GPU and start an instance is carved
-	// at): how far apart the two are at a point is the other measure of
-	// the noise there.
+	// at): how far apart the two are measures the replay's noise.
 	Twin string
-	// Tie is the least noise band: how far from the best other real
-	// policy's the subject's served share may be and count as a tie
-	// (0.0005: 0.05 points).
+	// Tie is the least band: how far from the best other real policy's
+	// the subject's served share may be and count as a tie (0.0005: 0.05
+	// points).
 	Tie float64
-	// Noise widens each point's band to the replay's noise there (see
-	// ScoredPoint.Band); false judges every point to Tie alone, as the
-	// scoreboard did before issue 38.
-	Noise bool
+	// Band is how each point's band is set (BandTwins, BandSeeds, BandTie;
+	// see ScoredPoint.Band).
+	Band string
 }
 
+// Band modes, and where a point's band came from (ScoredPoint.BandFrom).
+const (
+	// BandTwins: the most the reference and its twin are apart at the
+	// pod list and load over the seeds scored (its resamplings), at least
+	// Tie: the noise of a difference between two policies that should
+	// serve the same. The default.
+	BandTwins = "twins"
+	// BandSeeds: the spread of the reference's served share over the
+	// seeds at the pod list and load, or its gap to the twin at the point,
+	// whichever is larger, at least Tie. The spread is mostly what the
+	// resampling moves every policy by alike (a different fleet, other
+	// pods), which a comparison at one seed does not see: a wide band.
+	BandSeeds = "seeds"
+	// BandTie: Tie alone, as the scoreboard was before issue 38.
+	BandTie = "tie"
+	// BandFromTwin: set by the twins' gap at the point (BandSeeds).
+	BandFromTwin = "twin"
+)
+
 // DefaultScoring judges migflex against the best other real policy
-// outside the noise band, and its wait against first fit's.
+// outside the twins' band, and its wait against first fit's.
 func DefaultScoring() Scoring {
-	return Scoring{Subject: PolicyMigflex, Reference: PolicyFirstFit, Twin: PolicyHAMi, Tie: 0.0005, Noise: true}
+	return Scoring{Subject: PolicyMigflex, Reference: PolicyFirstFit, Twin: PolicyHAMi, Tie: 0.0005, Band: BandTwins}
 }
 
 // notReal are the policies that are references, not something a cluster
@@ -49,13 +66,6 @@ var notReal = map[string]bool{PolicyFluid: true}
 // eightGPUKind is the request kind the scoreboard follows on its own: the
 // pods that lose most where the subject loses (docs/PLANNER.md).
 const eightGPUKind = "gpu x8"
-
-// Where a point's noise band comes from (ScoredPoint.BandFrom).
-const (
-	BandTie   = "tie"
-	BandSeeds = "seeds"
-	BandTwin  = "twin"
-)
 
 // Outcomes of a point against the best other real policy.
 const (
@@ -142,12 +152,9 @@ type ScoredPoint struct {
 	Served     float64 `json:"served"`
 	Best       float64 `json:"best"`
 	BestPolicy string  `json:"bestPolicy"`
-	// Band is the noise band at the point: the largest of Tie, the spread
-	// of the reference's served share over the seeds scored at this pod
-	// list and load (the replay of other resamplings), and how far the
-	// reference and its twin are apart here; BandFrom says which (BandTie,
-	// BandSeeds, BandTwin). Outcome is the subject's against Best, outside
-	// the band, at load 1 or more.
+	// Band is the noise band at the point (see Scoring.Band) and BandFrom
+	// what set it: BandTwins, BandSeeds, BandFromTwin or BandTie. Outcome
+	// is the subject's against Best, outside the band, at load 1 or more.
 	Band     float64 `json:"band"`
 	BandFrom string  `json:"bandFrom"`
 	Outcome  string  `json:"outcome,omitempty"`
@@ -190,6 +197,9 @@ func requestedGPUHours(t TraceInfo) float64 { return t.AvgDemand * t.Hours }
 
 // Score merges the reports and scores the subject.
 func (sc Scoring) Score(reports []*Report) (*Scoreboard, error) {
+	if err := sc.Validate(); err != nil {
+		return nil, err
+	}
 	type key struct {
 		trace string
 		seed  uint64
@@ -232,14 +242,15 @@ func (sc Scoring) Score(reports []*Report) (*Scoreboard, error) {
 			}
 		}
 	}
-	// The reference's served share at each pod list and load, over the
-	// seeds: its spread is what another resampling moves it by.
+	// Over the seeds at each pod list and load (its resamplings): the
+	// reference's served share, and the most it and its twin are apart.
 	type traceLoad struct {
 		trace string
 		load  float64
 	}
 	refRange := map[traceLoad][2]float64{}
 	refSeen := map[traceLoad]int{}
+	twinMax := map[traceLoad]float64{}
 	for k, m := range runs {
 		for load, byPolicy := range m.loads {
 			ref, ok := byPolicy[sc.Reference]
@@ -253,6 +264,9 @@ func (sc Scoring) Score(reports []*Report) (*Scoreboard, error) {
 			}
 			refRange[tl] = [2]float64{min(r[0], ref.ServedShare), max(r[1], ref.ServedShare)}
 			refSeen[tl] = n + 1
+			if twin, ok := byPolicy[sc.Twin]; ok {
+				twinMax[tl] = max(twinMax[tl], math.Abs(ref.ServedShare-twin.ServedShare))
+			}
 		}
 	}
 	b := &Scoreboard{Scoring: sc}
@@ -294,16 +308,16 @@ func (sc Scoring) Score(reports []*Report) (*Scoreboard, error) {
 					}
 				}
 			}
-			twin, hasTwin := byPolicy[sc.Twin]
+			tl := traceLoad{k.trace, load}
 			spread := -1.0
-			if tl := (traceLoad{k.trace, load}); refSeen[tl] >= 2 {
+			if refSeen[tl] >= 2 {
 				spread = refRange[tl][1] - refRange[tl][0]
 			}
 			twinGap := -1.0
-			if hasRef && hasTwin {
+			if twin, ok := byPolicy[sc.Twin]; hasRef && ok {
 				twinGap = math.Abs(ref.ServedShare - twin.ServedShare)
 			}
-			p.Band, p.BandFrom = sc.band(spread, twinGap)
+			p.Band, p.BandFrom = sc.band(spread, twinGap, twinMax[tl])
 			if p.Load >= 1 && p.Best >= 0 {
 				p.Outcome = outcome(p.Served-p.Best, p.Band)
 			}
@@ -325,19 +339,38 @@ func (sc Scoring) Score(reports []*Report) (*Scoreboard, error) {
 }
 
 // band is a point's noise band and what set it, from the reference's
-// spread over the seeds and its gap to its twin (-1: unknown).
-func (sc Scoring) band(spread, twinGap float64) (float64, string) {
+// spread over the seeds at the pod list and load and its gap to its twin
+// at the point (-1: unknown), and the most the twins are apart over those
+// seeds.
+func (sc Scoring) band(spread, twinGap, twinMax float64) (float64, string) {
 	band, from := sc.Tie, BandTie
-	if !sc.Noise {
-		return band, from
-	}
-	if spread > band {
-		band, from = spread, BandSeeds
-	}
-	if twinGap > band {
-		band, from = twinGap, BandTwin
+	switch sc.Band {
+	case BandTwins:
+		if twinMax > band {
+			band, from = twinMax, BandTwins
+		}
+	case BandSeeds:
+		if spread > band {
+			band, from = spread, BandSeeds
+		}
+		if twinGap > band {
+			band, from = twinGap, BandFromTwin
+		}
 	}
 	return band, from
+}
+
+// Validate rejects a scoring Score cannot run.
+func (sc Scoring) Validate() error {
+	switch sc.Band {
+	case BandTwins, BandSeeds, BandTie:
+	default:
+		return fmt.Errorf("band %q: want %s, %s or %s", sc.Band, BandTwins, BandSeeds, BandTie)
+	}
+	if sc.Tie < 0 {
+		return fmt.Errorf("tie %v is negative", sc.Tie)
+	}
+	return nil
 }
 
 // outcome is a margin judged outside a band.
@@ -481,11 +514,10 @@ func (b *Scoreboard) WriteMarkdown(w io.Writer) error {
 	var s strings.Builder
 	sc := b.Scoring
 	n := b.Wins + b.Ties + b.Losses
-	if sc.Noise {
+	if sc.Band != BandTie {
 		fmt.Fprintf(&s, "%s against the best other real policy at load 1 or more, outside each point's noise band: **%d wins, %d ties, %d losses** of %d "+
-			"(the band: the larger of %s's spread over the seeds at the pod list and load and its gap to %s at the point, at least %.2f points; set by %s). "+
-			"Within %.2f points alone: %d wins, %d ties, %d losses.\n\n",
-			sc.Subject, b.Wins, b.Ties, b.Losses, n, sc.Reference, sc.Twin, 100*sc.Tie, bandSources(b.BandFrom),
+			"(the band: %s, at least %.2f points; set by %s). Within %.2f points alone: %d wins, %d ties, %d losses.\n\n",
+			sc.Subject, b.Wins, b.Ties, b.Losses, n, bandText(sc), 100*sc.Tie, bandSources(b.BandFrom),
 			100*sc.Tie, b.TieWins, b.TieTies, b.TieLosses)
 	} else {
 		fmt.Fprintf(&s, "%s against the best other real policy at load 1 or more (a tie is within %.2f points): **%d wins, %d ties, %d losses** of %d.\n\n",
@@ -573,7 +605,7 @@ func (b *Scoreboard) WriteMarkdown(w io.Writer) error {
 					}
 				}
 				band := ""
-				if sc.Noise && p.Load >= 1 {
+				if sc.Band != BandTie && p.Load >= 1 {
 					band = fmt.Sprintf(" ±%.2f %s", 100*p.Band, p.BandFrom)
 				}
 				fmt.Fprintf(&s, " %.2f%% − %.2f%% = %+.2f (%s)%s%s | %s / %s |", 100*p.Served, 100*p.Best, 100*(p.Served-p.Best),
@@ -598,10 +630,18 @@ func (b *Scoreboard) WriteMarkdown(w io.Writer) error {
 	return err
 }
 
+// bandText says how a scoring sets each point's band.
+func bandText(sc Scoring) string {
+	if sc.Band == BandSeeds {
+		return fmt.Sprintf("the larger of %s's spread over the seeds at the pod list and load and its gap to %s at the point", sc.Reference, sc.Twin)
+	}
+	return fmt.Sprintf("the most %s and %s are apart at the pod list and load over the seeds", sc.Reference, sc.Twin)
+}
+
 // bandSources says how many points each source set the band at.
 func bandSources(from map[string]int) string {
 	var parts []string
-	for _, f := range []string{BandSeeds, BandTwin, BandTie} {
+	for _, f := range []string{BandTwins, BandSeeds, BandFromTwin, BandTie} {
 		if from[f] > 0 {
 			parts = append(parts, fmt.Sprintf("%s at %d", bandSourceText[f], from[f]))
 		}
@@ -612,7 +652,7 @@ func bandSources(from map[string]int) string {
 	return strings.Join(parts, ", ")
 }
 
-var bandSourceText = map[string]string{BandSeeds: "the seeds' spread", BandTwin: "the twins' gap", BandTie: "the least band"}
+var bandSourceText = map[string]string{BandTwins: "the twins' gap", BandSeeds: "the seeds' spread", BandFromTwin: "the twins' gap at the point", BandTie: "the least band"}
 
 // ratio is a share in percent, "-" when there is nothing to share.
 func ratio(part, whole float64) string {
@@ -664,7 +704,7 @@ func shortTrace(t string) string {
 // MarginChart is an SVG plot of the subject's served share minus the best
 // other real policy's, in points, against load (1 or more): a dot per pod
 // list and seed, a line through each pod list's mean, and the mean noise
-// band below zero (or the fixed tie, without Noise).
+// band below zero (or the fixed tie, with BandTie).
 func (b *Scoreboard) MarginChart(title string) string {
 	c := &chart{title: title, xLabel: "load (peak demand / fleet GPUs)", yLabel: "served share − best other real policy's (points)"}
 	c.xFormat = func(v float64) string { return fmt.Sprintf("%g", v) }
@@ -710,7 +750,7 @@ func (b *Scoreboard) MarginChart(title string) string {
 		}
 		c.series = append(c.series, s)
 	}
-	if b.Scoring.Noise {
+	if b.Scoring.Band != BandTie {
 		// Each point is judged outside its own band; the line is their
 		// mean at each load, below zero (a loss lies under it).
 		band := series{name: "noise band (mean)", color: "#000000", dashed: true}

@@ -49,7 +49,7 @@ func TestScore(t *testing.T) {
 	// Judged to the fixed tie alone, as before issue 38 (TestScoreNoise
 	// has the noise band).
 	fixed := DefaultScoring()
-	fixed.Noise = false
+	fixed.Band = BandTie
 	b, err := fixed.Score([]*Report{others, subject})
 	if err != nil {
 		t.Fatal(err)
@@ -114,13 +114,18 @@ func TestScore(t *testing.T) {
 	if _, err := DefaultScoring().Score([]*Report{others, &other}); err == nil {
 		t.Error("replays of one pod list and seed asking for different GPU-time merged")
 	}
+	bad := DefaultScoring()
+	bad.Band = "wide"
+	if _, err := bad.Score([]*Report{others}); err == nil {
+		t.Error("scored with an unknown band")
+	}
 }
 
-// TestScoreNoise: each point is judged outside its noise band, the
-// largest of the fixed tie, first fit's spread over the seeds at the pod
-// list and load, and first fit's gap to HAMi at the point; the served
-// GPU-time is summed against every other real policy's, and the eight-GPU
-// pods against first fit's at each load.
+// TestScoreNoise: each point is judged outside its noise band: by
+// default the most first fit and HAMi are apart at the pod list and load
+// over the seeds; with BandSeeds the larger of first fit's spread over
+// the seeds there and its gap to HAMi at the point; at least the fixed
+// tie.
 func TestScoreNoise(t *testing.T) {
 	res := func(p string, served float64) Result { return Result{Policy: p, ServedShare: served} }
 	// One pod list at one load, first fit's served share at each seed
@@ -131,6 +136,7 @@ func TestScoreNoise(t *testing.T) {
 	}
 	cases := []struct {
 		name string
+		mode string
 		runs []seedRun
 		// per seed, in order: the band, what set it, the outcome.
 		band     []float64
@@ -138,7 +144,31 @@ func TestScoreNoise(t *testing.T) {
 		outcomes []string
 	}{
 		{
+			name: "twins: their largest gap over the seeds, at every seed",
+			mode: BandTwins,
+			runs: []seedRun{
+				{1, []Result{res(PolicyFirstFit, 0.95), res(PolicyHAMi, 0.951), res(PolicyMigflex, 0.965)}}, // +1.4 points outside 1
+				{2, []Result{res(PolicyFirstFit, 0.96), res(PolicyHAMi, 0.97), res(PolicyMigflex, 0.965)}},  // -0.5 within
+				{3, []Result{res(PolicyFirstFit, 0.97), res(PolicyHAMi, 0.97), res(PolicyMigflex, 0.955)}},  // -1.5 outside
+			},
+			band:     []float64{0.01, 0.01, 0.01},
+			from:     []string{BandTwins, BandTwins, BandTwins},
+			outcomes: []string{OutcomeWin, OutcomeTie, OutcomeLoss},
+		},
+		{
+			name: "twins: alike everywhere, the least band",
+			mode: BandTwins,
+			runs: []seedRun{
+				{1, []Result{res(PolicyFirstFit, 0.9), res(PolicyHAMi, 0.9), res(PolicyMigflex, 0.9004)}},
+				{2, []Result{res(PolicyFirstFit, 0.8), res(PolicyHAMi, 0.8), res(PolicyMigflex, 0.799)}},
+			},
+			band:     []float64{0.0005, 0.0005},
+			from:     []string{BandTie, BandTie},
+			outcomes: []string{OutcomeTie, OutcomeLoss},
+		},
+		{
 			name: "the seeds' spread",
+			mode: BandSeeds,
 			runs: []seedRun{
 				{1, []Result{res(PolicyFirstFit, 0.95), res(PolicyHAMi, 0.951), res(PolicyMigflex, 0.965)}}, // +1.4 points within 2
 				{2, []Result{res(PolicyFirstFit, 0.96), res(PolicyHAMi, 0.96), res(PolicyMigflex, 0.93)}},   // -3 outside
@@ -150,25 +180,28 @@ func TestScoreNoise(t *testing.T) {
 		},
 		{
 			name: "the twins' gap, wider than the seeds' spread at one seed",
+			mode: BandSeeds,
 			runs: []seedRun{
 				{1, []Result{res(PolicyFirstFit, 0.90), res(PolicyHAMi, 0.94), res(PolicyMigflex, 0.91)}}, // best HAMi: -3 within 4
 				{2, []Result{res(PolicyFirstFit, 0.91), res(PolicyHAMi, 0.91), res(PolicyMigflex, 0.89)}}, // -2 outside 1
 			},
 			band:     []float64{0.04, 0.01},
-			from:     []string{BandTwin, BandSeeds},
+			from:     []string{BandFromTwin, BandSeeds},
 			outcomes: []string{OutcomeTie, OutcomeLoss},
 		},
 		{
 			name: "one seed: no spread, the twins' gap",
+			mode: BandSeeds,
 			runs: []seedRun{
 				{1, []Result{res(PolicyFirstFit, 0.90), res(PolicyHAMi, 0.905), res(PolicyNos, 0.92), res(PolicyMigflex, 0.93)}},
 			},
 			band:     []float64{0.005},
-			from:     []string{BandTwin},
+			from:     []string{BandFromTwin},
 			outcomes: []string{OutcomeWin},
 		},
 		{
 			name: "every policy serves all: the least band",
+			mode: BandSeeds,
 			runs: []seedRun{
 				{1, []Result{res(PolicyFirstFit, 1), res(PolicyHAMi, 1), res(PolicyMigflex, 0.9996)}},
 				{2, []Result{res(PolicyFirstFit, 1), res(PolicyHAMi, 1), res(PolicyMigflex, 0.999)}},
@@ -179,6 +212,7 @@ func TestScoreNoise(t *testing.T) {
 		},
 		{
 			name: "no twin replayed, one seed: the least band",
+			mode: BandSeeds,
 			runs: []seedRun{
 				{1, []Result{res(PolicyFirstFit, 0.9), res(PolicyMigflex, 0.9004)}},
 			},
@@ -194,7 +228,9 @@ func TestScoreNoise(t *testing.T) {
 				reports = append(reports, &Report{Trace: TraceInfo{File: "a.csv", AvgDemand: 10, Hours: 10}, Settings: Settings{Seed: r.seed, LatencySeconds: 5},
 					Loads: []LoadResult{{Load: 1.5, Results: r.results}}})
 			}
-			b, err := DefaultScoring().Score(reports)
+			sc := DefaultScoring()
+			sc.Band = tc.mode
+			b, err := sc.Score(reports)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -29,7 +29,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fl.StringVar(&sc.Reference, "reference", sc.Reference, "the policy whose p99 wait (plus the change latency) the subject's is held to below saturation")
 	fl.StringVar(&sc.Twin, "twin", sc.Twin, "the policy whose gap to the reference at a point is one measure of the replay's noise there")
 	fl.Float64Var(&sc.Tie, "tie", sc.Tie, "the least noise band: served share within which the subject ties the best other real policy (0.0005: 0.05 points)")
-	fl.BoolVar(&sc.Noise, "noise", sc.Noise, "judge each point outside its noise band (the larger of the reference's spread over the seeds at the pod list and load and its gap to the twin at the point, at least -tie); false: within -tie alone")
+	fl.StringVar(&sc.Band, "band", sc.Band, "each point's noise band: twins (the most the reference and the twin are apart at the pod list and load over the seeds), seeds (the reference's spread over the seeds there, or its gap to the twin at the point, whichever is larger), tie (-tie alone); at least -tie")
 	jsonOut := fl.String("json", "", "also write the scoreboard as JSON to this file")
 	svgOut := fl.String("svg", "", "also write the margin plot (served share minus the best other real policy's, against load) to this file")
 	title := fl.String("title", "migflex against the best other real policy", "the margin plot's title")
