@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
+	"github.com/migflex/migflex/internal/domain/dracel"
 	"github.com/migflex/migflex/internal/domain/resourcename"
 	"github.com/migflex/migflex/internal/domain/schedview"
 	"github.com/migflex/migflex/internal/planner"
@@ -35,11 +36,18 @@ type Explanation struct {
 	// Effective as admitted: the pod spec now. Resource to count.
 	Requested map[string]int64 `json:"requested"`
 	Effective map[string]int64 `json:"effective"`
+	// ClaimDevices are the devices its ResourceClaims ask of migflex's
+	// driver, as the planner reads them (by the extended resource the
+	// same device is on the device-plugin path).
+	ClaimDevices map[string]int64 `json:"claimDevices,omitempty"`
+	// Claims are its ResourceClaims: what each asks, and its allocation
+	// or why it has none.
+	Claims []ClaimView `json:"claims,omitempty"`
 	// Webhook is the decision the webhook recorded on the pod.
 	Webhook WebhookDecision `json:"webhook"`
 	// Devices are the devices it holds, as its node's agent reports.
 	Devices []HeldDevice `json:"devices,omitempty"`
-	// Waiting: the pod waits for GPUs.
+	// Waiting: the pod waits for GPUs, or for its ResourceClaims.
 	Waiting bool `json:"waiting"`
 	// Events are the planner's Events on the pod and the scheduler's
 	// latest word.
@@ -149,8 +157,9 @@ func counts(m map[corev1.ResourceName]int64) map[string]int64 {
 }
 
 // Explain explains pod from the cluster: nodes and every pod (for the
-// planner's round), events on the pod, at now.
-func Explain(pod *corev1.Pod, nodes []corev1.Node, pods []corev1.Pod, events []corev1.Event, now time.Time) (Explanation, error) {
+// planner's round), events on the pod, the DRA objects (nil: none read),
+// at now.
+func Explain(ctx context.Context, pod *corev1.Pod, nodes []corev1.Node, pods []corev1.Pod, events []corev1.Event, dra *DRAObjects, now time.Time) (Explanation, error) {
 	key := pod.Namespace + "/" + pod.Name
 	asked, err := requestAsWritten(pod)
 	if err != nil {
@@ -165,9 +174,21 @@ func Explain(pod *corev1.Pod, nodes []corev1.Node, pods []corev1.Pod, events []c
 			Policy:   pod.Annotations[fallback.AnnotationPolicy],
 			Reshape:  pod.Annotations[webhook.AnnotationReshape],
 		},
-		Waiting: pod.Status.Phase == corev1.PodPending && pod.Spec.NodeName == "" && plansnap.AsksForGPUs(pod),
+		Waiting: pod.Status.Phase == corev1.PodPending && pod.Spec.NodeName == "" && (plansnap.AsksForGPUs(pod) || hasClaims(pod)),
 	}
-	st, _ := BuildStatus(nodes, nil)
+	var view planner.DRAView
+	var unread []string
+	if dra != nil {
+		v := dra.view()
+		view = v
+		d := v.classes.PodClaims(pod, v)
+		if len(d.Devices) > 0 {
+			ex.ClaimDevices = counts(d.Devices)
+		}
+		unread = d.Unknown
+		ex.Claims = claimViews(ctx, pod, dra)
+	}
+	st, _ := BuildStatus(nodes, nil, plansnap.Options{FieldManager: plansnap.DefaultFieldManager, ManualHold: plansnap.DefaultManualHold, Now: now})
 	for _, n := range st.Nodes {
 		for _, g := range n.GPUs {
 			if slices.Contains(g.UsedBy, key) {
@@ -186,6 +207,10 @@ func Explain(pod *corev1.Pod, nodes []corev1.Node, pods []corev1.Pod, events []c
 		return ex, nil
 	}
 	ex.Notes = inUseNotes(pod, st)
+	for _, u := range unread {
+		ex.Notes = append(ex.Notes, "the planner does not read "+u)
+	}
+	ex.Notes = append(ex.Notes, extendedClassNotes(schedview.Devices(pod), dra)...)
 	nodePtrs := make([]*corev1.Node, len(nodes))
 	for i := range nodes {
 		nodePtrs[i] = &nodes[i]
@@ -194,11 +219,14 @@ func Explain(pod *corev1.Pod, nodes []corev1.Node, pods []corev1.Pod, events []c
 	for i := range pods {
 		podPtrs = append(podPtrs, &pods[i])
 	}
-	preview, err := planner.PreviewRound(planner.Options{Policy: solver.DefaultPolicy()}, now, nodePtrs, podPtrs)
+	preview, err := planner.PreviewRound(planner.Options{Policy: solver.DefaultPolicy()}, now, nodePtrs, podPtrs, view)
 	if err != nil {
 		return ex, fmt.Errorf("the planner's round: %w", err)
 	}
 	ex.Planner = plannerView(preview, pod)
+	if !ex.Planner.Considered && plansnap.WaitsForScheduler(pod) {
+		ex.Planner.Reason = "it reads no GPU request of the pod that it can plan for"
+	}
 	return ex, nil
 }
 
@@ -303,7 +331,17 @@ func explainCommand() command {
 			if err != nil {
 				return r.fail(fmt.Errorf("listing the pod's events: %w", err))
 			}
-			ex, err := Explain(pod, nodes.Items, pods.Items, events.Items, r.Now())
+			// A pod's claims need every DRA object; a pod asking for GPUs
+			// by extended resource, the DeviceClasses that may hand its
+			// request to DRA.
+			var dra *DRAObjects
+			unbound := pod.Status.Phase == corev1.PodPending && pod.Spec.NodeName == ""
+			if hasClaims(pod) || (unbound && plansnap.AsksForGPUs(pod)) {
+				if dra, err = readDRA(ctx, client, hasClaims(pod)); err != nil {
+					return r.fail(err)
+				}
+			}
+			ex, err := Explain(ctx, pod, nodes.Items, pods.Items, events.Items, dra, r.Now())
 			if err != nil {
 				return r.fail(err)
 			}
@@ -340,6 +378,22 @@ func reasonText(reason string) string {
 	return strings.Join(slices.Compact(parts), "; ")
 }
 
+// describeAsked is what a pod asks for: its extended resources as
+// written, and what its ResourceClaims ask of migflex's driver.
+func describeAsked(ex Explanation) string {
+	switch {
+	case len(ex.Claims) == 0:
+		return describeCounts(ex.Requested)
+	case len(ex.ClaimDevices) == 0 && len(ex.Requested) == 0:
+		return "devices through its ResourceClaims (below)"
+	case len(ex.ClaimDevices) == 0:
+		return describeCounts(ex.Requested) + ", and devices through its ResourceClaims (below)"
+	case len(ex.Requested) == 0:
+		return describeCounts(ex.ClaimDevices) + " through its ResourceClaims"
+	}
+	return describeCounts(ex.Requested) + ", and " + describeCounts(ex.ClaimDevices) + " through its ResourceClaims"
+}
+
 // describeCounts is "1 x nvidia.com/mig-3g.40gb, 2 x nvidia.com/gpu".
 func describeCounts(m map[string]int64) string {
 	if len(m) == 0 {
@@ -366,9 +420,11 @@ func renderExplanation(w io.Writer, ex Explanation, s style) {
 		where = "not bound to a node"
 	}
 	fmt.Fprintf(w, "POD %s  %s, %s\n", ex.Pod, ex.Phase, where)
-	put("  asked for:   ", describeCounts(ex.Requested))
+	put("  asked for:   ", describeAsked(ex))
 	admitted := describeCounts(ex.Effective)
 	switch {
+	case len(ex.Effective) == 0 && len(ex.Claims) > 0:
+		admitted = "its ResourceClaims as written (the webhook does not rewrite claims)"
 	case ex.Webhook.Rewrites != "":
 		admitted += fmt.Sprintf(" (webhook rewrote %s: %s)", ex.Webhook.Rewrites, reasonText(ex.Webhook.Reason))
 	case ex.Webhook.Reshape != "":
@@ -387,6 +443,22 @@ func renderExplanation(w io.Writer, ex Explanation, s style) {
 		}
 		put("  holds:       ", fmt.Sprintf("%s on %s GPU %d%s, %s (%s)", d.Profile, d.Node, d.GPU, at, d.UUID, s.health(d.Health)))
 	}
+	for _, c := range ex.Claims {
+		put("  claim:       ", describeClaim(c))
+		for _, rq := range c.Requests {
+			put("  request:     ", describeRequest(c.Name, rq))
+			if rq.Why != "" {
+				put("  unallocated: ", c.Name+"/"+rq.Name+": "+rq.Why)
+			}
+		}
+		for _, a := range c.Allocated {
+			at := a.Device + " on node " + a.Pool
+			if a.Driver != dracel.Driver {
+				at = a.Driver + " device " + a.Device + " of pool " + a.Pool
+			}
+			put("  allocated:   ", c.Name+"/"+a.Request+": "+at)
+		}
+	}
 	for _, e := range ex.Events {
 		count := ""
 		if e.Count > 1 {
@@ -400,7 +472,7 @@ func renderExplanation(w io.Writer, ex Explanation, s style) {
 	if p := ex.Planner; p != nil {
 		switch {
 		case !p.Considered:
-			put("  planner now: ", "does not plan for it: the scheduler has not marked it unschedulable (yet)")
+			put("  planner now: ", "does not plan for it: "+cmp.Or(p.Reason, "the scheduler has not marked it unschedulable (yet)"))
 		case p.Action == string(solver.ActionExisting):
 			put("  planner now: ", "free devices that exist serve it; nothing to change (the scheduler should place it)")
 		case p.Action == string(solver.ActionReshape):

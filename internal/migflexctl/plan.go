@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -59,8 +60,9 @@ func describePolicy(p solver.Policy) string {
 	return fmt.Sprintf("the planner's defaults (cooldown %s, at most %d GPUs per round)", p.Cooldown, p.MaxGPUsPerRound)
 }
 
-// BuildPlan is the planner's next round on the cluster at now.
-func BuildPlan(nodes []corev1.Node, pods []corev1.Pod, now time.Time) (PlanView, error) {
+// BuildPlan is the planner's next round on the cluster at now, with its
+// DRA objects (nil: none read).
+func BuildPlan(nodes []corev1.Node, pods []corev1.Pod, dra *DRAObjects, now time.Time) (PlanView, error) {
 	pol := solver.DefaultPolicy()
 	nodePtrs := make([]*corev1.Node, len(nodes))
 	for i := range nodes {
@@ -70,7 +72,11 @@ func BuildPlan(nodes []corev1.Node, pods []corev1.Pod, now time.Time) (PlanView,
 	for i := range pods {
 		podPtrs[i] = &pods[i]
 	}
-	p, err := planner.PreviewRound(planner.Options{Policy: pol}, now, nodePtrs, podPtrs)
+	var view planner.DRAView
+	if dra != nil {
+		view = dra.view()
+	}
+	p, err := planner.PreviewRound(planner.Options{Policy: pol}, now, nodePtrs, podPtrs, view)
 	if err != nil {
 		return PlanView{}, fmt.Errorf("the planner's round: %w", err)
 	}
@@ -127,7 +133,15 @@ func planCommand() command {
 			if err != nil {
 				return r.fail(fmt.Errorf("listing pods: %w", err))
 			}
-			v, err := BuildPlan(nodes.Items, pods.Items, r.Now())
+			// Pods' claims are read as the planner reads them when any
+			// pod names one.
+			var dra *DRAObjects
+			if slices.ContainsFunc(pods.Items, func(p corev1.Pod) bool { return hasClaims(&p) }) {
+				if dra, err = readDRA(ctx, client, true); err != nil {
+					return r.fail(err)
+				}
+			}
+			v, err := BuildPlan(nodes.Items, pods.Items, dra, r.Now())
 			if err != nil {
 				return r.fail(err)
 			}

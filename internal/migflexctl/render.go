@@ -84,6 +84,13 @@ func wrap(first, text string) []string {
 				out = append(out, line)
 				line, empty = indent, true
 			}
+			// A word wider than a line (a CEL expression's term) is
+			// broken where the line ends.
+			for room := width - utf8.RuneCountInString(line); empty && room > 0 && utf8.RuneCountInString(word) > room; room = width - len(indent) {
+				r := []rune(word)
+				out = append(out, line+string(r[:room]))
+				line, word = indent, string(r[room:])
+			}
 			if !empty {
 				line += " "
 			}

@@ -8,12 +8,15 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/migflex/migflex/internal/domain/nodeinfo"
 	"github.com/migflex/migflex/internal/domain/resourcename"
+	"github.com/migflex/migflex/internal/planner/plansnap"
 )
 
 // Status is what `status` reports, and its -o json|yaml form.
@@ -35,8 +38,17 @@ type NodeStatus struct {
 	// Source is the mig.config source that decides the layout.
 	Source string `json:"source"`
 	// Planner: the node opted in to the planner (nodeinfo.LabelPlanner).
-	Planner bool           `json:"planner"`
-	GPUs    []nodeinfo.GPU `json:"gpus"`
+	Planner bool `json:"planner"`
+	// ConfigWriter is the field manager that last wrote the node's
+	// nvidia.com/mig.config, at ConfigWritten (from managedFields; both
+	// empty when unknown).
+	ConfigWriter  string     `json:"configWriter,omitempty"`
+	ConfigWritten *time.Time `json:"configWritten,omitempty"`
+	// PlannerHeldUntil: the planner leaves the opted-in node alone until
+	// then, the planner's --manual-hold after someone else wrote its
+	// nvidia.com/mig.config (plansnap's reading).
+	PlannerHeldUntil *time.Time     `json:"plannerHeldUntil,omitempty"`
+	GPUs             []nodeinfo.GPU `json:"gpus"`
 	// Problems say what of the Node could not be read.
 	Problems []string `json:"problems,omitempty"`
 }
@@ -57,8 +69,10 @@ func isMigflexNode(n *corev1.Node) bool {
 	return layout || state || serving
 }
 
-// nodeStatus reads one Node.
-func nodeStatus(n *corev1.Node) NodeStatus {
+// nodeStatus reads one Node; hold is how the planner reads its
+// nvidia.com/mig.config's writer (its field manager and manual hold, at
+// the time of the reading).
+func nodeStatus(n *corev1.Node, hold plansnap.Options) NodeStatus {
 	ns := NodeStatus{
 		Name:    n.Name,
 		Serving: cmp.Or(n.Labels[nodeinfo.LabelServing], nodeinfo.ServingDevicePlugin),
@@ -66,6 +80,18 @@ func nodeStatus(n *corev1.Node) NodeStatus {
 		Reason:  n.Annotations[nodeinfo.AnnotationReason],
 		Source:  nodeinfo.Deciding(n.Labels, n.Annotations).String(),
 		Planner: n.Labels[nodeinfo.LabelPlanner] == nodeinfo.PlannerEnabled,
+	}
+	if _, ok := n.Annotations[nodeinfo.AnnotationMigConfig]; ok {
+		owner, at := plansnap.AnnotationOwner(n, nodeinfo.AnnotationMigConfig)
+		ns.ConfigWriter = owner
+		if !at.IsZero() {
+			at = at.UTC()
+			ns.ConfigWritten = &at
+		}
+		if until, held := hold.HeldUntil(owner, at); held && ns.Planner {
+			until = until.UTC()
+			ns.PlannerHeldUntil = &until
+		}
 	}
 	if v, ok := n.Annotations[nodeinfo.AnnotationLayout]; ok {
 		gpus, err := nodeinfo.ParseLayout(v)
@@ -123,8 +149,10 @@ func freeCounts(nodes []NodeStatus) []FreeCount {
 }
 
 // BuildStatus is the status of nodes (all of them when names is empty,
-// those migflex's agent reports on; else the named ones, in that order).
-func BuildStatus(all []corev1.Node, names []string) (Status, error) {
+// those migflex's agent reports on; else the named ones, in that order);
+// hold is how the planner reads a human's edit of a node's
+// nvidia.com/mig.config.
+func BuildStatus(all []corev1.Node, names []string, hold plansnap.Options) (Status, error) {
 	var picked []*corev1.Node
 	if len(names) == 0 {
 		for i := range all {
@@ -144,7 +172,7 @@ func BuildStatus(all []corev1.Node, names []string) (Status, error) {
 	}
 	st := Status{Nodes: make([]NodeStatus, 0, len(picked))}
 	for _, n := range picked {
-		st.Nodes = append(st.Nodes, nodeStatus(n))
+		st.Nodes = append(st.Nodes, nodeStatus(n, hold))
 	}
 	st.Free = freeCounts(st.Nodes)
 	return st, nil
@@ -169,8 +197,12 @@ func (st Status) needsLook() bool {
 }
 
 func statusCommand() command {
+	manualHold := plansnap.DefaultManualHold
 	return command{
 		name: "status", args: "[NODE...]", outputs: []string{"wide", "json", "yaml"},
+		flags: func(fs *pflag.FlagSet) {
+			fs.DurationVar(&manualHold, "manual-hold", plansnap.DefaultManualHold, "the planner's --manual-hold, to say until when it leaves a node alone after a hand edit")
+		},
 		run: func(ctx context.Context, r *runner, args []string) int {
 			client, _, err := r.kube()
 			if err != nil {
@@ -180,7 +212,7 @@ func statusCommand() command {
 			if err != nil {
 				return r.fail(fmt.Errorf("listing nodes: %w", err))
 			}
-			st, err := BuildStatus(list.Items, args)
+			st, err := BuildStatus(list.Items, args, plansnap.Options{FieldManager: plansnap.DefaultFieldManager, ManualHold: manualHold, Now: r.Now()})
 			if err != nil {
 				return r.fail(err)
 			}
@@ -190,7 +222,7 @@ func statusCommand() command {
 					return r.fail(err)
 				}
 			default:
-				renderStatus(r.Out, st, r.style, r.g.Output == "wide")
+				renderStatus(r.Out, st, r.style, r.g.Output == "wide", manualHold)
 			}
 			if st.needsLook() {
 				return ExitAttention
@@ -200,8 +232,9 @@ func statusCommand() command {
 	}
 }
 
-// renderStatus prints st for people, in 80 columns unless wide.
-func renderStatus(w io.Writer, st Status, s style, wide bool) {
+// renderStatus prints st for people, in 80 columns unless wide;
+// manualHold is the planner's, to say what holds a node.
+func renderStatus(w io.Writer, st Status, s style, wide bool, manualHold time.Duration) {
 	if len(st.Nodes) == 0 {
 		fmt.Fprintln(w, "No node reports migflex's layout: is the agent running (kubectl get ds -A)?")
 		return
@@ -210,20 +243,43 @@ func renderStatus(w io.Writer, st Status, s style, wide bool) {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		renderNode(w, n, s, wide)
+		renderNode(w, n, s, wide, manualHold)
 	}
 	fmt.Fprintln(w)
 	renderFree(w, st.Free)
 }
 
-func renderNode(w io.Writer, n NodeStatus, s style, wide bool) {
+func renderNode(w io.Writer, n NodeStatus, s style, wide bool, manualHold time.Duration) {
 	head := fmt.Sprintf("NODE %s  serving %s  config %s", n.Name, n.Serving, s.state(cmp.Or(n.State, "none")))
-	if n.Planner {
+	switch {
+	case n.PlannerHeldUntil != nil:
+		head += "  planner: opted in, held"
+	case n.Planner:
 		head += "  planner: opted in"
 	}
 	fmt.Fprintln(w, head)
-	for _, l := range wrap("  source: ", n.Source) {
+	source := n.Source
+	if n.ConfigWriter != "" {
+		// The writer is nvidia.com/mig.config's, which need not be the
+		// deciding source.
+		what := ", " + nodeinfo.AnnotationMigConfig
+		if strings.HasSuffix(source, " "+nodeinfo.AnnotationMigConfig) {
+			what = ","
+		}
+		source += what + " last written by " + n.ConfigWriter
+		if n.ConfigWritten != nil {
+			source += " at " + n.ConfigWritten.Format(time.RFC3339)
+		}
+	}
+	for _, l := range wrap("  source: ", source) {
 		fmt.Fprintln(w, l)
+	}
+	if n.PlannerHeldUntil != nil {
+		held := fmt.Sprintf("held until %s: %s changed it less than %s (--manual-hold) ago, and the planner leaves a node alone that long after a change not its own",
+			n.PlannerHeldUntil.Format(time.RFC3339), n.ConfigWriter, manualHold)
+		for _, l := range wrap("  planner: ", held) {
+			fmt.Fprintln(w, l)
+		}
 	}
 	if n.Reason != "" {
 		for _, l := range wrap("  reason: ", n.Reason) {

@@ -5,11 +5,14 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/migflex/migflex/internal/domain/nodeinfo"
+	"github.com/migflex/migflex/internal/planner/plansnap"
 )
 
 func statusCluster(t *testing.T) []*corev1.Node {
@@ -146,5 +149,96 @@ func TestStatusColourAligned(t *testing.T) {
 	stripped := regexp.MustCompile("\x1b\\[[0-9]+m").ReplaceAllString(colour, "")
 	if diff := cmp.Diff(plain, stripped); diff != "" {
 		t.Errorf("coloured output without its escapes (-plain +coloured):\n%s", diff)
+	}
+}
+
+// TestStatusManualHold: issue 35 (5a). A node whose nvidia.com/mig.config
+// someone other than the planner wrote less than the planner's
+// --manual-hold ago is held: status says so, until when and who wrote
+// it, as the planner reads it (plansnap).
+func TestStatusManualHold(t *testing.T) {
+	edited := func(manager string, ago time.Duration, optedIn bool) *corev1.Node {
+		n := node(t, "gpu-a", nodeinfo.StateSuccess, gpu(0, "7g.80gb@0:8"))
+		n.Annotations[nodeinfo.AnnotationMigConfig] = "version: v1\n"
+		if optedIn {
+			n.Labels[nodeinfo.LabelPlanner] = nodeinfo.PlannerEnabled
+		}
+		n.ManagedFields = []metav1.ManagedFieldsEntry{plansnap.ManagedTime(manager, nodeinfo.AnnotationMigConfig, now.Add(-ago))}
+		return n
+	}
+	at := func(d time.Duration) *time.Time {
+		t := now.Add(d)
+		return &t
+	}
+	tests := []struct {
+		name   string
+		node   *corev1.Node
+		args   []string
+		head   string // the first line
+		lines  []string
+		writer string
+		held   *time.Time
+	}{
+		{
+			name: "a hand edit two minutes ago", node: edited("kubectl-annotate", 2*time.Minute, true),
+			head: "NODE gpu-a  serving device-plugin  config success  planner: opted in, held",
+			lines: []string{
+				"  source: annotation nvidia.com/mig.config, last written by kubectl-annotate at",
+				"          2026-11-27T07:58:00Z",
+				"  planner: held until 2026-11-27T08:08:00Z: kubectl-annotate changed it less",
+				"           than 10m0s (--manual-hold) ago, and the planner leaves a node alone",
+				"           that long after a change not its own",
+			},
+			writer: "kubectl-annotate", held: at(8 * time.Minute),
+		},
+		{
+			name: "the planner's own write", node: edited("migflex-planner", time.Minute, true),
+			head:   "NODE gpu-a  serving device-plugin  config success  planner: opted in",
+			lines:  []string{"  source: annotation nvidia.com/mig.config, last written by migflex-planner at"},
+			writer: "migflex-planner",
+		},
+		{
+			name: "a hand edit past the hold", node: edited("kubectl-migflex", 20*time.Minute, true),
+			head: "NODE gpu-a  serving device-plugin  config success  planner: opted in", writer: "kubectl-migflex",
+		},
+		{
+			name: "a longer --manual-hold", node: edited("kubectl-migflex", 20*time.Minute, true), args: []string{"--manual-hold", "30m"},
+			head: "NODE gpu-a  serving device-plugin  config success  planner: opted in, held", writer: "kubectl-migflex", held: at(10 * time.Minute),
+			lines: []string{"  planner: held until 2026-11-27T08:10:00Z: kubectl-migflex changed it less than"},
+		},
+		{
+			name: "not opted in: nothing to hold", node: edited("kubectl-annotate", time.Minute, false),
+			head: "NODE gpu-a  serving device-plugin  config success", writer: "kubectl-annotate",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			client := fakeClient(tt.node)
+			code, out, errOut := run(t, client, "", append([]string{"status"}, tt.args...)...)
+			if code != ExitOK || errOut != "" {
+				t.Errorf("exit %d, stderr %q", code, errOut)
+			}
+			if head, _, _ := strings.Cut(out, "\n"); head != tt.head {
+				t.Errorf("first line %q, want %q", head, tt.head)
+			}
+			for _, l := range tt.lines {
+				if !strings.Contains(out, l+"\n") {
+					t.Errorf("no line %q in:\n%s", l, out)
+				}
+			}
+			if held := strings.Contains(out, "planner: held"); held != (tt.held != nil) {
+				t.Errorf("a held line: %v, want %v:\n%s", held, tt.held != nil, out)
+			}
+			checkWidth(t, out)
+			_, js, _ := run(t, client, "", append([]string{"status", "-o", "json"}, tt.args...)...)
+			var st Status
+			if err := json.Unmarshal([]byte(js), &st); err != nil || len(st.Nodes) != 1 {
+				t.Fatalf("-o json: %v\n%s", err, js)
+			}
+			n := st.Nodes[0]
+			if n.ConfigWriter != tt.writer || n.ConfigWritten == nil || !cmp.Equal(tt.held, n.PlannerHeldUntil) {
+				t.Errorf("-o json: writer %q at %v, held until %v; want %q, held until %v", n.ConfigWriter, n.ConfigWritten, n.PlannerHeldUntil, tt.writer, tt.held)
+			}
+		})
 	}
 }

@@ -1,8 +1,9 @@
 // Package nodeagent runs migflex's node agent process: it opens the NVML
 // backend, runs the node's Xid health checks, and wires the device plugin
-// (with the backend's PostAllocator, when it has one, and the health
-// checks), the kubelet's pod-resources client and the Kubernetes client
-// into internal/nodeagent/agent. cmd/device-plugin only turns flags into a Config.
+// (with the environment that names the backend's devices when they have
+// no device nodes, and the health checks), the kubelet's pod-resources
+// client and the Kubernetes client into internal/nodeagent/agent.
+// cmd/device-plugin only turns flags into a Config.
 package nodeagent
 
 import (
@@ -15,7 +16,9 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -214,8 +217,8 @@ func Run(ctx context.Context, c Config, getenv func(string) string) error {
 			MigStrategy: c.MigStrategy, PluginDir: c.PluginDir, DeviceListStrategy: c.DeviceListStrategy, AllocationPolicy: c.AllocationPolicy,
 			HostRoot: c.HostRoot, DriverRoot: c.DriverRoot,
 		}
-		if pa, ok := lib.(deviceplugin.PostAllocator); ok {
-			dpOpts.PostAllocator = pa
+		if env, ok := lib.(deviceplugin.DeviceEnv); ok {
+			dpOpts.PostAllocator = deviceplugin.EnvPostAllocator(env)
 		}
 		if watcher != nil {
 			dpOpts.Health = watcher
@@ -225,6 +228,8 @@ func Run(ctx context.Context, c Config, getenv func(string) string) error {
 			return err
 		}
 		opts.Server, opts.PodResources = dp, podresources.New(c.PodResourcesSocket)
+		stopWithdraw := withdrawDRA(ctx, client, c.NodeName)
+		defer stopWithdraw()
 		if c.PublishAllocatable {
 			stopPub := runStatusPublisher(ctx, deviceplugin.NewStatusPublisher(dp, deviceplugin.StatusPublisherOptions{
 				NodeName: c.NodeName, Nodes: client.CoreV1().Nodes(), Kubelet: podresources.New(c.PodResourcesSocket),
@@ -264,8 +269,8 @@ func Run(ctx context.Context, c Config, getenv func(string) string) error {
 // the plugin stops with the agent's Server.Run.
 func (c *Config) wireDRA(ctx context.Context, opts *agent.Options, client kubernetes.Interface, lib any, watcher *health.Watcher) (stop func(), err error) {
 	var editor cdi.Editor = cdi.DeviceNodes{HostRoot: c.HostRoot, DriverRoot: c.DriverRoot}
-	if _, simulated := lib.(deviceplugin.PostAllocator); simulated {
-		editor = cdi.Simulated{}
+	if env, ok := lib.(cdi.DeviceEnv); ok {
+		editor = cdi.EnvEditor(env)
 	}
 	// The plugin's own directory (socket and checkpoint) under the
 	// kubelet's plugins directory; the kubelet creates only the latter.
@@ -319,6 +324,48 @@ func (c *Config) wireDRA(ctx context.Context, opts *agent.Options, client kubern
 		Driver: dra.DriverName, Pool: c.NodeName,
 	}
 	return func() { cancel(); factory.Shutdown() }, nil
+}
+
+// withdrawBackoff paces withdrawDRA's tries: about 30 s in all, as long as
+// the kubelet waits before it deletes a gone plugin's slices itself.
+var withdrawBackoff = wait.Backoff{Duration: time.Second, Factor: 2, Steps: 5}
+
+// withdrawDRA deletes, in the background, the ResourceSlices a DRA agent
+// of this node left (draplugin.Withdraw): a node served through the
+// device plugin must offer none, and the kubelet would delete them only
+// some time after the DRA plugin went, while the scheduler could still
+// allocate their devices to claims nothing here prepares. It does not
+// hold the device plugin up: a restarted agent serves at once, API server
+// or not. An agent whose RBAC has no DRA role (the cluster serves no node
+// through DRA, and its DeviceClasses went with that role) cannot and need
+// not. The returned stop waits for it.
+func withdrawDRA(ctx context.Context, client kubernetes.Interface, node string) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		log := klog.FromContext(ctx)
+		var last error
+		err := wait.ExponentialBackoffWithContext(ctx, withdrawBackoff, func(ctx context.Context) (bool, error) {
+			n, err := draplugin.Withdraw(ctx, client, dra.DriverName, node)
+			switch {
+			case apierrors.IsForbidden(err) || apierrors.IsNotFound(err):
+				log.V(2).Info("Not withdrawing ResourceSlices of the DRA driver: no permission, or no resource.k8s.io API", "driver", dra.DriverName, "err", err)
+				return true, nil
+			case err != nil:
+				last = err
+				return false, nil
+			}
+			if n > 0 {
+				log.Info("Withdrew the ResourceSlices a DRA agent of this node left: the node serves through the device plugin", "driver", dra.DriverName, "slices", n)
+			}
+			return true, nil
+		})
+		if err != nil && ctx.Err() == nil {
+			log.Error(last, "Withdrawing the ResourceSlices a DRA agent of this node left; the kubelet deletes them itself", "driver", dra.DriverName)
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // runStatusPublisher runs p until the returned stop is called.

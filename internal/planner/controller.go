@@ -492,22 +492,46 @@ func (c *Controller) round(ctx context.Context, m *memory) (bool, time.Time) {
 	if c.opts.DryRun {
 		mode = modeDryRun
 	}
+	waiting, lifts := d.waiting, d.lifts
+	// waitFor keeps the pods of a write not sent waiting, told again once
+	// it is, and the next round due when the write may be sent.
+	waitFor := func(w nodeWrite, until time.Time) {
+		for _, ev := range w.eventsAfterward {
+			delete(m.told, ev.pod.UID)
+		}
+		waiting = true
+		if lifts.IsZero() || until.Before(lifts) {
+			lifts = until
+		}
+	}
 	for _, w := range d.writes {
 		if ctx.Err() != nil {
 			// No longer leading: what is not written is the next leader's.
 			break
 		}
+		if until, ok := m.backoff.blocked(w.node.Name, now); ok {
+			log.V(2).Info("Not writing a layout yet: the last write to the Node was refused", "node", w.node.Name, "retryAt", until)
+			waitFor(w, until)
+			continue
+		}
 		err := c.write(ctx, w)
 		if err != nil {
 			result = resultFailed
-			for _, ev := range w.eventsAfterward {
-				delete(m.told, ev.pod.UID)
+			if apierrors.IsConflict(err) {
+				for _, ev := range w.eventsAfterward {
+					delete(m.told, ev.pod.UID)
+				}
+				log.Info("Writing a layout conflicted; planning again from the Node as it is", "node", w.node.Name, "annotation", w.key)
+				// The cluster moved on; plan again from what it shows.
+				c.poke()
+				continue
 			}
-			log.Error(err, "Writing a layout", "node", w.node.Name, "annotation", w.key)
-			// The cluster moved on; plan again from what it shows.
-			c.poke()
+			until := m.backoff.failed(w.node.Name, now)
+			log.Error(err, "Writing a layout", "node", w.node.Name, "annotation", w.key, "retryAt", until)
+			waitFor(w, until)
 			continue
 		}
+		m.backoff.succeeded(w.node.Name)
 		if w.value == "" {
 			log.Info("Removed an annotation", "node", w.node.Name, "annotation", w.key)
 			continue
@@ -526,7 +550,7 @@ func (c *Controller) round(ctx context.Context, m *memory) (bool, time.Time) {
 	c.metrics.rounds.WithLabelValues(result).Inc()
 	c.metrics.duration.WithLabelValues(result).Observe(time.Since(start).Seconds())
 	log.V(2).Info("Round ended", "result", result, "took", time.Since(start))
-	return d.waiting, d.lifts
+	return waiting, lifts
 }
 
 // write applies the planner's annotations on the Node under w.manager:

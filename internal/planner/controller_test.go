@@ -3,8 +3,11 @@ package planner
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/migflex/migflex/internal/domain/nodeinfo"
 	"github.com/migflex/migflex/internal/planner/plansnap"
@@ -23,12 +27,13 @@ import (
 
 type env struct {
 	t      *testing.T
+	cfg    *rest.Config
 	client kubernetes.Interface
 }
 
 func startEnv(t *testing.T) *env {
 	cfg := testenv.Start(t)
-	return &env{t: t, client: kubernetes.NewForConfigOrDie(cfg)}
+	return &env{t: t, cfg: cfg, client: kubernetes.NewForConfigOrDie(cfg)}
 }
 
 // node creates an opted-in Node whose agent reports success with gpus,
@@ -274,6 +279,58 @@ func TestController(t *testing.T) {
 		}
 	})
 
+	t.Run("a refused write is not sent again at every round", func(t *testing.T) {
+		e.node("ctl-r", simGPU(0, all1g...))
+		// A policy refuses the planner's writes to the node, until it
+		// does not.
+		var refuse atomic.Bool
+		var sent atomic.Int32
+		refuse.Store(true)
+		cfg := rest.CopyConfig(e.cfg)
+		cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+			return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				if r.Method == http.MethodPatch && r.URL.Path == "/api/v1/nodes/ctl-r" {
+					sent.Add(1)
+					if refuse.Load() {
+						body := `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"refused by policy","reason":"Forbidden","code":403}`
+						return &http.Response{StatusCode: http.StatusForbidden, Header: http.Header{"Content-Type": []string{"application/json"}},
+							Body: io.NopCloser(strings.NewReader(body)), Request: r}, nil
+					}
+				}
+				return rt.RoundTrip(r)
+			})
+		}
+		// The planner's clock stands still until the test moves it, so
+		// the backoff is counted in rounds, not seconds.
+		var clock atomic.Int64
+		clock.Store(time.Now().Add(time.Minute).UnixNano())
+		r := e.start(t, func(o *Options) {
+			o.Client = kubernetes.NewForConfigOrDie(cfg)
+			o.Now = func() time.Time { return time.Unix(0, clock.Load()) }
+		})
+		pod := e.pendingPod("ctl-r-3g", mig3g, "ctl-r")
+		r.waitValue(t, "migflex_planner_node_writes_total", "result", writeError, 1)
+		// Rounds go on while the pod waits (the resync, every 200 ms
+		// here); the refused write is not sent again before its backoff
+		// ends, which on this clock it does not.
+		rounds := r.value("migflex_planner_rounds_total", "", "")
+		const period = 10
+		r.waitValue(t, "migflex_planner_rounds_total", "", "", rounds+period)
+		if got := sent.Load(); got != 1 {
+			t.Errorf("%d writes of a refused layout during %d rounds, want 1", got, period)
+		}
+		// The policy goes and the backoff ends: the write is sent.
+		refuse.Store(false)
+		clock.Add(int64(time.Second))
+		e.poke(pod, period)
+		e.waitNode("ctl-r", "the planner's mig.config", func(n *corev1.Node) bool { return n.Annotations[nodeinfo.AnnotationMigConfig] != "" })
+		e.waitEvent(pod, ReasonPlanned, "will run on node ctl-r")
+		if err := e.client.CoreV1().Pods("default").Delete(context.Background(), pod.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		r.stop()
+	})
+
 	t.Run("a human edit holds the node", func(t *testing.T) {
 		e.node("ctl-b", simGPU(0, all1g...))
 		n := e.getNode("ctl-b")
@@ -419,3 +476,7 @@ func TestController(t *testing.T) {
 		b.stop()
 	})
 }
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/migflex/migflex/internal/domain/schedview"
 	"github.com/migflex/migflex/internal/planner/plansnap"
+	"github.com/migflex/migflex/internal/platform/textcut"
 )
 
 // ReasonClaimUnread: part of a pending pod's ResourceClaims on migflex's
@@ -18,8 +19,15 @@ import (
 // scheduler.
 const ReasonClaimUnread = "MigReshapeClaimUnread"
 
-// draView is what the round reads of the cluster's DRA objects.
-type draView interface {
+// maxUnreadMessage bounds the MigReshapeClaimUnread message: each line
+// quotes a selector (cut by dracel), and a pod may name many claims.
+const maxUnreadMessage = 1024
+
+// DRAView is what a round reads of the cluster's DRA objects: the
+// DeviceClasses of migflex's driver, and the claims and templates pods
+// name (drawatch's informers in the cluster, what kubectl migflex listed
+// in a preview).
+type DRAView interface {
 	Classes() *schedview.DRAClasses
 	schedview.ClaimSource
 }
@@ -45,7 +53,7 @@ type scheduled struct {
 // (schedview.AsScheduled): what its claims ask of our driver added as the
 // extended resources of the same devices, on DRA nodes only, and an
 // extended resource no class of ours serves kept off DRA nodes.
-func asScheduled(dv draView, pods []*corev1.Pod) scheduled {
+func asScheduled(dv DRAView, pods []*corev1.Pod) scheduled {
 	if dv == nil {
 		return scheduled{pods: pods}
 	}
@@ -99,7 +107,7 @@ func (m *memory) tellUnread(pods []*corev1.Pod, unread map[types.UID][]string) [
 			continue
 		}
 		live[p.UID] = true
-		msg := "the planner does not read part of the pod's ResourceClaims and leaves it to the scheduler: " + strings.Join(u, "; ")
+		msg := textcut.Bytes("the planner does not read part of the pod's ResourceClaims and leaves it to the scheduler: "+strings.Join(u, "; "), maxUnreadMessage, "...")
 		if m.unread[p.UID] == msg {
 			continue
 		}

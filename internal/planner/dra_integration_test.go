@@ -145,7 +145,21 @@ func TestControllerDRA(t *testing.T) {
 		e.claimTemplate("by-memory", dra.ClassMIG, `device.capacity["gpu.migflex.io"].memory.compareTo(quantity("40Gi")) >= 0`)
 		e.start(t)
 		pod := e.claimPod("unread-mem", "by-memory", "unread")
-		e.waitEvent(pod, ReasonClaimUnread, "claim gpu request gpu: a selector of class mig.migflex.io is not of the forms migflex reads")
+		e.waitEvent(pod, ReasonClaimUnread, "claim gpu request gpu: selector `device.capacity[\"gpu.migflex.io\"].memory.compareTo(quantity(\"40Gi\")) >= 0` is not of the forms migflex reads")
+		if got := config(d); got != "" {
+			t.Errorf("mig.config %q for a claim the planner cannot read", got)
+		}
+	})
+
+	// Issue 35: a selector the API server accepts and the scheduler finds
+	// no device for, without an error (a string compared with an int is
+	// false): the Event says so, with the selector.
+	t.Run("a profile compared with an int is said false on every device", func(t *testing.T) {
+		d, _ := pool("int")
+		e.claimTemplate("int-profile", dra.ClassMIG, `device.attributes["gpu.migflex.io"].profile == 3`)
+		e.start(t)
+		pod := e.claimPod("unread-int", "int-profile", "int")
+		e.waitEvent(pod, ReasonClaimUnread, "claim gpu request gpu: `device.attributes[\"gpu.migflex.io\"].profile == 3`: profile == 3 is false on every device")
 		if got := config(d); got != "" {
 			t.Errorf("mig.config %q for a claim the planner cannot read", got)
 		}

@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -31,6 +32,19 @@ func TestTellUnread(t *testing.T) {
 	if evs := m.tellUnread([]*corev1.Pod{p}, unread); len(evs) != 1 {
 		t.Errorf("changed news: %+v, want one Event", evs)
 	}
+	// A pod naming many claims: the message stays within an Event's size.
+	var many []string
+	for range 100 {
+		many = append(many, "claim gpu request r: `device.attributes['gpu.migflex.io'].profile == 3`: profile == 3 is false on every device")
+	}
+	unread[p.UID] = many
+	evs := m.tellUnread([]*corev1.Pod{p}, unread)
+	if len(evs) != 1 {
+		t.Fatalf("100 lines: %d Events, want 1", len(evs))
+	}
+	if n := len(evs[0].message); n > maxUnreadMessage || !strings.HasSuffix(evs[0].message, "...") {
+		t.Errorf("100 lines: a message of %d bytes; want at most %d, cut", n, maxUnreadMessage)
+	}
 	bound := p.DeepCopy()
 	bound.Spec.NodeName = "n"
 	if evs := m.tellUnread([]*corev1.Pod{bound}, unread); len(evs) != 0 || len(m.unread) != 0 {
@@ -38,7 +52,7 @@ func TestTellUnread(t *testing.T) {
 	}
 }
 
-// fakeDRA is a draView over fixed classes and claims.
+// fakeDRA is a DRAView over fixed classes and claims.
 type fakeDRA struct {
 	classes *schedview.DRAClasses
 	claims  map[string]*resourceapi.ResourceClaim

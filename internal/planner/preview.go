@@ -41,14 +41,22 @@ type PreviewEvent struct {
 
 // PreviewRound plans one round read-only (kubectl migflex plan, explain):
 // o gives the policy and the planner's defaults (its Client is not used),
-// nodes and pods are the cluster at now.
-func PreviewRound(o Options, now time.Time, nodes []*corev1.Node, pods []*corev1.Pod) (Preview, error) {
+// nodes and pods are the cluster at now, and dv its DRA objects (nil: the
+// pods' ResourceClaims are not read). Pods are read as the controller
+// reads them (asScheduled): what their claims ask of migflex's driver
+// counts, and the MigReshapeClaimUnread Event a round would record comes
+// first among Events.
+func PreviewRound(o Options, now time.Time, nodes []*corev1.Node, pods []*corev1.Pod, dv DRAView) (Preview, error) {
 	o.setDefaults()
 	pl, err := solver.New(o.Policy)
 	if err != nil {
 		return Preview{}, fmt.Errorf("the planner's policy: %w", err)
 	}
-	d, err := decide(&o, pl, newMemory(o.MixHalfLife), now, nodes, pods)
+	sched := asScheduled(dv, pods)
+	m := newMemory(o.MixHalfLife)
+	m.claimed = sched.claimed
+	unread := m.tellUnread(sched.pods, sched.unread)
+	d, err := decide(&o, pl, m, now, nodes, sched.pods)
 	if err != nil {
 		return Preview{}, err
 	}
@@ -56,7 +64,7 @@ func PreviewRound(o Options, now time.Time, nodes []*corev1.Node, pods []*corev1
 	ev := func(e podEvent) PreviewEvent {
 		return PreviewEvent{Pod: e.pod.Namespace + "/" + e.pod.Name, Type: e.typ, Reason: e.reason, Message: e.message}
 	}
-	for _, e := range d.events {
+	for _, e := range append(unread, d.events...) {
 		p.Events = append(p.Events, ev(e))
 	}
 	for _, w := range d.writes {

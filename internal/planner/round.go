@@ -61,6 +61,8 @@ type memory struct {
 	// claimed are this round's pods holding devices of ours through
 	// allocated claims before they start, by node (scheduled.claimed).
 	claimed map[string][]string
+	// backoff spaces the writes to Nodes whose last write was refused.
+	backoff writeBackoff
 }
 
 // arrival is a GPU pod the informer saw created, and when.
@@ -78,6 +80,7 @@ func newMemory(halfLife time.Duration) *memory {
 		started: map[string]map[string]time.Time{},
 		decoded: plansnap.NewCache(),
 		unread:  map[types.UID]string{},
+		backoff: writeBackoff{},
 	}
 }
 

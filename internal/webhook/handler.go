@@ -16,7 +16,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/migflex/migflex/internal/domain/schedview"
-	"github.com/migflex/migflex/internal/planner/solver"
 	"github.com/migflex/migflex/internal/platform/textcut"
 	"github.com/migflex/migflex/internal/webhook/fallback"
 )
@@ -44,9 +43,10 @@ type HandlerOptions struct {
 	MaxInflightBytes int64
 	// Logger receives one line per rewrite and per denial; zero means klog's.
 	Logger klog.Logger
-	// Reshaper, when set, is asked before a request is rewritten or
-	// denied (reshape-first): a request the planner can serve as asked is
-	// left alone and annotated migflex.io/reshape=expected.
+	// Reshaper, when set, gives the decision the planner's word
+	// (reshape-first): a requested type with no free device is kept, or
+	// rewritten to one of its chain, when the planner serves it in its
+	// next round, and the pod annotated migflex.io/reshape=expected.
 	Reshaper Reshaper
 }
 
@@ -161,7 +161,7 @@ func (h *Handler) admit(ctx context.Context, req *admissionv1.AdmissionRequest, 
 		// Left for the planner at an earlier invocation.
 		return string(fallback.OutcomeAlreadyProcessed), nil
 	}
-	d, plan, reshape := h.decide(ctx, pod, snap)
+	d := h.decide(ctx, pod, snap)
 	if d.Outcome == fallback.OutcomeCanceled {
 		return "", canceled(d.Err)
 	}
@@ -169,8 +169,8 @@ func (h *Handler) admit(ctx context.Context, req *admissionv1.AdmissionRequest, 
 	if d.Err != nil {
 		return "", internalError("deciding for pod %s: %v", ref, d.Err)
 	}
-	if reshape {
-		return h.answerReshape(req, resp, ref, pod, d, plan)
+	if d.Allowed && d.Planned != nil {
+		return h.answerReshape(ctx, req, resp, ref, pod, d, snap)
 	}
 	return h.answer(req, resp, ref, d, snap)
 }
@@ -203,20 +203,19 @@ func (h *Handler) podOf(ctx context.Context, req *admissionv1.AdmissionRequest) 
 	return pod, "", nil
 }
 
-// decide is the decision for pod, timed. A rewrite, or a pod let through
-// with no type fitting, may wait for the planner instead (reshape-first:
-// reshape is set when the planner says it can serve the pod as asked); a
-// denial stands (the pod's own mistake, or a policy's word).
-func (h *Handler) decide(ctx context.Context, pod *corev1.Pod, snap *schedview.Snapshot) (d fallback.Decision, plan solver.PodPlan, reshape bool) {
+// decide is the decision for pod, timed; in reshape-first mode, with the
+// planner's word once it can answer (fallback.Decider.DecideWith).
+func (h *Handler) decide(ctx context.Context, pod *corev1.Pod, snap *schedview.Snapshot) fallback.Decision {
 	start := time.Now()
-	d = h.opts.Decider.DecideContext(ctx, pod, snap)
-	if h.opts.Reshaper != nil && d.Err == nil && (d.Outcome == fallback.OutcomeRewritten || d.Outcome == fallback.OutcomeUnsatisfiable) {
-		var ok bool
-		plan, ok = h.opts.Reshaper.CanSupply(pod)
-		reshape = ok && plan.Action != solver.ActionNone
+	var p fallback.Planner
+	if h.opts.Reshaper != nil {
+		if rp, ok := h.opts.Reshaper.Planner(); ok {
+			p = rp
+		}
 	}
+	d := h.opts.Decider.DecideWith(ctx, pod, snap, p)
 	h.opts.Metrics.decision.Observe(time.Since(start).Seconds())
-	return d, plan, reshape
+	return d
 }
 
 // podRef names the pod in logs. At CREATE a generated name is not assigned
@@ -233,18 +232,29 @@ func podRef(req *admissionv1.AdmissionRequest, pod *corev1.Pod) klog.ObjectRef {
 	return klog.KRef(req.Namespace, name)
 }
 
-// answerReshape leaves the pod's GPU requests for the planner: the
-// migflex.io/reshape annotation, and a warning saying what it will get.
-func (h *Handler) answerReshape(req *admissionv1.AdmissionRequest, resp *admissionv1.AdmissionResponse, ref klog.ObjectRef, pod *corev1.Pod, d fallback.Decision, plan solver.PodPlan) (string, error) {
-	patch, err := h.marshal(reshapePatch(pod))
+// answerReshape answers a decision that counts on the planner: its patch,
+// if it rewrites, and the migflex.io/reshape annotation, with a warning
+// saying what the pod will get and what it would have without the planner.
+// Rewrites are counted and logged as answer does.
+func (h *Handler) answerReshape(ctx context.Context, req *admissionv1.AdmissionRequest, resp *admissionv1.AdmissionResponse, ref klog.ObjectRef, pod *corev1.Pod, d fallback.Decision, snap *schedview.Snapshot) (string, error) {
+	ops := d.Patch
+	if len(ops) == 0 {
+		ops = reshapePatch(pod)
+	} else {
+		// The decision's patch has made the annotations.
+		ops = append(ops[:len(ops):len(ops)], reshapeOp())
+	}
+	patch, err := h.marshal(ops)
 	if err != nil {
 		return "", internalError("encoding patch: %v", err)
 	}
 	pt := admissionv1.PatchTypeJSONPatch
 	resp.Patch, resp.PatchType = patch, &pt
-	resp.Warnings = []string{reshapeWarning(d, plan)}
+	alone := h.opts.Decider.DecideContext(ctx, pod, snap)
+	resp.Warnings = append([]string{reshapeWarning(pod, d, alone)}, d.Warnings...)
+	h.countRewrites(req, ref, d, snap)
 	h.log.Info("Left GPU request for the planner", "pod", ref, "uid", req.UID, "dryRun", isDryRun(req),
-		"node", plan.Node, "action", plan.Action, "instead", d.Outcome)
+		"node", d.Planned.Node, "reshape", d.Planned.Reshape, "rewrites", len(d.Rewrites), "instead", alone.Outcome)
 	return resultReshapeExpected, nil
 }
 
@@ -273,6 +283,13 @@ func (h *Handler) answer(req *admissionv1.AdmissionRequest, resp *admissionv1.Ad
 		pt := admissionv1.PatchTypeJSONPatch
 		resp.Patch, resp.PatchType = patch, &pt
 	}
+	h.countRewrites(req, ref, d, snap)
+	h.logOutcome(req, ref, d)
+	return string(d.Outcome), nil
+}
+
+// countRewrites counts and logs each rewrite of d.
+func (h *Handler) countRewrites(req *admissionv1.AdmissionRequest, ref klog.ObjectRef, d fallback.Decision, snap *schedview.Snapshot) {
 	for _, rw := range d.Rewrites {
 		// Labels from a bounded set, whatever names pods ask for.
 		from, to := h.opts.Decider.MetricLabel(rw.From, snap), h.opts.Decider.MetricLabel(rw.To, snap)
@@ -280,8 +297,6 @@ func (h *Handler) answer(req *admissionv1.AdmissionRequest, resp *admissionv1.Ad
 		h.log.Info("Rewrote GPU request", "pod", ref, "uid", req.UID, "dryRun", isDryRun(req),
 			"from", string(rw.From), "to", string(rw.To), "reason", rw.Reason)
 	}
-	h.logOutcome(req, ref, d)
-	return string(d.Outcome), nil
 }
 
 // logOutcome logs a pod allowed as it is for a reason worth a line.

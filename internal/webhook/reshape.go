@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/migflex/migflex/internal/domain/nodeinfo"
 	"github.com/migflex/migflex/internal/domain/schedview"
@@ -23,11 +24,12 @@ const AnnotationReshape = "migflex.io/reshape"
 // ReshapeExpected is AnnotationReshape's value.
 const ReshapeExpected = "expected"
 
-// Reshaper says whether the planner could serve a pod as it is: from free
-// devices that exist, or by reshaping free capacity of an opted-in node
-// without touching an instance in use. ok is false until it can answer.
+// Reshaper gives the planner's word on pods (fallback.Planner): whether
+// it could serve a pod with a need, from free devices that exist, or by
+// reshaping free capacity of an opted-in node without touching an
+// instance in use. ok is false until it can answer.
 type Reshaper interface {
-	CanSupply(pod *corev1.Pod) (plan solver.PodPlan, ok bool)
+	Planner() (p fallback.Planner, ok bool)
 }
 
 // Defaults of ReshapeView.
@@ -45,8 +47,11 @@ const (
 // planner's own reading of the Nodes (internal/planner/plansnap) and its pure
 // Supplier: the same function the planner runs, on the webhook's cache.
 type ReshapeView struct {
-	mu      sync.Mutex
-	nodes   map[string]*corev1.Node
+	mu    sync.Mutex
+	nodes map[string]*corev1.Node
+	// writes are the planner's writes of each node's
+	// nvidia.com/mig.config, as seen (noteWrite).
+	writes  map[string]*plannerWrites
 	dirty   bool
 	built   time.Time
 	sup     *solver.Supplier
@@ -66,11 +71,12 @@ type ReshapeView struct {
 
 // NewReshapeView returns an empty view; fieldManager, manualHold and
 // cooldown are the planner's: a node a human just changed is not counted
-// on, nor the GPUs of a node the planner changed less than cooldown ago
-// (the planner will not change them again before it ends, so a pod left
-// for it would wait where a fallback runs at once). The webhook does not
-// know which GPUs that change was for, so it holds them all, as a new
-// leader of the planner does.
+// on, nor the GPUs the planner changed less than cooldown ago (the planner
+// will not change them again before it ends, so a pod left for it would
+// wait where a fallback runs at once). Which GPUs a write of the planner
+// changed the view sees while the write is in flight (noteWrite); of a
+// write it did not see so, it holds every GPU of the node, as a new leader
+// of the planner does.
 func NewReshapeView(fieldManager string, manualHold, cooldown, refresh time.Duration) (*ReshapeView, error) {
 	pol := solver.DefaultPolicy()
 	pol.Cooldown = cooldown
@@ -82,7 +88,7 @@ func NewReshapeView(fieldManager string, manualHold, cooldown, refresh time.Dura
 		refresh = DefaultReshapeRefresh
 	}
 	return &ReshapeView{
-		nodes: map[string]*corev1.Node{}, pl: pl, refresh: refresh, now: time.Now,
+		nodes: map[string]*corev1.Node{}, writes: map[string]*plannerWrites{}, pl: pl, refresh: refresh, now: time.Now,
 		opts: plansnap.Options{FieldManager: fieldManager, ManualHold: manualHold}, cooldown: cooldown,
 		decoded: plansnap.NewCache(),
 	}, nil
@@ -92,6 +98,7 @@ func NewReshapeView(fieldManager string, manualHold, cooldown, refresh time.Dura
 func (v *ReshapeView) SetNode(n *corev1.Node) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	v.noteWrite(n)
 	v.nodes[n.Name] = n
 	v.dirty = true
 }
@@ -101,21 +108,146 @@ func (v *ReshapeView) DeleteNode(name string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	delete(v.nodes, name)
+	delete(v.writes, name)
 	v.dirty = true
 }
 
-// CanSupply implements Reshaper.
-func (v *ReshapeView) CanSupply(pod *corev1.Pod) (solver.PodPlan, bool) {
+// plannerWrites are the planner's recent writes of one node's
+// nvidia.com/mig.config: the GPUs each changed, when the view saw it in
+// flight, and the last it could not tell that of.
+type plannerWrites struct {
+	// config and at are the node's nvidia.com/mig.config last seen and
+	// the time its manager last set it.
+	config string
+	at     time.Time
+	// gpus is when the planner last changed each GPU, of writes seen in
+	// flight; all is the last write whose GPUs are unknown.
+	gpus map[int]time.Time
+	all  time.Time
+}
+
+// noteWrite records a new nvidia.com/mig.config of the planner's: the
+// GPUs whose layout it changes from the one the agent reports, read as the
+// planner reads it (plansnap's in-flight GPUs), when the view saw the node
+// before the write, and so the node as the write found it (an informer
+// delivers a Node's versions in order). Of a node first seen with a write,
+// or a write that changes no GPU the view can tell, every GPU is held.
+func (v *ReshapeView) noteWrite(n *corev1.Node) {
+	config := n.Annotations[nodeinfo.AnnotationMigConfig]
+	owner, at := plansnap.AnnotationOwner(n, nodeinfo.AnnotationMigConfig)
+	w, seen := v.writes[n.Name]
+	if seen && w.config == config && w.at.Equal(at) {
+		return
+	}
+	if !seen {
+		w = &plannerWrites{}
+		v.writes[n.Name] = w
+	}
+	w.config, w.at = config, at
+	if owner != v.opts.FieldManager || at.IsZero() || config == "" {
+		return
+	}
+	var changed []int
+	if seen {
+		o := v.opts
+		o.Now, o.Cache = at, v.decoded
+		changed = plansnap.FromAPI(n, o).InFlight
+	}
+	if len(changed) == 0 {
+		w.all = at
+		return
+	}
+	if w.gpus == nil {
+		w.gpus = map[int]time.Time{}
+	}
+	for _, g := range changed {
+		w.gpus[g] = at
+	}
+}
+
+// hold starts the cooldown of the GPUs of nv the planner changed less
+// than cooldown before now, and forgets older writes.
+func (w *plannerWrites) hold(nv *plansnap.Node, cooldown time.Duration, now time.Time) {
+	recent := func(t time.Time) bool { return !t.IsZero() && now.Sub(t) < cooldown }
+	if !recent(w.all) {
+		w.all = time.Time{}
+	}
+	for g, t := range w.gpus {
+		if !recent(t) {
+			delete(w.gpus, g)
+		}
+	}
+	for i := range nv.GPUs {
+		g := &nv.GPUs[i]
+		t := w.all
+		if at, ok := w.gpus[g.Index]; ok && at.After(t) {
+			t = at
+		}
+		if !t.IsZero() && g.LastChanged.Before(t) {
+			g.LastChanged = t
+		}
+	}
+}
+
+// Planner implements Reshaper.
+func (v *ReshapeView) Planner() (fallback.Planner, bool) {
 	sup := v.supplier()
 	if sup == nil {
+		return nil, false
+	}
+	var classes *schedview.DRAClasses
+	if v.classes != nil {
+		classes = v.classes()
+	}
+	return supplied{sup: sup, classes: classes}, true
+}
+
+// CanSupply is the planner's answer on pod as it is; ok is false until it
+// can answer.
+func (v *ReshapeView) CanSupply(pod *corev1.Pod) (solver.PodPlan, bool) {
+	p, ok := v.Planner()
+	if !ok {
 		return solver.PodPlan{}, false
 	}
-	if v.classes != nil {
+	return p.(supplied).plan(pod), true
+}
+
+// supplied answers fallback.Planner from one Supplier.
+type supplied struct {
+	sup     *solver.Supplier
+	classes *schedview.DRAClasses
+}
+
+// Serve implements fallback.Planner.
+func (s supplied) Serve(pod *corev1.Pod, need map[corev1.ResourceName]int64) fallback.Served {
+	plan := s.plan(withNeed(pod, need))
+	return fallback.Served{
+		Now: plan.Action != solver.ActionNone, Node: plan.Node, Reshape: plan.Action == solver.ActionReshape,
+		Later: plan.Later, Reason: plan.Reason,
+	}
+}
+
+func (s supplied) plan(pod *corev1.Pod) solver.PodPlan {
+	if s.classes != nil {
 		// The webhook sees a pod before its claims exist; only its
 		// extended resources are read (ClaimDemand empty).
-		pod = v.classes().AsScheduled(pod, schedview.ClaimDemand{})
+		pod = s.classes.AsScheduled(pod, schedview.ClaimDemand{})
 	}
-	return sup.CanSupply(pod), true
+	return s.sup.CanSupply(pod)
+}
+
+// withNeed is pod asking for need in one container and nothing else: what
+// the Supplier reads of it is where it may land and what it needs on one
+// node. The pod's other fields are shared, not copied.
+func withNeed(pod *corev1.Pod, need map[corev1.ResourceName]int64) *corev1.Pod {
+	out := *pod
+	l := make(corev1.ResourceList, len(need))
+	for name, n := range need {
+		l[name] = *resource.NewQuantity(n, resource.DecimalSI)
+	}
+	out.Spec.Containers = []corev1.Container{{Name: "need", Resources: corev1.ResourceRequirements{Requests: l, Limits: l}}}
+	out.Spec.InitContainers = nil
+	return &out
 }
 
 // supplier is the current Supplier, rebuilt when the Nodes changed (at
@@ -138,7 +270,9 @@ func (v *ReshapeView) supplier() *solver.Supplier {
 	views := make([]plansnap.Node, 0, len(v.nodes))
 	for _, n := range v.nodes {
 		nv := plansnap.FromAPI(n, o)
-		plansnap.HoldRecentChange(&nv, o.FieldManager, v.cooldown, now)
+		if w := v.writes[n.Name]; w != nil {
+			w.hold(&nv, v.cooldown, now)
+		}
 		views = append(views, nv)
 	}
 	snap.Models, _ = plansnap.MergeModels(views)
@@ -178,33 +312,60 @@ func reshapeNode(full, slim *corev1.Node) {
 }
 
 // reshapePatch is the patch that leaves the pod's request as asked and
-// records why: AnnotationReshape, with the node the planner would use.
+// records why: AnnotationReshape.
 func reshapePatch(pod *corev1.Pod) []fallback.Operation {
 	if len(pod.Annotations) == 0 {
 		return []fallback.Operation{{Op: "add", Path: "/metadata/annotations", Value: map[string]string{AnnotationReshape: ReshapeExpected}}}
 	}
-	return []fallback.Operation{{Op: "add", Path: "/metadata/annotations/" + fallback.EscapePointer(AnnotationReshape), Value: ReshapeExpected}}
+	return []fallback.Operation{reshapeOp()}
 }
 
-// reshapeWarning tells the user why the request was not rewritten.
-func reshapeWarning(d fallback.Decision, plan solver.PodPlan) string {
-	var asked []string
-	for _, dev := range plan.Devices {
-		if !slices.Contains(asked, string(dev.Resource)) {
-			asked = append(asked, string(dev.Resource))
-		}
-	}
-	slices.Sort(asked)
+// reshapeOp adds AnnotationReshape to annotations that exist.
+func reshapeOp() fallback.Operation {
+	return fallback.Operation{Op: "add", Path: "/metadata/annotations/" + fallback.EscapePointer(AnnotationReshape), Value: ReshapeExpected}
+}
+
+// reshapeWarning tells the user what the planner will serve, and what the
+// pod would have become without it (alone, the decision without the
+// planner's word).
+func reshapeWarning(pod *corev1.Pod, d, alone fallback.Decision) string {
 	how := "free devices exist"
-	if plan.Action == solver.ActionReshape {
+	if d.Planned.Reshape {
 		how = "the planner can reshape free capacity for it"
 	}
 	instead := "been admitted with no GPU type fitting it"
-	if len(d.Rewrites) > 0 {
-		instead = "become " + rewriteList(d.Rewrites)
+	switch {
+	case len(alone.Rewrites) > 0:
+		instead = "become " + rewriteList(alone.Rewrites)
+	case alone.Outcome == fallback.OutcomeDenied:
+		instead = "been denied"
+	case alone.Outcome != fallback.OutcomeUnsatisfiable:
+		instead = "stayed as asked, waiting for a device to free"
 	}
-	return fmt.Sprintf("migflex GPU webhook: the GPU request %s left as asked: %s on node %s (%s=%s); without the planner it would have %s",
-		strings.Join(asked, ", "), how, plan.Node, AnnotationReshape, ReshapeExpected, instead)
+	what := "left as asked"
+	if len(d.Rewrites) > 0 {
+		what = "rewritten (" + rewriteList(d.Rewrites) + ")"
+	}
+	return fmt.Sprintf("migflex GPU webhook: the GPU request %s %s: %s on node %s (%s=%s); without the planner it would have %s",
+		strings.Join(asked(pod, d), ", "), what, how, d.Planned.Node, AnnotationReshape, ReshapeExpected, instead)
+}
+
+// asked lists, sorted, the GPU types the warning is about: those the
+// decision rewrote, or, left as asked, all the pod asks for.
+func asked(pod *corev1.Pod, d fallback.Decision) []string {
+	var out []string
+	for _, rw := range d.Rewrites {
+		if !slices.Contains(out, string(rw.From)) {
+			out = append(out, string(rw.From))
+		}
+	}
+	if len(out) == 0 {
+		for r := range schedview.Devices(pod) {
+			out = append(out, string(r))
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func rewriteList(rws []fallback.Rewrite) string {

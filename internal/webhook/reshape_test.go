@@ -2,7 +2,9 @@ package webhook
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/migflex/migflex/internal/domain/nodeinfo"
+	"github.com/migflex/migflex/internal/domain/schedview"
 	"github.com/migflex/migflex/internal/planner/plansnap"
 	"github.com/migflex/migflex/internal/planner/simmodels"
 	"github.com/migflex/migflex/internal/planner/solver"
@@ -19,16 +22,27 @@ import (
 
 const mig3g40 corev1.ResourceName = "nvidia.com/mig-3g.40gb"
 
-// fakeReshaper answers every pod the same.
+// fakeReshaper answers every pod the same, or, for a need of a type in
+// byType, that type's plan.
 type fakeReshaper struct {
-	plan  solver.PodPlan
-	ready bool
-	asked int
+	plan   solver.PodPlan
+	byType map[corev1.ResourceName]solver.PodPlan
+	ready  bool
+	asked  int
 }
 
-func (f *fakeReshaper) CanSupply(*corev1.Pod) (solver.PodPlan, bool) {
+func (f *fakeReshaper) Planner() (fallback.Planner, bool) { return f, f.ready }
+
+func (f *fakeReshaper) Serve(_ *corev1.Pod, need map[corev1.ResourceName]int64) fallback.Served {
 	f.asked++
-	return f.plan, f.ready
+	plan := f.plan
+	for r, p := range f.byType {
+		if need[r] > 0 {
+			plan = p
+		}
+	}
+	return fallback.Served{Now: plan.Action != solver.ActionNone, Node: plan.Node, Reshape: plan.Action == solver.ActionReshape,
+		Later: plan.Later, Reason: plan.Reason}
 }
 
 // reshapeFixture is newFixture with a Reshaper.
@@ -45,7 +59,12 @@ func reshapeFixture(t *testing.T, src SnapshotSource, o fallback.Options, r Resh
 func TestReshapeFirst(t *testing.T) {
 	only1g := StaticSource{snapshotOf(gpuNode("n1", map[corev1.ResourceName]int64{mig1g10: 7}))}
 	reshape := solver.PodPlan{Action: solver.ActionReshape, Node: "n1", Devices: []solver.Device{{GPU: 0, Resource: mig3g40}}}
-	tests := []struct {
+	// A 2g.20gb held, a 1g.10gb free: the planner can make another
+	// 2g.20gb, not a 3g.40gb.
+	held := schedview.NewBuilder(nil)
+	held.SetNode(schedview.NodeFromAPI(gpuNode("n1", map[corev1.ResourceName]int64{mig2g20: 1, mig1g10: 4})))
+	held.SetPod(heldKey("n1"), "n1", map[corev1.ResourceName]int64{mig2g20: 1})
+	type reshapeCase struct {
 		name       string
 		src        SnapshotSource
 		opts       fallback.Options
@@ -58,7 +77,8 @@ func TestReshapeFirst(t *testing.T) {
 		wantRequest     corev1.ResourceName
 		wantWarning     string
 		wantAllowed     bool
-	}{
+	}
+	tests := []reshapeCase{
 		{
 			name: "the planner can reshape: left as asked", src: only1g, pod: gpuPod("p", mig3g40, "1"),
 			reshaper:        &fakeReshaper{plan: reshape, ready: true},
@@ -119,6 +139,16 @@ func TestReshapeFirst(t *testing.T) {
 			name: "the profile exists", src: StaticSource{snapshotOf(gpuNode("n1", map[corev1.ResourceName]int64{mig3g40: 1}))}, pod: gpuPod("p", mig3g40, "1"),
 			reshaper:   &fakeReshaper{plan: reshape, ready: true},
 			wantResult: string(fallback.OutcomeUnchanged), wantAllowed: true, wantRequest: mig3g40,
+		},
+		{
+			name: "the planner makes a nearer type than the free one: rewritten to it, for the planner",
+			src:  StaticSource{held.Snapshot()}, pod: gpuPod("p", mig3g40, "1"),
+			reshaper: &fakeReshaper{plan: solver.PodPlan{Action: solver.ActionNone}, byType: map[corev1.ResourceName]solver.PodPlan{
+				mig2g20: {Action: solver.ActionReshape, Node: "n1"}, mig3g40: {Action: solver.ActionNone}}, ready: true},
+			wantResult:      resultReshapeExpected,
+			wantAnnotations: map[string]string{fallback.AnnotationFallback: "3g.40gb->2g.20gb", AnnotationReshape: ReshapeExpected},
+			wantRequest:     mig2g20, wantAllowed: true,
+			wantWarning: "migflex GPU webhook: the GPU request nvidia.com/mig-3g.40gb rewritten (3g.40gb->2g.20gb): the planner can reshape free capacity for it on node n1 (migflex.io/reshape=expected); without the planner it would have become 3g.40gb->1g.10gb",
 		},
 	}
 	for _, tc := range tests {
@@ -251,6 +281,51 @@ func TestReshapeView(t *testing.T) {
 			v.built = time.Time{} // a change at once, not within the refresh
 			plan, ok := v.CanSupply(pinned(tc.node.Name))
 			if !ok || plan.Action != tc.want {
+				t.Errorf("CanSupply = %+v (%v), want %s", plan, ok, tc.want)
+			}
+		})
+	}
+}
+
+// The view holds, for the planner's cooldown, the GPUs a write of the
+// planner changed when it saw the write in flight, and every GPU of the
+// node when it did not; once the cooldown has passed, none.
+func TestReshapeViewHoldsTheGPUsAWriteChanged(t *testing.T) {
+	at := time.Now().Truncate(time.Second)
+	before := agentNode(t, "gpu", true, h100(t, "gpu", 0, seven1g()...), h100(t, "gpu", 1, seven1g()...))
+	config := migConfig(`"3g.40gb": 1, "1g.10gb": 3`, `"1g.10gb": 7`)
+	written := byPlanner(before, config, at)
+	applied := byPlanner(agentNode(t, "gpu", true, h100(t, "gpu", 0, "3g.40gb@0*", "1g.10gb@4", "1g.10gb@5", "1g.10gb@6"),
+		h100(t, "gpu", 1, seven1g()...)), config, at)
+	for _, tc := range []struct {
+		name  string
+		seen  []*corev1.Node
+		after time.Duration
+		want  string
+	}{
+		{"the write seen in flight: only GPU 0 cools down", []*corev1.Node{before, written, applied}, time.Minute, "reshape GPU 1"},
+		{"the write not seen: every GPU cools down", []*corev1.Node{applied}, time.Minute, "none"},
+		{"the cooldown over", []*corev1.Node{applied}, 3 * time.Minute, "reshape"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v, err := NewReshapeView(plansnap.DefaultFieldManager, time.Minute, 2*time.Minute, time.Nanosecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range tc.seen {
+				slim, err := transformReshapeNode(n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				v.SetNode(slim.(*corev1.Node))
+			}
+			v.now = func() time.Time { return at.Add(tc.after) }
+			plan, ok := v.CanSupply(gpuPod("p", mig4g40, "1"))
+			got := string(plan.Action)
+			if plan.Action == solver.ActionReshape && strings.HasSuffix(tc.want, "GPU 1") {
+				got = fmt.Sprintf("reshape GPU %d", plan.Devices[0].GPU)
+			}
+			if !ok || got != tc.want {
 				t.Errorf("CanSupply = %+v (%v), want %s", plan, ok, tc.want)
 			}
 		})

@@ -65,8 +65,8 @@ type InformerSource struct {
 	// Without them (existence mode) held keeps, by node, the devices its
 	// agent's layout annotation reports held, at the Node's
 	// resourceVersion: the transform reads them before the annotation is
-	// dropped, and setNode records them as the node's use, which only the
-	// warnings about a rewrite to a type all in use read.
+	// dropped, and setNode records them as the node's use, by which the
+	// decision counts free devices.
 	withPods bool
 	keepPlan bool
 	heldMu   sync.Mutex

@@ -102,6 +102,12 @@ func TestBusyGPU(t *testing.T) {
 	} else if strings.Contains(ev.Message, "GPU 0 (") {
 		t.Errorf("MigConfigApplied Event %q names GPU 0, which is busy", ev.Message)
 	}
+	// A node that waits writes its Node once per change of what it
+	// reports: over a window longer than the agent's retry interval, with
+	// nothing changing, it writes nothing (issue 35: it wrote ~22 times a
+	// second, each write waking its own watch).
+	waitingWrites(t, 12*time.Second)
+
 	// GPU 0 as it was: its instances, its devices at the kubelet (current,
 	// not the Node's periodic status) and in the allocatable, whose
 	// 1g.10gb are GPU 0's four while GPU 1's are new.
@@ -148,6 +154,25 @@ func TestBusyGPU(t *testing.T) {
 	wantAlloc = map[string]int64{"nvidia.com/mig-7g.80gb": 1, "nvidia.com/mig-3g.40gb": 1, "nvidia.com/mig-1g.10gb": 1}
 	if diff := cmp.Diff(wantAlloc, nonZero(gpuResources(node.Status.Allocatable))); diff != "" {
 		t.Errorf("allocatable after the pod left (-want +got):\n%s", diff)
+	}
+}
+
+// waitingWrites counts the agent's Node writes, and every writer's Node
+// updates, over window while the node waits for a busy GPU and nothing
+// else changes, and fails on any write of the agent. It first lets the
+// writes that reaching the waiting state caused land.
+func waitingWrites(t *testing.T, window time.Duration) {
+	t.Helper()
+	time.Sleep(2 * time.Second)
+	before := countWrites(t)
+	updates := countNodeUpdates(t)
+	time.Sleep(window)
+	n := updates.stop()
+	d := countWrites(t).minus(before)
+	t.Logf("waiting for a busy GPU, %v: the agent wrote its Node %v times (%v); Node updates by every writer: %d",
+		window, d.agentTotal(), d.agent, n)
+	if d.agentTotal() != 0 {
+		t.Errorf("the agent wrote its Node %v times in %v while it waited and nothing changed (%v), want 0", d.agentTotal(), window, d.agent)
 	}
 }
 

@@ -187,8 +187,9 @@ func waitForSlicePolicy(t *testing.T) {
 }
 
 // restoreDevicePlugin puts the agent's pod template back and waits until
-// the device plugin serves the layout again (state success with its
-// allocatable), and the DRA driver's slices are gone.
+// the DRA driver's slices are gone (the device-plugin agent deletes them)
+// and the device plugin serves the layout again (state success with its
+// allocatable).
 func restoreDevicePlugin(t *testing.T, ctx context.Context, original *corev1.PodTemplateSpec, served map[string]*string) {
 	dss := cluster.Client.AppsV1().DaemonSets(framework.MigflexNamespace)
 	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
@@ -220,10 +221,13 @@ func restoreDevicePlugin(t *testing.T, ctx context.Context, original *corev1.Pod
 	if err := cluster.SetNodeAnnotations(ctx, served); err != nil {
 		t.Error(err)
 	}
-	// The kubelet deletes a plugin's slices some time after it is gone;
-	// the test does not wait for that.
-	if err := cluster.Client.ResourceV1().ResourceSlices().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{FieldSelector: "spec.driver=" + draDriver}); err != nil {
-		t.Errorf("deleting the DRA slices: %v", err)
+	// The agent serving through the device plugin deletes the slices the
+	// DRA agent left (the kubelet would, some 30 s after the plugin went).
+	if err := framework.WaitFor(ctx, "the device-plugin agent to withdraw the DRA slices", timeout, func(ctx context.Context) (bool, error) {
+		list, err := cluster.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + draDriver + ",spec.nodeName=" + cluster.NodeName})
+		return err == nil && len(list.Items) == 0, err
+	}); err != nil {
+		t.Error(err)
 	}
 	if _, err := cluster.WaitForNode(ctx, "the device plugin serving again", timeout, func(n *corev1.Node) error {
 		if v := n.Labels[labelServing]; v != "device-plugin" {

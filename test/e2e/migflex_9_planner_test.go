@@ -863,16 +863,17 @@ func TestPlannerDryRun(t *testing.T) {
 
 // TestPlannerReshapeFirst: with the webhook reshape-first, a 3g.40gb pod
 // on a node that can be reshaped for it is admitted as asked (annotated
-// migflex.io/reshape: expected) and runs on a 3g.40gb; with the node opted
-// out, the same pod is rewritten down as without the planner and runs on
-// a 1g.10gb.
+// migflex.io/reshape: expected) and runs on a 3g.40gb; a 4g.40gb pod right
+// after is admitted as asked too, the planner having changed only the
+// other GPU, and runs on a 4g.40gb; with the node opted out, a 3g.40gb pod
+// is rewritten down as without the planner and runs on a 1g.10gb.
 func TestPlannerReshapeFirst(t *testing.T) {
 	planner(t)
 	ctx := t.Context()
 	ns := cluster.Namespace(t) // not opted out of the webhook
-	run := func(name string) (*corev1.Pod, map[string][]string) {
+	runAs := func(t *testing.T, name, res string) (*corev1.Pod, map[string][]string) {
 		t.Helper()
-		pod := gpuPod(ns, name, "nvidia.com/mig-3g.40gb", 1, "sleep", "3600")
+		pod := gpuPod(ns, name, res, 1, "sleep", "3600")
 		cluster.CreatePod(t, pod)
 		p, err := cluster.WaitForPodPhase(ctx, ns, name, corev1.PodRunning)
 		if err != nil {
@@ -883,6 +884,10 @@ func TestPlannerReshapeFirst(t *testing.T) {
 			t.Fatal(err)
 		}
 		return p, held
+	}
+	run := func(name string) (*corev1.Pod, map[string][]string) {
+		t.Helper()
+		return runAs(t, name, "nvidia.com/mig-3g.40gb")
 	}
 
 	// A dry run shows the webhook's answer without a pod: its view of the
@@ -915,6 +920,29 @@ func TestPlannerReshapeFirst(t *testing.T) {
 		}
 		podEvent(t, ns, p.Name, reasonPlanned, "will run on node "+cluster.NodeName)
 		deletePodAndWait(t, ns, p.Name)
+	})
+
+	// The planner changes one GPU for a first pod; a second pod asks for
+	// a 4g.40gb at once. The webhook saw the planner's write in flight, so
+	// it holds only the GPU that write changed for the cooldown (its own
+	// 2 minutes here: the suite shortens only the planner's), not the
+	// idle other one: the pod is not cut to the 3g.40gb that exists.
+	t.Run("an idle GPU of a node the planner just changed", func(t *testing.T) {
+		resetTo1g(t)
+		waitForAnswer(t, "leave the pod for the planner", func(a map[string]string) bool { return a["migflex.io/reshape"] == "expected" })
+		first, held := runAs(t, "first", "nvidia.com/mig-3g.40gb")
+		if len(held["nvidia.com/mig-3g.40gb"]) != 1 {
+			t.Fatalf("the first pod holds %v, want one nvidia.com/mig-3g.40gb", held)
+		}
+		second, held := runAs(t, "second", "nvidia.com/mig-4g.40gb")
+		if second.Annotations["migflex.io/reshape"] != "expected" || second.Annotations[annotationFallback] != "" {
+			t.Errorf("annotations %v, want migflex.io/reshape=expected and no fallback", second.Annotations)
+		}
+		if len(held["nvidia.com/mig-4g.40gb"]) != 1 {
+			t.Errorf("the second pod holds %v, want one nvidia.com/mig-4g.40gb", held)
+		}
+		deletePodAndWait(t, ns, second.Name)
+		deletePodAndWait(t, ns, first.Name)
 	})
 
 	t.Run("the planner cannot", func(t *testing.T) {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/migflex/migflex/internal/domain/dra"
 	"github.com/migflex/migflex/internal/domain/mig"
+	"github.com/migflex/migflex/internal/nodeagent/draplugin"
 	"github.com/migflex/migflex/internal/testsupport/testenv"
 )
 
@@ -33,7 +34,8 @@ import (
 // node-a as the kubelet mounts it, to the ResourceSlices of its driver on
 // node-a, in node-a's pool. The kubelet plugin helper's ResourceSlice
 // controller, as the agent runs it, publishes, shrinks and withdraws its
-// pool under it.
+// pool under it, and an agent serving through the device plugin deletes
+// the slices a DRA agent of its node left.
 func TestAgentSliceScopePolicy(t *testing.T) {
 	objs := helmTemplate(t, scenarioNamed(t, "dra"))
 	if objs.find("ValidatingAdmissionPolicy", "migflex-agent-slice-scope") == nil || objs.find("ValidatingAdmissionPolicyBinding", "migflex-agent-slice-scope") == nil {
@@ -248,6 +250,20 @@ func TestAgentSliceScopePolicy(t *testing.T) {
 
 	t.Run("the kubelet plugin helper publishes under it", func(t *testing.T) {
 		testHelperPublishesUnderPolicy(t, bound, admin, nodes["node-a"])
+	})
+
+	// The agent on node-a switched back to the device plugin deletes the
+	// slices its DRA agent left (the chart's agent.draNodeSelector keeps
+	// one ServiceAccount, with the DRA role, for both DaemonSets).
+	t.Run("the device-plugin agent withdraws its node's slices", func(t *testing.T) {
+		for _, name := range []string{"left-0", "left-1"} {
+			s := testSlice(name, dra.DriverName, "node-a", "node-a")
+			s.Spec.Pool.ResourceSliceCount = 2
+			mustCreate(t, slicesOf(admin), s)
+		}
+		if n, err := draplugin.Withdraw(ctx, bound, dra.DriverName, "node-a"); err != nil || n != 2 {
+			t.Fatalf("Withdraw = %d, %v; want the 2 slices deleted", n, err)
+		}
 	})
 
 	// What the others' slices look like after all that: untouched.

@@ -19,6 +19,7 @@ import (
 	resourceinformers "k8s.io/client-go/informers/resource/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 
 	"github.com/migflex/migflex/internal/domain/schedview"
 )
@@ -42,6 +43,9 @@ type Options struct {
 	// ClaimChanged is called when a claim or template changed, for a
 	// caller that reads pods' claims.
 	ClaimChanged func()
+	// Logger receives, once per change, each DeviceClass of our driver
+	// that is not read and why; default klog.Background().
+	Logger *klog.Logger
 }
 
 // Watch is the informers and what they answer.
@@ -55,6 +59,9 @@ type Watch struct {
 	// read is the DeviceClasses read; nil after a class event until the
 	// next Classes call rebuilds it.
 	read *schedview.DRAClasses
+	// toldUnread is what was logged of the classes not read: why, by
+	// class.
+	toldUnread map[string]string
 }
 
 const byPool = "pool"
@@ -157,8 +164,29 @@ func (w *Watch) Classes() *schedview.DRAClasses {
 	defer w.mu.Unlock()
 	if w.read == nil {
 		w.read = schedview.NewDRAClasses(listAs[*resourceapi.DeviceClass](w.classes.GetStore().List()))
+		w.logUnread(w.read)
 	}
 	return w.read
+}
+
+// logUnread logs each DeviceClass that names our driver in a form the
+// scheduling view does not read, and why (a CEL error among others), once
+// per change: the webhook counts no supply for it and the planner plans
+// for no claim on it. A resync rebuilds the classes without a change.
+func (w *Watch) logUnread(c *schedview.DRAClasses) {
+	log := klog.Background().WithName("drawatch")
+	if w.opts.Logger != nil {
+		log = *w.opts.Logger
+	}
+	told := make(map[string]string, len(c.Unread))
+	for _, name := range c.Unread {
+		why := c.UnreadWhy(name)
+		told[name] = why
+		if w.toldUnread[name] != why {
+			log.Info("DeviceClass not read: claims on it are left to the scheduler", "deviceClass", name, "why", why)
+		}
+	}
+	w.toldUnread = told
 }
 
 // Supply is schedview.DRASupply of node from the caches.

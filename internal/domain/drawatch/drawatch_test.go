@@ -3,8 +3,11 @@ package drawatch
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
+
+	"github.com/go-logr/logr/funcr"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -12,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
 	"github.com/migflex/migflex/internal/domain/dra"
@@ -111,4 +115,60 @@ func TestWatch(t *testing.T) {
 		return seen.saw("n2") && cmp.Equal([2]map[corev1.ResourceName]int64{{mig1g: 1}, {mig1g: 1}}, supply("n2")) &&
 			cmp.Equal([2]map[corev1.ResourceName]int64{{mig1g: 2}, {}}, supply("n1"))
 	})
+}
+
+// A DeviceClass of our driver that is not read is logged with why, once
+// per change: a resync or another class's event does not repeat it.
+func TestUnreadClassesLogged(t *testing.T) {
+	ctx := context.Background()
+	bad := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "bad.migflex.io"}, Spec: resourceapi.DeviceClassSpec{
+		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "gpu.migflex.io" && device.attributes["gpu.migflex.io"].profile == 3`}}}}}
+	client := fake.NewClientset(bad)
+	var mu sync.Mutex
+	var lines []string
+	log := klog.Logger(funcr.New(func(_, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, args)
+	}, funcr.Options{}))
+	w, err := New(client, Options{Logger: &log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, inf := range w.Informers() {
+		wg.Go(func() { inf.RunWithContext(run) })
+	}
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	if !cache.WaitForCacheSync(run.Done(), w.Synced()...) {
+		t.Fatal("caches did not sync")
+	}
+	logged := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(lines)
+	}
+	w.Classes()
+	want := `"msg"="DeviceClass not read: claims on it are left to the scheduler" "deviceClass"="bad.migflex.io" "why"="` +
+		"`device.driver == \\\"gpu.migflex.io\\\" && device.attributes[\\\"gpu.migflex.io\\\"].profile == 3`: profile == 3 is false on every device"
+	if got := logged(); len(got) != 1 || !strings.Contains(got[0], want) {
+		t.Fatalf("logged %q, want one line with %q", got, want)
+	}
+	// Another class arrives: the classes are read again, the bad one is
+	// not logged again.
+	good, err := dra.DeviceClasses([]string{"1g.10gb"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.ResourceV1().DeviceClasses().Create(ctx, &good[3], metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the new class read", func() bool { return w.Classes().Serves(mig1g) })
+	if got := logged(); len(got) != 1 {
+		t.Errorf("logged again without a change: %q", got)
+	}
 }

@@ -15,5 +15,9 @@
 // (DRASupply), not status.allocatable; a pod's claims are read as the
 // extended resources of the same devices (PodClaims), and AsScheduled
 // restricts the pod to the nodes that can serve it that way, so that the
-// webhook, the planner and the replay keep reading one answer.
+// webhook, the planner and the replay keep reading one answer. A selector
+// of a form it does not read is checked with the scheduler's own CEL
+// library (internal/domain/dracel), so that what it says about it (a
+// compile error, a comparison false on every device) is what the
+// scheduler finds.
 package schedview

@@ -11,6 +11,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/migflex/migflex/internal/domain/dracel"
 	"github.com/migflex/migflex/internal/domain/nodeinfo"
 	"github.com/migflex/migflex/internal/domain/resourcename"
 )
@@ -180,16 +181,27 @@ type DRAClasses struct {
 	// Unread names the classes that select our driver's devices by name
 	// (the driver is mentioned) in a form this view does not read.
 	Unread []string
+	// unreadWhy says, by class of Unread, why it is not read.
+	unreadWhy map[string]string
+	// checker names what is wrong with a selector not read, as the
+	// scheduler's CEL library finds it.
+	checker *dracel.Checker
 }
+
+// checkerEntries bounds the compiled selectors a DRAClasses keeps: only
+// selectors this view does not read are compiled, to say why.
+const checkerEntries = 64
 
 // NewDRAClasses reads the DeviceClasses.
 func NewDRAClasses(classes []*resourceapi.DeviceClass) *DRAClasses {
-	c := &DRAClasses{byName: map[string]Selection{}, served: map[corev1.ResourceName]Selection{}}
+	c := &DRAClasses{byName: map[string]Selection{}, served: map[corev1.ResourceName]Selection{},
+		unreadWhy: map[string]string{}, checker: dracel.NewChecker(checkerEntries)}
 	for _, dc := range classes {
 		s, ok := selectionOf(dc.Spec.Selectors)
 		if !ok || !s.Driver {
 			if !ok && classMentionsDriver(dc) {
 				c.Unread = append(c.Unread, dc.Name)
+				c.unreadWhy[dc.Name] = c.whyUnread(dc.Spec.Selectors)
 			}
 			continue
 		}
@@ -200,6 +212,38 @@ func NewDRAClasses(classes []*resourceapi.DeviceClass) *DRAClasses {
 	}
 	slices.Sort(c.Unread)
 	return c
+}
+
+// UnreadWhy says why a class of Unread is not read; "" for another.
+func (c *DRAClasses) UnreadWhy(class string) string {
+	if c == nil {
+		return ""
+	}
+	return c.unreadWhy[class]
+}
+
+// whyUnread says why selectors that selectionOf does not read are not:
+// what the scheduler's CEL library finds wrong with the first selector
+// not of the documented forms, or that it is not of them, or that they
+// contradict each other.
+func (c *DRAClasses) whyUnread(sels []resourceapi.DeviceSelector) string {
+	for _, sel := range sels {
+		if sel.CEL == nil {
+			return "a selector that is not CEL"
+		}
+		if _, ok := ParseSelector(sel.CEL.Expression); ok {
+			continue
+		}
+		var found []string
+		for _, f := range c.checker.Check(sel.CEL.Expression) {
+			found = append(found, f.String())
+		}
+		if len(found) > 0 {
+			return strings.Join(found, "; ")
+		}
+		return "selector `" + dracel.Quote(sel.CEL.Expression) + "` is not of the forms migflex reads"
+	}
+	return "its selectors contradict each other: no device matches"
 }
 
 func classMentionsDriver(dc *resourceapi.DeviceClass) bool {
@@ -237,7 +281,7 @@ func IsDRANode(labels map[string]string) bool {
 // device is none on the device-plugin path. A node with no slice has no
 // supply.
 func DRASupply(node string, slices []*resourceapi.ResourceSlice, claims []*resourceapi.ResourceClaim, classes *DRAClasses) (allocatable, allocated map[corev1.ResourceName]int64) {
-	devices := poolDevices(node, slices)
+	devices := PoolDevices(node, slices)
 	taken := map[string]bool{}
 	for _, c := range claims {
 		if c.Status.Allocation == nil {
@@ -269,9 +313,10 @@ func DRASupply(node string, slices []*resourceapi.ResourceSlice, claims []*resou
 	return allocatable, allocated
 }
 
-// poolDevices are the schedulable devices of our driver's pool for node,
-// by name, from the slices of the pool's newest generation.
-func poolDevices(node string, sl []*resourceapi.ResourceSlice) map[string]*resourceapi.Device {
+// PoolDevices are the schedulable devices of our driver's pool for node,
+// by name, from the slices of the pool's newest generation: a device with
+// a NoSchedule or NoExecute taint (unhealthy) is left out.
+func PoolDevices(node string, sl []*resourceapi.ResourceSlice) map[string]*resourceapi.Device {
 	var gen int64 = -1
 	for _, s := range sl {
 		if s.Spec.Driver == DRADriver && s.Spec.Pool.Name == node && s.Spec.Pool.Generation > gen {
@@ -392,19 +437,28 @@ func (c *DRAClasses) addRequests(entry string, spec *resourceapi.ResourceClaimSp
 	for _, req := range spec.Devices.Requests {
 		where := fmt.Sprintf("claim %s request %s", entry, req.Name)
 		if len(req.FirstAvailable) > 0 {
-			if slices.ContainsFunc(req.FirstAvailable, func(s resourceapi.DeviceSubRequest) bool { return c.ours(s.DeviceClassName) }) {
+			if slices.ContainsFunc(req.FirstAvailable, func(s resourceapi.DeviceSubRequest) bool {
+				return c.ours(s.DeviceClassName) || c.unreadWhy[s.DeviceClassName] != ""
+			}) {
 				unknown("%s: firstAvailable is not read yet", where)
 			}
 			continue
 		}
 		ex := req.Exactly
-		if ex == nil || !c.ours(ex.DeviceClassName) {
+		if ex == nil {
+			continue
+		}
+		if why := c.unreadWhy[ex.DeviceClassName]; why != "" {
+			unknown("%s: class %s is not read: %s", where, ex.DeviceClassName, why)
+			continue
+		}
+		if !c.ours(ex.DeviceClassName) {
 			continue
 		}
 		class := c.byName[ex.DeviceClassName]
 		sel, ok := selectionOf(ex.Selectors)
 		if !ok {
-			unknown("%s: a selector of class %s is not of the forms migflex reads", where, ex.DeviceClassName)
+			unknown("%s: %s", where, c.whyUnread(ex.Selectors))
 			continue
 		}
 		if sel, ok = class.And(sel); !ok {

@@ -98,6 +98,13 @@ func TestDRAClasses(t *testing.T) {
 	if diff := cmp.Diff([]string{"big.migflex.io"}, c.Unread); diff != "" {
 		t.Errorf("Unread (-want,+got):\n%s", diff)
 	}
+	const why = "selector `device.driver == \"gpu.migflex.io\" && device.capacity[\"gpu.migflex.io\"].memory.isGreaterThan(quantity(\"40Gi\"))` is not of the forms migflex reads"
+	if got := c.UnreadWhy("big.migflex.io"); got != why {
+		t.Errorf("UnreadWhy(big.migflex.io) = %q, want %q", got, why)
+	}
+	if got := c.UnreadWhy(dra.ClassMIG); got != "" {
+		t.Errorf("UnreadWhy of a class read: %q", got)
+	}
 	var none *DRAClasses
 	if none.Serves(gpu) {
 		t.Error("no classes serve nvidia.com/gpu")
@@ -276,6 +283,10 @@ func TestPodClaims(t *testing.T) {
 	addClaim("whole", claimSpec(exactly(dra.ClassGPU, 0)))
 	addClaim("nvidia", claimSpec(exactly("gpu.nvidia.com", 1)))
 	addClaim("memory", claimSpec(exactly(dra.ClassMIG, 1, `device.capacity["gpu.migflex.io"].memory.compareTo(quantity("40Gi")) >= 0`)))
+	addClaim("int-profile", claimSpec(exactly(dra.ClassMIG, 1, `device.attributes['gpu.migflex.io'].profile == 3`)))
+	addClaim("no-such-attribute", claimSpec(exactly(dra.ClassMIG, 1, prof3g, `device.attributes['gpu.migflex.io'].memory == "40Gi"`)))
+	addClaim("compile-error", claimSpec(exactly(dra.ClassMIG, 1, `device.driver == 3`)))
+	addClaim("two-profiles", claimSpec(exactly(dra.ClassMIG, 1, prof3g, `device.attributes["gpu.migflex.io"].profile == "1g.10gb"`)))
 	addClaim("any-mig", claimSpec(exactly(dra.ClassMIG, 1)))
 	addClaim("contradicts", claimSpec(exactly(dra.ProfileClass("1g.10gb"), 1, prof3g)))
 	all := exactly(dra.ClassMIG, 0, prof3g)
@@ -321,7 +332,15 @@ func TestPodClaims(t *testing.T) {
 			p.Status.ResourceClaimStatuses = []corev1.PodResourceClaimStatus{{Name: "gpu", ResourceClaimName: ptr.To("pod-gpu-abc")}}
 		}), ClaimDemand{AllocatedIn: []string{"n1"}}},
 		{"unknown CEL", newPod(withClaim("gpu", ptr.To("memory"), nil)),
-			ClaimDemand{Unknown: []string{"claim gpu request r: a selector of class mig.migflex.io is not of the forms migflex reads"}}},
+			ClaimDemand{Unknown: []string{"claim gpu request r: selector `device.capacity[\"gpu.migflex.io\"].memory.compareTo(quantity(\"40Gi\")) >= 0` is not of the forms migflex reads"}}},
+		{"issue 35: a profile compared with an int", newPod(withClaim("gpu", ptr.To("int-profile"), nil)),
+			ClaimDemand{Unknown: []string{"claim gpu request r: `device.attributes['gpu.migflex.io'].profile == 3`: profile == 3 is false on every device: profile is a string, 3 an int, and CEL finds values of two types unequal"}}},
+		{"an attribute the driver does not publish", newPod(withClaim("gpu", ptr.To("no-such-attribute"), nil)),
+			ClaimDemand{Unknown: []string{"claim gpu request r: `device.attributes['gpu.migflex.io'].memory == \"40Gi\"`: device.attributes[\"gpu.migflex.io\"].memory fails on every device: gpu.migflex.io publishes no attribute memory (it has type, uuid, parentUUID, profile, productName; memory and engines are capacities)"}}},
+		{"a compile error", newPod(withClaim("gpu", ptr.To("compile-error"), nil)),
+			ClaimDemand{Unknown: []string{"claim gpu request r: CEL compile error in `device.driver == 3`: 1:15: found no matching overload for '_==_' applied to '(string, int)'"}}},
+		{"two profiles", newPod(withClaim("gpu", ptr.To("two-profiles"), nil)),
+			ClaimDemand{Unknown: []string{"claim gpu request r: its selectors contradict each other: no device matches"}}},
 		{"any MIG device", newPod(withClaim("gpu", ptr.To("any-mig"), nil)),
 			ClaimDemand{Unknown: []string{"claim gpu request r: class mig.migflex.io selects devices of several profiles; the planner does not choose one"}}},
 		{"contradicts its class", newPod(withClaim("gpu", ptr.To("contradicts"), nil)),
@@ -330,11 +349,12 @@ func TestPodClaims(t *testing.T) {
 			ClaimDemand{Unknown: []string{"claim gpu request r: allocationMode All is not read"}}},
 		{"firstAvailable", newPod(withClaim("gpu", ptr.To("first-available"), nil)),
 			ClaimDemand{Unknown: []string{"claim gpu request r: firstAvailable is not read yet"}}},
-		{"a class of ours it cannot read is not ours to count", newPod(withClaim("gpu", ptr.To("unread-class"), nil)), ClaimDemand{}},
+		{"a class of ours it cannot read is not counted, and said so", newPod(withClaim("gpu", ptr.To("unread-class"), nil)),
+			ClaimDemand{Unknown: []string{"claim gpu request r: class big.migflex.io is not read: selector `device.driver == \"gpu.migflex.io\" && device.capacity[\"gpu.migflex.io\"].memory.isGreaterThan(quantity(\"40Gi\"))` is not of the forms migflex reads"}}},
 		{"missing claim and template", newPod(withClaim("a", ptr.To("gone"), nil), withClaim("b", nil, ptr.To("gone"))),
 			ClaimDemand{Unknown: []string{"claim a: ResourceClaim gone not found", "claim b: ResourceClaimTemplate gone not found"}}},
 		{"the known part counts beside an unknown one", newPod(withClaim("a", ptr.To("by-cel"), nil), withClaim("b", ptr.To("memory"), nil)),
-			ClaimDemand{Devices: alloc{mig3g: 1}, Unknown: []string{"claim b request r: a selector of class mig.migflex.io is not of the forms migflex reads"}}},
+			ClaimDemand{Devices: alloc{mig3g: 1}, Unknown: []string{"claim b request r: selector `device.capacity[\"gpu.migflex.io\"].memory.compareTo(quantity(\"40Gi\")) >= 0` is not of the forms migflex reads"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

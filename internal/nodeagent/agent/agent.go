@@ -299,9 +299,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		UpdateFunc: func(oldObj, newObj any) {
 			o, ok1 := oldObj.(*corev1.Node)
 			n, ok2 := newObj.(*corev1.Node)
-			// Status heartbeats do not concern the agent; a new
-			// allocatable may be the publication it waits for.
-			if !ok1 || !ok2 || o.UID != n.UID || !maps.Equal(o.Labels, n.Labels) || !maps.Equal(o.Annotations, n.Annotations) || allocatableChanged(o, n) {
+			if !ok1 || !ok2 || concerns(o, n, a.opts.FieldManager) {
 				a.poke()
 			}
 		},
@@ -351,8 +349,9 @@ func (a *Agent) poke() {
 	}
 }
 
-// loop reconciles on every trigger, retry and resync, and refreshes the
-// report when device health changes.
+// loop reconciles on every trigger, retry and resync, and while it waits
+// for publication on every sign of it, and refreshes the report when
+// device health changes.
 func (a *Agent) loop(ctx context.Context, srvErr <-chan error) error {
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
@@ -381,6 +380,13 @@ func (a *Agent) loop(ctx context.Context, srvErr <-chan error) error {
 		case <-a.opts.Server.Changes():
 			a.refresh(ctx, causeHealth)
 			continue
+		case <-a.opts.Server.Visibility():
+			// What the scheduler sees changed: a wait for publication
+			// ends now rather than at the next retry. Nothing else
+			// depends on it.
+			if a.awaiting == nil {
+				continue
+			}
 		case <-a.trigger:
 		case <-retry.C:
 		case <-resync.C:

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,6 +14,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/migflex/migflex/internal/domain/dra"
 	"github.com/migflex/migflex/internal/domain/nodeinfo"
@@ -56,6 +59,60 @@ func testBusyGPUWaits(t *testing.T, api *apiServer) {
 	if pending := countReason(n.events(), ReasonPending); pending != 1 {
 		t.Errorf("%d MigConfigPending Events, want 1 (retries are no news)", pending)
 	}
+}
+
+// testWaitingNodeWritesNothing: a node whose new layout waits for a pod
+// on a busy GPU reports the wait once, then writes nothing to the API
+// server while it waits, however often it reconciles: the wait is not
+// news, and neither announcing a change it does not make nor its own
+// writes may start the next write (the agent once wrote such a Node ~22
+// times a second for as long as the pod ran).
+func testWaitingNodeWritesNothing(t *testing.T, api *apiServer) {
+	n := newNode(t, api)
+	n.partition(0, "3g.40gb", "3g.40gb")
+	busyID := n.discover()[0].Instances[1].UUID
+	n.podres.Set(podresourcestest.Device{Namespace: "ml", Pod: "train-0", Container: "main", Resource: resource3g, IDs: []string{busyID}})
+	counts := &requestCounter{counts: map[string]int{}}
+	cfg := rest.CopyConfig(api.cfg)
+	cfg.WrapTransport = counts.wrap
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Retries every 50 ms (the test default): the period below is
+	// counted in reconciles, not in seconds.
+	r := n.start(withClient(client))
+	n.annotate(nodeinfo.AnnotationMigConfig, allSeven)
+	n.waitState(nodeinfo.StatePending)
+	waitLayout(t, n, []string{"GPU 0 mig=true 3g.40gb@0 3g.40gb@4", "GPU 1 mig=true 1g.10gb@0 1g.10gb@1 1g.10gb@2 1g.10gb@3 1g.10gb@4 1g.10gb@5 1g.10gb@6"})
+	n.waitEvent(corev1.EventTypeNormal, ReasonApplied, "GPU 1")
+	n.waitEvent(corev1.EventTypeNormal, ReasonPending, "ml/train-0")
+
+	// The wait is reported; from here on each reconcile finds the same.
+	// A reconcile is counted before its report is sent, so the reports
+	// of the first one counted below are inside the period.
+	const period = 20
+	start := r.counter("migflex_agent_reconciles_total", "result", resultPending)
+	patches, events := counts.get("PATCH nodes"), counts.get("POST events")
+	rv := n.get().ResourceVersion
+	waitCounter(t, r, "migflex_agent_reconciles_total", "result", resultPending, start+period)
+	if got := counts.get("PATCH nodes") - patches; got != 0 {
+		t.Errorf("%d Node writes during %d reconciles of a waiting node, want 0", got, period)
+	}
+	if got := counts.get("POST events") - events; got != 0 {
+		t.Errorf("%d Events during %d reconciles of a waiting node, want 0", got, period)
+	}
+	if got := n.get().ResourceVersion; got != rv {
+		t.Errorf("the Node changed while its agent waited: resourceVersion %s, before %s", got, rv)
+	}
+	if got := n.get().Labels[nodeinfo.LabelMigConfigState]; got != nodeinfo.StatePending {
+		t.Errorf("state %q while GPU 0 waits, want pending", got)
+	}
+
+	// The pod goes: GPU 0 changes, announced once and reported once.
+	n.podres.Set()
+	n.waitState(nodeinfo.StateSuccess)
+	waitLayout(t, n, []string{"GPU 0 mig=true 1g.10gb@0 1g.10gb@1 1g.10gb@2 1g.10gb@3 1g.10gb@4 1g.10gb@5 1g.10gb@6", "GPU 1 mig=true 1g.10gb@0 1g.10gb@1 1g.10gb@2 1g.10gb@3 1g.10gb@4 1g.10gb@5 1g.10gb@6"})
 }
 
 // testEvict: under --busy-policy=evict the pods in the way are evicted
@@ -172,9 +229,16 @@ func testProcessesUnknownToTheKubelet(t *testing.T, api *apiServer) {
 	n.waitEvent(corev1.EventTypeWarning, ReasonFailed, "GPU 0")
 	waitLayout(t, n, []string{"GPU 0 mig=true 3g.40gb@0 3g.40gb@4", "GPU 1 mig=false"})
 	n.waitServed(map[string]int{resource3g: 2, string(resourcename.GPU): 1})
-	// Held: a reconcile that is not a resync (the agent's own Node
-	// update triggers one) does not try again ...
-	waitCounter(t, r, "migflex_agent_reconciles_total", "result", resultHeld, 1)
+	// Held: a reconcile that is not a resync (a user's label change
+	// starts one) does not try again ...
+	deadline := time.Now().Add(hangTimeout)
+	for i := 0; r.counter("migflex_agent_reconciles_total", "result", resultHeld) < 1; i++ {
+		if time.Now().After(deadline) {
+			t.Fatal("no reconcile found the GPU held")
+		}
+		n.label("example.com/poke", fmt.Sprint(i))
+		time.Sleep(pollInterval) // polling a counter nothing signals
+	}
 	// ... a resync does, and the same failure is no news.
 	waitCounter(t, r, "migflex_agent_reconciles_total", "result", resultFailed, 2)
 	if failed := countReason(n.events(), ReasonFailed); failed != 1 {

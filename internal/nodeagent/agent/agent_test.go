@@ -250,7 +250,7 @@ func withHealth(h deviceplugin.HealthSource) agentOption {
 // start runs an agent for n until stop or the end of the test.
 func (n *node) start(opts ...agentOption) *agentRun {
 	n.t.Helper()
-	dpOpts := deviceplugin.Options{PluginDir: filepath.Dir(n.kubelet.Socket()), PostAllocator: nvmlbackend.SimulatedDevices{}, RetryInterval: 50 * time.Millisecond}
+	dpOpts := deviceplugin.Options{PluginDir: filepath.Dir(n.kubelet.Socket()), PostAllocator: deviceplugin.EnvPostAllocator(nvmlbackend.SimulatedDevices{}), RetryInterval: 50 * time.Millisecond}
 	reg := prometheus.NewRegistry()
 	o := Options{
 		NodeName:      n.name,
@@ -267,7 +267,9 @@ func (n *node) start(opts ...agentOption) *agentRun {
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	o.Server = dp
+	if o.Server == nil {
+		o.Server = dp
+	}
 	a, err := New(o)
 	if err != nil {
 		n.t.Fatal(err)
@@ -525,8 +527,11 @@ func TestAgent(t *testing.T) {
 		{"no source", testNoSource},
 		{"malformed and impossible", testMalformedAndImpossible},
 		{"busy GPU waits", testBusyGPUWaits},
+		{"waiting node writes nothing", testWaitingNodeWritesNothing},
 		{"evict", testEvict},
 		{"claim holds GPU", testClaimHoldsGPU},
+		{"publication signalled", testPublicationSignalled},
+		{"DRA publication", testDRAPublication},
 		{"no pod-resources socket", testNoPodResourcesSocket},
 		{"label and config file", testLabelAndConfigFile},
 		{"label without config file", testLabelWithoutConfigFile},
@@ -539,6 +544,10 @@ func TestAgent(t *testing.T) {
 		{"restart touches nothing", testRestartTouchesNothing},
 		{"metrics", testMetrics},
 		{"deleted node is not recreated", testDeletedNodeIsNotRecreated},
+		{"fault: create fails halfway", testCreateFailsHalfway},
+		{"fault: create fails halfway, then held", testCreateFailsHalfwayThenHeld},
+		{"fault: create hangs", testCreateHangs},
+		{"fault: reboot recreates the layout", testRebootRecreatesLayout},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, api) })
 	}

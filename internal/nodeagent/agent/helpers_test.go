@@ -69,6 +69,7 @@ func (nopServer) Visible(context.Context, *corev1.Node) (string, []string, error
 func (nopServer) Publisher() (string, string, string) { return "", "", "" }
 func (nopServer) Labels([]mig.GPU) map[string]string  { return nil }
 func (nopServer) Changes() <-chan struct{}            { return nil }
+func (nopServer) Visibility() <-chan struct{}         { return nil }
 
 var _ Server = nopServer{}
 

@@ -65,7 +65,6 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, prev status) o
 	}
 	src, todo, reasons := in.src, d.todo, d.heldReasons
 
-	a.announce(ctx, node, src, todo)
 	busyCheckFailed := func(err error) outcome {
 		a.countError(stageBusyCheck)
 		msg := fmt.Sprintf("cannot tell which GPUs pods use, so none is changed: %v", err)
@@ -96,6 +95,11 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, prev status) o
 	}
 	maps.Copy(busy, late)
 	b := decideBusy(busyInput{src: src, todo: todo, gpus: gpus, busy: busy, policy: a.opts.BusyPolicy, servable: a.opts.Server.Servable})
+	// Only the GPUs about to change are announced: a GPU that waits for
+	// its pods is not changing, and announcing it at every retry only to
+	// report the wait again would write the Node twice a reconcile for as
+	// long as the pods run.
+	a.announce(ctx, node, src, b.free)
 	failed := len(reasons) > 0
 	if len(b.evict) > 0 {
 		note, err := a.evict(ctx, b.evict)

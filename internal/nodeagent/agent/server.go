@@ -44,8 +44,17 @@ type Server interface {
 	// success waits for it. An error (a server that asks the API server
 	// and cannot) leaves the state pending, saying so. The agent asks at
 	// each reconcile: when its Node changes (labels, annotations,
-	// allocatable) and, while it waits, every RetryInterval.
+	// allocatable) and, while it waits, when Visibility signals and every
+	// RetryInterval.
 	Visible(ctx context.Context, node *corev1.Node) (layout string, missing []string, err error)
+	// Visibility signals (coalesced) when Visible may answer differently
+	// for a reason the agent's watch of its Node does not see (a DRA
+	// server's ResourceSlices); nil when the Node shows the publication
+	// (the device plugin's allocatable). A waiting agent reconciles on
+	// it, so it must not signal merely because the layout already served
+	// was served again (every reconcile serves it), or the agent would
+	// reconcile in a loop.
+	Visibility() <-chan struct{}
 	// Publisher names, for the Node's reason and Events, who makes the
 	// served layout visible, where, and what to check when it does not
 	// become visible in time.

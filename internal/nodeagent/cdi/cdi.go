@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -45,12 +46,6 @@ const (
 	// EnvVisibleDevices lists the devices' UUIDs for the NVIDIA container
 	// runtime, as the device plugin's envvar strategy does.
 	EnvVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
-	// What a container given simulated devices finds in its environment
-	// instead of device nodes, the same as the device plugin's
-	// (nvmlbackend.SimulatedDevices; a test checks they agree).
-	EnvSimulated = "MIGFLEX_SIMULATED"
-	EnvDeviceIDs = "MIGFLEX_DEVICE_IDS"
-	EnvProfiles  = "MIGFLEX_MIG_PROFILES"
 )
 
 // Editor gives the container edits that let a container use devs, besides
@@ -59,26 +54,39 @@ type Editor interface {
 	Edits(devs []dra.Device) (specs.ContainerEdits, error)
 }
 
-// Simulated is the Editor for the simulated NVML: its devices have no
-// device nodes, so they are named in the environment, as the device
-// plugin names them for the simulated backend.
-type Simulated struct{}
+// DeviceEnv is the optional capability of an NVML backend whose devices
+// have no device nodes (the simulator's): the environment that names them
+// to a container instead. ids are the devices' UUIDs in allocation order,
+// profiles[i] the MIG profile of ids[i] (empty for a whole GPU). The agent
+// finds it on its backend by type assertion.
+type DeviceEnv interface {
+	ContainerEnv(ids, profiles []string) map[string]string
+}
 
-// Edits implements Editor.
-func (Simulated) Edits(devs []dra.Device) (specs.ContainerEdits, error) {
+// EnvEditor is the Editor of a backend with DeviceEnv: no device nodes,
+// and the environment e gives, as the device plugin's Allocate gives it
+// for the same devices (a test checks they agree).
+func EnvEditor(e DeviceEnv) Editor { return envEditor{e} }
+
+type envEditor struct{ env DeviceEnv }
+
+func (e envEditor) Edits(devs []dra.Device) (specs.ContainerEdits, error) {
 	ids := make([]string, len(devs))
 	profiles := make([]string, len(devs))
 	for i, d := range devs {
-		ids[i], profiles[i] = d.UUID, d.Profile
-		if !d.MIG {
-			profiles[i] = "gpu"
+		ids[i] = d.UUID
+		if d.MIG {
+			profiles[i] = d.Profile
 		}
 	}
-	return specs.ContainerEdits{Env: []string{
-		EnvSimulated + "=true",
-		EnvDeviceIDs + "=" + strings.Join(ids, ","),
-		EnvProfiles + "=" + strings.Join(profiles, ","),
-	}}, nil
+	env := e.env.ContainerEnv(ids, profiles)
+	// Sorted, so that writing a claim's spec again gives the same file.
+	keys := slices.Sorted(maps.Keys(env))
+	var edits specs.ContainerEdits
+	for _, k := range keys {
+		edits.Env = append(edits.Env, k+"="+env[k])
+	}
+	return edits, nil
 }
 
 // DeviceNodes is the Editor for real GPUs: the device nodes the device

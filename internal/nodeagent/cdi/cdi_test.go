@@ -12,9 +12,14 @@ import (
 	cdilib "tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/migflex/migflex/internal/domain/dra"
+	"github.com/migflex/migflex/internal/nvml/nvmlbackend"
 )
 
 var (
+	// simulated is the Editor of the simulated backend, whose devices the
+	// environment names.
+	simulated = EnvEditor(nvmlbackend.SimulatedDevices{})
+
 	mig1 = dra.Device{Name: "gpu-0-mig-1g10gb-19-0", UUID: "MIG-aaaa", MIG: true, Profile: "1g.10gb", Minor: 0, GI: 1, CI: 0}
 	mig2 = dra.Device{Name: "gpu-0-mig-1g10gb-19-1", UUID: "MIG-bbbb", MIG: true, Profile: "1g.10gb+me", Minor: 0, GI: 2, CI: 0}
 	gpu1 = dra.Device{Name: "gpu-1", UUID: "GPU-cccc", Minor: 1}
@@ -43,7 +48,7 @@ func inject(t *testing.T, dir string, ids ...string) []string {
 
 func TestWriteClaimSimulated(t *testing.T) {
 	dir := t.TempDir()
-	w, err := NewWriter(dir, DefaultKind, Simulated{})
+	w, err := NewWriter(dir, DefaultKind, simulated)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +148,7 @@ func TestWriteClaimDeviceNodes(t *testing.T) {
 
 func TestRemoveAndList(t *testing.T) {
 	dir := t.TempDir()
-	w, err := NewWriter(dir, DefaultKind, Simulated{})
+	w, err := NewWriter(dir, DefaultKind, simulated)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,18 +184,18 @@ func TestErrors(t *testing.T) {
 		e         Editor
 		want      string
 	}{
-		{dir, "migflex.io", Simulated{}, "not vendor/class"},
-		{dir, "9vendor/gpu", Simulated{}, "not vendor/class"},
-		{dir, "migflex.io/gpu-", Simulated{}, "not vendor/class"},
-		{"relative", DefaultKind, Simulated{}, "not an absolute path"},
-		{filepath.Join(dir, "missing"), DefaultKind, Simulated{}, "not a directory"},
+		{dir, "migflex.io", simulated, "not vendor/class"},
+		{dir, "9vendor/gpu", simulated, "not vendor/class"},
+		{dir, "migflex.io/gpu-", simulated, "not vendor/class"},
+		{"relative", DefaultKind, simulated, "not an absolute path"},
+		{filepath.Join(dir, "missing"), DefaultKind, simulated, "not a directory"},
 		{dir, DefaultKind, nil, "no CDI editor"},
 	} {
 		if _, err := NewWriter(tt.dir, tt.kind, tt.e); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("NewWriter(%q, %q): err = %v, want %q", tt.dir, tt.kind, err, tt.want)
 		}
 	}
-	w, err := NewWriter(dir, DefaultKind, Simulated{})
+	w, err := NewWriter(dir, DefaultKind, simulated)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ import (
 )
 
 // A pod sees the same environment whether its simulated devices come from
-// the device plugin (envvar strategy, the simulator's PostAllocator,
+// the device plugin (envvar strategy, the simulator's environment,
 // answered over the device-plugin gRPC API to a kubelet stand-in) or from a
 // DRA claim (this package's spec, applied by the CDI library as the
 // runtime applies it). Both sides are the real code paths over one
@@ -61,7 +61,7 @@ func TestSameEnvironmentAsDevicePlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer k.Stop()
-	m, err := deviceplugin.New(deviceplugin.Options{PluginDir: filepath.Dir(k.Socket()), PostAllocator: nvmlbackend.SimulatedDevices{}})
+	m, err := deviceplugin.New(deviceplugin.Options{PluginDir: filepath.Dir(k.Socket()), PostAllocator: deviceplugin.EnvPostAllocator(nvmlbackend.SimulatedDevices{})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestSameEnvironmentAsDevicePlugin(t *testing.T) {
 
 	// The DRA side.
 	dir := t.TempDir()
-	w, err := cdi.NewWriter(dir, cdi.DefaultKind, cdi.Simulated{})
+	w, err := cdi.NewWriter(dir, cdi.DefaultKind, cdi.EnvEditor(nvmlbackend.SimulatedDevices{}))
 	if err != nil {
 		t.Fatal(err)
 	}

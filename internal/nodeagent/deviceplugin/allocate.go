@@ -29,11 +29,44 @@ const (
 // list strategy has named its devices, like the optional capability of the
 // same name in intel's device plugins. Without one the device plugin adds
 // the device nodes the devices need (envvar strategy; with CDI the spec
-// carries them). A backend whose devices have no nodes, the simulated
-// NVML, gives one (nvmlbackend), so the device plugin never asks which
-// backend it serves.
+// carries them). For a backend whose devices have no nodes (the simulated
+// NVML), EnvPostAllocator makes one of its DeviceEnv, so the device plugin
+// never asks which backend it serves.
 type PostAllocator interface {
 	PostAllocate(resp *pluginapi.ContainerAllocateResponse, devs []Device) error
+}
+
+// DeviceEnv is the optional capability of an NVML backend whose devices
+// have no device nodes (the simulator's): the environment that names them
+// to a container instead. ids are the devices' UUIDs in allocation order,
+// profiles[i] the MIG profile of ids[i] (empty for a whole GPU). The agent
+// finds it on its backend by type assertion.
+type DeviceEnv interface {
+	ContainerEnv(ids, profiles []string) map[string]string
+}
+
+// EnvPostAllocator is the PostAllocator of a backend with DeviceEnv: no
+// device nodes, and the environment e gives.
+func EnvPostAllocator(e DeviceEnv) PostAllocator { return envPostAllocator{e} }
+
+type envPostAllocator struct{ env DeviceEnv }
+
+func (p envPostAllocator) PostAllocate(resp *pluginapi.ContainerAllocateResponse, devs []Device) error {
+	ids := make([]string, len(devs))
+	profiles := make([]string, len(devs))
+	for i, d := range devs {
+		ids[i] = d.ID
+		if d.MIG {
+			profiles[i] = d.Profile
+		}
+	}
+	if resp.Envs == nil {
+		resp.Envs = map[string]string{}
+	}
+	for k, v := range p.env.ContainerEnv(ids, profiles) {
+		resp.Envs[k] = v
+	}
+	return nil
 }
 
 // allocator builds the container part of Allocate responses.

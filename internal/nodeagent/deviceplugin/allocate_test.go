@@ -56,6 +56,18 @@ func (envPost) PostAllocate(resp *pluginapi.ContainerAllocateResponse, devs []De
 	return nil
 }
 
+// pairEnv is a backend's DeviceEnv that names each device with its
+// profile, so a test sees what the device plugin passes it.
+type pairEnv struct{}
+
+func (pairEnv) ContainerEnv(ids, profiles []string) map[string]string {
+	pairs := make([]string, len(ids))
+	for i := range ids {
+		pairs[i] = ids[i] + "=" + profiles[i]
+	}
+	return map[string]string{"DEVICES": strings.Join(pairs, ",")}
+}
+
 func TestAllocateResponse(t *testing.T) {
 	host := fakeHostRoot(t, map[string]string{devnodes.MigMinorsPath: testMigMinors, "dev/nvidia-uvm": ""})
 	mig02 := migDev("nvidia.com/mig-3g.40gb", "3g.40gb", 0, 2)
@@ -117,6 +129,19 @@ func TestAllocateResponse(t *testing.T) {
 			want: &pluginapi.ContainerAllocateResponse{
 				Envs:       map[string]string{EnvVisibleDevices: "void", "POST": "MIG-1-7"},
 				CdiDevices: []*pluginapi.CDIDevice{{Name: "nvidia.com/gpu=MIG-1-7"}},
+			},
+		},
+		"envvar with a backend's DeviceEnv": {
+			strategy: DeviceListEnvvar, post: EnvPostAllocator(pairEnv{}), devs: []Device{mig02, wholeDev(2), mig17},
+			want: &pluginapi.ContainerAllocateResponse{Envs: map[string]string{
+				EnvVisibleDevices: "MIG-0-2,GPU-2,MIG-1-7", "DEVICES": "MIG-0-2=3g.40gb,GPU-2=,MIG-1-7=1g.10gb+me",
+			}},
+		},
+		"cdi-annotations with a backend's DeviceEnv": {
+			strategy: DeviceListCDIAnnotations, post: EnvPostAllocator(pairEnv{}), devs: []Device{mig17},
+			want: &pluginapi.ContainerAllocateResponse{
+				Envs:        map[string]string{EnvVisibleDevices: "void", "DEVICES": "MIG-1-7=1g.10gb+me"},
+				Annotations: map[string]string{"cdi.k8s.io/migflex_MIG-1-7": "nvidia.com/gpu=MIG-1-7"},
 			},
 		},
 	} {

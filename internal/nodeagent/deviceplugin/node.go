@@ -47,6 +47,10 @@ func (m *Manager) Visible(_ context.Context, node *corev1.Node) (layout string, 
 	return servedLayout(served), unpublished(node.Status.Allocatable, served), nil
 }
 
+// Visibility is nil: the served devices become visible in the Node's
+// allocatable, which the agent's watch of its Node sees change.
+func (m *Manager) Visibility() <-chan struct{} { return nil }
+
 // Publisher names, for the Node's reason and Events, who publishes what is
 // served, where the scheduler reads it, and what to check when it does not
 // show.

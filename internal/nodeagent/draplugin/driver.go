@@ -9,7 +9,7 @@
 // layout change (no restart: the ResourceSlice is updated in place),
 // Drain and Undrain around a repartition, Prepared and Published for its
 // busy check and its report, Visible to know the scheduler can see the
-// layout.
+// layout, and SliceChanges to learn when to ask Visible again.
 package draplugin
 
 import (
@@ -25,6 +25,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
@@ -42,8 +44,14 @@ type Driver struct {
 	ckpt   checkpoint
 	logger klog.Logger
 	fatal  chan error
-	// stopBackground ends the periodic ReleaseStale.
+	// stopBackground ends the periodic ReleaseStale and the slice
+	// informer; background is done when both have stopped.
 	stopBackground context.CancelFunc
+	background     sync.WaitGroup
+	// slices is the API server's view of this node's ResourceSlices of
+	// the driver (see watchSlices); sliceChanges signals its changes.
+	slices       cache.SharedIndexInformer
+	sliceChanges chan struct{}
 
 	// mu guards everything below. Prepare and Unprepare hold it from
 	// their decision until the checkpoint is saved, so Drain, which
@@ -82,7 +90,7 @@ func Start(ctx context.Context, opts Options) (*Driver, error) {
 		opts: opts, cdi: w, ckpt: newCheckpoint(opts.StateDir, opts.DriverName, opts.NodeName),
 		logger: klog.FromContext(ctx).WithName("dra"), fatal: make(chan error, 1),
 		byName: map[string]dra.Device{}, draining: map[string]bool{}, changed: make(chan struct{}),
-		policy: opts.Unhealthy,
+		policy: opts.Unhealthy, sliceChanges: make(chan struct{}, 1),
 	}
 	if d.policy == UnhealthyAuto {
 		d.policy = dra.UnhealthyTaint
@@ -105,13 +113,72 @@ func Start(ctx context.Context, opts Options) (*Driver, error) {
 		return nil, fmt.Errorf("DRA driver: starting the kubelet plugin: %w", err)
 	}
 	d.logger.Info("DRA driver started", "driver", opts.DriverName, "node", opts.NodeName, "prepared", len(d.prepared))
+	var bg context.Context
+	bg, d.stopBackground = context.WithCancel(klog.NewContext(ctx, d.logger))
+	if err := d.watchSlices(bg); err != nil {
+		d.Stop()
+		return nil, fmt.Errorf("DRA driver: %w", err)
+	}
 	if opts.StaleClaimCheck > 0 {
-		var bg context.Context
-		bg, d.stopBackground = context.WithCancel(klog.NewContext(ctx, d.logger))
-		go d.releaseStaleEvery(bg, opts.StaleClaimCheck)
+		d.background.Go(func() { d.releaseStaleEvery(bg, opts.StaleClaimCheck) })
 	}
 	return d, nil
 }
+
+// watchSlices starts an informer on this node's ResourceSlices of the
+// driver, the ones the kubelet plugin helper writes (the same field
+// selector as its own), until ctx ends. Visible reads it, so asking
+// costs the API server nothing, and each change of those slices is
+// signalled on SliceChanges, so that a caller waiting for a publication
+// hears of it when the API server has it: the helper writes the slices
+// in the background after Publish returns, one request per slice, and
+// nothing else tells when the last one is stored. Its own informer is
+// not reachable through the helper.
+func (d *Driver) watchSlices(ctx context.Context) error {
+	factory := informers.NewSharedInformerFactoryWithOptions(d.opts.KubeClient, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = sliceSelector(d.opts.DriverName, d.opts.NodeName) }))
+	d.slices = factory.Resource().V1().ResourceSlices().Informer()
+	notify := func(any) { d.notifySlices() }
+	if _, err := d.slices.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    notify,
+		UpdateFunc: func(_, obj any) { notify(obj) },
+		DeleteFunc: notify,
+	}); err != nil {
+		return fmt.Errorf("watching ResourceSlices: %w", err)
+	}
+	factory.Start(ctx.Done())
+	d.background.Go(func() {
+		// A synced cache may answer Visible differently even when it
+		// holds no slice at all (no add event then).
+		if cache.WaitForCacheSync(ctx.Done(), d.slices.HasSynced) {
+			d.notifySlices()
+		}
+		<-ctx.Done()
+		factory.Shutdown()
+	})
+	return nil
+}
+
+// sliceSelector selects node's ResourceSlices of driver.
+func sliceSelector(driver, node string) string {
+	return fields.AndSelectors(
+		fields.OneTermEqualSelector(resourceapi.ResourceSliceSelectorDriver, driver),
+		fields.OneTermEqualSelector(resourceapi.ResourceSliceSelectorNodeName, node),
+	).String()
+}
+
+func (d *Driver) notifySlices() {
+	select {
+	case d.sliceChanges <- struct{}{}:
+	default:
+	}
+}
+
+// SliceChanges signals (coalesced) whenever this node's ResourceSlices of
+// the driver change in the API server, whoever changed them: Visible may
+// answer differently. Publishing the same layout again writes nothing, so
+// signals nothing.
+func (d *Driver) SliceChanges() <-chan struct{} { return d.sliceChanges }
 
 func (d *Driver) removeStraySpecs() error {
 	uids, err := d.cdi.Claims()
@@ -131,12 +198,15 @@ func (d *Driver) removeStraySpecs() error {
 }
 
 // Stop unregisters from the kubelet and stops publishing. The
-// ResourceSlices stay: the kubelet deletes them when the plugin has been
-// gone for a while, and a restarted agent takes them over unchanged.
+// ResourceSlices stay: a restarted agent takes them over unchanged, an
+// agent that serves the node through the device plugin instead deletes
+// them (Withdraw), and otherwise the kubelet does once the plugin has
+// been gone for a while.
 func (d *Driver) Stop() {
 	if d.stopBackground != nil {
 		d.stopBackground()
 	}
+	d.background.Wait()
 	d.helper.Stop()
 }
 
@@ -238,8 +308,10 @@ func (d *Driver) Prepared() []dra.PreparedClaim {
 
 // Visible reports whether the API server's ResourceSlices of this node
 // and driver show exactly the pool last published: the scheduler sees
-// what the agent serves. It is "success" on a DRA node.
-func (d *Driver) Visible(ctx context.Context) (bool, error) {
+// what the agent serves. It is "success" on a DRA node. It reads the
+// informer's copy of the slices (SliceChanges signals when it changes),
+// and cannot tell until the informer has listed them.
+func (d *Driver) Visible(context.Context) (bool, error) {
 	d.mu.Lock()
 	want := d.published.DeepCopy()
 	started := d.started
@@ -247,25 +319,25 @@ func (d *Driver) Visible(ctx context.Context) (bool, error) {
 	if !started {
 		return false, nil
 	}
-	list, err := d.opts.KubeClient.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
-		FieldSelector: fields.AndSelectors(
-			fields.OneTermEqualSelector(resourceapi.ResourceSliceSelectorDriver, d.opts.DriverName),
-			fields.OneTermEqualSelector(resourceapi.ResourceSliceSelectorNodeName, d.opts.NodeName),
-		).String(),
-	})
-	if err != nil {
-		return false, fmt.Errorf("listing ResourceSlices: %w", err)
+	if !d.slices.HasSynced() {
+		return false, errors.New("the node's ResourceSlices are not listed yet")
 	}
-	return sameDevices(want.Pools[d.opts.NodeName], d.opts.DriverName, d.opts.NodeName, list.Items), nil
+	var items []*resourceapi.ResourceSlice
+	for _, obj := range d.slices.GetStore().List() {
+		if s, ok := obj.(*resourceapi.ResourceSlice); ok {
+			items = append(items, s)
+		}
+	}
+	return sameDevices(want.Pools[d.opts.NodeName], d.opts.DriverName, d.opts.NodeName, items), nil
 }
 
 // sameDevices reports whether slices (of any driver and pool: filtered
 // here, as a fake client ignores field selectors) hold, at the newest
 // generation of the pool and complete, the devices of want with their
 // taints.
-func sameDevices(want resourceslice.Pool, driver, pool string, items []resourceapi.ResourceSlice) bool {
+func sameDevices(want resourceslice.Pool, driver, pool string, items []*resourceapi.ResourceSlice) bool {
 	var gen int64 = -1
-	var ours []resourceapi.ResourceSlice
+	var ours []*resourceapi.ResourceSlice
 	for _, s := range items {
 		if s.Spec.Driver != driver || s.Spec.Pool.Name != pool {
 			continue

@@ -20,7 +20,6 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/migflex/migflex/internal/domain/dra"
-	"github.com/migflex/migflex/internal/nodeagent/cdi"
 )
 
 // sliceDevices returns "name[ taint]" for every device in the API's
@@ -52,14 +51,17 @@ func waitDevices(t *testing.T, client kubernetes.Interface, drv *Driver, want ..
 		got = sliceDevices(t, client)
 		return slices.Equal(got, want)
 	})
-	// Visible agrees once the API shows the publication.
+	// Visible agrees once the API shows the publication (its informer
+	// may not have listed the slices yet: it cannot tell until then).
+	var err error
 	waitFor(t, "Visible", func() bool {
-		ok, err := drv.Visible(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
+		var ok bool
+		ok, err = drv.Visible(context.Background())
 		return ok
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestPublishFollowsTheLayout(t *testing.T) {
@@ -242,7 +244,7 @@ func TestStartRefusesABadCheckpoint(t *testing.T) {
 			}
 			_, ctx := ktesting.NewTestContext(t)
 			_, err := Start(ctx, Options{
-				NodeName: node, KubeClient: fakeClient(), Editor: cdi.Simulated{},
+				NodeName: node, KubeClient: fakeClient(), Editor: simulated,
 				RegistrarDir: d.registrar, PluginDir: d.plugin, StateDir: d.state, CDIDir: d.cdi,
 			})
 			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "move it away only once") {

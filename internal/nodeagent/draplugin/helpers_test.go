@@ -22,6 +22,7 @@ import (
 	"github.com/migflex/migflex/internal/domain/dra"
 	"github.com/migflex/migflex/internal/domain/mig"
 	"github.com/migflex/migflex/internal/nodeagent/cdi"
+	"github.com/migflex/migflex/internal/nvml/nvmlbackend"
 	"github.com/migflex/migflex/internal/nvml/nvmlbackend/sim"
 	"github.com/migflex/migflex/internal/nvml/nvmlbackend/sim/simtest"
 	"github.com/migflex/migflex/internal/nvml/nvmlmig"
@@ -51,6 +52,10 @@ func newDirs(t *testing.T) dirs {
 	return d
 }
 
+// simulated is the Editor of the simulated backend, whose devices the
+// environment names.
+var simulated = cdi.EnvEditor(nvmlbackend.SimulatedDevices{})
+
 // startDriver starts a Driver in dirs against client until the end of the
 // test (or an earlier Stop).
 func startDriver(t *testing.T, client kubernetes.Interface, d dirs, opts Options) *Driver {
@@ -59,7 +64,7 @@ func startDriver(t *testing.T, client kubernetes.Interface, d dirs, opts Options
 	opts.NodeName, opts.KubeClient = node, client
 	opts.RegistrarDir, opts.PluginDir, opts.StateDir, opts.CDIDir = d.registrar, d.plugin, d.state, d.cdi
 	if opts.Editor == nil {
-		opts.Editor = cdi.Simulated{}
+		opts.Editor = simulated
 	}
 	drv, err := Start(ctx, opts)
 	if err != nil {

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -14,6 +16,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/migflex/migflex/internal/domain/dra"
+	"github.com/migflex/migflex/internal/domain/mig"
+	"github.com/migflex/migflex/internal/nvml/nvmlbackend/sim"
+	"github.com/migflex/migflex/internal/nvml/nvmlbackend/sim/simtest"
+	"github.com/migflex/migflex/internal/nvml/nvmlmig"
 	"github.com/migflex/migflex/internal/testsupport/testenv"
 )
 
@@ -22,7 +28,8 @@ import (
 // layout, and a claim allocated through the API is prepared, seen as busy
 // and unprepared. The gates are on where they are beta or GA (1.36, 1.37)
 // and turned on where they are alpha, so the test runs on every minor
-// the local cluster may be built at.
+// the local cluster may be built at. A layout of more than one slice is
+// signalled once the API server has all of it.
 func TestIntegrationWithAPIServer(t *testing.T) {
 	cfg := testenv.Start(t, testenv.WithAPIServerFlag("feature-gates", "DRADeviceTaints=true,DRAExtendedResource=true"))
 	client := kubernetes.NewForConfigOrDie(cfg)
@@ -137,4 +144,63 @@ func TestIntegrationWithAPIServer(t *testing.T) {
 	if p := drv.Prepared(); len(p) != 0 {
 		t.Errorf("prepared after unprepare: %v", p)
 	}
+
+	// More devices than a slice holds: 10 GPUs of seven 1g.10gb, stored
+	// by the helper as two slices, one request each, after Publish
+	// returned. The driver signals each change of its slices, and
+	// Visible, asked only on a signal, agrees once the last is stored.
+	big := sevenPerGPU(t, 10)
+	select {
+	case <-drv.SliceChanges():
+	default:
+	}
+	if err := drv.Publish(big, nil); err != nil {
+		t.Fatal(err)
+	}
+	hang := time.After(hangTimeout)
+	for visible := false; !visible; {
+		select {
+		case <-drv.SliceChanges():
+		case <-hang:
+			t.Fatal("no signal of the slices that make the 70 devices visible")
+		}
+		if visible, err = drv.Visible(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list, err = client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sizes []int
+	for _, s := range list.Items {
+		sizes = append(sizes, len(s.Spec.Devices))
+	}
+	slices.Sort(sizes)
+	if !slices.Equal(sizes, []int{6, dra.MaxDevicesPerSlice}) {
+		t.Errorf("slices of %v devices, want 6 and %d", sizes, dra.MaxDevicesPerSlice)
+	}
+}
+
+// sevenPerGPU is the layout of n simulated H100s, each split into seven
+// 1g.10gb.
+func sevenPerGPU(t *testing.T, n int) []mig.GPU {
+	t.Helper()
+	lib := simtest.New(t, sim.Config{GPUs: []sim.GPUSpec{{Model: "H100-SXM5-80GB", Count: n}}, UUIDSeed: t.Name() + "-seven"})
+	part := nvmlmig.NewPartitioner(lib)
+	for gpu := range n {
+		if err := part.SetMigMode(gpu, true); err != nil {
+			t.Fatal(err)
+		}
+		for start := range 7 {
+			if _, err := part.CreateInstance(gpu, "1g.10gb", start); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	gpus, err := nvmlmig.Discover(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gpus
 }

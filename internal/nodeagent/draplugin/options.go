@@ -53,8 +53,9 @@ type Options struct {
 	// CDIKind is the vendor/class of the CDI devices. Default
 	// cdi.DefaultKind.
 	CDIKind string
-	// Editor says how devices reach a container: cdi.Simulated{} for the
-	// simulated NVML, cdi.DeviceNodes{...} for real GPUs. Required.
+	// Editor says how devices reach a container: cdi.EnvEditor of the
+	// backend's environment for the simulated NVML, cdi.DeviceNodes{...}
+	// for real GPUs. Required.
 	Editor cdi.Editor
 	// Unhealthy says how unhealthy devices are published. Default
 	// UnhealthyAuto.

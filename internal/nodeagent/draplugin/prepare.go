@@ -21,21 +21,38 @@ import (
 // Prepare, for example after it restarted). Otherwise each of its devices
 // of this driver must be in this node's current layout, not draining, and
 // not prepared for another claim; then its CDI spec is written and the
-// claim checkpointed, in that order, before the answer goes back.
+// claim checkpointed, in that order, before the answer goes back. Each
+// claim prepared is logged once; the kubelet's repeats only at V(2).
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	logger := klog.FromContext(ctx)
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	for _, c := range claims {
+		_, again := d.prepared[string(c.UID)]
 		pc, err := d.prepareLocked(c)
 		if err != nil {
-			klog.FromContext(ctx).Error(err, "Prepare refused", "claim", klog.KObj(c))
+			logger.Error(err, "Prepare refused", "claim", klog.KObj(c))
 			out[c.UID] = kubeletplugin.PrepareResult{Err: err}
 			continue
+		}
+		if again {
+			logger.V(2).Info("Prepared a claim again", claimKeys(pc)...)
+		} else {
+			logger.Info("Prepared a claim", claimKeys(pc)...)
 		}
 		out[c.UID] = kubeletplugin.PrepareResult{Devices: d.result(pc)}
 	}
 	return out, nil
+}
+
+// claimKeys are the log keys of a prepared claim.
+func claimKeys(pc dra.PreparedClaim) []any {
+	names := make([]string, len(pc.Devices))
+	for i, dev := range pc.Devices {
+		names[i] = dev.Name
+	}
+	return []any{"claim", klog.KRef(pc.Namespace, pc.Name), "uid", pc.UID, "devices", names, "pods", pc.Pods}
 }
 
 func (d *Driver) prepareLocked(c *resourceapi.ResourceClaim) (dra.PreparedClaim, error) {
@@ -170,16 +187,23 @@ func (d *Driver) result(pc dra.PreparedClaim) []kubeletplugin.Device {
 }
 
 // UnprepareResourceClaims implements kubeletplugin.DRAPlugin: the claim's
-// CDI spec is removed and it leaves the checkpoint. A claim that is not
-// prepared is no error.
+// CDI spec is removed and it leaves the checkpoint, logged as Prepare
+// is. A claim that is not prepared is no error (logged at V(2)).
 func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	logger := klog.FromContext(ctx)
 	out := make(map[types.UID]error, len(claims))
 	for _, c := range claims {
+		pc, prepared := d.prepared[string(c.UID)]
 		out[c.UID] = d.unprepareLocked(string(c.UID))
-		if out[c.UID] != nil {
-			klog.FromContext(ctx).Error(out[c.UID], "Unprepare failed", "claim", c.NamespacedName)
+		switch {
+		case out[c.UID] != nil:
+			logger.Error(out[c.UID], "Unprepare failed", "claim", c.NamespacedName)
+		case prepared:
+			logger.Info("Unprepared a claim", claimKeys(pc)...)
+		default:
+			logger.V(2).Info("Unprepared a claim that was not prepared: nothing to do", "claim", c.NamespacedName, "uid", c.UID)
 		}
 	}
 	return out, nil

@@ -3,6 +3,7 @@ package draplugin
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/testing/protocmp"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 
 	"github.com/migflex/migflex/internal/domain/dra"
@@ -168,5 +173,52 @@ func TestPrepareRefuses(t *testing.T) {
 				t.Errorf("a refused claim has a CDI spec: %v", err)
 			}
 		})
+	}
+}
+
+// TestPrepareLogs: at the default verbosity a claim's Prepare and its
+// Unprepare are one line each, naming the claim, its devices and pods;
+// the kubelet's repeats of either add nothing there.
+func TestPrepareLogs(t *testing.T) {
+	_, discover := simGPUs(t)
+	c1 := allocated("ns", "c1", "p1", [2]string{"r", mig0})
+	drv := startDriver(t, fakeClient(c1), newDirs(t), Options{})
+	if err := drv.Publish(discover(), nil); err != nil {
+		t.Fatal(err)
+	}
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true), ktesting.Verbosity(0)))
+	ctx := klog.NewContext(context.Background(), logger)
+	ref := kubeletplugin.NamespacedObject{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "c1"}, UID: c1.UID}
+	for range 2 {
+		if res, err := drv.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{c1}); err != nil || res[c1.UID].Err != nil {
+			t.Fatalf("prepare: %v, %v", err, res[c1.UID].Err)
+		}
+	}
+	for range 2 {
+		if res, err := drv.UnprepareResourceClaims(ctx, []kubeletplugin.NamespacedObject{ref}); err != nil || res[c1.UID] != nil {
+			t.Fatalf("unprepare: %v, %v", err, res[c1.UID])
+		}
+	}
+	underlier, ok := logger.GetSink().(ktesting.Underlier)
+	if !ok {
+		t.Fatalf("sink %T has no buffer", logger.GetSink())
+	}
+	var got []string
+	for _, e := range underlier.GetBuffer().Data() {
+		if e.Type != ktesting.LogInfo || e.Verbosity != 0 {
+			continue
+		}
+		line := e.Message
+		for i := 0; i+1 < len(e.ParameterKVList); i += 2 {
+			line += fmt.Sprintf(" %v=%v", e.ParameterKVList[i], e.ParameterKVList[i+1])
+		}
+		got = append(got, line)
+	}
+	want := []string{
+		"Prepared a claim claim=ns/c1 uid=uid-c1 devices=[" + mig0 + "] pods=[ns/p1]",
+		"Unprepared a claim claim=ns/c1 uid=uid-c1 devices=[" + mig0 + "] pods=[ns/p1]",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("lines at V(0) (-want +got):\n%s", diff)
 	}
 }

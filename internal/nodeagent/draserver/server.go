@@ -27,6 +27,7 @@ type Driver interface {
 	Published() ([]dra.Device, resourceslice.DriverResources)
 	Prepared() []dra.PreparedClaim
 	Visible(ctx context.Context) (bool, error)
+	SliceChanges() <-chan struct{}
 	Fatal() <-chan error
 	Stop()
 }
@@ -225,6 +226,15 @@ func (s *Server) Visible(ctx context.Context, node *corev1.Node) (layout string,
 	}
 	return b.String(), missing, nil
 }
+
+// Visibility signals when the node's ResourceSlices of the driver
+// change in the API server (draplugin.Driver.SliceChanges), so that an
+// agent waiting for a publication asks Visible again then, not at its
+// next retry: the kubelet plugin helper writes the slices after Serve
+// returns, one request per slice of at most 64 devices, and nothing on
+// the Node changes when the last one is stored. Serving the layout
+// already published writes no slice, so it signals nothing.
+func (s *Server) Visibility() <-chan struct{} { return s.opts.Driver.SliceChanges() }
 
 // Publisher names the driver and the slices.
 func (s *Server) Publisher() (who, where, hint string) {

@@ -29,6 +29,7 @@ type fakeDriver struct {
 	unhealthy []map[string]dra.Fault
 	drained   []string
 	visible   bool
+	slices    chan struct{}
 	fatal     chan error
 	stopped   bool
 }
@@ -62,7 +63,8 @@ func (f *fakeDriver) Visible(context.Context) (bool, error) {
 	defer f.mu.Unlock()
 	return f.visible, nil
 }
-func (f *fakeDriver) Fatal() <-chan error { return f.fatal }
+func (f *fakeDriver) SliceChanges() <-chan struct{} { return f.slices }
+func (f *fakeDriver) Fatal() <-chan error           { return f.fatal }
 func (f *fakeDriver) Stop() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -122,10 +124,11 @@ func layoutGPUs(t *testing.T) []mig.GPU {
 // TestServer: the agent's Server port over the kubelet plugin publishes
 // each layout in place, with the health watcher's faults, republishes on
 // a health change, reports the devices by the resource their DeviceClass
-// serves, and is visible only once the driver's slices are.
+// serves, and is visible only once the driver's slices are, signalling
+// when they change.
 func TestServer(t *testing.T) {
 	gpus := layoutGPUs(t)
-	d := &fakeDriver{fatal: make(chan error, 1)}
+	d := &fakeDriver{fatal: make(chan error, 1), slices: make(chan struct{}, 1)}
 	h := &fakeHealth{changes: make(chan struct{})}
 	s := New(Options{Driver: d, Health: h, DriverName: dra.DriverName, NodeName: node,
 		Labels: func([]mig.GPU) map[string]string { return map[string]string{nodeinfo.LabelGPUCount: "2"} }})
@@ -181,6 +184,13 @@ func TestServer(t *testing.T) {
 	stale.Status.Allocatable["nvidia.com/mig-3g.40gb"] = resource.MustParse("0")
 	if _, missing, err := s.Visible(ctx, stale); err != nil || missing != nil {
 		t.Errorf("Visible with the device plugin's supply at 0: missing %q, %v", missing, err)
+	}
+
+	// A change of the driver's slices in the API server is the agent's
+	// sign to ask Visible again.
+	d.slices <- struct{}{}
+	if _, ok := <-s.Visibility(); !ok {
+		t.Error("Visibility closed")
 	}
 
 	if got := s.Labels(gpus); got[nodeinfo.LabelServing] != nodeinfo.ServingDRA || got[nodeinfo.LabelGPUCount] != "2" {

@@ -133,7 +133,8 @@ func openSim(o Options) (Library, error) {
 }
 
 // simLibrary embeds *sim.Lib so its optional capabilities (ResetGPU) stay
-// visible to type assertions, and adds the device plugin's PostAllocator.
+// visible to type assertions, and adds SimulatedDevices: what a container
+// needs to use its devices.
 type simLibrary struct {
 	*sim.Lib
 	SimulatedDevices

@@ -89,6 +89,14 @@ stateDir: state
 			if _, ok := lib.(interface{ ResetGPU(int) error }); !ok {
 				t.Error("simulated library lost its ResetGPU capability")
 			}
+			// What its devices need in a container, which the serving
+			// layer finds by type assertion (deviceplugin.DeviceEnv,
+			// cdi.DeviceEnv).
+			if _, ok := lib.(interface {
+				ContainerEnv(ids, profiles []string) map[string]string
+			}); !ok {
+				t.Error("simulated library does not name its devices in a container's environment")
+			}
 		})
 	}
 	if _, err := os.Stat(filepath.Join(dir, "state", "state.json")); err != nil {
@@ -160,5 +168,27 @@ func writeFile(t *testing.T, path, data string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestSimulatedDevicesContainerEnv(t *testing.T) {
+	for name, tc := range map[string]struct {
+		ids, profiles []string
+		want          map[string]string
+	}{
+		"MIG devices and a whole GPU": {
+			ids: []string{"MIG-a", "GPU-b", "MIG-c"}, profiles: []string{"1g.10gb", "", "3g.40gb"},
+			want: map[string]string{EnvSimulated: "true", EnvDeviceIDs: "MIG-a,GPU-b,MIG-c", EnvProfiles: "1g.10gb,gpu,3g.40gb"},
+		},
+		"one MIG device": {
+			ids: []string{"MIG-a"}, profiles: []string{"1g.10gb+me"},
+			want: map[string]string{EnvSimulated: "true", EnvDeviceIDs: "MIG-a", EnvProfiles: "1g.10gb+me"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, SimulatedDevices{}.ContainerEnv(tc.ids, tc.profiles)); diff != "" {
+				t.Errorf("environment (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

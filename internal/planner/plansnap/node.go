@@ -129,11 +129,9 @@ func FromAPI(n *corev1.Node, o Options) Node {
 	case state != "" && state != nodeinfo.StateSuccess:
 		freeze("its agent reports an unknown state %q", state)
 	}
-	if out.ConfigOwner != "" && out.ConfigOwner != o.FieldManager && o.ManualHold > 0 {
-		if until := out.ConfigTime.Add(o.ManualHold); o.Now.Before(until) {
-			freeze("%s was changed by %s at %s: the planner leaves the node alone until %s", nodeinfo.AnnotationMigConfig, out.ConfigOwner,
-				out.ConfigTime.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339))
-		}
+	if until, held := o.HeldUntil(out.ConfigOwner, out.ConfigTime); held {
+		freeze("%s was changed by %s at %s: the planner leaves the node alone until %s", nodeinfo.AnnotationMigConfig, out.ConfigOwner,
+			out.ConfigTime.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339))
 	}
 	if state != nodeinfo.StateFailed && out.Config != "" {
 		out.inFlight(layout, n.Annotations[nodeinfo.AnnotationProfiles] != "", o.Now)
@@ -142,6 +140,20 @@ func FromAPI(n *corev1.Node, o Options) Node {
 		}
 	}
 	return out
+}
+
+// HeldUntil is when the planner may change a node again whose
+// nvidia.com/mig.config owner (a field manager) wrote at: the manual hold
+// after an edit by anyone but the planner (o.FieldManager). held is false
+// when the hold is over at o.Now, when the planner wrote it, when the
+// writer is unknown, or when there is no hold (o.ManualHold not positive).
+// kubectl migflex status says the same from this.
+func (o Options) HeldUntil(owner string, at time.Time) (until time.Time, held bool) {
+	if owner == "" || owner == o.FieldManager || o.ManualHold <= 0 {
+		return time.Time{}, false
+	}
+	until = at.Add(o.ManualHold)
+	return until, o.Now.Before(until)
 }
 
 // hasSource tells whether the node asks its agent for a layout, by the

@@ -319,3 +319,29 @@ func TestMergeModels(t *testing.T) {
 }
 
 func nodeNamed(name string) schedview.Node { return schedview.Node{Name: name} }
+
+// HeldUntil is the manual hold FromAPI freezes a node for, and what
+// kubectl migflex status shows.
+func TestHeldUntil(t *testing.T) {
+	hold := Options{FieldManager: manager, ManualHold: 10 * time.Minute, Now: now}
+	tests := []struct {
+		name  string
+		o     Options
+		owner string
+		at    time.Time
+		until time.Time
+		held  bool
+	}{
+		{"a hand edit a minute ago", hold, "kubectl-annotate", now.Add(-time.Minute), now.Add(9 * time.Minute), true},
+		{"the hold ends at until", hold, "kubectl-annotate", now.Add(-10 * time.Minute), now, false},
+		{"the planner's own write", hold, manager, now.Add(-time.Minute), time.Time{}, false},
+		{"no writer known", hold, "", now.Add(-time.Minute), time.Time{}, false},
+		{"no hold", Options{FieldManager: manager, ManualHold: -1, Now: now}, "kubectl-annotate", now, time.Time{}, false},
+	}
+	for _, tt := range tests {
+		until, held := tt.o.HeldUntil(tt.owner, tt.at)
+		if !until.Equal(tt.until) || held != tt.held {
+			t.Errorf("%s: %v, %v; want %v, %v", tt.name, until, held, tt.until, tt.held)
+		}
+	}
+}

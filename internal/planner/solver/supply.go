@@ -33,7 +33,7 @@ func (p *Planner) NewSupplier(snap Snapshot) (*Supplier, error) {
 }
 
 // CanSupply says where the planner would serve the pod now, or why it
-// could not (Action none).
+// could not (Action none) and whether it could later (PodPlan.Later).
 func (s *Supplier) CanSupply(pod *corev1.Pod) PodPlan {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -52,6 +52,9 @@ func (s *Supplier) CanSupply(pod *corev1.Pod) PodPlan {
 	ni, as, why := r.find(&ps)
 	if as == nil {
 		ps.plan.Reason = why()
+		if len(ps.needs) > 0 {
+			ps.plan.Later = r.later(r.eligible(&ps), ps.needs[0].res)
+		}
 		return ps.plan
 	}
 	ps.plan.Node = r.nodes[ni].name
@@ -68,4 +71,33 @@ func (s *Supplier) CanSupply(pod *corev1.Pod) PodPlan {
 		ps.plan.Devices = append(ps.plan.Devices, d)
 	}
 	return ps.plan
+}
+
+// later tells whether a GPU of the nodes in el could serve one device of
+// res once what blocks it now passes: the planner may change it (opted in,
+// understood) and, for a MIG profile, its model has the profile. Blocks
+// that pass are instances in use, a cooldown, a frozen or held node and the
+// round's cap; only the largest device is looked at, as in explanations.
+func (r *round) later(el eligibility, res int32) bool {
+	could := func(k classKey) bool {
+		if !k.reshapable {
+			return false
+		}
+		return res == 0 || k.tab >= 0 && r.res.prof[k.tab][res] >= 0
+	}
+	for _, g := range el.groups {
+		for c, n := range r.groups[g].classCount {
+			if n > 0 && could(r.keys[c]) {
+				return true
+			}
+		}
+	}
+	for _, ni := range el.nodes {
+		for _, gi := range r.nodes[ni].gpus {
+			if could(r.gpus[gi].key) {
+				return true
+			}
+		}
+	}
+	return false
 }

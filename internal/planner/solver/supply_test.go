@@ -4,6 +4,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -62,4 +63,41 @@ func TestCanSupply(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// When the planner cannot serve a pod now, the webhook still needs to know
+// whether it could once what blocks it passes: a pod left waiting at its
+// size is served then, one whose profile no changeable GPU has never is.
+func TestCanSupplyLater(t *testing.T) {
+	pl, err := solver.New(solver.DefaultPolicy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cooling := migGPU(0, "1g.10gb@0", "1g.10gb@1", "1g.10gb@2", "1g.10gb@3", "1g.10gb@4", "1g.10gb@5", "1g.10gb@6")
+	cooling.LastChanged = t0.Add(-time.Minute)
+	for name, tc := range map[string]struct {
+		node  solver.Node
+		pod   *corev1.Pod
+		later bool
+	}{
+		"cooling down":                   {node("n", optedIn, gpus(cooling)), pod("p", mig3g, "1"), true},
+		"instances in use where it fits": {node("n", optedIn, gpus(migGPU(0, "1g.10gb@0*", "1g.10gb@4*"))), pod("p", mig7g, "1"), true},
+		"frozen":                         {node("n", optedIn, gpus(migGPU(0)), frozen("agent state pending")), pod("p", mig3g, "1"), true},
+		"not opted in":                   {node("n", optedOut, gpus(migGPU(0, "1g.10gb@0*"))), pod("p", mig3g, "1"), false},
+		"its model lacks the profile":    {node("n", optedIn, gpus(modelGPU(a100Name, 0, "1g.5gb@0*"))), pod("p", mig3g, "1"), false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			sup, err := pl.NewSupplier(snapshot([]solver.Node{tc.node}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := sup.CanSupply(tc.pod)
+			if got.Action != solver.ActionNone {
+				t.Fatalf("CanSupply = %s, want none", outcome(got))
+			}
+			if got.Later != tc.later {
+				t.Errorf("Later = %v, want %v (%s)", got.Later, tc.later, got.Reason)
+			}
+		})
+	}
 }

@@ -194,6 +194,12 @@ type PodPlan struct {
 	Devices []Device
 	// Reason explains ActionNone in words.
 	Reason string
+	// Later (Supplier, with ActionNone): a GPU of a node the pod may land
+	// on could take its largest device once what blocks it now passes
+	// (instances in use, a cooldown, a frozen or held node, the round's
+	// cap): the planner may change it and its model has the profile. The
+	// planner tries each round, so the pod is served when it does.
+	Later bool
 }
 
 // Device is one device a pod will use.

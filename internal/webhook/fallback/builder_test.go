@@ -62,9 +62,10 @@ func TestBuilderUsage(t *testing.T) {
 	}
 }
 
-// In existence mode a rewrite goes to a type that exists, used or not; when
-// the agents report all its devices held (the webhook records them as the
-// node's use), the pod is still rewritten and warned that it will wait.
+// In existence mode a rewrite goes to the nearest type with a free device,
+// as the agents report their use (the webhook records it as the node's
+// use); when every type of the chain is held, to the nearest that exists,
+// with a warning that the pod will wait.
 func TestExistenceRewriteToAllInUseWarns(t *testing.T) {
 	d, err := NewDecider(Options{Policy: DefaultPolicy(), Mode: ModeExistence})
 	if err != nil {
@@ -74,19 +75,21 @@ func TestExistenceRewriteToAllInUseWarns(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		held     alloc
+		want     []Rewrite
 		wantWarn bool
 	}{
-		{name: "the only 4g.40gb free", held: nil},
-		{name: "the only 4g.40gb held", held: alloc{mig4g40: 1}, wantWarn: true},
-		{name: "another type held", held: alloc{mig1g10: 3}},
+		{name: "the only 4g.40gb free", held: nil, want: []Rewrite{{mig7g80, mig4g40, ReasonAbsent}}},
+		{name: "the only 4g.40gb held, a 1g.10gb free", held: alloc{mig4g40: 1}, want: []Rewrite{{mig7g80, mig1g10, ReasonAbsent}}},
+		{name: "everything held", held: alloc{mig4g40: 1, mig1g10: 3}, want: []Rewrite{{mig7g80, mig4g40, ReasonAbsent}}, wantWarn: true},
+		{name: "another type held", held: alloc{mig1g10: 3}, want: []Rewrite{{mig7g80, mig4g40, ReasonAbsent}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := schedview.NewBuilder(nil)
 			b.SetNode(schedview.NodeFromAPI(node("a", alloc{mig4g40: 1, mig1g10: 3})))
 			b.SetPod("agent-reported:a", "a", tc.held)
 			got := d.Decide(pod, b.Snapshot())
-			if want := []Rewrite{{mig7g80, mig4g40, ReasonAbsent}}; !cmp.Equal(got.Rewrites, want) {
-				t.Fatalf("rewrites %v, want %v", got.Rewrites, want)
+			if !cmp.Equal(got.Rewrites, tc.want) {
+				t.Fatalf("rewrites %v, want %v", got.Rewrites, tc.want)
 			}
 			warned := false
 			for _, w := range got.Warnings {

@@ -2,6 +2,7 @@ package fallback
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -67,59 +68,116 @@ func (d *Decider) candidates(r corev1.ResourceName, v *view, pp PodPolicy) []can
 	return append(ok, ruledOut...)
 }
 
-// choose picks the type for r: r itself when it fits, else the first
-// allowed candidate that does. In capacity mode (fit not nil) "fits" first
-// means that one eligible node has free devices for everything the pod then
-// needs of the types chosen so far (fitting.try); when no type does, the
-// existence rule decides, and the scheduler queues the pod until devices
-// free up.
-func (d *Decider) choose(r corev1.ResourceName, cands []candidate, v *view, fit *fitting) (corev1.ResourceName, string, bool) {
-	if fit != nil {
-		if v.present(r) && fit.try(v, r, r) {
-			return r, "", true
-		}
-		reason := ReasonAbsent
-		if v.present(r) {
-			reason = ReasonExhausted
-		}
-		for _, c := range cands {
-			if c.why == "" && v.present(c.to) && fit.try(v, r, c.to) {
-				return c.to, reason, true
-			}
-		}
-	}
-	to, reason, ok := r, "", v.present(r)
-	for _, c := range cands {
-		if ok {
-			break
-		}
-		if c.why == "" && v.present(c.to) {
-			to, reason, ok = c.to, ReasonAbsent, true
-		}
-	}
-	if ok && fit != nil {
-		fit.settle(r, to)
-	}
-	return to, reason, ok
+// choice is what choose decided for one requested type.
+type choice struct {
+	to     corev1.ResourceName
+	reason string
+	how    how
+	ok     bool
+	// served is the planner's answer a planned choice counts on; asked
+	// its answer on the type as asked, when it was asked.
+	served, asked Served
 }
 
-// fitting is capacity mode's record of the choices made for one pod so far,
-// so that each further choice is tested against the pod's whole need on one
-// node rather than each type's need alone: a pod asking for a 2g.20gb and a
+// choose picks the type for r: the first of r and its allowed candidates
+// that can run now, else one to wait for. "Runs now" is free devices on one
+// eligible node for everything the pod then needs of the types chosen so
+// far (fitting.try), or, with a planner (ask), the planner serving the pod
+// with it in its next round. In existence mode without a planner, r fits
+// where it exists, used or not, as it always did.
+//
+// When nothing runs now: r when it exists (the pod waits for a device of
+// its own type), or when the planner could make it later; else the nearest
+// candidate that exists, one that holds the pod's need on one node by
+// allocatable before one that does not (the pod waits for it to free); else
+// nothing fits r.
+func (d *Decider) choose(r corev1.ResourceName, cands []candidate, v *view, fit *fitting, ask *asker) choice {
+	present := v.present(r)
+	reason := ReasonAbsent
+	if present {
+		reason = ReasonExhausted
+	}
+	if present && d.opts.Mode == ModeExistence && ask == nil {
+		if fit.try(v, r, r) {
+			return choice{to: r, how: runsNow, ok: true}
+		}
+		fit.settle(r, r)
+		return choice{to: r, how: waits, ok: true}
+	}
+	if present && fit.try(v, r, r) {
+		return choice{to: r, how: runsNow, ok: true}
+	}
+	asked := ask.serve(fit, r, r)
+	if asked.Now {
+		fit.settle(r, r)
+		return choice{to: r, how: planned, ok: true, served: asked, asked: asked}
+	}
+	for _, c := range cands {
+		if c.why != "" {
+			continue
+		}
+		if v.present(c.to) && fit.try(v, r, c.to) {
+			return choice{to: c.to, reason: reason, how: runsNow, ok: true, asked: asked}
+		}
+		if s := ask.serve(fit, r, c.to); s.Now {
+			fit.settle(r, c.to)
+			return choice{to: c.to, reason: reason, how: planned, ok: true, served: s, asked: asked}
+		}
+	}
+	if present {
+		fit.settle(r, r)
+		return choice{to: r, how: waits, ok: true, asked: asked}
+	}
+	to, ok := d.existing(r, cands, v, fit)
+	switch {
+	case !ok:
+		return choice{to: r, asked: asked}
+	case asked.Later:
+		fit.settle(r, r)
+		return choice{to: r, how: waits, ok: true, asked: asked}
+	}
+	fit.settle(r, to)
+	return choice{to: to, reason: ReasonAbsent, how: waits, ok: true, asked: asked}
+}
+
+// existing is the nearest allowed candidate for r that exists on the
+// pod's nodes, one with as many allocatable devices on one node as the
+// pod would need of it before one without.
+func (d *Decider) existing(r corev1.ResourceName, cands []candidate, v *view, fit *fitting) (corev1.ResourceName, bool) {
+	var first corev1.ResourceName
+	for _, c := range cands {
+		if c.why != "" || !v.present(c.to) {
+			continue
+		}
+		if fit.holds(v, r, c.to) {
+			return c.to, true
+		}
+		if first == "" {
+			first = c.to
+		}
+	}
+	return first, first != ""
+}
+
+// fitting is the record of the choices made for one pod so far, so that
+// each further choice is tested against the pod's whole need on one node
+// rather than each type's need alone: a pod asking for a 2g.20gb and a
 // 1g.10gb must not become two 1g.10gb where one node has one free.
 type fitting struct {
-	pod *corev1.Pod
+	need *needs
 	// to is the type chosen for each requested type decided so far (itself
 	// when kept); the pod's need is computed with these renamed.
 	to map[corev1.ResourceName]corev1.ResourceName
 	// placed are the chosen types that a node had free devices for. Types
-	// left to the existence rule are not tested again: the pod waits for
-	// them anyway.
+	// that wait are not tested again: the pod waits for them anyway.
 	placed map[corev1.ResourceName]bool
+	// withGroups is the view with its nodes, for a need of several types
+	// when the view has none (existence mode).
+	withGroups func() view
 }
 
-func newFitting(pod *corev1.Pod) *fitting {
-	return &fitting{pod: pod, to: map[corev1.ResourceName]corev1.ResourceName{}, placed: map[corev1.ResourceName]bool{}}
+func newFitting(need *needs, withGroups func() view) *fitting {
+	return &fitting{need: need, to: map[corev1.ResourceName]corev1.ResourceName{}, placed: map[corev1.ResourceName]bool{}, withGroups: withGroups}
 }
 
 // try reports whether, with r moved to t, one eligible node has free devices
@@ -129,10 +187,14 @@ func newFitting(pod *corev1.Pod) *fitting {
 func (f *fitting) try(v *view, r, t corev1.ResourceName) bool {
 	prev, had := f.to[r]
 	f.to[r] = t
-	need := podNeeds(f.pod, f.to)
+	need := f.need.of(f.to)
 	check := map[corev1.ResourceName]int64{t: max(need[t], 1)}
 	for p := range f.placed {
 		check[p] = max(need[p], 1)
+	}
+	if len(check) > 1 && v.groups == nil {
+		// Collected once: none eligible is an empty list, not nil.
+		v.groups = append([]eligibleGroup{}, f.withGroups().groups...)
 	}
 	if v.fits(check) {
 		f.placed[t] = true
@@ -146,5 +208,14 @@ func (f *fitting) try(v *view, r, t corev1.ResourceName) bool {
 	return false
 }
 
-// settle records a choice the existence rule made.
+// holds reports whether, with r moved to t, one eligible node has as many
+// allocatable devices of t, used or not, as the pod would need of it.
+func (f *fitting) holds(v *view, r, t corev1.ResourceName) bool {
+	to := maps.Clone(f.to)
+	to[r] = t
+	n, ok := v.most[t]
+	return ok && n >= f.need.of(to)[t]
+}
+
+// settle records a choice that no free devices back.
 func (f *fitting) settle(r, t corev1.ResourceName) { f.to[r] = t }

@@ -91,6 +91,10 @@ type Decision struct {
 	Patch []Operation
 	// Err is set with OutcomeError and OutcomeCanceled only.
 	Err error
+	// Planned is the planner's answer the decision counts on (reshape-first,
+	// DecideWith): the pod, as patched, is served by what the planner makes
+	// or sees free in its next round. Nil when it counts on none.
+	Planned *Served
 }
 
 // Rewrite is one type change applied to every container that requests From.
@@ -179,11 +183,20 @@ func (d *Decider) Decide(pod *corev1.Pod, snap *schedview.Snapshot) Decision {
 
 // DecideContext is Decide that stops, with OutcomeCanceled, once ctx is
 // done: the API server that asked has given up, so the answer is wasted.
-// Its steps: a first look at the pod (screen), its GPU types sorted into
-// those the decider may rewrite and those it does not know (sortTypes), a
-// type chosen for each (chooseAll), the verdict on what fits nowhere
-// (judge), and the patch (withPatch).
 func (d *Decider) DecideContext(ctx context.Context, pod *corev1.Pod, snap *schedview.Snapshot) Decision {
+	return d.DecideWith(ctx, pod, snap, nil)
+}
+
+// DecideWith is DecideContext in reshape-first mode when p is not nil:
+// each requested type becomes the first of itself and its fallback chain
+// that can run now, on free devices on one node or by what the planner
+// makes in its next round (Decision.Planned), so that a pod is cut neither
+// while the planner can serve it at its size nor to a type that still
+// waits. Its steps: a first look at the pod (screen), its GPU types sorted
+// into those the decider may rewrite and those it does not know
+// (sortTypes), a type chosen for each (chooseAll), the verdict on what fits
+// nowhere and what waits (judge), and the patch (withPatch).
+func (d *Decider) DecideWith(ctx context.Context, pod *corev1.Pod, snap *schedview.Snapshot, p Planner) Decision {
 	in, early := d.screen(pod)
 	if early != nil {
 		return *early
@@ -192,11 +205,11 @@ func (d *Decider) DecideContext(ctx context.Context, pod *corev1.Pod, snap *sche
 	if early != nil {
 		return *early
 	}
-	c, err := d.chooseAll(ctx, pod, snap, requested, in.policy)
+	c, err := d.chooseAll(ctx, pod, snap, requested, in.policy, p)
 	if err != nil {
 		return Decision{Outcome: OutcomeCanceled, Err: err}
 	}
-	dec, done := d.judge(pod, c, warnings)
+	dec, done := d.judge(c, warnings)
 	if done {
 		return dec
 	}
@@ -282,53 +295,127 @@ type choices struct {
 	// types; unsatisfied counts them all.
 	explained   []string
 	unsatisfied int
+	// waits are the choices that cannot run now (nothing in their chain
+	// can), in order.
+	waits []waiting
+	// planned is the planner's answer the choices count on; forPlanner
+	// are the chosen types it serves or will make, which the allocatable
+	// counts do not judge.
+	planned    *Served
+	forPlanner map[corev1.ResourceName]bool
+	// reshapeFirst: a planner was asked.
+	reshapeFirst bool
+	// to is the type chosen for each requested type decided (fitting.to).
+	to map[corev1.ResourceName]corev1.ResourceName
+	// need is the pod's needs under renamings.
+	need *needs
 	// v is what the pod can use; withGroups is v with its nodes.
 	v          view
 	withGroups func() view
 }
 
+// waiting is a choice that waits: from kept, or rewritten to the nearest
+// type that exists; asked is the planner's answer on from as asked.
+type waiting struct {
+	from, to corev1.ResourceName
+	asked    Served
+}
+
+// how says how a type was chosen.
+type how uint8
+
+const (
+	// runsNow: free devices on one node, or, in existence mode without a
+	// planner, a requested type that exists.
+	runsNow how = iota
+	// planned: the planner serves it in its next round.
+	planned
+	// waits: nothing in its chain can run now; the pod waits for it.
+	waits
+)
+
 // chooseAll picks a type for each requested type, in order, on the nodes
-// the pod can land on: itself when it fits, else the first candidate of
-// its chain that does (choose); a type nothing fits is explained.
-func (d *Decider) chooseAll(ctx context.Context, pod *corev1.Pod, snap *schedview.Snapshot, requested []corev1.ResourceName, pp PodPolicy) (*choices, error) {
+// the pod can land on (chooseEach). With a planner, choices that count on
+// it for a pod of several types are asked about once more with the pod's
+// final need: a type decided after them may have changed it. When the
+// planner no longer serves that, the choices are made again without its
+// word.
+func (d *Decider) chooseAll(ctx context.Context, pod *corev1.Pod, snap *schedview.Snapshot, requested []corev1.ResourceName, pp PodPolicy, p Planner) (*choices, error) {
+	need := newNeeds(pod)
+	ask := newAsker(p, pod, need)
+	c, err := d.chooseEach(ctx, pod, need, snap, requested, pp, ask)
+	if err != nil || c.planned == nil || len(requested) == 1 {
+		return c, err
+	}
+	if final := ask.final(c.to); final.Now {
+		c.planned = &final
+		return c, nil
+	}
+	ask.left = 0
+	return d.chooseEach(ctx, pod, need, snap, requested, pp, ask)
+}
+
+// chooseEach picks a type for each requested type, in order: itself when
+// it fits, else the first candidate of its chain that does (choose); a
+// type nothing fits is explained.
+// need is the pod's needs.
+func (d *Decider) chooseEach(ctx context.Context, pod *corev1.Pod, need *needs, snap *schedview.Snapshot, requested []corev1.ResourceName, pp PodPolicy, ask *asker) (*choices, error) {
 	filter := schedview.NewFilter(pod, snap)
 	c := &choices{
-		v:          viewFor(snap, filter, d.opts.Mode == ModeCapacity),
-		chosen:     make(map[corev1.ResourceName]corev1.ResourceName, len(requested)),
-		withGroups: func() view { return viewFor(snap, filter, true) },
+		v:            viewFor(snap, filter, d.opts.Mode == ModeCapacity),
+		chosen:       make(map[corev1.ResourceName]corev1.ResourceName, len(requested)),
+		withGroups:   func() view { return viewFor(snap, filter, true) },
+		reshapeFirst: ask != nil,
+		need:         need,
 	}
-	var fit *fitting
-	if d.opts.Mode == ModeCapacity {
-		fit = newFitting(pod)
-	}
+	fit := newFitting(need, c.withGroups)
 	for _, r := range requested {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		cands := d.candidates(r, &c.v, pp)
-		to, reason, ok := d.choose(r, cands, &c.v, fit)
+		ch := d.choose(r, cands, &c.v, fit, ask)
 		switch {
-		case !ok:
+		case !ch.ok:
 			if c.unsatisfied < maxListed {
 				c.explained = append(c.explained, d.explain(r, cands, &c.v, snap, filter, pp))
 			}
 			c.unsatisfied++
-		case to != r:
-			c.rewrites = append(c.rewrites, Rewrite{From: r, To: to, Reason: reason})
-			c.chosen[r] = to
-		default:
-			c.chosen[r] = r
+			continue
+		case ch.to != r:
+			c.rewrites = append(c.rewrites, Rewrite{From: r, To: ch.to, Reason: ch.reason})
+		}
+		c.chosen[r] = ch.to
+		switch ch.how {
+		case planned:
+			c.planned = &ch.served
+			c.planFor(ch.to)
+		case waits:
+			c.waits = append(c.waits, waiting{from: r, to: ch.to, asked: ch.asked})
+			if ch.to == r && !c.v.present(r) {
+				// Kept for the planner to make later.
+				c.planFor(r)
+			}
 		}
 	}
+	c.to = fit.to
 	return c, nil
 }
 
+func (c *choices) planFor(t corev1.ResourceName) {
+	if c.forPlanner == nil {
+		c.forPlanner = map[corev1.ResourceName]bool{}
+	}
+	c.forPlanner[t] = true
+}
+
 // judge is the decision on the choices before the patch: a type nothing
-// fits denies the pod or, with --on-unsatisfiable=allow, warns; a need no
-// node can ever hold on one node warns, or denies with
-// --on-insufficient-count=deny. done is set for a denial.
-func (d *Decider) judge(pod *corev1.Pod, c *choices, warnings []string) (dec Decision, done bool) {
-	dec = Decision{Outcome: OutcomeUnchanged, Allowed: true, Rewrites: c.rewrites}
+// fits denies the pod or, with --on-unsatisfiable=allow, warns; a choice
+// that waits warns (existence mode, from the agents' reports; any mode
+// with a planner); a need no node can ever hold on one node warns, or
+// denies with --on-insufficient-count=deny. done is set for a denial.
+func (d *Decider) judge(c *choices, warnings []string) (dec Decision, done bool) {
+	dec = Decision{Outcome: OutcomeUnchanged, Allowed: true, Rewrites: c.rewrites, Planned: c.planned}
 	if c.unsatisfied > 0 {
 		msg := "no GPU type fits: " + strings.Join(c.explained, "; ")
 		more := ""
@@ -342,10 +429,13 @@ func (d *Decider) judge(pod *corev1.Pod, c *choices, warnings []string) (dec Dec
 		more += " (left unchanged)"
 		warnings = append(warnings, clip(msg, maxWarning-len(more))+more)
 	}
-	if d.opts.Mode == ModeExistence {
+	switch {
+	case c.reshapeFirst:
+		warnings = append(warnings, waitsForPlanner(c)...)
+	case d.opts.Mode == ModeExistence:
 		warnings = append(warnings, allInUse(c)...)
 	}
-	if short := insufficient(pod, c.chosen, &c.v, c.withGroups); short != "" {
+	if short := insufficient(c.need, c.chosen, c.forPlanner, &c.v, c.withGroups); short != "" {
 		if d.opts.OnInsufficientCount == UnsatisfiableDeny {
 			return Decision{Outcome: OutcomeDenied, Message: clip(short, maxMessage), Warnings: warnings}, true
 		}
@@ -355,18 +445,54 @@ func (d *Decider) judge(pod *corev1.Pod, c *choices, warnings []string) (dec Dec
 	return dec, false
 }
 
-// allInUse warns, in existence mode, of each rewrite to a type whose
-// devices on the nodes the pod may land on are all held, as the nodes'
-// agents last reported (the webhook watches no pods in this mode): the
-// pod is rewritten, as the type exists, and waits for a device to free.
-// Where no agent reports use (another source), no type is all in use.
+// allInUse warns, in existence mode, of each choice that waits for a type
+// whose devices on the nodes the pod may land on are all held, as the
+// nodes' agents last reported (the webhook watches no pods in this mode):
+// a type that exists fits, so the pod is admitted with it, and waits for
+// a device to free. Where no agent reports use (another source), no type
+// is all in use.
 func allInUse(c *choices) []string {
 	var out []string
-	for _, rw := range c.rewrites {
-		if free, ok := c.v.free[rw.To]; ok && free == 0 {
-			out = append(out, clip(fmt.Sprintf("%s was rewritten to %s, but every %s device on the nodes this pod may land on is in use, as their agents last reported: the pod waits until one is free (kubectl migflex explain shows who holds them)",
-				rw.From, rw.To, resourcename.Short(rw.To)), maxWarning))
+	for _, w := range c.waits {
+		if free, ok := c.v.free[w.to]; !ok || free != 0 {
+			continue
 		}
+		what := fmt.Sprintf("%s was rewritten to %s", w.from, w.to)
+		if w.to == w.from {
+			what = fmt.Sprintf("%s was left as asked", w.from)
+		}
+		out = append(out, clip(fmt.Sprintf("%s, but every %s device on the nodes this pod may land on is in use, as their agents last reported: the pod waits until one is free (kubectl migflex explain shows who holds them)",
+			what, resourcename.Short(w.to)), maxWarning))
+	}
+	return out
+}
+
+// maxReason is the most bytes of the planner's reason a warning quotes.
+const maxReason = 400
+
+// waitsForPlanner warns, in reshape-first mode, of each choice that waits:
+// neither it nor a type of its chain has free devices for the pod on one
+// node, and the planner cannot serve it now.
+func waitsForPlanner(c *choices) []string {
+	var out []string
+	for _, w := range c.waits {
+		why := "the planner cannot serve it now"
+		if w.asked.Reason != "" {
+			why += " (" + clip(w.asked.Reason, maxReason) + ")"
+		}
+		var msg string
+		switch {
+		case w.to != w.from:
+			msg = fmt.Sprintf("%s was rewritten to %s, the nearest type that exists: no type in its fallback chain has free devices for this pod on one node, %s, and it cannot make %s on a node the pod may land on; the pod waits until a %s device is free",
+				w.from, w.to, why, resourcename.Short(w.from), resourcename.Short(w.to))
+		case c.v.present(w.from):
+			msg = fmt.Sprintf("%s was left as asked: neither it nor a type in its fallback chain has free devices for this pod on one node, and %s; the pod waits until a device of it is free or the planner makes one",
+				w.from, why)
+		default:
+			msg = fmt.Sprintf("%s was left as asked: no node the pod may land on has it, no type in its fallback chain has free devices for this pod on one node, and %s; the pod waits until the planner makes one",
+				w.from, why)
+		}
+		out = append(out, clip(msg, maxWarning))
 	}
 	return out
 }

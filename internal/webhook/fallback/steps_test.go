@@ -116,7 +116,7 @@ func TestJudge(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c, err := d.chooseAll(context.Background(), pod, snap, []corev1.ResourceName{mig1g10}, PodPolicyAny)
+			c, err := d.chooseAll(context.Background(), pod, snap, []corev1.ResourceName{mig1g10}, PodPolicyAny, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -124,7 +124,7 @@ func TestJudge(t *testing.T) {
 			for range min(tc.unsatisfied, maxListed) {
 				c.explained = append(c.explained, "x is nowhere")
 			}
-			dec, done := d.judge(pod, c, nil)
+			dec, done := d.judge(c, nil)
 			if done != tc.wantDone || dec.Outcome != tc.wantOutcome || len(dec.Warnings) != tc.wantWarnings {
 				t.Errorf("judge() = %+v, done %v; want %s, done %v, %d warnings", dec, done, tc.wantOutcome, tc.wantDone, tc.wantWarnings)
 			}
@@ -142,7 +142,7 @@ func TestChooseAllStopsWhenAsked(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := d.chooseAll(ctx, gpuPod(mig2g20, "1"), snapshotOf(node("n", alloc{mig1g10: 7})), []corev1.ResourceName{mig2g20}, PodPolicyAny); !errors.Is(err, context.Canceled) {
+	if _, err := d.chooseAll(ctx, gpuPod(mig2g20, "1"), snapshotOf(node("n", alloc{mig1g10: 7})), []corev1.ResourceName{mig2g20}, PodPolicyAny, nil); !errors.Is(err, context.Canceled) {
 		t.Errorf("chooseAll() with a canceled context: %v", err)
 	}
 }

@@ -93,8 +93,9 @@ func (h *migHandle) GetUUID() (string, nvml.Return) {
 		return "", r
 	}
 	defer h.lib.mu.Unlock()
-	gi, _ := g.instance(h.gi) // begin found it
-	return migUUID(g.UUID, gi, h.ci), nvml.SUCCESS
+	gi, _ := g.instance(h.gi) // begin found both
+	ci, _ := gi.ci(h.ci)
+	return ci.UUID, nvml.SUCCESS
 }
 
 // GetName is "<model> MIG <profile>", the shape real NVML uses ("NVIDIA

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/migflex/migflex/internal/domain/gpumodel"
@@ -33,6 +34,13 @@ type gpuState struct {
 	// Busy marks processes on the whole GPU (SetBusy with gi 0).
 	Busy      bool      `json:"busy,omitempty"`
 	Instances []giState `json:"instances,omitempty"`
+	// Lost: the GPU fell off the bus (a FaultLost named LostBy); every
+	// call on it answers ERROR_GPU_IS_LOST until a reboot, or with
+	// LostPermanent until the fault is cleared. Its instances are
+	// forgotten when it comes back.
+	Lost          bool   `json:"lost,omitempty"`
+	LostPermanent bool   `json:"lostPermanent,omitempty"`
+	LostBy        string `json:"lostBy,omitempty"`
 }
 
 type giState struct {
@@ -50,7 +58,11 @@ type ciState struct {
 	ID uint32 `json:"id"`
 	// ProfileID is the COMPUTE_INSTANCE_PROFILE_* constant.
 	ProfileID uint32 `json:"profileID"`
-	serial    uint64
+	// UUID is the MIG device's, minted when the compute instance is
+	// created (newMIGUUID). State files written before it was stored lack
+	// it; fillMIGUUIDs gives them their old derived one.
+	UUID   string `json:"uuid,omitempty"`
+	serial uint64
 }
 
 func (s *state) clone() state {
@@ -83,6 +95,25 @@ func (gi *giState) ci(id uint32) (*ciState, bool) {
 	return nil, false
 }
 
+// fillMIGUUIDs gives every compute instance without a UUID the one mint
+// returns, and reports whether there was any.
+func (s *state) fillMIGUUIDs(mint func(gpuUUID string, gi *giState, ci uint32) string) bool {
+	filled := false
+	for i := range s.GPUs {
+		g := &s.GPUs[i]
+		for j := range g.Instances {
+			gi := &g.Instances[j]
+			for k := range gi.CIs {
+				if gi.CIs[k].UUID == "" {
+					gi.CIs[k].UUID = mint(g.UUID, gi, gi.CIs[k].ID)
+					filled = true
+				}
+			}
+		}
+	}
+	return filled
+}
+
 // check verifies that a loaded state matches the configured GPUs and is a
 // layout the hardware could have.
 func (s *state) check(models []*gpumodel.Model) error {
@@ -100,9 +131,21 @@ func (s *state) check(models []*gpumodel.Model) error {
 	if !slices.Equal(have, want) {
 		return fmt.Errorf("state has GPUs %v but the config asks for %v: remove the state file to start over with the new GPUs", have, want)
 	}
+	migUUIDs := map[string]bool{}
 	for i := range s.GPUs {
 		if err := s.GPUs[i].check(models[i]); err != nil {
 			return fmt.Errorf("GPU %d: %w", i, err)
+		}
+		for _, gi := range s.GPUs[i].Instances {
+			for _, ci := range gi.CIs {
+				switch {
+				case !strings.HasPrefix(ci.UUID, "MIG-"):
+					return fmt.Errorf("GPU %d: GPU instance %d: compute instance %d has UUID %q, want MIG-<uuid>", i, gi.ID, ci.ID, ci.UUID)
+				case migUUIDs[ci.UUID]:
+					return fmt.Errorf("GPU %d: GPU instance %d: compute instance %d: MIG device UUID %s used twice", i, gi.ID, ci.ID, ci.UUID)
+				}
+				migUUIDs[ci.UUID] = true
+			}
 		}
 	}
 	return nil
@@ -173,6 +216,8 @@ const (
 	stateFileName = "state.json"
 	lockFileName  = "lock"
 	inboxFileName = "inbox.jsonl"
+	// faultsFileName lists the running simulator's faults (ReadFaults).
+	faultsFileName = "faults.json"
 )
 
 // ErrStateLocked is returned by New when another simulator holds the state

@@ -80,14 +80,87 @@ func TestRestartKeepsState(t *testing.T) {
 	}
 }
 
+// TestMIGUUIDsAcrossRestartsAndCreates: a restart keeps the UUID of every
+// MIG device that still exists (the state file holds it), and every create
+// mints a new one, also for a compute instance or a GPU instance created
+// again with the same profile at the same place, and after a reboot.
+func TestMIGUUIDsAcrossRestartsAndCreates(t *testing.T) {
+	dir := t.TempDir()
+	cfg := persistentConfig(dir, gpu("H100-SXM5-80GB"))
+	restart := func(l *sim.Lib) *sim.Lib {
+		t.Helper()
+		before := l.Snapshot()
+		closeLib(t, l)
+		l = open(t, cfg)
+		if diff := cmp.Diff(before, l.Snapshot()); diff != "" {
+			t.Errorf("restart changed the devices (-before +after):\n%s", diff)
+		}
+		return l
+	}
+	seen := map[string]string{}
+	newUUID := func(l *sim.Lib, what string) {
+		t.Helper()
+		u := migUUIDOf(t, l, 1)
+		if earlier, ok := seen[u]; ok {
+			t.Errorf("%s: UUID %s again, first given %s", what, u, earlier)
+		}
+		seen[u] = what
+		if !strings.Contains(readState(t, dir), u) {
+			t.Errorf("%s: state file does not hold UUID %s", what, u)
+		}
+	}
+
+	l := open(t, cfg)
+	createInstance(t, enableMIG(t, l, 0), byKind["2g"], 0)
+	newUUID(l, "first create")
+	l = restart(l)
+
+	// The compute instance destroyed and created again in its GPU instance.
+	gi := firstGI(t, device(t, l, 0), byKind["2g"])
+	ciInfo, _ := gi.GetComputeInstanceProfileInfo(fullCI[2], nvml.COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
+	cis, _ := gi.GetComputeInstances(&ciInfo)
+	if len(cis) != 1 || cis[0].Destroy() != nvml.SUCCESS {
+		t.Fatalf("destroying the compute instance of %d", len(cis))
+	}
+	if _, ret := gi.CreateComputeInstance(&ciInfo); ret != nvml.SUCCESS {
+		t.Fatalf("CreateComputeInstance() = %v", ret)
+	}
+	newUUID(l, "compute instance created again")
+	l = restart(l)
+
+	// Both destroyed and created again with the same profile and placement.
+	destroyAll(t, firstGI(t, device(t, l, 0), byKind["2g"]))
+	createInstance(t, device(t, l, 0), byKind["2g"], 0)
+	newUUID(l, "GPU instance created again")
+	l = restart(l)
+
+	if err := l.Reboot(); err != nil {
+		t.Fatal(err)
+	}
+	createInstance(t, device(t, l, 0), byKind["2g"], 0)
+	newUUID(l, "created after a reboot")
+	closeLib(t, restart(l))
+}
+
+func readState(t *testing.T, dir string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
 // TestStateFileFromEarlierSimulator loads a state file as the simulator
-// wrote it before MIG UUIDs covered the profile and placement (the schema is
-// unchanged: MIG UUIDs are derived, never stored). The GPU UUID in the file
-// wins over the seed; the MIG device gets a UUID of the current scheme
-// (another than the earlier simulator reported) that stays the same across
-// restarts from then on.
+// wrote it before it stored MIG device UUIDs, when it derived them from the
+// GPU UUID, the ids, the profile and the placement. The GPU UUID in the
+// file wins over the seed; the MIG device keeps the UUID the earlier
+// simulator reported (an upgraded agent finds its devices under the UUIDs it
+// knew), and the file holds it from then on.
 func TestStateFileFromEarlierSimulator(t *testing.T) {
 	const gpuUUID = "GPU-0d4c5f1e-8a7b-5c3d-9e2f-1a0b9c8d7e6f"
+	// What the earlier simulator derived for the instance below.
+	const migUUID = "MIG-f4963d7e-f919-52d4-977a-a4e421f63e8a"
 	const earlier = `{
   "version": 1,
   "gpus": [
@@ -107,9 +180,11 @@ func TestStateFileFromEarlierSimulator(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "state.json"), []byte(earlier), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	load := func() sim.GPUSnapshot {
+	load := func(readOnly bool) sim.GPUSnapshot {
 		t.Helper()
-		l := open(t, persistentConfig(dir, gpu("H100-SXM5-80GB")))
+		cfg := persistentConfig(dir, gpu("H100-SXM5-80GB"))
+		cfg.ReadOnly = readOnly
+		l := open(t, cfg)
 		defer closeLib(t, l)
 		snap := l.Snapshot()[0]
 		if len(snap.Instances) == 1 {
@@ -119,18 +194,23 @@ func TestStateFileFromEarlierSimulator(t *testing.T) {
 		}
 		return snap
 	}
-	first := load()
-	if len(first.Instances) != 1 {
-		t.Fatalf("loaded instances %+v, want the file's one", first.Instances)
-	}
 	want := sim.GPUSnapshot{Model: "H100-SXM5-80GB", UUID: gpuUUID, MigEnabled: true, Instances: []sim.InstanceSnapshot{
-		{GI: 1, Profile: "2g.20gb", Start: 0, Size: 2, HasCI: true, CI: 0, UUID: first.Instances[0].UUID},
+		{GI: 1, Profile: "2g.20gb", Start: 0, Size: 2, HasCI: true, CI: 0, UUID: migUUID},
 	}}
-	if diff := cmp.Diff(want, first); diff != "" || !strings.HasPrefix(first.Instances[0].UUID, "MIG-") {
-		t.Errorf("loaded state (-want +got):\n%s", diff)
+	if diff := cmp.Diff(want, load(true)); diff != "" {
+		t.Errorf("loaded read-only (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(first, load()); diff != "" {
-		t.Errorf("state after a restart (-first +second):\n%s", diff)
+	if readState(t, dir) != earlier {
+		t.Error("a read-only simulator rewrote the state file")
+	}
+	if diff := cmp.Diff(want, load(false)); diff != "" {
+		t.Errorf("loaded (-want +got):\n%s", diff)
+	}
+	if !strings.Contains(readState(t, dir), migUUID) {
+		t.Errorf("state file does not hold the MIG UUID now:\n%s", readState(t, dir))
+	}
+	if diff := cmp.Diff(want, load(false)); diff != "" {
+		t.Errorf("state after a restart (-want +got):\n%s", diff)
 	}
 }
 
@@ -170,6 +250,15 @@ func TestStateFileErrors(t *testing.T) {
 		{name: "partial compute instance", edit: func(st map[string]any) {
 			instance(st)["computeInstances"].([]any)[0].(map[string]any)["profileID"] = 0
 		}, want: "compute instance 0 has profile 0, only the full-size profile 2 is simulated"},
+		{name: "MIG UUID not MIG-", edit: func(st map[string]any) {
+			instance(st)["computeInstances"].([]any)[0].(map[string]any)["uuid"] = "GPU-x"
+		}, want: `GPU 0: GPU instance 1: compute instance 0 has UUID "GPU-x", want MIG-<uuid>`},
+		{name: "MIG UUID twice", edit: func(st map[string]any) {
+			g := gpu0(st)
+			uuid := instance(st)["computeInstances"].([]any)[0].(map[string]any)["uuid"]
+			g["instances"] = append(g["instances"].([]any), map[string]any{"id": 2, "profileID": 19, "start": 4,
+				"computeInstances": []any{map[string]any{"id": 0, "profileID": 0, "uuid": uuid}}})
+		}, want: "GPU 0: GPU instance 2: compute instance 0: MIG device UUID MIG-"},
 		{name: "schema version", edit: func(st map[string]any) { st["version"] = 9 }, want: "state version 9, want 1"},
 	}
 	for _, tc := range tests {

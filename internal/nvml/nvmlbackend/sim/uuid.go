@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"fmt"
 	"strconv"
@@ -13,14 +14,25 @@ func gpuUUID(seed string, index int) string {
 	return "GPU-" + hashUUID("gpu", seed, strconv.Itoa(index))
 }
 
-// migUUID is the MIG device UUID of compute instance ci of GPU instance gi.
-// The same instance has the same UUID in every process (a restart from the
-// state file keeps it). The profile and placement are part of the identity,
-// not only the ids: GPU instance ids are reused (lowest free), and a new
-// instance that got a destroyed one's ids must not get its UUID too, or a
-// kubelet checkpoint or a busy check would take a stale assignment of the old
-// device for one of the new.
-func migUUID(gpuUUID string, gi *giState, ci uint32) string {
+// newMIGUUID mints the UUID of a new MIG device. Real drivers give every
+// created instance a new UUID, even one created again with the same
+// profile at the same place, so the simulator draws one at random: a claim,
+// a kubelet checkpoint or a CDI spec that still names a destroyed device
+// then names nothing, in tests as on a real GPU. The state file keeps it for
+// as long as the instance exists.
+func newMIGUUID() string {
+	var b [16]byte
+	rand.Read(b[:]) // never fails (crypto/rand since Go 1.24)
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return "MIG-" + formatUUID(b[:])
+}
+
+// legacyMIGUUID is the UUID the simulator reported, before it stored MIG
+// UUIDs in its state file, for compute instance ci of GPU instance gi: a
+// hash of the instance's identity. A state file from then gets these, so an
+// upgraded agent finds its instances under the UUIDs it knew.
+func legacyMIGUUID(gpuUUID string, gi *giState, ci uint32) string {
 	return "MIG-" + hashUUID("mig", gpuUUID,
 		"gi", strconv.FormatUint(uint64(gi.ID), 10),
 		"ci", strconv.FormatUint(uint64(ci), 10),
@@ -34,5 +46,9 @@ func hashUUID(parts ...string) string {
 	b := sum[:16]
 	b[6] = b[6]&0x0f | 0x50
 	b[8] = b[8]&0x3f | 0x80
+	return formatUUID(b)
+}
+
+func formatUUID(b []byte) string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }

@@ -1,0 +1,223 @@
+package agent
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/migflex/migflex/internal/domain/dra"
+	"github.com/migflex/migflex/internal/domain/nodeinfo"
+	"github.com/migflex/migflex/internal/nodeagent/cdi"
+	"github.com/migflex/migflex/internal/nodeagent/deviceplugin"
+	"github.com/migflex/migflex/internal/nodeagent/draplugin"
+	"github.com/migflex/migflex/internal/nodeagent/draserver"
+	"github.com/migflex/migflex/internal/nvml/nvmlbackend"
+	"github.com/migflex/migflex/internal/testsupport/testutil"
+)
+
+// writeGate holds a client's writes of ResourceSlices while it is shut,
+// as a slow API server would: the kubelet plugin helper's controller
+// then stores the slices only when the test opens it.
+type writeGate struct {
+	mu   sync.Mutex
+	open chan struct{}
+}
+
+func newWriteGate() *writeGate {
+	g := &writeGate{open: make(chan struct{})}
+	close(g.open)
+	return g
+}
+
+func (g *writeGate) shut() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.open = make(chan struct{})
+}
+
+func (g *writeGate) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-g.open:
+	default:
+		close(g.open)
+	}
+}
+
+func (g *writeGate) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if r.Method != http.MethodGet && strings.Contains(r.URL.Path, "/resourceslices") {
+			g.mu.Lock()
+			open := g.open
+			g.mu.Unlock()
+			select {
+			case <-open:
+			case <-r.Context().Done():
+				return nil, r.Context().Err()
+			}
+		}
+		return rt.RoundTrip(r)
+	})
+}
+
+// startDRAServer starts the DRA kubelet plugin for n (no kubelet
+// registers it; the API server gets its slices) with client, behind the
+// agent's Server port, until the end of the test.
+func startDRAServer(t *testing.T, n *node, client kubernetes.Interface) *draserver.Server {
+	t.Helper()
+	root := testutil.SocketDir(t)
+	var d [4]string
+	for i, name := range []string{"registrar", "plugin", "state", "cdi"} {
+		d[i] = filepath.Join(root, name)
+		if err := os.Mkdir(d[i], 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	drv, err := draplugin.Start(ctx, draplugin.Options{
+		NodeName: n.name, KubeClient: client, Editor: cdi.EnvEditor(nvmlbackend.SimulatedDevices{}), StaleClaimCheck: -1,
+		RegistrarDir: d[0], PluginDir: d[1], StateDir: d[2], CDIDir: d[3],
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(drv.Stop)
+	return draserver.New(draserver.Options{Driver: drv, DriverName: dra.DriverName, NodeName: n.name})
+}
+
+// nodeSlices is the number of devices in each of the node's ResourceSlices
+// of the driver, sorted.
+func nodeSlices(t *testing.T, api *apiServer, nodeName string) []int {
+	t.Helper()
+	list, err := api.client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{FieldSelector: fields.AndSelectors(
+		fields.OneTermEqualSelector(resourceapi.ResourceSliceSelectorDriver, dra.DriverName),
+		fields.OneTermEqualSelector(resourceapi.ResourceSliceSelectorNodeName, nodeName),
+	).String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, s := range list.Items {
+		out = append(out, len(s.Spec.Devices))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// testDRAPublication: on a node served through DRA, success waits until
+// the API server's ResourceSlices show the layout, and comes as soon as
+// they do, not at the agent's next retry (an hour here): 10 GPUs of seven
+// 1g.10gb are 70 devices, two slices the kubelet plugin helper stores one
+// after the other after the agent served the layout, with nothing on the
+// Node changing when the last one is in. The slices' writes are held
+// until the agent shows it waits for them.
+func testDRAPublication(t *testing.T, api *apiServer) {
+	n := newNode(t, api, withGPUs("H100-SXM5-80GB", 10))
+	gate := newWriteGate()
+	cfg := rest.CopyConfig(api.cfg)
+	cfg.WrapTransport = gate.wrap
+	srv := startDRAServer(t, n, kubernetes.NewForConfigOrDie(cfg))
+	run := n.start(func(o *Options, _ *deviceplugin.Options) {
+		o.Server = srv
+		o.RetryInterval, o.ResyncInterval, o.AllocatableTimeout = time.Hour, time.Hour, time.Hour
+	})
+	// The whole GPUs, published when the agent starts.
+	waitSlices(t, api, n.name, []int{10})
+
+	gate.shut()
+	n.annotate(nodeinfo.AnnotationMigConfig, allSeven)
+	obj := n.waitNode("pending on the slices", func(o *corev1.Node) bool {
+		return o.Labels[nodeinfo.LabelMigConfigState] == nodeinfo.StatePending && strings.Contains(o.Annotations[nodeinfo.AnnotationReason], "not yet the 70 devices published")
+	})
+	t.Logf("waiting: %s", obj.Annotations[nodeinfo.AnnotationReason])
+	released := time.Now()
+	gate.release()
+
+	obj = n.waitState(nodeinfo.StateSuccess)
+	t.Logf("success %v after the slices' writes were let through; %v reconciles and %v Node writes in all",
+		time.Since(released), run.counter("migflex_agent_reconciles_total", "", ""), run.counter("migflex_agent_node_writes_total", "", ""))
+	if r := obj.Annotations[nodeinfo.AnnotationReason]; r != "" {
+		t.Errorf("success with reason %q", r)
+	}
+	if got := nodeSlices(t, api, n.name); !slices.Equal(got, []int{6, dra.MaxDevicesPerSlice}) {
+		t.Errorf("the node's slices hold %v devices, want 6 and %d", got, dra.MaxDevicesPerSlice)
+	}
+}
+
+// waitSlices waits until the node's slices of the driver hold want
+// devices (see nodeSlices).
+func waitSlices(t *testing.T, api *apiServer, nodeName string, want []int) {
+	t.Helper()
+	deadline := time.Now().Add(hangTimeout)
+	for got := nodeSlices(t, api, nodeName); !slices.Equal(got, want); got = nodeSlices(t, api, nodeName) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the node's slices hold %v devices, want %v", got, want)
+		}
+		time.Sleep(pollInterval) // polling a condition the API server does not signal here
+	}
+}
+
+// signalServer serves nothing, says its layout is visible once the test
+// says so, and signals Visibility on an unbuffered channel: a send
+// returns only once the agent has taken it.
+type signalServer struct {
+	nopServer
+	signal  chan struct{}
+	mu      sync.Mutex
+	visible bool
+}
+
+func (s *signalServer) Visible(context.Context, *corev1.Node) (string, []string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.visible {
+		return "the layout", nil, nil
+	}
+	return "the layout", []string{"its slices"}, nil
+}
+
+func (s *signalServer) Visibility() <-chan struct{} { return s.signal }
+
+func (s *signalServer) Publisher() (string, string, string) {
+	return "the test", "the API server", "check the test"
+}
+
+// testPublicationSignalled: an agent waiting for its layout to become
+// visible takes the server's Visibility signal and reports success then,
+// with an hour to its next retry.
+func testPublicationSignalled(t *testing.T, api *apiServer) {
+	n := newNode(t, api)
+	srv := &signalServer{signal: make(chan struct{})}
+	n.start(func(o *Options, _ *deviceplugin.Options) {
+		o.Server = srv
+		o.RetryInterval, o.ResyncInterval, o.AllocatableTimeout = time.Hour, time.Hour, time.Hour
+	})
+	n.annotate(nodeinfo.AnnotationMigConfig, allThree)
+	n.waitNode("pending on the publication", func(o *corev1.Node) bool {
+		return o.Labels[nodeinfo.LabelMigConfigState] == nodeinfo.StatePending && strings.Contains(o.Annotations[nodeinfo.AnnotationReason], "waiting for the test to publish it in the API server (its slices)")
+	})
+	srv.mu.Lock()
+	srv.visible = true
+	srv.mu.Unlock()
+	select {
+	case srv.signal <- struct{}{}:
+	case <-time.After(hangTimeout):
+		t.Fatal("the agent never took the Visibility signal")
+	}
+	n.waitState(nodeinfo.StateSuccess)
+}
