@@ -43,6 +43,7 @@ func TestReusePort(t *testing.T) {
 	})
 	addr := first.Addr().String()
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
+	defer client.CloseIdleConnections() // before the servers stop, which would wait for it
 	waitReady(t, client, "https://"+addr)
 
 	if _, err := NewServer(Options{Listen: addr, CertDir: dir, CertPollInterval: -1, Decider: newDecider(t), Client: fake.NewClientset()}); !errors.Is(err, syscall.EADDRINUSE) {
@@ -61,9 +62,11 @@ func TestReusePort(t *testing.T) {
 	if second.Addr().String() != addr {
 		t.Fatalf("second replica on %s, want %s", second.Addr(), addr)
 	}
-	// The old replica goes; every connection reaches the new one.
-	stopFirst()
+	// The old replica goes; every connection reaches the new one. The
+	// client lets its idle connection go first: the old replica would
+	// otherwise keep it for its drain period.
 	client.CloseIdleConnections()
+	stopFirst()
 	raw, err := net.Dial("tcp", addr) // the kernel completes the connection
 	if err != nil {
 		t.Fatal(err)

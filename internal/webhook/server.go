@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -55,7 +56,12 @@ type Options struct {
 	// Registry receives the metrics; nil means a new one with the Go and
 	// process collectors.
 	Registry *prometheus.Registry
-	// ShutdownTimeout bounds the drain of in-flight requests; default 10s.
+	// DrainPeriod is how long a stopping server keeps its open connections
+	// after it stopped accepting new ones (see Run); default 5s, negative
+	// for none.
+	DrainPeriod time.Duration
+	// ShutdownTimeout bounds the wait for in-flight requests after the
+	// drain; default 10s.
 	ShutdownTimeout time.Duration
 	// ReusePort binds Listen with SO_REUSEPORT, so that two webhook
 	// processes on one host can share the port: a rolling update of
@@ -87,7 +93,20 @@ type Server struct {
 	source   SnapshotSource
 	metrics  *Metrics
 	http     *http.Server
+
+	// draining is set once the server stops accepting connections: every
+	// answer from then on closes its connection.
+	draining atomic.Bool
+	conns    openConns
 }
+
+// DefaultDrainPeriod is Options.DrainPeriod's default: with the preStop
+// sleep (5 s) and ShutdownTimeout (10 s) it fits the Deployment's 30 s
+// grace period.
+const DefaultDrainPeriod = 5 * time.Second
+
+// idleTimeout is how long the server keeps an idle connection.
+const idleTimeout = 2 * time.Minute
 
 // NewServer validates the options, loads the certificate, creates the
 // informers (not started) and binds the listener, so that Addr is known
@@ -95,6 +114,9 @@ type Server struct {
 func NewServer(o Options) (*Server, error) {
 	if o.Listen == "" {
 		o.Listen = ":8443"
+	}
+	if o.DrainPeriod == 0 {
+		o.DrainPeriod = DefaultDrainPeriod
 	}
 	if o.ShutdownTimeout <= 0 {
 		o.ShutdownTimeout = 10 * time.Second
@@ -154,7 +176,8 @@ func NewServer(o Options) (*Server, error) {
 	mux.HandleFunc("/readyz", s.readyz)
 
 	s.http = &http.Server{
-		Handler: mux,
+		Handler:   s.closeWhileDraining(mux),
+		ConnState: s.conns.track,
 		TLSConfig: &tls.Config{
 			MinVersion:     tls.VersionTLS12,
 			GetCertificate: certs.GetCertificate,
@@ -162,7 +185,11 @@ func NewServer(o Options) (*Server, error) {
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       90 * time.Second,
+		// Longer than the API server keeps an idle connection (its
+		// transport's 90 s), so that the client, which knows when it sends
+		// next, closes one first: the server closing it races a request
+		// on its way, lost then (see drain).
+		IdleTimeout: idleTimeout,
 		// TLS handshake errors are what users look for when the caBundle
 		// and the certificate disagree; send them to the structured log.
 		ErrorLog: klog.NewStandardLogger("WARNING"),
@@ -198,7 +225,10 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write([]byte("ok"))
 }
 
-// Run serves until ctx is done, then drains in-flight requests. It starts
+// Run serves until ctx is done, then drains: it accepts no new connection,
+// answers the next request on each open one with "Connection: close"
+// (drain), closes those left idle after DrainPeriod and waits for
+// in-flight requests (http.Server.Shutdown). It starts
 // the certificate watch and, unless a source was injected, the informers.
 func (s *Server) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
@@ -221,20 +251,21 @@ func (s *Server) Run(ctx context.Context) error {
 			s.informer.Run(ctx)
 		}()
 	}
-	wg.Add(1)
+	stopAccepting := make(chan struct{})
+	served := make(chan struct{})
 	go func() {
-		defer wg.Done()
+		defer close(served)
 		if s.opts.ReusePort && s.informer != nil {
 			logger.Info("Waiting for the caches before accepting connections on the shared port", "addr", s.ln.Addr().String())
 			select {
 			case <-s.informer.Ready():
-			case <-ctx.Done():
-				_ = s.ln.Close() // never served, so Shutdown does not know it
+			case <-stopAccepting:
 				return
 			}
 		}
 		logger.Info("Serving HTTPS", "addr", s.ln.Addr().String(), "mode", s.opts.Decider.Mode(), "reshapeFirst", s.opts.ReshapeFirst)
-		if err := s.http.ServeTLS(s.ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		// The drain closes the listener: Serve then fails, as planned.
+		if err := s.http.ServeTLS(s.ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) && !s.draining.Load() {
 			errs <- fmt.Errorf("webhook: serving: %w", err)
 		}
 	}()
@@ -245,6 +276,7 @@ func (s *Server) Run(ctx context.Context) error {
 	case runErr = <-errs:
 		logger.Error(runErr, "Stopping")
 	}
+	s.drain(logger, stopAccepting, served)
 	shutdownCtx, stop := context.WithTimeout(context.WithoutCancel(ctx), s.opts.ShutdownTimeout)
 	defer stop()
 	if err := s.http.Shutdown(shutdownCtx); err != nil {
@@ -253,6 +285,88 @@ func (s *Server) Run(ctx context.Context) error {
 	cancel()
 	wg.Wait()
 	return runErr
+}
+
+// drain stops accepting connections and keeps the open ones for up to
+// DrainPeriod, closing each after its next answer. The API server keeps
+// its connections to a webhook alive and sends a request on an idle one
+// whenever it likes: a server that closes an idle connection (as
+// http.Server.Shutdown does at once) races such a request, which is then
+// lost, and a POST is not retried: with failurePolicy Ignore the pod is
+// admitted unchecked. Draining, a request on an open connection is
+// answered with "Connection: close", and the API server's next one dials
+// a replica that accepts. Shutdown then closes only connections idle for
+// the whole drain. The drain ends early once no connection is left.
+func (s *Server) drain(logger klog.Logger, stopAccepting chan<- struct{}, served <-chan struct{}) {
+	s.draining.Store(true)
+	close(stopAccepting)
+	// With SO_REUSEPORT and net.ipv4.tcp_migrate_req=1 the kernel hands
+	// the connections waiting in this listener's queue to another replica.
+	_ = s.ln.Close()
+	<-served // Serve has returned: every connection it accepted is counted
+	if s.opts.DrainPeriod < 0 {
+		return
+	}
+	open, changed := s.conns.watch()
+	logger.Info("Draining: accepting no new connection, closing each open one after its next answer", "open", open, "drainPeriod", s.opts.DrainPeriod)
+	timer := time.NewTimer(s.opts.DrainPeriod)
+	defer timer.Stop()
+	for open > 0 {
+		select {
+		case <-timer.C:
+			logger.Info("Drain period over: closing the connections left idle", "open", open)
+			return
+		case <-changed:
+			open, changed = s.conns.watch()
+		}
+	}
+	logger.Info("Drained: no connection left")
+}
+
+// closeWhileDraining answers with "Connection: close" once the server
+// drains, so that the client sends its next request elsewhere.
+func (s *Server) closeWhileDraining(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.draining.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// openConns counts the server's open connections (http.Server.ConnState).
+type openConns struct {
+	mu     sync.Mutex
+	n      int
+	notify chan struct{} // closed and replaced on every change
+}
+
+func (c *openConns) track(_ net.Conn, state http.ConnState) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch state {
+	case http.StateNew:
+		c.n++
+	case http.StateClosed, http.StateHijacked:
+		c.n--
+	default:
+		return
+	}
+	if c.notify != nil {
+		close(c.notify)
+		c.notify = nil
+	}
+}
+
+// watch is the count and a channel closed at its next change, read
+// together so that no change goes unnoticed.
+func (c *openConns) watch() (int, <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.notify == nil {
+		c.notify = make(chan struct{})
+	}
+	return c.n, c.notify
 }
 
 // reusePort sets SO_REUSEPORT on a listening socket before it is bound.

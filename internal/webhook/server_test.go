@@ -79,6 +79,7 @@ func TestServer(t *testing.T) {
 		Source:           src,
 	})
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
+	defer client.CloseIdleConnections() // before the server stops, which would wait for it
 	get := func(path string) (int, string) {
 		t.Helper()
 		resp, err := client.Get(base + path)

@@ -42,6 +42,7 @@ simulator:
     - {name: 1g.9gb, slices: 1, memorySlices: 1, memoryMiB: 8960, sms: 14, maxCount: 7, placements: [0, 1, 2, 3, 4, 5, 6]}
     - {name: 7g.70gb, slices: 7, memorySlices: 8, memoryMiB: 70912, sms: 98, maxCount: 1, placements: [0]}
   operationDelay: 250ms
+  faults: [{kind: error, call: createGpuInstance, nth: 2, return: ERROR_IN_USE}]
   nodePools:
   - name: a100
     nodeSelector: {migflex.io/pool: a100}
@@ -467,6 +468,14 @@ func checkAgentPod(t *testing.T, s scenario, objs objects, ds *appsv1.DaemonSet,
 	cfg, err := sim.ParseConfig([]byte(cm.Data["config.yaml"]), "/etc/migflex/sim", "some-node")
 	if err != nil {
 		t.Fatalf("%s: the simulator rejects ConfigMap %s: %v\n%s", ds.Name, cmName, err, cm.Data["config.yaml"])
+	}
+	// Faults only where the values list them: off by default.
+	wantFaults := 0
+	if strings.Contains(s.values, "faults:") {
+		wantFaults = 1
+	}
+	if len(cfg.Faults) != wantFaults {
+		t.Errorf("%s: simulator faults %+v, want %d: only those of simulator.faults", ds.Name, cfg.Faults, wantFaults)
 	}
 	state := hostPaths["sim-state"]
 	if state.Path == "" || !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {

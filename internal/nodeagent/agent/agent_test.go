@@ -544,6 +544,10 @@ func TestAgent(t *testing.T) {
 		{"restart touches nothing", testRestartTouchesNothing},
 		{"metrics", testMetrics},
 		{"deleted node is not recreated", testDeletedNodeIsNotRecreated},
+		{"fault: create fails halfway", testCreateFailsHalfway},
+		{"fault: create fails halfway, then held", testCreateFailsHalfwayThenHeld},
+		{"fault: create hangs", testCreateHangs},
+		{"fault: reboot recreates the layout", testRebootRecreatesLayout},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, api) })
 	}

@@ -148,9 +148,12 @@ func TestDrain(t *testing.T) {
 	}
 	h.set("MIG-1-7", 0)
 	e.waitStatus("MIG-1-7 healthy but draining", func(st map[string]string) bool { return st["MIG-1-7"] == "draining" })
-	if got := deviceList(e.kubelet.State().Plugins["nvidia.com/mig-1g.10gb.me"].Devices); !cmp.Equal([]string{"MIG-1-7!"}, got) {
-		t.Errorf("the kubelet sees %v, want MIG-1-7 unhealthy while it drains", got)
-	}
+	// The kubelet learns of it through ListAndWatch, a stream of its own:
+	// wait for it rather than read its state at once (a loaded machine
+	// showed the previous list here).
+	e.wait("the kubelet to see MIG-1-7 unhealthy while it drains", func(st kubeletstub.State) bool {
+		return cmp.Equal([]string{"MIG-1-7!"}, deviceList(st.Plugins["nvidia.com/mig-1g.10gb.me"].Devices))
+	})
 	e.m.Undrain([]string{"MIG-1-7"})
 	e.wait("MIG-1-7 back", func(st kubeletstub.State) bool {
 		return cmp.Equal([]string{"MIG-1-7"}, deviceList(st.Plugins["nvidia.com/mig-1g.10gb.me"].Devices))

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/migflex/migflex/internal/nvml/nvmlbackend"
 	"github.com/migflex/migflex/internal/nvml/nvmlbackend/sim"
@@ -26,6 +28,15 @@ Commands:
   busy --gpu N --gi N [--off]               mark processes on a GPU instance (--gi 0: the whole GPU)
   reset --gpu N                             reset a GPU: a pending MIG mode takes effect
   reboot                                    reboot the node: instances gone, pending modes applied
+  fault --kind K [--call SITE] [--gpu N] [--nth N] [--times N | --always]
+        [--return ERROR_X] [--duration D] [--xid N --events N [--interval D]
+        [--gi N [--ci N]]] [--permanent] [--name NAME]
+                                            arm a fault in the running simulator (see
+                                            docs/MODELS.md, Faults): K is error, hang,
+                                            xidStorm, lost or reboot
+  clear-faults [--name NAME]                disarm a fault, or all; a GPU it lost comes back
+  faults                                    list the faults of the simulator on stateDir and
+                                            what they did
 
 Every command takes --sim-config FILE (env MIGFLEX_AGENT_SIM_CONFIG, or
 SIM_CONFIG) and --node-name NAME (env MIGFLEX_AGENT_NODE_NAME, or NODE_NAME;
@@ -57,6 +68,8 @@ func Sim(args []string, stdout, stderr io.Writer) int {
 	gpu := fs.FlagSet.Int("gpu", 0, "GPU index")
 	var gi, ci, xid *uint64
 	var off *bool
+	var fault sim.Fault
+	var hang, interval time.Duration
 	switch cmd {
 	case "inject-xid":
 		gi = fs.Uint64("gi", uint64(sim.NoInstance), "GPU instance the Xid is attributed to (default: the whole GPU)")
@@ -65,7 +78,27 @@ func Sim(args []string, stdout, stderr io.Writer) int {
 	case "busy":
 		gi = fs.Uint64("gi", 0, "GPU instance id; 0 marks the whole GPU")
 		off = fs.FlagSet.Bool("off", false, "clear the busy mark instead")
-	case "show", "reset", "reboot":
+	case "fault":
+		// No environment twins: a stray MIGFLEX_AGENT_NAME must not
+		// change a fault.
+		f := fs.FlagSet
+		f.StringVar((*string)(&fault.Kind), "kind", "", "what goes wrong: "+strings.Join(kindNames(), ", "))
+		f.StringVar((*string)(&fault.Call), "call", "", "the call site it fires at: "+strings.Join(callNames(), ", "))
+		f.StringVar(&fault.Name, "name", "", "name to list and clear it by (default <kind>-<n>)")
+		f.IntVar(&fault.Nth, "nth", 0, "the first call at --call that fires (default 1)")
+		f.IntVar(&fault.Times, "times", 0, "how many calls fire from the --nth on (default 1)")
+		f.BoolVar(&fault.Always, "always", false, "every call from the --nth on fires")
+		f.StringVar(&fault.Return, "return", "", "the NVML error an error fault returns (default ERROR_UNKNOWN)")
+		f.DurationVar(&hang, "duration", 0, "how long a hang lasts")
+		f.Uint64Var(&fault.Xid, "xid", 0, "Xid error a storm raises")
+		f.IntVar(&fault.Events, "events", 0, "how many Xids a storm raises")
+		f.DurationVar(&interval, "interval", 0, "pause between a storm's Xids")
+		gi = f.Uint64("gi", uint64(sim.NoInstance), "GPU instance a storm's Xids are attributed to (default: the whole GPU)")
+		ci = f.Uint64("ci", uint64(sim.NoInstance), "compute instance in --gi a storm's Xids are attributed to")
+		f.BoolVar(&fault.Permanent, "permanent", false, "a lost GPU stays lost across reboots until the fault is cleared")
+	case "clear-faults":
+		fs.FlagSet.StringVar(&fault.Name, "name", "", "the fault to clear (default: all)")
+	case "show", "reset", "reboot", "faults":
 	default:
 		fmt.Fprintf(stderr, "sim: unknown command %q\n\n%s", cmd, simUsage)
 		return simExitUsage
@@ -118,6 +151,31 @@ func Sim(args []string, stdout, stderr io.Writer) int {
 		c = sim.Command{Op: sim.OpReset, GPU: *gpu}
 	case "reboot":
 		c = sim.Command{Op: sim.OpReboot}
+	case "faults":
+		return simFaults(cfg, stdout, stderr)
+	case "fault":
+		if *gi > uint64(sim.NoInstance) || *ci > uint64(sim.NoInstance) {
+			fmt.Fprintln(stderr, "sim fault: --gi and --ci must fit in 32 bits")
+			return simExitUsage
+		}
+		// Only the flags given: a fault's GPU, GI and CI are "any" when
+		// absent, which no number can say.
+		fs.FlagSet.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "gpu":
+				fault.GPU = gpu
+			case "gi":
+				v := uint32(*gi)
+				fault.GI = &v
+			case "ci":
+				v := uint32(*ci)
+				fault.CI = &v
+			}
+		})
+		fault.Duration, fault.Interval = sim.Duration(hang), sim.Duration(interval)
+		c = sim.Command{Op: sim.OpFault, Fault: &fault}
+	case "clear-faults":
+		c = sim.Command{Op: sim.OpClearFaults, Name: fault.Name}
 	}
 	queued, err := sim.Send(cfg, c)
 	if err != nil {
@@ -146,7 +204,7 @@ func simShow(cfg sim.Config, stdout, stderr io.Writer) int {
 		if i > 0 {
 			fmt.Fprintln(stdout)
 		}
-		fmt.Fprintf(stdout, "GPU %d  %s  %s  MIG %s%s\n", g.Index, g.Model, g.UUID, enabledWord(g.MigEnabled), pendingNote(g.MigEnabled, g.MigPending, g.Busy))
+		fmt.Fprintf(stdout, "GPU %d  %s  %s  MIG %s%s%s\n", g.Index, g.Model, g.UUID, enabledWord(g.MigEnabled), pendingNote(g.MigEnabled, g.MigPending, g.Busy), lostNote(g.Lost, g.LostPermanent))
 		if len(g.Instances) == 0 {
 			continue
 		}
@@ -184,4 +242,54 @@ func pendingNote(enabled, pending, busy bool) string {
 		note += " (busy)"
 	}
 	return note
+}
+
+func lostNote(lost, permanent bool) string {
+	switch {
+	case lost && permanent:
+		return " (fallen off the bus, for good)"
+	case lost:
+		return " (fallen off the bus until a reboot)"
+	}
+	return ""
+}
+
+// simFaults prints the faults the simulator on stateDir listed last.
+func simFaults(cfg sim.Config, stdout, stderr io.Writer) int {
+	list, err := sim.ReadFaults(cfg.StateDir)
+	if err != nil {
+		fmt.Fprintf(stderr, "sim faults: %v\n", err)
+		return simExitFailed
+	}
+	if len(list) == 0 {
+		fmt.Fprintf(stdout, "no faults armed in the simulator on %s\n", cfg.StateDir)
+		return simExitOK
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tSOURCE\tCALLS\tFIRED\tHANGING\tXIDS\tDONE\tFAULT")
+	for _, f := range list {
+		done := "no"
+		if f.Done {
+			done = "yes"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", f.Fault.Name, f.Source, f.Calls, f.Fired, f.Hanging, f.XidsSent, done, f.Fault)
+	}
+	tw.Flush()
+	return simExitOK
+}
+
+func kindNames() []string {
+	out := make([]string, len(sim.FaultKinds))
+	for i, k := range sim.FaultKinds {
+		out[i] = string(k)
+	}
+	return out
+}
+
+func callNames() []string {
+	out := make([]string, len(sim.CallSites))
+	for i, c := range sim.CallSites {
+		out[i] = string(c)
+	}
+	return out
 }

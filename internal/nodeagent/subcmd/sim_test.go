@@ -1,6 +1,7 @@
 package subcmd
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/migflex/migflex/internal/nvml/nvmlbackend/sim"
 	"github.com/migflex/migflex/internal/nvml/nvmlmig"
+	"github.com/migflex/migflex/internal/testsupport/testutil"
 )
 
 // simCLI runs `device-plugin sim ARGS` and returns exit code, stdout, stderr.
@@ -156,4 +158,77 @@ func TestSimUsage(t *testing.T) {
 			t.Errorf("sim %v = %d, stderr:\n%s\nwant %d and %q", tc.args, code, errOut, tc.wantCode, tc.wantErr)
 		}
 	}
+}
+
+// TestSimFaultCommands: faults armed, listed and cleared from another
+// process through the running simulator's inbox, as the fault tests do.
+func TestSimFaultCommands(t *testing.T) {
+	cfgPath := writeSimConfig(t, simConfigYAML)
+	cfg, err := sim.LoadConfig(cfgPath, "node-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := func(args ...string) (int, string, string) {
+		return simCLI(append(args, "--sim-config", cfgPath, "--node-name", "node-1")...)
+	}
+	if code, _, errOut := cli("fault", "--kind", "lost", "--gpu", "0"); code != 1 || !strings.Contains(errOut, "no simulator is running") {
+		t.Errorf("fault with no simulator = %d, stderr:\n%s", code, errOut)
+	}
+	if code, out, _ := cli("faults"); code != 0 || !strings.Contains(out, "no faults armed") {
+		t.Errorf("faults with none = %d, stdout:\n%s", code, out)
+	}
+
+	l, err := sim.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	p := nvmlmig.NewPartitioner(l)
+	p.SetMigMode(1, true)
+
+	for _, bad := range []struct {
+		args    []string
+		code    int
+		wantErr string
+	}{
+		{[]string{"fault", "--kind", "error"}, 1, "a fault of kind error needs call"},
+		{[]string{"fault", "--kind", "explode", "--call", "setMigMode"}, 1, `kind "explode"`},
+		{[]string{"fault", "--kind", "xidStorm", "--gpu", "1", "--xid", "48", "--events", "2", "--gi", "9"}, 1, "GPU 1 has no GPU instance 9"},
+		{[]string{"fault", "--kind", "xidStorm", "--gpu", "1", "--xid", "48", "--gi", "4294967296"}, 2, "must fit in 32 bits"},
+		{[]string{"fault", "--kind", "hang", "--call", "setMigMode", "--duration", "soon"}, 2, "invalid value"},
+		{[]string{"clear-faults", "--kind", "hang"}, 2, "flag provided but not defined: -kind"},
+	} {
+		if code, _, errOut := cli(bad.args...); code != bad.code || !strings.Contains(errOut, bad.wantErr) {
+			t.Errorf("sim %v = %d, stderr:\n%s\nwant %d and %q", bad.args, code, errOut, bad.code, bad.wantErr)
+		}
+	}
+
+	code, out, errOut := cli("fault", "--kind", "error", "--call", "createGpuInstance", "--gpu", "1", "--nth", "2", "--return", "IN_USE", "--name", "boom")
+	if code != 0 || !strings.Contains(out, "fault: queued for the simulator running on "+cfg.StateDir) {
+		t.Fatalf("fault = %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	testutil.Eventually(t, "the fault armed", func() bool { return len(l.Faults()) == 1 })
+	if _, err := p.CreateInstance(1, "1g.10gb", 0); err != nil {
+		t.Fatalf("first create: %v", err)
+	}
+	if _, err := p.CreateInstance(1, "1g.10gb", 1); !errors.Is(err, nvml.ERROR_IN_USE) {
+		t.Errorf("second create = %v, want the fault's ERROR_IN_USE", err)
+	}
+	code, out, _ = cli("faults")
+	want := "boom command 2 1 0 0 yes error IN_USE at createGpuInstance call 2 on GPU 1"
+	if code != 0 || !strings.Contains(squashSpaces(out), want) {
+		t.Errorf("faults = %d, stdout:\n%s\nwant a line %q", code, out, want)
+	}
+
+	if code, _, errOut := cli("fault", "--kind", "lost", "--gpu", "0", "--name", "gone"); code != 0 {
+		t.Fatalf("fault lost = %d, stderr:\n%s", code, errOut)
+	}
+	testutil.Eventually(t, "GPU 0 lost", func() bool { return l.Snapshot()[0].Lost })
+	if _, out, _ := cli("show"); !strings.Contains(out, "(fallen off the bus until a reboot)") {
+		t.Errorf("show with GPU 0 lost:\n%s", out)
+	}
+	if code, _, errOut := cli("clear-faults"); code != 0 {
+		t.Fatalf("clear-faults = %d, stderr:\n%s", code, errOut)
+	}
+	testutil.Eventually(t, "the faults cleared", func() bool { return len(l.Faults()) == 0 && !l.Snapshot()[0].Lost })
 }

@@ -25,6 +25,9 @@ type classKey struct {
 	// held: new MIG instances stay off the GPU this round, for a pod
 	// waiting for several whole GPUs on its node (Policy.HoldForMultiGPU).
 	held bool
+	// reserved: a reservation holds the GPU for a pod the scheduler
+	// binds (GPU.Reserved); the round gives it to no pod.
+	reserved bool
 	// When the GPU is idle and can be whole, nodeIdle is the node's count
 	// of such GPUs and nodeWhole its count of GPUs that are or will be
 	// whole (see wholePotential); both -1 otherwise.
@@ -33,7 +36,7 @@ type classKey struct {
 
 // servesWhole: the GPU is idle and is, or can be made, a whole GPU.
 func (k classKey) servesWhole() bool {
-	return !k.whole && k.occ == 0 && (!k.migEnabled || k.reshapable)
+	return !k.whole && !k.reserved && k.occ == 0 && (!k.migEnabled || k.reshapable)
 }
 
 // wholePotential: the GPU is, or will be when its pod ends, a whole GPU
@@ -111,7 +114,7 @@ func (r *round) option(c int32, res int32) *option {
 
 func (r *round) computeOption(k classKey, res int32, capped bool) option {
 	none := option{state: optNone}
-	if k.whole {
+	if k.whole || k.reserved {
 		return none
 	}
 	w := r.pol.Weights

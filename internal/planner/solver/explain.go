@@ -16,7 +16,8 @@ const (
 	whyNoRoom               // no room next to instances in use
 	whyCap                  // the round's cap on GPUs changed
 	whyCooldown
-	whyHeld // kept whole for a pod waiting for several GPUs
+	whyHeld     // kept whole for a pod waiting for several GPUs
+	whyReserved // reserved for a pod waiting for several GPUs
 	whyFrozen
 	whyOptOut
 	whyUnknown
@@ -31,6 +32,7 @@ var whyText = [whyCount][2]string{
 	whyCap:       {"waits for the round's limit of GPUs repartitioned", "wait for the round's limit of GPUs repartitioned"},
 	whyCooldown:  {"is cooling down after a change", "are cooling down after a change"},
 	whyHeld:      {"is on a node kept whole for a pod waiting for several GPUs on one node", "are on nodes kept whole for a pod waiting for several GPUs on one node"},
+	whyReserved:  {"is reserved for a pod waiting for several GPUs on one node", "are reserved for pods waiting for several GPUs on one node"},
 	whyFrozen:    {"is on a node whose layout must not change now", "are on nodes whose layout must not change now"},
 	whyOptOut:    {"is on a node not opted in to the planner, with no free instance of it", "are on nodes not opted in to the planner, with no free instance of it"},
 	whyUnknown:   {"has a layout or model the planner does not understand", "have a layout or model the planner does not understand"},
@@ -47,6 +49,9 @@ func count(n int, one, many string) string {
 func (r *round) classify(k classKey, c int32, res int32) why {
 	if r.option(c, res).state == optOK {
 		return whyCan
+	}
+	if k.reserved {
+		return whyReserved
 	}
 	if res == 0 {
 		if k.whole || k.occ != 0 {

@@ -117,6 +117,9 @@ func checkInvariants(t *testing.T, snap solver.Snapshot, pol solver.Policy, res 
 					t.Errorf("node %s GPU %d: destroys %s@%d in use", nc.Node, gc.Index, d.Profile, d.Start)
 				}
 			}
+			if g.Reserved && (gc.MigEnabled || !gc.Reclaimed) {
+				t.Errorf("node %s GPU %d is reserved and changed to other than whole: %+v", nc.Node, gc.Index, gc)
+			}
 			switch {
 			case gc.Reclaimed && (gc.MigEnabled || len(gc.Pods) > 0 || anyInUse(g)):
 				t.Errorf("node %s GPU %d: reclaimed, but MIG stays on, or it has pods or instances in use: %+v", nc.Node, gc.Index, gc)
@@ -150,6 +153,9 @@ func checkInvariants(t *testing.T, snap solver.Snapshot, pol solver.Policy, res 
 			continue
 		}
 		for _, d := range p.Devices {
+			if n := nodes[p.Node]; n != nil && slices.ContainsFunc(n.GPUs, func(g solver.GPU) bool { return g.Index == d.GPU && g.Reserved }) {
+				t.Errorf("pod %s given reserved GPU %s/%d", p.Pod, p.Node, d.GPU)
+			}
 			k := devKey{p.Node, d.GPU, d.Start, string(d.Resource)}
 			if d.Resource == "nvidia.com/gpu" {
 				k.start = -1

@@ -306,7 +306,7 @@ func (r *round) addNodes(nodes []Node) error {
 
 func (r *round) newGPU(node int32, n *Node, g *GPU, block blockReason) gpuState {
 	s := gpuState{node: node, g: g}
-	k := classKey{tab: -1, migEnabled: g.MigEnabled, block: block, nodeIdle: -1, nodeWhole: -1}
+	k := classKey{tab: -1, migEnabled: g.MigEnabled, block: block, nodeIdle: -1, nodeWhole: -1, reserved: g.Reserved}
 	leave := func(format string, args ...any) gpuState {
 		r.warnings = append(r.warnings, fmt.Sprintf("node %s GPU %d: ", n.Name, g.Index)+fmt.Sprintf(format, args...))
 		k.block, k.whole, k.reshapable = blockUnknown, true, false

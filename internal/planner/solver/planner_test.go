@@ -759,6 +759,15 @@ func TestRandomFleets(t *testing.T) {
 				t.Fatal(err)
 			}
 			snap := bigScenario(seed, 40, 120)
+			// Odd seeds reserve every fifth node's first four GPUs for
+			// some pod (internal/planner/reserve).
+			for i := range snap.Nodes {
+				if seed%2 == 1 && i%5 == 0 {
+					for g := range snap.Nodes[i].GPUs[:4] {
+						snap.Nodes[i].GPUs[g].Reserved = true
+					}
+				}
+			}
 			res, err := pl.Plan(snap)
 			if err != nil {
 				t.Fatal(err)
@@ -830,5 +839,50 @@ func TestHoldForMultiGPU(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReservedGPUs: a GPU a reservation holds (internal/planner/reserve)
+// serves no pod in the round, not even with a free instance that fits or
+// idle and whole: the scheduler binds the reserved pod there. Once
+// nothing uses its instances it goes back to whole, with or without
+// ReclaimIdle and whatever the mix, but not inside its cooldown.
+func TestReservedGPUs(t *testing.T) {
+	reserved := func(g solver.GPU) solver.GPU {
+		g.Reserved = true
+		return g
+	}
+	recent := reserved(migGPU(1, "1g.10gb@0"))
+	recent.LastChanged = t0.Add(-30 * time.Second)
+	onlyMIG := []solver.Demand{{Resource: mig1g, Count: 1, Weight: 1}}
+	for name, tc := range map[string]ruleCase{
+		"a free instance on a reserved GPU serves no one": {
+			nodes: []solver.Node{
+				node("a", optedIn, gpus(reserved(migGPU(0, "1g.10gb@0*", "1g.10gb@1")))),
+				node("b", optedIn, gpus(migGPU(0, "3g.40gb@0*", "3g.40gb@4*"))),
+			},
+			pods: []*corev1.Pod{pod("p", mig1g, "1")},
+			want: map[string]string{"p": "none: 1 is reserved for a pod waiting for several GPUs on one node"},
+		},
+		"an idle whole reserved GPU serves no one, and is left whole": {
+			nodes:   []solver.Node{node("a", optedIn, gpus(reserved(wholeGPUOf(0, notInUse)), wholeGPUOf(1, notInUse)))},
+			pods:    []*corev1.Pod{pod("p", mig3g, "1"), pod("q", wholeGPU, "1")},
+			want:    map[string]string{"p": "reshape a/1", "q": "none: reserved"},
+			changed: map[string][]string{"a/1": nil},
+		},
+		"an idle reserved MIG GPU goes whole, reclaim off, no whole-GPU demand": {
+			nodes:   []solver.Node{node("a", optedIn, gpus(reserved(migGPU(0, "1g.10gb@0", "3g.40gb@4")), migGPU(1, "1g.10gb@0")))},
+			mix:     onlyMIG,
+			changed: map[string][]string{"a/0": {"MIG disabled"}},
+		},
+		"not with an instance in use, nor inside its cooldown, nor frozen": {
+			nodes: []solver.Node{
+				node("a", optedIn, gpus(reserved(migGPU(0, "1g.10gb@0*", "3g.40gb@4")), recent)),
+				node("b", optedIn, gpus(reserved(migGPU(0, "1g.10gb@0"))), frozen("agent applying")),
+			},
+			mix: onlyMIG,
+		},
+	} {
+		t.Run(name, func(t *testing.T) { runRule(t, tc) })
 	}
 }

@@ -4,15 +4,14 @@ package solver
 // this round, back to whole, after the round's pods and within its cap and
 // the cooldown (Policy.ReclaimIdle). Only when the demand mix asks for
 // whole GPUs: otherwise nothing but MIG pods could use the GPU, and its
-// free instances serve them without a change.
+// free instances serve them without a change. A reserved GPU is made
+// whole in any case: its pod waits for it whole.
 func (r *round) reclaim() {
-	if !r.pol.ReclaimIdle || !r.mix.asksWhole() {
-		return
-	}
+	all := r.pol.ReclaimIdle && r.mix.asksWhole()
 	for gi := range r.gpus {
 		g := &r.gpus[gi]
 		k := g.key
-		if k.tab < 0 || !k.migEnabled || k.occ != 0 || k.whole || !k.canChange(r.capped) {
+		if !all && !k.reserved || k.tab < 0 || !k.migEnabled || k.occ != 0 || k.whole || !k.canChange(r.capped) {
 			continue
 		}
 		if !k.touched {

@@ -64,6 +64,16 @@ type GPU struct {
 	Instances []Instance
 	// LastChanged is when the GPU's layout last changed; zero if unknown.
 	LastChanged time.Time
+	// Since and Until are when the pod holding the GPU whole started and
+	// when it is expected to end, where known (zero: unknown). The round
+	// does not read them; reservations do (internal/planner/reserve).
+	Since, Until time.Time
+	// Reserved: a reservation holds the GPU for a pod waiting for several
+	// whole GPUs on its node (internal/planner/reserve), and its free
+	// devices go to that pod alone, which the scheduler binds. The round
+	// gives the GPU to no pod, and makes it whole once nothing uses its
+	// instances (within the cap and the cooldown).
+	Reserved bool
 }
 
 // Instance is one MIG instance (GPU instance with its full compute instance).
@@ -73,6 +83,9 @@ type Instance struct {
 	Start int
 	// InUse: a pod holds the instance's device. It is never destroyed.
 	InUse bool
+	// Since and Until are when the pod holding it started and when it is
+	// expected to end, as for GPU.
+	Since, Until time.Time
 }
 
 // Demand is one kind of request in the recent demand mix.

@@ -48,6 +48,8 @@ const (
 	evChanged
 	evBatch
 	evResync
+	// evCall runs the event's call: a policy's timer.
+	evCall
 )
 
 type event struct {
@@ -59,6 +61,7 @@ type event struct {
 	kind eventKind
 	pod  *simPod
 	gpu  *gpu
+	call func()
 }
 
 type eventQueue []event
@@ -109,6 +112,12 @@ type policy interface {
 	// are freed.
 	started(s *sim, p *simPod)
 	released(s *sim, p *simPod)
+}
+
+// departing is a policy whose rounds also start when a pod leaves its
+// devices.
+type departing interface {
+	roundsOnDeparture() bool
 }
 
 // sim is one replay of one policy on one fleet.
@@ -173,6 +182,9 @@ func (s *sim) run() error {
 				arrived = append(arrived, e.pod)
 			case evDepart:
 				s.depart(e.pod)
+				if d, ok := s.pol.(departing); ok && d.roundsOnDeparture() {
+					s.trigger()
+				}
 			case evChanged:
 				s.f.finishChange(e.gpu)
 				s.dirtyAll = true
@@ -182,6 +194,8 @@ func (s *sim) run() error {
 				if s.pending > 0 {
 					s.trigger()
 				}
+			case evCall:
+				e.call()
 			}
 		}
 		s.pass()
@@ -201,6 +215,9 @@ func (s *sim) run() error {
 func (s *sim) advance(t float64) {
 	if dt := t - s.now; dt > 0 && s.pending > 0 {
 		s.m.observe(dt, s.f.capacity-s.f.allocated, s.f.capacity, s.pendingDemand)
+	}
+	if dt := t - s.now; dt > 0 {
+		s.m.withheld += dt * s.f.withheld
 	}
 	s.now = t
 }
@@ -258,9 +275,33 @@ func (s *sim) pass() {
 				continue
 			}
 		} else {
+			s.bindReserved(c)
 			c.blocked = true
 		}
 		heads = slices.Delete(heads, bi, bi+1)
+	}
+}
+
+// bindReserved binds the pods of a class whose head does not fit that a
+// node is reserved for, where they fit: unlike the others of the class,
+// they may use the devices withheld for them.
+func (s *sim) bindReserved(c *podClass) {
+	var ids []int
+	for id := range s.f.reservedFor {
+		if p := s.pods[id]; p.start < 0 && !p.done && (classKey{res: p.req.res, count: p.req.count, elig: p.elig}) == c.key {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		p := s.pods[id]
+		i := slices.Index(c.q, p)
+		if i < 0 || !s.bind(p) {
+			continue
+		}
+		c.q = slices.Delete(c.q, i, i+1)
+		s.pending--
+		s.pendingDemand -= p.req.total()
 	}
 }
 
@@ -271,12 +312,12 @@ func (s *sim) bind(p *simPod) bool {
 	}
 	var best *node
 	for _, n := range s.f.nodes {
-		if !s.eligs.masks[p.elig][n.idx] || n.free[p.req.res] < p.req.count {
+		if !s.eligs.masks[p.elig][n.idx] || n.available(p.req.res, p.id) < p.req.count {
 			continue
 		}
 		// Most allocated first: the node with the fewest free devices of
 		// the kind (the bin-packing scoring GPU clusters use).
-		if best == nil || n.free[p.req.res] < best.free[p.req.res] {
+		if best == nil || n.available(p.req.res, p.id) < best.available(p.req.res, p.id) {
 			best = n
 		}
 	}
@@ -284,8 +325,14 @@ func (s *sim) bind(p *simPod) bool {
 		return false
 	}
 	need := p.req.count
-	for _, g := range best.gpus {
-		if g.changing {
+	gpus := best.gpus
+	if best.resvPod == p.id {
+		// Its reservation's GPUs first: the rest stay offered to others.
+		gpus = slices.Clone(gpus)
+		slices.SortStableFunc(gpus, func(a, b *gpu) int { return cmp.Compare(b2i(b.reserved), b2i(a.reserved)) })
+	}
+	for _, g := range gpus {
+		if g.changing || g.reserved && best.resvPod != p.id {
 			continue
 		}
 		if p.req.res == resourcename.GPU {
@@ -303,7 +350,7 @@ func (s *sim) bind(p *simPod) bool {
 		}
 	}
 	if need != 0 {
-		panic(fmt.Sprintf("replay: node %s counted %d free %s but had fewer", best.name, best.free[p.req.res], p.req.res))
+		panic(fmt.Sprintf("replay: node %s counted %d free %s but had fewer", best.name, best.available(p.req.res, p.id), p.req.res))
 	}
 	s.started(p, best, s.now)
 	return true
@@ -313,15 +360,15 @@ func (s *sim) bind(p *simPod) bool {
 func (s *sim) hold(p *simPod, g *gpu, i int) {
 	if i < 0 {
 		g.whole = p.id
-		g.node.free[resourcename.GPU]--
+		s.f.bump(g, resourcename.GPU, 1, -1)
 		s.f.allocated++
 		p.got++
 		p.devs = append(p.devs, devRef{g: g, start: -1})
 		return
 	}
 	g.insts[i].pod = p.id
-	g.node.free[g.insts[i].res]--
 	sh := g.share(g.insts[i])
+	s.f.bump(g, g.insts[i].res, sh, -1)
 	s.f.allocated += sh
 	p.got += sh
 	p.devs = append(p.devs, devRef{g: g, start: g.insts[i].start})
@@ -342,7 +389,7 @@ func (s *sim) depart(p *simPod) {
 			g.whole = -1
 			s.f.allocated--
 			if !g.changing && !g.mig {
-				g.node.free[resourcename.GPU]++
+				s.f.bump(g, resourcename.GPU, 1, 1)
 			}
 			s.dirty[resourcename.GPU] = true
 			continue
@@ -360,7 +407,7 @@ func (s *sim) depart(p *simPod) {
 			g.lastChanged = s.now
 			s.m.repartitions++
 		} else if !g.changing {
-			g.node.free[in.res]++
+			s.f.bump(g, in.res, g.share(*in), 1)
 		}
 		s.dirty[in.res] = true
 	}
@@ -588,4 +635,11 @@ func (e *eligCache) of(p *corev1.Pod) int {
 	e.byKey[key] = len(e.masks)
 	e.masks = append(e.masks, mask)
 	return len(e.masks) - 1
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

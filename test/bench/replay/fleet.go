@@ -70,8 +70,12 @@ type node struct {
 	trace  string
 	labels map[string]string
 	gpus   []*gpu
-	// free counts the devices the scheduler can bind now, by resource.
-	free map[corev1.ResourceName]int
+	// free counts the devices the scheduler can bind now, by resource;
+	// withheld those free on GPUs reserved for the pod resvPod (-1: none),
+	// which only it can bind.
+	free     map[corev1.ResourceName]int
+	withheld map[corev1.ResourceName]int
+	resvPod  int
 	// changing counts GPUs being reconfigured: the agent reports the node
 	// pending until they are done.
 	changing int
@@ -100,6 +104,9 @@ type gpu struct {
 	targetMig   bool
 	target      []inst
 	lastChanged float64
+	// reserved: a reservation withholds the GPU's free devices from every
+	// pod but its own (internal/planner/reserve).
+	reserved bool
 }
 
 func (g *gpu) share(in inst) float64 { return g.model.share(in.profile) }
@@ -115,6 +122,10 @@ type fleet struct {
 	// pods (memory share).
 	capacity  float64
 	allocated float64
+	// withheld is the GPUs' worth of free devices reservations withhold;
+	// reservedFor the node reserved for each pod (by id).
+	withheld    float64
+	reservedFor map[int]*node
 }
 
 func newFleet(nodes []TraceNode, models ModelMap) (*fleet, error) {
@@ -130,7 +141,7 @@ func newFleet(nodes []TraceNode, models ModelMap) (*fleet, error) {
 			}
 			f.models[name] = mi
 		}
-		n := &node{idx: i, name: tn.Name, trace: tn.Model, free: map[corev1.ResourceName]int{},
+		n := &node{idx: i, name: tn.Name, trace: tn.Model, free: map[corev1.ResourceName]int{}, withheld: map[corev1.ResourceName]int{}, resvPod: -1,
 			labels: map[string]string{corev1.LabelHostname: tn.Name, LabelTraceModel: tn.Model}}
 		for g := range tn.GPUs {
 			gp := &gpu{node: n, index: g, model: mi, whole: -1, lastChanged: math.Inf(-1)}
@@ -170,18 +181,69 @@ func (f *fleet) countFree(g *gpu, sign int) {
 	if g.changing {
 		return
 	}
-	n := g.node
 	if !g.mig {
 		if g.whole < 0 {
-			n.free[resourcename.GPU] += sign
+			f.bump(g, resourcename.GPU, 1, sign)
 		}
 		return
 	}
 	for _, in := range g.insts {
 		if in.pod < 0 {
-			n.free[in.res] += sign
+			f.bump(g, in.res, g.share(in), sign)
 		}
 	}
+}
+
+// bump counts one free device of res (share GPUs' worth) on g in or out:
+// free for every pod, or withheld for a reservation's.
+func (f *fleet) bump(g *gpu, res corev1.ResourceName, share float64, d int) {
+	if g.reserved {
+		g.node.withheld[res] += d
+		f.withheld += float64(d) * share
+		return
+	}
+	g.node.free[res] += d
+}
+
+// available is how many devices of res pod may bind on the node: the free
+// ones, and those withheld for it.
+func (n *node) available(res corev1.ResourceName, pod int) int {
+	if n.resvPod == pod {
+		return n.free[res] + n.withheld[res]
+	}
+	return n.free[res]
+}
+
+// reserve withholds the GPUs' free devices, now and as they free, from
+// every pod but pod.
+func (f *fleet) reserve(n *node, gpus []int, pod int) {
+	f.unreserve(n)
+	for _, i := range gpus {
+		g := n.gpus[i]
+		f.dropFree(g)
+		g.reserved = true
+		f.addFree(g)
+	}
+	n.resvPod = pod
+	if f.reservedFor == nil {
+		f.reservedFor = map[int]*node{}
+	}
+	f.reservedFor[pod] = n
+}
+
+// unreserve offers the node's withheld devices to every pod again.
+func (f *fleet) unreserve(n *node) {
+	if n.resvPod >= 0 {
+		delete(f.reservedFor, n.resvPod)
+	}
+	for _, g := range n.gpus {
+		if g.reserved {
+			f.dropFree(g)
+			g.reserved = false
+			f.addFree(g)
+		}
+	}
+	n.resvPod = -1
 }
 
 // startChange begins applying a layout: the GPU's free devices go at once

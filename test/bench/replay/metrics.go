@@ -24,6 +24,11 @@ type metrics struct {
 	// strandedWhileSaturated integrates the share of capacity idle then.
 	saturatedTime          float64
 	strandedWhileSaturated float64
+	// reservations counts those made, bound (their pod started on their
+	// node) and lapsed (their deadline passed first); withheld integrates
+	// the GPUs' worth of free devices they withheld, in GPU-seconds.
+	reservations, reservationsBound, reservationsLapsed int
+	withheld                                            float64
 }
 
 // observe integrates dt seconds with pods waiting, idle GPUs' worth of
@@ -91,6 +96,15 @@ type Result struct {
 	Rounds   int     `json:"rounds"`
 	RoundP50 float64 `json:"roundP50ms"`
 	RoundP99 float64 `json:"roundP99ms"`
+	// Reservations counts the nodes reserved for pods waiting for several
+	// whole GPUs (migflex, internal/planner/reserve); ReservationsBound
+	// those whose pod started there, ReservationsLapsed those whose
+	// deadline came first. WithheldGPUHours is the GPU-time their free
+	// devices sat withheld from other pods.
+	Reservations       int     `json:"reservations,omitempty"`
+	ReservationsBound  int     `json:"reservationsBound,omitempty"`
+	ReservationsLapsed int     `json:"reservationsLapsed,omitempty"`
+	WithheldGPUHours   float64 `json:"withheldGPUHours,omitempty"`
 	// ByKind splits the pods by what they asked for (a MIG profile, or k
 	// whole GPUs), largest requested GPU-time first.
 	ByKind []KindResult `json:"byKind,omitempty"`
@@ -120,7 +134,8 @@ func (s *sim) result() Result {
 
 func summarize(name string, pods []*simPod, cfg *runConfig, capacity float64, m *metrics) Result {
 	r := Result{Policy: name, Pods: len(pods), Repartitions: m.repartitions,
-		FailedChanges: m.failedChanges, Downgraded: m.downgraded, Rounds: len(m.rounds)}
+		FailedChanges: m.failedChanges, Downgraded: m.downgraded, Rounds: len(m.rounds),
+		Reservations: m.reservations, ReservationsBound: m.reservationsBound, ReservationsLapsed: m.reservationsLapsed, WithheldGPUHours: m.withheld / 3600}
 	h := cfg.horizon
 	var requested, served, reqWhole, servedWhole float64
 	waits := make([]float64, 0, len(pods))

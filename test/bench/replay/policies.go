@@ -14,6 +14,7 @@ import (
 	"github.com/migflex/migflex/internal/domain/migconfig"
 	"github.com/migflex/migflex/internal/domain/resourcename"
 	"github.com/migflex/migflex/internal/domain/schedview"
+	"github.com/migflex/migflex/internal/planner/reserve"
 	"github.com/migflex/migflex/internal/planner/solver"
 	"github.com/migflex/migflex/internal/webhook/fallback"
 )
@@ -64,7 +65,7 @@ func newPolicy(name string, cfg *runConfig) (policy, error) {
 			return nil, err
 		}
 		return &migflex{static: static{label: name, layout: balanced}, pl: pl, mix: solver.NewMixTracker(cfg.mixHalfLife), cadence: cfg.cadence,
-			preset: cfg.migflexPreset}, nil
+			preset: cfg.migflexPreset, departures: cfg.migflexDepartures, resv: cfg.reserve, byKey: map[string]*simPod{}, reserved: map[int]applied{}}, nil
 	}
 	return nil, fmt.Errorf("unknown policy %q (known: %v)", name, AllPolicies)
 }
@@ -470,6 +471,24 @@ type migflex struct {
 	// preset: the fleet starts from the static layouts
 	// (Options.MigflexPreset), not every GPU whole.
 	preset bool
+	// departures: a pod leaving its devices starts a batch, as in the
+	// controller (Options.MigflexIgnoresDepartures).
+	departures bool
+	// resv is when nodes are reserved for pods waiting for several whole
+	// GPUs; held and lapsed are the last decision's (reserve.Decide), and
+	// reserved the reservations in force in the fleet, by pod id.
+	resv          reserve.Policy
+	held, lapsed  []reserve.Reservation
+	reserved      map[int]applied
+	byKey         map[string]*simPod
+	reservedCount int
+}
+
+// applied is a reservation in force: its node, and which of the pod's
+// reservations it is (a timer for an older one must not end it).
+type applied struct {
+	n   *node
+	gen int
 }
 
 func (p *migflex) setup(s *sim) error {
@@ -486,7 +505,84 @@ func (p *migflex) setup(s *sim) error {
 // replay is told otherwise).
 func (p *migflex) batching() (solver.Cadence, bool) { return p.cadence, true }
 
-func (p *migflex) arrive(s *sim, pod *simPod) { p.mix.Observe(simTime(s.now), pod.k8s) }
+func (p *migflex) arrive(s *sim, pod *simPod) {
+	p.mix.Observe(simTime(s.now), pod.k8s)
+	p.byKey[pod.k8s.Namespace+"/"+pod.k8s.Name] = pod
+}
+
+// started ends the pod's reservation: the agent offers the rest of the
+// node's GPUs again once the reserved pod is bound.
+func (p *migflex) started(s *sim, pod *simPod) {
+	if a, ok := p.reserved[pod.id]; ok {
+		if pod.node == a.n {
+			s.m.reservationsBound++
+		}
+		p.release(s, pod.id, false)
+	}
+}
+
+// release ends the reservation in force for pod id.
+func (p *migflex) release(s *sim, id int, lapsed bool) {
+	a, ok := p.reserved[id]
+	if !ok {
+		return
+	}
+	delete(p.reserved, id)
+	s.f.unreserve(a.n)
+	s.dirtyAll = true
+	if lapsed {
+		s.m.reservationsLapsed++
+	}
+}
+
+// reserve decides the reservations as the controller does
+// (reserve.Decide on the round's snapshot), puts them in force in the
+// fleet as the agent would (the reserved GPUs' free devices go to their
+// pod alone, until it binds or the deadline passes) and shows the
+// reserved GPUs to the planner.
+func (p *migflex) reserve(s *sim, snap *solver.Snapshot, byName map[string]*node) {
+	d := reserve.Decide(p.resv, reserve.Input{Now: snap.Now, Nodes: snap.Nodes, Pending: snap.Pending, Cooldown: p.pl.Policy().Cooldown,
+		Held: p.held, Lapsed: p.lapsed})
+	p.held, p.lapsed = d.Held, d.Lapsed
+	for _, e := range d.Ended {
+		if pod := p.byKey[e.Pod]; pod != nil {
+			if a, ok := p.reserved[pod.id]; ok && a.n.name == e.Node {
+				p.release(s, pod.id, e.Why == reserve.EndedLapsed)
+			}
+		}
+	}
+	for _, r := range d.Held {
+		pod, n := p.byKey[r.Pod], byName[r.Node]
+		if a, ok := p.reserved[pod.id]; ok && a.n == n {
+			continue
+		}
+		p.release(s, pod.id, false)
+		p.reservedCount++
+		gen := p.reservedCount
+		s.f.reserve(n, r.GPUs, pod.id)
+		s.dirtyAll = true
+		p.reserved[pod.id] = applied{n: n, gen: gen}
+		s.m.reservations++
+		id := pod.id
+		s.push(event{t: simSeconds(r.Deadline), kind: evCall, call: func() {
+			if a, ok := p.reserved[id]; ok && a.gen == gen {
+				p.release(s, id, true)
+			}
+		}})
+	}
+	for i := range snap.Nodes {
+		n := byName[snap.Nodes[i].Name]
+		for j := range snap.Nodes[i].GPUs {
+			snap.Nodes[i].GPUs[j].Reserved = n.gpus[snap.Nodes[i].GPUs[j].Index].reserved
+		}
+	}
+}
+
+// roundsOnDeparture: the controller starts a batch on every change of a
+// Node's annotations, and the agent's layout annotation names the pods
+// holding each device, so a pod leaving starts a round a batch window
+// later, pods waiting or not.
+func (p *migflex) roundsOnDeparture() bool { return p.departures }
 
 func (p *migflex) round(s *sim) {
 	pods := s.waiting()
@@ -505,6 +601,9 @@ func (p *migflex) round(s *sim) {
 			if !math.IsInf(g.lastChanged, -1) {
 				pg.LastChanged = simTime(g.lastChanged)
 			}
+			if pg.InUse {
+				pg.Since, pg.Until = runs(s.pods[g.whole])
+			}
 			list := g.insts
 			if g.changing {
 				// As the controller sees it (internal/planner/plansnap): a layout
@@ -514,7 +613,12 @@ func (p *migflex) round(s *sim) {
 				pg.MigEnabled, list = g.targetMig, g.target
 			}
 			for _, in := range list {
-				pg.Instances = append(pg.Instances, solver.Instance{Profile: in.profile, Start: in.start, InUse: held(g, in)})
+				pi := solver.Instance{Profile: in.profile, Start: in.start}
+				if id := holder(g, in); id >= 0 {
+					pi.InUse = true
+					pi.Since, pi.Until = runs(s.pods[id])
+				}
+				pg.Instances = append(pg.Instances, pi)
 			}
 			pn.GPUs = append(pn.GPUs, pg)
 		}
@@ -523,13 +627,16 @@ func (p *migflex) round(s *sim) {
 	for _, pod := range pods {
 		snap.Pending = append(snap.Pending, pod.k8s)
 	}
-	res, err := p.pl.Plan(snap)
-	if err != nil {
-		panic(fmt.Sprintf("replay: planner: %v", err))
-	}
 	byName := map[string]*node{}
 	for _, n := range s.f.nodes {
 		byName[n.name] = n
+	}
+	if p.resv.Max > 0 {
+		p.reserve(s, &snap, byName)
+	}
+	res, err := p.pl.Plan(snap)
+	if err != nil {
+		panic(fmt.Sprintf("replay: planner: %v", err))
 	}
 	for _, nc := range res.Nodes {
 		n := byName[nc.Node]
@@ -546,8 +653,24 @@ func (p *migflex) round(s *sim) {
 	}
 }
 
-// held reports whether a pod holds the GPU's instance of in's profile at
-// in's start.
-func held(g *gpu, in inst) bool {
-	return slices.ContainsFunc(g.insts, func(x inst) bool { return x.pod >= 0 && x.profile == in.profile && x.start == in.start })
+// holder is the pod holding the GPU's instance of in's profile at in's
+// start, -1 if none.
+func holder(g *gpu, in inst) int {
+	for _, x := range g.insts {
+		if x.pod >= 0 && x.profile == in.profile && x.start == in.start {
+			return x.pod
+		}
+	}
+	return -1
+}
+
+// runs is when a running pod started and will end, as the planner's
+// snapshot carries them: the replay knows every task's duration (the fill
+// experiment's pods never end: no end given).
+func runs(p *simPod) (since, until time.Time) {
+	since = simTime(p.start)
+	if !math.IsInf(p.duration, 0) {
+		until = simTime(p.start + p.duration)
+	}
+	return since, until
 }

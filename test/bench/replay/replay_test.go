@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/migflex/migflex/internal/domain/resourcename"
+	"github.com/migflex/migflex/internal/planner/reserve"
 	"github.com/migflex/migflex/internal/planner/solver"
 )
 
@@ -120,8 +121,10 @@ func TestReplayReshapeTimes(t *testing.T) {
 			t.Errorf("%s: wait %v s, want %v", name, r.WaitP50, want)
 		}
 	}
-	if r := got[PolicyMigflex]; r.Repartitions != 1 || r.Rounds != 1 {
-		t.Errorf("migflex: %d repartitions in %d rounds, want 1 in 1", r.Repartitions, r.Rounds)
+	// One round for the pod, one when it leaves (which changes nothing:
+	// the GPU is whole).
+	if r := got[PolicyMigflex]; r.Repartitions != 1 || r.Rounds != 2 {
+		t.Errorf("migflex: %d repartitions in %d rounds, want 1 in 2", r.Repartitions, r.Rounds)
 	}
 	o := Options{Tasks: tasks, Columns: Columns{Times: true}, Nodes: nodes, Speedup: 1, Drain: time.Hour, Latency: 5 * time.Second,
 		Planner: solver.DefaultPolicy(), MixHalfLife: time.Hour, Policies: []string{PolicyMigflex}, Parallel: 1}
@@ -452,5 +455,171 @@ func TestReplaySeesChangesInFlight(t *testing.T) {
 	r := replayOf(t, tasks, []TraceNode{{Name: "n0", GPUs: 1, Model: "G2"}, {Name: "n1", GPUs: 1, Model: "G2"}}, PolicyMigflex)[PolicyMigflex]
 	if r.Repartitions != 1 || r.NeverServed != 0 {
 		t.Errorf("%d repartitions, %d never served; want one change serving both", r.Repartitions, r.NeverServed)
+	}
+}
+
+// TestReplayRoundsOnDepartures: as in the controller (the agent's layout
+// annotation names the pods holding each device, and a Node's annotations
+// changing starts a batch), a pod leaving starts a round a batch window
+// later. A whole-GPU pod waits for the one GPU, a MIG pod's for 1000 s;
+// when that pod leaves (at 1006: a round at 1 s, a 5 s change), a round
+// at 1007 gives the GPU whole to the waiting pod, whose change lands at
+// 1012. Without the departure's round it waits for the next resync.
+func TestReplayRoundsOnDepartures(t *testing.T) {
+	idle := solver.DefaultCadence().Idle.Seconds()
+	tasks := []Task{
+		{Name: "small", NumGPU: 1, GPUMilli: 100, Created: 0, Duration: 1000},
+		{Name: "whole", NumGPU: 1, GPUMilli: 1000, Created: 10, Duration: 100},
+	}
+	for _, ignore := range []bool{false, true} {
+		o := Options{Tasks: tasks, Columns: Columns{Times: true}, Nodes: []TraceNode{{Name: "n0", GPUs: 1, Model: "G2"}}, Speedup: 1,
+			Drain: time.Hour, Latency: 5 * time.Second, Planner: solver.DefaultPolicy(), MixHalfLife: time.Hour,
+			Policies: []string{PolicyMigflex}, Parallel: 1, MigflexIgnoresDepartures: ignore}
+		r, err := Run(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := r.Loads[0].Results[0]
+		want := idle + 5 + 1000 + idle + 5 - 10
+		if ignore {
+			if res.WaitP99 <= want || r.Settings.MigflexDepartureRounds {
+				t.Errorf("without rounds on departures: wait %v s, departure rounds %v; want longer than %v s, false", res.WaitP99, r.Settings.MigflexDepartureRounds, want)
+			}
+			continue
+		}
+		if !near(res.WaitP99, want) || res.Repartitions != 2 || !r.Settings.MigflexDepartureRounds {
+			t.Errorf("with rounds on departures: wait %v s, %d repartitions, departure rounds %v; want %v s, 2, true", res.WaitP99, res.Repartitions, r.Settings.MigflexDepartureRounds, want)
+		}
+	}
+}
+
+// TestReplayReservations: a pod asking for both GPUs of the one node
+// arrives at 10 s, behind two whole-GPU pods ending at 1000 and 2000 s;
+// one-GPU pods arriving at 900 and 1500 s would take each GPU as it
+// frees. With reservations (after 5 minutes' wait, the node's GPUs due
+// within the hour) the round after 310 s reserves the node: the GPU
+// freed at 1000 s is withheld (1000 s of it) and the pod starts at 2000
+// s. Without, the one-GPU pods take the GPUs as they free and it starts
+// at 5000 s, when the second of them ends.
+func TestReplayReservations(t *testing.T) {
+	tasks := []Task{
+		{Name: "a", NumGPU: 1, GPUMilli: 1000, Created: 0, Duration: 1000},
+		{Name: "b", NumGPU: 1, GPUMilli: 1000, Created: 0, Duration: 2000},
+		{Name: "two", NumGPU: 2, GPUMilli: 1000, Created: 10, Duration: 500},
+		{Name: "c1", NumGPU: 1, GPUMilli: 1000, Created: 900, Duration: 3000},
+		{Name: "c2", NumGPU: 1, GPUMilli: 1000, Created: 1500, Duration: 3000},
+	}
+	pol := reserve.DefaultPolicy()
+	pol.Lead = time.Hour
+	for _, tc := range []struct {
+		name     string
+		max      int
+		wait     float64 // the two-GPU pod's
+		resv     [3]int  // made, bound, lapsed
+		withheld float64 // GPU-hours
+	}{
+		{name: "with", max: pol.Max, wait: 1990, resv: [3]int{1, 1, 0}, withheld: 1000.0 / 3600},
+		{name: "without", wait: 4990},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := pol
+			p.Max = tc.max
+			o := Options{Tasks: tasks, Columns: Columns{Times: true}, Nodes: []TraceNode{{Name: "n0", GPUs: 2, Model: "G2"}}, Speedup: 1,
+				Drain: time.Hour, Latency: 5 * time.Second, Planner: solver.DefaultPolicy(), Reserve: p, MixHalfLife: time.Hour,
+				Policies: []string{PolicyMigflex}, Parallel: 1}
+			r, err := Run(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := r.Loads[0].Results[0]
+			var wait float64
+			for _, k := range res.ByKind {
+				if k.Kind == "gpu x2" {
+					wait = k.WaitP99
+				}
+			}
+			if !near(wait, tc.wait) || [3]int{res.Reservations, res.ReservationsBound, res.ReservationsLapsed} != tc.resv || !near(res.WithheldGPUHours, tc.withheld) {
+				t.Errorf("two-GPU pod's wait %v s; reservations made, bound, lapsed %v; withheld %v GPU-hours; want %v s, %v, %v",
+					wait, [3]int{res.Reservations, res.ReservationsBound, res.ReservationsLapsed}, res.WithheldGPUHours, tc.wait, tc.resv, tc.withheld)
+			}
+		})
+	}
+}
+
+// TestReplayReservationOnMIG: the node's GPUs are one whole, held by a
+// pod until 1006 s, and one given to a 1g.10gb pod (a round at 1 s, the
+// change at 6 s) until 1006 s. The reservation for the two-GPU pod waits
+// for both; at 1006 s the departure's round makes the MIG GPU whole
+// (reserved GPUs go whole whatever the mix) and the pod starts when that
+// lands, at 1012 s. With no grace the reservation lapses at 1006 s, and
+// the pod is served by the planner's own reshape, at the same time.
+func TestReplayReservationOnMIG(t *testing.T) {
+	tasks := []Task{
+		{Name: "b", NumGPU: 1, GPUMilli: 1000, Created: 0, Duration: 1006},
+		{Name: "small", NumGPU: 1, GPUMilli: 100, Created: 0, Duration: 1000},
+		{Name: "two", NumGPU: 2, GPUMilli: 1000, Created: 10, Duration: 500},
+	}
+	for _, tc := range []struct {
+		name  string
+		grace time.Duration
+		resv  [3]int // made, bound, lapsed
+	}{
+		{name: "bound", grace: 2 * time.Minute, resv: [3]int{1, 1, 0}},
+		{name: "lapsed", grace: 0, resv: [3]int{1, 0, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pol := reserve.DefaultPolicy()
+			pol.Lead, pol.Grace = time.Hour, tc.grace
+			o := Options{Tasks: tasks, Columns: Columns{Times: true}, Nodes: []TraceNode{{Name: "n0", GPUs: 2, Model: "G2"}}, Speedup: 1,
+				Drain: time.Hour, Latency: 5 * time.Second, Planner: solver.DefaultPolicy(), Reserve: pol, MixHalfLife: time.Hour,
+				Policies: []string{PolicyMigflex}, Parallel: 1}
+			r, err := Run(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := r.Loads[0].Results[0]
+			var wait float64
+			for _, k := range res.ByKind {
+				if k.Kind == "gpu x2" {
+					wait = k.WaitP99
+				}
+			}
+			if got := [3]int{res.Reservations, res.ReservationsBound, res.ReservationsLapsed}; !near(wait, 1002) || got != tc.resv {
+				t.Errorf("two-GPU pod's wait %v s, reservations made, bound, lapsed %v; want 1002 s, %v", wait, got, tc.resv)
+			}
+		})
+	}
+}
+
+// TestReplayReservedPodBehindHead: the scheduler tries every pod, not
+// only the first of those asking for the same thing. Pod p1 (two GPUs)
+// holds the reservation of node a, whose GPUs free at 1000 s; p2, of
+// higher priority and asking for the same, arrives later and holds node
+// b's, free at 1500 s. When a frees, p2 comes first and cannot use it,
+// and p1, behind it, binds there all the same (wait 990 s); p2 binds on b
+// (wait 1100 s).
+func TestReplayReservedPodBehindHead(t *testing.T) {
+	tasks := []Task{
+		{Name: "a1", NumGPU: 1, GPUMilli: 1000, QoS: "LS", Created: 0, Duration: 1000},
+		{Name: "a2", NumGPU: 1, GPUMilli: 1000, QoS: "LS", Created: 0, Duration: 1000},
+		{Name: "b1", NumGPU: 1, GPUMilli: 1000, QoS: "LS", Created: 0, Duration: 1500},
+		{Name: "b2", NumGPU: 1, GPUMilli: 1000, QoS: "LS", Created: 0, Duration: 1500},
+		{Name: "p1", NumGPU: 2, GPUMilli: 1000, Created: 10, Duration: 600},
+		{Name: "p2", NumGPU: 2, GPUMilli: 1000, QoS: "LS", Created: 400, Duration: 500},
+	}
+	pol := reserve.DefaultPolicy()
+	pol.Lead = time.Hour
+	o := Options{Tasks: tasks, Columns: Columns{Times: true}, Nodes: []TraceNode{{Name: "a", GPUs: 2, Model: "G2"}, {Name: "b", GPUs: 2, Model: "G2"}},
+		Speedup: 1, Drain: time.Hour, Latency: 5 * time.Second, Planner: solver.DefaultPolicy(), Reserve: pol, MixHalfLife: time.Hour,
+		Policies: []string{PolicyMigflex}, Parallel: 1}
+	r, err := Run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := r.Loads[0].Results[0]
+	for _, k := range res.ByKind {
+		if k.Kind == "gpu x2" && (!near(k.WaitP99, 1100) || !near(k.WaitMean, 1045) || res.ReservationsBound != 2) {
+			t.Errorf("two-GPU pods' waits: longest %v s, mean %v s; %d reservations bound; want 1100 s, 1045 s (990 and 1100), 2", k.WaitP99, k.WaitMean, res.ReservationsBound)
+		}
 	}
 }

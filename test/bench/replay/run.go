@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/migflex/migflex/internal/domain/resourcename"
+	"github.com/migflex/migflex/internal/planner/reserve"
 	"github.com/migflex/migflex/internal/planner/solver"
 	"github.com/migflex/migflex/test/bench/report"
 )
@@ -53,6 +54,10 @@ type Options struct {
 	Seed     uint64
 	Policies []string
 	Planner  solver.Policy
+	// Reserve is when migflex reserves nodes for pods waiting for several
+	// whole GPUs (internal/planner/reserve, called as the controller
+	// calls it); Max 0 reserves none.
+	Reserve reserve.Policy
 	// Cadence is when migflex's rounds run (zero: solver.DefaultCadence,
 	// what the controller runs with).
 	Cadence     solver.Cadence
@@ -62,6 +67,13 @@ type Options struct {
 	// balanced) that nos starts from too, instead of every GPU whole (MIG
 	// disabled), as GPUs ship and as a cluster adopting the planner is.
 	MigflexPreset bool
+	// MigflexIgnoresDepartures runs migflex's rounds only for pods that
+	// cannot be scheduled and every Cadence.Resync while pods wait, not
+	// also when a pod leaves its devices as the controller's do (the
+	// agent's layout annotation names the pods holding each device, so a
+	// pod leaving changes the Node, which starts a batch): the replay
+	// before issue 38, to measure the difference.
+	MigflexIgnoresDepartures bool
 	// FGD runs the fill experiment on FGDFraction of the nodes.
 	FGD         bool
 	FGDFraction float64
@@ -114,10 +126,13 @@ type Settings struct {
 	LatencySeconds float64        `json:"latencySeconds"`
 	Seed           uint64         `json:"seed"`
 	Planner        solver.Policy  `json:"planner"`
+	Reserve        reserve.Policy `json:"reserve"`
 	MixHalfLife    string         `json:"mixHalfLife"`
 	MigflexCadence solver.Cadence `json:"migflexCadence"`
 	MigflexPreset  bool           `json:"migflexStartsFromPreset"`
-	NosCadence     solver.Cadence `json:"nosCadence"`
+	// MigflexDepartureRounds: a pod leaving its devices starts a batch.
+	MigflexDepartureRounds bool           `json:"migflexDepartureRounds"`
+	NosCadence             solver.Cadence `json:"nosCadence"`
 }
 
 // LoadResult is every policy at one load.
@@ -138,9 +153,12 @@ type runConfig struct {
 	latency        float64
 	wholeShare     float64
 	planner        solver.Policy
+	reserve        reserve.Policy
 	cadence        solver.Cadence
 	mixHalfLife    time.Duration
 	migflexPreset  bool
+	// migflexDepartures: a pod leaving starts a batch of migflex's.
+	migflexDepartures bool
 }
 
 // podTemplate is a task as every policy's replay starts it.
@@ -163,8 +181,8 @@ func Run(o Options) (*Report, error) {
 	rep := &Report{Machine: report.DescribeMachine()}
 	rep.Settings = Settings{
 		Models: o.Models, Speedup: o.Speedup, DrainSeconds: o.Drain.Seconds(), LatencySeconds: o.Latency.Seconds(),
-		Seed: o.Seed, Planner: o.Planner, MixHalfLife: o.MixHalfLife.String(),
-		MigflexCadence: o.Cadence, NosCadence: nosCadence, MigflexPreset: o.MigflexPreset,
+		Seed: o.Seed, Planner: o.Planner, Reserve: o.Reserve, MixHalfLife: o.MixHalfLife.String(),
+		MigflexCadence: o.Cadence, NosCadence: nosCadence, MigflexPreset: o.MigflexPreset, MigflexDepartureRounds: !o.MigflexIgnoresDepartures,
 	}
 	full, err := newFleet(o.Nodes, o.Models)
 	if err != nil {
@@ -243,6 +261,9 @@ func (o *Options) defaults() error {
 	}
 	if err := o.Cadence.Validate(); err != nil {
 		return fmt.Errorf("migflex cadence: %w", err)
+	}
+	if err := o.Reserve.Validate(); err != nil {
+		return fmt.Errorf("migflex reservations: %w", err)
 	}
 	return o.Planner.Validate()
 }
@@ -328,8 +349,8 @@ func specModels(m ModelMap, spec []string) []string {
 }
 
 func baseConfig(o Options, templates []podTemplate) *runConfig {
-	cfg := &runConfig{start: math.Inf(1), horizon: 0, latency: o.Latency.Seconds(), planner: o.Planner, mixHalfLife: o.MixHalfLife, cadence: o.Cadence,
-		migflexPreset: o.MigflexPreset}
+	cfg := &runConfig{start: math.Inf(1), horizon: 0, latency: o.Latency.Seconds(), planner: o.Planner, reserve: o.Reserve, mixHalfLife: o.MixHalfLife, cadence: o.Cadence,
+		migflexPreset: o.MigflexPreset, migflexDepartures: !o.MigflexIgnoresDepartures}
 	for _, t := range templates {
 		cfg.start = min(cfg.start, t.arrival)
 		cfg.horizon = max(cfg.horizon, t.arrival)

@@ -44,6 +44,7 @@ The simulator config of one pool: (dict "ctx" $ "gpus" LIST "nodes" MAP).
 {{- with .nodes }}{{ $_ := set $cfg "nodes" . }}{{ end -}}
 {{- with $sim.models }}{{ $_ := set $cfg "models" . }}{{ end -}}
 {{- with $sim.operationDelay }}{{ $_ := set $cfg "operationDelay" . }}{{ end -}}
+{{- with $sim.faults }}{{ $_ := set $cfg "faults" . }}{{ end -}}
 {{ toYaml $cfg }}
 {{- end }}
 

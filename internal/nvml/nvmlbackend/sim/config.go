@@ -50,6 +50,9 @@ type Config struct {
 	// machine's speed, and release the next process by creating the file.
 	HoldFile  string
 	HoldAfter int
+	// Faults are armed when the simulator starts (see Fault); a
+	// read-only simulator arms none. Off unless listed.
+	Faults []Fault
 }
 
 // GPUSpec is Count GPUs of one model.
@@ -159,6 +162,9 @@ func (c *Config) resolveGPUs() ([]*gpumodel.Model, []gpuState, error) {
 			states = append(states, st.clone())
 		}
 	}
+	if err := checkFaults(c.Faults, len(gpus), true); err != nil {
+		return nil, nil, err
+	}
 	return gpus, states, nil
 }
 
@@ -229,6 +235,8 @@ type configFile struct {
 	// Config.HoldFile.
 	HoldFile  string `json:"holdFile,omitempty"`
 	HoldAfter int    `json:"holdAfter,omitempty"`
+	// Faults are armed at every start: see Config.Faults.
+	Faults []Fault `json:"faults,omitempty"`
 }
 
 type nodeOverride struct {
@@ -237,6 +245,9 @@ type nodeOverride struct {
 	GPUs     *[]GPUSpec `json:"gpus,omitempty"`
 	StateDir string     `json:"stateDir,omitempty"`
 	UUIDSeed string     `json:"uuidSeed,omitempty"`
+	// Faults replaces the top-level list; an explicit empty list is a
+	// node without faults.
+	Faults *[]Fault `json:"faults,omitempty"`
 }
 
 // LoadConfig reads a --sim-config file for the node nodeName (may be empty).
@@ -265,6 +276,8 @@ func LoadConfig(path, nodeName string) (Config, error) {
 //	    gpus: [{model: A100-SXM4-40GB, count: 1}]
 //	stateDir: /var/lib/migflex/sim
 //	operationDelay: 250ms
+//	faults:
+//	- {kind: error, call: createComputeInstance, gpu: 1, nth: 2}
 func ParseConfig(data []byte, dir, nodeName string) (Config, error) {
 	var f configFile
 	if err := yaml.UnmarshalStrict(data, &f); err != nil {
@@ -276,7 +289,7 @@ func ParseConfig(data []byte, dir, nodeName string) (Config, error) {
 	if len(f.GPUs) == 0 {
 		return Config{}, errors.New("gpus: at least one GPU is required (a node override may set an empty list)")
 	}
-	cfg := Config{GPUs: f.GPUs, StateDir: f.StateDir, UUIDSeed: f.UUIDSeed, HoldFile: f.HoldFile, HoldAfter: f.HoldAfter}
+	cfg := Config{GPUs: f.GPUs, StateDir: f.StateDir, UUIDSeed: f.UUIDSeed, HoldFile: f.HoldFile, HoldAfter: f.HoldAfter, Faults: f.Faults}
 	if f.OperationDelay != "" {
 		d, err := time.ParseDuration(f.OperationDelay)
 		if err != nil || d < 0 {
@@ -293,6 +306,9 @@ func ParseConfig(data []byte, dir, nodeName string) (Config, error) {
 		}
 		if o.UUIDSeed != "" {
 			cfg.UUIDSeed = o.UUIDSeed
+		}
+		if o.Faults != nil {
+			cfg.Faults = *o.Faults
 		}
 	}
 	if cfg.UUIDSeed == "" {

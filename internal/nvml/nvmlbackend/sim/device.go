@@ -17,9 +17,13 @@ type gpuHandle struct {
 var _ nvml.Device = (*gpuHandle)(nil)
 
 // begin locks the library and returns the GPU's current state; the caller
-// unlocks on SUCCESS.
+// unlocks on SUCCESS. A GPU off the bus answers ERROR_GPU_IS_LOST.
 func (h *gpuHandle) begin() (*gpuState, *gpumodel.Model, nvml.Return) {
 	if r := h.lib.begin(); r != nvml.SUCCESS {
+		return nil, nil, r
+	}
+	if r := lostErr(&h.lib.st, h.index); r != nvml.SUCCESS {
+		h.lib.mu.Unlock()
 		return nil, nil, r
 	}
 	return &h.lib.st.GPUs[h.index], h.lib.models[h.index], nvml.SUCCESS
@@ -146,10 +150,16 @@ func migMode(enabled bool) int {
 // a no-op, even with instances present.
 func (h *gpuHandle) SetMigMode(mode int) (activation nvml.Return, ret nvml.Return) {
 	l := h.lib
+	if r := l.callFault(CallSetMigMode, h.index); r != nvml.SUCCESS {
+		return r, r
+	}
 	if r := l.beginWrite(); r != nvml.SUCCESS {
 		return r, r
 	}
 	defer l.mu.Unlock()
+	if r := lostErr(&l.st, h.index); r != nvml.SUCCESS {
+		return r, r
+	}
 	if mode != nvml.DEVICE_MIG_DISABLE && mode != nvml.DEVICE_MIG_ENABLE {
 		return nvml.ERROR_INVALID_ARGUMENT, nvml.ERROR_INVALID_ARGUMENT
 	}

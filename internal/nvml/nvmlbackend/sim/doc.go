@@ -23,6 +23,15 @@
 // layout, and other processes reach a running simulator through an inbox
 // file (see Send).
 //
+// Faults (fault.go) make the simulated driver misbehave on purpose: a call
+// site that fails with a chosen return on its Nth call, or hangs; an Xid
+// storm; a GPU that falls off the bus; a node reboot at a chosen call. They come from Config.Faults (the
+// config file's faults:) or, on a running simulator, from ArmFault (the
+// inbox's fault command), and are listed with what they did by Faults and,
+// for other processes, ReadFaults. None is armed unless listed, a
+// read-only simulator arms none, and the real backend has no way to take
+// one: they are methods and config of this package only.
+//
 // Choices where real NVML leaves room or the simulator simplifies:
 //
 //   - SetMigMode on Ampere returns SUCCESS with activation status
@@ -61,6 +70,16 @@
 //   - Reboot keeps GPU handles and event sets usable (the simulator's
 //     process survives what a real one would not); instances, their handles
 //     and busy marks are gone; pending MIG modes take effect.
+//   - A GPU off the bus (FaultLost) raises Xid 79 (the whole GPU), then
+//     answers ERROR_GPU_IS_LOST to every call on its handle, its GPU and
+//     compute instances and its MIG devices, to DeviceGetHandleByIndex and
+//     ByPciBusId for it, to DeviceGetHandleByUUID when the search meets it
+//     (nvml.h: "if any GPU has fallen off the bus"; the simulator searches
+//     in index order), to ResetGPU (nvidia-smi cannot reset a GPU it
+//     cannot reach), and to EventSet.Wait on a set it is registered with
+//     once nothing is queued. DeviceGetCount still counts it, as
+//     nvidia-smi still lists it. A reboot brings it back without
+//     instances, its MIG mode kept, unless it is lost for good.
 //
 // Not modelled: creating compute instances smaller than their GPU instance,
 // P2P and capabilities in profile info, compute capability per model (it
@@ -68,8 +87,9 @@
 // and utilization (busy is a flag, not a process list), ECC, clocks, power,
 // temperature, NVLink, vGPU, GPM, confidential computing, the V2/V3 profile
 // info handlers (they call C; the simulator returns zero handlers), and
-// device removal or fall-off-the-bus. GPU reset exists only as the sim-only
-// ResetGPU (real NVML has no reset call; nvidia-smi -r does it).
+// device removal (a GPU off the bus is a fault, FaultLost). GPU reset
+// exists only as the sim-only ResetGPU (real NVML has no reset call;
+// nvidia-smi -r does it).
 package sim
 
 //go:generate go run ./internal/gen -o zz_generated_unsupported.go

@@ -64,7 +64,9 @@ func (h *gpuHandle) RegisterEvents(eventTypes uint64, set nvml.EventSet) nvml.Re
 
 // Wait returns the oldest queued event, or waits up to timeoutMs for one and
 // returns ERROR_TIMEOUT when none arrives. Wait on a freed set, or one freed
-// while waiting, answers ERROR_INVALID_ARGUMENT.
+// while waiting, answers ERROR_INVALID_ARGUMENT. With nothing queued and a
+// GPU registered with the set off the bus, it answers ERROR_GPU_IS_LOST, as
+// nvml.h documents (the GPU's Xid 79 comes first).
 func (s *eventSet) Wait(timeoutMs uint32) (nvml.EventData, nvml.Return) {
 	if r := s.lib.begin(); r != nvml.SUCCESS {
 		return nvml.EventData{}, r
@@ -83,7 +85,14 @@ func (s *eventSet) Wait(timeoutMs uint32) (nvml.EventData, nvml.Return) {
 			s.mu.Unlock()
 			return e, nvml.SUCCESS
 		}
+		gpus := make([]int, 0, len(s.masks))
+		for g := range s.masks {
+			gpus = append(gpus, g)
+		}
 		s.mu.Unlock()
+		if s.lib.anyLost(gpus) {
+			return nvml.EventData{}, nvml.ERROR_GPU_IS_LOST
+		}
 		if timeout == nil {
 			if timeoutMs == 0 {
 				return nvml.EventData{}, nvml.ERROR_TIMEOUT
@@ -117,6 +126,18 @@ func (s *eventSet) Free() nvml.Return {
 	close(s.closed)
 	delete(l.eventSets, s)
 	return nvml.SUCCESS
+}
+
+// anyLost reports whether a GPU of gpus is off the bus.
+func (l *Lib) anyLost(gpus []int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, g := range gpus {
+		if l.st.GPUs[g].Lost {
+			return true
+		}
+	}
+	return false
 }
 
 // push queues e if the set recorded its type for GPU gpu.

@@ -26,24 +26,41 @@ const (
 	OpBusy   Op = "busy"   // SetBusy(GPU, GI, Busy)
 	OpReset  Op = "reset"  // ResetGPU(GPU)
 	OpReboot Op = "reboot" // Reboot()
+	// OpFault arms Fault (ArmFault); OpClearFaults clears the fault
+	// named Name, or all (ClearFaults). Both need a running simulator.
+	OpFault       Op = "fault"
+	OpClearFaults Op = "clear-faults"
 )
 
 // Command is one line of the inbox.
 type Command struct {
-	Op   Op     `json:"op"`
-	GPU  int    `json:"gpu"`
-	GI   uint32 `json:"gi"`
-	CI   uint32 `json:"ci"`
-	Xid  uint64 `json:"xid,omitempty"`
-	Busy bool   `json:"busy,omitempty"`
+	Op    Op     `json:"op"`
+	GPU   int    `json:"gpu"`
+	GI    uint32 `json:"gi"`
+	CI    uint32 `json:"ci"`
+	Xid   uint64 `json:"xid,omitempty"`
+	Busy  bool   `json:"busy,omitempty"`
+	Fault *Fault `json:"fault,omitempty"`
+	Name  string `json:"name,omitempty"`
 }
 
 func (c Command) validate() error {
 	switch c.Op {
-	case OpXid, OpBusy, OpReset, OpReboot:
+	case OpXid, OpBusy, OpReset, OpReboot, OpClearFaults:
+		return nil
+	case OpFault:
+		if c.Fault == nil {
+			return errors.New("simulator command fault: no fault given")
+		}
 		return nil
 	}
 	return fmt.Errorf("unknown simulator command %q", c.Op)
+}
+
+// needsRunning: the command acts on a running simulator's memory, which a
+// simulator started to apply it would lose at once.
+func (c Command) needsRunning() bool {
+	return c.Op == OpXid || c.Op == OpFault || c.Op == OpClearFaults
 }
 
 // Apply runs the command on l.
@@ -58,6 +75,12 @@ func (l *Lib) Apply(c Command) error {
 		return l.SetBusy(c.GPU, c.GI, c.Busy)
 	case OpReset:
 		return l.ResetGPU(c.GPU)
+	case OpFault:
+		_, err := l.ArmFault(*c.Fault)
+		return err
+	case OpClearFaults:
+		_, err := l.ClearFaults(c.Name)
+		return err
 	default:
 		return l.Reboot()
 	}
@@ -67,7 +90,8 @@ func (l *Lib) Apply(c Command) error {
 // is running (it holds the directory's lock), c is appended to its inbox and
 // Send returns queued; the simulator applies it within moments. When none
 // runs, Send applies c to the persisted state itself, except an Xid, which
-// only a running simulator's event sets could receive.
+// only a running simulator's event sets could receive, and faults, which
+// live in a running simulator. cfg's own faults are not armed by Send.
 func Send(cfg Config, c Command) (queued bool, err error) {
 	if err := c.validate(); err != nil {
 		return false, err
@@ -76,6 +100,7 @@ func Send(cfg Config, c Command) (queued bool, err error) {
 		return false, errors.New("the simulator config has no stateDir: an in-memory simulator cannot be reached from another process")
 	}
 	cfg.ReadOnly = false
+	cfg.Faults = nil
 	l, err := New(cfg)
 	if errors.Is(err, ErrStateLocked) {
 		// Check the target against the persisted state first, so a typo
@@ -89,8 +114,11 @@ func Send(cfg Config, c Command) (queued bool, err error) {
 		return false, err
 	}
 	defer l.Close()
-	if c.Op == OpXid {
+	switch {
+	case c.Op == OpXid:
 		return false, fmt.Errorf("no simulator is running on %s: an Xid would reach no event set", cfg.StateDir)
+	case c.needsRunning():
+		return false, fmt.Errorf("no simulator is running on %s: faults live in a running simulator (list those it should start with under faults: in its config)", cfg.StateDir)
 	}
 	return false, l.Apply(c)
 }
@@ -113,6 +141,14 @@ func checkCommand(cfg Config, c Command) error {
 	case OpReset:
 		if err := l.checkGPU(c.GPU); err != nil {
 			return fmt.Errorf("reset: %w", err)
+		}
+	case OpFault:
+		p, err := c.Fault.check(len(l.gpus), false)
+		if err != nil {
+			return fmt.Errorf("fault %s: %w", c.Fault.Name, err)
+		}
+		if p.Kind == FaultXidStorm && p.Call == "" {
+			return l.checkXidTarget(*p.GPU, orAll(p.GI), orAll(p.CI))
 		}
 	}
 	return nil
@@ -241,6 +277,6 @@ func (l *Lib) drainInbox(dir string) {
 			logger().Error(err, "Simulator command failed", "op", c.Op, "gpu", c.GPU, "gi", c.GI, "ci", c.CI)
 			continue
 		}
-		logger().V(2).Info("Applied simulator command", "op", c.Op, "gpu", c.GPU, "gi", c.GI, "ci", c.CI)
+		logger().V(2).Info("Applied simulator command", "op", c.Op, "gpu", c.GPU, "gi", c.GI, "ci", c.CI, "name", c.Name)
 	}
 }

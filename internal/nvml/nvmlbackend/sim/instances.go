@@ -232,10 +232,16 @@ func (h *gpuHandle) CreateGpuInstanceWithPlacement(info *nvml.GpuInstanceProfile
 // for overlap, the profile's max count, or the GPU's 7 compute slices).
 func (h *gpuHandle) createGpuInstance(info *nvml.GpuInstanceProfileInfo, placement *nvml.GpuInstancePlacement) (nvml.GpuInstance, nvml.Return) {
 	l := h.lib
+	if r := l.callFault(CallCreateGpuInstance, h.index); r != nvml.SUCCESS {
+		return nil, r
+	}
 	if r := l.beginWrite(); r != nvml.SUCCESS {
 		return nil, r
 	}
 	defer l.mu.Unlock()
+	if r := lostErr(&l.st, h.index); r != nvml.SUCCESS {
+		return nil, r
+	}
 	if info == nil {
 		return nil, nvml.ERROR_INVALID_ARGUMENT
 	}
@@ -349,6 +355,9 @@ var _ nvml.GpuInstance = (*giHandle)(nil)
 
 // lookup finds the handle's instance in st. Call with the lock held.
 func (h *giHandle) lookup(st *state) (*gpuState, *giState, *gpumodel.Profile, nvml.Return) {
+	if r := lostErr(st, h.gpu); r != nvml.SUCCESS {
+		return nil, nil, nil, r
+	}
 	g := &st.GPUs[h.gpu]
 	gi, ok := g.instance(h.id)
 	if !ok || gi.serial != h.serial {
@@ -389,6 +398,9 @@ func (h *giHandle) GetInfo() (nvml.GpuInstanceInfo, nvml.Return) {
 // or processes (SetBusy), like real hardware.
 func (h *giHandle) Destroy() nvml.Return {
 	l := h.lib
+	if r := l.callFault(CallDestroyGpuInstance, h.gpu); r != nvml.SUCCESS {
+		return r
+	}
 	if r := l.beginWrite(); r != nvml.SUCCESS {
 		return r
 	}
@@ -514,6 +526,9 @@ func (h *giHandle) CreateComputeInstanceWithPlacement(info *nvml.ComputeInstance
 // instance has room for; a second gets ERROR_INSUFFICIENT_RESOURCES.
 func (h *giHandle) createComputeInstance(info *nvml.ComputeInstanceProfileInfo, placement *nvml.ComputeInstancePlacement) (nvml.ComputeInstance, nvml.Return) {
 	l := h.lib
+	if r := l.callFault(CallCreateComputeInstance, h.gpu); r != nvml.SUCCESS {
+		return nil, r
+	}
 	if r := l.beginWrite(); r != nvml.SUCCESS {
 		return nil, r
 	}
@@ -628,6 +643,9 @@ func (h *ciHandle) GetInfo() (nvml.ComputeInstanceInfo, nvml.Return) {
 // (SetBusy).
 func (h *ciHandle) Destroy() nvml.Return {
 	l := h.lib
+	if r := l.callFault(CallDestroyComputeInstance, h.gpu); r != nvml.SUCCESS {
+		return r
+	}
 	if r := l.beginWrite(); r != nvml.SUCCESS {
 		return r
 	}

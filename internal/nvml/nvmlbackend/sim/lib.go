@@ -40,6 +40,8 @@ type Lib struct {
 	opDelay time.Duration
 	sleep   func(time.Duration)
 	hold    *hold // nil unless Config.HoldFile
+	// faults are the armed faults (Config.Faults, ArmFault); never nil.
+	faults *faultSet
 
 	mu sync.Mutex
 	// readOnly refuses changes: set by Config.ReadOnly, and by Close so a
@@ -65,7 +67,7 @@ func New(cfg Config) (*Lib, error) {
 	if err != nil {
 		return nil, fmt.Errorf("simulator config: %w", err)
 	}
-	l := &Lib{readOnly: cfg.ReadOnly, opDelay: cfg.OperationDelay, sleep: time.Sleep, models: models, eventSets: map[*eventSet]struct{}{}}
+	l := &Lib{readOnly: cfg.ReadOnly, opDelay: cfg.OperationDelay, sleep: time.Sleep, models: models, eventSets: map[*eventSet]struct{}{}, faults: newFaultSet("")}
 	for i := range models {
 		l.gpus = append(l.gpus, &gpuHandle{lib: l, index: i})
 	}
@@ -90,6 +92,9 @@ func New(cfg Config) (*Lib, error) {
 	l.st = fresh
 	l.assignSerials()
 	if cfg.StateDir == "" {
+		if err := l.armConfigFaults(cfg); err != nil {
+			return nil, err
+		}
 		return l, nil
 	}
 
@@ -119,12 +124,39 @@ func New(cfg Config) (*Lib, error) {
 		}
 	}
 	if !cfg.ReadOnly {
+		// Before the inbox: commands queued meanwhile come after the
+		// config's faults.
+		l.faults = newFaultSet(cfg.StateDir)
+		if err := l.armConfigFaults(cfg); err != nil {
+			l.store.close()
+			return nil, err
+		}
 		if l.inbox, err = startInbox(l, cfg.StateDir); err != nil {
+			l.faults.close()
 			l.store.close()
 			return nil, err
 		}
 	}
 	return l, nil
+}
+
+// armConfigFaults arms Config.Faults, and lists them (none, too) for
+// ReadFaults, so the listing is this simulator's and not the last one's.
+// A read-only simulator, there only to be looked at, arms none.
+func (l *Lib) armConfigFaults(cfg Config) error {
+	if cfg.ReadOnly {
+		return nil
+	}
+	for i, f := range cfg.Faults {
+		if _, err := l.arm(f, SourceConfig); err != nil {
+			l.faults.close()
+			return fmt.Errorf("simulator config: faults[%d]: %w", i, err)
+		}
+	}
+	l.faults.mu.Lock()
+	l.faults.saveLocked()
+	l.faults.mu.Unlock()
+	return nil
 }
 
 // assignSerials gives every instance of a state not made by this process
@@ -144,7 +176,8 @@ func (l *Lib) assignSerials() {
 // Close stops watching the inbox and releases the state directory. The
 // state stays on disk for the next simulator. A closed simulator still
 // answers queries from its last state but refuses changes
-// (ERROR_NO_PERMISSION), those waiting for Config.HoldFile included.
+// (ERROR_NO_PERMISSION), those waiting for Config.HoldFile or in a hang
+// fault included; storms stop.
 func (l *Lib) Close() error {
 	var errs []error
 	if l.inbox != nil { // first, so a command being applied still lands
@@ -157,6 +190,8 @@ func (l *Lib) Close() error {
 	if l.hold != nil { // after readOnly: a released change is refused
 		l.hold.close()
 	}
+	l.faults.close() // likewise for a call released from a hang
+
 	if l.store != nil {
 		errs = append(errs, l.store.close())
 	}
@@ -286,33 +321,62 @@ func (l *Lib) DeviceGetCount() (int, nvml.Return) {
 	return len(l.gpus), nvml.SUCCESS
 }
 
+// DeviceGetHandleByIndex answers ERROR_GPU_IS_LOST for a GPU off the bus,
+// as nvml.h documents.
 func (l *Lib) DeviceGetHandleByIndex(index int) (nvml.Device, nvml.Return) {
-	if r := l.begin(); r != nvml.SUCCESS {
-		return nil, r
-	}
-	defer l.mu.Unlock()
-	if index < 0 || index >= len(l.gpus) {
-		return nil, nvml.ERROR_INVALID_ARGUMENT
-	}
-	return l.gpus[index], nvml.SUCCESS
+	return l.gpuHandle(func() (int, nvml.Return) {
+		if index < 0 || index >= len(l.gpus) {
+			return -1, nvml.ERROR_INVALID_ARGUMENT
+		}
+		return index, lostErr(&l.st, index)
+	})
 }
 
-// DeviceGetHandleByUUID accepts GPU and MIG device UUIDs, like NVML since R470.
-func (l *Lib) DeviceGetHandleByUUID(uuid string) (nvml.Device, nvml.Return) {
+// gpuHandle returns the GPU find picks (under the lock; -1 for none), after
+// the faults of CallGetHandle for it.
+func (l *Lib) gpuHandle(find func() (int, nvml.Return)) (nvml.Device, nvml.Return) {
 	if r := l.begin(); r != nvml.SUCCESS {
 		return nil, r
 	}
-	defer l.mu.Unlock()
+	i, r := find()
+	l.mu.Unlock()
+	if f := l.callFault(CallGetHandle, i); f != nvml.SUCCESS {
+		return nil, f
+	}
+	if r != nvml.SUCCESS {
+		return nil, r
+	}
+	return l.gpus[i], nvml.SUCCESS
+}
+
+// DeviceGetHandleByUUID accepts GPU and MIG device UUIDs, like NVML since
+// R470. It looks through the GPUs in index order, and like NVML, which
+// initializes the GPUs it passes, answers ERROR_GPU_IS_LOST when it meets a
+// GPU off the bus before it finds the UUID.
+func (l *Lib) DeviceGetHandleByUUID(uuid string) (nvml.Device, nvml.Return) {
 	switch {
 	case strings.HasPrefix(uuid, "GPU-"):
-		for i, g := range l.st.GPUs {
-			if g.UUID == uuid {
-				return l.gpus[i], nvml.SUCCESS
+		return l.gpuHandle(func() (int, nvml.Return) {
+			for i, g := range l.st.GPUs {
+				if g.Lost {
+					return i, nvml.ERROR_GPU_IS_LOST
+				}
+				if g.UUID == uuid {
+					return i, nvml.SUCCESS
+				}
 			}
-		}
+			return -1, nvml.ERROR_NOT_FOUND
+		})
 	case strings.HasPrefix(uuid, "MIG-"):
+		if r := l.begin(); r != nvml.SUCCESS {
+			return nil, r
+		}
+		defer l.mu.Unlock()
 		for i := range l.st.GPUs {
 			g := &l.st.GPUs[i]
+			if g.Lost {
+				return nil, nvml.ERROR_GPU_IS_LOST
+			}
 			for _, m := range l.migDevices(i) {
 				gi, _ := g.instance(m.gi)
 				if ci, _ := gi.ci(m.ci); ci.UUID == uuid {
@@ -320,23 +384,24 @@ func (l *Lib) DeviceGetHandleByUUID(uuid string) (nvml.Device, nvml.Return) {
 				}
 			}
 		}
-	default:
-		return nil, nvml.ERROR_INVALID_ARGUMENT
+		return nil, nvml.ERROR_NOT_FOUND
 	}
-	return nil, nvml.ERROR_NOT_FOUND
-}
-
-func (l *Lib) DeviceGetHandleByPciBusId(busID string) (nvml.Device, nvml.Return) {
 	if r := l.begin(); r != nvml.SUCCESS {
 		return nil, r
 	}
-	defer l.mu.Unlock()
-	for i := range l.gpus {
-		if strings.EqualFold(pciBusID(i), busID) {
-			return l.gpus[i], nvml.SUCCESS
+	l.mu.Unlock()
+	return nil, nvml.ERROR_INVALID_ARGUMENT
+}
+
+func (l *Lib) DeviceGetHandleByPciBusId(busID string) (nvml.Device, nvml.Return) {
+	return l.gpuHandle(func() (int, nvml.Return) {
+		for i := range l.gpus {
+			if strings.EqualFold(pciBusID(i), busID) {
+				return i, lostErr(&l.st, i)
+			}
 		}
-	}
-	return nil, nvml.ERROR_NOT_FOUND
+		return -1, nvml.ERROR_NOT_FOUND
+	})
 }
 
 // pciBusID gives GPU i a stable bus id, spaced like an 8-GPU HGX board.

@@ -23,10 +23,7 @@ func (l *Lib) InjectXid(gpu int, gi, ci uint32, xid uint64) error {
 		l.mu.Unlock()
 		return err
 	}
-	sets := make([]*eventSet, 0, len(l.eventSets))
-	for s := range l.eventSets {
-		sets = append(sets, s)
-	}
+	sets := l.eventSetsLocked()
 	dev := l.gpus[gpu]
 	l.mu.Unlock()
 
@@ -41,6 +38,15 @@ func (l *Lib) InjectXid(gpu int, gi, ci uint32, xid uint64) error {
 		s.push(gpu, e)
 	}
 	return nil
+}
+
+// eventSetsLocked lists the live event sets; call with l.mu held.
+func (l *Lib) eventSetsLocked() []*eventSet {
+	sets := make([]*eventSet, 0, len(l.eventSets))
+	for s := range l.eventSets {
+		sets = append(sets, s)
+	}
+	return sets
 }
 
 func (l *Lib) checkXidTarget(gpu int, gi, ci uint32) error {
@@ -107,17 +113,24 @@ func (l *Lib) SetBusy(gpu int, gi uint32, busy bool) error {
 
 // ResetGPU resets GPU gpu like `nvidia-smi -r`: a pending MIG mode takes
 // effect. It needs an idle GPU: no GPU instances and no processes, else
-// ERROR_IN_USE.
+// ERROR_IN_USE. A GPU off the bus cannot be reached to reset
+// (ERROR_GPU_IS_LOST): only a reboot brings it back.
 func (l *Lib) ResetGPU(gpu int) error {
+	if err := l.checkGPU(gpu); err != nil {
+		return fmt.Errorf("reset: %w", err)
+	}
+	if r := l.callFault(CallResetGpu, gpu); r != nvml.SUCCESS {
+		return fmt.Errorf("GPU %d: reset: simulator fault: %w", gpu, r)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := l.checkWritable(); err != nil {
 		return err
 	}
-	if err := l.checkGPU(gpu); err != nil {
-		return fmt.Errorf("reset: %w", err)
-	}
 	g := &l.st.GPUs[gpu]
+	if g.Lost {
+		return fmt.Errorf("GPU %d: reset: the GPU has fallen off the bus: %w", gpu, nvml.ERROR_GPU_IS_LOST)
+	}
 	if n := len(g.Instances); n > 0 {
 		return fmt.Errorf("GPU %d: reset: %d GPU instances exist: %w", gpu, n, nvml.ERROR_IN_USE)
 	}
@@ -130,9 +143,10 @@ func (l *Lib) ResetGPU(gpu int) error {
 }
 
 // Reboot simulates a node reboot: every GPU instance and process is gone,
-// pending MIG modes take effect and MIG modes stay. Handles to instances go
-// stale; GPU handles and event sets stay usable (the simulator's process
-// survives what a real one would not).
+// pending MIG modes take effect and MIG modes stay; a GPU that fell off
+// the bus is back, unless it is lost for good (FaultLost's Permanent).
+// Handles to instances go stale; GPU handles and event sets stay usable
+// (the simulator's process survives what a real one would not).
 func (l *Lib) Reboot() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -142,9 +156,11 @@ func (l *Lib) Reboot() error {
 	next := l.st.clone()
 	for i := range next.GPUs {
 		g := &next.GPUs[i]
-		g.Instances = nil
-		g.Busy = false
-		g.MigEnabled = g.MigPending
+		dead, by := g.Lost && g.LostPermanent, g.LostBy
+		g.rebooted()
+		if dead {
+			g.Lost, g.LostPermanent, g.LostBy = true, true, by
+		}
 	}
 	return l.commitErr(next, "reboot")
 }
@@ -172,7 +188,11 @@ type GPUSnapshot struct {
 	MigEnabled bool
 	MigPending bool
 	Busy       bool
-	Instances  []InstanceSnapshot
+	// Lost: fallen off the bus (FaultLost); LostPermanent: a reboot does
+	// not bring it back.
+	Lost          bool
+	LostPermanent bool
+	Instances     []InstanceSnapshot
 }
 
 // InstanceSnapshot is one GPU instance and its compute instance, if any.
@@ -195,7 +215,7 @@ func (l *Lib) Snapshot() []GPUSnapshot {
 	defer l.mu.Unlock()
 	out := make([]GPUSnapshot, len(l.st.GPUs))
 	for i, g := range l.st.GPUs {
-		s := GPUSnapshot{Index: i, Model: g.Model, UUID: g.UUID, MigEnabled: g.MigEnabled, MigPending: g.MigPending, Busy: g.Busy}
+		s := GPUSnapshot{Index: i, Model: g.Model, UUID: g.UUID, MigEnabled: g.MigEnabled, MigPending: g.MigPending, Busy: g.Busy, Lost: g.Lost, LostPermanent: g.LostPermanent}
 		for _, gi := range g.Instances {
 			p, _ := l.models[i].ProfileByID(gi.ProfileID)
 			is := InstanceSnapshot{GI: gi.ID, Profile: p.Name, Start: gi.Start, Size: p.MemorySlices, Busy: gi.Busy}

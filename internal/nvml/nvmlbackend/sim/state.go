@@ -34,6 +34,13 @@ type gpuState struct {
 	// Busy marks processes on the whole GPU (SetBusy with gi 0).
 	Busy      bool      `json:"busy,omitempty"`
 	Instances []giState `json:"instances,omitempty"`
+	// Lost: the GPU fell off the bus (a FaultLost named LostBy); every
+	// call on it answers ERROR_GPU_IS_LOST until a reboot, or with
+	// LostPermanent until the fault is cleared. Its instances are
+	// forgotten when it comes back.
+	Lost          bool   `json:"lost,omitempty"`
+	LostPermanent bool   `json:"lostPermanent,omitempty"`
+	LostBy        string `json:"lostBy,omitempty"`
 }
 
 type giState struct {
@@ -209,6 +216,8 @@ const (
 	stateFileName = "state.json"
 	lockFileName  = "lock"
 	inboxFileName = "inbox.jsonl"
+	// faultsFileName lists the running simulator's faults (ReadFaults).
+	faultsFileName = "faults.json"
 )
 
 // ErrStateLocked is returned by New when another simulator holds the state

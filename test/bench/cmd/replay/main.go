@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/migflex/migflex/internal/planner/reserve"
 	"github.com/migflex/migflex/internal/planner/solver"
 	"github.com/migflex/migflex/test/bench/replay"
 	"github.com/migflex/migflex/test/bench/report"
@@ -51,6 +52,11 @@ func run(args []string, stderr io.Writer) error {
 	fs.Float64Var(&pol.Weights.Fragmentation, "planner-fragmentation", pol.Weights.Fragmentation, "migflex: cost of each GPU's worth of usable capacity lost")
 	fs.BoolVar(&pol.ReclaimIdle, "planner-reclaim", pol.ReclaimIdle, "migflex: give MIG GPUs with nothing in use back to whole")
 	fs.BoolVar(&pol.HoldForMultiGPU, "planner-hold", pol.HoldForMultiGPU, "migflex: keep new MIG instances off the nodes a waiting multi-GPU pod could use")
+	resv := reserve.DefaultPolicy()
+	fs.IntVar(&resv.Max, "reserve-max", resv.Max, "migflex: nodes reserved at once for pods waiting for several whole GPUs (0: none)")
+	fs.DurationVar(&resv.After, "reserve-after", resv.After, "migflex: how long such a pod waits before a node is reserved for it")
+	fs.DurationVar(&resv.Lead, "reserve-lead", resv.Lead, "migflex: reserve only a node whose GPUs are expected free for the pod within this")
+	fs.DurationVar(&resv.Grace, "reserve-grace", resv.Grace, "migflex: a reservation lapses this long after its GPUs were expected free")
 	cadence := solver.DefaultCadence()
 	fs.DurationVar(&cadence.Idle, "migflex-idle", cadence.Idle, "migflex: a round runs once no pod became pending for this long")
 	fs.DurationVar(&cadence.Max, "migflex-max", cadence.Max, "migflex: ... and at most this long after the first")
@@ -58,6 +64,7 @@ func run(args []string, stderr io.Writer) error {
 	fs.BoolVar(&cadence.Leading, "migflex-leading", cadence.Leading, "migflex: a round at once for the first pod after a quiet spell")
 	halfLife := fs.Duration("mix-half-life", time.Hour, "migflex: half-life of the observed demand mix")
 	migflexPreset := fs.Bool("migflex-preset", false, "migflex: start from the static policies' preset layouts (as nos does), not with every GPU whole")
+	migflexDepartures := fs.Bool("migflex-departures", true, "migflex: a pod leaving its devices starts a round, as in the controller (false: only pods that cannot be scheduled and the resync do)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the replay to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -77,7 +84,7 @@ func run(args []string, stderr io.Writer) error {
 		return errors.New("-pods and -nodes are required (the trace: github.com/alibaba/clusterdata, cluster-trace-gpu-v2023/csv)")
 	}
 	o := replay.Options{TraceName: filepath.Base(*pods), Speedup: *speedup, Drain: *drain, Latency: *latency,
-		Seed: *seed, Planner: pol, Cadence: cadence, MixHalfLife: *halfLife, MigflexPreset: *migflexPreset, FGD: *fgd, FGDFraction: *fgdFraction, FGDOffered: *fgdOffered,
+		Seed: *seed, Planner: pol, Reserve: resv, Cadence: cadence, MixHalfLife: *halfLife, MigflexPreset: *migflexPreset, MigflexIgnoresDepartures: !*migflexDepartures, FGD: *fgd, FGDFraction: *fgdFraction, FGDOffered: *fgdOffered,
 		Parallel: *parallel, Progress: func(s string) { fmt.Fprintln(stderr, s) }}
 	var err error
 	if o.Models, err = replay.ParseModelMap(*models); err != nil {

@@ -2,7 +2,9 @@
 // many trace replays (every replay.json under the directories or files it
 // is given, replays of the same pod list and seed merged): wins, ties and
 // losses of served share at load 1 or more against the best other real
-// policy, the p99 wait below saturation against first fit's plus the
+// policy, outside each point's noise band; the served GPU-time summed
+// against each other real policy's; the eight-GPU pods against first
+// fit's; the p99 wait below saturation against first fit's plus the
 // change latency, churn and the fill. It writes markdown to stdout.
 package main
 
@@ -25,7 +27,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	sc := replay.DefaultScoring()
 	fl.StringVar(&sc.Subject, "subject", sc.Subject, "the policy judged")
 	fl.StringVar(&sc.Reference, "reference", sc.Reference, "the policy whose p99 wait (plus the change latency) the subject's is held to below saturation")
-	fl.Float64Var(&sc.Tie, "tie", sc.Tie, "served share within which the subject ties the best other real policy (0.0005: 0.05 points)")
+	fl.StringVar(&sc.Twin, "twin", sc.Twin, "the policy whose gap to the reference at a point is one measure of the replay's noise there")
+	fl.Float64Var(&sc.Tie, "tie", sc.Tie, "the least noise band: served share within which the subject ties the best other real policy (0.0005: 0.05 points)")
+	fl.StringVar(&sc.Band, "band", sc.Band, "each point's noise band: twins (the most the reference and the twin are apart at the pod list and load over the seeds), seeds (the reference's spread over the seeds there, or its gap to the twin at the point, whichever is larger), tie (-tie alone); at least -tie")
 	jsonOut := fl.String("json", "", "also write the scoreboard as JSON to this file")
 	svgOut := fl.String("svg", "", "also write the margin plot (served share minus the best other real policy's, against load) to this file")
 	title := fl.String("title", "migflex against the best other real policy", "the margin plot's title")
