@@ -293,9 +293,13 @@ func checkHelmPools(t *testing.T, ns string, others []simNode) {
 		for i := range n.gpus {
 			wholes[i] = nil
 		}
-		// A fresh agent finds its GPUs with MIG off: whole GPUs, in the
-		// node's allocatable or its slice.
-		n.waitForLayouts(t, wholes)
+		// A fresh agent finds its GPUs with MIG off and serves them as they
+		// are: whole GPUs, in the node's allocatable or its slice. The node
+		// never had a mig.config source (this test runs first, and puts
+		// the nodes back), so it shows no state (internal/nodeagent/agent,
+		// "A Node that never had a source gets no state at all"): what
+		// says the pool serves is the allocatable or the slice.
+		n.waitForLayoutsIn(t, wholes, stateNone)
 		devs, err := n.draSlices(ctx)
 		if err != nil {
 			t.Fatal(err)

@@ -177,11 +177,18 @@ func (n simNode) applyDRALayout(t *testing.T, l gpuLayouts) []layoutGPU {
 
 func (n simNode) waitForDRALayout(t *testing.T, l gpuLayouts) []layoutGPU {
 	t.Helper()
+	return n.waitForDRALayoutIn(t, l, stateSuccess)
+}
+
+// waitForDRALayoutIn is waitForDRALayout with the state the node must
+// show (waitForLayoutsIn).
+func (n simNode) waitForDRALayoutIn(t *testing.T, l gpuLayouts, state string) []layoutGPU {
+	t.Helper()
 	w := l.sorted()
 	var layout []layoutGPU
-	if _, err := n.WaitForNode(t.Context(), fmt.Sprintf("state success with layout %v", w), timeout, func(n *corev1.Node) error {
-		if s := n.Labels[labelState]; s != "success" {
-			return fmt.Errorf("state %q, reason %q", s, n.Annotations[annotationReason])
+	if _, err := n.WaitForNode(t.Context(), fmt.Sprintf("%s with layout %v", stateName(state), w), timeout, func(n *corev1.Node) error {
+		if err := checkState(n, state); err != nil {
+			return err
 		}
 		got, err := nodeLayout(n)
 		if err != nil {

@@ -298,8 +298,18 @@ func waitForLayouts(t *testing.T, want gpuLayouts) (*corev1.Node, []layoutGPU) {
 // (waitForDRALayout).
 func (n simNode) waitForLayouts(t *testing.T, want gpuLayouts) (*corev1.Node, []layoutGPU) {
 	t.Helper()
+	return n.waitForLayoutsIn(t, want, stateSuccess)
+}
+
+// waitForLayoutsIn is waitForLayouts with the state the node must show:
+// stateSuccess once a mig.config was applied, stateNone on a node that
+// never had a mig.config source (the agent sets no state there, and
+// success cannot say when the kubelet has published the layout: the
+// allocatable or the slice does).
+func (n simNode) waitForLayoutsIn(t *testing.T, want gpuLayouts, state string) (*corev1.Node, []layoutGPU) {
+	t.Helper()
 	if n.dra {
-		layout := n.waitForDRALayout(t, want)
+		layout := n.waitForDRALayoutIn(t, want, state)
 		node, err := n.Node(t.Context())
 		if err != nil {
 			t.Fatal(err)
@@ -308,9 +318,9 @@ func (n simNode) waitForLayouts(t *testing.T, want gpuLayouts) (*corev1.Node, []
 	}
 	w := want.sorted()
 	var layout []layoutGPU
-	node, err := n.WaitForNode(t.Context(), fmt.Sprintf("state success with layout %v and its allocatable", w), timeout, func(n *corev1.Node) error {
-		if s := n.Labels[labelState]; s != "success" {
-			return fmt.Errorf("state %q, reason %q", s, n.Annotations[annotationReason])
+	node, err := n.WaitForNode(t.Context(), fmt.Sprintf("%s with layout %v and its allocatable", stateName(state), w), timeout, func(n *corev1.Node) error {
+		if err := checkState(n, state); err != nil {
+			return err
 		}
 		l, err := nodeLayout(n)
 		if err != nil {
@@ -329,6 +339,33 @@ func (n simNode) waitForLayouts(t *testing.T, want gpuLayouts) (*corev1.Node, []
 		t.Fatal(err)
 	}
 	return node, layout
+}
+
+// The states waitForLayoutsIn waits for: the label's value, or none.
+const (
+	stateSuccess = "success"
+	stateNone    = ""
+)
+
+// stateName is state as a wait describes it.
+func stateName(state string) string {
+	if state == stateNone {
+		return "no state"
+	}
+	return "state " + state
+}
+
+// checkState says how the node's state label differs from state; with
+// stateNone the label must be absent.
+func checkState(n *corev1.Node, state string) error {
+	s, ok := n.Labels[labelState]
+	if state == stateNone && ok {
+		return fmt.Errorf("state %q, want none (the node never had a mig.config source), reason %q", s, n.Annotations[annotationReason])
+	}
+	if s != state {
+		return fmt.Errorf("state %q, reason %q", s, n.Annotations[annotationReason])
+	}
+	return nil
 }
 
 // applyLayout annotates node 1 with a list-form mig.config giving every
