@@ -195,3 +195,17 @@ func ReadDoc(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	return string(b), err
 }
+
+// Check compares the table under heading in the file at path with fs: what
+// Compare finds, for a binary's TestFlagsDocumented.
+func Check(path, heading string, fs *flag.FlagSet) ([]string, error) {
+	doc, err := ReadDoc(path)
+	if err != nil {
+		return nil, err
+	}
+	documented, err := Parse(doc, heading)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return Compare(documented, fs), nil
+}

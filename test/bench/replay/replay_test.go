@@ -524,20 +524,7 @@ func TestReplayReservations(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := pol
 			p.Max = tc.max
-			o := Options{Tasks: tasks, Columns: Columns{Times: true}, Nodes: []TraceNode{{Name: "n0", GPUs: 2, Model: "G2"}}, Speedup: 1,
-				Drain: time.Hour, Latency: 5 * time.Second, Planner: solver.DefaultPolicy(), Reserve: p, MixHalfLife: time.Hour,
-				Policies: []string{PolicyMigflex}, Parallel: 1}
-			r, err := Run(o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			res := r.Loads[0].Results[0]
-			var wait float64
-			for _, k := range res.ByKind {
-				if k.Kind == "gpu x2" {
-					wait = k.WaitP99
-				}
-			}
+			wait, res := replayReserving(t, tasks, p)
 			if !near(wait, tc.wait) || [3]int{res.Reservations, res.ReservationsBound, res.ReservationsLapsed} != tc.resv || !near(res.WithheldGPUHours, tc.withheld) {
 				t.Errorf("two-GPU pod's wait %v s; reservations made, bound, lapsed %v; withheld %v GPU-hours; want %v s, %v, %v",
 					wait, [3]int{res.Reservations, res.ReservationsBound, res.ReservationsLapsed}, res.WithheldGPUHours, tc.wait, tc.resv, tc.withheld)
@@ -570,20 +557,7 @@ func TestReplayReservationOnMIG(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			pol := reserve.DefaultPolicy()
 			pol.Lead, pol.Grace = time.Hour, tc.grace
-			o := Options{Tasks: tasks, Columns: Columns{Times: true}, Nodes: []TraceNode{{Name: "n0", GPUs: 2, Model: "G2"}}, Speedup: 1,
-				Drain: time.Hour, Latency: 5 * time.Second, Planner: solver.DefaultPolicy(), Reserve: pol, MixHalfLife: time.Hour,
-				Policies: []string{PolicyMigflex}, Parallel: 1}
-			r, err := Run(o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			res := r.Loads[0].Results[0]
-			var wait float64
-			for _, k := range res.ByKind {
-				if k.Kind == "gpu x2" {
-					wait = k.WaitP99
-				}
-			}
+			wait, res := replayReserving(t, tasks, pol)
 			if got := [3]int{res.Reservations, res.ReservationsBound, res.ReservationsLapsed}; !near(wait, 1002) || got != tc.resv {
 				t.Errorf("two-GPU pod's wait %v s, reservations made, bound, lapsed %v; want 1002 s, %v", wait, got, tc.resv)
 			}
@@ -622,4 +596,26 @@ func TestReplayReservedPodBehindHead(t *testing.T) {
 			t.Errorf("two-GPU pods' waits: longest %v s, mean %v s; %d reservations bound; want 1100 s, 1045 s (990 and 1100), 2", k.WaitP99, k.WaitMean, res.ReservationsBound)
 		}
 	}
+}
+
+// replayReserving replays tasks with migflex on one node of two G2 GPUs
+// under reservation policy pol: the two-GPU pods' longest wait and the
+// result.
+func replayReserving(t *testing.T, tasks []Task, pol reserve.Policy) (float64, Result) {
+	t.Helper()
+	o := Options{Tasks: tasks, Columns: Columns{Times: true}, Nodes: []TraceNode{{Name: "n0", GPUs: 2, Model: "G2"}}, Speedup: 1,
+		Drain: time.Hour, Latency: 5 * time.Second, Planner: solver.DefaultPolicy(), Reserve: pol, MixHalfLife: time.Hour,
+		Policies: []string{PolicyMigflex}, Parallel: 1}
+	r, err := Run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := r.Loads[0].Results[0]
+	var wait float64
+	for _, k := range res.ByKind {
+		if k.Kind == "gpu x2" {
+			wait = k.WaitP99
+		}
+	}
+	return wait, res
 }
