@@ -48,6 +48,10 @@ const (
 	// DefaultInUseInterval is how often the agent asks the kubelet which
 	// devices pods hold, to publish it in the layout annotation.
 	DefaultInUseInterval = 2 * time.Second
+	// DefaultNVMLCallTimeout is how long a call that changes a GPU (a MIG
+	// mode change, an instance's create or destroy) may take before the
+	// agent reports it hung: such calls take seconds on real GPUs.
+	DefaultNVMLCallTimeout = 2 * time.Minute
 )
 
 // BusyPolicy decides what happens to a GPU the new layout would change
@@ -122,9 +126,21 @@ type Options struct {
 	// Default DefaultInUseInterval; negative turns the polling off (the
 	// annotation is then current only after each reconcile).
 	InUseInterval time.Duration
+	// NVMLCallTimeout is how long a call that changes a GPU may take. A
+	// call that has not returned by then is left running (NVML calls
+	// cannot be cancelled), the state is failed with a reason naming it,
+	// and its GPU is not touched until it returns; the rest of the agent
+	// goes on. Default DefaultNVMLCallTimeout.
+	NVMLCallTimeout time.Duration
 	// Registry receives the agent's metrics and is what /metrics serves.
 	// Nil: a new registry with the Go and process collectors.
 	Registry *prometheus.Registry
+
+	// callAfter replaces time.After for the NVML call deadlines (tests).
+	callAfter func(time.Duration) <-chan time.Time
+	// shutdownGrace is how long a GPU call is still waited for once the
+	// agent stops; 0: defaultShutdownGrace, negative: not at all (tests).
+	shutdownGrace time.Duration
 }
 
 func (o *Options) setDefaults() {
@@ -142,6 +158,15 @@ func (o *Options) setDefaults() {
 	}
 	if o.InUseInterval == 0 {
 		o.InUseInterval = DefaultInUseInterval
+	}
+	if o.NVMLCallTimeout <= 0 {
+		o.NVMLCallTimeout = DefaultNVMLCallTimeout
+	}
+	switch {
+	case o.shutdownGrace == 0:
+		o.shutdownGrace = defaultShutdownGrace
+	case o.shutdownGrace < 0:
+		o.shutdownGrace = 0
 	}
 	if o.Registry == nil {
 		o.Registry = newRegistry()
@@ -181,8 +206,10 @@ type nodeCache interface {
 // Agent is the node agent: it keeps the node's GPUs partitioned as the
 // Node asks, serves their devices, and reports on the Node.
 type Agent struct {
-	opts    Options
+	opts Options
+	// part changes the GPUs: guard, over NVML.
 	part    partitioner
+	guard   *callGuard
 	metrics *metrics
 	log     klog.Logger
 	live    atomic.Bool
@@ -233,9 +260,13 @@ func New(opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	guard := newCallGuard(nvmlmig.NewPartitioner(opts.NVML), opts.NVMLCallTimeout, opts.shutdownGrace, opts.callAfter, func(call string) {
+		m.callTimeouts.WithLabelValues(call).Inc()
+	})
 	return &Agent{
 		opts:    opts,
-		part:    nvmlmig.NewPartitioner(opts.NVML),
+		part:    guard,
+		guard:   guard,
 		metrics: m,
 		log:     klog.Background().WithName("agent"),
 		trigger: make(chan struct{}, 1),
@@ -266,6 +297,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	ctx = klog.NewContext(ctx, a.log)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// A GPU call under way when the agent stops is waited for a little
+	// (a rollback finishes), a hung one is not.
+	a.guard.log = a.log
+	context.AfterFunc(ctx, a.guard.stop)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 
@@ -387,6 +422,9 @@ func (a *Agent) loop(ctx context.Context, srvErr <-chan error) error {
 			if a.awaiting == nil {
 				continue
 			}
+		case <-a.guard.returned:
+			// A GPU call that did not return in time did: its GPU is
+			// reconciled from what NVML reports now.
 		case <-a.trigger:
 		case <-retry.C:
 		case <-resync.C:

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -9,7 +10,9 @@ import (
 
 	"github.com/migflex/migflex/internal/domain/nodeinfo"
 	"github.com/migflex/migflex/internal/domain/resourcename"
+	"github.com/migflex/migflex/internal/nodeagent/podresources/podresourcestest"
 	"github.com/migflex/migflex/internal/nvml/nvmlbackend/sim"
+	"github.com/migflex/migflex/internal/testsupport/testutil"
 )
 
 // The agent under the simulator's faults (docs/MODELS.md, Faults): what
@@ -125,33 +128,66 @@ func testCreateFailsHalfwayThenHeld(t *testing.T, api *apiServer) {
 	}
 }
 
-// testCreateHangs: a create that does not return. The agent has no
-// deadline on NVML calls: the Node says pending ("changing the GPUs")
-// for as long as the call hangs, the GPUs it changes stay drained, and
-// nothing else is reconciled meanwhile. When the call returns, the apply
-// finishes and the state is success. (Finding: nothing tells the operator
-// that the agent is stuck in a driver call, and stopping the agent waits
-// for the call; see the report of issue 36.)
+// testCreateHangs: a create that does not return. Past
+// --nvml-call-timeout (the test says when it passes) the state is failed
+// with a reason naming the call, with a Warning Event and the timeout
+// counted; GPU 0 is not touched while the call runs (resyncs leave it
+// alone and write nothing), and the rest of the agent goes on: what GPU 0
+// has is served again, GPU 1 stays served and a pod taking it shows in the
+// layout. When the call returns, the layout is completed.
 func testCreateHangs(t *testing.T, api *apiServer) {
 	n := newNode(t, api)
 	n.partition(0, "3g.40gb", "3g.40gb")
 	n.armFault(sim.Fault{Name: "stuck", Kind: sim.FaultHang, Call: sim.CallCreateGpuInstance, GPU: intp(0), Nth: 2, Duration: sim.Duration(sim.MaxHang)})
-	n.start(withResync(100 * time.Millisecond))
+	counts := &requestCounter{counts: map[string]int{}}
+	deadlines := &manualDeadlines{}
+	r := n.start(withResync(100*time.Millisecond), withCallDeadlines(deadlines), withInUseInterval(20*time.Millisecond), withClient(counts.client(t, api)))
 	n.annotate(nodeinfo.AnnotationMigConfig, sevenOnGPU0)
 
-	deadline := time.Now().Add(hangTimeout)
-	for n.fault("stuck").Hanging != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the create did not hang: %+v", n.fault("stuck"))
+	n.waitHanging("stuck")
+	// The loop waits in the create, the only GPU call under way: the
+	// deadlines passed are its own and those of calls that returned.
+	obj := n.waitNode("state failed", func(o *corev1.Node) bool {
+		deadlines.pass()
+		return o.Labels[nodeinfo.LabelMigConfigState] == nodeinfo.StateFailed
+	})
+	reason := obj.Annotations[nodeinfo.AnnotationReason]
+	for _, want := range []string{"GPU 0: NVML CreateGpuInstance/CreateComputeInstance (create 1g.10gb at 1) has not returned for 2m0s", "not touched until it does"} {
+		if !strings.Contains(reason, want) {
+			t.Errorf("reason %q lacks %q", reason, want)
 		}
-		time.Sleep(pollInterval) // polling a condition the simulator does not signal
 	}
-	obj := n.get()
-	if st, reason := obj.Labels[nodeinfo.LabelMigConfigState], obj.Annotations[nodeinfo.AnnotationReason]; st != nodeinfo.StatePending || !strings.Contains(reason, "changing the GPUs") {
-		t.Errorf("during the hang: state %q, reason %q; want the announcement of the change", st, reason)
+	n.waitEvent(corev1.EventTypeWarning, ReasonFailed, "GPU 0", "CreateGpuInstance", "has not returned for 2m0s")
+	if got := r.counter("migflex_agent_nvml_call_timeouts_total", "call", callCreate); got != 1 {
+		t.Errorf("migflex_agent_nvml_call_timeouts_total = %v, want 1", got)
 	}
-	// One create made, one hanging: the layout is half way.
+	// One create made, one hanging: served as it is, GPU 1 too.
 	waitLayout(t, n, []string{"GPU 0 mig=true 1g.10gb@0", "GPU 1 mig=false"})
+	n.waitServed(map[string]int{resource1g: 1, string(resourcename.GPU): 1})
+	// The in-use poll goes on: a pod takes GPU 1.
+	gpu1 := n.discover()[1].UUID
+	n.podres.Set(podresourcestest.Device{Namespace: "ml", Pod: "whole", Container: "main", Resource: string(resourcename.GPU), IDs: []string{gpu1}})
+	n.waitNode("GPU 1 in use in the layout", func(o *corev1.Node) bool {
+		l, err := nodeinfo.ParseLayout(o.Annotations[nodeinfo.AnnotationLayout])
+		return err == nil && len(l) == 2 && slices.Equal(l[1].UsedBy, []string{"ml/whole"})
+	})
+
+	// Resyncs leave GPU 0 alone while the call runs, and have nothing new
+	// to report. A reconcile is counted before its report is sent, so the
+	// reports of the first one counted below are inside the period.
+	held := r.counter("migflex_agent_reconciles_total", "result", resultHeld)
+	patches, events := counts.get("PATCH nodes"), counts.get("POST events")
+	waitCounter(t, r, "migflex_agent_reconciles_total", "result", resultHeld, held+5)
+	if f := n.fault("stuck"); f.Calls != 2 || f.Hanging != 1 {
+		t.Errorf("GPU 0 touched while its create hangs: %+v", f)
+	}
+	if got := counts.get("PATCH nodes") - patches; got != 0 {
+		t.Errorf("%d Node writes while the create hangs, want 0", got)
+	}
+	if got := counts.get("POST events") - events; got != 0 {
+		t.Errorf("%d Events while the create hangs, want 0", got)
+	}
+
 	// The driver answers at last.
 	if _, err := n.lib.ClearFaults("stuck"); err != nil {
 		t.Fatal(err)
@@ -159,6 +195,29 @@ func testCreateHangs(t *testing.T, api *apiServer) {
 	n.waitState(nodeinfo.StateSuccess)
 	waitLayout(t, n, []string{"GPU 0 mig=true 1g.10gb@0 1g.10gb@1 1g.10gb@2 1g.10gb@3 1g.10gb@4 1g.10gb@5 1g.10gb@6", "GPU 1 mig=false"})
 	n.waitServed(map[string]int{resource1g: 7, resource3g: 0, string(resourcename.GPU): 1})
+}
+
+// testStopDuringHang: an agent stopped while a create hangs stops without
+// waiting for the create (or for its deadline, which never passes here).
+func testStopDuringHang(t *testing.T, api *apiServer) {
+	n := newNode(t, api)
+	n.partition(0, "3g.40gb", "3g.40gb")
+	n.armFault(sim.Fault{Name: "stuck", Kind: sim.FaultHang, Call: sim.CallCreateGpuInstance, GPU: intp(0), Duration: sim.Duration(sim.MaxHang)})
+	r := n.start(withCallDeadlines(&manualDeadlines{}), withShutdownGrace(-1))
+	n.annotate(nodeinfo.AnnotationMigConfig, sevenOnGPU0)
+	n.waitHanging("stuck")
+	if err := r.tryStop(); err != nil {
+		t.Fatalf("stopping while a create hangs: %v", err)
+	}
+	if f := n.fault("stuck"); f.Hanging != 1 {
+		t.Errorf("the create no longer hangs: %+v", f)
+	}
+}
+
+// waitHanging waits until the fault name holds a call.
+func (n *node) waitHanging(name string) {
+	n.t.Helper()
+	testutil.Eventually(n.t, "the call to hang", func() bool { return n.fault(name).Hanging == 1 })
 }
 
 // testRebootRecreatesLayout: the node reboots (every instance gone, MIG

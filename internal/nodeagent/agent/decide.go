@@ -32,6 +32,9 @@ type planInput struct {
 	servable func([]mig.GPU) error
 	// holds are the GPUs whose apply of a document failed on their layout.
 	holds map[int]hold
+	// stuck are the GPUs a call has not returned on, with why they are
+	// left alone (callGuard.outstanding).
+	stuck map[int]string
 }
 
 // planDecision is what to do next. With done, the reconcile ends with out
@@ -103,9 +106,17 @@ func decidePlan(in planInput) planDecision {
 	// a GPU changed behind the agent's back (a reset) or a restart lifts
 	// the hold; so does a resync for a GPU that failed because processes
 	// the kubelet does not know of use it (see liftBusyHolds).
+	//
+	// A GPU a call has not returned on is not touched at all: the call may
+	// still change it, and NVML must not be called on it meanwhile.
 	d := planDecision{resolved: r, srcID: sourceIdentity(in.src, in.doc), holds: map[int]hold{}}
 	held := map[int]bool{}
 	for _, p := range r.Plan.GPUs {
+		if why, ok := in.stuck[p.GPU]; ok && p.Changed() {
+			held[p.GPU] = true
+			d.heldReasons = append(d.heldReasons, why)
+			continue
+		}
 		if h, ok := in.holds[p.GPU]; ok && p.Changed() && h.key == holdKey(d.srcID, in.gpus, p.GPU) {
 			held[p.GPU] = true
 			d.holds[p.GPU] = h

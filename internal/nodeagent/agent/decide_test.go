@@ -120,6 +120,18 @@ func TestDecidePlan(t *testing.T) {
 				holds: held([]mig.GPU{fresh[0], inPlace[1]}, twoThrees, 0)},
 			want: want{done: true, state: nodeinfo.StateFailed, statusHas: "GPU 0: create failed", result: resultHeld, holds: []int{0}},
 		},
+		{
+			name: "a GPU a call has not returned on is left out, hold or none",
+			in: planInput{src: annotation(twoThrees), doc: twoThrees, gpus: fresh, servable: serveAny,
+				stuck: map[int]string{1: "GPU 1: NVML SetMigMode (MIG on) has not returned"}},
+			want: want{todo: []int{0}},
+		},
+		{
+			name: "every GPU to change has a call outstanding: failed with why, no Event",
+			in: planInput{src: annotation(twoThrees), doc: twoThrees, gpus: []mig.GPU{fresh[0], inPlace[1]}, servable: serveAny,
+				stuck: map[int]string{0: "GPU 0: NVML SetMigMode (MIG on) has not returned", 1: "GPU 1: not in the plan's changes"}},
+			want: want{done: true, state: nodeinfo.StateFailed, statusHas: "annotation nvidia.com/mig.config: GPU 0: NVML SetMigMode (MIG on) has not returned", result: resultHeld},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

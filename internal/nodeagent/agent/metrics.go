@@ -55,7 +55,9 @@ type metrics struct {
 	duration    *prometheus.HistogramVec
 	errors      *prometheus.CounterVec
 	state       *prometheus.GaugeVec
-	node        string
+	// callTimeouts counts GPU calls that did not return in time.
+	callTimeouts *prometheus.CounterVec
+	node         string
 	// inUse holds the device IDs pods hold, as the loop last learnt them
 	// (setInUse); the device collector reads it at scrape time.
 	inUse atomic.Pointer[map[string]bool]
@@ -94,9 +96,13 @@ func newMetrics(reg prometheus.Registerer, srv Server, node string) (*metrics, e
 			Namespace: "migflex", Subsystem: "agent", Name: "allocatable_writes_total",
 			Help: "Writes of the served GPU counts into the Node's status ahead of the kubelet's status update (--publish-allocatable), by result (written, refused, failed, left).",
 		}, []string{"result"}),
+		callTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "migflex", Subsystem: "agent", Name: "nvml_call_timeouts_total",
+			Help: "Calls changing a GPU that had not returned within --nvml-call-timeout, by NVML call (SetMigMode, CreateGpuInstance/CreateComputeInstance, DestroyComputeInstance/DestroyGpuInstance, GPU reset); the GPU is left alone until the call returns.",
+		}, []string{"call"}),
 	}
 	m.setState("")
-	for _, c := range []prometheus.Collector{m.reconciles, m.duration, m.errors, m.state, m.writes, m.allocatable, deviceCollector{srv, &m.inUse}} {
+	for _, c := range []prometheus.Collector{m.reconciles, m.duration, m.errors, m.state, m.writes, m.allocatable, m.callTimeouts, deviceCollector{srv, &m.inUse}} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering agent metrics: %w", err)
 		}

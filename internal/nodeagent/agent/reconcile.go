@@ -49,7 +49,7 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, prev status) o
 	}
 	// Serve what exists first: whatever happens below, the kubelet sees
 	// the devices NVML has.
-	in := planInput{gpus: gpus, serveErr: a.serve(ctx, gpus), servable: a.opts.Server.Servable, holds: a.held}
+	in := planInput{gpus: gpus, serveErr: a.serve(ctx, gpus), servable: a.opts.Server.Servable, holds: a.held, stuck: a.guard.outstanding()}
 	in.src = nodeinfo.Deciding(node.Labels, node.Annotations)
 	if in.src.Kind != nodeinfo.SourceNone {
 		in.doc, in.docErr = a.document(in.src)
@@ -245,6 +245,16 @@ func (a *Agent) applyFree(ctx context.Context, src nodeinfo.Source, srcID string
 		switch {
 		case r.Outcome == migconfig.OutcomeApplied:
 			applied = append(applied, plan.GPUs[i].Summary())
+		case r.Outcome == migconfig.OutcomeAbandoned:
+			// Not held: the GPU is left alone while its call runs
+			// (callGuard.outstanding), and reconciled once it returns.
+			// The reason is the one the reconciles meanwhile give, so
+			// that they have nothing new to report.
+			if why, ok := a.guard.outstanding()[r.GPU]; ok {
+				errs = append(errs, why)
+			} else {
+				errs = append(errs, r.Err.Error())
+			}
 		case r.Err != nil:
 			errs = append(errs, r.Err.Error())
 			failedGPUs[r.GPU] = hold{reason: r.Err.Error(), inUse: r.Busy || errors.Is(r.Err, mig.ErrInUse)}
