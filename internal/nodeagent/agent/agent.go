@@ -104,8 +104,9 @@ type Options struct {
 	// BusyPolicy decides about GPUs pods use. Default BusyWait.
 	BusyPolicy BusyPolicy
 	// RetryInterval is how often a pending change is retried, and a
-	// transient failure (NVML, pod-resources, config file unreadable).
-	// Default DefaultRetryInterval.
+	// transient failure (NVML, pod-resources, config file unreadable); a
+	// GPU whose apply failed waits this long, doubled at each failure in
+	// a row up to maxRetryBackoff. Default DefaultRetryInterval.
 	RetryInterval time.Duration
 	// ResyncInterval is how often the agent compares the GPUs with the
 	// desired layout without being told of a change, catching changes
@@ -430,8 +431,8 @@ func (a *Agent) loop(ctx context.Context, srvErr <-chan error) error {
 		case <-resync.C:
 			a.liftBusyHolds()
 		}
-		if a.step(ctx) {
-			retry.Reset(a.opts.RetryInterval)
+		if d, ok := a.nextRetry(a.step(ctx), time.Now()); ok {
+			retry.Reset(d)
 		} else {
 			retry.Stop()
 		}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -88,45 +89,83 @@ func testCreateFailsHalfway(t *testing.T, api *apiServer) {
 	}
 }
 
-// testCreateFailsHalfwayThenHeld: after a driver error, even one that
-// does not come back (the fault fires once), the GPU is held: resyncs do
-// not try the document again, and the Node stays failed until the
-// document or the GPU's layout changes or the agent restarts (package
-// doc, "a GPU on which a document failed is not tried again"). A restart
-// applies it. (Finding: a transient driver error wedges the node until
-// someone acts, as mig-manager's failed state does; see the report of
-// issue 36.)
-func testCreateFailsHalfwayThenHeld(t *testing.T, api *apiServer) {
+// testCreateFailsOnceThenRetried: a driver error that does not recur
+// (the fault fires once) fails the apply and holds the GPU; once the
+// hold's backoff is over the GPU is tried again, without a document change,
+// a resync or a restart, and the layout is applied.
+func testCreateFailsOnceThenRetried(t *testing.T, api *apiServer) {
 	n := newNode(t, api)
 	n.partition(0, "3g.40gb", "3g.40gb")
 	n.armFault(sim.Fault{Name: "fifth", Kind: sim.FaultError, Call: sim.CallCreateGpuInstance, GPU: intp(0), Nth: 5, Return: "ERROR_UNKNOWN"})
-	r := n.start(withResync(100 * time.Millisecond))
+	n.start(withResync(time.Hour)) // no resync: the retry is the hold's
 	n.annotate(nodeinfo.AnnotationMigConfig, sevenOnGPU0)
 	n.waitEvent(corev1.EventTypeWarning, ReasonFailed, "GPU 0", "create 1g.10gb", "ERROR_UNKNOWN", "rolled back")
-	// 4 creates, the failing 5th, 2 to roll back (the 3g.40gbs).
-	calls := n.fault("fifth").Calls
-	if calls != 5 {
-		t.Errorf("%d creates counted when the fault fired, want 5", calls)
+	if f := n.fault("fifth"); f.Fired != 1 || f.Calls != 5 {
+		t.Errorf("fault %+v, want fired once, at the 5th create", f)
 	}
-	held := r.counter("migflex_agent_reconciles_total", "result", resultHeld)
-	waitCounter(t, r, "migflex_agent_reconciles_total", "result", resultHeld, held+3)
-	if f := n.fault("fifth"); f.Calls != calls {
-		t.Errorf("creates after the failure: %d, want none (the GPU is held)", f.Calls-calls)
-	}
-	if st := n.get().Labels[nodeinfo.LabelMigConfigState]; st != nodeinfo.StateFailed {
-		t.Errorf("state %q while held, want failed", st)
-	}
-	waitLayout(t, n, []string{"GPU 0 mig=true 3g.40gb@0 3g.40gb@4", "GPU 1 mig=false"})
-
-	r.stop()
-	n.start(withResync(100 * time.Millisecond))
 	n.waitState(nodeinfo.StateSuccess)
 	waitLayout(t, n, []string{"GPU 0 mig=true 1g.10gb@0 1g.10gb@1 1g.10gb@2 1g.10gb@3 1g.10gb@4 1g.10gb@5 1g.10gb@6", "GPU 1 mig=false"})
 	n.waitServed(map[string]int{resource1g: 7, resource3g: 0, string(resourcename.GPU): 1})
 	if hm := n.halfMade(); len(hm) > 0 {
 		t.Errorf("GPU instances left without a compute instance: %v", hm)
 	}
+	n.waitEvent(corev1.EventTypeNormal, ReasonApplied, "GPU 0", "create 1g.10gb")
 }
+
+// testFailingGPUBacksOff: a driver error on every create. The GPU is
+// tried again and again, each retry after a longer wait (reconciles in
+// between find it held), and since each fails the same way and the
+// rollback leaves the GPU as it was, the Node is not written and no Event
+// is recorded after the first failure.
+func testFailingGPUBacksOff(t *testing.T, api *apiServer) {
+	n := newNode(t, api)
+	n.armFault(sim.Fault{Name: "always", Kind: sim.FaultError, Call: sim.CallCreateGpuInstance, GPU: intp(1), Always: true, Return: "ERROR_UNKNOWN"})
+	counts := &requestCounter{counts: map[string]int{}}
+	r := n.start(withResync(time.Hour), withClient(counts.client(t, api)))
+	n.annotate(nodeinfo.AnnotationMigConfig, sevenOnGPU1)
+	n.waitEvent(corev1.EventTypeWarning, ReasonFailed, "GPU 1", "create 1g.10gb", "ERROR_UNKNOWN", "rolled back")
+	obj := n.waitState(nodeinfo.StateFailed)
+	reason := obj.Annotations[nodeinfo.AnnotationReason]
+
+	// The first report of the failure is in once the next reconcile is
+	// counted (reports follow their reconcile in one loop).
+	waitCounter(t, r, "migflex_agent_reconciles_total", "result", resultFailed, 2)
+	patches, events := counts.get("PATCH nodes"), counts.get("POST events")
+	calls := n.fault("always").Calls
+	// Retries: each one create, failing.
+	testutil.Eventually(t, "three more retries", func() bool { return n.fault("always").Calls >= calls+3 })
+	// Between them the GPU is held: a reconcile for another cause (a
+	// user's label) does not try it again.
+	held := r.counter("migflex_agent_reconciles_total", "result", resultHeld)
+	deadline := time.Now().Add(hangTimeout)
+	for i := 0; r.counter("migflex_agent_reconciles_total", "result", resultHeld) == held; i++ {
+		if time.Now().After(deadline) {
+			t.Fatal("no reconcile found the GPU held")
+		}
+		n.label("example.com/poke", fmt.Sprint(i))
+		time.Sleep(pollInterval) // polling a counter nothing signals
+	}
+	waitCounter(t, r, "migflex_agent_reconciles_total", "result", resultFailed, r.counter("migflex_agent_reconciles_total", "result", resultFailed)+1)
+	if got := counts.get("PATCH nodes") - patches; got != 0 {
+		t.Errorf("%d Node writes while the same failure recurs, want 0", got)
+	}
+	if got := counts.get("POST events") - events; got != 0 {
+		t.Errorf("%d Events while the same failure recurs, want 0: %s", got, describeEvents(n.events()))
+	}
+	if got := n.get().Annotations[nodeinfo.AnnotationReason]; got != reason {
+		t.Errorf("reason changed to %q, was %q", got, reason)
+	}
+	waitLayout(t, n, []string{"GPU 0 mig=false", "GPU 1 mig=false"})
+
+	// The driver recovers: the next retry applies the layout.
+	if _, err := n.lib.ClearFaults("always"); err != nil {
+		t.Fatal(err)
+	}
+	n.waitState(nodeinfo.StateSuccess)
+	waitLayout(t, n, []string{"GPU 0 mig=false", "GPU 1 mig=true 1g.10gb@0 1g.10gb@1 1g.10gb@2 1g.10gb@3 1g.10gb@4 1g.10gb@5 1g.10gb@6"})
+}
+
+const sevenOnGPU1 = "version: v1\nmig-configs:\n  selected:\n  - devices: [1]\n    mig-enabled: true\n    mig-devices: {\"1g.10gb\": 7}\n"
 
 // testCreateHangs: a create that does not return. Past
 // --nvml-call-timeout (the test says when it passes) the state is failed

@@ -56,8 +56,11 @@
 //
 // Failures never destroy the current layout: a document that does not parse
 // or fit changes nothing, and a failed step rolls its GPU back. A GPU on
-// which a document failed is not tried again until the document or the
-// GPU's layout changes, or the agent restarts.
+// which a document failed is held: tried again after Options.RetryInterval,
+// the wait doubling at each failure in a row up to five minutes (a driver
+// error may not recur), at once when the document or the GPU's layout
+// changes, with the busy check before every try. A retry is not announced,
+// so a failure that recurs the same way writes nothing to the Node.
 //
 // # Reporting
 //

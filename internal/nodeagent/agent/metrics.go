@@ -19,8 +19,9 @@ const (
 	resultInvalid = "invalid"
 	// resultNone: the Node asks for no layout.
 	resultNone = "none"
-	// resultHeld: a source whose apply failed on this very layout is not
-	// applied again (see Agent.held and liftBusyHolds).
+	// resultHeld: every GPU to change waits: its apply of this source
+	// failed on this very layout and its retry is not due (see Agent.held
+	// and retryBackoff), or a call on it has not returned (callGuard).
 	resultHeld = "held"
 )
 

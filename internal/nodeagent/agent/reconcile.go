@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -49,7 +50,7 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, prev status) o
 	}
 	// Serve what exists first: whatever happens below, the kubelet sees
 	// the devices NVML has.
-	in := planInput{gpus: gpus, serveErr: a.serve(ctx, gpus), servable: a.opts.Server.Servable, holds: a.held, stuck: a.guard.outstanding()}
+	in := planInput{gpus: gpus, serveErr: a.serve(ctx, gpus), servable: a.opts.Server.Servable, holds: a.held, stuck: a.guard.outstanding(), now: time.Now()}
 	in.src = nodeinfo.Deciding(node.Labels, node.Annotations)
 	if in.src.Kind != nodeinfo.SourceNone {
 		in.doc, in.docErr = a.document(in.src)
@@ -99,7 +100,7 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, prev status) o
 	// its pods is not changing, and announcing it at every retry only to
 	// report the wait again would write the Node twice a reconcile for as
 	// long as the pods run.
-	a.announce(ctx, node, src, b.free)
+	a.announce(ctx, node, src, withoutGPUs(b.free, d.retrying))
 	failed := len(reasons) > 0
 	if len(b.evict) > 0 {
 		note, err := a.evict(ctx, b.evict)
@@ -207,6 +208,43 @@ type hold struct {
 	// inUse: NVML refused because something uses the GPU, which may end
 	// without any sign the agent could see.
 	inUse bool
+	// srcID is the document's identity; attempts how many applies of it
+	// failed in a row, and retryAt when the next one is due.
+	srcID    string
+	attempts int
+	retryAt  time.Time
+}
+
+// maxRetryBackoff caps the wait between two applies of a document to a
+// GPU on which it keeps failing.
+const maxRetryBackoff = 5 * time.Minute
+
+// retryBackoff is the wait after the attempts-th failure in a row: base,
+// doubled at each failure after the first, at most maxRetryBackoff.
+func retryBackoff(base time.Duration, attempts int) time.Duration {
+	d := base
+	for i := 1; i < attempts && d < maxRetryBackoff; i++ {
+		d *= 2
+	}
+	return min(d, maxRetryBackoff)
+}
+
+// nextRetry is when the loop should reconcile again: after RetryInterval
+// when soon, and when the first hold is due. Holds already due are
+// waiting on something else (their GPU is busy, or a call on it has not
+// returned), which wakes the loop on its own.
+func (a *Agent) nextRetry(soon bool, now time.Time) (time.Duration, bool) {
+	var next time.Duration
+	ok := false
+	if soon {
+		next, ok = a.opts.RetryInterval, true
+	}
+	for _, h := range a.held {
+		if d := h.retryAt.Sub(now); d > 0 && (!ok || d < next) {
+			next, ok = d, true
+		}
+	}
+	return next, ok
 }
 
 // liftBusyHolds forgets the holds of GPUs that failed because they were in
@@ -269,8 +307,18 @@ func (a *Agent) applyFree(ctx context.Context, src nodeinfo.Source, srcID string
 		errs = append(errs, err.Error())
 	}
 	if ctx.Err() == nil {
+		now := time.Now()
+		for _, r := range res.GPUs {
+			if r.Err == nil {
+				delete(a.held, r.GPU) // a success ends the backoff
+			}
+		}
 		for gpu, h := range failedGPUs {
-			h.key = holdKey(srcID, gpus, gpu)
+			h.key, h.srcID, h.attempts = holdKey(srcID, gpus, gpu), srcID, 1
+			if prev, ok := a.held[gpu]; ok && prev.srcID == srcID {
+				h.attempts = prev.attempts + 1
+			}
+			h.retryAt = now.Add(retryBackoff(a.opts.RetryInterval, h.attempts))
 			a.held[gpu] = h
 		}
 	}
