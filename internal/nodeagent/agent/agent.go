@@ -431,7 +431,8 @@ func (a *Agent) loop(ctx context.Context, srvErr <-chan error) error {
 		case <-resync.C:
 			a.liftBusyHolds()
 		}
-		if d, ok := a.nextRetry(a.step(ctx), time.Now()); ok {
+		began := time.Now()
+		if d, ok := a.nextRetry(a.step(ctx), began, time.Now()); ok {
 			retry.Reset(d)
 		} else {
 			retry.Stop()

@@ -62,13 +62,13 @@ func (n *node) halfMade() []string {
 // fails). The half-made instance is destroyed, the three made before it
 // too, the old layout comes back and is served, and the state is failed
 // with a reason that names the step, the driver's error and the rollback.
-// Once the driver answers again (the fault fired once), the next resync
-// applies the layout.
+// (Once the driver answers again, the retry applies the layout: see
+// testCreateFailsOnceThenRetried; here it is an hour away.)
 func testCreateFailsHalfway(t *testing.T, api *apiServer) {
 	n := newNode(t, api)
 	n.partition(0, "3g.40gb", "3g.40gb")
 	n.armFault(sim.Fault{Name: "fourth", Kind: sim.FaultError, Call: sim.CallCreateComputeInstance, GPU: intp(0), Nth: 4, Return: "ERROR_INSUFFICIENT_RESOURCES"})
-	n.start(withResync(time.Hour)) // no resync until the test asks for one
+	n.start(withResync(time.Hour), withRetry(time.Hour)) // no resync, no retry
 	n.annotate(nodeinfo.AnnotationMigConfig, sevenOnGPU0)
 
 	obj := n.waitState(nodeinfo.StateFailed)

@@ -244,6 +244,10 @@ func withResync(d time.Duration) agentOption {
 	return func(o *Options, _ *deviceplugin.Options) { o.ResyncInterval = d }
 }
 
+func withRetry(d time.Duration) agentOption {
+	return func(o *Options, _ *deviceplugin.Options) { o.RetryInterval = d }
+}
+
 func withClient(c kubernetes.Interface) agentOption {
 	return func(o *Options, _ *deviceplugin.Options) { o.Client = c }
 }

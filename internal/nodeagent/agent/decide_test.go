@@ -325,11 +325,13 @@ func TestRetryBackoff(t *testing.T) {
 func TestNextRetry(t *testing.T) {
 	now := time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC)
 	tests := []struct {
-		name   string
-		soon   bool
-		held   map[int]hold
-		want   time.Duration
-		wantOK bool
+		name string
+		soon bool
+		held map[int]hold
+		// now is when the reconcile ends; it began at began.
+		began, now time.Time
+		want       time.Duration
+		wantOK     bool
 	}{
 		{name: "nothing to wait for"},
 		{name: "a retry soon", soon: true, want: 10 * time.Second, wantOK: true},
@@ -337,12 +339,18 @@ func TestNextRetry(t *testing.T) {
 		{name: "a hold due before the retry", soon: true, held: map[int]hold{0: {retryAt: now.Add(time.Second)}}, want: time.Second, wantOK: true},
 		// Its GPU is busy or has a call outstanding: that wakes the loop,
 		// not a timer that would fire at once, forever.
-		{name: "a hold already due", held: map[int]hold{0: {retryAt: now}}},
+		{name: "a hold already due when the reconcile began", held: map[int]hold{0: {retryAt: now}}},
+		// The reconcile that set it took longer than its backoff.
+		{name: "a hold that fell due during the reconcile: at once", held: map[int]hold{0: {retryAt: now.Add(50 * time.Millisecond)}}, began: now, now: now.Add(time.Second), wantOK: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			a := &Agent{opts: Options{RetryInterval: 10 * time.Second}, held: tc.held}
-			got, ok := a.nextRetry(tc.soon, now)
+			began, end := tc.began, tc.now
+			if began.IsZero() {
+				began, end = now, now
+			}
+			got, ok := a.nextRetry(tc.soon, began, end)
 			if got != tc.want || ok != tc.wantOK {
 				t.Errorf("nextRetry = %v, %v; want %v, %v", got, ok, tc.want, tc.wantOK)
 			}

@@ -229,18 +229,24 @@ func retryBackoff(base time.Duration, attempts int) time.Duration {
 	return min(d, maxRetryBackoff)
 }
 
-// nextRetry is when the loop should reconcile again: after RetryInterval
-// when soon, and when the first hold is due. Holds already due are
-// waiting on something else (their GPU is busy, or a call on it has not
-// returned), which wakes the loop on its own.
-func (a *Agent) nextRetry(soon bool, now time.Time) (time.Duration, bool) {
+// nextRetry is when the loop should reconcile again, now, after a
+// reconcile that began at began: after RetryInterval when soon, and when
+// the first hold is due, at once for one that fell due during the
+// reconcile. A hold already due when it began was tried then or waits on
+// something else (its GPU is busy, or a call on it has not returned),
+// which wakes the loop on its own; a timer for it would fire at once,
+// again and again.
+func (a *Agent) nextRetry(soon bool, began, now time.Time) (time.Duration, bool) {
 	var next time.Duration
 	ok := false
 	if soon {
 		next, ok = a.opts.RetryInterval, true
 	}
 	for _, h := range a.held {
-		if d := h.retryAt.Sub(now); d > 0 && (!ok || d < next) {
+		if !h.retryAt.After(began) {
+			continue
+		}
+		if d := max(h.retryAt.Sub(now), 0); !ok || d < next {
 			next, ok = d, true
 		}
 	}
