@@ -112,6 +112,36 @@ func testCreateFailsOnceThenRetried(t *testing.T, api *apiServer) {
 	n.waitEvent(corev1.EventTypeNormal, ReasonApplied, "GPU 0", "create 1g.10gb")
 }
 
+// testRetryWaitsForPods: the retry after a failure goes through the busy
+// check like any change: a pod that took the GPU meanwhile makes it wait,
+// and the GPU is changed once the pod is gone.
+func testRetryWaitsForPods(t *testing.T, api *apiServer) {
+	n := newNode(t, api)
+	// The first create on GPU 1 fails; its rollback (MIG off again) hangs
+	// until the test has a pod take the GPU.
+	n.armFault(sim.Fault{Name: "once", Kind: sim.FaultError, Call: sim.CallCreateGpuInstance, GPU: intp(1), Return: "ERROR_UNKNOWN"})
+	n.armFault(sim.Fault{Name: "rollback", Kind: sim.FaultHang, Call: sim.CallSetMigMode, GPU: intp(1), Nth: 2, Duration: sim.Duration(sim.MaxHang)})
+	r := n.start(withResync(time.Hour))
+	n.annotate(nodeinfo.AnnotationMigConfig, sevenOnGPU1)
+	n.waitHanging("rollback")
+	gpu1 := n.discover()[1].UUID
+	n.podres.Set(podresourcestest.Device{Namespace: "ml", Pod: "whole", Container: "main", Resource: string(resourcename.GPU), IDs: []string{gpu1}})
+	if _, err := n.lib.ClearFaults("rollback"); err != nil {
+		t.Fatal(err)
+	}
+	n.waitEvent(corev1.EventTypeWarning, ReasonFailed, "GPU 1", "ERROR_UNKNOWN", "rolled back")
+	n.waitNode("the retry waiting for the pod", func(o *corev1.Node) bool {
+		return o.Labels[nodeinfo.LabelMigConfigState] == nodeinfo.StatePending && strings.Contains(o.Annotations[nodeinfo.AnnotationReason], "ml/whole")
+	})
+	pending := r.counter("migflex_agent_reconciles_total", "result", resultPending)
+	waitCounter(t, r, "migflex_agent_reconciles_total", "result", resultPending, pending+3)
+	waitLayout(t, n, []string{"GPU 0 mig=false", "GPU 1 mig=false"})
+
+	n.podres.Set()
+	n.waitState(nodeinfo.StateSuccess)
+	waitLayout(t, n, []string{"GPU 0 mig=false", "GPU 1 mig=true 1g.10gb@0 1g.10gb@1 1g.10gb@2 1g.10gb@3 1g.10gb@4 1g.10gb@5 1g.10gb@6"})
+}
+
 // testFailingGPUBacksOff: a driver error on every create. The GPU is
 // tried again and again, each retry after a longer wait (reconciles in
 // between find it held), and since each fails the same way and the

@@ -583,6 +583,7 @@ func TestAgent(t *testing.T) {
 		{"fault: create fails halfway", testCreateFailsHalfway},
 		{"fault: create fails once, then retried", testCreateFailsOnceThenRetried},
 		{"fault: a failing GPU backs off", testFailingGPUBacksOff},
+		{"fault: a retry waits for pods", testRetryWaitsForPods},
 		{"fault: create hangs", testCreateHangs},
 		{"fault: stop while a create hangs", testStopDuringHang},
 		{"fault: reboot recreates the layout", testRebootRecreatesLayout},
