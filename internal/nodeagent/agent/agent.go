@@ -127,11 +127,12 @@ type Options struct {
 	// Default DefaultInUseInterval; negative turns the polling off (the
 	// annotation is then current only after each reconcile).
 	InUseInterval time.Duration
-	// NVMLCallTimeout is how long a call that changes a GPU may take. A
-	// call that has not returned by then is left running (NVML calls
-	// cannot be cancelled), the state is failed with a reason naming it,
-	// and its GPU is not touched until it returns; the rest of the agent
-	// goes on. Default DefaultNVMLCallTimeout.
+	// NVMLCallTimeout is how long a call that changes a GPU, or a reading
+	// of the GPUs, may take. A call that has not returned by then is left
+	// running (NVML calls cannot be cancelled), the state is failed with a
+	// reason naming it, and its GPU is not touched (the GPUs are not read
+	// again) until it returns; the rest of the agent goes on. Default
+	// DefaultNVMLCallTimeout.
 	NVMLCallTimeout time.Duration
 	// Registry receives the agent's metrics and is what /metrics serves.
 	// Nil: a new registry with the Go and process collectors.
@@ -307,7 +308,7 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	// Serve what the GPUs have before anything else, so a restarted agent
 	// does not zero the node's resources while it catches up.
-	gpus, err := nvmlmig.Discover(a.opts.NVML)
+	gpus, err := a.guard.discover(a.opts.NVML)
 	if err != nil {
 		return fmt.Errorf("reading the GPUs: %w", err)
 	}

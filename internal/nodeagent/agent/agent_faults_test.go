@@ -266,6 +266,61 @@ func testCreateHangs(t *testing.T, api *apiServer) {
 	n.waitServed(map[string]int{resource1g: 7, resource3g: 0, string(resourcename.GPU): 1})
 }
 
+// testDiscoveryHangs: reading the GPUs hangs (a handle lookup in a
+// resync). Past --nvml-call-timeout the state is failed saying so, the
+// devices served before stay served, the in-use poll goes on, and the
+// reconciles meanwhile neither read the GPUs again nor write the Node;
+// once the reading returns, the state is success again.
+func testDiscoveryHangs(t *testing.T, api *apiServer) {
+	n := newNode(t, api, withAnnotation(nodeinfo.AnnotationMigConfig, mixedLayout))
+	counts := &requestCounter{counts: map[string]int{}}
+	deadlines := &manualDeadlines{}
+	r := n.start(withResync(100*time.Millisecond), withCallDeadlines(deadlines), withInUseInterval(20*time.Millisecond), withClient(counts.client(t, api)))
+	n.waitState(nodeinfo.StateSuccess)
+	served := map[string]int{resource2g: 2, resource3g: 1, resource7g: 1}
+	n.waitServed(served)
+
+	n.armFault(sim.Fault{Name: "stuck", Kind: sim.FaultHang, Call: sim.CallGetHandle, GPU: intp(1), Duration: sim.Duration(sim.MaxHang)})
+	n.waitHanging("stuck")
+	// The loop waits in the reading, the only NVML call under way.
+	obj := n.waitNode("state failed", func(o *corev1.Node) bool {
+		deadlines.pass()
+		return o.Labels[nodeinfo.LabelMigConfigState] == nodeinfo.StateFailed
+	})
+	if reason := obj.Annotations[nodeinfo.AnnotationReason]; !strings.Contains(reason, "NVML has not returned from reading the GPUs for 2m0s") {
+		t.Errorf("reason %q does not say the reading hangs", reason)
+	}
+	if got := r.counter("migflex_agent_nvml_call_timeouts_total", "call", callDiscover); got != 1 {
+		t.Errorf("migflex_agent_nvml_call_timeouts_total{call=discover} = %v, want 1", got)
+	}
+	n.waitServed(served)
+	victim := n.discover()[0].Instances[0].UUID
+	n.podres.Set(podresourcestest.Device{Namespace: "ml", Pod: "small", Container: "main", Resource: resource2g, IDs: []string{victim}})
+	n.waitNode("the pod in the layout", func(o *corev1.Node) bool {
+		l, err := nodeinfo.ParseLayout(o.Annotations[nodeinfo.AnnotationLayout])
+		return err == nil && len(l) == 2 && len(l[0].Instances) == 3 && slices.Equal(l[0].Instances[0].UsedBy, []string{"ml/small"})
+	})
+
+	failed := r.counter("migflex_agent_reconciles_total", "result", resultFailed)
+	patches, events := counts.get("PATCH nodes"), counts.get("POST events")
+	waitCounter(t, r, "migflex_agent_reconciles_total", "result", resultFailed, failed+5)
+	if f := n.fault("stuck"); f.Calls != 1 || f.Hanging != 1 {
+		t.Errorf("the GPUs were read again while a reading hangs: %+v", f)
+	}
+	if got := counts.get("PATCH nodes") - patches; got != 0 {
+		t.Errorf("%d Node writes while the reading hangs, want 0", got)
+	}
+	if got := counts.get("POST events") - events; got != 0 {
+		t.Errorf("%d Events while the reading hangs, want 0", got)
+	}
+
+	if _, err := n.lib.ClearFaults("stuck"); err != nil {
+		t.Fatal(err)
+	}
+	n.waitState(nodeinfo.StateSuccess)
+	n.waitServed(served)
+}
+
 // testStopDuringHang: an agent stopped while a create hangs stops without
 // waiting for the create (or for its deadline, which never passes here).
 func testStopDuringHang(t *testing.T, api *apiServer) {

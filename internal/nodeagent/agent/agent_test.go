@@ -586,6 +586,7 @@ func TestAgent(t *testing.T) {
 		{"fault: a retry waits for pods", testRetryWaitsForPods},
 		{"fault: create hangs", testCreateHangs},
 		{"fault: stop while a create hangs", testStopDuringHang},
+		{"fault: reading the GPUs hangs", testDiscoveryHangs},
 		{"fault: reboot recreates the layout", testRebootRecreatesLayout},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, api) })

@@ -99,7 +99,7 @@ func newMetrics(reg prometheus.Registerer, srv Server, node string) (*metrics, e
 		}, []string{"result"}),
 		callTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "migflex", Subsystem: "agent", Name: "nvml_call_timeouts_total",
-			Help: "Calls changing a GPU that had not returned within --nvml-call-timeout, by NVML call (SetMigMode, CreateGpuInstance/CreateComputeInstance, DestroyComputeInstance/DestroyGpuInstance, GPU reset); the GPU is left alone until the call returns.",
+			Help: "Calls changing a GPU that had not returned within --nvml-call-timeout, by NVML call (SetMigMode, CreateGpuInstance/CreateComputeInstance, DestroyComputeInstance/DestroyGpuInstance, GPU reset), or discover for a reading of the GPUs; the GPU is left alone (the GPUs are not read again) until the call returns.",
 		}, []string{"call"}),
 	}
 	m.setState("")

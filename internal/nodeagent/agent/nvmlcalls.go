@@ -5,15 +5,18 @@ import (
 	"sync"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"k8s.io/klog/v2"
 
 	"github.com/migflex/migflex/internal/domain/mig"
+	"github.com/migflex/migflex/internal/nvml/nvmlmig"
 )
 
 // callGuard is the partitioner the agent calls: it runs each call that
-// changes a GPU in a goroutine of its own and waits for it at most timeout.
-// A hung driver call would otherwise hold the agent's loop: no reconcile,
-// no health or in-use report, and a stop that waits for the driver.
+// changes a GPU, and each reading of the GPUs (discover), in a goroutine of
+// its own and waits for it at most timeout. A hung driver call would
+// otherwise hold the agent's loop: no reconcile, no health or in-use
+// report, and a stop that waits for the driver.
 //
 // NVML calls cannot be cancelled, so a call that does not return in time
 // is left running, and until it returns the guard refuses every other call
@@ -44,7 +47,8 @@ type callGuard struct {
 	returned chan struct{}
 }
 
-// pendingCall is a call under way on one GPU.
+// pendingCall is a call under way on one GPU, or a reading of them all
+// (gpu allGPUs).
 type pendingCall struct {
 	gpu int
 	// call names the NVML calls ("CreateGpuInstance/CreateComputeInstance"),
@@ -63,9 +67,15 @@ type noReturnError struct {
 }
 
 func (e *noReturnError) Error() string {
+	if e.call.gpu == allGPUs {
+		return fmt.Sprintf("NVML has not returned from reading the GPUs for %v (--nvml-call-timeout); they are not read again until it does", e.after)
+	}
 	return fmt.Sprintf("GPU %d: NVML %s (%s) has not returned for %v (--nvml-call-timeout); the GPU is not touched until it does",
 		e.call.gpu, e.call.call, e.call.op, e.after)
 }
+
+// allGPUs is the key of the reading of the GPUs among the pending calls.
+const allGPUs = -1
 
 func (e *noReturnError) Unwrap() error { return mig.ErrNoReturn }
 
@@ -100,7 +110,7 @@ func (g *callGuard) outstanding() map[int]string {
 	defer g.mu.Unlock()
 	out := map[int]string{}
 	for gpu, p := range g.pending {
-		if p.abandoned {
+		if p.abandoned && gpu != allGPUs {
 			out[gpu] = (&noReturnError{call: p, after: g.timeout}).Error()
 		}
 	}
@@ -162,13 +172,31 @@ func (g *callGuard) do(gpu int, call, op string, f func() error) error {
 	return &noReturnError{call: p, after: g.timeout}
 }
 
-// The NVML calls each partitioner step makes that may block in the driver.
+// The NVML calls each partitioner step makes that may block in the driver,
+// and those reading the GPUs.
 const (
 	callSetMigMode = "SetMigMode"
 	callCreate     = "CreateGpuInstance/CreateComputeInstance"
 	callDestroy    = "DestroyComputeInstance/DestroyGpuInstance"
 	callReset      = "GPU reset"
+	callDiscover   = "discover"
 )
+
+// discover reads the GPUs through lib (nvmlmig.Discover). While a reading
+// has not returned, the next ones fail at once: its result would be stale
+// anyway, and no second goroutine waits in the driver.
+func (g *callGuard) discover(lib nvml.Interface) ([]mig.GPU, error) {
+	var gpus []mig.GPU
+	err := g.do(allGPUs, callDiscover, "reading the GPUs", func() error {
+		var err error
+		gpus, err = nvmlmig.Discover(lib)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return gpus, nil
+}
 
 func (g *callGuard) SetMigMode(gpu int, enabled bool) error {
 	return g.do(gpu, callSetMigMode, fmt.Sprintf("MIG %s", onOff(enabled)), func() error { return g.part.SetMigMode(gpu, enabled) })

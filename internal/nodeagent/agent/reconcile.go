@@ -18,7 +18,6 @@ import (
 	"github.com/migflex/migflex/internal/domain/mig"
 	"github.com/migflex/migflex/internal/domain/migconfig"
 	"github.com/migflex/migflex/internal/domain/nodeinfo"
-	"github.com/migflex/migflex/internal/nvml/nvmlmig"
 )
 
 // outcome is what one reconcile found and did.
@@ -42,7 +41,7 @@ type outcome struct {
 // earlier run did, so an agent killed half way converges when it starts
 // again, and an agent restarted with the same layout changes nothing.
 func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, prev status) outcome {
-	gpus, err := nvmlmig.Discover(a.opts.NVML)
+	gpus, err := a.guard.discover(a.opts.NVML)
 	if err != nil {
 		a.countError(stageDiscover)
 		msg := fmt.Sprintf("reading the GPUs through NVML: %v; the devices served before are still served", err)
@@ -304,7 +303,7 @@ func (a *Agent) applyFree(ctx context.Context, src nodeinfo.Source, srcID string
 			failedGPUs[r.GPU] = hold{reason: r.Err.Error(), inUse: r.Busy || errors.Is(r.Err, mig.ErrInUse)}
 		}
 	}
-	gpus, err := nvmlmig.Discover(a.opts.NVML)
+	gpus, err := a.guard.discover(a.opts.NVML)
 	if err != nil {
 		a.metrics.errors.WithLabelValues(stageDiscover).Inc()
 		errs = append(errs, fmt.Sprintf("reading the GPUs after the change: %v", err))
@@ -358,7 +357,7 @@ func (a *Agent) resetAndApply(ctx context.Context, desired []migconfig.Desired, 
 		return r
 	}
 	a.log.Info("Reset the GPU so its MIG mode change takes effect", "gpu", r.GPU)
-	gpus, err := nvmlmig.Discover(a.opts.NVML)
+	gpus, err := a.guard.discover(a.opts.NVML)
 	if err != nil {
 		r.Err = fmt.Errorf("GPU %d: reading it after the reset: %w", r.GPU, err)
 		return r
