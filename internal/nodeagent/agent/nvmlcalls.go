@@ -59,8 +59,11 @@ type pendingCall struct {
 	since     time.Time
 }
 
-// noReturnError is a call on a GPU that has not returned within the
-// deadline.
+// allGPUs is the key of the reading of the GPUs among the pending calls.
+const allGPUs = -1
+
+// noReturnError is a call on a GPU, or a reading of the GPUs, that has not
+// returned within the deadline.
 type noReturnError struct {
 	call  *pendingCall
 	after time.Duration
@@ -73,9 +76,6 @@ func (e *noReturnError) Error() string {
 	return fmt.Sprintf("GPU %d: NVML %s (%s) has not returned for %v (--nvml-call-timeout); the GPU is not touched until it does",
 		e.call.gpu, e.call.call, e.call.op, e.after)
 }
-
-// allGPUs is the key of the reading of the GPUs among the pending calls.
-const allGPUs = -1
 
 func (e *noReturnError) Unwrap() error { return mig.ErrNoReturn }
 
