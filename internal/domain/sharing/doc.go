@@ -1,8 +1,16 @@
 // Package sharing reads the sharing section of the NVIDIA device plugin's
 // config file (time-slicing and MPS) and works out what a node serves under
-// it. It is pure: Parse reads a document, Expand turns the devices a node
-// serves into replicas, and SelectName picks a named config for a node as
-// NVIDIA's config manager does. Nothing here serves, labels or reads files.
+// it. Parse reads a document, Expand turns the devices a node serves into
+// replicas, SelectName picks a named config for a node as NVIDIA's config
+// manager does (the nvidia.com/device-plugin.config label, else a default,
+// else fallbacks), and Load does the same over a mounted ConfigMap given as
+// an fs.FS. Nothing here serves, labels or watches.
+//
+// The caller that wires this in must keep serving what it served when
+// Load, Parse or Expand fails (an invalid file, a label naming no config, a
+// devices list the node cannot satisfy), report the error, and try again
+// when the file or label changes: a bad edit must not take devices away
+// from a node.
 //
 // # Accepted document
 //
