@@ -1,6 +1,7 @@
 package sharing_test
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -246,4 +247,37 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Parse = %v, %v: want exactly one", cfg, err)
 		}
 	})
+}
+
+// The example in docs/INSTALL.md's Sharing section is a valid file, and
+// its error example is the error Parse writes.
+func TestInstallDocExample(t *testing.T) {
+	doc, err := os.ReadFile("../../../docs/INSTALL.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "\n## Sharing\n")
+	if !ok {
+		t.Fatal("docs/INSTALL.md has no Sharing section")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	_, block, ok := strings.Cut(section, "```yaml\n")
+	if !ok {
+		t.Fatal("the Sharing section has no yaml example")
+	}
+	block, _, _ = strings.Cut(block, "```")
+	cfg, err := sharing.Parse([]byte(block))
+	if err != nil {
+		t.Fatalf("the Sharing section's example: %v", err)
+	}
+	want := &sharing.Config{Strategy: sharing.StrategyTimeSlicing, Resources: []sharing.Resource{
+		{Name: "nvidia.com/mig-1g.10gb", Rename: "nvidia.com/small", Devices: sharing.Devices{All: true}, Replicas: 2},
+	}}
+	if diff := cmp.Diff(want, cfg); diff != "" {
+		t.Errorf("the Sharing section's example (-want,+got):\n%s", diff)
+	}
+	_, err = sharing.Parse([]byte("sharing: {timeSlicing: {resources: [{name: gpu, replicas: 1}]}}"))
+	if msg := "`" + strings.TrimPrefix(err.Error(), "sharing config: ") + "`"; !strings.Contains(strings.Join(strings.Fields(section), " "), msg) {
+		t.Errorf("the Sharing section does not quote Parse's error %s", msg)
+	}
 }
