@@ -89,13 +89,17 @@ func (s *Served) DeviceOf(id string) (string, bool) {
 	return d, ok
 }
 
-// Busy returns the devices underneath served IDs in use: a device is busy
-// when any one of its replicas is. IDs the node does not serve are
-// returned as they are, so an unknown device is never taken for idle.
+// Busy returns the devices underneath IDs in use: a device is busy when
+// any one of its replicas is. A replica ID this expansion does not serve
+// (a pod still holds it from before the config changed: fewer replicas,
+// or no sharing) still marks its device busy, and any other unknown ID is
+// returned as it is, so a device in use is never taken for idle.
 func (s *Served) Busy(inUse []string) map[string]bool {
 	out := make(map[string]bool, len(inUse))
 	for _, id := range inUse {
 		if d, ok := s.deviceOf[id]; ok {
+			out[d] = true
+		} else if d, _, ok := SplitReplicaID(id); ok {
 			out[d] = true
 		} else {
 			out[id] = true

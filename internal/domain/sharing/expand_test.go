@@ -207,15 +207,22 @@ func TestExpandFails(t *testing.T) {
 	}
 }
 
-// An instance is busy when any one of its replicas is in use; an ID the
-// node does not serve counts as busy, never as idle.
+// An instance is busy when any one of its replicas is in use, including
+// replicas a pod holds from before the config changed; an ID the node
+// does not serve counts as busy, never as idle.
 func TestBusy(t *testing.T) {
 	s, err := sharing.Expand(node(), parse(t, "sharing: {timeSlicing: {resources: [{name: mig-1g.10gb, replicas: 4}]}}"), sharing.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := s.Busy([]string{migB + "::3", migC, "MIG-unknown::0"})
-	want := map[string]bool{migB: true, migC: true, "MIG-unknown::0": true}
+	got := s.Busy([]string{
+		migB + "::3",
+		migC,
+		migA + "::9",  // replicas were more than 4 when the pod got it
+		gpu0 + "::0",  // the GPU was shared then, and is not now
+		"MIG-unknown", // not served now, nor a replica
+	})
+	want := map[string]bool{migA: true, migB: true, migC: true, gpu0: true, "MIG-unknown": true}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Busy (-want,+got):\n%s", diff)
 	}
