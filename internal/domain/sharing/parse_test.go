@@ -1,6 +1,7 @@
 package sharing_test
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -217,6 +218,7 @@ func TestParseInvalid(t *testing.T) {
 		"invalid YAML":          {"sharing: [\n", []string{"invalid YAML"}},
 		"every problem at once": {ts + "    - {name: gpu, replicas: 1}\n    - {name: cpu, replicas: 2}\n", []string{"resources[0].replicas: 1", `resources[1].name: "nvidia.com/cpu"`}},
 		"too big":               {"# " + strings.Repeat("x", sharing.MaxBytes), []string{"more than the 1048576 allowed"}},
+		"alias bomb":            {aliasBomb(), []string{"invalid YAML", "excessive aliasing"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -280,4 +282,14 @@ func TestInstallDocExample(t *testing.T) {
 	if msg := "`" + strings.TrimPrefix(err.Error(), "sharing config: ") + "`"; !strings.Contains(strings.Join(strings.Fields(section), " "), msg) {
 		t.Errorf("the Sharing section does not quote Parse's error %s", msg)
 	}
+}
+
+// aliasBomb is a small document whose aliases expand to 10^10 values.
+func aliasBomb() string {
+	var b strings.Builder
+	b.WriteString("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n")
+	for i := 1; i < 10; i++ {
+		fmt.Fprintf(&b, "a%d: &a%d [%s]\n", i, i, strings.TrimSuffix(strings.Repeat(fmt.Sprintf("*a%d, ", i-1), 10), ", "))
+	}
+	return b.String()
 }
