@@ -4,13 +4,16 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/migflex/migflex/test/e2e/framework"
 )
@@ -349,5 +352,210 @@ func testControlPlaneDownMidApply(t *testing.T, component string) {
 	n.release(t, "hold")
 	time.Sleep(outage - time.Since(down))
 	start()
+	inv.Check(t, want.sorted())
+}
+
+// waitForPodEvent waits for an Event about the pod with reason, and
+// returns its message.
+func waitForPodEvent(t *testing.T, ns, name, reason string) string {
+	t.Helper()
+	var msg string
+	err := framework.WaitFor(t.Context(), fmt.Sprintf("a %s Event on pod %s/%s", reason, ns, name), timeout, func(ctx context.Context) (bool, error) {
+		list, err := cluster.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.kind=Pod,involvedObject.name=" + name + ",reason=" + reason,
+		})
+		if err != nil || len(list.Items) == 0 {
+			return false, err
+		}
+		msg = list.Items[0].Message
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msg
+}
+
+// readOnlyDir makes dir immutable (chattr +i: no file is created, renamed
+// or removed in it, by root either, as on a read-only or full file system)
+// until the returned func, or the test's end, makes it writable again.
+func readOnlyDir(t *testing.T, dir string) func() {
+	t.Helper()
+	chattr := func(flag string) error {
+		out, err := exec.Command("chattr", flag, dir).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("chattr %s %s: %w: %s", flag, dir, err, out)
+		}
+		return nil
+	}
+	if err := chattr("+i"); err != nil {
+		t.Fatal(err)
+	}
+	done := false
+	writable := func() {
+		if done {
+			return
+		}
+		done = true
+		if err := chattr("-i"); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(writable)
+	return writable
+}
+
+// draLayout is the DRA node's layout for the DRA fault tests.
+var draLayout = gpuLayouts{0: {"1g.10gb", "1g.10gb", "2g.20gb"}, 1: {"3g.40gb", "3g.40gb"}}
+
+// TestFaultDRACheckpointReadOnly (fault 9): the DRA plugin's checkpoint
+// directory on node mf-dra cannot be written (immutable) when the kubelet
+// prepares a new pod's claim, while another pod runs on a device of the
+// node. Prepare is refused (the kubelet's FailedPrepareDynamicResources
+// Event) and leaves nothing behind; once the directory is writable the
+// kubelet's retry prepares it and the pod runs, and every invariant holds:
+// the checkpoint lists only claims the API server has, each with its CDI
+// spec.
+func TestFaultDRACheckpointReadOnly(t *testing.T) {
+	faultTest(t)
+	n := draNode(t)
+	n.applyLayouts(t, draLayout)
+	ns := cluster.Namespace(t)
+	cluster.CreatePod(t, n.gpuPod(ns, "holder", "nvidia.com/mig-3g.40gb", 1, "sleep", "3600"))
+	if _, err := cluster.WaitForPodPhase(t.Context(), ns, "holder", corev1.PodRunning); err != nil {
+		t.Fatal(err)
+	}
+	inv := n.Invariants(t)
+	if len(inv.Held()) != 1 {
+		t.Fatalf("the agent of %s reports the holders %v, want pod %s/holder", n.NodeName, inv.Held(), ns)
+	}
+	writable := readOnlyDir(t, n.Local().DRAPluginDir())
+	cluster.CreatePod(t, n.gpuPod(ns, "blocked", "nvidia.com/mig-1g.10gb", 1, "sleep", "3600"))
+	msg := waitForPodEvent(t, ns, "blocked", "FailedPrepareDynamicResources")
+	t.Logf("Prepare refused while %s is read-only: %s", n.Local().DRAPluginDir(), msg)
+	writable()
+	if _, err := cluster.WaitForPodPhase(t.Context(), ns, "blocked", corev1.PodRunning); err != nil {
+		t.Fatal(err)
+	}
+	inv.Check(t, draLayout.sorted())
+}
+
+// TestFaultKubeletRestartDuringDRAPrepare (fault 1): node mf-dra's kubelet
+// restarts while it is preparing a new pod's claim: Prepare is held
+// failing (the plugin's checkpoint directory immutable, as in
+// TestFaultDRACheckpointReadOnly) until the kubelet has been restarted,
+// then let through. The new kubelet prepares the claim once, the pod runs,
+// the pod that held a device before is untouched, and the checkpoint and
+// CDI specs have exactly the claims of the API server.
+func TestFaultKubeletRestartDuringDRAPrepare(t *testing.T) {
+	faultTest(t)
+	n := draNode(t)
+	n.applyLayouts(t, draLayout)
+	ns := cluster.Namespace(t)
+	cluster.CreatePod(t, n.gpuPod(ns, "holder", "nvidia.com/mig-3g.40gb", 1, "sleep", "3600"))
+	if _, err := cluster.WaitForPodPhase(t.Context(), ns, "holder", corev1.PodRunning); err != nil {
+		t.Fatal(err)
+	}
+	inv := n.Invariants(t)
+	writable := readOnlyDir(t, n.Local().DRAPluginDir())
+	cluster.CreatePod(t, n.gpuPod(ns, "preparing", "nvidia.com/mig-1g.10gb", 1, "sleep", "3600"))
+	waitForPodEvent(t, ns, "preparing", "FailedPrepareDynamicResources")
+	out, err := n.RestartKubelet(t.Context())
+	t.Log(strings.TrimSpace(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writable()
+	if _, err := cluster.WaitForPodPhase(t.Context(), ns, "preparing", corev1.PodRunning); err != nil {
+		t.Fatal(err)
+	}
+	inv.Check(t, draLayout.sorted())
+}
+
+// TestFaultWebhookDown (fault 8): every pod of the fallback webhook is
+// gone (its Deployment scaled to 0) while pods are admitted. With the
+// webhook's failurePolicy Ignore (docs/INSTALL.md) the API server admits a
+// pod unchanged: one asking for a profile node 1 lacks is stored as
+// written, not rewritten, and waits. When the webhook is back, that stored
+// pod is left alone (admission happens at create only), a new one is
+// rewritten as before, and node 1, with a pod on a device throughout, is
+// untouched.
+func TestFaultWebhookDown(t *testing.T) {
+	faultTest(t)
+	ctx := t.Context()
+	want := everyGPU("1g.10gb", "1g.10gb")
+	applyLayouts(t, want)
+	ns := cluster.Namespace(t)
+	n := dpNode()
+	n.holder(t, ns, "holder", "1g.10gb")
+	inv := n.Invariants(t)
+	waitForAnswer(t, gpuPod(ns, "probe", "nvidia.com/mig-2g.20gb", 1, "env"), "see only 1g.10gb on the node", func(p *corev1.Pod) bool {
+		return p.Annotations[annotationFallback] == "2g.20gb->1g.10gb"
+	})
+
+	deployments := cluster.Client.AppsV1().Deployments(framework.MigflexNamespace)
+	d, err := deployments.Get(ctx, framework.WebhookName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	replicas := *d.Spec.Replicas
+	scale := func(ctx context.Context, n int32) error {
+		s, err := deployments.GetScale(ctx, framework.WebhookName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		s.Spec.Replicas = n
+		_, err = deployments.UpdateScale(ctx, framework.WebhookName, s, metav1.UpdateOptions{})
+		return err
+	}
+	restored := false
+	restore := func() {
+		if restored {
+			return
+		}
+		restored = true
+		ctx := context.WithoutCancel(t.Context())
+		if err := scale(ctx, replicas); err != nil {
+			t.Error(err)
+			return
+		}
+		if err := cluster.WaitForDeploymentRollout(ctx, framework.MigflexNamespace, framework.WebhookName); err != nil {
+			t.Error(err)
+		}
+		if err := cluster.WaitForWebhookAnswers(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(restore)
+	if err := scale(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	err = framework.WaitFor(ctx, "every webhook pod gone", timeout, func(ctx context.Context) (bool, error) {
+		pods, err := cluster.Client.CoreV1().Pods(framework.MigflexNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app=" + framework.WebhookName})
+		return err == nil && len(pods.Items) == 0, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	stored := cluster.CreatePod(t, gpuPod(ns, "while-down", "nvidia.com/mig-2g.20gb", 1, "env"))
+	if a, ok := stored.Annotations[annotationFallback]; ok {
+		t.Errorf("admitted with no webhook running, pod has %s=%q: want it stored as written", annotationFallback, a)
+	}
+	checkResources(t, stored, map[corev1.ResourceName]string{"nvidia.com/mig-2g.20gb": "1"})
+
+	restore()
+	after := cluster.CreatePod(t, gpuPod(ns, "after", "nvidia.com/mig-2g.20gb", 1, "env"))
+	if got := after.Annotations[annotationFallback]; got != "2g.20gb->1g.10gb" {
+		t.Errorf("once the webhook is back, annotation %s=%q, want %q", annotationFallback, got, "2g.20gb->1g.10gb")
+	}
+	p, err := cluster.Client.CoreV1().Pods(ns).Get(ctx, "while-down", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, ok := p.Annotations[annotationFallback]; ok {
+		t.Errorf("the pod admitted while the webhook was down was changed after: %s=%q", annotationFallback, a)
+	}
+	checkResources(t, p, map[corev1.ResourceName]string{"nvidia.com/mig-2g.20gb": "1"})
 	inv.Check(t, want.sorted())
 }
