@@ -63,6 +63,15 @@ func (n simNode) holdCreates(t *testing.T, name string) func() {
 	} else {
 		t.Log(out)
 	}
+	// Whatever fails, the hang ends with the test: the next test must find
+	// the agent free. A fault cleared already is no error here.
+	t.Cleanup(func() {
+		if out, err := n.Sim(context.Background(), "clear-faults", "--name", name); err != nil {
+			t.Logf("clearing fault %s at the end: %v", name, err)
+		} else {
+			t.Log(out)
+		}
+	})
 	return func() {
 		t.Helper()
 		f, err := n.WaitForSimFault(t.Context(), name, true)
@@ -202,52 +211,6 @@ func TestFaultAgentKilledMidChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("SIGKILLed the agent (%s) with %d of %d MIG devices left", who, len(now), len(before))
-	inv.Check(t, want.sorted())
-}
-
-// TestFaultNVMLCreateFails (fault 6): the second GPU-instance create of a
-// change on node mf-b200 fails (ERROR_UNKNOWN), halfway through the
-// layout, once. The agent must not leave the GPU half done: it retries and
-// converges, with the pod's instance untouched.
-func TestFaultNVMLCreateFails(t *testing.T) {
-	faultTest(t)
-	knownDefect(t, "i36agent", "one transient NVML error leaves a GPU failed until the mig.config changes")
-	n := b200Node(t)
-	n.applyLayouts(t, gpuLayouts{0: {"1g.23gb", "2g.45gb", "2g.45gb"}})
-	ns := cluster.Namespace(t)
-	n.holder(t, ns, "holder", "1g.23gb")
-	inv := n.Invariants(t)
-	if out, err := n.Sim(t.Context(), "fault", "--kind", "error", "--call", "createGpuInstance", "--nth", "2", "--name", "fail"); err != nil {
-		t.Fatal(err)
-	} else {
-		t.Log(out)
-	}
-	want := gpuLayouts{0: {"1g.23gb", "1g.23gb", "1g.23gb", "3g.90gb"}}
-	n.setMigConfig(t, annotationMigConfig, migConfigPerGPU(want))
-	if _, err := n.WaitForSimFault(t.Context(), "fail", false); err != nil {
-		t.Fatal(err)
-	}
-	inv.Check(t, want.sorted())
-}
-
-// TestFaultNVMLCreateHangs (fault 6): a GPU-instance create of a change on
-// node mf-b200 hangs (10 minutes, the simulator's longest). The agent must
-// give up on it at its own deadline rather than freeze, and converge; once
-// the hang ends nothing leaked.
-func TestFaultNVMLCreateHangs(t *testing.T) {
-	faultTest(t)
-	knownDefect(t, "i36agent", "a hung NVML call freezes the agent's loop: it has no deadline")
-	n := b200Node(t)
-	n.applyLayouts(t, gpuLayouts{0: {"1g.23gb", "2g.45gb", "2g.45gb"}})
-	ns := cluster.Namespace(t)
-	n.holder(t, ns, "holder", "1g.23gb")
-	inv := n.Invariants(t)
-	hung := n.holdCreates(t, "hang")
-	want := gpuLayouts{0: {"1g.23gb", "3g.90gb"}}
-	n.setMigConfig(t, annotationMigConfig, migConfigPerGPU(want))
-	hung()
-	inv.Check(t, want.sorted())
-	n.release(t, "hang")
 	inv.Check(t, want.sorted())
 }
 
@@ -557,5 +520,54 @@ func TestFaultWebhookDown(t *testing.T) {
 		t.Errorf("the pod admitted while the webhook was down was changed after: %s=%q", annotationFallback, a)
 	}
 	checkResources(t, p, map[corev1.ResourceName]string{"nvidia.com/mig-2g.20gb": "1"})
+	inv.Check(t, want.sorted())
+}
+
+// The tests below fail until a known defect is fixed (knownDefect), so
+// they run last: each leaves node mf-b200 as the defect leaves it.
+
+// TestFaultNVMLCreateFails (fault 6): the second GPU-instance create of a
+// change on node mf-b200 fails (ERROR_UNKNOWN), halfway through the
+// layout, once. The agent must not leave the GPU half done: it retries and
+// converges, with the pod's instance untouched.
+func TestFaultNVMLCreateFails(t *testing.T) {
+	faultTest(t)
+	knownDefect(t, "i36agent", "one transient NVML error leaves a GPU failed until the mig.config changes")
+	n := b200Node(t)
+	n.applyLayouts(t, gpuLayouts{0: {"1g.23gb", "2g.45gb", "2g.45gb"}})
+	ns := cluster.Namespace(t)
+	n.holder(t, ns, "holder", "1g.23gb")
+	inv := n.Invariants(t)
+	if out, err := n.Sim(t.Context(), "fault", "--kind", "error", "--call", "createGpuInstance", "--nth", "2", "--name", "fail"); err != nil {
+		t.Fatal(err)
+	} else {
+		t.Log(out)
+	}
+	want := gpuLayouts{0: {"1g.23gb", "1g.23gb", "1g.23gb", "3g.90gb"}}
+	n.setMigConfig(t, annotationMigConfig, migConfigPerGPU(want))
+	if _, err := n.WaitForSimFault(t.Context(), "fail", false); err != nil {
+		t.Fatal(err)
+	}
+	inv.Check(t, want.sorted())
+}
+
+// TestFaultNVMLCreateHangs (fault 6): a GPU-instance create of a change on
+// node mf-b200 hangs (10 minutes, the simulator's longest). The agent must
+// give up on it at its own deadline rather than freeze, and converge; once
+// the hang ends nothing leaked.
+func TestFaultNVMLCreateHangs(t *testing.T) {
+	faultTest(t)
+	knownDefect(t, "i36agent", "a hung NVML call freezes the agent's loop: it has no deadline")
+	n := b200Node(t)
+	n.applyLayouts(t, gpuLayouts{0: {"1g.23gb", "2g.45gb", "2g.45gb"}})
+	ns := cluster.Namespace(t)
+	n.holder(t, ns, "holder", "1g.23gb")
+	inv := n.Invariants(t)
+	hung := n.holdCreates(t, "hang")
+	want := gpuLayouts{0: {"1g.23gb", "3g.90gb"}}
+	n.setMigConfig(t, annotationMigConfig, migConfigPerGPU(want))
+	hung()
+	inv.Check(t, want.sorted())
+	n.release(t, "hang")
 	inv.Check(t, want.sorted())
 }
