@@ -48,8 +48,9 @@ const (
 //     compute instance, profile, placement): nothing under a running pod
 //     was destroyed or re-created; the kubelet (pod-resources) and the
 //     agent (the layout annotation's usedBy) still say it holds them;
-//   - converged: the node's nvidia.com/mig.config.state is success and the
-//     agent's layout has the profiles the mig.config asks for;
+//   - converged: the node is Ready without the not-ready or unreachable
+//     taints, its nvidia.com/mig.config.state is success and the agent's
+//     layout has the profiles the mig.config asks for;
 //   - nothing leaked: the simulated GPUs have exactly the instances of that
 //     layout (none that no layout asks for and no pod holds); the kubelet
 //     (device plugin: its allocatable devices and the Node's allocatable)
@@ -83,8 +84,10 @@ func (c *Cluster) Invariants(t testing.TB) *Invariants {
 	var inv *Invariants
 	var last error
 	err := WaitFor(t.Context(), "the agent and the kubelet of node "+c.NodeName+" to agree on who holds which device", Timeout, func(ctx context.Context) (bool, error) {
-		inv, last = c.snapshot(ctx)
-		return last == nil, last
+		got, err := c.snapshot(ctx)
+		inv = got
+		keepFinding(&last, err)
+		return err == nil, err
 	})
 	if err != nil {
 		t.Fatalf("invariants of node %s before the fault: %v", c.NodeName, last)
@@ -171,8 +174,9 @@ func (inv *Invariants) Check(t testing.TB, want map[int][]string) time.Duration 
 	}
 	var last error
 	err := WaitFor(t.Context(), "node "+inv.c.NodeName+" to converge with every invariant", Converge, func(ctx context.Context) (bool, error) {
-		last = inv.check(ctx, w)
-		return last == nil, last
+		err := inv.check(ctx, w)
+		keepFinding(&last, err)
+		return err == nil, err
 	})
 	took := time.Since(start)
 	if err != nil {
@@ -182,11 +186,38 @@ func (inv *Invariants) Check(t testing.TB, want map[int][]string) time.Duration 
 	return took
 }
 
+// keepFinding keeps err in last unless it is the poll's own deadline
+// cutting a call short, which says nothing about the node: a failure then
+// shows what the node last failed to meet.
+func keepFinding(last *error, err error) {
+	if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		strings.Contains(err.Error(), "would exceed context deadline") {
+		return
+	}
+	*last = err
+}
+
 func (inv *Invariants) check(ctx context.Context, want map[int][]string) error {
 	c := inv.c
 	node, err := c.Node(ctx)
 	if err != nil {
 		return err
+	}
+	// Healed: the node is Ready and the node lifecycle controller's
+	// taints are gone, so that the scheduler and the webhook see it again.
+	ready := false
+	for _, cond := range node.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			ready = cond.Status == corev1.ConditionTrue
+		}
+	}
+	if !ready {
+		return fmt.Errorf("node %s is not Ready", node.Name)
+	}
+	for _, taint := range node.Spec.Taints {
+		if taint.Key == corev1.TaintNodeNotReady || taint.Key == corev1.TaintNodeUnreachable {
+			return fmt.Errorf("node %s has the taint %s", node.Name, taint.ToString())
+		}
 	}
 	// Converged: the state and the layout the mig.config asks for.
 	if s := node.Labels[labelMigConfigState]; s != "success" {

@@ -23,6 +23,8 @@ import (
 type invariantsWorld struct {
 	state      string // state.json
 	stateLabel string
+	ready      corev1.ConditionStatus
+	taints     []corev1.Taint
 	podUID     string
 	slices     []resourceapi.ResourceSlice
 	claimUIDs  []string
@@ -55,7 +57,7 @@ func slice(name string, gen int64, uuids ...string) resourceapi.ResourceSlice {
 
 func goodWorld() invariantsWorld {
 	return invariantsWorld{
-		state: goodState, stateLabel: "success", podUID: "pod-1",
+		state: goodState, stateLabel: "success", ready: corev1.ConditionTrue, podUID: "pod-1",
 		slices:    []resourceapi.ResourceSlice{slice("s1", 1, "MIG-a", "MIG-b")},
 		claimUIDs: []string{"claim-1"}, checkpoint: []string{"claim-1"}, cdiSpecs: []string{"claim-1"},
 	}
@@ -93,7 +95,9 @@ func (w invariantsWorld) build(t *testing.T, dir string) *Cluster {
 	objs := []runtime.Object{
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "mf-dra",
 			Labels:      map[string]string{DRANodeLabel: DRANodeLabelValue, labelMigConfigState: w.stateLabel},
-			Annotations: map[string]string{annotationMigLayout: goodLayout}}},
+			Annotations: map[string]string{annotationMigLayout: goodLayout}},
+			Spec:   corev1.NodeSpec{Taints: w.taints},
+			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: w.ready}}}},
 		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "pod-1"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}},
 	}
 	for i := range w.slices {
@@ -116,6 +120,10 @@ func TestInvariantsCatch(t *testing.T) {
 	}{
 		{"all hold", func(*invariantsWorld) {}, ""},
 		{"not converged", func(w *invariantsWorld) { w.stateLabel = "pending" }, `state "pending"`},
+		{"node not Ready", func(w *invariantsWorld) { w.ready = corev1.ConditionUnknown }, "is not Ready"},
+		{"node still tainted", func(w *invariantsWorld) {
+			w.taints = []corev1.Taint{{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule}}
+		}, "has the taint node.kubernetes.io/not-ready"},
 		{"pod's instance re-created", func(w *invariantsWorld) {
 			w.state = strings.Replace(goodState, `"id":1,"profileID":19,"start":0`, `"id":3,"profileID":19,"start":0`, 1)
 		}, "pod ns/p's MIG device MIG-a changed"},
