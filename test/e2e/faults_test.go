@@ -29,10 +29,6 @@ import (
 // envFaults turns the fault tests on.
 const envFaults = "MIGFLEX_E2E_FAULTS"
 
-// envKnownDefects also runs the fault tests that fail until a known
-// defect's fix lands (each names it).
-const envKnownDefects = "MIGFLEX_E2E_KNOWN_DEFECTS"
-
 // faultTest skips t unless the fault tests were asked for, and installs
 // migflex.
 func faultTest(t *testing.T) {
@@ -41,15 +37,6 @@ func faultTest(t *testing.T) {
 		t.Skipf("a fault test: it stops and kills the cluster's processes; run it with %s=1 (make test-faults)", envFaults)
 	}
 	migflex(t)
-}
-
-// knownDefect skips t, which fails until the fix on branch names lands,
-// unless MIGFLEX_E2E_KNOWN_DEFECTS=1.
-func knownDefect(t *testing.T, branch, defect string) {
-	t.Helper()
-	if os.Getenv(envKnownDefects) != "1" {
-		t.Skipf("fails until branch %s lands: %s (%s=1 runs it)", branch, defect, envKnownDefects)
-	}
 }
 
 // holdCreates arms a hang on the node's simulator's next GPU-instance
@@ -523,16 +510,13 @@ func TestFaultWebhookDown(t *testing.T) {
 	inv.Check(t, want.sorted())
 }
 
-// The tests below fail until a known defect is fixed (knownDefect), so
-// they run last: each leaves node mf-b200 as the defect leaves it.
-
 // TestFaultNVMLCreateFails (fault 6): the second GPU-instance create of a
 // change on node mf-b200 fails (ERROR_UNKNOWN), halfway through the
-// layout, once. The agent must not leave the GPU half done: it retries and
-// converges, with the pod's instance untouched.
+// layout, once, while a pod holds one of the GPU's instances. The agent
+// must not leave the GPU half done: it rolls back, tries again after its
+// retry interval and converges, with the pod's instance untouched.
 func TestFaultNVMLCreateFails(t *testing.T) {
 	faultTest(t)
-	knownDefect(t, "i36agent", "one transient NVML error leaves a GPU failed until the mig.config changes")
 	n := b200Node(t)
 	n.applyLayouts(t, gpuLayouts{0: {"1g.23gb", "2g.45gb", "2g.45gb"}})
 	ns := cluster.Namespace(t)
@@ -552,22 +536,37 @@ func TestFaultNVMLCreateFails(t *testing.T) {
 }
 
 // TestFaultNVMLCreateHangs (fault 6): a GPU-instance create of a change on
-// node mf-b200 hangs (10 minutes, the simulator's longest). The agent must
-// give up on it at its own deadline rather than freeze, and converge; once
-// the hang ends nothing leaked.
+// node mf-b200 hangs (10 minutes, the simulator's longest) while a pod
+// holds one of the GPU's instances. Past the agent's --nvml-call-timeout
+// the node says failed, naming the call (docs/INSTALL.md), and the pod's
+// instance is untouched; once the call returns (the fault cleared) the
+// node converges and nothing leaked.
 func TestFaultNVMLCreateHangs(t *testing.T) {
 	faultTest(t)
-	knownDefect(t, "i36agent", "a hung NVML call freezes the agent's loop: it has no deadline")
 	n := b200Node(t)
 	n.applyLayouts(t, gpuLayouts{0: {"1g.23gb", "2g.45gb", "2g.45gb"}})
 	ns := cluster.Namespace(t)
-	n.holder(t, ns, "holder", "1g.23gb")
+	device := n.holder(t, ns, "holder", "1g.23gb")
 	inv := n.Invariants(t)
+	before := n.instancesOf(t)[device]
 	hung := n.holdCreates(t, "hang")
 	want := gpuLayouts{0: {"1g.23gb", "3g.90gb"}}
 	n.setMigConfig(t, annotationMigConfig, migConfigPerGPU(want))
 	hung()
-	inv.Check(t, want.sorted())
+	// The agent's deadline is minutes: hang protection a little past it.
+	node, err := n.WaitForNode(t.Context(), "state failed naming the hung call", timeout+2*time.Minute, func(node *corev1.Node) error {
+		if s, r := node.Labels[labelState], node.Annotations[annotationReason]; s != "failed" || !strings.Contains(r, "has not returned") {
+			return fmt.Errorf("state %q, reason %q", s, r)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("while the create hangs: state failed, reason %q", node.Annotations[annotationReason])
+	if now, ok := n.instancesOf(t)[device]; !ok || now != before {
+		t.Fatalf("the pod's device %s while the create hangs: %+v (there %v), was %+v", device, now, ok, before)
+	}
 	n.release(t, "hang")
 	inv.Check(t, want.sorted())
 }
