@@ -296,6 +296,15 @@ func testControlPlaneDownMidApply(t *testing.T, component string) {
 			t.Fatal(err)
 		}
 		t.Logf("%s down for %v", component, time.Since(down).Round(time.Second))
+		// Healed once the API server is ready again (its readyz checks
+		// etcd): reads from its cache answer before writes do.
+		err = framework.WaitFor(ctx, "the API server ready", timeout, func(ctx context.Context) (bool, error) {
+			_, err := cluster.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+			return err == nil, err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	defer start()
 	time.Sleep(outage / 3)

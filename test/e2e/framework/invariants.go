@@ -135,8 +135,19 @@ func (c *Cluster) snapshot(ctx context.Context) (*Invariants, error) {
 	for key, uuids := range holders {
 		ns, name, _ := strings.Cut(key, "/")
 		pod, err := c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("pod %s, which holds %v, is gone: the agent has not reported it yet", key, uuids)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("pod %s, which holds %v: %w", key, uuids, err)
+		}
+		// A pod on its way out (an earlier test's, its namespace being
+		// deleted) is no pod a fault must keep running.
+		if pod.DeletionTimestamp != nil {
+			continue
+		}
+		if nsObj, err := c.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err == nil && nsObj.DeletionTimestamp != nil {
+			continue
 		}
 		hp := heldPod{uid: pod.UID, devices: map[string]SimInstance{}}
 		for _, u := range uuids {
