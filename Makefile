@@ -11,6 +11,9 @@
 #                          the tear-down
 #   make test-e2e-oldest   the device-plugin, webhook and planner cases of it
 #                          on the oldest supported Kubernetes minor
+#   make test-faults       the fault suite (test/e2e TestFault*, MIGFLEX_E2E_FAULTS=1)
+#                          on a fresh local cluster: kills, restarts and
+#                          reboots its processes (docs/RELIABILITY.md); root
 #   make test-arm64        the arm64 build, run under qemu-user-static
 #   make test              all of the above (what CI runs: .ci/run)
 #   make test-matrix       the whole e2e suite on every supported minor, its
@@ -50,7 +53,7 @@ export CACHE_DIR
 CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 export CGO_CFLAGS
 
-.PHONY: all build kubectl-migflex lint test test-deps test-unit test-integration test-e2e test-e2e-oldest test-arm64 test-matrix \
+.PHONY: all build kubectl-migflex lint test test-deps test-unit test-integration test-e2e test-e2e-oldest test-faults test-arm64 test-matrix \
 	envtest-assets helm promtool bench replay k8s-binaries images cluster-up cluster-down demo clean test-docker kind
 
 all: build
@@ -122,6 +125,13 @@ test-integration: envtest-assets helm promtool test-deps
 # test/e2e, and always tears down (hack/cluster/e2e.sh). Needs root.
 test-e2e:
 	hack/cluster/e2e.sh
+
+# The fault suite (docs/RELIABILITY.md): the e2e tests that break the
+# cluster's own processes at a chosen moment and check the invariants after;
+# the rest of the suite skips them (they need MIGFLEX_E2E_FAULTS=1).
+FAULTS_RUN ?= ^TestFault
+test-faults:
+	MIGFLEX_E2E_FAULTS=1 hack/cluster/e2e.sh -run '$(FAULTS_RUN)'
 
 # The oldest supported minor (hack/cluster/k8s/minors) and the e2e cases
 # `make test` runs on it besides the whole suite on the default minor: the

@@ -10,6 +10,14 @@
 #   hack/cluster/restart.sh apiproxy NODE        nodes after the first
 #   hack/cluster/restart.sh kube-apiserver       etcd, kube-controller-manager,
 #                                                kube-scheduler likewise
+#   hack/cluster/restart.sh --stop COMPONENT [NODE]
+#   hack/cluster/restart.sh --start COMPONENT [NODE]
+#
+# --stop only stops it, keeping its command line in $RUN_DIR/<name>.stopped;
+# --start starts that command line again (as `systemctl stop` and `start`),
+# so that a fault can keep a process down for as long as it needs
+# (hack/cluster/reboot.sh, the e2e fault tests). down.sh does not start
+# what is stopped: a stopped node's pods are left to the tear-down.
 #
 # Pods keep running through a kubelet's or a containerd's restart, as with
 # real ones. On start the kubelet deletes every socket in its device-plugin
@@ -21,7 +29,14 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 [[ $EUID -eq 0 ]] || die "needs root"
 check_cluster_dir
-(($# == 1 || $# == 2)) || die "usage: $(basename "$0") COMPONENT [NODE]"
+mode=restart
+case ${1:-} in
+--stop | --start)
+	mode=${1#--}
+	shift
+	;;
+esac
+(($# == 1 || $# == 2)) || die "usage: $(basename "$0") [--stop|--start] COMPONENT [NODE]"
 component=$1
 case $component in
 kubelet | containerd | apiproxy)
@@ -43,39 +58,50 @@ read -ra wrap <<<"$(node_enter "$node")"
 mkdir -p "$CACHE_DIR"
 exec 8>"$CACHE_DIR/cluster.lock"
 flock -w 600 8 || die "another hack/cluster/up.sh or down.sh has held $CACHE_DIR/cluster.lock for 10 minutes"
+stopped=$RUN_DIR/$name.stopped
 old=$(pid_of "$name")
-[[ -n $old ]] || die "no $name started by hack/cluster/up.sh is running (no live PID in $RUN_DIR/$name.pid)"
-
-# The command line of the running process is exactly what up.sh started;
-# its environment is what start() gave it (the dead proxy, containerd's
-# PATH), less what it unset.
-mapfile -d '' args <"/proc/$old/cmdline"
-((${#args[@]} > 0)) || die "cannot read the command line of $name from /proc/$old/cmdline"
+if [[ $mode == start ]]; then
+	[[ -z $old ]] || die "$name is running (PID $old): --start starts one that --stop stopped"
+	[[ -s $stopped ]] || die "$name was not stopped by $(basename "$0") --stop (no $stopped)"
+	mapfile -d '' args <"$stopped"
+else
+	[[ -n $old ]] || die "no $name started by hack/cluster/up.sh is running (no live PID in $RUN_DIR/$name.pid)"
+	# The command line of the running process is exactly what up.sh
+	# started; its environment is what start() gave it (the dead proxy,
+	# containerd's PATH), less what it unset.
+	mapfile -d '' args <"/proc/$old/cmdline"
+	((${#args[@]} > 0)) || die "cannot read the command line of $name from /proc/$old/cmdline"
+	kill -TERM "$old"
+	for ((i = 0; i < 300; i++)); do
+		[[ -d /proc/$old ]] || break
+		# kube-apiserver waits for open watches on the first SIGTERM; a
+		# second one makes it exit at once.
+		if ((i == 10)) && [[ $component == kube-apiserver ]]; then kill -TERM "$old" 2>/dev/null || true; fi
+		sleep 0.1
+	done
+	if [[ -d /proc/$old ]]; then
+		kill -KILL "$old" 2>/dev/null || true
+		log "killed $name ($old) after 30s"
+	fi
+	log "stopped $name ($old)"
+	rm -f "$RUN_DIR/$name.pid"
+	if [[ $mode == stop ]]; then
+		printf '%s\0' "${args[@]}" >"$stopped"
+		echo "--- stopped by $(basename "$0") at $(date -u +%FT%TZ)" >>"$LOG_DIR/$name.log"
+		exit 0
+	fi
+fi
 vars=()
 case $component in
 containerd) vars=("${DEAD_PROXY_ENV[@]}" "PATH=$CONTAINERD_BIN:$PATH") ;;
 esac
 
-kill -TERM "$old"
-for ((i = 0; i < 300; i++)); do
-	[[ -d /proc/$old ]] || break
-	# kube-apiserver waits for open watches on the first SIGTERM; a second
-	# one makes it exit at once.
-	if ((i == 10)) && [[ $component == kube-apiserver ]]; then kill -TERM "$old" 2>/dev/null || true; fi
-	sleep 0.1
-done
-if [[ -d /proc/$old ]]; then
-	kill -KILL "$old" 2>/dev/null || true
-	log "killed $name ($old) after 30s"
-fi
-log "stopped $name ($old)"
-
 # As up.sh's start(): its own session, in the node's namespaces, no
 # inherited proxy setting, the PID written by the shell that then execs
 # (nsenter, which execs) env, which execs the binary, so the recorded PID is
 # the process's.
-rm -f "$RUN_DIR/$name.pid"
-echo "--- restarted by $(basename "$0") at $(date -u +%FT%TZ)" >>"$LOG_DIR/$name.log"
+rm -f "$RUN_DIR/$name.pid" "$stopped"
+echo "--- ${mode}ed by $(basename "$0") at $(date -u +%FT%TZ)" >>"$LOG_DIR/$name.log"
 # shellcheck disable=SC2016 # expanded by the inner bash
 setsid bash -c 'echo $$ >"$0"; exec "$@"' "$RUN_DIR/$name.pid" "${wrap[@]}" env "${UNSET_PROXY_ENV[@]}" "${vars[@]}" "${args[@]}" \
 	</dev/null >>"$LOG_DIR/$name.log" 2>&1 8>&- &
@@ -105,7 +131,7 @@ answers() {
 }
 for ((i = 0; i < 240; i++)); do
 	if answers >/dev/null 2>&1; then
-		log "$name restarted ($old -> $new)"
+		log "$name ${mode}ed (${old:-stopped} -> $new)"
 		exit 0
 	fi
 	[[ -n $(pid_of "$name") ]] || die "the new $name ($new) exited; see $LOG_DIR/$name.log"

@@ -172,3 +172,32 @@ func (c *Cluster) ExecInAgent(ctx context.Context, command ...string) (string, e
 	}
 	return strings.TrimSpace(out), nil
 }
+
+// KubeletAllPodDevices is what the node's kubelet says every pod's
+// containers hold (pod-resources List): sorted device IDs by resource
+// name, by "namespace/name"; pods holding no device are left out.
+func (n LocalNode) KubeletAllPodDevices(ctx context.Context) (map[string]map[string][]string, error) {
+	resp, err := podResources(ctx, n.PodResourcesSocket(), func(ctx context.Context, c podresourcesv1.PodResourcesListerClient) (*podresourcesv1.ListPodResourcesResponse, error) {
+		return c.List(ctx, &podresourcesv1.ListPodResourcesRequest{})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("kubelet of %s pod-resources List: %w", n.Name, err)
+	}
+	out := map[string]map[string][]string{}
+	for _, p := range resp.GetPodResources() {
+		byRes := map[string][]string{}
+		for _, ctr := range p.GetContainers() {
+			for _, d := range ctr.GetDevices() {
+				byRes[d.GetResourceName()] = append(byRes[d.GetResourceName()], d.GetDeviceIds()...)
+			}
+		}
+		if len(byRes) == 0 {
+			continue
+		}
+		for _, ids := range byRes {
+			slices.Sort(ids)
+		}
+		out[p.GetNamespace()+"/"+p.GetName()] = byRes
+	}
+	return out, nil
+}

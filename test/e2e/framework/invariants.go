@@ -1,0 +1,581 @@
+package framework
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Converge bounds how long a node may take to come back to what its
+// mig.config asks once a fault has healed: hang protection for the poll,
+// not a claim about speed (docs/RELIABILITY.md has the measured times).
+const Converge = Timeout
+
+// Keys on the Node the checker reads, as users and the GPU operator's
+// tools know them.
+const (
+	annotationMigLayout = "migflex.io/mig.layout"
+	labelMigConfigState = "nvidia.com/mig.config.state"
+	annotationReason    = "migflex.io/mig.config.reason"
+	draDriverName       = "gpu.migflex.io"
+	// cdiClaimSpecPrefix starts the name of the CDI spec the DRA plugin
+	// writes for a claim: <vendor>-<class>_<claim UID>.json.
+	cdiClaimSpecPrefix = "migflex.io-gpu_"
+)
+
+// Invariants is what no fault may break on one node, taken before a test
+// injects a fault and checked (Check) once it has healed. Every fault test
+// uses it (docs/RELIABILITY.md):
+//
+//   - untouched: every pod that held a MIG device before still runs (the
+//     same pod, not a new one by its name) and holds the same devices, each
+//     still the same instance in the simulated GPU (GPU, GPU instance,
+//     compute instance, profile, placement): nothing under a running pod
+//     was destroyed or re-created; the kubelet (pod-resources) and the
+//     agent (the layout annotation's usedBy) still say it holds them;
+//   - converged: the node is Ready without the not-ready or unreachable
+//     taints, its nvidia.com/mig.config.state is success and the agent's
+//     layout has the profiles the mig.config asks for;
+//   - nothing leaked: the simulated GPUs have exactly the instances of that
+//     layout (none that no layout asks for and no pod holds); the kubelet
+//     (device plugin: its allocatable devices and the Node's allocatable)
+//     or the node's ResourceSlices (DRA: one generation, none orphaned,
+//     no device drained) serve exactly its devices; on a DRA node every
+//     checkpoint entry and every claim CDI spec belongs to a claim the API
+//     server has, each entry has its spec, and names devices of the layout.
+//
+// The checks are polled until they all hold or Converge passes, and a
+// failure says what was last missing.
+type Invariants struct {
+	c   *Cluster
+	dra bool
+	// held are the pods holding MIG devices at the snapshot, by
+	// "namespace/name".
+	held map[string]heldPod
+}
+
+type heldPod struct {
+	uid types.UID
+	// devices are its MIG devices as the simulator had them, by UUID.
+	devices map[string]SimInstance
+}
+
+// Invariants takes the snapshot on c's node: who holds which device now.
+// Take it once the layout a test wants is in place and its pods run.
+func (c *Cluster) Invariants(t testing.TB) *Invariants {
+	t.Helper()
+	// The agent reports who holds a device a little after the kubelet
+	// says so: poll until the two agree.
+	var inv *Invariants
+	var last error
+	err := WaitFor(t.Context(), "the agent and the kubelet of node "+c.NodeName+" to agree on who holds which device", Timeout, func(ctx context.Context) (bool, error) {
+		got, err := c.snapshot(ctx)
+		inv = got
+		keepFinding(&last, err)
+		return err == nil, err
+	})
+	if err != nil {
+		t.Fatalf("invariants of node %s before the fault: %v", c.NodeName, last)
+	}
+	for k, p := range inv.held {
+		t.Logf("node %s before the fault: pod %s holds %v", c.NodeName, k, slices.Sorted(maps.Keys(p.devices)))
+	}
+	return inv
+}
+
+func (c *Cluster) snapshot(ctx context.Context) (*Invariants, error) {
+	node, err := c.Node(ctx)
+	if err != nil {
+		return nil, err
+	}
+	inv := &Invariants{c: c, dra: node.Labels[DRANodeLabel] == DRANodeLabelValue, held: map[string]heldPod{}}
+	layout, err := migLayoutOf(node)
+	if err != nil {
+		return nil, err
+	}
+	state, err := c.Local().SimState()
+	if err != nil {
+		return nil, err
+	}
+	sim := simDevices(state)
+	holders := map[string][]string{} // pod -> UUIDs
+	for _, g := range layout {
+		for _, in := range g.Instances {
+			for _, p := range in.UsedBy {
+				if !strings.Contains(p, " ") { // "ResourceClaim ns/name": no pod yet
+					holders[p] = append(holders[p], in.UUID)
+				}
+			}
+		}
+	}
+	if !inv.dra {
+		kubelet, err := c.kubeletHolders(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if diff := cmp.Diff(sortedValues(holders), sortedValues(kubelet)); diff != "" {
+			return nil, fmt.Errorf("the agent's layout and the kubelet disagree on who holds which MIG device (-agent +kubelet):\n%s", diff)
+		}
+	}
+	for key, uuids := range holders {
+		ns, name, _ := strings.Cut(key, "/")
+		pod, err := c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("pod %s, which holds %v, is gone: the agent has not reported it yet", key, uuids)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("pod %s, which holds %v: %w", key, uuids, err)
+		}
+		// A pod on its way out (an earlier test's, its namespace being
+		// deleted) is no pod a fault must keep running.
+		if pod.DeletionTimestamp != nil {
+			continue
+		}
+		if nsObj, err := c.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err == nil && nsObj.DeletionTimestamp != nil {
+			continue
+		}
+		hp := heldPod{uid: pod.UID, devices: map[string]SimInstance{}}
+		for _, u := range uuids {
+			in, ok := sim[u]
+			if !ok {
+				return nil, fmt.Errorf("pod %s holds %s, which the simulated GPUs do not have", key, u)
+			}
+			hp.devices[u] = in
+		}
+		inv.held[key] = hp
+	}
+	return inv, nil
+}
+
+// Held is the pods holding MIG devices at the snapshot, by
+// "namespace/name", with their device UUIDs.
+func (inv *Invariants) Held() map[string][]string {
+	out := map[string][]string{}
+	for k, p := range inv.held {
+		out[k] = slices.Sorted(maps.Keys(p.devices))
+	}
+	return out
+}
+
+// Check polls until every invariant holds with want, the profiles the
+// node's mig.config asks for on each GPU by index, or fails t with what
+// was last missing after Converge. It returns how long the node took to
+// converge, from the call.
+func (inv *Invariants) Check(t testing.TB, want map[int][]string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	w := map[int][]string{}
+	for i, ps := range want {
+		w[i] = slices.Sorted(slices.Values(ps))
+	}
+	var last error
+	err := WaitFor(t.Context(), "node "+inv.c.NodeName+" to converge with every invariant", Converge, func(ctx context.Context) (bool, error) {
+		err := inv.check(ctx, w)
+		keepFinding(&last, err)
+		return err == nil, err
+	})
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("invariants of node %s after the fault, want layout %v: %v", inv.c.NodeName, w, last)
+	}
+	t.Logf("node %s: every invariant holds with layout %v, %v after the check began", inv.c.NodeName, w, took.Round(time.Second))
+	return took
+}
+
+// keepFinding keeps err in last unless it is the poll's own deadline
+// cutting a call short, which says nothing about the node: a failure then
+// shows what the node last failed to meet.
+func keepFinding(last *error, err error) {
+	if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		strings.Contains(err.Error(), "would exceed context deadline") {
+		return
+	}
+	*last = err
+}
+
+func (inv *Invariants) check(ctx context.Context, want map[int][]string) error {
+	c := inv.c
+	node, err := c.Node(ctx)
+	if err != nil {
+		return err
+	}
+	// Healed: the node is Ready and the node lifecycle controller's
+	// taints are gone, so that the scheduler and the webhook see it again.
+	ready := false
+	for _, cond := range node.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			ready = cond.Status == corev1.ConditionTrue
+		}
+	}
+	if !ready {
+		return fmt.Errorf("node %s is not Ready", node.Name)
+	}
+	for _, taint := range node.Spec.Taints {
+		if taint.Key == corev1.TaintNodeNotReady || taint.Key == corev1.TaintNodeUnreachable {
+			return fmt.Errorf("node %s has the taint %s", node.Name, taint.ToString())
+		}
+	}
+	// Converged: the state and the layout the mig.config asks for.
+	if s := node.Labels[labelMigConfigState]; s != "success" {
+		return fmt.Errorf("state %q, reason %q", s, node.Annotations[annotationReason])
+	}
+	layout, err := migLayoutOf(node)
+	if err != nil {
+		return err
+	}
+	if diff := cmp.Diff(want, layoutProfiles(layout)); diff != "" {
+		return fmt.Errorf("the agent's layout, profiles by GPU (-want +got):\n%s", diff)
+	}
+	// Nothing leaked: the simulated GPUs have exactly that layout's
+	// instances, which are what the agent reports.
+	state, err := c.Local().SimState()
+	if err != nil {
+		return err
+	}
+	if len(state) != len(layout) {
+		return fmt.Errorf("the simulator has %d GPUs, the agent's layout %d", len(state), len(layout))
+	}
+	for _, g := range layout {
+		if g.Index < 0 || g.Index >= len(state) {
+			return fmt.Errorf("the agent's layout has GPU %d, the simulator %d GPUs", g.Index, len(state))
+		}
+		s := state[g.Index]
+		var uuids []string
+		for _, in := range g.Instances {
+			if in.UUID != "" {
+				uuids = append(uuids, in.UUID)
+			}
+		}
+		if diff := cmp.Diff(slices.Sorted(slices.Values(uuids)), slices.Sorted(maps.Keys(s.Devices)), cmpEmpty); diff != "" {
+			return fmt.Errorf("GPU %d: MIG devices the agent reports and the simulator has differ (-agent +simulator):\n%s", g.Index, diff)
+		}
+		if s.GIs != len(g.Instances) {
+			return fmt.Errorf("GPU %d: the simulator has %d GPU instances, the agent's layout %d", g.Index, s.GIs, len(g.Instances))
+		}
+	}
+	// Untouched: every pod that held a device holds the same instances.
+	sim := simDevices(state)
+	var kubelet map[string][]string
+	if !inv.dra {
+		if kubelet, err = c.kubeletHolders(ctx); err != nil {
+			return err
+		}
+	}
+	usedBy := map[string][]string{}
+	for _, g := range layout {
+		for _, in := range g.Instances {
+			for _, p := range in.UsedBy {
+				usedBy[p] = append(usedBy[p], in.UUID)
+			}
+		}
+	}
+	for _, key := range slices.Sorted(maps.Keys(inv.held)) {
+		hp := inv.held[key]
+		ns, name, _ := strings.Cut(key, "/")
+		pod, err := c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("pod %s, which held %v, is gone", key, slices.Sorted(maps.Keys(hp.devices)))
+		}
+		if err != nil {
+			return err
+		}
+		if pod.UID != hp.uid || pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
+			return fmt.Errorf("pod %s: UID %s (was %s), phase %s, deleting %v: want the same pod running", key, pod.UID, hp.uid, pod.Status.Phase, pod.DeletionTimestamp != nil)
+		}
+		for u, was := range hp.devices {
+			now, ok := sim[u]
+			if !ok {
+				return fmt.Errorf("pod %s's MIG device %s (%+v) was destroyed", key, u, was)
+			}
+			if now != was {
+				return fmt.Errorf("pod %s's MIG device %s changed: was %+v, is %+v", key, u, was, now)
+			}
+		}
+		held := slices.Sorted(maps.Keys(hp.devices))
+		if got := slices.Sorted(slices.Values(usedBy[key])); !slices.Equal(held, got) {
+			return fmt.Errorf("the agent's layout says pod %s holds %v, it held %v", key, got, held)
+		}
+		if !inv.dra {
+			if got := kubelet[key]; !slices.Equal(held, got) {
+				return fmt.Errorf("the kubelet says pod %s holds %v, it held %v", key, got, held)
+			}
+		}
+	}
+	// Served: exactly the layout's devices, by the kubelet or the slices.
+	if inv.dra {
+		return inv.checkDRA(ctx, layout)
+	}
+	return inv.checkDevicePlugin(ctx, node, layout)
+}
+
+// checkDevicePlugin: the kubelet's registered devices and the Node's
+// allocatable are the layout's devices.
+func (inv *Invariants) checkDevicePlugin(ctx context.Context, node *corev1.Node, layout []migLayoutGPU) error {
+	want := layoutDevices(layout)
+	got, err := inv.c.Local().KubeletDevices(ctx)
+	if err != nil {
+		return err
+	}
+	if diff := cmp.Diff(nonEmpty(want), nonEmpty(got)); diff != "" {
+		return fmt.Errorf("devices the kubelet has registered (-layout +kubelet):\n%s", diff)
+	}
+	counts := map[string]int64{}
+	for r := range node.Status.Allocatable {
+		if strings.HasPrefix(string(r), "nvidia.com/") {
+			q := node.Status.Allocatable[r]
+			counts[string(r)] = q.Value()
+		}
+	}
+	wantCounts := map[string]int64{}
+	for r := range counts {
+		wantCounts[r] = 0
+	}
+	for r, ids := range want {
+		wantCounts[r] = int64(len(ids))
+	}
+	if diff := cmp.Diff(wantCounts, counts); diff != "" {
+		return fmt.Errorf("the Node's GPU allocatable (-layout +node):\n%s", diff)
+	}
+	return nil
+}
+
+// checkDRA: the node's pool is one generation of slices listing exactly
+// the layout's devices, and the plugin's checkpoint and CDI specs name
+// only claims the API server has.
+func (inv *Invariants) checkDRA(ctx context.Context, layout []migLayoutGPU) error {
+	c := inv.c
+	slices_, err := c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	gens := map[int64]int{}
+	var served []string
+	for _, s := range slices_.Items {
+		if s.Spec.Driver != draDriverName || s.Spec.NodeName == nil || *s.Spec.NodeName != c.NodeName {
+			continue
+		}
+		gens[s.Spec.Pool.Generation]++
+		for _, d := range s.Spec.Devices {
+			if a, ok := d.Attributes["uuid"]; ok && a.StringValue != nil {
+				served = append(served, *a.StringValue)
+			}
+		}
+	}
+	if len(gens) != 1 {
+		return fmt.Errorf("the node's ResourceSlices of %s: slices by pool generation %v, want one generation", draDriverName, gens)
+	}
+	var want []string
+	for _, ids := range layoutDevices(layout) {
+		want = append(want, ids...)
+	}
+	if diff := cmp.Diff(slices.Sorted(slices.Values(want)), slices.Sorted(slices.Values(served)), cmpEmpty); diff != "" {
+		return fmt.Errorf("devices the node's ResourceSlices list (-layout +slices):\n%s", diff)
+	}
+	claims, err := c.Client.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	known := map[string]string{}
+	for _, cl := range claims.Items {
+		known[string(cl.UID)] = cl.Namespace + "/" + cl.Name
+	}
+	local := c.Local()
+	checkpoint, err := readDRACheckpoint(filepath.Join(local.DRAPluginDir(), "checkpoint.json"))
+	if err != nil {
+		return err
+	}
+	inLayout := map[string]bool{}
+	for _, u := range want {
+		inLayout[u] = true
+	}
+	for _, cl := range checkpoint {
+		if _, ok := known[cl.UID]; !ok {
+			return fmt.Errorf("the DRA checkpoint has claim %s/%s (UID %s), which the API server does not", cl.Namespace, cl.Name, cl.UID)
+		}
+		for _, d := range cl.Devices {
+			if !inLayout[d.UUID] {
+				return fmt.Errorf("the DRA checkpoint's claim %s/%s holds %s, which is not in the layout", cl.Namespace, cl.Name, d.UUID)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(local.CDIDir, cdiClaimSpecPrefix+cl.UID+".json")); err != nil {
+			return fmt.Errorf("the DRA checkpoint's claim %s/%s has no CDI spec: %w", cl.Namespace, cl.Name, err)
+		}
+	}
+	entries, err := os.ReadDir(local.CDIDir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	for _, e := range entries {
+		uid, ok := strings.CutPrefix(e.Name(), cdiClaimSpecPrefix)
+		if !ok {
+			continue
+		}
+		uid = strings.TrimSuffix(uid, ".json")
+		if _, ok := checkpoint[uid]; !ok {
+			return fmt.Errorf("CDI spec %s is for a claim the DRA checkpoint does not have", filepath.Join(local.CDIDir, e.Name()))
+		}
+	}
+	return nil
+}
+
+type draCheckpointClaim struct {
+	UID       string `json:"uid"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Devices   []struct {
+		UUID string `json:"uuid"`
+	} `json:"devices"`
+}
+
+// readDRACheckpoint reads the DRA plugin's checkpoint of prepared claims,
+// by UID; none yet is none prepared.
+func readDRACheckpoint(path string) (map[string]draCheckpointClaim, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return map[string]draCheckpointClaim{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var data struct {
+		Claims []draCheckpointClaim `json:"claims"`
+	}
+	if err := json.Unmarshal(b, &data); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	out := map[string]draCheckpointClaim{}
+	for _, cl := range data.Claims {
+		out[cl.UID] = cl
+	}
+	return out, nil
+}
+
+// kubeletHolders is the MIG devices each pod's containers hold, as the
+// node's kubelet says (pod-resources List), by "namespace/name", sorted.
+func (c *Cluster) kubeletHolders(ctx context.Context) (map[string][]string, error) {
+	all, err := c.Local().KubeletAllPodDevices(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]string{}
+	for pod, byRes := range all {
+		for r, ids := range byRes {
+			if strings.HasPrefix(r, "nvidia.com/mig-") {
+				out[pod] = append(out[pod], ids...)
+			}
+		}
+	}
+	for _, ids := range out {
+		slices.Sort(ids)
+	}
+	return out, nil
+}
+
+func sortedValues(m map[string][]string) map[string][]string {
+	out := map[string][]string{}
+	for k, v := range m {
+		out[k] = slices.Sorted(slices.Values(v))
+	}
+	return out
+}
+
+// cmpEmpty makes a nil and an empty slice or map equal.
+var cmpEmpty = cmpopts.EquateEmpty()
+
+// nonEmpty is m without its keys of no value.
+func nonEmpty(m map[string][]string) map[string][]string {
+	out := map[string][]string{}
+	for k, v := range m {
+		if len(v) > 0 {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// simDevices is every MIG device of the simulated GPUs, by UUID.
+func simDevices(state []SimGPU) map[string]SimInstance {
+	out := map[string]SimInstance{}
+	for _, g := range state {
+		maps.Copy(out, g.Devices)
+	}
+	return out
+}
+
+// migLayoutGPU and migLayoutInstance decode the agent's
+// migflex.io/mig.layout annotation.
+type migLayoutGPU struct {
+	Index     int    `json:"index"`
+	UUID      string `json:"uuid"`
+	MigMode   string `json:"migMode"`
+	Instances []struct {
+		Profile string   `json:"profile"`
+		UUID    string   `json:"uuid"`
+		UsedBy  []string `json:"usedBy"`
+	} `json:"instances"`
+}
+
+func migLayoutOf(node *corev1.Node) ([]migLayoutGPU, error) {
+	s, ok := node.Annotations[annotationMigLayout]
+	if !ok {
+		return nil, fmt.Errorf("node %s has no %s annotation", node.Name, annotationMigLayout)
+	}
+	var l []migLayoutGPU
+	if err := json.Unmarshal([]byte(s), &l); err != nil {
+		return nil, fmt.Errorf("annotation %s: %w: %s", annotationMigLayout, err, s)
+	}
+	return l, nil
+}
+
+// layoutProfiles is each GPU's MIG profiles, sorted (none as an empty
+// list).
+func layoutProfiles(l []migLayoutGPU) map[int][]string {
+	out := map[int][]string{}
+	for _, g := range l {
+		ps := []string{}
+		for _, in := range g.Instances {
+			ps = append(ps, in.Profile)
+		}
+		slices.Sort(ps)
+		out[g.Index] = ps
+	}
+	return out
+}
+
+// layoutDevices is the devices a layout serves under the mixed strategy, by
+// resource name: each MIG device as nvidia.com/mig-<profile>, each GPU
+// without MIG as nvidia.com/gpu; sorted.
+func layoutDevices(l []migLayoutGPU) map[string][]string {
+	out := map[string][]string{}
+	for _, g := range l {
+		if g.MigMode == "Disabled" {
+			out["nvidia.com/gpu"] = append(out["nvidia.com/gpu"], g.UUID)
+			continue
+		}
+		for _, in := range g.Instances {
+			if in.UUID != "" {
+				r := "nvidia.com/mig-" + strings.ReplaceAll(in.Profile, "+", ".")
+				out[r] = append(out[r], in.UUID)
+			}
+		}
+	}
+	for _, ids := range out {
+		slices.Sort(ids)
+	}
+	return out
+}

@@ -1,0 +1,177 @@
+package framework
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+// invariantsWorld is a DRA node as the checker reads it: the Node, the
+// simulator's state file, the pods, slices, claims, checkpoint and CDI
+// specs. The DRA path needs no kubelet socket, so the whole checker runs
+// against it.
+type invariantsWorld struct {
+	state      string // state.json
+	stateLabel string
+	ready      corev1.ConditionStatus
+	taints     []corev1.Taint
+	podUID     string
+	slices     []resourceapi.ResourceSlice
+	claimUIDs  []string
+	checkpoint []string // claim UIDs, each holding MIG-a
+	cdiSpecs   []string // claim UIDs
+}
+
+const goodState = `{"version":1,"gpus":[{"model":"A100-SXM4-80GB","uuid":"GPU-0","migEnabled":true,"instances":[
+ {"id":1,"profileID":19,"start":0,"computeInstances":[{"id":0,"profileID":0,"uuid":"MIG-a"}]},
+ {"id":2,"profileID":9,"start":4,"computeInstances":[{"id":0,"profileID":2,"uuid":"MIG-b"}]}]}]}`
+
+const goodLayout = `[{"index":0,"uuid":"GPU-0","migMode":"Enabled","instances":[
+ {"profile":"1g.10gb","uuid":"MIG-a","usedBy":["ns/p"]},{"profile":"3g.40gb","uuid":"MIG-b"}]}]`
+
+func slice(name string, gen int64, uuids ...string) resourceapi.ResourceSlice {
+	node := "mf-dra"
+	s := resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: resourceapi.ResourceSliceSpec{Driver: draDriverName, NodeName: &node,
+			Pool: resourceapi.ResourcePool{Name: node, Generation: gen, ResourceSliceCount: 1}},
+	}
+	for i, u := range uuids {
+		s.Spec.Devices = append(s.Spec.Devices, resourceapi.Device{
+			Name:       "d" + string(rune('0'+i)),
+			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"uuid": {StringValue: &u}},
+		})
+	}
+	return s
+}
+
+func goodWorld() invariantsWorld {
+	return invariantsWorld{
+		state: goodState, stateLabel: "success", ready: corev1.ConditionTrue, podUID: "pod-1",
+		slices:    []resourceapi.ResourceSlice{slice("s1", 1, "MIG-a", "MIG-b")},
+		claimUIDs: []string{"claim-1"}, checkpoint: []string{"claim-1"}, cdiSpecs: []string{"claim-1"},
+	}
+}
+
+// build writes w's files under dir and returns a Cluster on its node.
+func (w invariantsWorld) build(t *testing.T, dir string) *Cluster {
+	t.Helper()
+	n := LocalNode{Name: "mf-dra", Number: 2, KubeletDir: filepath.Join(dir, "kubelet"), CDIDir: filepath.Join(dir, "cdi")}
+	write := func(path, data string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(n.SimStateDir(), "state.json"), w.state)
+	var claims []map[string]any
+	for _, uid := range w.checkpoint {
+		claims = append(claims, map[string]any{"uid": uid, "namespace": "ns", "name": "c-" + uid, "devices": []map[string]any{{"uuid": "MIG-a"}}})
+	}
+	b, err := json.Marshal(map[string]any{"version": 1, "claims": claims})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(filepath.Join(n.DRAPluginDir(), "checkpoint.json"), string(b))
+	if err := os.RemoveAll(n.CDIDir); err != nil {
+		t.Fatal(err)
+	}
+	for _, uid := range w.cdiSpecs {
+		write(filepath.Join(n.CDIDir, cdiClaimSpecPrefix+uid+".json"), "{}")
+	}
+	objs := []runtime.Object{
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "mf-dra",
+			Labels:      map[string]string{DRANodeLabel: DRANodeLabelValue, labelMigConfigState: w.stateLabel},
+			Annotations: map[string]string{annotationMigLayout: goodLayout}},
+			Spec:   corev1.NodeSpec{Taints: w.taints},
+			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: w.ready}}}},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "pod-1"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}},
+	}
+	for i := range w.slices {
+		objs = append(objs, &w.slices[i])
+	}
+	for _, uid := range w.claimUIDs {
+		objs = append(objs, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c-" + uid, UID: types.UID(uid)}})
+	}
+	return &Cluster{Client: fake.NewClientset(objs...), NodeName: "mf-dra", Nodes: []LocalNode{{Name: "vm", Number: 1}, n}}
+}
+
+// TestInvariantsCatch: the checker passes the node as it should be and
+// names each broken invariant: it can fail.
+func TestInvariantsCatch(t *testing.T) {
+	want := map[int][]string{0: {"1g.10gb", "3g.40gb"}}
+	for _, tc := range []struct {
+		name    string
+		break_  func(*invariantsWorld)
+		wantErr string
+	}{
+		{"all hold", func(*invariantsWorld) {}, ""},
+		{"not converged", func(w *invariantsWorld) { w.stateLabel = "pending" }, `state "pending"`},
+		{"node not Ready", func(w *invariantsWorld) { w.ready = corev1.ConditionUnknown }, "is not Ready"},
+		{"node still tainted", func(w *invariantsWorld) {
+			w.taints = []corev1.Taint{{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule}}
+		}, "has the taint node.kubernetes.io/not-ready"},
+		{"pod's instance re-created", func(w *invariantsWorld) {
+			w.state = strings.Replace(goodState, `"id":1,"profileID":19,"start":0`, `"id":3,"profileID":19,"start":0`, 1)
+		}, "pod ns/p's MIG device MIG-a changed"},
+		{"pod's instance destroyed", func(w *invariantsWorld) {
+			w.state = strings.Replace(goodState, `"uuid":"MIG-a"`, `"uuid":"MIG-new"`, 1)
+		}, "differ"},
+		{"leaked GPU instance", func(w *invariantsWorld) {
+			w.state = strings.Replace(goodState, `"MIG-b"}]}`, `"MIG-b"}]},{"id":5,"profileID":19,"start":6}`, 1)
+		}, "the simulator has 3 GPU instances"},
+		{"pod replaced", func(w *invariantsWorld) { w.podUID = "pod-2" }, "want the same pod running"},
+		{"orphaned slice", func(w *invariantsWorld) {
+			w.slices = append(w.slices, slice("s0", 0, "MIG-old"))
+		}, "want one generation"},
+		{"device drained from the slice", func(w *invariantsWorld) {
+			w.slices = []resourceapi.ResourceSlice{slice("s1", 1, "MIG-a")}
+		}, "devices the node's ResourceSlices list"},
+		{"stale checkpoint entry", func(w *invariantsWorld) {
+			w.checkpoint = append(w.checkpoint, "claim-gone")
+			w.cdiSpecs = append(w.cdiSpecs, "claim-gone")
+		}, "which the API server does not"},
+		{"leaked CDI spec", func(w *invariantsWorld) { w.cdiSpecs = append(w.cdiSpecs, "claim-x") }, "the DRA checkpoint does not have"},
+		{"checkpoint entry without its spec", func(w *invariantsWorld) { w.cdiSpecs = nil }, "has no CDI spec"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			before := goodWorld()
+			inv, err := before.build(t, dir).snapshot(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			after := goodWorld()
+			tc.break_(&after)
+			c := after.build(t, dir)
+			if after.podUID != before.podUID {
+				p, _ := c.Client.CoreV1().Pods("ns").Get(context.Background(), "p", metav1.GetOptions{})
+				p.UID = types.UID(after.podUID)
+				if _, err := c.Client.CoreV1().Pods("ns").Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			inv.c = c
+			err = inv.check(context.Background(), want)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("check: %v, want every invariant to hold", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("check: %v, want an error containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
