@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -114,10 +115,10 @@ func testWrites(n int) []nodeWrite {
 }
 
 // TestSendWritesBounded: a round's writes overlap up to
-// Options.WriteParallelism and never beyond. Each apply is held until as
-// many are in flight as the bound allows (or every write is sent), so a
-// sender that sends fewer at once never gets an answer, and one that sends
-// more shows it in the most applies seen in flight.
+// Options.WriteParallelism and never beyond. In a synctest bubble every
+// apply is held until the test lets one go; synctest.Wait returns once the
+// sender can start no more, so the applies in flight then are all it sends
+// at once.
 func TestSendWritesBounded(t *testing.T) {
 	for _, tc := range []struct {
 		name               string
@@ -128,40 +129,37 @@ func TestSendWritesBounded(t *testing.T) {
 		{"bound above the writes", 16, 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := newApplies()
-			want := min(tc.parallelism, tc.total)
-			released := false
-			a.hold = func(inFlight, sent int) {
-				for !released && inFlight < want && sent < tc.total {
-					a.cond.Wait()
-					inFlight, sent = a.inFlight, len(a.sent)
+			synctest.Test(t, func(t *testing.T) {
+				a := newApplies()
+				let := 0
+				a.hold = func(int, int) {
+					for let == 0 {
+						a.cond.Wait()
+					}
+					let--
 				}
-				// Once the bound was reached together, the rest flow.
-				released = true
-			}
-			c, _ := a.controller(t, tc.parallelism)
-			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-			defer cancel()
-			done := make(chan []error, 1)
-			go func() { done <- c.sendWrites(ctx, testWrites(tc.total)) }()
-			var errs []error
-			select {
-			case errs = <-done:
-			case <-ctx.Done():
-				// A guard against a hang, not a timing: the applies
-				// never overlapped up to the bound.
-				a.mu.Lock()
-				defer a.mu.Unlock()
-				t.Fatalf("the writes never reached %d in flight at once: %d sent, at most %d at once", want, len(a.sent), a.most)
-			}
-			for i, err := range errs {
-				if err != nil {
-					t.Errorf("write %d: %v", i, err)
+				c, _ := a.controller(t, tc.parallelism)
+				done := make(chan []error, 1)
+				go func() { done <- c.sendWrites(t.Context(), testWrites(tc.total)) }()
+				for finished := 0; finished < tc.total; finished++ {
+					synctest.Wait()
+					a.mu.Lock()
+					if want := min(tc.parallelism, tc.total-finished); a.inFlight != want {
+						t.Errorf("after %d writes done, %d in flight; want %d", finished, a.inFlight, want)
+					}
+					let++
+					a.cond.Broadcast()
+					a.mu.Unlock()
 				}
-			}
-			if len(a.sent) != tc.total || a.most != want {
-				t.Errorf("%d writes sent, at most %d at once; want %d, at most %d", len(a.sent), a.most, tc.total, want)
-			}
+				for i, err := range <-done {
+					if err != nil {
+						t.Errorf("write %d: %v", i, err)
+					}
+				}
+				if len(a.sent) != tc.total || a.most != min(tc.parallelism, tc.total) {
+					t.Errorf("%d writes sent, at most %d at once; want %d, at most %d", len(a.sent), a.most, tc.total, min(tc.parallelism, tc.total))
+				}
+			})
 		})
 	}
 }
