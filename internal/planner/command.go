@@ -19,6 +19,7 @@ func flags(c *Config) *cli.Flags {
 	f.Duration(&c.Policy.Cooldown, "cooldown", pol.Cooldown, "how long a GPU is left alone after the planner changed it")
 	f.Int(&c.Policy.MaxGPUsPerRound, "max-gpus-per-round", pol.MaxGPUsPerRound, "GPUs one round may repartition (0: no cap)")
 	f.Int(&c.MaxNodesPerRound, "max-nodes-per-round", DefaultMaxNodesPerRound, "nodes one round may change (0: no cap, as for --max-gpus-per-round)")
+	f.Int(&c.WriteParallelism, "write-parallelism", DefaultWriteParallelism, "Node writes of a round sent at once, each still under --kube-api-qps")
 	f.Duration(&c.ManualHold, "manual-hold", DefaultManualHold, "how long an opted-in node is left alone after someone else changed its nvidia.com/mig.config (negative: not at all)")
 	f.Duration(&c.Cadence.Idle, "batch-idle", cad.Idle, "a round starts once the cluster has not changed for this long")
 	f.Duration(&c.Cadence.Max, "batch-max", cad.Max, "... or this long after the first change it waits for")

@@ -19,7 +19,7 @@ func lookupIn(kv map[string]string) func(string) (string, bool) {
 func TestParseFlags(t *testing.T) {
 	defaults := Config{
 		Options: Options{
-			Policy: solver.DefaultPolicy(), MaxNodesPerRound: DefaultMaxNodesPerRound, ManualHold: DefaultManualHold,
+			Policy: solver.DefaultPolicy(), MaxNodesPerRound: DefaultMaxNodesPerRound, WriteParallelism: DefaultWriteParallelism, ManualHold: DefaultManualHold,
 			Cadence: solver.DefaultCadence(), StartGrace: DefaultStartGrace, MixHalfLife: DefaultMixHalfLife,
 			LeaderElection: true, LeaseName: DefaultLeaseName, LeaseDuration: DefaultLeaseDuration,
 			RenewDeadline: DefaultRenewDeadline, RetryPeriod: DefaultRetryPeriod,

@@ -488,10 +488,24 @@ func (c *Controller) round(ctx context.Context, m *memory) (bool, time.Time) {
 	for _, ev := range d.events {
 		c.recorder.Event(ev.pod, ev.typ, ev.reason, ev.message)
 	}
+	result, waiting, lifts := c.writeAll(ctx, m, now, d, result)
+	c.metrics.rounds.WithLabelValues(result).Inc()
+	c.metrics.duration.WithLabelValues(result).Observe(time.Since(start).Seconds())
+	log.V(2).Info("Round ended", "result", result, "took", time.Since(start))
+	return waiting, lifts
+}
+
+// writeAll sends a round's writes and takes in their outcomes: the
+// memory, the metrics, the Events. It returns the round's result (result
+// as decide left it, failed if a write failed, changed if one changed a
+// layout), whether pods still wait, and when a write held back may be
+// sent.
+func (c *Controller) writeAll(ctx context.Context, m *memory, now time.Time, d decision, result string) (string, bool, time.Time) {
 	mode := modeApplied
 	if c.opts.DryRun {
 		mode = modeDryRun
 	}
+	log := klog.FromContext(ctx)
 	waiting, lifts := d.waiting, d.lifts
 	// waitFor keeps the pods of a write not sent waiting, told again once
 	// it is, and the next round due when the write may be sent.
@@ -504,17 +518,29 @@ func (c *Controller) round(ctx context.Context, m *memory) (bool, time.Time) {
 			lifts = until
 		}
 	}
+	// Every write's backoff is read before any is sent: a round writes
+	// each Node at most once, so no write's outcome changes another's.
+	var send []nodeWrite
 	for _, w := range d.writes {
-		if ctx.Err() != nil {
-			// No longer leading: what is not written is the next leader's.
-			break
-		}
 		if until, ok := m.backoff.blocked(w.node.Name, now); ok {
 			log.V(2).Info("Not writing a layout yet: the last write to the Node was refused", "node", w.node.Name, "retryAt", until)
 			waitFor(w, until)
 			continue
 		}
-		err := c.write(ctx, w)
+		send = append(send, w)
+	}
+	errs := c.sendWrites(ctx, send)
+	// The outcomes are taken in the decision's order, on this goroutine:
+	// the memory, the logs and the Events do not depend on which write
+	// the API server answered first.
+	for i, w := range send {
+		err := errs[i]
+		if errors.Is(err, errNotSent) {
+			// No longer leading: what is not written is the next
+			// leader's. A later write may have been started before ctx
+			// ended, and its outcome is still taken.
+			continue
+		}
 		if err != nil {
 			result = resultFailed
 			if apierrors.IsConflict(err) {
@@ -547,10 +573,39 @@ func (c *Controller) round(ctx context.Context, m *memory) (bool, time.Time) {
 			c.recorder.Event(ev.pod, ev.typ, ev.reason, ev.message)
 		}
 	}
-	c.metrics.rounds.WithLabelValues(result).Inc()
-	c.metrics.duration.WithLabelValues(result).Observe(time.Since(start).Seconds())
-	log.V(2).Info("Round ended", "result", result, "took", time.Since(start))
-	return waiting, lifts
+	return result, waiting, lifts
+}
+
+// errNotSent is sendWrites' answer for a write it did not send because
+// ctx ended.
+var errNotSent = errors.New("not sent: no longer leading")
+
+// sendWrites sends ws, at most Options.WriteParallelism at once, and
+// returns each one's error in ws's order. Once ctx ends no write is
+// started: those left get errNotSent. The client's rate limiter
+// (--kube-api-qps) still spaces the requests; the bound keeps a round of
+// hundreds of writes from queueing them all at the API server at once.
+func (c *Controller) sendWrites(ctx context.Context, ws []nodeWrite) []error {
+	errs := make([]error, len(ws))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(max(c.opts.WriteParallelism, 1), len(ws)) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(ws) {
+					return
+				}
+				if ctx.Err() != nil {
+					errs[i] = errNotSent
+					continue
+				}
+				errs[i] = c.write(ctx, ws[i])
+			}
+		})
+	}
+	wg.Wait()
+	return errs
 }
 
 // write applies the planner's annotations on the Node under w.manager:

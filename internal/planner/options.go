@@ -17,6 +17,7 @@ const (
 	DefaultFieldManager     = plansnap.DefaultFieldManager
 	DefaultLeaseName        = "migflex-planner"
 	DefaultMaxNodesPerRound = 8
+	DefaultWriteParallelism = 8
 	DefaultManualHold       = plansnap.DefaultManualHold
 	DefaultStartGrace       = 10 * time.Second
 	DefaultMixHalfLife      = time.Hour
@@ -38,6 +39,9 @@ type Options struct {
 	// MaxNodesPerRound caps the nodes one round changes. Default
 	// DefaultMaxNodesPerRound; negative: no cap.
 	MaxNodesPerRound int
+	// WriteParallelism bounds the Node writes of a round sent at once.
+	// Default DefaultWriteParallelism.
+	WriteParallelism int
 	// ManualHold is how long a node is left alone after someone other
 	// than the planner changed its nvidia.com/mig.config. Default
 	// DefaultManualHold; negative: not at all.
@@ -83,6 +87,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxNodesPerRound == 0 {
 		o.MaxNodesPerRound = DefaultMaxNodesPerRound
+	}
+	if o.WriteParallelism == 0 {
+		o.WriteParallelism = DefaultWriteParallelism
 	}
 	if o.ManualHold == 0 {
 		o.ManualHold = DefaultManualHold
@@ -130,6 +137,9 @@ func (o *Options) validate() error {
 	}
 	if err := o.Policy.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if o.WriteParallelism < 0 {
+		errs = append(errs, fmt.Errorf("write parallelism %d is negative", o.WriteParallelism))
 	}
 	if o.StartGrace < 0 {
 		errs = append(errs, fmt.Errorf("start grace %s is negative", o.StartGrace))

@@ -11,11 +11,15 @@ import (
 	"github.com/migflex/migflex/internal/platform/metricsserver"
 )
 
-// The planner's client-side rate limit: a round writes at most
-// Options.MaxNodesPerRound Nodes and records an Event per pod it acts on.
+// The planner's client-side rate limit, kube-scheduler's: a round writes
+// up to Options.MaxNodesPerRound Nodes and records an Event per pod it
+// acts on, and at 20 requests/s the limiter, not the API server, set how
+// long a round of many writes took (docs/BENCHMARKS.md). One leader
+// sends them; the API server's priority and fairness queues them with
+// the other service accounts' requests.
 const (
-	DefaultKubeAPIQPS   = 20
-	DefaultKubeAPIBurst = 40
+	DefaultKubeAPIQPS   = 50
+	DefaultKubeAPIBurst = 100
 )
 
 // Config is everything the planner process is told on its command line:
