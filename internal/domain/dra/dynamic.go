@@ -85,15 +85,15 @@ type OfferedDevice struct {
 // profile's instance count, +me.all alone with -me) where they would
 // otherwise be broken.
 //
-// The MIG devices of a profile come in the model's profile order and, for
-// each profile, from the highest placement down: the scheduler takes the
+// The MIG devices come profile by profile, in the GPU's profile order, and
+// each profile's from the highest placement down: the scheduler takes the
 // first device that fits, and the high memory slices are the ones only
 // small profiles can use, so first fit then leaves the low placements that
 // large profiles need.
 //
 // It fails, with no partial result, on a GPU it cannot describe: no UUID,
-// a profile without placements or with a placement past the GPU's memory
-// slices, two devices with one name.
+// a profile without placements, memory slices or compute slices, more
+// counters than the API allows in a set, two devices with one name.
 func Offers(gpus []mig.GPU) ([]Offer, error) {
 	gpus = slices.Clone(gpus)
 	slices.SortStableFunc(gpus, func(a, b mig.GPU) int { return a.Index - b.Index })
