@@ -184,6 +184,12 @@ func TestOffersErrors(t *testing.T) {
 	noUUID.UUID = ""
 	noPlacement := gpu(t, 0, "A100-SXM4-40GB")
 	noPlacement.Profiles[0].Placements = nil
+	// 40 memory slices: more counters than the API's 32 in a set.
+	wide := gpu(t, 0, "A100-SXM4-40GB")
+	wide.Profiles[0].Placements = nil
+	for s := range 40 {
+		wide.Profiles[0].Placements = append(wide.Profiles[0].Placements, s)
+	}
 	tests := []struct {
 		name string
 		gpus []mig.GPU
@@ -191,6 +197,7 @@ func TestOffersErrors(t *testing.T) {
 	}{
 		{"no UUID", []mig.GPU{noUUID}, "GPU 0 has no UUID"},
 		{"a profile without placements", []mig.GPU{noPlacement}, "has no placement"},
+		{"more counters than a set holds", []mig.GPU{wide}, "GPU 0 needs 44 counters, more than the API's 32 per counter set"},
 		{"two GPUs with one minor", []mig.GPU{gpu(t, 0, "A30-24GB"), withMinor(gpu(t, 1, "A30-24GB"), 0)}, `device name "gpu-0-mig-1g6gb-14-3" is also the name of GPU 0`},
 	}
 	for _, tt := range tests {
