@@ -114,6 +114,9 @@ func Start(ctx context.Context, opts Options) (*Driver, error) {
 	if err := d.removeStraySpecs(); err != nil {
 		return nil, fmt.Errorf("DRA driver: %w", err)
 	}
+	if d.mode == ModeDynamic {
+		d.checkPartitionable(ctx)
+	}
 	d.helper, err = kubeletplugin.Start(klog.NewContext(ctx, d.logger), d,
 		kubeletplugin.DriverName(opts.DriverName),
 		kubeletplugin.NodeName(opts.NodeName),
@@ -239,7 +242,7 @@ func (d *Driver) Publish(gpus []mig.GPU, unhealthy map[string]dra.Fault) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.opts.Mode == ModeDynamic {
+	if d.mode == ModeDynamic {
 		if gpus, err = d.dynamicLocked(gpus); err != nil {
 			return err
 		}

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	resourceapply "k8s.io/client-go/applyconfigurations/resource/v1"
@@ -289,6 +290,43 @@ func (d *Driver) Mode() (Mode, string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.mode, d.fallback
+}
+
+// checkPartitionable falls back to static mode, before anything is
+// published or any instance touched, when the API server does not keep
+// partitionable devices: a dry-run create of a counters-only slice of this
+// node comes back without its counters (DRAPartitionableDevices off, the
+// default in 1.35). A failed check falls back too: dynamic mode's start
+// destroys idle instances no claim holds, which must not happen on a node
+// that will end up serving static mode.
+func (d *Driver) checkPartitionable(ctx context.Context) {
+	probe := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: d.opts.NodeName + "-partitionable-"},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver: d.opts.DriverName, NodeName: &d.opts.NodeName,
+			Pool:           resourceapi.ResourcePool{Name: d.opts.NodeName, ResourceSliceCount: 1},
+			SharedCounters: []resourceapi.CounterSet{{Name: "probe", Counters: map[string]resourceapi.Counter{"probe": {Value: resource.MustParse("1")}}}},
+		},
+	}
+	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
+	defer cancel()
+	got, err := d.opts.KubeClient.ResourceV1().ResourceSlices().Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	var why string
+	switch {
+	case err != nil:
+		why = fmt.Sprintf("could not ask the API server whether it keeps partitionable devices (%v)", err)
+	case len(got.Spec.SharedCounters) == 0:
+		why = "the API server drops partitionable devices (DRAPartitionableDevices is off: Kubernetes 1.35, or the gate turned off)"
+	default:
+		return
+	}
+	d.mu.Lock()
+	d.mode = ModeStatic
+	d.fallback = "--dra-mode=dynamic: " + why + "; serving static mode: the MIG instances that exist"
+	msg := d.fallback
+	d.mu.Unlock()
+	d.logger.Error(nil, "Dynamic mode is not available; serving static mode", "reason", msg)
+	d.recordEvent(ctx, corev1.EventTypeWarning, ReasonDynamicUnavailable, msg)
 }
 
 // fallBack switches dynamic mode to static because the API server drops
