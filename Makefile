@@ -5,9 +5,10 @@
 #   make test-integration  go test ./... against a real etcd + kube-apiserver
 #                          (envtest; the same packages, whose integration
 #                          tests stop skipping)           no root
-#   make test-e2e          the end-to-end suite on a local single-node cluster
-#                          (kubelet, containerd)           root; changes host
-#                          networking while up, restored by the tear-down
+#   make test-e2e          the end-to-end suite on a local three-node cluster
+#                          (kubelets, containerds; NODES=1 for one) root;
+#                          changes host networking while up, restored by
+#                          the tear-down
 #   make test-e2e-oldest   the device-plugin, webhook and planner cases of it
 #                          on the oldest supported Kubernetes minor
 #   make test-arm64        the arm64 build, run under qemu-user-static
@@ -129,11 +130,12 @@ test-e2e:
 # 0, a pod's MIG device, the webhook's fallback rewrite, a busy GPU
 # protected, a kubelet restart, the agent's write of the allocatable the
 # kubelet holds, the planner's reshape, metrics only to tokens the API
-# server authorizes, the node served through DRA and the planner reshaping
-# it) with the harness and deprecation checks. `make test-matrix` runs
-# everything on every minor.
+# server authorizes, the DRA node beside the device-plugin ones and the
+# planner reshaping it, the webhook's fallback over every node and the
+# planner's choice between nodes) with the harness and deprecation checks.
+# `make test-matrix` runs everything on every minor.
 K8S_OLDEST = $(shell awk '!/^\#/ && NF { print $$1; exit }' hack/cluster/k8s/minors)
-E2E_OLDEST_RUN ?= ^(TestHarnessNetworkSafety|TestDeprecationWarningsAreCaught|TestMigflexInstalled|TestLayoutAnnotation|TestSuccessMeansAllocatable|TestPodGetsMigDevice|TestWebhookFallback|TestBusyGPU|TestKubeletRestart|TestPublishedAllocatableIsHeld|TestPlannerReshapesForAPendingPod|TestMetricsNeedAnAuthorizedToken|TestDRA)$$
+E2E_OLDEST_RUN ?= ^(TestHarnessNetworkSafety|TestDeprecationWarningsAreCaught|TestMigflexInstalled|TestLayoutAnnotation|TestSuccessMeansAllocatable|TestPodGetsMigDevice|TestWebhookFallback|TestBusyGPU|TestKubeletRestart|TestPublishedAllocatableIsHeld|TestPlannerReshapesForAPendingPod|TestMetricsNeedAnAuthorizedToken|TestDRA|TestWebhookFallbackSeesEveryNode|TestPlannerChoosesBetweenNodes)$$
 test-e2e-oldest:
 	K8S_VERSION=$(K8S_OLDEST) hack/cluster/e2e.sh -run '$(E2E_OLDEST_RUN)'
 

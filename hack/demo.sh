@@ -1,26 +1,28 @@
 #!/usr/bin/env bash
-# make demo: migflex's main job on a real (local, single-node) Kubernetes,
-# as root, as a narrated terminal session.
+# make demo: migflex's main job on a real (local) Kubernetes, as root, as a
+# narrated terminal session.
 #
 # It builds what is needed (bin/, the pinned Kubernetes binaries, the
-# images), brings up the local cluster of hack/cluster (a demo cluster
-# already up is torn down and brought up again, so every run starts from
-# the same state), installs migflex with simulated GPUs from
-# deployments/kustomize/overlays/local (two simulated H100-SXM5-80GB), and
-# then shows with plain kubectl: the Node's allocatable before and after
-# `kubectl annotate node ... nvidia.com/mig.config=...` with a different
-# layout for each GPU, and a pod asking for a MIG profile the node lacks,
-# rewritten by the fallback webhook, running on the profile it has; then,
-# with the planner installed (overlays/local-planner), a pod for a profile
-# the node lacks running on a GPU the planner reshaped for it, with the
-# Events and the time it took; last, `kubectl migflex explain` on that pod
-# and `kubectl migflex status`, the plugin from bin/. Last, the same node
-# switched to DRA (the agent restarted with --serving=dra): the layout as a
-# ResourceSlice, a pod with an unchanged nvidia.com/mig-* request served
+# images), brings up the local cluster of hack/cluster with its three nodes
+# (a demo cluster already up is torn down and brought up again, so every
+# run starts from the same state), installs migflex with simulated GPUs
+# from deployments/kustomize/overlays/local (node 1: two H100-SXM5-80GB
+# through the device plugin; mf-dra: two A100-SXM4-80GB through DRA;
+# mf-b200: one B200-180GB through the device plugin), and then shows with
+# plain kubectl: node 1's allocatable before and after `kubectl annotate
+# node ... nvidia.com/mig.config=...` with a different layout for each GPU,
+# and a pod asking for a MIG profile no node has, rewritten by the fallback
+# webhook, running on the profile node 1 has; then, with the planner
+# installed (overlays/local-planner), a pod for a profile no node has
+# running on a GPU the planner reshaped for it, with the Events and the
+# time it took; then `kubectl migflex explain` on that pod and `kubectl
+# migflex status`, the plugin from bin/. Last, the DRA node: its layout as
+# a ResourceSlice, a pod with an unchanged nvidia.com/mig-* request served
 # through a ResourceClaim, and the planner's reshape for a pod the layout
-# cannot serve, timed beside the device-plugin path's.
-# The cluster stays up to explore, its node serving through DRA;
-# hack/cluster/down.sh (make cluster-down) tears it down.
+# cannot serve, timed beside the device-plugin path's. With NODES=1 the
+# cluster has node 1 alone, and the DRA part is left out.
+# The cluster stays up to explore; hack/cluster/down.sh (make cluster-down)
+# tears it down.
 #
 # Nothing leaves this machine: see "Network safety" in hack/cluster/README.md.
 set -euo pipefail
@@ -81,34 +83,38 @@ run "make build"
 
 # --- cluster -------------------------------------------------------------------
 running=()
-for c in "${COMPONENTS[@]}"; do
+for c in $(all_components); do
 	[[ -z $(pid_of "$c") ]] || running+=("$c")
 done
 if ((${#running[@]})); then
 	step "A local cluster is already up (${running[*]}): tearing it down to start clean"
 	"$HACK_CLUSTER/down.sh"
 fi
-step "Bringing up a local single-node cluster (etcd, kube-apiserver, controller-manager, scheduler, containerd, kubelet)"
+step "Bringing up a local cluster of $NODES nodes (etcd, kube-apiserver, controller-manager, scheduler; each node a containerd and a kubelet)"
 "$HACK_CLUSTER/up.sh"
 export KUBECONFIG=$KUBECONFIG_ADMIN
 NODE=$NODE_NAME
+DRA_NODE=
+((NODES < 2)) || DRA_NODE=$(extra_node_name 2)
 echo
 echo "Below, kubectl is $KUBECTL (Kubernetes $K8S_VERSION) with KUBECONFIG=$KUBECONFIG_ADMIN."
+run "kubectl get nodes -o wide -L migflex.io/serve"
 
 # --- install -------------------------------------------------------------------
 step "Installing migflex with simulated GPUs from its manifests"
 run "kubectl apply -k deployments/kustomize/overlays/local"
 run "kubectl -n gpu-webhook wait --for=condition=Complete job/migflex-certgen --timeout=180s"
 run "kubectl -n gpu-webhook rollout status daemonset/migflex-agent --timeout=180s"
+[[ -z $DRA_NODE ]] || run "kubectl -n gpu-webhook rollout status daemonset/migflex-agent-dra --timeout=180s"
 run "kubectl -n gpu-webhook rollout status deployment/gpu-webhook --timeout=180s"
 run "kubectl -n gpu-webhook get pods -o wide"
 
 # --- before ------------------------------------------------------------------
-step "BEFORE: the node's two GPUs, as the agent reports them and the kubelet serves them (MIG off: two whole GPUs)"
+step "BEFORE: every node's GPUs as its agent reports them, and node $NODE's two as its kubelet serves them (MIG off: two whole GPUs)"
 # The kubelet puts the agent's first registration into the Node status
 # within its next status update.
 run "kubectl wait --for=jsonpath='{.status.allocatable.nvidia\.com/gpu}'=2 node/$NODE --timeout=120s"
-run "kubectl get node $NODE -L nvidia.com/gpu.product -L nvidia.com/gpu.count -L nvidia.com/mig.capable -L nvidia.com/mig.config.state"
+run "kubectl get nodes -L migflex.io/serving -L nvidia.com/gpu.product -L nvidia.com/gpu.count -L nvidia.com/mig.config.state"
 run "kubectl describe node $NODE | sed -n '/^Allocatable:/,/^System Info:/p'"
 
 # --- the layout ----------------------------------------------------------------
@@ -137,7 +143,7 @@ run "kubectl describe node $NODE | sed -n '/^Allocatable:/,/^System Info:/p'"
 run "kubectl get events --field-selector involvedObject.kind=Node,reason=MigConfigApplied"
 
 # --- the fallback --------------------------------------------------------------
-step "A pod asks for nvidia.com/mig-2g.20gb, which this node does not have"
+step "A pod asks for nvidia.com/mig-2g.20gb, which no node has"
 pod_yaml="apiVersion: v1
 kind: Pod
 metadata:
@@ -166,7 +172,7 @@ $pod_yaml
 EOF"
 run "kubectl wait --for=jsonpath='{.status.phase}'=Succeeded pod/$POD --timeout=120s"
 
-step "The webhook rewrote it to a profile the node has, and it ran there"
+step "The webhook rewrote it to the nearest profile a node has, node $NODE's 1g.10gb, and it ran there"
 run "kubectl get pod $POD -o jsonpath='{.metadata.annotations.gpu-webhook\.k8s\.io/fallback}{\"\\n\"}'"
 run "kubectl get pod $POD -o jsonpath='{.spec.containers[0].resources}{\"\\n\"}'"
 run "kubectl get pod $POD -o wide"
@@ -251,54 +257,23 @@ run "kubectl migflex explain $PLANNER_POD"
 run "kubectl migflex status"
 
 # --- DRA -----------------------------------------------------------------------
-# The same node, switched to Dynamic Resource Allocation as an operator
-# would (the chart's agent.serving=dra, kustomize's components/dra): the
-# DeviceClasses, the agent's DRA permissions, and the agent restarted with
-# --serving=dra and the kubelet plugin and CDI directories (the CDI one is
-# where this cluster's containerd reads specs). One kubelet here, so one
-# node: it is switched rather than set beside a device-plugin node.
-step "DRA: switching the node's agent from the device plugin to DRA (pods keep their nvidia.com/mig-* requests)"
-# A node never offers a resource both ways: the pod holding a
-# device-plugin device goes first.
-run "kubectl delete pod $PLANNER_POD --grace-period=1"
+# Node $DRA_NODE serves through Dynamic Resource Allocation from the start:
+# the overlay's DRA pool (migflex-agent-dra on the nodes labelled
+# migflex.io/serve=dra, as the chart's agent.draNodeSelector makes it), with
+# the DeviceClasses, the agent's DRA permissions and the policy that limits
+# them to its node's ResourceSlices.
+if [[ -n $DRA_NODE ]]; then
+step "DRA: node $DRA_NODE serves its two A100-SXM4-80GB through DRA, beside node $NODE's device plugin (pods keep their nvidia.com/mig-* requests)"
+run "kubectl get nodes -L migflex.io/serve -L migflex.io/serving"
+run "kubectl -n gpu-webhook get daemonsets -o wide"
 # 60 DeviceClasses (one per MIG profile of every supported model, one for
 # whole GPUs, general ones for claims that select by CEL): only the last
-# lines of kubectl's list are shown, the agent's DRA permissions and the
-# policy that limits them to its node's ResourceSlices.
-run "kubectl apply -f deployments/dra/deviceclasses.yaml -f deployments/kustomize/components/dra/dra-rbac.yaml -f deployments/kustomize/components/dra/agent-slice-scope-policy.yaml | tail -n 5"
-dra_patch='[
-  {"op": "replace", "path": "/spec/template/spec/containers/0/args/7", "value": "--serving=dra"},
-  {"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "--cdi-dir='"$CDI_DIR"'"},
-  {"op": "add", "path": "/spec/template/spec/containers/0/volumeMounts/-", "value": {"name": "kubelet-plugins", "mountPath": "/var/lib/kubelet/plugins"}},
-  {"op": "add", "path": "/spec/template/spec/containers/0/volumeMounts/-", "value": {"name": "plugins-registry", "mountPath": "/var/lib/kubelet/plugins_registry"}},
-  {"op": "add", "path": "/spec/template/spec/containers/0/volumeMounts/-", "value": {"name": "cdi", "mountPath": "'"$CDI_DIR"'"}},
-  {"op": "add", "path": "/spec/template/spec/volumes/-", "value": {"name": "kubelet-plugins", "hostPath": {"path": "/var/lib/kubelet/plugins", "type": "DirectoryOrCreate"}}},
-  {"op": "add", "path": "/spec/template/spec/volumes/-", "value": {"name": "plugins-registry", "hostPath": {"path": "/var/lib/kubelet/plugins_registry", "type": "DirectoryOrCreate"}}},
-  {"op": "add", "path": "/spec/template/spec/volumes/-", "value": {"name": "cdi", "hostPath": {"path": "'"$CDI_DIR"'", "type": "DirectoryOrCreate"}}}
-]'
-[[ $(kubectl -n gpu-webhook get daemonset migflex-agent -o jsonpath='{.spec.template.spec.containers[0].args[7]}') == --serving=device-plugin ]] ||
-	die "the agent's DaemonSet has no --serving=device-plugin at args[7] to switch"
-run "kubectl -n gpu-webhook patch daemonset migflex-agent --type=json -p '$dra_patch'"
-run "kubectl -n gpu-webhook rollout status daemonset/migflex-agent --timeout=180s"
-run "kubectl wait --for=jsonpath='{.metadata.labels.migflex\.io/serving}'=dra node/$NODE --timeout=120s"
-# Until the kubelet's next status update the Node's allocatable still
-# offers the device plugin's counts, by which the scheduler would place
-# pods the kubelet then refuses (docs/INSTALL.md, "Switching a node"):
-# nothing goes to the node before they read 0.
-echo
-echo "Waiting for the kubelet to drop the device plugin's counts from the Node's allocatable (its next status update)"
-for ((i = 0; i < 120; i++)); do
-	# shellcheck disable=SC2016 # a Go template's variables
-	stale=$(kubectl get node "$NODE" -o go-template='{{range $k, $v := .status.allocatable}}{{$k}}={{$v}}{{"\n"}}{{end}}' | grep -E '^nvidia\.com/' | grep -v '=0$') || stale=
-	[[ -z $stale ]] && break
-	sleep 0.5
-done
-[[ -z $stale ]] || die "the Node's allocatable still offers $(tr '\n' ' ' <<<"$stale")"
+# lines of kubectl's list are shown.
+run "kubectl get deviceclasses | tail -n 5"
 
-# Both GPUs alike: the planner may change either for the reshape below,
-# whichever it did not change above (--cooldown, 2 minutes by default).
-step "DRA: a layout set by hand, each GPU one 3g.40gb and four 1g.10gb; the agent publishes it as a ResourceSlice, one device per MIG instance"
-run "kubectl annotate node $NODE --overwrite nvidia.com/mig.config='
+# Both GPUs alike: the planner may change either for the reshape below.
+step "DRA: a layout set by hand on node $DRA_NODE, each GPU one 3g.40gb and four 1g.10gb; the agent publishes it as a ResourceSlice, one device per MIG instance"
+run "kubectl annotate node $DRA_NODE --overwrite nvidia.com/mig.config='
 version: v1
 mig-configs:
   selected:
@@ -308,21 +283,21 @@ mig-configs:
       3g.40gb: 1
       1g.10gb: 4
 '"
-# The state label still reads success from the layout before: wait for
+# The state label may still read success from the layout before: wait for
 # the slice to list this one (success on a DRA node means it does).
 want=$(printf '%s\n' 1g.10gb 1g.10gb 1g.10gb 1g.10gb 1g.10gb 1g.10gb 1g.10gb 1g.10gb 3g.40gb 3g.40gb)
 for ((i = 0; i < 240; i++)); do
-	got=$(kubectl get resourceslices -o jsonpath='{range .items[*].spec.devices[*]}{.attributes.profile.string}{"\n"}{end}' | sort)
+	got=$(kubectl get resourceslices --field-selector spec.nodeName="$DRA_NODE" -o jsonpath='{range .items[*].spec.devices[*]}{.attributes.profile.string}{"\n"}{end}' | sort)
 	[[ $got == "$want" ]] && break
 	sleep 0.5
 done
 [[ $got == "$want" ]] || die "the ResourceSlice lists $(tr '\n' ' ' <<<"$got"), not the layout set by hand"
-run "kubectl wait --for=jsonpath='{.metadata.labels.nvidia\.com/mig\.config\.state}'=success node/$NODE --timeout=180s"
+run "kubectl wait --for=jsonpath='{.metadata.labels.nvidia\.com/mig\.config\.state}'=success node/$DRA_NODE --timeout=180s"
 run "kubectl get resourceslices"
-run "kubectl get resourceslices -o jsonpath='{range .items[*].spec.devices[*]}{.name}{\"\\t\"}{.attributes.profile.string}{\"\\t\"}{.attributes.uuid.string}{\"\\n\"}{end}'"
+run "kubectl get resourceslices --field-selector spec.nodeName=$DRA_NODE -o jsonpath='{range .items[*].spec.devices[*]}{.name}{\"\\t\"}{.attributes.profile.string}{\"\\t\"}{.attributes.uuid.string}{\"\\n\"}{end}'"
 run "kubectl get deviceclasses migflex.io gpu.migflex.io mig-1g.10gb.migflex.io mig-2g.20gb.migflex.io mig-3g.40gb.migflex.io -o custom-columns=NAME:.metadata.name,EXTENDED-RESOURCE:.spec.extendedResourceName"
 
-step "DRA: a pod with an unchanged spec (limits: nvidia.com/mig-1g.10gb: 1) runs, served through a ResourceClaim"
+step "DRA: a pod for node $DRA_NODE with an unchanged spec (limits: nvidia.com/mig-1g.10gb: 1) runs, served through a ResourceClaim"
 dra_pod="apiVersion: v1
 kind: Pod
 metadata:
@@ -330,6 +305,8 @@ metadata:
   namespace: $NS
 spec:
   restartPolicy: Never
+  nodeSelector:
+    kubernetes.io/hostname: $DRA_NODE
   containers:
   - name: main
     image: lc.local/testbox:1
@@ -360,10 +337,14 @@ claim=$(kubectl get pod "$DRA_POD" -o jsonpath='{.status.extendedResourceClaimSt
 run "kubectl logs $DRA_POD | grep -E '^NVIDIA_VISIBLE_DEVICES'"
 run "kubectl delete pod $DRA_POD"
 
-step "DRA: the planner reshapes the DRA node for a pod asking for nvidia.com/mig-2g.20gb, as it did on the device-plugin path"
+step "DRA: the planner reshapes node $DRA_NODE for a pod asking for nvidia.com/mig-2g.20gb, as it did on the device-plugin path"
 # As above: removing the hand-set annotation hands the node to the planner.
-run "kubectl annotate node $NODE nvidia.com/mig.config-"
+run "kubectl annotate node $DRA_NODE nvidia.com/mig.config-"
+run "kubectl label node $DRA_NODE --overwrite migflex.io/planner=enabled"
 dra_planner_pod=${planner_pod//$PLANNER_POD/$DRA_PLANNER_POD}
+dra_planner_pod=${dra_planner_pod/spec:/spec:
+  nodeSelector:
+    kubernetes.io/hostname: $DRA_NODE}
 for ((i = 0; i < 60; i++)); do
 	ann=$(kubectl create --dry-run=server -o jsonpath='{.metadata.annotations.migflex\.io/reshape}' -f - <<<"$dra_planner_pod" 2>/dev/null) || ann=
 	[[ -n $ann ]] && break
@@ -383,13 +364,14 @@ printf '\n%sPlanner reshape, kubectl apply to Running: DRA %s; device plugin (ab
 	"$bold" "$(secs "$dra_took_ms")" "$(secs "$dp_took_ms")" "$plain"
 run "kubectl get events --field-selector involvedObject.name=$DRA_PLANNER_POD,reason=MigReshapePlanned -o custom-columns=REASON:.reason,MESSAGE:.message"
 run "kubectl get pod $DRA_PLANNER_POD -o jsonpath='{.status.extendedResourceClaimStatus}{\"\\n\"}'"
-run "kubectl get resourceslices -o jsonpath='{range .items[*].spec.devices[*]}{.name}{\"\\t\"}{.attributes.profile.string}{\"\\n\"}{end}'"
+run "kubectl get resourceslices --field-selector spec.nodeName=$DRA_NODE -o jsonpath='{range .items[*].spec.devices[*]}{.name}{\"\\t\"}{.attributes.profile.string}{\"\\n\"}{end}'"
+fi
 
 # --- what next -----------------------------------------------------------------
 STEP="done"
 cat <<EOF
 
-${bold}==> Done in $((SECONDS - T0))s. The cluster stays up, its node serving through DRA; to keep exploring:$plain
+${bold}==> Done in $((SECONDS - T0))s. The cluster stays up; to keep exploring:$plain
 
   export KUBECONFIG=$KUBECONFIG_ADMIN
   alias kubectl=$KUBECTL   # the pinned kubectl; the host's may differ

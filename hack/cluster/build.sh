@@ -15,6 +15,9 @@
 #   $CACHE_DIR/k8s/<version>/bin/{kube-apiserver,kubelet,kube-controller-manager,kube-scheduler,kubectl}
 #   $CACHE_DIR/etcd/<version>/bin/etcd
 #   $CACHE_DIR/containerd/<version>/bin/{containerd,containerd-shim-runc-v2,ctr}
+#   $CACHE_DIR/tools/apiproxy   hack/cluster/apiproxy, which the nodes after
+#       the first run; this module's own, so built again each time (go's
+#       build cache makes that quick)
 #   $CACHE_DIR/envtest/{etcd,kube-apiserver,kubectl}   symlinks to the chosen
 #       minor's: KUBEBUILDER_ASSETS
 # CACHE_DIR defaults to <repo>/.cache (git-ignored).
@@ -31,7 +34,7 @@ K8S_COMPONENTS=(kube-apiserver kubelet kube-controller-manager kube-scheduler ku
 # Built only when named: the kind node image (hack/kind) needs them, the
 # local cluster does not.
 KIND_COMPONENTS=(kubeadm kube-proxy)
-ALL=("${K8S_COMPONENTS[@]}" etcd containerd "${KIND_COMPONENTS[@]}")
+ALL=("${K8S_COMPONENTS[@]}" etcd containerd apiproxy "${KIND_COMPONENTS[@]}")
 
 ETCD_VERSION=$(modversion "$HACK_CLUSTER/etcd/go.mod" go.etcd.io/etcd/server/v3)
 [[ -n $ETCD_VERSION ]] || { echo "build.sh: cannot read the etcd version from $HACK_CLUSTER/etcd/go.mod" >&2; exit 1; }
@@ -39,7 +42,7 @@ ETCD_BIN=$CACHE_DIR/etcd/$ETCD_VERSION/bin
 ENVTEST_DIR=$CACHE_DIR/envtest
 
 want=("$@")
-[[ ${#want[@]} -gt 0 ]] || want=("${K8S_COMPONENTS[@]}" etcd containerd)
+[[ ${#want[@]} -gt 0 ]] || want=("${K8S_COMPONENTS[@]}" etcd containerd apiproxy)
 for c in "${want[@]}"; do
 	[[ " ${ALL[*]} " == *" $c "* ]] || { echo "build.sh: unknown component $c (known: ${ALL[*]})" >&2; exit 2; }
 done
@@ -84,7 +87,7 @@ build() {
 
 k8s=()
 for c in "${want[@]}"; do
-	[[ $c == etcd || $c == containerd ]] || k8s+=("$c=k8s.io/kubernetes/cmd/$c")
+	[[ $c == etcd || $c == containerd || $c == apiproxy ]] || k8s+=("$c=k8s.io/kubernetes/cmd/$c")
 done
 if [[ ${#k8s[@]} -gt 0 ]]; then
 	minor=${K8S_MINOR#1.}
@@ -104,6 +107,10 @@ if [[ " ${want[*]} " == *" containerd "* ]]; then
 	cm=github.com/containerd/containerd/v2
 	build "$HACK_CLUSTER/containerd" "$CONTAINERD_BIN" "-s -w -X $cm/version.Version=${CONTAINERD_VERSION#v}" \
 		"containerd=$cm/cmd/containerd" "containerd-shim-runc-v2=$cm/cmd/containerd-shim-runc-v2" "ctr=$cm/cmd/ctr"
+fi
+if [[ " ${want[*]} " == *" apiproxy "* ]]; then
+	mkdir -p "$CACHE_DIR/tools"
+	(cd "$ROOT" && "$GO" build -trimpath -ldflags "-s -w" -o "$CACHE_DIR/tools/apiproxy" ./hack/cluster/apiproxy)
 fi
 
 # The envtest directory points at whichever of its three binaries exist,

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Tears down what hack/cluster/up.sh started and undoes its host changes.
 # Idempotent, and safe when nothing is up. It stops only processes up.sh
-# recorded (by PID, checked against the binary it started), and removes only
-# what up.sh recorded creating. Logs stay in $CLUSTER_DIR/logs.
+# recorded (by PID, checked against the binary it started) and whatever
+# runs in the namespaces of the nodes it made, and removes only what up.sh
+# recorded creating. Logs stay in $CLUSTER_DIR/logs.
 #
 # What it cannot undo: see "Host changes" in hack/cluster/README.md.
 # No -e or -u: a tear-down does every step it can, whatever failed before.
@@ -61,46 +62,73 @@ stop() {
 	rm -f "$RUN_DIR/$name.pid"
 }
 
+# The nodes up.sh recorded, node 1 (this host) first, and every component.
+mapfile -t nodes < <(node_names)
+mapfile -t components < <(all_components)
+
 # 1. Processes the e2e suite recorded beside the cluster's (say a webhook run
 #    on the host), then the controllers, so nothing recreates pods.
 for f in "$RUN_DIR"/*.pid; do
 	[[ -e $f ]] || continue
 	n=$(basename "$f" .pid)
-	[[ " ${COMPONENTS[*]} " == *" $n "* ]] || stop "$n" 10
+	[[ " ${components[*]} " == *" $n "* ]] || stop "$n" 10
 done
 stop kube-controller-manager &
 stop kube-scheduler &
 wait
 
-# 2. Let the kubelet tear the pods down itself (CNI DEL, volume unmounts,
-#    cgroups): delete them all and wait until the API has none left, which the
-#    kubelet only allows once their resources are reclaimed.
+# 2. Let the kubelets tear the pods down themselves (CNI DEL, volume
+#    unmounts, cgroups): delete them all and wait until the API has none
+#    left, which a kubelet only allows once their resources are reclaimed
+#    (a minute at most: a pod whose kubelet is gone never goes). The agents
+#    go last: a DRA node's kubelet needs its agent to unprepare the claims
+#    of the pods it removes.
 if [[ -n $(pid_of kubelet) && -n $(pid_of kube-apiserver) ]] && kubectl get --raw=/readyz >/dev/null 2>&1; then
-	kubectl delete pods --all --all-namespaces --grace-period=0 --wait=false >/dev/null 2>&1
-	for ((i = 0; i < 120; i++)); do
-		[[ -z $(kubectl get pods --all-namespaces -o name 2>/dev/null) ]] && { log "kubelet removed all pods"; break; }
-		sleep 0.5
+	for selector in app!=migflex-agent app=migflex-agent; do
+		kubectl delete pods --all-namespaces -l "$selector" --grace-period=0 --wait=false >/dev/null 2>&1
+		for ((i = 0; i < 120; i++)); do
+			[[ -z $(kubectl get pods --all-namespaces -l "$selector" -o name 2>/dev/null) ]] && break
+			sleep 0.5
+		done
 	done
+	[[ -n $(kubectl get pods --all-namespaces -o name 2>/dev/null) ]] || log "the kubelets removed all pods"
 fi
-stop kubelet
+for n in "${nodes[@]}"; do stop "$(node_component kubelet "$n")" & done
+wait
 
-# 3. Whatever containers remain, then containerd and any shim left serving
-#    our socket (shims outlive containerd by design).
-if [[ -n $(pid_of containerd) ]]; then
-	for c in $(ctr containers ls -q 2>/dev/null); do
-		ctr tasks kill -s SIGKILL "$c" >/dev/null 2>&1
-		ctr tasks rm -f "$c" >/dev/null 2>&1
-		ctr containers rm "$c" >/dev/null 2>&1
-	done
-fi
-stop containerd
-for p in /proc/[0-9]*; do
-	tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -q -- "-address $CTRD_SOCK " || continue
-	kill -KILL "${p#/proc/}" 2>/dev/null && log "killed leftover shim ${p#/proc/}"
+# 3. Whatever containers remain, then each containerd and any shim left
+#    serving its socket (shims outlive containerd by design).
+for n in "${nodes[@]}"; do
+	c=$(node_component containerd "$n")
+	if [[ -n $(pid_of "$c") ]]; then
+		for id in $(node_ctr "$n" containers ls -q 2>/dev/null); do
+			node_ctr "$n" tasks kill -s SIGKILL "$id" >/dev/null 2>&1
+			node_ctr "$n" tasks rm -f "$id" >/dev/null 2>&1
+			node_ctr "$n" containers rm "$id" >/dev/null 2>&1
+		done
+	fi
+	stop "$c"
 done
-# Pod processes orphaned by a killed shim live on in the kubelet's cgroups.
-find /sys/fs/cgroup/*/kubepods -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u | while read -r pid; do
+sockets=("$CTRD_SOCK")
+for n in "${nodes[@]:1}"; do sockets+=("$(node_dir "$n")/containerd/containerd.sock"); done
+for p in /proc/[0-9]*; do
+	args=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") || continue
+	for sock in "${sockets[@]}"; do
+		[[ $args == *"-address $sock "* ]] || continue
+		kill -KILL "${p#/proc/}" 2>/dev/null && log "killed leftover shim ${p#/proc/}"
+	done
+done
+# Pod processes orphaned by a killed shim live on in the kubelets' cgroups.
+find /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/*/mfnode[0-9]*/kubepods -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u | while read -r pid; do
 	kill -KILL "$pid" 2>/dev/null && log "killed leftover pod process $pid"
+done
+# Then the rest of each node: its apiproxy, and whatever else still runs in
+# its namespaces (a test's nsenter, say), so that they can go.
+for n in "${nodes[@]:1}"; do
+	stop "apiproxy@$n" 5
+	for pid in $(node_ns_pids "$n"); do
+		kill -KILL "$pid" 2>/dev/null && log "killed process $pid left in node $n"
+	done
 done
 
 # 4. Control plane. kube-apiserver may wait ~60s for open watches on SIGTERM;
@@ -123,8 +151,10 @@ fi
 rm -f "$RUN_DIR/kube-apiserver.pid"
 stop etcd
 
-# 5. Mounts left by the kubelet and containerd (deepest first), our network
-#    namespaces, the bridge, cgroups.
+# 5. Mounts left by the kubelet and containerd (deepest first) and those of
+#    the nodes' namespaces (the namespaces go with their last mount, and
+#    their mounts and links with them), our network namespaces, the
+#    bridges, cgroups.
 mounts() {
 	local ours m
 	ours=$(our_netns)
@@ -137,7 +167,12 @@ mounts() {
 }
 for m in $(mounts); do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
 for n in $(our_netns); do rm -f "$n" && log "removed network namespace ${n#/run/netns/}"; done
-ip link del "$BRIDGE" 2>/dev/null && log "removed bridge $BRIDGE"
+# A node's veth goes with its network namespace, unless something still
+# holds that namespace: deleting the host's end takes the node's too.
+for l in $(node_veths); do ip link del "$l" 2>/dev/null && log "removed link $l"; done
+for b in "$BRIDGE" "$NODES_BRIDGE"; do
+	ip link del "$b" 2>/dev/null && log "removed bridge $b"
+done
 find /sys/fs/cgroup/*/kubepods -depth -type d -exec rmdir {} + 2>/dev/null
 
 # 6. Host settings up.sh recorded.
@@ -145,6 +180,13 @@ if [[ -d $HOST_DIR ]]; then
 	while IFS= read -r line; do
 		case $line in
 		"route blackhole "*) ip route del blackhole "${line#route blackhole }" 2>/dev/null && log "removed blackhole route ${line#route blackhole }" ;;
+		"route "*) ip route del "${line#route }" 2>/dev/null && log "removed route ${line#route }" ;;
+		"link "*) ip link del "${line#link }" 2>/dev/null && log "removed link ${line#link }" ;;
+		"cgroup "*)
+			c=${line#cgroup }
+			find /sys/fs/cgroup/*/"$c" -depth -type d -exec rmdir {} + 2>/dev/null
+			log "removed cgroup $c"
+			;;
 		"chain "*)
 			c=${line#chain }
 			while iptables -D FORWARD -j "$c" 2>/dev/null; do :; done
@@ -191,14 +233,23 @@ fi
 
 # 7. Bulky state; logs, PKI and kubeconfigs stay until the next up.sh.
 rm -rf "$CTRD_DIR/root" "$CTRD_DIR/state" "$CTRD_DIR/runc" "$CLUSTER_DIR/etcd"
+for n in "${nodes[@]:1}"; do
+	rm -rf "$(node_dir "$n")"/{containerd/root,containerd/state,containerd/runc,kubelet}
+done
 
 # 8. Say plainly if anything is left.
 left=0
-for c in "${COMPONENTS[@]}"; do
+for c in "${components[@]}"; do
 	[[ -z $(pid_of "$c") ]] || { echo "down.sh: $c still running" >&2; left=1; }
 done
 if [[ -n $(mounts) ]]; then echo "down.sh: mounts remain: $(mounts | tr '\n' ' ')" >&2; left=1; fi
-if ip link show "$BRIDGE" >/dev/null 2>&1; then echo "down.sh: bridge $BRIDGE remains" >&2; left=1; fi
+for b in "$BRIDGE" "$NODES_BRIDGE"; do
+	if ip link show "$b" >/dev/null 2>&1; then echo "down.sh: bridge $b remains" >&2; left=1; fi
+done
+if [[ -n $(node_veths) ]]; then echo "down.sh: links remain: $(node_veths | tr '\n' ' ')" >&2; left=1; fi
+if cg=$(compgen -G '/sys/fs/cgroup/*/mfnode[0-9]*'); then echo "down.sh: cgroups remain: $(tr '\n' ' ' <<<"$cg")" >&2; left=1; fi
 if [[ -n $(our_netns) ]]; then echo "down.sh: network namespaces remain: $(our_netns | tr '\n' ' ')" >&2; left=1; fi
 if [[ $left -ne 0 ]]; then exit 1; fi
+# The nodes are gone: what a next up.sh makes is NODES' to say.
+rm -f "$NODES_DIR/names"
 log "down"

@@ -4,8 +4,10 @@
 #   go test -tags e2e ./test/e2e/... -> down.sh, always (trap).
 # Extra arguments go to go test, e.g. hack/cluster/e2e.sh -run TestHarness.
 # K8S_VERSION picks the Kubernetes minor (hack/cluster/k8s/minors; default:
-# the default one), e.g. K8S_VERSION=1.35 hack/cluster/e2e.sh; the tests get
-# it, and the rest of $CLUSTER_DIR/env (MIGFLEX_CDI_DIR, ...), exported.
+# the default one), e.g. K8S_VERSION=1.35 hack/cluster/e2e.sh, and NODES the
+# number of nodes (lib.sh: 3; with 1 the tests that need the others skip);
+# the tests get them, and the rest of $CLUSTER_DIR/env (MIGFLEX_NODES,
+# MIGFLEX_CDI_DIR, ...), exported.
 # On failure the component logs and a dump of the cluster's state stay in
 # $CLUSTER_DIR/logs (until the next up.sh) and their tails are printed.
 # SKIP_BUILD=1 skips make build (bin/ already built).
@@ -58,7 +60,7 @@ finish() {
 		"$HACK_CLUSTER/down.sh" || { [[ $rc -ne 0 ]] || rc=1; }
 	fi
 	t_down=$((SECONDS - t))
-	log "Kubernetes $K8S_VERSION: timings: build ${t_build}s, up ${t_up:-?}s, tests ${t_tests:-?}s, down ${t_down}s"
+	log "Kubernetes $K8S_VERSION, $NODES nodes: timings: build ${t_build}s, up ${t_up:-?}s, tests ${t_tests:-?}s, down ${t_down}s"
 	exit "$rc"
 }
 trap finish EXIT

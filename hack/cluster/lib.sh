@@ -8,6 +8,9 @@ CACHE_DIR=${CACHE_DIR:-$ROOT/.cache}
 # All state of one cluster: PKI, etcd data, containerd root, logs, PIDs, the
 # record of host settings to restore. Wiped by the next up.sh.
 CLUSTER_DIR=${CLUSTER_DIR:-$CACHE_DIR/cluster}
+# Without symbolic links, as /proc/mounts names the mounts under it (a
+# worktree's .cache may be a link to another checkout's).
+CLUSTER_DIR=$(realpath -m -- "$CLUSTER_DIR")
 # Image tarballs that up.sh imports into containerd (hack/cluster/images.sh).
 IMAGES_DIR=${IMAGES_DIR:-$CACHE_DIR/images}
 # The node name must resolve to 127.0.0.1: the API server reaches the kubelet
@@ -33,6 +36,29 @@ APISERVER_PORT=6443
 # device-plugin layout in its allocatable: the kubelet's own default unless
 # set (measurements of what the period costs set it lower).
 KUBELET_NODE_STATUS_UPDATE_FREQUENCY=${KUBELET_NODE_STATUS_UPDATE_FREQUENCY:-10s}
+# Nodes: how many, node 1 first. Node 1 is this host itself (its
+# namespaces, NODE_NAME, pods on BRIDGE). Nodes 2..NODES are each a host
+# made of namespaces: a network namespace joined to this host by a veth on
+# NODES_BRIDGE, and a mount namespace with private /run, /var/lib/kubelet,
+# /var/log and /var/lib/cni, in which a containerd, a kubelet and the
+# apiproxy of their own run (see "Nodes" in README.md). NODES=1 is the
+# single-node cluster.
+NODES=${NODES:-3}
+# The names of nodes 2, 3, ...; those past the list are mf-node<N>. The
+# local overlay gives each its simulated GPUs by name
+# (deployments/kustomize/overlays/local/sim-config-local.yaml).
+EXTRA_NODE_NAMES=(mf-dra mf-b200)
+# The nodes that register with DRA_NODE_LABEL, by number: the local overlay
+# and the chart (agent.draNodeSelector) serve them through DRA.
+DRA_NODE_NUMBERS=(2)
+DRA_NODE_LABEL=migflex.io/serve=dra
+# The bridge on this host that the nodes' veths join, and its /24: this
+# host is .1 (where the nodes reach the API server), node N is .N.
+NODES_BRIDGE=${NODES_BRIDGE:-mfnodes}
+NODES_NET=${NODES_NET:-10.99.0}
+NODES_HOST_IP=$NODES_NET.1
+# Node N's pods: POD_CIDR's /16 with N as the third byte (10.88.N.0/24 by
+# default), on a bridge of its own in its network namespace.
 # The chain up.sh puts in front of FORWARD to drop pod traffic leaving the bridge.
 ISOLATION_CHAIN=MIGFLEX-HARNESS
 # The chain up.sh puts in front of INPUT: the API server listens on every
@@ -94,8 +120,20 @@ UNSET_PROXY_ENV=(-u http_proxy -u https_proxy -u no_proxy -u all_proxy
 # containerd's own: a proxy nobody listens on, for every host, so an image
 # that was not imported fails here instead of being pulled from the internet.
 DEAD_PROXY_ENV=(HTTP_PROXY=http://127.0.0.1:9 HTTPS_PROXY=http://127.0.0.1:9 NO_PROXY=)
-# Components in start order; down.sh stops them in reverse.
+# Components in start order; down.sh stops them in reverse. A node after
+# the first runs NODE_COMPONENTS, each named <component>@<node> (its PID
+# file, log, ...): see all_components.
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet)
+NODE_COMPONENTS=(containerd apiproxy kubelet)
+# Per node after the first: $NODES_DIR/<name>/ holds its kubelet's root
+# directory (kubelet/, /var/lib/kubelet in the node), its containerd's
+# root, state and sockets (containerd/), its CNI config and IPAM state
+# (cni/), its CDI specs (cdi/, /var/run/cdi in the node), /var/log
+# (log/); $NS_DIR holds its namespaces, <name>.net and <name>.mnt, as
+# files (bind mounts that keep them while nothing runs in them). up.sh
+# writes the node names, node 1 first, to $NODES_DIR/names.
+NODES_DIR=$CLUSTER_DIR/nodes
+NS_DIR=$NODES_DIR/ns
 
 T0=${T0:-$SECONDS}
 log() { echo "[$(basename "$0") $((SECONDS - T0))s] $*"; }
@@ -129,3 +167,91 @@ check_cluster_dir() {
 	esac
 	[[ $CLUSTER_DIR == /* ]] || die "CLUSTER_DIR must be absolute, got $CLUSTER_DIR"
 }
+
+# --- nodes -------------------------------------------------------------------
+# node_names: the names of the nodes, node 1 first, one a line: those of
+# the cluster up.sh brought up (it records them), else those NODES makes.
+node_names() {
+	if [[ -s $NODES_DIR/names ]]; then cat "$NODES_DIR/names"; else planned_node_names; fi
+}
+# planned_node_names: the names of the NODES nodes a new cluster gets.
+planned_node_names() {
+	local i
+	echo "$NODE_NAME"
+	for ((i = 2; i <= NODES; i++)); do extra_node_name "$i"; done
+}
+# extra_node_name <N>: the name of node N (2 or more).
+extra_node_name() {
+	local i=$1
+	if ((i - 2 < ${#EXTRA_NODE_NAMES[@]})); then echo "${EXTRA_NODE_NAMES[i - 2]}"; else echo "mf-node$i"; fi
+}
+# node_number <name>: N for node N, nothing for a name that is no node.
+node_number() {
+	node_names | awk -v n="$1" '$1 == n { print NR; exit }'
+}
+node_ip() { echo "$NODES_NET.$1"; }
+node_pod_cidr() { echo "${POD_CIDR%.*.*}.$1.0/24"; }
+node_pod_gateway() { echo "${POD_CIDR%.*.*}.$1.1"; }
+node_bridge() { echo "mfcni$1"; }
+# node_veth <N>: the host's end of node N's veth, on NODES_BRIDGE.
+node_veth() { echo "mfveth$1"; }
+# node_veths: the host's ends of the nodes' veths that exist now, whatever
+# cluster made them (deleting one deletes its peer in the node too).
+node_veths() {
+	ip -o link show type veth 2>/dev/null | awk -F': ' '{ sub(/@.*/, "", $2); if ($2 ~ /^mfveth[0-9]+$/) print $2 }'
+}
+node_dir() { echo "$NODES_DIR/$1"; }
+# node_component <component> <name>: the name a component of the node goes
+# by (PID file, log): node 1's are the cluster's own.
+node_component() {
+	if [[ $(node_number "$2") == 1 ]]; then echo "$1"; else echo "$1@$2"; fi
+}
+# all_components: every component of the cluster in start order, those of
+# the nodes after the first included.
+all_components() {
+	local n c
+	printf '%s\n' "${COMPONENTS[@]}"
+	node_names | tail -n +2 | while read -r n; do
+		for c in "${NODE_COMPONENTS[@]}"; do echo "$c@$n"; done
+	done
+}
+# node_enter <name>: the command prefix that runs a command in the node's
+# namespaces (none for node 1, the host). nsenter execs the command, so a
+# PID recorded before it is the command's.
+node_enter() {
+	[[ $(node_number "$1") != 1 ]] || return 0
+	echo nsenter --net="$NS_DIR/$1.net" --mount="$NS_DIR/$1.mnt" --
+}
+# node_ns_pids <name>: the processes in the node's network or mount
+# namespace, whoever started them.
+node_ns_pids() {
+	local f ns inodes=() p
+	for f in "$NS_DIR/$1.net" "$NS_DIR/$1.mnt"; do
+		[[ -e $f ]] || continue
+		grep -q " $f " /proc/mounts || continue
+		ns=$(stat -L -c %i "$f" 2>/dev/null) && inodes+=("$ns")
+	done
+	((${#inodes[@]})) || return 0
+	for p in /proc/[0-9]*; do
+		for f in net mnt; do
+			ns=$(readlink "$p/ns/$f" 2>/dev/null) || continue
+			ns=${ns#*[}
+			ns=${ns%]}
+			if [[ " ${inodes[*]} " == *" $ns "* ]]; then
+				echo "${p#/proc/}"
+				break
+			fi
+		done
+	done
+}
+# node_ctr <name> <ctr args...>: ctr on the node's containerd.
+node_ctr() {
+	local n=$1
+	shift
+	if [[ $(node_number "$n") == 1 ]]; then
+		ctr "$@"
+	else
+		CONTAINERD_SUPPRESS_DEPRECATION_WARNINGS=1 "$CONTAINERD_BIN/ctr" --address "$(node_dir "$n")/containerd/containerd.sock" -n k8s.io "$@"
+	fi
+}
+

@@ -43,6 +43,7 @@ func TestParseAgentFlags(t *testing.T) {
 		c.ResyncInterval = agent.DefaultResyncInterval
 		c.AllocatableTimeout = agent.DefaultAllocatableTimeout
 		c.InUseInterval = agent.DefaultInUseInterval
+		c.NVMLCallTimeout = agent.DefaultNVMLCallTimeout
 		c.PublishAllocatable = true
 		c.KubeAPIQPS, c.KubeAPIBurst = 20, 40
 		return c
@@ -52,11 +53,13 @@ func TestParseAgentFlags(t *testing.T) {
 		DeviceListStrategy: "cdi-cri", AllocationPolicy: "distributed", HostRoot: "/host", DriverRoot: "/run/nvidia/driver",
 		DisableHealthChecks: "all", HealthIgnoredXids: "79,48", HealthQuietPeriod: time.Minute, ConfigFile: "/cfg/config.yaml", BusyPolicy: "evict",
 		MetricsAddr: ":9999", MetricsCertDir: "/certs", RetryInterval: 3 * time.Second, ResyncInterval: time.Hour, InUseInterval: 5 * time.Second,
-		KubeAPIQPS: 2.5, KubeAPIBurst: 5, Serving: ServingDRA, CDIDir: "/run/cdi", DRAMode: "dynamic",
+		NVMLCallTimeout: 30 * time.Second, KubeAPIQPS: 2.5, KubeAPIBurst: 5, Serving: ServingDRA, CDIDir: "/run/cdi", DRAMode: "dynamic",
 	}
-	// --in-use-interval came after MIGFLEX_AGENT_*: it has no older name.
+	// --in-use-interval and --nvml-call-timeout came after
+	// MIGFLEX_AGENT_*: they have no older name.
 	legacy := everything
 	legacy.InUseInterval = agent.DefaultInUseInterval
+	legacy.NVMLCallTimeout = agent.DefaultNVMLCallTimeout
 	legacy.PublishAllocatable = true
 	legacy.MetricsCertDir = ""
 	legacy.Serving, legacy.CDIDir, legacy.DRAMode = ServingDevicePlugin, cdi.DefaultDir, "static"
@@ -81,7 +84,7 @@ func TestParseAgentFlags(t *testing.T) {
 				"MIGFLEX_AGENT_DRIVER_ROOT": "/run/nvidia/driver", "MIGFLEX_AGENT_DISABLE_HEALTH_CHECKS": "all", "MIGFLEX_AGENT_HEALTH_QUIET_PERIOD": "1m",
 				"MIGFLEX_AGENT_HEALTH_IGNORED_XIDS": "79,48", "MIGFLEX_AGENT_CONFIG_FILE": "/cfg/config.yaml", "MIGFLEX_AGENT_BUSY_POLICY": "evict",
 				"MIGFLEX_AGENT_METRICS_ADDR": ":9999", "MIGFLEX_AGENT_METRICS_CERT_DIR": "/certs", "MIGFLEX_AGENT_RETRY_INTERVAL": "3s", "MIGFLEX_AGENT_RESYNC_INTERVAL": "1h",
-				"MIGFLEX_AGENT_ALLOCATABLE_TIMEOUT": "0s", "MIGFLEX_AGENT_IN_USE_INTERVAL": "5s", "MIGFLEX_AGENT_KUBE_API_QPS": "2.5", "MIGFLEX_AGENT_KUBE_API_BURST": "5",
+				"MIGFLEX_AGENT_ALLOCATABLE_TIMEOUT": "0s", "MIGFLEX_AGENT_IN_USE_INTERVAL": "5s", "MIGFLEX_AGENT_NVML_CALL_TIMEOUT": "30s", "MIGFLEX_AGENT_KUBE_API_QPS": "2.5", "MIGFLEX_AGENT_KUBE_API_BURST": "5",
 				"MIGFLEX_AGENT_SERVING": "dra", "MIGFLEX_AGENT_CDI_DIR": "/run/cdi", "MIGFLEX_AGENT_PUBLISH_ALLOCATABLE": "false",
 				"MIGFLEX_AGENT_DRA_MODE": "dynamic",
 			},
@@ -139,6 +142,10 @@ func TestParseAgentFlags(t *testing.T) {
 				c.PublishAllocatable = false
 				return c
 			}(), wantCode: -1,
+		},
+		{
+			name: "a zero NVML call timeout", args: []string{"--node-name", "n", "--nvml-call-timeout", "0s"}, wantCode: 2,
+			wantErr: `--nvml-call-timeout (env MIGFLEX_AGENT_NVML_CALL_TIMEOUT) must be above 0, got 0s`,
 		},
 		{name: "no node name", wantCode: 2, wantErr: "--node-name (env MIGFLEX_AGENT_NODE_NAME) is required"},
 		{

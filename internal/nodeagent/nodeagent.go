@@ -117,6 +117,7 @@ type Config struct {
 	ResyncInterval     time.Duration
 	AllocatableTimeout time.Duration
 	InUseInterval      time.Duration
+	NVMLCallTimeout    time.Duration
 	// PublishAllocatable has the device-plugin path write the served
 	// resources' counts into the Node's status as soon as the kubelet's
 	// device manager holds them (deviceplugin.StatusPublisher), not at the
@@ -133,6 +134,9 @@ func (c *Config) Validate(flag func(name string) string) error {
 	}
 	if c.KubeAPIQPS <= 0 || c.KubeAPIBurst < 1 {
 		errs = append(errs, fmt.Errorf("%s must be above 0 and %s at least 1, got %g and %d", flag("kube-api-qps"), flag("kube-api-burst"), c.KubeAPIQPS, c.KubeAPIBurst))
+	}
+	if c.NVMLCallTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("%s must be above 0, got %v", flag("nvml-call-timeout"), c.NVMLCallTimeout))
 	}
 	if c.AllocatableTimeout < 0 {
 		errs = append(errs, fmt.Errorf("%s must be 0 (no wait) or more, got %v", flag("allocatable-timeout"), c.AllocatableTimeout))
@@ -208,6 +212,7 @@ func Run(ctx context.Context, c Config, getenv func(string) string) error {
 		ResyncInterval:     c.ResyncInterval,
 		AllocatableTimeout: c.AllocatableTimeout,
 		InUseInterval:      c.InUseInterval,
+		NVMLCallTimeout:    c.NVMLCallTimeout,
 	}
 	// The publisher starts before the agent (it subscribes to the device
 	// plugin's changes at once) and counts its writes on the agent's

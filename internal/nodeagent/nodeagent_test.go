@@ -62,7 +62,7 @@ func TestHealthOptions(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
-	ok := Config{NodeName: "n", KubeAPIQPS: 1, KubeAPIBurst: 1, PluginDir: "/dp", PodResourcesSocket: "/pr.sock", CDIDir: "/var/run/cdi"}
+	ok := Config{NodeName: "n", KubeAPIQPS: 1, KubeAPIBurst: 1, PluginDir: "/dp", PodResourcesSocket: "/pr.sock", CDIDir: "/var/run/cdi", NVMLCallTimeout: time.Minute}
 	with := func(f func(*Config)) Config { c := ok; f(&c); return c }
 	tests := []struct {
 		name string
@@ -73,6 +73,7 @@ func TestValidate(t *testing.T) {
 		{"no node name", with(func(c *Config) { c.NodeName = "" }), []string{"--node-name is required"}},
 		{"no requests", with(func(c *Config) { c.KubeAPIQPS = 0 }), []string{"--kube-api-qps must be above 0 and --kube-api-burst at least 1, got 0 and 1"}},
 		{"negative timeout", with(func(c *Config) { c.AllocatableTimeout = -time.Second }), []string{"--allocatable-timeout must be 0 (no wait) or more, got -1s"}},
+		{"no NVML call timeout", with(func(c *Config) { c.NVMLCallTimeout = 0 }), []string{"--nvml-call-timeout must be above 0, got 0s"}},
 		{"relative paths, every one said", with(func(c *Config) { c.PluginDir, c.PodResourcesSocket = "dp", "" }),
 			[]string{`--device-plugin-dir must be an absolute path, got "dp"`, `--pod-resources-socket must be an absolute path, got ""`}},
 	}

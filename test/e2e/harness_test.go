@@ -18,22 +18,35 @@ import (
 	"github.com/migflex/migflex/test/e2e/framework"
 )
 
-// These tests check the harness itself: a real kubelet runs pods from the
-// imported images, logs come back through the API server, in-pod clients
-// reach the API server, and nothing in the cluster has a route off the
-// machine.
+// These tests check the harness itself: on every node a real kubelet runs
+// pods from the imported images, logs come back through the API server,
+// in-pod clients reach the API server, and nothing in the cluster has a
+// route off the machine.
 
+// eachNode runs test on every node of the cluster, with c addressing it.
+func eachNode(t *testing.T, test func(t *testing.T, c *framework.Cluster)) {
+	for _, n := range cluster.Nodes {
+		t.Run(n.Name, func(t *testing.T) { test(t, cluster.OnNode(n.Name)) })
+	}
+}
+
+// On every node, through its kubelet (which the API server reaches at the
+// address the node publishes).
 func TestHarnessPodRunsAndLogsAreReadable(t *testing.T) {
-	ns := cluster.Namespace(t)
-	marker := rand.String(12)
-	pod := cluster.TestboxPod(ns, "env", "env")
-	pod.Spec.Containers[0].Env = append(pod.Spec.Containers[0].Env, corev1.EnvVar{Name: "E2E_MARKER", Value: marker})
-	cluster.CreatePod(t, pod)
+	eachNode(t, testPodRunsAndLogsAreReadable)
+}
 
-	if _, err := cluster.WaitForPodSucceeded(t.Context(), ns, pod.Name); err != nil {
+func testPodRunsAndLogsAreReadable(t *testing.T, c *framework.Cluster) {
+	ns := c.Namespace(t)
+	marker := rand.String(12)
+	pod := c.TestboxPod(ns, "env", "env")
+	pod.Spec.Containers[0].Env = append(pod.Spec.Containers[0].Env, corev1.EnvVar{Name: "E2E_MARKER", Value: marker})
+	c.CreatePod(t, pod)
+
+	if _, err := c.WaitForPodSucceeded(t.Context(), ns, pod.Name); err != nil {
 		t.Fatal(err)
 	}
-	logs, err := cluster.PodLogs(t.Context(), ns, pod.Name, "")
+	logs, err := c.PodLogs(t.Context(), ns, pod.Name, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +54,7 @@ func TestHarnessPodRunsAndLogsAreReadable(t *testing.T) {
 		t.Errorf("pod log lacks E2E_MARKER=%s:\n%s", marker, logs)
 	}
 	// The same log through the pinned kubectl, as a user would read it.
-	out, err := cluster.Kubectl(t.Context(), "logs", "-n", ns, pod.Name)
+	out, err := c.Kubectl(t.Context(), "logs", "-n", ns, pod.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,16 +63,22 @@ func TestHarnessPodRunsAndLogsAreReadable(t *testing.T) {
 	}
 }
 
+// On node 1 the API server is on the host's loopback; on the others an
+// apiproxy answers there in the node's network namespace.
 func TestHarnessHostNetworkPodReachesAPIServer(t *testing.T) {
-	ns := cluster.Namespace(t)
-	pod := cluster.TestboxPod(ns, "whoami", "whoami")
-	framework.UseHostNetworkAPIServer(pod)
-	cluster.CreatePod(t, pod)
+	eachNode(t, testHostNetworkPodReachesAPIServer)
+}
 
-	if _, err := cluster.WaitForPodSucceeded(t.Context(), ns, pod.Name); err != nil {
+func testHostNetworkPodReachesAPIServer(t *testing.T, c *framework.Cluster) {
+	ns := c.Namespace(t)
+	pod := c.TestboxPod(ns, "whoami", "whoami")
+	framework.UseHostNetworkAPIServer(pod)
+	c.CreatePod(t, pod)
+
+	if _, err := c.WaitForPodSucceeded(t.Context(), ns, pod.Name); err != nil {
 		t.Fatal(err)
 	}
-	logs, err := cluster.PodLogs(t.Context(), ns, pod.Name, "")
+	logs, err := c.PodLogs(t.Context(), ns, pod.Name, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,20 +88,25 @@ func TestHarnessHostNetworkPodReachesAPIServer(t *testing.T) {
 }
 
 // A pod on the pod network reaches the API server at the host's address on
-// the bridge (hack/cluster/up.sh), as a pod in a cluster with kube-proxy
-// reaches the kubernetes Service.
+// node 1's bridge (hack/cluster/up.sh), as a pod in a cluster with
+// kube-proxy reaches the kubernetes Service: on node 1 directly, on the
+// others through its node, which routes that one address to the host.
 func TestHarnessPodNetworkPodReachesAPIServer(t *testing.T) {
-	ns := cluster.Namespace(t)
-	pod := cluster.TestboxPod(ns, "whoami", "whoami")
+	eachNode(t, testPodNetworkPodReachesAPIServer)
+}
+
+func testPodNetworkPodReachesAPIServer(t *testing.T, c *framework.Cluster) {
+	ns := c.Namespace(t)
+	pod := c.TestboxPod(ns, "whoami", "whoami")
 	pod.Spec.Containers[0].Env = []corev1.EnvVar{
 		{Name: "KUBERNETES_SERVICE_HOST", Value: framework.PodAPIServerHost()},
 		{Name: "KUBERNETES_SERVICE_PORT", Value: framework.APIServerPort},
 	}
-	cluster.CreatePod(t, pod)
-	if _, err := cluster.WaitForPodSucceeded(t.Context(), ns, pod.Name); err != nil {
+	c.CreatePod(t, pod)
+	if _, err := c.WaitForPodSucceeded(t.Context(), ns, pod.Name); err != nil {
 		t.Fatal(err)
 	}
-	logs, err := cluster.PodLogs(t.Context(), ns, pod.Name, "")
+	logs, err := c.PodLogs(t.Context(), ns, pod.Name, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,8 +117,13 @@ func TestHarnessPodNetworkPodReachesAPIServer(t *testing.T) {
 
 // TestHarnessNetworkSafety checks, without sending a packet, that nothing in
 // the cluster can reach beyond this machine: the service range is
-// blackholed on the host, a pod has no default route, and pod DNS points
-// at loopback.
+// blackholed on the host, the API server's port answers only loopback and
+// the cluster's bridges, traffic from the pods' and the nodes' bridges may
+// not be forwarded elsewhere, and on every node a pod has no default route
+// and pod DNS points at loopback; on the nodes after the first, neither the
+// node's network namespace (where its kubelet, containerd and host-network
+// pods run) nor a host-network pod has a default route, and the kernel
+// finds no route off the machine there.
 func TestHarnessNetworkSafety(t *testing.T) {
 	ctx := t.Context()
 	// The ranges the API server allocates ClusterIPs from: its default
@@ -129,9 +158,10 @@ func TestHarnessNetworkSafety(t *testing.T) {
 	}
 
 	// The API server listens on every address (for pods at the bridge's
-	// gateway): an INPUT rule ahead of any that accepts leads to a chain
-	// dropping its port on anything but loopback and the bridge. (The
-	// kubelet puts its KUBE-FIREWALL jump first; that chain only drops.)
+	// gateway, and the other nodes at the nodes' bridge): an INPUT rule
+	// ahead of any that accepts leads to a chain dropping its port on
+	// anything but loopback and those bridges. (The kubelet puts its
+	// KUBE-FIREWALL jump first; that chain only drops.)
 	input, err := exec.CommandContext(ctx, "iptables", "-S", "INPUT").CombinedOutput()
 	if err != nil {
 		t.Fatalf("iptables -S INPUT: %v: %s", err, input)
@@ -149,52 +179,105 @@ func TestHarnessNetworkSafety(t *testing.T) {
 	if !jumped {
 		t.Errorf("INPUT rules:\n%s\nwant a jump to MIGFLEX-HARNESS-IN", input)
 	}
-	guard, err := exec.CommandContext(ctx, "iptables", "-S", "MIGFLEX-HARNESS-IN").CombinedOutput()
-	if err != nil {
-		t.Fatalf("iptables -S MIGFLEX-HARNESS-IN: %v: %s", err, guard)
-	}
+	several := len(cluster.Nodes) > 1
 	want := []string{
 		"-N MIGFLEX-HARNESS-IN",
 		"-A MIGFLEX-HARNESS-IN -i lo -j RETURN",
-		"-A MIGFLEX-HARNESS-IN -i mfcni0 -j RETURN",
-		"-A MIGFLEX-HARNESS-IN -p tcp -m tcp --dport " + framework.APIServerPort + " -j DROP",
+		"-A MIGFLEX-HARNESS-IN -i " + podBridge + " -j RETURN",
 	}
-	if diff := cmp.Diff(want, strings.Split(strings.TrimSpace(string(guard)), "\n")); diff != "" {
-		t.Errorf("chain MIGFLEX-HARNESS-IN (-want +got):\n%s", diff)
+	if several {
+		want = append(want, "-A MIGFLEX-HARNESS-IN -i "+nodesBridge+" -j RETURN")
 	}
+	want = append(want, "-A MIGFLEX-HARNESS-IN -p tcp -m tcp --dport "+framework.APIServerPort+" -j DROP")
+	checkChain(t, "MIGFLEX-HARNESS-IN", want)
+	// FORWARD: what comes from a bridge of the cluster goes back to it, or
+	// nowhere.
+	want = []string{
+		"-N MIGFLEX-HARNESS",
+		"-A MIGFLEX-HARNESS -i " + podBridge + " ! -o " + podBridge + " -j DROP",
+		"-A MIGFLEX-HARNESS -s " + podCIDR + " ! -o " + podBridge + " -j DROP",
+	}
+	if several {
+		want = append(want, "-A MIGFLEX-HARNESS -i "+nodesBridge+" ! -o "+nodesBridge+" -j DROP")
+	}
+	checkChain(t, "MIGFLEX-HARNESS", want)
 
-	ns := cluster.Namespace(t)
-	routes := cluster.TestboxPod(ns, "routes", "cat", "/proc/net/route")
-	resolv := cluster.TestboxPod(ns, "resolv", "cat", "/etc/resolv.conf")
-	cluster.CreatePod(t, routes)
-	cluster.CreatePod(t, resolv)
-
-	if _, err := cluster.WaitForPodSucceeded(ctx, ns, routes.Name); err != nil {
-		t.Fatal(err)
+	for _, n := range cluster.Nodes {
+		t.Run(n.Name, func(t *testing.T) { testNodeNetworkSafety(t, n) })
 	}
-	table, err := cluster.PodLogs(ctx, ns, routes.Name, "")
+}
+
+// The harness's names (hack/cluster/lib.sh's defaults).
+const (
+	podBridge   = "mfcni0"
+	podCIDR     = "10.88.0.0/24"
+	nodesBridge = "mfnodes"
+)
+
+// checkChain checks that the host's iptables chain has exactly the rules
+// want.
+func checkChain(t *testing.T, chain string, want []string) {
+	t.Helper()
+	got, err := exec.CommandContext(t.Context(), "iptables", "-S", chain).CombinedOutput()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("iptables -S %s: %v: %s", chain, err, got)
 	}
-	// /proc/net/route: Iface Destination Gateway ... with hex addresses; a
-	// default route has destination 00000000.
-	var dests []string
-	for _, line := range strings.Split(strings.TrimSpace(table), "\n")[1:] {
-		if f := strings.Fields(line); len(f) > 2 {
-			dests = append(dests, f[1])
-			if f[1] == "00000000" {
-				t.Errorf("a pod has a default route: %s", line)
+	if diff := cmp.Diff(want, strings.Split(strings.TrimSpace(string(got)), "\n")); diff != "" {
+		t.Errorf("chain %s (-want +got):\n%s", chain, diff)
+	}
+}
+
+// testNodeNetworkSafety: on the node, a pod on the pod network and (on
+// the nodes after the first) one on the node's host network have no
+// default route, pod DNS points at loopback, and the kernel of the node's
+// network namespace has no route to an address off the machine, IPv4 or
+// IPv6 (a route lookup: no packet is sent).
+func testNodeNetworkSafety(t *testing.T, n framework.LocalNode) {
+	ctx := t.Context()
+	c := cluster.OnNode(n.Name)
+	ns := c.Namespace(t)
+	routes := c.TestboxPod(ns, "routes", "cat", "/proc/net/route")
+	resolv := c.TestboxPod(ns, "resolv", "cat", "/etc/resolv.conf")
+	pods := []*corev1.Pod{routes, resolv}
+	if n.NetNS != "" {
+		hostRoutes := c.TestboxPod(ns, "host-routes", "cat", "/proc/net/route")
+		hostRoutes.Spec.HostNetwork = true
+		pods = append(pods, hostRoutes)
+	}
+	for _, p := range pods {
+		c.CreatePod(t, p)
+	}
+	for _, p := range pods {
+		if p == resolv {
+			continue
+		}
+		if _, err := c.WaitForPodSucceeded(ctx, ns, p.Name); err != nil {
+			t.Fatal(err)
+		}
+		table, err := c.PodLogs(ctx, ns, p.Name, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// /proc/net/route: Iface Destination Gateway ... with hex addresses;
+		// a default route has destination 00000000.
+		var dests []string
+		for _, line := range strings.Split(strings.TrimSpace(table), "\n")[1:] {
+			if f := strings.Fields(line); len(f) > 2 {
+				dests = append(dests, f[1])
+				if f[1] == "00000000" {
+					t.Errorf("pod %s (host network %v) has a default route: %s", p.Name, p.Spec.HostNetwork, line)
+				}
 			}
 		}
-	}
-	if len(dests) == 0 {
-		t.Errorf("a pod has no routes at all (expected its bridge subnet):\n%s", table)
+		if len(dests) == 0 {
+			t.Errorf("pod %s has no routes at all (expected its bridge subnet):\n%s", p.Name, table)
+		}
 	}
 
-	if _, err := cluster.WaitForPodSucceeded(ctx, ns, resolv.Name); err != nil {
+	if _, err := c.WaitForPodSucceeded(ctx, ns, resolv.Name); err != nil {
 		t.Fatal(err)
 	}
-	conf, err := cluster.PodLogs(ctx, ns, resolv.Name, "")
+	conf, err := c.PodLogs(ctx, ns, resolv.Name, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,6 +289,19 @@ func TestHarnessNetworkSafety(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"127.0.0.1"}, servers); diff != "" {
 		t.Errorf("pod nameservers (-want +got):\n%s\nresolv.conf:\n%s", diff, conf)
+	}
+
+	if n.NetNS == "" {
+		return
+	}
+	// TEST-NET addresses: off this machine, and nothing is sent to them.
+	for _, addr := range []string{"198.51.100.1", "2001:db8::1"} {
+		args := append(n.Enter(), "ip", "route", "get", addr)
+		out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || !strings.Contains(string(out), "unreachable") {
+			t.Errorf("in node %s, ip route get %s: error %v, output %q; want no route (\"Network is unreachable\")", n.Name, addr, err, out)
+		}
 	}
 }
 
@@ -255,14 +351,17 @@ func TestHarnessImagePullStaysLocal(t *testing.T) {
 // TestHarnessAgentImageLinks checks, inside a container of the node agent's
 // image, that the dynamic loader resolves every library the cgo-linked agent
 // needs: mkimage must have copied them in, as there is no base image.
+// Every node has the image (each containerd imported it).
 func TestHarnessAgentImageLinks(t *testing.T) {
 	ctx := t.Context()
-	node, err := cluster.Client.CoreV1().Nodes().Get(ctx, cluster.NodeName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !nodeHasImage(node, framework.MigflexImage) {
-		t.Fatalf("node %s lacks image %s: run make build, then hack/cluster/images.sh before up.sh", node.Name, framework.MigflexImage)
+	for _, n := range cluster.Nodes {
+		node, err := cluster.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !nodeHasImage(node, framework.MigflexImage) {
+			t.Fatalf("node %s lacks image %s: run make build, then hack/cluster/images.sh before up.sh", node.Name, framework.MigflexImage)
+		}
 	}
 	ns := cluster.Namespace(t)
 	pod := cluster.TestboxPod(ns, "ldd")

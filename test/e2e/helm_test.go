@@ -35,22 +35,35 @@ const helmRelease = "migflex-e2e"
 // under /var/lib/kubelet, which hack/cluster/down.sh removes. Every pod
 // stays on the pod network, so the webhook runs its two replicas side by
 // side and rolls like it would in a real cluster. The GPUs are the local
-// overlay's (two H100-SXM5-80GB), which the layout helpers expect.
-func helmValues(apiServerHost string) string {
+// overlay's, node 1's (two H100-SXM5-80GB) for every node, which the layout
+// helpers expect, and by simulator.nodes the others' (nodes_test.go); the
+// nodes labelled migflex.io/serve=dra serve through DRA, from the
+// DaemonSet agent.draNodeSelector gives them.
+func helmValues(apiServerHost string, others []simNode) string {
 	env := fmt.Sprintf(`[{name: KUBERNETES_SERVICE_HOST, value: %q}, {name: KUBERNETES_SERVICE_PORT, value: %q}]`, apiServerHost, framework.APIServerPort)
+	nodes := "{}"
+	if len(others) > 0 {
+		var b strings.Builder
+		for _, n := range others {
+			fmt.Fprintf(&b, "\n    %s: {gpus: [{model: %s, count: %d}]}", n.NodeName, n.model, n.gpus)
+		}
+		nodes = b.String()
+	}
 	return fmt.Sprintf(`backend: simulated
 image: {repository: lc.local/migflex, tag: e2e, pullPolicy: Never}
 simulator:
   gpus: [{model: %s, count: %d}]
+  nodes: %s
   stateDir: /var/lib/kubelet/migflex/helm-sim
 agent:
-  extraEnv: %[3]s
+  draNodeSelector: {%s: %s}
+  extraEnv: %[6]s
 webhook:
-  extraEnv: %[3]s
+  extraEnv: %[6]s
 certificates:
   certgen:
-    extraEnv: %[3]s
-`, simModel, simGPUs, env)
+    extraEnv: %[6]s
+`, simModel, simGPUs, nodes, framework.DRANodeLabel, framework.DRANodeLabelValue, env)
 }
 
 // helmPolicy is the upgrade's change: a FallbackPolicy that forbids
@@ -75,13 +88,16 @@ var (
 )
 
 // TestHelmChart installs migflex with its Helm chart (not the kustomize
-// overlay the other migflex tests use), runs the basic flows through it,
+// overlay the other migflex tests use), checks its agent.draNodeSelector
+// pool split on the nodes (node 2 served through DRA by migflex-agent-dra,
+// the others through the device plugin by migflex-agent) and
+// simulator.nodes (each node's own GPUs), runs the basic flows through it,
 // upgrades it with a new fallback policy while admissions keep coming, and
 // uninstalls it, checking that every object the chart made is gone.
 //
 // The chart's object names are fixed (one migflex per cluster), so this
 // test needs a cluster without migflex; it runs before the migflex_* tests
-// (file order) and leaves the cluster and the Node as it found them.
+// (file order) and leaves the cluster and the Nodes as it found them.
 func TestHelmChart(t *testing.T) {
 	ctx := t.Context()
 	if _, err := cluster.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, framework.WebhookConfig, metav1.GetOptions{}); err == nil {
@@ -94,15 +110,24 @@ func TestHelmChart(t *testing.T) {
 		t.Fatal(err)
 	}
 	chart := filepath.Join(root, framework.Chart)
+	var others []simNode
+	if len(cluster.Nodes) > 1 {
+		others = append(others, draNode(t))
+	}
+	if len(cluster.Nodes) > 2 {
+		others = append(others, b200Node(t))
+	}
 	dir := t.TempDir()
 	values := filepath.Join(dir, "values.yaml")
 	policy := filepath.Join(dir, "policy.yaml")
-	for f, s := range map[string]string{values: helmValues(framework.PodAPIServerHost()), policy: helmPolicy} {
+	for f, s := range map[string]string{values: helmValues(framework.PodAPIServerHost(), others), policy: helmPolicy} {
 		if err := os.WriteFile(f, []byte(s), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	restoreNode(t)
+	for _, n := range cluster.Nodes {
+		restoreNode(t, n.Name)
+	}
 	ns := helmNamespace(t)
 
 	uninstalled := false
@@ -122,6 +147,7 @@ func TestHelmChart(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	waitForHelmRollout(t, ns)
+	checkHelmPools(t, ns, others)
 
 	// annotate -> success -> allocatable, through the chart's agent.
 	_, layout := applyLayouts(t, gpuLayouts{0: {"1g.10gb", "1g.10gb"}, 1: {"3g.40gb"}})
@@ -169,8 +195,7 @@ func TestHelmChart(t *testing.T) {
 	// the kubelet keeps an unregistered plugin's resources in the Node's
 	// capacity for a grace period, and the migflex tests after this one
 	// expect the capacity of a fresh node once their agent registers.
-	setMigConfig(t, annotationMigConfig, "version: v1\nmig-configs:\n  selected:\n  - devices: all\n    mig-enabled: false\n")
-	waitForLayouts(t, gpuLayouts{0: {}, 1: {}})
+	dpNode().wholeGPUs(t)
 
 	// helm uninstall removes every object of the release, hooks included,
 	// and what its Jobs made (the certificate Secret).
@@ -189,25 +214,112 @@ func TestHelmChart(t *testing.T) {
 	uninstalled = true
 	checkUninstalled(t, ns, map[string]string{"manifest": manifest, "hooks": hooks})
 
-	// What stays on the Node, deliberately: the agent's last report and the
-	// user's layout annotation (docs/INSTALL.md). The kubelet stops
-	// offering the devices once their plugin is gone.
-	node, err := cluster.WaitForNode(ctx, "the kubelet to offer no GPU devices", timeout, func(n *corev1.Node) error {
-		for r, v := range gpuResources(n.Status.Allocatable) {
-			if v != 0 {
-				return fmt.Errorf("allocatable %s=%d", r, v)
+	// What stays on each Node, deliberately: the agent's last report and
+	// the user's layout annotation (docs/INSTALL.md; the test set one on
+	// node 1 only). The kubelet stops offering the devices once their
+	// plugin is gone. (The DRA node's label for its pool is the user's,
+	// not migflex's.)
+	for _, n := range cluster.Nodes {
+		node, err := cluster.OnNode(n.Name).WaitForNode(ctx, "the kubelet of "+n.Name+" to offer no GPU devices", timeout, func(n *corev1.Node) error {
+			for r, v := range gpuResources(n.Status.Allocatable) {
+				if v != 0 {
+					return fmt.Errorf("allocatable %s=%d", r, v)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		labels := slices.DeleteFunc(migflexKeys(node.Labels), func(k string) bool { return k == framework.DRANodeLabel })
+		wantLabels := agentLabelsLeft
+		if n.Number > 1 {
+			// Nodes 2 and 3 never had a mig.config source: no state.
+			wantLabels = slices.DeleteFunc(slices.Clone(wantLabels), func(k string) bool { return k == labelState })
+		}
+		if diff := cmp.Diff(wantLabels, labels); diff != "" {
+			t.Errorf("migflex labels left on node %s (-documented +got):\n%s", n.Name, diff)
+		}
+		annotations := agentAnnotationsLeft
+		if n.Number > 1 {
+			annotations = slices.DeleteFunc(slices.Clone(annotations), func(k string) bool { return k == annotationMigConfig })
+		}
+		if diff := cmp.Diff(annotations, migflexKeys(node.Annotations)); diff != "" {
+			t.Errorf("migflex annotations left on node %s (-documented +got):\n%s", n.Name, diff)
+		}
+	}
+}
+
+// checkHelmPools checks the chart's agent.draNodeSelector on the nodes:
+// node 1 and the B200 node serve through the device plugin, from
+// migflex-agent, with their GPUs (MIG off: whole GPUs) in their
+// allocatable and no slice; the DRA node through DRA, from
+// migflex-agent-dra, with its GPUs in its ResourceSlice and none in its
+// allocatable. Each node's agent reports the GPUs simulator.nodes gives it.
+// The release is in ns, not where the framework's AgentPod looks.
+func checkHelmPools(t *testing.T, ns string, others []simNode) {
+	t.Helper()
+	ctx := t.Context()
+	for _, n := range append([]simNode{dpNode()}, others...) {
+		serving, ds := "device-plugin", framework.AgentDaemonSet
+		if n.dra {
+			serving, ds = "dra", framework.AgentDRADaemonSet
+		}
+		node := n.waitServing(t, serving)
+		// The chart's only DaemonSets are the agent's pools.
+		pods, err := cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{
+			FieldSelector: "spec.nodeName=" + n.NodeName + ",status.phase=Running",
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var owners []string
+		for _, p := range pods.Items {
+			if owner := metav1.GetControllerOf(&p); owner != nil && owner.Kind == "DaemonSet" {
+				owners = append(owners, owner.Name)
 			}
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(agentLabelsLeft, migflexKeys(node.Labels)); diff != "" {
-		t.Errorf("migflex labels left on the Node (-documented +got):\n%s", diff)
-	}
-	if diff := cmp.Diff(agentAnnotationsLeft, migflexKeys(node.Annotations)); diff != "" {
-		t.Errorf("migflex annotations left on the Node (-documented +got):\n%s", diff)
+		if len(owners) != 1 || owners[0] != ds {
+			t.Errorf("node %s: agent pods of the DaemonSets %v, want one of %s", n.NodeName, owners, ds)
+		}
+		l, err := nodeLayout(node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range l {
+			if g.Model != n.model {
+				t.Errorf("node %s GPU %d: a %s, want the %s of simulator.nodes", n.NodeName, g.Index, g.Model, n.model)
+			}
+		}
+		if len(l) != n.gpus {
+			t.Errorf("node %s: %d GPUs, want %d", n.NodeName, len(l), n.gpus)
+		}
+		wholes := gpuLayouts{}
+		for i := range n.gpus {
+			wholes[i] = nil
+		}
+		// A fresh agent finds its GPUs with MIG off and serves them as they
+		// are: whole GPUs, in the node's allocatable or its slice. The node
+		// never had a mig.config source (this test runs first, and puts
+		// the nodes back), so it shows no state (internal/nodeagent/agent,
+		// "A Node that never had a source gets no state at all"): what
+		// says the pool serves is the allocatable or the slice.
+		n.waitForLayoutsIn(t, wholes, stateNone)
+		devs, err := n.draSlices(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		node, err = n.Node(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		alloc := nonZero(gpuResources(node.Status.Allocatable))
+		if n.dra && (len(devs) != n.gpus || len(alloc) != 0) {
+			t.Errorf("DRA node %s: slice devices %v, GPU allocatable %v; want its %d GPUs in the slice only", n.NodeName, devs, alloc, n.gpus)
+		}
+		if !n.dra && (len(devs) != 0 || alloc[resourceGPU] != int64(n.gpus)) {
+			t.Errorf("device-plugin node %s: slice devices %v, GPU allocatable %v; want %s=%d and no slice", n.NodeName, devs, alloc, resourceGPU, n.gpus)
+		}
 	}
 }
 
@@ -233,12 +345,12 @@ func helmNamespace(t *testing.T) string {
 	return ns.Name
 }
 
-// restoreNode puts back, when t ends, the Node's labels and annotations
-// as they are now: what the agent and the test added goes, so the tests
-// after this one start from the Node they would have found.
-func restoreNode(t *testing.T) {
+// restoreNode puts back, when t ends, the labels and annotations of the
+// node name as they are now: what the agent and the test added goes, so
+// the tests after this one start from the Node they would have found.
+func restoreNode(t *testing.T, name string) {
 	t.Helper()
-	node, err := cluster.Node(t.Context())
+	node, err := cluster.OnNode(name).Node(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +358,7 @@ func restoreNode(t *testing.T) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		now, err := cluster.Node(ctx)
+		now, err := cluster.OnNode(name).Node(ctx)
 		if err != nil {
 			t.Errorf("restoring the node: %v", err)
 			return
@@ -278,7 +390,7 @@ func restoreNode(t *testing.T) {
 func waitForHelmRollout(t *testing.T, ns string) {
 	t.Helper()
 	ctx := t.Context()
-	if err := cluster.WaitForDaemonSetRollout(ctx, ns, framework.AgentDaemonSet); err != nil {
+	if err := cluster.WaitForAgentRollouts(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
 	if err := cluster.WaitForDeploymentRollout(ctx, ns, framework.WebhookName); err != nil {

@@ -19,7 +19,8 @@ import (
 // every part is live: the certificate was injected, the agent reports the
 // simulated GPUs on the Node, the real kubelet has the devices the agent
 // registered, and the API server gets answers from the webhook (the
-// install waits for that).
+// install waits for that). On the other nodes, each agent reports the GPUs
+// the overlay gives that node, served as its pool says.
 func TestMigflexInstalled(t *testing.T) {
 	migflex(t)
 	ctx := t.Context()
@@ -82,6 +83,35 @@ func TestMigflexInstalled(t *testing.T) {
 	for _, g := range layout {
 		if !strings.Contains(out, g.UUID) || !strings.Contains(out, simModel) {
 			t.Errorf("sim show in the agent does not list GPU %d %s (%s):\n%s", g.Index, g.UUID, simModel, out)
+		}
+	}
+
+	var others []simNode
+	if len(cluster.Nodes) > 1 {
+		others = append(others, draNode(t))
+	}
+	if len(cluster.Nodes) > 2 {
+		others = append(others, b200Node(t))
+	}
+	for _, n := range others {
+		serving := "device-plugin"
+		if n.dra {
+			serving = "dra"
+		}
+		node := n.waitServing(t, serving)
+		l, err := nodeLayout(node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var models []string
+		for _, g := range l {
+			models = append(models, g.Model)
+		}
+		if len(l) != n.gpus || strings.Count(strings.Join(models, " "), n.model) != n.gpus {
+			t.Errorf("node %s: GPUs %v, want %d %s (the local overlay's sim-config)", n.NodeName, models, n.gpus, n.model)
+		}
+		if node.Labels[labelGPUProduct] != n.model {
+			t.Errorf("node %s: label %s=%q, want %s", n.NodeName, labelGPUProduct, node.Labels[labelGPUProduct], n.model)
 		}
 	}
 }

@@ -18,33 +18,26 @@ import (
 	"github.com/migflex/migflex/test/e2e/framework"
 )
 
-// TestWebhookFallback: with only 1g.10gb devices on the node, the fallback
+// TestWebhookFallback: with only 1g.10gb devices on node 1, the fallback
 // webhook (installed from the manifests, reached by the real API server)
-// rewrites a pod asking for the missing 2g.20gb down to 1g.10gb, and the pod
-// runs on it; a pod that nothing fits is denied with a message naming its
-// resource; pods that opt out are left alone.
+// rewrites a pod pinned there asking for the missing 2g.20gb down to
+// 1g.10gb, and the pod runs on it; a pod that nothing on the node fits is
+// denied with a message naming its resource; pods that opt out are left
+// alone. The webhook judges a pod by the nodes it may land on: pinned to
+// node 1, as on a cluster of node 1 alone (TestWebhookFallbackSeesEveryNode
+// has the other nodes; there "only larger" would take a whole GPU of
+// theirs).
 func TestWebhookFallback(t *testing.T) {
 	migflex(t)
 	_, layout := applyLayout(t, "1g.10gb", "1g.10gb")
 	ns := cluster.Namespace(t)
 
-	// The webhook decides from its informer's copy of the Node, which
-	// follows the API server closely but not instantly: wait until a dry
-	// run (stored nowhere; the webhook has no side effects) shows it has
-	// seen this layout.
+	// The webhook decides from its informer's copy of the Node: wait until
+	// it has seen this layout.
 	probe := gpuPod(ns, "probe", "nvidia.com/mig-2g.20gb", 1, "env")
-	var last string
-	err := framework.WaitFor(t.Context(), "the webhook to see only 1g.10gb on the node", timeout, func(ctx context.Context) (bool, error) {
-		p, err := cluster.Client.CoreV1().Pods(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err != nil {
-			return false, err
-		}
-		last = fmt.Sprintf("annotations %v, resources %v", p.Annotations, p.Spec.Containers[0].Resources)
-		return p.Annotations[annotationFallback] == "2g.20gb->1g.10gb", nil
+	waitForAnswer(t, probe, "see only 1g.10gb on the node", func(p *corev1.Pod) bool {
+		return p.Annotations[annotationFallback] == "2g.20gb->1g.10gb"
 	})
-	if err != nil {
-		t.Fatalf("%v; last dry run: %s", err, last)
-	}
 
 	t.Run("missing profile is rewritten down and the pod runs", func(t *testing.T) {
 		pod := gpuPod(ns, "wants-2g", "nvidia.com/mig-2g.20gb", 1, "env")
@@ -124,6 +117,30 @@ func TestWebhookFallback(t *testing.T) {
 	})
 }
 
+// waitForAnswer waits until a dry run of pod (stored nowhere; the webhook
+// has no side effects) comes back as answered says: the webhook decides
+// from its informers' copy of the Nodes and ResourceSlices, which follows
+// the API server closely but not instantly, however busy the machine.
+func waitForAnswer(t *testing.T, pod *corev1.Pod, what string, answered func(*corev1.Pod) bool) *corev1.Pod {
+	t.Helper()
+	var last *corev1.Pod
+	err := framework.WaitFor(t.Context(), "the webhook to "+what, timeout, func(ctx context.Context) (bool, error) {
+		p, err := cluster.Client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return false, err
+		}
+		last = p
+		return answered(p), nil
+	})
+	if err != nil {
+		if last != nil {
+			t.Fatalf("%v; last dry run: annotations %v, resources %v", err, last.Annotations, last.Spec.Containers[0].Resources)
+		}
+		t.Fatal(err)
+	}
+	return last
+}
+
 // checkResources checks that every container's GPU requests and limits
 // are exactly want (the API server requires them equal for extended
 // resources).
@@ -172,7 +189,73 @@ func checkUntouched(t *testing.T, stored *corev1.Pod) {
 	if err != nil {
 		t.Fatalf("%v; last PodScheduled condition %+v", err, cond)
 	}
-	if !strings.Contains(cond.Message, "Insufficient nvidia.com/mig-2g.20gb") {
-		t.Errorf("PodScheduled message %q, want Insufficient nvidia.com/mig-2g.20gb", cond.Message)
+	// With the DRA pool's DeviceClasses installed, the scheduler hands a
+	// resource a node's allocatable lacks to DRA and says "cannot allocate
+	// all claims" there instead (docs/DRA.md, "cannot allocate all claims
+	// on a device-plugin node"); either way it found no 2g.20gb.
+	if !strings.Contains(cond.Message, "Insufficient nvidia.com/mig-2g.20gb") && !strings.Contains(cond.Message, "cannot allocate all claims") {
+		t.Errorf("PodScheduled message %q, want Insufficient nvidia.com/mig-2g.20gb or cannot allocate all claims", cond.Message)
+	}
+}
+
+// TestWebhookFallbackSeesEveryNode: the webhook decides for a pod by every
+// node it may land on, however each serves its GPUs: node 1 (H100) through
+// the device plugin, all 1g.10gb; node 2 (A100) through DRA, a 4g.40gb on
+// each GPU, which the webhook reads from its ResourceSlice; node 3 (B200)
+// through the device plugin, a 2g.45gb and a 1g.23gb. So, cluster-wide:
+//   - a pod asking for nvidia.com/mig-4g.40gb, which only node 2 has, is
+//     left as asked and runs there, through DRA;
+//   - one asking for nvidia.com/mig-2g.45gb, which only node 3 has, is
+//     left as asked and runs there;
+//   - one asking for nvidia.com/mig-3g.90gb, a B200 profile no node has,
+//     is rewritten to the nearest smaller profile any node has: node 3's
+//     2g.45gb (two slices; the 1g.23gb and 1g.10gb have one, the 4g.40gb
+//     is larger), and runs there;
+//   - the 4g.40gb pod pinned to node 1 gets node 1's answer, 1g.10gb, as
+//     TestWebhookFallback's pods do.
+func TestWebhookFallbackSeesEveryNode(t *testing.T) {
+	migflex(t)
+	dra, b200 := draNode(t), b200Node(t)
+	applyLayout(t, "1g.10gb", "1g.10gb")
+	dra.applyLayout(t, "4g.40gb")
+	b200.applyLayout(t, "2g.45gb", "1g.23gb")
+	ns := cluster.Namespace(t)
+
+	for _, tc := range []struct {
+		name, asked, fallback string
+		pinned                bool
+		runsOn                simNode
+	}{
+		{name: "only the DRA node has it", asked: "4g.40gb", runsOn: dra},
+		{name: "only the B200 node has it", asked: "2g.45gb", runsOn: b200},
+		{name: "no node has it", asked: "3g.90gb", fallback: "3g.90gb->2g.45gb", runsOn: b200},
+		{name: "pinned to node 1", asked: "4g.40gb", fallback: "4g.40gb->1g.10gb", pinned: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "wants-" + strings.ReplaceAll(tc.asked, ".", "-")
+			pod := anyNodeGPUPod(ns, name, "nvidia.com/mig-"+tc.asked, 1, "env")
+			if tc.pinned {
+				name += "-pinned"
+				pod = gpuPod(ns, name, "nvidia.com/mig-"+tc.asked, 1, "env")
+			}
+			stored := waitForAnswer(t, pod, fmt.Sprintf("answer %q", tc.fallback), func(p *corev1.Pod) bool {
+				return p.Annotations[annotationFallback] == tc.fallback
+			})
+			if tc.runsOn.Cluster == nil {
+				checkResources(t, stored, map[corev1.ResourceName]string{"nvidia.com/mig-1g.10gb": "1"})
+				return
+			}
+			cluster.CreatePod(t, pod)
+			if _, err := cluster.WaitForPodSucceeded(t.Context(), ns, name); err != nil {
+				t.Fatal(err)
+			}
+			node, err := podNode(t.Context(), ns, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if node != tc.runsOn.NodeName {
+				t.Errorf("pod %s ran on node %s, want %s", name, node, tc.runsOn.NodeName)
+			}
+		})
 	}
 }

@@ -112,3 +112,58 @@ func socketResources(sockets map[string]time.Time) []string {
 	slices.Sort(out)
 	return out
 }
+
+// TestKubeletRestartOnAnotherNode: the same restart on node 3, whose
+// kubelet runs in the node's own namespaces (hack/cluster/restart-kubelet.sh
+// NODE): its device-plugin sockets, under the node's kubelet directory,
+// are served again by its agent, and its kubelet lists the same devices.
+func TestKubeletRestartOnAnotherNode(t *testing.T) {
+	migflex(t)
+	n := b200Node(t)
+	ctx := t.Context()
+	local := n.Local()
+	want, err := local.KubeletDevices(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := local.PluginSockets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(before) == 0 || len(want) == 0 {
+		t.Fatalf("node %s before the restart: sockets %v, kubelet devices %v; want the agent's", n.NodeName, before, want)
+	}
+	oldPID, err := local.PID("kubelet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	restarted := time.Now()
+	out, err := n.RestartKubelet(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(strings.TrimSpace(out))
+	if pid, err := local.PID("kubelet"); err != nil || pid == oldPID {
+		t.Errorf("kubelet PID %d (%v) after the restart, was %d", pid, err, oldPID)
+	}
+	var got map[string][]string
+	err = framework.WaitFor(ctx, "node "+n.NodeName+"'s agent to serve every resource again", timeout, func(ctx context.Context) (bool, error) {
+		s, err := local.PluginSockets()
+		if err != nil {
+			return false, err
+		}
+		for _, mt := range s {
+			if mt.Before(restarted) {
+				return false, nil
+			}
+		}
+		if !cmp.Equal(socketResources(before), socketResources(s)) {
+			return false, nil
+		}
+		got, err = local.KubeletDevices(ctx)
+		return err == nil && cmp.Equal(want, got), err
+	})
+	if err != nil {
+		t.Fatalf("%v; kubelet devices (-before +after):\n%s", err, cmp.Diff(want, got))
+	}
+}

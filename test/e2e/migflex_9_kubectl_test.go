@@ -166,10 +166,17 @@ func TestKubectlMigflexStatus(t *testing.T) {
 		}
 	}
 	// The POD column is cut to fit 80 columns; the test's namespace is
-	// long, so only its start is sure to show.
-	if !strings.Contains(out, "NODE "+cluster.NodeName+"  serving device-plugin  config success") || !strings.Contains(out, holder[:24]) ||
-		strings.Count(out, "  1g.10gb  ") != 4 || strings.Contains(out, "\x1b[") {
+	// long, so only its start is sure to show. The other nodes have their
+	// own sections, and layouts of other tests.
+	mine := nodeSection(out, cluster.NodeName)
+	if !strings.HasPrefix(mine, "NODE "+cluster.NodeName+"  serving device-plugin  config success") || !strings.Contains(mine, holder[:24]) ||
+		strings.Count(mine, "  1g.10gb  ") != 4 || strings.Contains(out, "\x1b[") {
 		t.Errorf("status:\n%s", out)
+	}
+	for _, n := range cluster.Nodes {
+		if nodeSection(out, n.Name) == "" {
+			t.Errorf("status has no section for node %s:\n%s", n.Name, out)
+		}
 	}
 
 	code, out, _ = migflexPlugin(t, "explain", "holder", "-n", ns)
@@ -179,6 +186,22 @@ func TestKubectlMigflexStatus(t *testing.T) {
 	if code, _, errOut := migflexPlugin(t, "status", "no-such-node"); code != 4 || !strings.Contains(errOut, "not found") {
 		t.Errorf("status no-such-node: exit %d, %s", code, errOut)
 	}
+}
+
+// nodeSection is the part of the plugin's status text about node name:
+// from its NODE line to the next node's or the free counts.
+func nodeSection(status, name string) string {
+	_, rest, ok := strings.Cut(status, "NODE "+name+"  ")
+	if !ok {
+		return ""
+	}
+	rest = "NODE " + name + "  " + rest
+	for _, end := range []string{"\nNODE ", "\nFREE DEVICES"} {
+		if i := strings.Index(rest, end); i >= 0 {
+			rest = rest[:i]
+		}
+	}
+	return rest
 }
 
 // TestKubectlMigflexApply: a mig.config over the 128 KiB a command-line

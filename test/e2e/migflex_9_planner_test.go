@@ -40,10 +40,10 @@ import (
 // the Lease is replaced after 6 s (--leader-elect-lease-duration); the
 // webhook, which judges as the planner does, holds a node as briefly. The
 // defaults (2 minutes, 10 minutes, 15 s) are the unit tests' business.
-// Each test opts the node in (label migflex.io/planner=enabled) and out
-// again when it ends, and its pods skip the fallback webhook
-// (migflex.io/fallback=disabled on their namespace) unless it is what the
-// test is about.
+// Each test opts its nodes in (label migflex.io/planner=enabled; node 1
+// unless it says otherwise) and out again when it ends, and its pods skip
+// the fallback webhook (migflex.io/fallback=disabled on their namespace)
+// unless it is what the test is about.
 
 const (
 	labelPlanner       = "migflex.io/planner"
@@ -68,13 +68,19 @@ var plannerInstall struct {
 	err  error
 }
 
-// planner installs the planner once, opts the node in for t and its pods'
-// namespace out of the webhook, and returns that namespace.
-func planner(t *testing.T) string {
+// planner installs the planner once, opts the nodes in for t (node 1
+// when none is given) and its pods' namespace out of the webhook, and
+// returns that namespace.
+func planner(t *testing.T, nodes ...simNode) string {
 	t.Helper()
 	installPlanner(t)
-	setPlannerLabel(t, "enabled")
-	t.Cleanup(func() { setPlannerLabel(t, "") })
+	if len(nodes) == 0 {
+		nodes = []simNode{dpNode()}
+	}
+	for _, n := range nodes {
+		n.setPlannerLabel(t, "enabled")
+		t.Cleanup(func() { n.setPlannerLabel(t, "") })
+	}
 	ns := cluster.Namespace(t)
 	patch := []byte(`{"metadata":{"labels":{"` + labelOptOut + `":"disabled"}}}`)
 	if _, err := cluster.Client.CoreV1().Namespaces().Patch(t.Context(), ns, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
@@ -84,9 +90,8 @@ func planner(t *testing.T) string {
 }
 
 // installPlanner installs the planner once. It applies the whole
-// local-planner overlay, the agent's DaemonSet included: a test that
-// changes that DaemonSet (TestDRA's switch to DRA) installs the planner
-// first.
+// local-planner overlay, the agent's DaemonSets included: a test that
+// changes one installs the planner first.
 func installPlanner(t *testing.T) {
 	t.Helper()
 	migflex(t)
@@ -175,8 +180,14 @@ func updateDeployment(ctx context.Context, name string, change func(*appsv1.Depl
 	return nil
 }
 
-// setPlannerLabel sets the node's opt-in label to value, or removes it.
+// setPlannerLabel sets node 1's opt-in label to value, or removes it.
 func setPlannerLabel(t *testing.T, value string) {
+	t.Helper()
+	dpNode().setPlannerLabel(t, value)
+}
+
+// setPlannerLabel is setPlannerLabel on the node.
+func (n simNode) setPlannerLabel(t *testing.T, value string) {
 	t.Helper()
 	v := "null"
 	if value != "" {
@@ -186,48 +197,45 @@ func setPlannerLabel(t *testing.T, value string) {
 	// Not t.Context(): this also runs in cleanup.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := cluster.Client.CoreV1().Nodes().Patch(ctx, cluster.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatalf("labelling the node %s=%s: %v", labelPlanner, value, err)
+	if _, err := cluster.Client.CoreV1().Nodes().Patch(ctx, n.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("labelling node %s %s=%s: %v", n.NodeName, labelPlanner, value, err)
 	}
 }
 
 var all1g = []string{"1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb"}
 
-// resetTo1g puts every GPU back to seven free 1g.10gb, as a human would,
-// and waits for it; the planner's hold on a human change (a second here)
-// has passed when it returns.
+// resetTo1g puts every GPU of node 1 back to seven free 1g.10gb, as a
+// human would, and waits for it; the planner's hold on a human change (a
+// second here) has passed when it returns.
 func resetTo1g(t *testing.T) {
 	t.Helper()
+	dpNode().resetTo1g(t)
+}
+
+// resetTo1g is resetTo1g on the node.
+func (n simNode) resetTo1g(t *testing.T) {
+	t.Helper()
 	written := time.Now()
-	applyLayout(t, all1g...)
+	n.applyLayout(t, all1g...)
 	if d := time.Until(written.Add(2 * time.Second)); d > 0 {
 		time.Sleep(d) // the planner's --manual-hold, on the managed field's whole seconds
 	}
 }
 
 // deletePodAndWait deletes a pod and waits until it is gone and the agent
-// no longer reports it holding a device.
+// of its node no longer reports it holding a device.
 func deletePodAndWait(t *testing.T, ns, name string) {
 	t.Helper()
 	ctx := t.Context()
-	err := cluster.Client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+	node, err := podNode(ctx, ns, name)
 	if err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
-	err = framework.WaitFor(ctx, "pod "+ns+"/"+name+" gone and its devices free", timeout, func(ctx context.Context) (bool, error) {
-		_, err := cluster.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		if !apierrors.IsNotFound(err) {
-			return false, err
-		}
-		n, err := cluster.Node(ctx)
-		if err != nil {
-			return false, err
-		}
-		return !strings.Contains(n.Annotations[annotationLayout], ns+"/"+name), nil
-	})
-	if err != nil {
+	err = cluster.Client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+	if err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
+	waitGone(t, ns, name, node)
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -893,24 +901,11 @@ func TestPlannerReshapeFirst(t *testing.T) {
 	// A dry run shows the webhook's answer without a pod: its view of the
 	// Node comes from an informer, so it follows a change the test has
 	// just made a moment later, however busy the machine.
-	waitForAnswer := func(t *testing.T, what string, answered func(annotations map[string]string) bool) {
-		t.Helper()
-		probe := gpuPod(ns, "dry-run", "nvidia.com/mig-3g.40gb", 1, "sleep", "3600")
-		err := framework.WaitFor(t.Context(), "the webhook to "+what, timeout, func(ctx context.Context) (bool, error) {
-			p, err := cluster.Client.CoreV1().Pods(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-			if err != nil {
-				return false, err
-			}
-			return answered(p.Annotations), nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	probe := gpuPod(ns, "dry-run", "nvidia.com/mig-3g.40gb", 1, "sleep", "3600")
 
 	t.Run("the planner can reshape", func(t *testing.T) {
 		resetTo1g(t)
-		waitForAnswer(t, "leave the pod for the planner", func(a map[string]string) bool { return a["migflex.io/reshape"] == "expected" })
+		waitForAnswer(t, probe, "leave the pod for the planner", func(p *corev1.Pod) bool { return p.Annotations["migflex.io/reshape"] == "expected" })
 		p, held := run("as-asked")
 		if p.Annotations["migflex.io/reshape"] != "expected" || p.Annotations[annotationFallback] != "" {
 			t.Errorf("annotations %v, want migflex.io/reshape=expected and no fallback", p.Annotations)
@@ -929,7 +924,7 @@ func TestPlannerReshapeFirst(t *testing.T) {
 	// idle other one: the pod is not cut to the 3g.40gb that exists.
 	t.Run("an idle GPU of a node the planner just changed", func(t *testing.T) {
 		resetTo1g(t)
-		waitForAnswer(t, "leave the pod for the planner", func(a map[string]string) bool { return a["migflex.io/reshape"] == "expected" })
+		waitForAnswer(t, probe, "leave the pod for the planner", func(p *corev1.Pod) bool { return p.Annotations["migflex.io/reshape"] == "expected" })
 		first, held := runAs(t, "first", "nvidia.com/mig-3g.40gb")
 		if len(held["nvidia.com/mig-3g.40gb"]) != 1 {
 			t.Fatalf("the first pod holds %v, want one nvidia.com/mig-3g.40gb", held)
@@ -949,7 +944,7 @@ func TestPlannerReshapeFirst(t *testing.T) {
 		resetTo1g(t)
 		setPlannerLabel(t, "")
 		defer setPlannerLabel(t, "enabled")
-		waitForAnswer(t, "rewrite the pod down", func(a map[string]string) bool { return a[annotationFallback] != "" })
+		waitForAnswer(t, probe, "rewrite the pod down", func(p *corev1.Pod) bool { return p.Annotations[annotationFallback] != "" })
 		p, held := run("rewritten")
 		if p.Annotations[annotationFallback] != "3g.40gb->1g.10gb" || p.Annotations["migflex.io/reshape"] != "" {
 			t.Errorf("annotations %v, want the fallback 3g.40gb->1g.10gb", p.Annotations)
@@ -981,5 +976,71 @@ func TestPlannerMetricsNeedAnAuthorizedToken(t *testing.T) {
 				t.Errorf("/healthz without a token: %d %q %v, want 200", code, body, err)
 			}
 		})
+	}
+}
+
+// TestPlannerChoosesBetweenNodes: with every node opted in, its GPUs cut
+// into free small instances (node 1's H100s and node 2's A100s, through
+// DRA, into 1g.10gb; node 3's B200 into 1g.23gb), a pending pod that no
+// node serves yet, pinned to none, runs on the node the planner reshaped
+// for it, which its MigReshapePlanned Event names, and no other node's
+// layout changes:
+//   - nvidia.com/mig-2g.45gb, a B200 profile: only node 3 can make it;
+//   - nvidia.com/mig-3g.40gb: node 1 and node 2 can both make it (the
+//     same profiles on H100 and A100), the planner picks one, and the
+//     scheduler places the pod there, through its device plugin or DRA.
+func TestPlannerChoosesBetweenNodes(t *testing.T) {
+	nodes := []simNode{dpNode(), draNode(t), b200Node(t)}
+	ns := planner(t, nodes...)
+	ctx := t.Context()
+	for _, tc := range []struct {
+		profile string
+		on      []simNode
+	}{
+		{"2g.45gb", nodes[2:]},
+		{"3g.40gb", nodes[:2]},
+	} {
+		t.Run(tc.profile, func(t *testing.T) {
+			nodes[0].resetTo1g(t)
+			nodes[1].resetTo1g(t)
+			nodes[2].resetTo(t, "1g.23gb")
+			before := map[string]string{}
+			for _, n := range nodes {
+				before[n.NodeName] = n.migConfigOf(t)
+			}
+			name := "wants-" + strings.ReplaceAll(tc.profile, ".", "-")
+			cluster.CreatePod(t, anyNodeGPUPod(ns, name, "nvidia.com/mig-"+tc.profile, 1, "sleep", "3600"))
+			if _, err := cluster.WaitForPodPhase(ctx, ns, name, corev1.PodRunning); err != nil {
+				t.Fatal(err)
+			}
+			on, err := podNode(ctx, ns, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			msg := podEvent(t, ns, name, reasonPlanned, "will run on node "+on+": GPU ")
+			t.Logf("%s on %s: %s", name, on, msg)
+			if !slices.ContainsFunc(tc.on, func(n simNode) bool { return n.NodeName == on }) {
+				t.Errorf("pod %s runs on node %s, which cannot make %s", name, on, tc.profile)
+			}
+			for _, n := range nodes {
+				if after := n.migConfigOf(t); n.NodeName != on && after != before[n.NodeName] {
+					t.Errorf("node %s, where the pod does not run, changed its mig.config to %q", n.NodeName, after)
+				}
+			}
+			if on == nodes[1].NodeName {
+				nodes[1].checkExtendedResourceClaim(t, ns, name, "nvidia.com/mig-"+tc.profile, tc.profile)
+			}
+			deletePodAndWait(t, ns, name)
+		})
+	}
+}
+
+// resetTo is resetTo1g with seven free instances of profile on every GPU.
+func (n simNode) resetTo(t *testing.T, profile string) {
+	t.Helper()
+	written := time.Now()
+	n.applyLayout(t, slices.Repeat([]string{profile}, 7)...)
+	if d := time.Until(written.Add(2 * time.Second)); d > 0 {
+		time.Sleep(d) // the planner's --manual-hold, as resetTo1g
 	}
 }

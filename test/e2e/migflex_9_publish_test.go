@@ -356,9 +356,9 @@ func TestPublishAllocatableToRunning(t *testing.T) {
 	from := gpuLayouts{0: all1g, 1: all1g}
 	reset := func() { applyLayouts(t, from) }
 	setAgentPublish(t, false)
-	off := reshapeToRunningRuns(t, ns, "off", runs, period, reset)
+	off := reshapeToRunningRuns(t, dpNode(), ns, "off", runs, period, reset)
 	setAgentPublish(t, true)
-	on := reshapeToRunningRuns(t, ns, "on", runs, period, reset)
+	on := reshapeToRunningRuns(t, dpNode(), ns, "on", runs, period, reset)
 	t.Logf("change + creation -> Running on the device plugin (kubelet status period %s)", period)
 	t.Log(runsSummary("--publish-allocatable=false", off))
 	t.Log(runsSummary("--publish-allocatable=true", on))

@@ -23,9 +23,13 @@ import (
 
 // The migflex tests (migflex_<n>_<flow>_test.go, run in that order after
 // the harness tests) share one installation, from the local kustomize
-// overlay as a user installs it, and the node's GPUs. Each test sets the
+// overlay as a user installs it, and the nodes' GPUs. Each test sets the
 // layout it needs and waits for it, so any one of them also runs alone
-// (go test -run).
+// (go test -run). "The node" of a test is node 1 (dpNode: two
+// H100-SXM5-80GB, the device plugin), and its pods are pinned there
+// (gpuPod), so that the scheduler, the webhook and the planner decide as
+// on a cluster of that node alone; tests about the other nodes say so
+// (nodes_test.go).
 
 // Keys on the Node, as users and the GPU operator's tools know them. They
 // are written out here rather than imported: the suite checks the contract,
@@ -48,8 +52,8 @@ const (
 	labelOptOut        = "migflex.io/fallback"
 
 	resourceGPU = "nvidia.com/gpu"
-	// The local overlay simulates simGPUs GPUs of model simModel
-	// (overlays/local/sim-config-local.yaml).
+	// The local overlay simulates simGPUs GPUs of model simModel on node 1
+	// (overlays/local/sim-config-local.yaml; nodes_test.go has the others).
 	simModel = "H100-SXM5-80GB"
 	simGPUs  = 2
 )
@@ -217,10 +221,13 @@ func summary(node *corev1.Node) string {
 // gpuLayouts is a layout by GPU index: each GPU's MIG profiles.
 type gpuLayouts map[int][]string
 
+// everyGPU is the same profiles on each of node 1's GPUs.
+func everyGPU(profiles ...string) gpuLayouts { return dpNode().everyGPU(profiles...) }
+
 // everyGPU is the same profiles on each of the node's GPUs.
-func everyGPU(profiles ...string) gpuLayouts {
+func (n simNode) everyGPU(profiles ...string) gpuLayouts {
 	l := gpuLayouts{}
-	for i := range simGPUs {
+	for i := range n.gpus {
 		l[i] = profiles
 	}
 	return l
@@ -243,13 +250,19 @@ func migConfigPerGPU(l gpuLayouts) string {
 	return b.String()
 }
 
-// setMigConfig puts doc in the node's annotation key and removes the other
+// setMigConfig puts doc in node 1's annotation key and removes the other
 // layout annotation, whose precedence could otherwise hide it.
 func setMigConfig(t *testing.T, key, doc string) {
 	t.Helper()
+	dpNode().setMigConfig(t, key, doc)
+}
+
+// setMigConfig is setMigConfig on the node.
+func (n simNode) setMigConfig(t *testing.T, key, doc string) {
+	t.Helper()
 	ann := map[string]*string{annotationMigConfig: nil, annotationRunAI: nil}
 	ann[key] = &doc
-	if err := cluster.SetNodeAnnotations(t.Context(), ann); err != nil {
+	if err := n.SetNodeAnnotations(t.Context(), ann); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -265,23 +278,49 @@ func (l gpuLayouts) sorted() map[int][]string {
 	return out
 }
 
-// waitForLayout waits until the agent reports success with these profiles
-// on every GPU, and the kubelet's allocatable on the Node matches the
-// devices of the reported layout. It returns the node and its layout.
+// waitForLayout waits until node 1's agent reports success with these
+// profiles on every GPU, and the kubelet's allocatable on the Node matches
+// the devices of the reported layout. It returns the node and its layout.
 func waitForLayout(t *testing.T, want ...string) (*corev1.Node, []layoutGPU) {
 	t.Helper()
-	return waitForLayouts(t, everyGPU(want...))
+	return dpNode().waitForLayouts(t, everyGPU(want...))
 }
 
 // waitForLayouts is waitForLayout with each GPU's profiles, for every GPU
-// of the node.
+// of node 1.
 func waitForLayouts(t *testing.T, want gpuLayouts) (*corev1.Node, []layoutGPU) {
 	t.Helper()
+	return dpNode().waitForLayouts(t, want)
+}
+
+// waitForLayouts is waitForLayouts on the node; on a DRA node it waits for
+// its ResourceSlice to list the layout's devices instead of allocatable
+// (waitForDRALayout).
+func (n simNode) waitForLayouts(t *testing.T, want gpuLayouts) (*corev1.Node, []layoutGPU) {
+	t.Helper()
+	return n.waitForLayoutsIn(t, want, stateSuccess)
+}
+
+// waitForLayoutsIn is waitForLayouts with the state the node must show:
+// stateSuccess once a mig.config was applied, stateNone on a node that
+// never had a mig.config source (the agent sets no state there, and
+// success cannot say when the kubelet has published the layout: the
+// allocatable or the slice does).
+func (n simNode) waitForLayoutsIn(t *testing.T, want gpuLayouts, state string) (*corev1.Node, []layoutGPU) {
+	t.Helper()
+	if n.dra {
+		layout := n.waitForDRALayoutIn(t, want, state)
+		node, err := n.Node(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return node, layout
+	}
 	w := want.sorted()
 	var layout []layoutGPU
-	node, err := cluster.WaitForNode(t.Context(), fmt.Sprintf("state success with layout %v and its allocatable", w), timeout, func(n *corev1.Node) error {
-		if s := n.Labels[labelState]; s != "success" {
-			return fmt.Errorf("state %q, reason %q", s, n.Annotations[annotationReason])
+	node, err := n.WaitForNode(t.Context(), fmt.Sprintf("%s with layout %v and its allocatable", stateName(state), w), timeout, func(n *corev1.Node) error {
+		if err := checkState(n, state); err != nil {
+			return err
 		}
 		l, err := nodeLayout(n)
 		if err != nil {
@@ -302,20 +341,59 @@ func waitForLayouts(t *testing.T, want gpuLayouts) (*corev1.Node, []layoutGPU) {
 	return node, layout
 }
 
-// applyLayout annotates the node with a list-form mig.config giving every
+// The states waitForLayoutsIn waits for: the label's value, or none.
+const (
+	stateSuccess = "success"
+	stateNone    = ""
+)
+
+// stateName is state as a wait describes it.
+func stateName(state string) string {
+	if state == stateNone {
+		return "no state"
+	}
+	return "state " + state
+}
+
+// checkState says how the node's state label differs from state; with
+// stateNone the label must be absent.
+func checkState(n *corev1.Node, state string) error {
+	s, ok := n.Labels[labelState]
+	if state == stateNone && ok {
+		return fmt.Errorf("state %q, want none (the node never had a mig.config source), reason %q", s, n.Annotations[annotationReason])
+	}
+	if s != state {
+		return fmt.Errorf("state %q, reason %q", s, n.Annotations[annotationReason])
+	}
+	return nil
+}
+
+// applyLayout annotates node 1 with a list-form mig.config giving every
 // GPU profiles and waits until it is in place.
 func applyLayout(t *testing.T, profiles ...string) (*corev1.Node, []layoutGPU) {
 	t.Helper()
-	setMigConfig(t, annotationMigConfig, migConfig(profiles...))
-	return waitForLayout(t, profiles...)
+	return dpNode().applyLayout(t, profiles...)
 }
 
-// applyLayouts annotates the node with a mig.config giving each GPU its
+// applyLayout is applyLayout on the node.
+func (n simNode) applyLayout(t *testing.T, profiles ...string) (*corev1.Node, []layoutGPU) {
+	t.Helper()
+	n.setMigConfig(t, annotationMigConfig, migConfig(profiles...))
+	return n.waitForLayouts(t, n.everyGPU(profiles...))
+}
+
+// applyLayouts annotates node 1 with a mig.config giving each GPU its
 // profiles and waits until it is in place.
 func applyLayouts(t *testing.T, l gpuLayouts) (*corev1.Node, []layoutGPU) {
 	t.Helper()
-	setMigConfig(t, annotationMigConfig, migConfigPerGPU(l))
-	return waitForLayouts(t, l)
+	return dpNode().applyLayouts(t, l)
+}
+
+// applyLayouts is applyLayouts on the node.
+func (n simNode) applyLayouts(t *testing.T, l gpuLayouts) (*corev1.Node, []layoutGPU) {
+	t.Helper()
+	n.setMigConfig(t, annotationMigConfig, migConfigPerGPU(l))
+	return n.waitForLayouts(t, l)
 }
 
 // gpuOf is the layout's GPU with index i.
@@ -343,8 +421,22 @@ func gpuHolding(l []layoutGPU, id string) (int, bool) {
 }
 
 // gpuPod is a testbox pod (args) that requests n devices of resource, left
-// to the scheduler so that it is placed by the Node's allocatable.
+// to the scheduler so that it is placed by node 1's allocatable, on node 1
+// only (its hostname label): the other nodes offer other GPUs, and the
+// webhook and the planner decide for a pod by the nodes it may land on.
 func gpuPod(namespace, name, res string, n int64, args ...string) *corev1.Pod {
+	return dpNode().gpuPod(namespace, name, res, n, args...)
+}
+
+// gpuPod is gpuPod pinned to the node.
+func (node simNode) gpuPod(namespace, name, res string, n int64, args ...string) *corev1.Pod {
+	pod := anyNodeGPUPod(namespace, name, res, n, args...)
+	framework.PinToNode(pod, node.NodeName)
+	return pod
+}
+
+// anyNodeGPUPod is gpuPod on whichever node the scheduler picks.
+func anyNodeGPUPod(namespace, name, res string, n int64, args ...string) *corev1.Pod {
 	pod := cluster.TestboxPod(namespace, name, args...)
 	pod.Spec.NodeName = ""
 	q := *resource.NewQuantity(n, resource.DecimalSI)

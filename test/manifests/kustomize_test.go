@@ -154,8 +154,8 @@ func TestLocalOverlay(t *testing.T) {
 			pods = append(pods, &as[batchv1.Job](t, o).Spec.Template)
 		}
 	}
-	if len(pods) != 3 {
-		t.Fatalf("%d pod templates among %v, want the agent, the webhook and certgen", len(pods), objs.keys())
+	if len(pods) != 4 {
+		t.Fatalf("%d pod templates among %v, want the agent's two pools, the webhook and certgen", len(pods), objs.keys())
 	}
 	for _, p := range pods {
 		name := p.Labels["app"]
@@ -187,12 +187,17 @@ func TestLocalOverlay(t *testing.T) {
 		t.Errorf("webhook args %q: want its metrics on 127.0.0.1:9125", c.Args)
 	}
 	// Two replicas on the one node, sharing the port (TestWebhookRolloutsAreHitless
-	// checks how).
+	// checks how): node 1, the control-plane host, whose loopback the
+	// suite reads their metrics on.
 	if *d.Spec.Replicas != 2 {
 		t.Errorf("webhook replicas %d, want 2", *d.Spec.Replicas)
 	}
+	if sel := d.Spec.Template.Spec.NodeSelector; len(sel) != 1 || sel["node-role.kubernetes.io/control-plane"] != "" {
+		t.Errorf("webhook nodeSelector %v, want the control-plane node's role label", sel)
+	}
 
 	ds := get[appsv1.DaemonSet](t, objs, "DaemonSet", "migflex-agent")
+	checkLocalDRAPool(t, ds, get[appsv1.DaemonSet](t, objs, "DaemonSet", "migflex-agent-dra"))
 	cm := get[corev1.ConfigMap](t, objs, "ConfigMap", "migflex-sim-config")
 	cfg, err := sim.ParseConfig([]byte(cm.Data["config.yaml"]), "/etc/migflex/sim", "node")
 	if err != nil {
@@ -234,6 +239,63 @@ func TestLocalOverlay(t *testing.T) {
 		if p == nil || p.HTTPGet == nil || p.HTTPGet.Host != "127.0.0.1" || p.HTTPGet.Path != "/healthz" || portOf(agent, p.HTTPGet.Port.String()) != 9123 {
 			t.Errorf("agent %s probe %+v: want GET 127.0.0.1:9123/healthz", name, p)
 		}
+	}
+}
+
+// checkLocalDRAPool checks the local overlay's two agent pools: the DRA
+// pool's DaemonSet (dra-pool/) is the device-plugin pool's but for what the
+// chart's agent.draNodeSelector changes (name, the selector's and the pod's
+// label, the node selector, --serving=dra with the CDI directory and the
+// DRA mounts), and the device-plugin pool leaves the DRA pool's nodes out,
+// so an agent change reaches both pools or fails here.
+func checkLocalDRAPool(t *testing.T, dp, dra *appsv1.DaemonSet) {
+	t.Helper()
+	const key, value = "migflex.io/serve", "dra"
+	terms := dp.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	excluded := len(terms) > 0
+	for _, term := range terms {
+		excluded = excluded && slices.ContainsFunc(term.MatchExpressions, func(e corev1.NodeSelectorRequirement) bool {
+			return e.Key == key && e.Operator == corev1.NodeSelectorOpNotIn && slices.Equal(e.Values, []string{value})
+		})
+	}
+	if !excluded {
+		t.Errorf("migflex-agent's node affinity %v does not leave the %s=%s nodes out", terms, key, value)
+	}
+
+	want := dp.DeepCopy()
+	want.Name = "migflex-agent-dra"
+	want.Labels["migflex.io/agent-serving"] = "dra"
+	want.Spec.Selector.MatchLabels["migflex.io/agent-serving"] = "dra"
+	spec := &want.Spec.Template
+	spec.Labels["migflex.io/agent-serving"] = "dra"
+	spec.Spec.NodeSelector = map[string]string{key: value}
+	for i := range spec.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		term := &spec.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[i]
+		term.MatchExpressions = slices.DeleteFunc(term.MatchExpressions, func(e corev1.NodeSelectorRequirement) bool { return e.Key == key })
+	}
+	c := &spec.Spec.Containers[0]
+	i := slices.Index(c.Args, "--serving=device-plugin")
+	if i < 0 {
+		t.Fatalf("migflex-agent args %q lack --serving=device-plugin", c.Args)
+	}
+	c.Args[i] = "--serving=dra"
+	c.Args = slices.Insert(c.Args, i+1, "--cdi-dir=/var/run/cdi")
+	dir, dirOrCreate := corev1.HostPathDirectory, corev1.HostPathDirectoryOrCreate
+	for _, v := range []struct {
+		name, path string
+		typ        *corev1.HostPathType
+	}{{"kubelet-plugins", "/var/lib/kubelet/plugins", &dirOrCreate}, {"plugins-registry", "/var/lib/kubelet/plugins_registry", &dir}, {"cdi", "/var/run/cdi", &dirOrCreate}} {
+		spec.Spec.Volumes = append(spec.Spec.Volumes, corev1.Volume{Name: v.name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: v.path, Type: v.typ}}})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v.name, MountPath: v.path})
+	}
+	got := dra.DeepCopy()
+	for _, ds := range []*appsv1.DaemonSet{want, got} {
+		slices.SortFunc(ds.Spec.Template.Spec.Volumes, func(a, b corev1.Volume) int { return strings.Compare(a.Name, b.Name) })
+		m := ds.Spec.Template.Spec.Containers[0].VolumeMounts
+		slices.SortFunc(m, func(a, b corev1.VolumeMount) int { return strings.Compare(a.Name, b.Name) })
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("migflex-agent-dra against migflex-agent with the DRA pool's changes (-want +got):\n%s", diff)
 	}
 }
 

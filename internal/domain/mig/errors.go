@@ -20,4 +20,8 @@ var (
 	// ErrNotSupported: the GPU or backend cannot do it (no MIG, MIG
 	// disabled, no reset capability).
 	ErrNotSupported = errors.New("not supported")
+	// ErrNoReturn: a call did not return in time and may still be running
+	// in the driver (NVML calls cannot be cancelled), so nothing else may
+	// be called on its GPU until it does, not even a rollback.
+	ErrNoReturn = errors.New("the call has not returned")
 )

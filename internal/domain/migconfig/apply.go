@@ -39,6 +39,11 @@ const (
 	// reset (Ampere). What came before it stands and the creates did not
 	// run; reset the GPU and apply again.
 	OutcomeResetRequired
+	// OutcomeAbandoned: a call did not return in time (mig.ErrNoReturn)
+	// and may still change the GPU; nothing else was called on it, not
+	// even a rollback. GPUResult.Instances is what the calls that did
+	// return made.
+	OutcomeAbandoned
 )
 
 func (o Outcome) String() string {
@@ -55,6 +60,8 @@ func (o Outcome) String() string {
 		return "skipped"
 	case OutcomeResetRequired:
 		return "reset required"
+	case OutcomeAbandoned:
+		return "abandoned"
 	}
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }
@@ -87,8 +94,10 @@ type Result struct {
 // next GPU. The rollback itself does not stop for ctx: a half-changed GPU is
 // worse than a late return. A mode change that waits for a GPU reset
 // (mig.ErrResetRequired) is not undone: the GPU ends OutcomeResetRequired,
-// and the caller decides whether to reset it. The error joins every GPU's
-// error.
+// and the caller decides whether to reset it. Nor is a step whose call did
+// not return (mig.ErrNoReturn): the GPU ends OutcomeAbandoned, as the call
+// left it, since another call could race the one still running. The error
+// joins every GPU's error.
 func Apply(ctx context.Context, p Partitioner, plan Plan) (Result, error) {
 	var res Result
 	var errs []error
@@ -238,6 +247,12 @@ func (a *applying) create(ctx context.Context) *GPUResult {
 // fail rolls back what was done after step failed, and says whether the
 // previous layout is back.
 func (a *applying) fail(step string, err error) *GPUResult {
+	if errors.Is(err, mig.ErrNoReturn) {
+		a.sortInstances()
+		a.r.Outcome = OutcomeAbandoned
+		a.r.Err = fmt.Errorf("%s: %s: %w; not rolled back while the call may still run", a.name, step, err)
+		return &a.r
+	}
 	rbErrs := rollback(a.undo)
 	a.sortInstances()
 	if len(rbErrs) == 0 {

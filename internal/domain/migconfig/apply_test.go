@@ -311,6 +311,10 @@ func TestApplyMessages(t *testing.T) {
 			calls:   1,
 			want:    "GPU 1 (H100-SXM5-80GB): enable MIG: GPU 1: enable MIG mode: pending until GPU reset: ERROR_RESET_REQUIRED; the change waits for a GPU reset, 3 instance(s) still to create after it",
 		},
+		"a create that does not return: nothing else is called, not even the rollback": {
+			sc: keepOne, fail: 3, outcome: OutcomeAbandoned, failErr: errNoReturn, calls: 3,
+			want: "GPU 1 (H100-SXM5-80GB): create 1g.10gb@6:1: GPU 1: create has not returned for 2m0s: the call has not returned; not rolled back while the call may still run",
+		},
 		"enable fails": {
 			sc: applyScenarios["enable MIG and create"], fail: 1, outcome: OutcomeRolledBack,
 			want: "GPU 1 (H100-SXM5-80GB): enable MIG: injected failure; rolled back, the previous layout is back (MIG disabled)",
@@ -347,6 +351,9 @@ func TestApplyMessages(t *testing.T) {
 		})
 	}
 }
+
+// errNoReturn is a call the caller stopped waiting for.
+var errNoReturn = fmt.Errorf("GPU 1: create has not returned for 2m0s: %w", mig.ErrNoReturn)
 
 // busyErr is what nvmlmig.Partitioner returns for an instance with processes.
 var busyErr = &nvmlmig.Error{GPU: 1, Op: "destroy GPU instance 2", Ret: nvml.ERROR_IN_USE}

@@ -48,6 +48,10 @@ const (
 	// DefaultInUseInterval is how often the agent asks the kubelet which
 	// devices pods hold, to publish it in the layout annotation.
 	DefaultInUseInterval = 2 * time.Second
+	// DefaultNVMLCallTimeout is how long a call that changes a GPU (a MIG
+	// mode change, an instance's create or destroy) may take before the
+	// agent reports it hung: such calls take seconds on real GPUs.
+	DefaultNVMLCallTimeout = 2 * time.Minute
 )
 
 // BusyPolicy decides what happens to a GPU the new layout would change
@@ -100,8 +104,9 @@ type Options struct {
 	// BusyPolicy decides about GPUs pods use. Default BusyWait.
 	BusyPolicy BusyPolicy
 	// RetryInterval is how often a pending change is retried, and a
-	// transient failure (NVML, pod-resources, config file unreadable).
-	// Default DefaultRetryInterval.
+	// transient failure (NVML, pod-resources, config file unreadable); a
+	// GPU whose apply failed waits this long, doubled at each failure in
+	// a row up to maxRetryBackoff. Default DefaultRetryInterval.
 	RetryInterval time.Duration
 	// ResyncInterval is how often the agent compares the GPUs with the
 	// desired layout without being told of a change, catching changes
@@ -122,9 +127,22 @@ type Options struct {
 	// Default DefaultInUseInterval; negative turns the polling off (the
 	// annotation is then current only after each reconcile).
 	InUseInterval time.Duration
+	// NVMLCallTimeout is how long a call that changes a GPU, or a reading
+	// of the GPUs, may take. A call that has not returned by then is left
+	// running (NVML calls cannot be cancelled), the state is failed with a
+	// reason naming it, and its GPU is not touched (the GPUs are not read
+	// again) until it returns; the rest of the agent goes on. Default
+	// DefaultNVMLCallTimeout.
+	NVMLCallTimeout time.Duration
 	// Registry receives the agent's metrics and is what /metrics serves.
 	// Nil: a new registry with the Go and process collectors.
 	Registry *prometheus.Registry
+
+	// callAfter replaces time.After for the NVML call deadlines (tests).
+	callAfter func(time.Duration) <-chan time.Time
+	// shutdownGrace is how long a GPU call is still waited for once the
+	// agent stops; 0: defaultShutdownGrace, negative: not at all (tests).
+	shutdownGrace time.Duration
 }
 
 func (o *Options) setDefaults() {
@@ -142,6 +160,15 @@ func (o *Options) setDefaults() {
 	}
 	if o.InUseInterval == 0 {
 		o.InUseInterval = DefaultInUseInterval
+	}
+	if o.NVMLCallTimeout <= 0 {
+		o.NVMLCallTimeout = DefaultNVMLCallTimeout
+	}
+	switch {
+	case o.shutdownGrace == 0:
+		o.shutdownGrace = defaultShutdownGrace
+	case o.shutdownGrace < 0:
+		o.shutdownGrace = 0
 	}
 	if o.Registry == nil {
 		o.Registry = newRegistry()
@@ -181,8 +208,10 @@ type nodeCache interface {
 // Agent is the node agent: it keeps the node's GPUs partitioned as the
 // Node asks, serves their devices, and reports on the Node.
 type Agent struct {
-	opts    Options
+	opts Options
+	// part changes the GPUs: guard, over NVML.
 	part    partitioner
+	guard   *callGuard
 	metrics *metrics
 	log     klog.Logger
 	live    atomic.Bool
@@ -233,9 +262,13 @@ func New(opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	guard := newCallGuard(nvmlmig.NewPartitioner(opts.NVML), opts.NVMLCallTimeout, opts.shutdownGrace, opts.callAfter, func(call string) {
+		m.callTimeouts.WithLabelValues(call).Inc()
+	})
 	return &Agent{
 		opts:    opts,
-		part:    nvmlmig.NewPartitioner(opts.NVML),
+		part:    guard,
+		guard:   guard,
 		metrics: m,
 		log:     klog.Background().WithName("agent"),
 		trigger: make(chan struct{}, 1),
@@ -266,12 +299,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	ctx = klog.NewContext(ctx, a.log)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// A GPU call under way when the agent stops is waited for a little
+	// (a rollback finishes), a hung one is not.
+	a.guard.log = a.log
+	context.AfterFunc(ctx, a.guard.stop)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 
 	// Serve what the GPUs have before anything else, so a restarted agent
 	// does not zero the node's resources while it catches up.
-	gpus, err := nvmlmig.Discover(a.opts.NVML)
+	gpus, err := a.guard.discover(a.opts.NVML)
 	if err != nil {
 		return fmt.Errorf("reading the GPUs: %w", err)
 	}
@@ -387,13 +424,17 @@ func (a *Agent) loop(ctx context.Context, srvErr <-chan error) error {
 			if a.awaiting == nil {
 				continue
 			}
+		case <-a.guard.returned:
+			// A GPU call that did not return in time did: its GPU is
+			// reconciled from what NVML reports now.
 		case <-a.trigger:
 		case <-retry.C:
 		case <-resync.C:
 			a.liftBusyHolds()
 		}
-		if a.step(ctx) {
-			retry.Reset(a.opts.RetryInterval)
+		began := time.Now()
+		if d, ok := a.nextRetry(a.step(ctx), began, time.Now()); ok {
+			retry.Reset(d)
 		} else {
 			retry.Stop()
 		}

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -78,6 +79,18 @@ func (c *requestCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 		}
 		return rt.RoundTrip(r)
 	})
+}
+
+// client is a client of api whose requests c counts.
+func (c *requestCounter) client(t *testing.T, api *apiServer) kubernetes.Interface {
+	t.Helper()
+	cfg := rest.CopyConfig(api.cfg)
+	cfg.WrapTransport = c.wrap
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client
 }
 
 func (c *requestCounter) get(key string) int {
@@ -231,6 +244,10 @@ func withResync(d time.Duration) agentOption {
 	return func(o *Options, _ *deviceplugin.Options) { o.ResyncInterval = d }
 }
 
+func withRetry(d time.Duration) agentOption {
+	return func(o *Options, _ *deviceplugin.Options) { o.RetryInterval = d }
+}
+
 func withClient(c kubernetes.Interface) agentOption {
 	return func(o *Options, _ *deviceplugin.Options) { o.Client = c }
 }
@@ -241,6 +258,15 @@ func withPodResourcesSocket(path string) agentOption {
 
 func withInUseInterval(d time.Duration) agentOption {
 	return func(o *Options, _ *deviceplugin.Options) { o.InUseInterval = d }
+}
+
+// withCallDeadlines has the GPU calls' deadlines pass when d says so.
+func withCallDeadlines(d *manualDeadlines) agentOption {
+	return func(o *Options, _ *deviceplugin.Options) { o.NVMLCallTimeout, o.callAfter = 2*time.Minute, d.after }
+}
+
+func withShutdownGrace(g time.Duration) agentOption {
+	return func(o *Options, _ *deviceplugin.Options) { o.shutdownGrace = g }
 }
 
 func withHealth(h deviceplugin.HealthSource) agentOption {
@@ -294,17 +320,27 @@ func (n *node) start(opts ...agentOption) *agentRun {
 
 // stop cancels the agent and waits for Run to return.
 func (r *agentRun) stop() {
+	if err := r.tryStop(); err != nil {
+		panic(err)
+	}
+}
+
+// tryStop cancels the agent and waits for Run to return; an error says
+// it did not, or returned one.
+func (r *agentRun) tryStop() error {
+	var err error
 	r.once.Do(func() {
 		r.cancel()
 		select {
-		case err := <-r.done:
-			if err != nil {
-				panic(fmt.Sprintf("agent Run: %v", err))
+		case runErr := <-r.done:
+			if runErr != nil {
+				err = fmt.Errorf("agent Run: %w", runErr)
 			}
 		case <-time.After(hangTimeout):
-			panic("agent did not stop")
+			err = errors.New("agent did not stop")
 		}
 	})
+	return err
 }
 
 // counter reads a counter of the agent's registry.
@@ -545,8 +581,12 @@ func TestAgent(t *testing.T) {
 		{"metrics", testMetrics},
 		{"deleted node is not recreated", testDeletedNodeIsNotRecreated},
 		{"fault: create fails halfway", testCreateFailsHalfway},
-		{"fault: create fails halfway, then held", testCreateFailsHalfwayThenHeld},
+		{"fault: create fails once, then retried", testCreateFailsOnceThenRetried},
+		{"fault: a failing GPU backs off", testFailingGPUBacksOff},
+		{"fault: a retry waits for pods", testRetryWaitsForPods},
 		{"fault: create hangs", testCreateHangs},
+		{"fault: stop while a create hangs", testStopDuringHang},
+		{"fault: reading the GPUs hangs", testDiscoveryHangs},
 		{"fault: reboot recreates the layout", testRebootRecreatesLayout},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, api) })

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -32,6 +33,11 @@ type planInput struct {
 	servable func([]mig.GPU) error
 	// holds are the GPUs whose apply of a document failed on their layout.
 	holds map[int]hold
+	// stuck are the GPUs a call has not returned on, with why they are
+	// left alone (callGuard.outstanding).
+	stuck map[int]string
+	// now decides which holds are due for a retry.
+	now time.Time
 }
 
 // planDecision is what to do next. With done, the reconcile ends with out
@@ -54,6 +60,10 @@ type planDecision struct {
 	todo        migconfig.Plan
 	heldReasons []string
 	srcID       string
+	// retrying are the GPUs of todo tried again after their hold's
+	// backoff: the Node keeps showing their failure meanwhile rather than
+	// announcing the change, so that a failure that recurs writes nothing.
+	retrying map[int]bool
 }
 
 // decidePlan resolves the source's document on the GPUs and leaves out the
@@ -97,19 +107,34 @@ func decidePlan(in planInput) planDecision {
 		return d
 	}
 
-	// A GPU whose apply of this document failed on its very layout is not
-	// tried again: a rollback recreates instances with new ids, so each
-	// retry would churn the GPU, the Node and its Events. A new document,
-	// a GPU changed behind the agent's back (a reset) or a restart lifts
-	// the hold; so does a resync for a GPU that failed because processes
-	// the kubelet does not know of use it (see liftBusyHolds).
-	d := planDecision{resolved: r, srcID: sourceIdentity(in.src, in.doc), holds: map[int]hold{}}
+	// A GPU whose apply of this document failed on its very layout is
+	// held: it is tried again only after a backoff (--retry-interval,
+	// doubling up to maxRetryBackoff), since a rollback recreates
+	// instances with new ids and each retry churns the GPU. The failure
+	// may have been transient (the driver answered an error once). A new
+	// document or a GPU changed behind the agent's back (a reset) lifts
+	// the hold, and with it the backoff; so does a resync for a GPU that
+	// failed because processes the kubelet does not know of use it (see
+	// liftBusyHolds).
+	//
+	// A GPU a call has not returned on is not touched at all: the call may
+	// still change it, and NVML must not be called on it meanwhile.
+	d := planDecision{resolved: r, srcID: sourceIdentity(in.src, in.doc), holds: map[int]hold{}, retrying: map[int]bool{}}
 	held := map[int]bool{}
 	for _, p := range r.Plan.GPUs {
-		if h, ok := in.holds[p.GPU]; ok && p.Changed() && h.key == holdKey(d.srcID, in.gpus, p.GPU) {
+		if why, ok := in.stuck[p.GPU]; ok && p.Changed() {
 			held[p.GPU] = true
+			d.heldReasons = append(d.heldReasons, why)
+			continue
+		}
+		if h, ok := in.holds[p.GPU]; ok && p.Changed() && h.key == holdKey(d.srcID, in.gpus, p.GPU) {
 			d.holds[p.GPU] = h
-			d.heldReasons = append(d.heldReasons, h.reason)
+			if in.now.Before(h.retryAt) {
+				held[p.GPU] = true
+				d.heldReasons = append(d.heldReasons, h.reason)
+			} else {
+				d.retrying[p.GPU] = true
+			}
 		}
 	}
 	d.todo = withoutGPUs(r.Plan, held)

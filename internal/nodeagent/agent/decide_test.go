@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -42,8 +43,15 @@ func TestDecidePlan(t *testing.T) {
 	threes := []mig.Instance{inst("3g.40gb", 0, 4, 1), inst("3g.40gb", 4, 4, 2)}
 	inPlace := []mig.GPU{h100Table(t, 0, true, threes...), h100Table(t, 1, true, inst("3g.40gb", 0, 4, 3), inst("3g.40gb", 4, 4, 4))}
 	fresh := []mig.GPU{h100Table(t, 0, false), h100Table(t, 1, false)}
+	now := time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC)
+	// held holds gpu until an hour from now; due holds it until now.
 	held := func(gpus []mig.GPU, doc string, gpu int) map[int]hold {
-		return map[int]hold{gpu: {key: holdKey(sourceIdentity(annotation(doc), doc), gpus, gpu), reason: "GPU 0: create failed"}}
+		return map[int]hold{gpu: {key: holdKey(sourceIdentity(annotation(doc), doc), gpus, gpu), reason: "GPU 0: create failed", retryAt: now.Add(time.Hour)}}
+	}
+	due := func(gpus []mig.GPU, doc string, gpu int) map[int]hold {
+		h := held(gpus, doc, gpu)
+		h[gpu] = hold{key: h[gpu].key, reason: h[gpu].reason, retryAt: now}
+		return h
 	}
 	stale := map[int]hold{0: {key: "an older layout", reason: "GPU 0: create failed"}, 7: {key: "x"}}
 
@@ -58,6 +66,7 @@ func TestDecidePlan(t *testing.T) {
 		retry        bool
 		todo         []int
 		holds        []int
+		retrying     []int
 	}
 	tests := []struct {
 		name string
@@ -111,14 +120,41 @@ func TestDecidePlan(t *testing.T) {
 		},
 		{
 			name: "a GPU on hold for this document and layout is left out",
-			in:   planInput{src: annotation(twoThrees), doc: twoThrees, gpus: fresh, servable: serveAny, holds: held(fresh, twoThrees, 0)},
+			in:   planInput{src: annotation(twoThrees), doc: twoThrees, gpus: fresh, servable: serveAny, holds: held(fresh, twoThrees, 0), now: now},
 			want: want{todo: []int{1}, holds: []int{0}},
+		},
+		{
+			name: "a hold whose backoff is over: the GPU is tried again, not announced, the hold kept for its count",
+			in:   planInput{src: annotation(twoThrees), doc: twoThrees, gpus: fresh, servable: serveAny, holds: due(fresh, twoThrees, 0), now: now},
+			want: want{todo: []int{0, 1}, holds: []int{0}, retrying: []int{0}},
+		},
+		{
+			name: "a hold for another layout of the GPU (a reset) is lifted",
+			in:   planInput{src: annotation(twoThrees), doc: twoThrees, gpus: fresh, servable: serveAny, holds: held(inPlace, twoThrees, 0), now: now},
+			want: want{todo: []int{0, 1}},
+		},
+		{
+			name: "a hold for another document is lifted",
+			in:   planInput{src: annotation(twoThrees), doc: twoThrees, gpus: fresh, servable: serveAny, holds: held(fresh, twoKinds, 0), now: now},
+			want: want{todo: []int{0, 1}},
 		},
 		{
 			name: "every GPU to change on hold: failed with the hold's reason, no Event",
 			in: planInput{src: annotation(twoThrees), doc: twoThrees, gpus: []mig.GPU{fresh[0], inPlace[1]}, servable: serveAny,
-				holds: held([]mig.GPU{fresh[0], inPlace[1]}, twoThrees, 0)},
+				holds: held([]mig.GPU{fresh[0], inPlace[1]}, twoThrees, 0), now: now},
 			want: want{done: true, state: nodeinfo.StateFailed, statusHas: "GPU 0: create failed", result: resultHeld, holds: []int{0}},
+		},
+		{
+			name: "a GPU a call has not returned on is left out, hold or none",
+			in: planInput{src: annotation(twoThrees), doc: twoThrees, gpus: fresh, servable: serveAny,
+				stuck: map[int]string{1: "GPU 1: NVML SetMigMode (MIG on) has not returned"}},
+			want: want{todo: []int{0}},
+		},
+		{
+			name: "every GPU to change has a call outstanding: failed with why, no Event",
+			in: planInput{src: annotation(twoThrees), doc: twoThrees, gpus: []mig.GPU{fresh[0], inPlace[1]}, servable: serveAny,
+				stuck: map[int]string{0: "GPU 0: NVML SetMigMode (MIG on) has not returned", 1: "GPU 1: not in the plan's changes"}},
+			want: want{done: true, state: nodeinfo.StateFailed, statusHas: "annotation nvidia.com/mig.config: GPU 0: NVML SetMigMode (MIG on) has not returned", result: resultHeld},
 		},
 	}
 	for _, tc := range tests {
@@ -143,6 +179,10 @@ func TestDecidePlan(t *testing.T) {
 				got.holds = append(got.holds, gpu)
 			}
 			slices.Sort(got.holds)
+			for gpu := range d.retrying {
+				got.retrying = append(got.retrying, gpu)
+			}
+			slices.Sort(got.retrying)
 			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{})); diff != "" {
 				t.Errorf("decision (-want +got):\n%s", diff)
 			}
@@ -261,5 +301,59 @@ func TestConclude(t *testing.T) {
 	}
 	if ok.events[0].Message != appliedEv.Message {
 		t.Error("conclude changed the applied outcome's Events in place")
+	}
+}
+
+func TestRetryBackoff(t *testing.T) {
+	for _, tc := range []struct {
+		attempts int
+		want     time.Duration
+	}{
+		{1, 10 * time.Second},
+		{2, 20 * time.Second},
+		{3, 40 * time.Second},
+		{5, 160 * time.Second},
+		{6, 5 * time.Minute},
+		{100, 5 * time.Minute}, // no overflow
+	} {
+		if got := retryBackoff(10*time.Second, tc.attempts); got != tc.want {
+			t.Errorf("retryBackoff(10s, %d) = %v, want %v", tc.attempts, got, tc.want)
+		}
+	}
+}
+
+func TestNextRetry(t *testing.T) {
+	now := time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name string
+		soon bool
+		held map[int]hold
+		// now is when the reconcile ends; it began at began.
+		began, now time.Time
+		want       time.Duration
+		wantOK     bool
+	}{
+		{name: "nothing to wait for"},
+		{name: "a retry soon", soon: true, want: 10 * time.Second, wantOK: true},
+		{name: "a hold due later", held: map[int]hold{0: {retryAt: now.Add(time.Minute)}, 1: {retryAt: now.Add(40 * time.Second)}}, want: 40 * time.Second, wantOK: true},
+		{name: "a hold due before the retry", soon: true, held: map[int]hold{0: {retryAt: now.Add(time.Second)}}, want: time.Second, wantOK: true},
+		// Its GPU is busy or has a call outstanding: that wakes the loop,
+		// not a timer that would fire at once, forever.
+		{name: "a hold already due when the reconcile began", held: map[int]hold{0: {retryAt: now}}},
+		// The reconcile that set it took longer than its backoff.
+		{name: "a hold that fell due during the reconcile: at once", held: map[int]hold{0: {retryAt: now.Add(50 * time.Millisecond)}}, began: now, now: now.Add(time.Second), wantOK: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := &Agent{opts: Options{RetryInterval: 10 * time.Second}, held: tc.held}
+			began, end := tc.began, tc.now
+			if began.IsZero() {
+				began, end = now, now
+			}
+			got, ok := a.nextRetry(tc.soon, began, end)
+			if got != tc.want || ok != tc.wantOK {
+				t.Errorf("nextRetry = %v, %v; want %v, %v", got, ok, tc.want, tc.wantOK)
+			}
+		})
 	}
 }

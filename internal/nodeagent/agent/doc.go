@@ -43,10 +43,26 @@
 // reset where the backend can reset GPUs (the simulator); otherwise the
 // state is failed with a reason that tells the operator what to do.
 //
+// A call that changes a GPU (MIG mode, an instance's create or destroy, a
+// reset), and each reading of the GPUs, runs in a goroutine of its own and
+// is waited for at most Options.NVMLCallTimeout. NVML calls cannot be cancelled: one that has not
+// returned by then is left running, the state is failed with a reason
+// naming the call ("GPU 0: NVML CreateGpuInstance/CreateComputeInstance
+// (create 1g.10gb at 1) has not returned for 2m0s"), the timeout is counted
+// and its GPU is neither rolled back nor touched until the call returns;
+// then it is reconciled from what NVML reports. A reading of the GPUs that
+// has not returned fails the reconciles until it does, and the devices
+// served before stay served. The rest of the agent goes
+// on meanwhile (other GPUs, health, pods in use, the Node's watch), and a
+// stopping agent waits for such a call a few seconds at most.
+//
 // Failures never destroy the current layout: a document that does not parse
 // or fit changes nothing, and a failed step rolls its GPU back. A GPU on
-// which a document failed is not tried again until the document or the
-// GPU's layout changes, or the agent restarts.
+// which a document failed is held: tried again after Options.RetryInterval,
+// the wait doubling at each failure in a row up to five minutes (a driver
+// error may not recur), at once when the document or the GPU's layout
+// changes, with the busy check before every try. A retry is not announced,
+// so a failure that recurs the same way writes nothing to the Node.
 //
 // # Reporting
 //

@@ -19,8 +19,9 @@ const (
 	resultInvalid = "invalid"
 	// resultNone: the Node asks for no layout.
 	resultNone = "none"
-	// resultHeld: a source whose apply failed on this very layout is not
-	// applied again (see Agent.held and liftBusyHolds).
+	// resultHeld: every GPU to change waits: its apply of this source
+	// failed on this very layout and its retry is not due (see Agent.held
+	// and retryBackoff), or a call on it has not returned (callGuard).
 	resultHeld = "held"
 )
 
@@ -55,7 +56,9 @@ type metrics struct {
 	duration    *prometheus.HistogramVec
 	errors      *prometheus.CounterVec
 	state       *prometheus.GaugeVec
-	node        string
+	// callTimeouts counts GPU calls that did not return in time.
+	callTimeouts *prometheus.CounterVec
+	node         string
 	// inUse holds the device IDs pods hold, as the loop last learnt them
 	// (setInUse); the device collector reads it at scrape time.
 	inUse atomic.Pointer[map[string]bool]
@@ -94,9 +97,13 @@ func newMetrics(reg prometheus.Registerer, srv Server, node string) (*metrics, e
 			Namespace: "migflex", Subsystem: "agent", Name: "allocatable_writes_total",
 			Help: "Writes of the served GPU counts into the Node's status ahead of the kubelet's status update (--publish-allocatable), by result (written, refused, failed, left).",
 		}, []string{"result"}),
+		callTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "migflex", Subsystem: "agent", Name: "nvml_call_timeouts_total",
+			Help: "Calls changing a GPU that had not returned within --nvml-call-timeout, by NVML call (SetMigMode, CreateGpuInstance/CreateComputeInstance, DestroyComputeInstance/DestroyGpuInstance, GPU reset), or discover for a reading of the GPUs; the GPU is left alone (the GPUs are not read again) until the call returns.",
+		}, []string{"call"}),
 	}
 	m.setState("")
-	for _, c := range []prometheus.Collector{m.reconciles, m.duration, m.errors, m.state, m.writes, m.allocatable, deviceCollector{srv, &m.inUse}} {
+	for _, c := range []prometheus.Collector{m.reconciles, m.duration, m.errors, m.state, m.writes, m.allocatable, m.callTimeouts, deviceCollector{srv, &m.inUse}} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering agent metrics: %w", err)
 		}

@@ -29,6 +29,7 @@ func TestMetricsDocumented(t *testing.T) {
 	m.errors.WithLabelValues(stageReport).Inc()
 	m.writes.WithLabelValues(causeInUse).Inc()
 	m.allocatable.WithLabelValues("written").Inc()
+	m.callTimeouts.WithLabelValues(callCreate).Inc()
 
 	mfs, err := reg.Gather()
 	if err != nil {

@@ -11,13 +11,13 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/migflex/migflex/internal/domain/mig"
 	"github.com/migflex/migflex/internal/domain/migconfig"
 	"github.com/migflex/migflex/internal/domain/nodeinfo"
-	"github.com/migflex/migflex/internal/nvml/nvmlmig"
 )
 
 // outcome is what one reconcile found and did.
@@ -41,7 +41,7 @@ type outcome struct {
 // earlier run did, so an agent killed half way converges when it starts
 // again, and an agent restarted with the same layout changes nothing.
 func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, prev status) outcome {
-	gpus, err := nvmlmig.Discover(a.opts.NVML)
+	gpus, err := a.guard.discover(a.opts.NVML)
 	if err != nil {
 		a.countError(stageDiscover)
 		msg := fmt.Sprintf("reading the GPUs through NVML: %v; the devices served before are still served", err)
@@ -49,7 +49,7 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, prev status) o
 	}
 	// Serve what exists first: whatever happens below, the kubelet sees
 	// the devices NVML has.
-	in := planInput{gpus: gpus, serveErr: a.serve(ctx, gpus), servable: a.opts.Server.Servable, holds: a.held}
+	in := planInput{gpus: gpus, serveErr: a.serve(ctx, gpus), servable: a.opts.Server.Servable, holds: a.held, stuck: a.guard.outstanding(), now: time.Now()}
 	in.src = nodeinfo.Deciding(node.Labels, node.Annotations)
 	if in.src.Kind != nodeinfo.SourceNone {
 		in.doc, in.docErr = a.document(in.src)
@@ -99,7 +99,7 @@ func (a *Agent) reconcile(ctx context.Context, node *corev1.Node, prev status) o
 	// its pods is not changing, and announcing it at every retry only to
 	// report the wait again would write the Node twice a reconcile for as
 	// long as the pods run.
-	a.announce(ctx, node, src, b.free)
+	a.announce(ctx, node, src, withoutGPUs(b.free, d.retrying))
 	failed := len(reasons) > 0
 	if len(b.evict) > 0 {
 		note, err := a.evict(ctx, b.evict)
@@ -207,6 +207,49 @@ type hold struct {
 	// inUse: NVML refused because something uses the GPU, which may end
 	// without any sign the agent could see.
 	inUse bool
+	// srcID is the document's identity; attempts how many applies of it
+	// failed in a row, and retryAt when the next one is due.
+	srcID    string
+	attempts int
+	retryAt  time.Time
+}
+
+// maxRetryBackoff caps the wait between two applies of a document to a
+// GPU on which it keeps failing.
+const maxRetryBackoff = 5 * time.Minute
+
+// retryBackoff is the wait after the attempts-th failure in a row: base,
+// doubled at each failure after the first, at most maxRetryBackoff.
+func retryBackoff(base time.Duration, attempts int) time.Duration {
+	d := base
+	for i := 1; i < attempts && d < maxRetryBackoff; i++ {
+		d *= 2
+	}
+	return min(d, maxRetryBackoff)
+}
+
+// nextRetry is when the loop should reconcile again, now, after a
+// reconcile that began at began: after RetryInterval when soon, and when
+// the first hold is due, at once for one that fell due during the
+// reconcile. A hold already due when it began was tried then or waits on
+// something else (its GPU is busy, or a call on it has not returned),
+// which wakes the loop on its own; a timer for it would fire at once,
+// again and again.
+func (a *Agent) nextRetry(soon bool, began, now time.Time) (time.Duration, bool) {
+	var next time.Duration
+	ok := false
+	if soon {
+		next, ok = a.opts.RetryInterval, true
+	}
+	for _, h := range a.held {
+		if !h.retryAt.After(began) {
+			continue
+		}
+		if d := max(h.retryAt.Sub(now), 0); !ok || d < next {
+			next, ok = d, true
+		}
+	}
+	return next, ok
 }
 
 // liftBusyHolds forgets the holds of GPUs that failed because they were in
@@ -245,12 +288,22 @@ func (a *Agent) applyFree(ctx context.Context, src nodeinfo.Source, srcID string
 		switch {
 		case r.Outcome == migconfig.OutcomeApplied:
 			applied = append(applied, plan.GPUs[i].Summary())
+		case r.Outcome == migconfig.OutcomeAbandoned:
+			// Not held: the GPU is left alone while its call runs
+			// (callGuard.outstanding), and reconciled once it returns.
+			// The reason is the one the reconciles meanwhile give, so
+			// that they have nothing new to report.
+			if why, ok := a.guard.outstanding()[r.GPU]; ok {
+				errs = append(errs, why)
+			} else {
+				errs = append(errs, r.Err.Error())
+			}
 		case r.Err != nil:
 			errs = append(errs, r.Err.Error())
 			failedGPUs[r.GPU] = hold{reason: r.Err.Error(), inUse: r.Busy || errors.Is(r.Err, mig.ErrInUse)}
 		}
 	}
-	gpus, err := nvmlmig.Discover(a.opts.NVML)
+	gpus, err := a.guard.discover(a.opts.NVML)
 	if err != nil {
 		a.metrics.errors.WithLabelValues(stageDiscover).Inc()
 		errs = append(errs, fmt.Sprintf("reading the GPUs after the change: %v", err))
@@ -259,8 +312,18 @@ func (a *Agent) applyFree(ctx context.Context, src nodeinfo.Source, srcID string
 		errs = append(errs, err.Error())
 	}
 	if ctx.Err() == nil {
+		now := time.Now()
+		for _, r := range res.GPUs {
+			if r.Err == nil {
+				delete(a.held, r.GPU) // a success ends the backoff
+			}
+		}
 		for gpu, h := range failedGPUs {
-			h.key = holdKey(srcID, gpus, gpu)
+			h.key, h.srcID, h.attempts = holdKey(srcID, gpus, gpu), srcID, 1
+			if prev, ok := a.held[gpu]; ok && prev.srcID == srcID {
+				h.attempts = prev.attempts + 1
+			}
+			h.retryAt = now.Add(retryBackoff(a.opts.RetryInterval, h.attempts))
 			a.held[gpu] = h
 		}
 	}
@@ -294,7 +357,7 @@ func (a *Agent) resetAndApply(ctx context.Context, desired []migconfig.Desired, 
 		return r
 	}
 	a.log.Info("Reset the GPU so its MIG mode change takes effect", "gpu", r.GPU)
-	gpus, err := nvmlmig.Discover(a.opts.NVML)
+	gpus, err := a.guard.discover(a.opts.NVML)
 	if err != nil {
 		r.Err = fmt.Errorf("GPU %d: reading it after the reset: %w", r.GPU, err)
 		return r

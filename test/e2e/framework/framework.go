@@ -57,9 +57,15 @@ const (
 	EnvKeep = "MIGFLEX_E2E_KEEP"
 	// EnvKubectl names the kubectl binary; e2e.sh sets it to the pinned one.
 	EnvKubectl = "KUBECTL"
-	// EnvCDIDir names the directory the cluster's containerd reads CDI specs
+	// EnvCDIDir names the directory node 1's containerd reads CDI specs
 	// from (hack/cluster/lib.sh's CDI_DIR, under CLUSTER_DIR).
 	EnvCDIDir = "MIGFLEX_CDI_DIR"
+	// EnvNodes names the cluster's nodes, node 1 first, space-separated;
+	// EnvClusterDir the cluster's state directory (hack/cluster/lib.sh's
+	// CLUSTER_DIR), where the nodes after the first keep their files. up.sh
+	// writes both to the cluster's env file.
+	EnvNodes      = "MIGFLEX_NODES"
+	EnvClusterDir = "MIGFLEX_CLUSTER_DIR"
 )
 
 // Cluster is a connection to the local test cluster.
@@ -67,8 +73,13 @@ type Cluster struct {
 	Config     *rest.Config
 	Client     kubernetes.Interface
 	Kubeconfig string
-	// NodeName is the cluster's only node.
+	// NodeName is the node the node-scoped helpers (Node, TestboxPod,
+	// AgentPod, RestartKubelet, ...) address: node 1 on the Cluster
+	// FromEnv returns, another on one from OnNode.
 	NodeName string
+	// Nodes are the cluster's nodes as the harness runs them, node 1 (this
+	// host) first.
+	Nodes []LocalNode
 	// Minor is the API server's Kubernetes minor (35 for v1.35.4), for the
 	// few checks that differ by minor (hack/cluster/k8s/minors).
 	Minor int
@@ -79,7 +90,9 @@ type Cluster struct {
 	Warnings *apiwarn.Collector
 }
 
-// FromEnv connects to the cluster named by $KUBECONFIG and finds its node.
+// FromEnv connects to the cluster named by $KUBECONFIG and finds its
+// nodes: those $MIGFLEX_NODES names, which must be all the API server has;
+// without it, the one node the API server has.
 func FromEnv(ctx context.Context) (*Cluster, error) {
 	path := os.Getenv("KUBECONFIG")
 	if path == "" {
@@ -103,14 +116,19 @@ func FromEnv(ctx context.Context) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the API server's minor version %q: %w", v.Minor, err)
 	}
-	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("listing nodes through %s: %w", path, err)
 	}
-	if len(nodes.Items) != 1 {
-		return nil, fmt.Errorf("the local cluster should have exactly one node, found %d", len(nodes.Items))
+	var have []string
+	for _, n := range list.Items {
+		have = append(have, n.Name)
 	}
-	return &Cluster{Config: cfg, Client: cs, Kubeconfig: path, NodeName: nodes.Items[0].Name,
+	nodes, err := localNodes(strings.Fields(os.Getenv(EnvNodes)), have, os.Getenv(EnvClusterDir), os.Getenv(EnvCDIDir))
+	if err != nil {
+		return nil, err
+	}
+	return &Cluster{Config: cfg, Client: cs, Kubeconfig: path, NodeName: nodes[0].Name, Nodes: nodes,
 		Minor: minor, GitVersion: v.GitVersion, Warnings: warnings}, nil
 }
 

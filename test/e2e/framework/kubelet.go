@@ -16,37 +16,60 @@ import (
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
 
-// Host paths of the local cluster's kubelet (hack/cluster/up.sh runs it
-// with --root-dir=/var/lib/kubelet). The suite runs as root on the node
-// itself, so it can look at them directly, as a node agent does.
+// Host paths of node 1's kubelet (hack/cluster/up.sh runs it with
+// --root-dir=/var/lib/kubelet). The suite runs as root on the node itself,
+// so it can look at them directly, as a node agent does; the other nodes'
+// are under their LocalNode's KubeletDir.
 const (
 	DevicePluginDir    = "/var/lib/kubelet/device-plugins"
 	PodResourcesSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
 )
 
+// DevicePluginDir is the node's kubelet's device-plugin directory.
+func (n LocalNode) DevicePluginDir() string { return filepath.Join(n.KubeletDir, "device-plugins") }
+
+// PodResourcesSocket is the node's kubelet's pod-resources socket.
+func (n LocalNode) PodResourcesSocket() string {
+	return filepath.Join(n.KubeletDir, "pod-resources", "kubelet.sock")
+}
+
+// node1 is node 1's paths, for the package's functions about "the node".
+var node1 = LocalNode{Name: "node 1", Number: 1, KubeletDir: "/var/lib/kubelet"}
+
 // RestartKubelet stops the node's kubelet and starts it again with the same
-// command line (hack/cluster/restart-kubelet.sh), returning once the new
-// one is healthy. Pods keep running; the new kubelet deletes every socket
-// in DevicePluginDir and creates a new kubelet.sock.
+// command line, returning once the new one is healthy. Pods keep running;
+// the new kubelet deletes every socket in its device-plugin directory and
+// creates a new kubelet.sock.
 func (c *Cluster) RestartKubelet(ctx context.Context) (string, error) {
+	return c.Restart(ctx, "kubelet")
+}
+
+// Restart stops one of the node's processes (kubelet, containerd; apiproxy
+// on the nodes after the first) and starts it again with the same command
+// line in the node's namespaces (hack/cluster/restart.sh COMPONENT NODE),
+// returning once the new one answers, and its output.
+func (c *Cluster) Restart(ctx context.Context, component string) (string, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "cluster", "restart-kubelet.sh"))
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "cluster", "restart.sh"), component, c.NodeName)
 	cmd.Dir = root
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		return out.String(), fmt.Errorf("restarting the kubelet: %w: %s", err, out.String())
+		return out.String(), fmt.Errorf("restarting the %s of node %s: %w: %s", component, c.NodeName, err, out.String())
 	}
 	return out.String(), nil
 }
 
-// PluginSockets returns the modification time of every socket in the
+// PluginSockets returns the modification time of every socket in node 1's
 // kubelet's device-plugin directory but kubelet.sock, by file name.
-func PluginSockets() (map[string]time.Time, error) {
-	entries, err := os.ReadDir(DevicePluginDir)
+func PluginSockets() (map[string]time.Time, error) { return node1.PluginSockets() }
+
+// PluginSockets is the package's PluginSockets on the node.
+func (n LocalNode) PluginSockets() (map[string]time.Time, error) {
+	entries, err := os.ReadDir(n.DevicePluginDir())
 	if err != nil {
 		return nil, err
 	}
@@ -64,29 +87,34 @@ func PluginSockets() (map[string]time.Time, error) {
 	return out, nil
 }
 
-// podResources calls the kubelet's pod-resources API on the node.
-func podResources[T any](ctx context.Context, call func(context.Context, podresourcesv1.PodResourcesListerClient) (T, error)) (T, error) {
+// podResources calls the pod-resources API of the kubelet at socket.
+func podResources[T any](ctx context.Context, socket string, call func(context.Context, podresourcesv1.PodResourcesListerClient) (T, error)) (T, error) {
 	var zero T
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	conn, err := grpc.NewClient("unix://"+PodResourcesSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return zero, fmt.Errorf("pod-resources socket %s: %w", PodResourcesSocket, err)
+		return zero, fmt.Errorf("pod-resources socket %s: %w", socket, err)
 	}
 	defer conn.Close()
 	return call(ctx, podresourcesv1.NewPodResourcesListerClient(conn))
 }
 
-// KubeletDevices is the kubelet's own view of the devices the device
+// KubeletDevices is node 1's kubelet's own view of the devices the device
 // plugins registered (pod-resources GetAllocatableResources): sorted device
 // IDs by resource name, healthy or not. Unlike the Node's status, which the
 // kubelet updates every few seconds, it is current.
 func KubeletDevices(ctx context.Context) (map[string][]string, error) {
-	resp, err := podResources(ctx, func(ctx context.Context, c podresourcesv1.PodResourcesListerClient) (*podresourcesv1.AllocatableResourcesResponse, error) {
+	return node1.KubeletDevices(ctx)
+}
+
+// KubeletDevices is the package's KubeletDevices on the node.
+func (n LocalNode) KubeletDevices(ctx context.Context) (map[string][]string, error) {
+	resp, err := podResources(ctx, n.PodResourcesSocket(), func(ctx context.Context, c podresourcesv1.PodResourcesListerClient) (*podresourcesv1.AllocatableResourcesResponse, error) {
 		return c.GetAllocatableResources(ctx, &podresourcesv1.AllocatableResourcesRequest{})
 	})
 	if err != nil {
-		return nil, fmt.Errorf("kubelet GetAllocatableResources: %w", err)
+		return nil, fmt.Errorf("kubelet of %s GetAllocatableResources: %w", n.Name, err)
 	}
 	out := map[string][]string{}
 	for _, d := range resp.GetDevices() {
@@ -98,15 +126,20 @@ func KubeletDevices(ctx context.Context) (map[string][]string, error) {
 	return out, nil
 }
 
-// KubeletPodDevices is what the kubelet says a pod's containers hold
+// KubeletPodDevices is what node 1's kubelet says a pod's containers hold
 // (pod-resources List, the API the node agent's busy check reads): sorted
 // device IDs by resource name.
 func KubeletPodDevices(ctx context.Context, namespace, name string) (map[string][]string, error) {
-	resp, err := podResources(ctx, func(ctx context.Context, c podresourcesv1.PodResourcesListerClient) (*podresourcesv1.ListPodResourcesResponse, error) {
+	return node1.KubeletPodDevices(ctx, namespace, name)
+}
+
+// KubeletPodDevices is the package's KubeletPodDevices on the node.
+func (n LocalNode) KubeletPodDevices(ctx context.Context, namespace, name string) (map[string][]string, error) {
+	resp, err := podResources(ctx, n.PodResourcesSocket(), func(ctx context.Context, c podresourcesv1.PodResourcesListerClient) (*podresourcesv1.ListPodResourcesResponse, error) {
 		return c.List(ctx, &podresourcesv1.ListPodResourcesRequest{})
 	})
 	if err != nil {
-		return nil, fmt.Errorf("kubelet pod-resources List: %w", err)
+		return nil, fmt.Errorf("kubelet of %s pod-resources List: %w", n.Name, err)
 	}
 	out := map[string][]string{}
 	for _, p := range resp.GetPodResources() {

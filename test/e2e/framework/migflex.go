@@ -14,16 +14,20 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 // Names of the objects deployments/kustomize installs (the seeds' names).
 const (
 	MigflexNamespace = "gpu-webhook"
 	AgentDaemonSet   = "migflex-agent"
-	AgentContainer   = "agent"
-	WebhookName      = "gpu-webhook"
-	CertgenJob       = "migflex-certgen"
-	WebhookConfig    = "gpu-allocation-webhook"
+	// AgentDRADaemonSet serves the nodes labelled DRANodeLabel through DRA
+	// (the local overlay's dra-pool, the chart's agent.draNodeSelector).
+	AgentDRADaemonSet = "migflex-agent-dra"
+	AgentContainer    = "agent"
+	WebhookName       = "gpu-webhook"
+	CertgenJob        = "migflex-certgen"
+	WebhookConfig     = "gpu-allocation-webhook"
 	// LocalOverlay is the kustomize overlay for this repository's local
 	// cluster, relative to the repository root.
 	LocalOverlay = "deployments/kustomize/overlays/local"
@@ -52,9 +56,10 @@ func RepoRoot() (string, error) {
 
 // InstallMigflex applies the kustomize overlay at dir (kubectl apply -k, as
 // a user installs migflex) and waits until it works: the certgen Job has
-// completed, the agent DaemonSet and the webhook Deployment are rolled out,
-// and the API server gets answers from the webhook. Applying again over an
-// installed migflex changes nothing and returns as soon as it is ready.
+// completed, the agent DaemonSets and the webhook Deployment are rolled
+// out, and the API server gets answers from the webhook. Applying again
+// over an installed migflex changes nothing and returns as soon as it is
+// ready.
 func (c *Cluster) InstallMigflex(ctx context.Context, dir string) error {
 	if out, err := c.Kubectl(ctx, "apply", "-k", dir); err != nil {
 		return fmt.Errorf("installing %s: %w\n%s", dir, err, out)
@@ -62,13 +67,30 @@ func (c *Cluster) InstallMigflex(ctx context.Context, dir string) error {
 	if err := c.WaitForJobComplete(ctx, MigflexNamespace, CertgenJob); err != nil {
 		return err
 	}
-	if err := c.WaitForDaemonSetRollout(ctx, MigflexNamespace, AgentDaemonSet); err != nil {
+	if err := c.WaitForAgentRollouts(ctx, MigflexNamespace); err != nil {
 		return err
 	}
 	if err := c.WaitForDeploymentRollout(ctx, MigflexNamespace, WebhookName); err != nil {
 		return err
 	}
 	return c.WaitForWebhookAnswers(ctx)
+}
+
+// WaitForAgentRollouts waits for the agent DaemonSet in namespace, and for
+// the DRA pool's (AgentDRADaemonSet) when the cluster has a node labelled
+// for it: without one that DaemonSet has no pod to roll out.
+func (c *Cluster) WaitForAgentRollouts(ctx context.Context, namespace string) error {
+	if err := c.WaitForDaemonSetRollout(ctx, namespace, AgentDaemonSet); err != nil {
+		return err
+	}
+	nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: DRANodeLabel + "=" + DRANodeLabelValue})
+	if err != nil {
+		return err
+	}
+	if len(nodes.Items) == 0 {
+		return nil
+	}
+	return c.WaitForDaemonSetRollout(ctx, namespace, AgentDRADaemonSet)
 }
 
 // WaitForJobComplete waits until the Job has completed. A Job that fails
@@ -117,7 +139,7 @@ func (c *Cluster) WaitForDaemonSetRollout(ctx context.Context, namespace, name s
 			s.NumberAvailable == s.DesiredNumberScheduled && s.NumberUnavailable == 0, nil
 	})
 	if err != nil && last != nil {
-		return fmt.Errorf("%w; status %+v; pods: %s", err, last.Status, c.podSummary(ctx, namespace, "app="+name))
+		return fmt.Errorf("%w; status %+v; pods: %s", err, last.Status, c.podSummary(ctx, namespace, labels.Set(last.Spec.Selector.MatchLabels).String()))
 	}
 	return err
 }
@@ -173,7 +195,8 @@ func (c *Cluster) WaitForWebhookAnswers(ctx context.Context) error {
 	return nil
 }
 
-// AgentPod returns the running agent pod on the node.
+// AgentPod returns the running agent pod on the node, of whichever agent
+// DaemonSet serves it.
 func (c *Cluster) AgentPod(ctx context.Context) (*corev1.Pod, error) {
 	pods, err := c.Client.CoreV1().Pods(MigflexNamespace).List(ctx, metav1.ListOptions{
 		LabelSelector: "app=" + AgentDaemonSet,

@@ -36,17 +36,24 @@ func (c *Cluster) SetNodeAnnotations(ctx context.Context, annotations map[string
 // carries its last answer, so a failure shows what was observed.
 func (c *Cluster) WaitForNode(ctx context.Context, what string, timeout time.Duration, check func(*corev1.Node) error) (*corev1.Node, error) {
 	var node *corev1.Node
+	var last error
 	err := WaitFor(ctx, what, timeout, func(ctx context.Context) (bool, error) {
 		n, err := c.Node(ctx)
 		if err != nil {
 			return false, err
 		}
 		if err := check(n); err != nil {
+			last = err
 			return false, err
 		}
 		node = n
 		return true, nil
 	})
+	if err != nil && last != nil {
+		// The wait's own last error may be the deadline cutting a Get
+		// short; what the node last failed to meet says more.
+		return nil, fmt.Errorf("%w; the node last had %v", err, last)
+	}
 	return node, err
 }
 
