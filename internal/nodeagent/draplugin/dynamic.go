@@ -219,7 +219,11 @@ func (d *Driver) destroyCreatedLocked(pc dra.PreparedClaim) error {
 		return nil
 	}
 	if d.opts.Instances == nil {
-		return fmt.Errorf("claim %s/%s holds instances created in dynamic mode; the agent runs in static mode and cannot destroy them", pc.Namespace, pc.Name)
+		// An agent restarted in static mode: the instances stay, part of
+		// the layout static mode serves; blocking Unprepare on them would
+		// keep the claim's pod from ever finishing.
+		d.logger.Info("Kept the instances dynamic mode made for an unprepared claim: the agent runs in static mode", "claim", pc.Namespace+"/"+pc.Name)
+		return nil
 	}
 	gpus, err := d.opts.Instances.Discover()
 	if err != nil {

@@ -270,3 +270,67 @@ func TestDynamicWholeGPUWithMIGOnRefused(t *testing.T) {
 		t.Errorf("a refused whole GPU left %+v, %v", drv.Prepared(), instancesOn(t, in))
 	}
 }
+
+// A GPU with MIG off beside one with MIG on is offered whole, without
+// counters, and served whole: the node is not broken by it (NVIDIA's
+// issue 1092), and the claim's status names the GPU.
+func TestDynamicGPUWithMIGOffServedWhole(t *testing.T) {
+	lib := simtest.New(t, sim.Config{GPUs: []sim.GPUSpec{
+		{Model: "H100-SXM5-80GB", Count: 1},
+		{Model: "H100-SXM5-80GB", Count: 1, Initial: &sim.InitialState{MigEnabled: true}},
+	}, UUIDSeed: t.Name()})
+	in := simInstances{Partitioner: nvmlmig.NewPartitioner(lib), lib: lib}
+	claim := allocated("team-a", "c1", "p1", [2]string{"gpu", "gpu-0"})
+	client := fakeClient(claim)
+	d := newDirs(t)
+	drv := startDriver(t, client, d, Options{Mode: ModeDynamic, Instances: in})
+	publishDynamic(t, drv, in)
+	_, res := drv.Published()
+	sets, devs := 0, 0
+	for _, s := range res.Pools[node].Slices {
+		sets += len(s.SharedCounters)
+		devs += len(s.Devices)
+	}
+	if sets != 1 || devs != 27 {
+		t.Errorf("published %d counter sets and %d devices; want 1 set (GPU 1's) and 1 + 26 devices", sets, devs)
+	}
+	if resp := dialKubelet(t, d).prepare(claim)[string(claim.UID)]; resp.Error != "" {
+		t.Fatalf("Prepare: %s", resp.Error)
+	}
+	gpus, _ := in.Discover()
+	got, err := client.ResourceV1().ResourceClaims("team-a").Get(context.Background(), "c1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Status.Devices) != 1 || got.Status.Devices[0].Data == nil || !strings.Contains(string(got.Status.Devices[0].Data.Raw), gpus[0].UUID) {
+		t.Errorf("status.devices %+v; want gpu-0 with UUID %s", got.Status.Devices, gpus[0].UUID)
+	}
+}
+
+// An agent restarted in static mode unprepares a claim dynamic mode
+// prepared, keeping its instance (static mode serves what exists) rather
+// than failing the kubelet's Unprepare for good.
+func TestDynamicClaimUnpreparedInStaticMode(t *testing.T) {
+	in := dynamicNode(t)
+	claim := allocated("team-a", "c1", "p1", [2]string{"gpu", dyn3gAt4})
+	client := fakeClient(claim)
+	d := newDirs(t)
+	drv := startDriver(t, client, d, Options{Mode: ModeDynamic, Instances: in})
+	publishDynamic(t, drv, in)
+	if resp := dialKubelet(t, d).prepare(claim)[string(claim.UID)]; resp.Error != "" {
+		t.Fatalf("Prepare: %s", resp.Error)
+	}
+	drv.Stop()
+
+	drv = startDriver(t, client, d, Options{})
+	publishDynamic(t, drv, in)
+	if resp := dialKubelet(t, d).unprepare(claim)[string(claim.UID)]; resp.Error != "" {
+		t.Fatalf("Unprepare in static mode: %s", resp.Error)
+	}
+	if got := instancesOn(t, in); !slices.Equal(got, []string{"3g.40gb@4"}) {
+		t.Errorf("instances: %v; want the claim's kept", got)
+	}
+	if len(drv.Prepared()) != 0 {
+		t.Errorf("still prepared: %+v", drv.Prepared())
+	}
+}

@@ -45,7 +45,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 			logger.V(2).Info("Prepared a claim again", claimKeys(pc)...)
 		} else {
 			logger.Info("Prepared a claim", claimKeys(pc)...)
-			if slices.ContainsFunc(pc.Devices, func(dev dra.PreparedDevice) bool { return dev.Created }) {
+			if d.mode == ModeDynamic && len(pc.Devices) > 0 {
 				made = append(made, pc)
 			}
 		}
