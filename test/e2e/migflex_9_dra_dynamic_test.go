@@ -17,7 +17,8 @@ import (
 )
 
 // TestDRADynamic: the DRA node's agent switched to --dra-mode=dynamic
-// publishes every placement with the GPUs' counters; an unchanged
+// destroys the idle instances of the static layout, publishes every
+// placement with the GPUs' counters; an unchanged
 // nvidia.com/mig-3g.40gb pod runs on an instance Prepare created at the
 // allocated placement, without any layout asked for, and the claim's
 // status.devices names it; once the pod is gone the instance is
@@ -26,7 +27,10 @@ func TestDRADynamic(t *testing.T) {
 	migflex(t)
 	n := draNode(t)
 	ctx := t.Context()
-	// No layout asked for: dynamic mode owns the instances.
+	// MIG on (a GPU with MIG off is offered whole), with an idle instance
+	// dynamic mode destroys at start; then no layout asked for: dynamic
+	// mode owns the instances.
+	layout := n.applyDRALayout(t, gpuLayouts{0: {"1g.10gb"}, 1: {"1g.10gb"}})
 	if err := n.SetNodeAnnotations(ctx, map[string]*string{annotationMigConfig: nil, annotationRunAI: nil}); err != nil {
 		t.Fatal(err)
 	}
@@ -54,6 +58,12 @@ func TestDRADynamic(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("%v; devices %v", err, offered)
+	}
+
+	for _, g := range layout {
+		for _, in := range g.Instances {
+			n.waitForSimInstance(t, in.UUID, false)
+		}
 	}
 
 	ns := cluster.Namespace(t)
