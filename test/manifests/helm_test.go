@@ -348,6 +348,7 @@ func checkDRAObjects(t *testing.T, s scenario, objs objects) {
 		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/status"}, Verbs: []string{"patch"}},
+		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/driver"}, ResourceNames: []string{"gpu.migflex.io"}, Verbs: []string{"associated-node:patch", "associated-node:update"}},
 	}
 	if diff := cmp.Diff(wantRules, as[rbacv1.ClusterRole](t, role).Rules); diff != "" {
 		t.Errorf("DRA ClusterRole rules (-want +got):\n%s", diff)
