@@ -11,6 +11,7 @@ import (
 	"github.com/migflex/migflex/internal/nodeagent/agent"
 	"github.com/migflex/migflex/internal/nodeagent/cdi"
 	"github.com/migflex/migflex/internal/nodeagent/deviceplugin"
+	"github.com/migflex/migflex/internal/nodeagent/draplugin"
 	"github.com/migflex/migflex/internal/nodeagent/health"
 	"github.com/migflex/migflex/internal/nodeagent/podresources"
 	"github.com/migflex/migflex/internal/nodeagent/subcmd"
@@ -37,6 +38,7 @@ func flags(c *Config) *cli.Flags {
 	c.NVML.AddFlags(f)
 	f.String(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty means $KUBECONFIG (a list, as kubectl reads it), else the in-cluster service account", cli.NoEnv())
 	cli.EnumVar(f, &c.Serving, "serving", ServingDevicePlugin, Servings, "the kubelet API the GPUs are served through: the device plugin, or DRA (ResourceSlices of driver "+dra.DriverName+"; the device plugin is then not registered at all)")
+	cli.EnumVar(f, &c.DRAMode, "dra-mode", draplugin.ModeStatic, DRAModes, "what the DRA driver offers (--serving=dra): static, the MIG instances that exist; dynamic, every profile at every placement, the instance created at Prepare and destroyed at Unprepare (needs partitionable devices, Kubernetes 1.36; else static is served and the Node gets a Warning Event)")
 	f.String(&c.CDIDir, "cdi-dir", cdi.DefaultDir, "where the DRA driver writes its CDI specs, which the container runtime must read (--serving=dra)")
 	f.String(&c.PluginDir, "device-plugin-dir", deviceplugin.DefaultPluginDir, "kubelet device-plugin directory (kubelet.sock and the plugin sockets)", cli.Alias("DEVICE_PLUGIN_DIR"))
 	f.String(&c.PodResourcesSocket, "pod-resources-socket", podresources.DefaultSocket, "kubelet pod-resources socket, asked which devices pods hold", cli.Alias("POD_RESOURCES_SOCKET"))

@@ -29,7 +29,7 @@ func TestParseAgentFlags(t *testing.T) {
 		c.NVML.Backend = nvmlbackend.BackendAuto
 		c.PluginDir = deviceplugin.DefaultPluginDir
 		c.PodResourcesSocket = podresources.DefaultSocket
-		c.Serving, c.CDIDir = ServingDevicePlugin, cdi.DefaultDir
+		c.Serving, c.CDIDir, c.DRAMode = ServingDevicePlugin, cdi.DefaultDir, "static"
 		c.MigStrategy = "mixed"
 		c.DeviceListStrategy = "envvar"
 		c.AllocationPolicy = "packed"
@@ -53,7 +53,7 @@ func TestParseAgentFlags(t *testing.T) {
 		DeviceListStrategy: "cdi-cri", AllocationPolicy: "distributed", HostRoot: "/host", DriverRoot: "/run/nvidia/driver",
 		DisableHealthChecks: "all", HealthIgnoredXids: "79,48", HealthQuietPeriod: time.Minute, ConfigFile: "/cfg/config.yaml", BusyPolicy: "evict",
 		MetricsAddr: ":9999", MetricsCertDir: "/certs", RetryInterval: 3 * time.Second, ResyncInterval: time.Hour, InUseInterval: 5 * time.Second,
-		NVMLCallTimeout: 30 * time.Second, KubeAPIQPS: 2.5, KubeAPIBurst: 5, Serving: ServingDRA, CDIDir: "/run/cdi",
+		NVMLCallTimeout: 30 * time.Second, KubeAPIQPS: 2.5, KubeAPIBurst: 5, Serving: ServingDRA, CDIDir: "/run/cdi", DRAMode: "dynamic",
 	}
 	// --in-use-interval and --nvml-call-timeout came after
 	// MIGFLEX_AGENT_*: they have no older name.
@@ -62,7 +62,7 @@ func TestParseAgentFlags(t *testing.T) {
 	legacy.NVMLCallTimeout = agent.DefaultNVMLCallTimeout
 	legacy.PublishAllocatable = true
 	legacy.MetricsCertDir = ""
-	legacy.Serving, legacy.CDIDir = ServingDevicePlugin, cdi.DefaultDir
+	legacy.Serving, legacy.CDIDir, legacy.DRAMode = ServingDevicePlugin, cdi.DefaultDir, "static"
 	tests := []struct {
 		name     string
 		args     []string
@@ -86,6 +86,7 @@ func TestParseAgentFlags(t *testing.T) {
 				"MIGFLEX_AGENT_METRICS_ADDR": ":9999", "MIGFLEX_AGENT_METRICS_CERT_DIR": "/certs", "MIGFLEX_AGENT_RETRY_INTERVAL": "3s", "MIGFLEX_AGENT_RESYNC_INTERVAL": "1h",
 				"MIGFLEX_AGENT_ALLOCATABLE_TIMEOUT": "0s", "MIGFLEX_AGENT_IN_USE_INTERVAL": "5s", "MIGFLEX_AGENT_NVML_CALL_TIMEOUT": "30s", "MIGFLEX_AGENT_KUBE_API_QPS": "2.5", "MIGFLEX_AGENT_KUBE_API_BURST": "5",
 				"MIGFLEX_AGENT_SERVING": "dra", "MIGFLEX_AGENT_CDI_DIR": "/run/cdi", "MIGFLEX_AGENT_PUBLISH_ALLOCATABLE": "false",
+				"MIGFLEX_AGENT_DRA_MODE": "dynamic",
 			},
 			want:     everything,
 			wantCode: -1,

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
@@ -35,6 +36,7 @@ import (
 	"github.com/migflex/migflex/internal/nodeagent/health"
 	"github.com/migflex/migflex/internal/nodeagent/podresources"
 	"github.com/migflex/migflex/internal/nvml/nvmlbackend"
+	"github.com/migflex/migflex/internal/nvml/nvmlmig"
 	"github.com/migflex/migflex/internal/platform/cli"
 	"github.com/migflex/migflex/internal/platform/kubeclient"
 	"github.com/migflex/migflex/internal/platform/metricsserver"
@@ -62,6 +64,9 @@ const (
 // Servings are the values of --serving.
 var Servings = cli.NewEnum("serving", ServingDevicePlugin, ServingDRA)
 
+// DRAModes are the values of --dra-mode.
+var DRAModes = cli.NewEnum("DRA mode", draplugin.ModeStatic, draplugin.ModeDynamic)
+
 // The agent's client-side rate limit. client-go's default (5 QPS, burst
 // 10) throttled back-to-back reconfigurations; an agent makes a handful of
 // requests per reconcile on one Node, so this costs the API server nothing
@@ -87,7 +92,10 @@ type Config struct {
 	PodResourcesSocket string
 	// CDIDir is where the DRA driver writes its CDI specs (read by the
 	// container runtime).
-	CDIDir             string
+	CDIDir string
+	// DRAMode is what the DRA driver publishes: the instances that
+	// exist, or every placement, created at Prepare.
+	DRAMode            draplugin.Mode
 	MigStrategy        deviceplugin.MigStrategy
 	DeviceListStrategy deviceplugin.DeviceListStrategy
 	AllocationPolicy   deviceplugin.AllocationPolicy
@@ -272,7 +280,7 @@ func Run(ctx context.Context, c Config, getenv func(string) string) error {
 // claims. The device plugin is not started at all: one node never offers
 // a resource both ways (KEP-5004). The returned stop ends the informer;
 // the plugin stops with the agent's Server.Run.
-func (c *Config) wireDRA(ctx context.Context, opts *agent.Options, client kubernetes.Interface, lib any, watcher *health.Watcher) (stop func(), err error) {
+func (c *Config) wireDRA(ctx context.Context, opts *agent.Options, client kubernetes.Interface, lib nvml.Interface, watcher *health.Watcher) (stop func(), err error) {
 	var editor cdi.Editor = cdi.DeviceNodes{HostRoot: c.HostRoot, DriverRoot: c.DriverRoot}
 	if env, ok := lib.(cdi.DeviceEnv); ok {
 		editor = cdi.EnvEditor(env)
@@ -282,7 +290,11 @@ func (c *Config) wireDRA(ctx context.Context, opts *agent.Options, client kubern
 	if err := os.MkdirAll(filepath.Join(kubeletplugin.KubeletPluginsDir, dra.DriverName), 0o750); err != nil {
 		return nil, fmt.Errorf("DRA plugin directory: %w", err)
 	}
-	drv, err := draplugin.Start(ctx, draplugin.Options{NodeName: c.NodeName, KubeClient: client, CDIDir: c.CDIDir, Editor: editor})
+	dopts := draplugin.Options{NodeName: c.NodeName, KubeClient: client, CDIDir: c.CDIDir, Editor: editor, Mode: c.DRAMode}
+	if c.DRAMode == draplugin.ModeDynamic {
+		dopts.Instances = nvmlInstances{Partitioner: nvmlmig.NewPartitioner(lib), lib: lib}
+	}
+	drv, err := draplugin.Start(ctx, dopts)
 	if err != nil {
 		return nil, err
 	}
@@ -330,6 +342,15 @@ func (c *Config) wireDRA(ctx context.Context, opts *agent.Options, client kubern
 	}
 	return func() { cancel(); factory.Shutdown() }, nil
 }
+
+// nvmlInstances is how dynamic mode's Prepare makes instances: the
+// partitioner static mode's layouts go through, and Discover.
+type nvmlInstances struct {
+	*nvmlmig.Partitioner
+	lib nvml.Interface
+}
+
+func (n nvmlInstances) Discover() ([]mig.GPU, error) { return nvmlmig.Discover(n.lib) }
 
 // withdrawBackoff paces withdrawDRA's tries: about 30 s in all, as long as
 // the kubelet waits before it deletes a gone plugin's slices itself.

@@ -78,6 +78,7 @@ var scenarios = []scenario{
 	{name: "evict", set: []string{"agent.busyPolicy=evict"}},
 	{name: "no-publish", set: []string{"agent.publishAllocatable=false"}},
 	{name: "dra", set: []string{"backend=simulated", "agent.serving=dra"}},
+	{name: "dra-dynamic", set: []string{"backend=simulated", "agent.serving=dra", "agent.draMode=dynamic"}},
 	{name: "dra-nodes", set: []string{"agent.draNodeSelector.migflex\\.io/serve=dra"}},
 	{name: "capacity", set: []string{"webhook.mode=capacity", "webhook.onUnsatisfiable=allow"}},
 	{name: "pools", values: poolsValues},
@@ -261,13 +262,24 @@ func checkAgent(t *testing.T, s scenario, objs objects) {
 // migflex-agent-dra.
 func checkAgentServing(t *testing.T, s scenario, ds *appsv1.DaemonSet) {
 	t.Helper()
-	dra := s.name == "dra" || ds.Name == "migflex-agent-dra"
+	dra := s.name == "dra" || s.name == "dra-dynamic" || ds.Name == "migflex-agent-dra"
 	c := ds.Spec.Template.Spec.Containers[0]
-	var servings []string
+	var servings, modes []string
 	for _, a := range c.Args {
 		if v, ok := strings.CutPrefix(a, "--serving="); ok {
 			servings = append(servings, v)
 		}
+		if v, ok := strings.CutPrefix(a, "--dra-mode="); ok {
+			modes = append(modes, v)
+		}
+	}
+	// Static is the default, left unsaid.
+	var wantModes []string
+	if s.name == "dra-dynamic" {
+		wantModes = []string{"dynamic"}
+	}
+	if diff := cmp.Diff(wantModes, modes); diff != "" {
+		t.Errorf("%s --dra-mode (-want +got):\n%s", ds.Name, diff)
 	}
 	want := "device-plugin"
 	if dra {
@@ -320,7 +332,7 @@ func checkAgentServing(t *testing.T, s scenario, ds *appsv1.DaemonSet) {
 // DRA serving only; the classes are internal/domain/dra's generated file.
 func checkDRAObjects(t *testing.T, s scenario, objs objects) {
 	t.Helper()
-	dra := s.name == "dra" || s.name == "dra-nodes"
+	dra := s.name == "dra" || s.name == "dra-dynamic" || s.name == "dra-nodes"
 	role := objs.find("ClusterRole", "migflex-agent-dra")
 	classes := objs.ofKind("DeviceClass")
 	if !dra && (objs.find("ValidatingAdmissionPolicy", "migflex-agent-slice-scope") != nil || objs.find("ValidatingAdmissionPolicyBinding", "migflex-agent-slice-scope") != nil) {
@@ -335,6 +347,8 @@ func checkDRAObjects(t *testing.T, s scenario, objs objects) {
 	wantRules := []rbacv1.PolicyRule{
 		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/status"}, Verbs: []string{"patch"}},
+		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims/driver"}, ResourceNames: []string{"gpu.migflex.io"}, Verbs: []string{"associated-node:patch", "associated-node:update"}},
 	}
 	if diff := cmp.Diff(wantRules, as[rbacv1.ClusterRole](t, role).Rules); diff != "" {
 		t.Errorf("DRA ClusterRole rules (-want +got):\n%s", diff)

@@ -35,6 +35,7 @@ func TestKustomizeMatchesHelm(t *testing.T) {
 		{"overlays/real-cert-manager", scenario{name: "cert-manager", set: []string{"certificates.mode=cert-manager"}}},
 		{"testdata/simulated-planner", scenarioNamed(t, "planner")},
 		{"testdata/real-dra", scenario{name: "real-dra", set: []string{"agent.serving=dra"}}},
+		{"testdata/real-dra-dynamic", scenario{name: "real-dra-dynamic", set: []string{"agent.serving=dra", "agent.draMode=dynamic"}}},
 		{"testdata/real-planner-dry-run", scenarioNamed(t, "planner-dry-run")},
 		{"testdata/simulated-planner-monitoring", scenarioNamed(t, "prometheus-rules")},
 	} {

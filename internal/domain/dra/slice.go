@@ -126,8 +126,12 @@ func APIDevice(d Device) resourceapi.Device {
 	str := func(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{StringValue: ptr.To(s)} }
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 		AttrType:        str(TypeGPU),
-		AttrUUID:        str(d.UUID),
 		AttrProductName: str(d.Model),
+	}
+	// A MIG device offered in dynamic mode does not exist yet, so has no
+	// UUID; every device static mode publishes has one.
+	if d.UUID != "" {
+		attrs[AttrUUID] = str(d.UUID)
 	}
 	capacity := map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
 		CapMemory: {Value: *resource.NewQuantity(int64(d.MemoryMB)<<20, resource.BinarySI)},

@@ -30,6 +30,9 @@ type PreparedDevice struct {
 	Requests []string `json:"requests"`
 	// CDIDeviceIDs are what Prepare returned for it.
 	CDIDeviceIDs []string `json:"cdiDeviceIDs,omitempty"`
+	// Created is true for a MIG instance Prepare created (dynamic mode):
+	// Unprepare destroys it.
+	Created bool `json:"created,omitempty"`
 }
 
 // Use is one device a pod, or a claim no pod has reserved yet, holds.

@@ -66,7 +66,20 @@ type Driver struct {
 	policy    dra.UnhealthyPolicy
 	prepared  map[string]dra.PreparedClaim
 	published resourceslice.DriverResources
-	changed   chan struct{} // closed and replaced on every publication
+	// mode is what is published: Options.Mode, or static once the API
+	// server is seen to drop partitionable devices (fallback says why).
+	mode     Mode
+	fallback string
+	// offers and offered (by device name) are dynamic mode's devices of
+	// the current GPUs; adopted are the instances found at start that no
+	// prepared claim names and that could not be destroyed (in use),
+	// whose overlapping placements are not published; repaired is set
+	// once that start-up check ran.
+	offers   []dra.Offer
+	offered  map[string]dra.OfferedDevice
+	adopted  []adoptedInstance
+	repaired bool
+	changed  chan struct{} // closed and replaced on every publication
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -90,7 +103,7 @@ func Start(ctx context.Context, opts Options) (*Driver, error) {
 		opts: opts, cdi: w, ckpt: newCheckpoint(opts.StateDir, opts.DriverName, opts.NodeName),
 		logger: klog.FromContext(ctx).WithName("dra"), fatal: make(chan error, 1),
 		byName: map[string]dra.Device{}, draining: map[string]bool{}, changed: make(chan struct{}),
-		policy: opts.Unhealthy, sliceChanges: make(chan struct{}, 1),
+		policy: opts.Unhealthy, sliceChanges: make(chan struct{}, 1), mode: opts.Mode,
 	}
 	if d.policy == UnhealthyAuto {
 		d.policy = dra.UnhealthyTaint
@@ -100,6 +113,9 @@ func Start(ctx context.Context, opts Options) (*Driver, error) {
 	}
 	if err := d.removeStraySpecs(); err != nil {
 		return nil, fmt.Errorf("DRA driver: %w", err)
+	}
+	if d.mode == ModeDynamic {
+		d.checkPartitionable(ctx)
 	}
 	d.helper, err = kubeletplugin.Start(klog.NewContext(ctx, d.logger), d,
 		kubeletplugin.DriverName(opts.DriverName),
@@ -112,7 +128,7 @@ func Start(ctx context.Context, opts Options) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("DRA driver: starting the kubelet plugin: %w", err)
 	}
-	d.logger.Info("DRA driver started", "driver", opts.DriverName, "node", opts.NodeName, "prepared", len(d.prepared))
+	d.logger.Info("DRA driver started", "driver", opts.DriverName, "node", opts.NodeName, "mode", opts.Mode, "prepared", len(d.prepared))
 	var bg context.Context
 	bg, d.stopBackground = context.WithCancel(klog.NewContext(ctx, d.logger))
 	if err := d.watchSlices(bg); err != nil {
@@ -226,6 +242,14 @@ func (d *Driver) Publish(gpus []mig.GPU, unhealthy map[string]dra.Fault) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.mode == ModeDynamic {
+		if gpus, err = d.dynamicLocked(gpus); err != nil {
+			return err
+		}
+		if devs, err = dra.Devices(gpus); err != nil {
+			return fmt.Errorf("cannot publish the layout: %w", err)
+		}
+	}
 	d.devices, d.byName, d.unhealthy = devs, dra.ByName(devs), maps.Clone(unhealthy)
 	present := map[string]bool{}
 	for _, dev := range devs {
@@ -239,8 +263,14 @@ func (d *Driver) Publish(gpus []mig.GPU, unhealthy map[string]dra.Fault) error {
 // publishLocked hands the current devices, less those draining, to the
 // ResourceSlice controller.
 func (d *Driver) publishLocked() error {
-	visible := slices.DeleteFunc(slices.Clone(d.devices), func(dev dra.Device) bool { return d.draining[dev.UUID] })
-	res, err := dra.Resources(d.opts.NodeName, visible, d.unhealthy, d.policy)
+	var res resourceslice.DriverResources
+	var err error
+	if d.mode == ModeDynamic {
+		res, err = dra.DynamicResources(d.opts.NodeName, d.visibleOffersLocked(), d.unhealthy, d.policy)
+	} else {
+		visible := slices.DeleteFunc(slices.Clone(d.devices), func(dev dra.Device) bool { return d.draining[dev.UUID] })
+		res, err = dra.Resources(d.opts.NodeName, visible, d.unhealthy, d.policy)
+	}
 	if err != nil {
 		return err
 	}
@@ -386,6 +416,9 @@ func deviceKey(dev resourceapi.Device) string {
 // withdrawing unhealthy devices; an unrecoverable error goes to Fatal.
 func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 	var dropped *resourceslice.DroppedFieldsError
+	if errors.As(err, &dropped) && slices.Contains(dropped.DisabledFeatures(), "DRAPartitionableDevices") && d.fallBack(ctx, dropped) {
+		return
+	}
 	if errors.As(err, &dropped) && slices.Contains(dropped.DisabledFeatures(), "DRADeviceTaints") {
 		d.mu.Lock()
 		defer d.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -12,10 +13,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 
@@ -176,6 +179,14 @@ func allocated(ns, name, pod string, results ...[2]string) *resourceapi.Resource
 // fakeClient is a fake API with this node and the claims.
 func fakeClient(claims ...*resourceapi.ResourceClaim) *fake.Clientset {
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, UID: "node-uid"}})
+	// The fake stores what a dry run is asked to create; the API server
+	// only answers with it (dynamic mode's check at start).
+	client.PrependReactor("create", "resourceslices", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if c, ok := a.(k8stesting.CreateActionImpl); ok && slices.Contains(c.CreateOptions.DryRun, metav1.DryRunAll) {
+			return true, c.Object, nil
+		}
+		return false, nil, nil
+	})
 	for _, c := range claims {
 		if _, err := client.ResourceV1().ResourceClaims(c.Namespace).Create(context.Background(), c, metav1.CreateOptions{}); err != nil {
 			panic(err)

@@ -12,6 +12,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/migflex/migflex/internal/domain/dra"
+	"github.com/migflex/migflex/internal/domain/mig"
 	"github.com/migflex/migflex/internal/nodeagent/cdi"
 )
 
@@ -24,6 +25,25 @@ const UnhealthyAuto dra.UnhealthyPolicy = "auto"
 // healthTimeout is how long the kubelet trusts a device health report;
 // reports are re-sent at a third of it.
 const healthTimeout = 30 * time.Second
+
+// Mode is what the driver publishes: the instances that exist (static),
+// or every placement that could be made, created at Prepare (dynamic).
+type Mode string
+
+// The values of Mode.
+const (
+	ModeStatic  Mode = "static"
+	ModeDynamic Mode = "dynamic"
+)
+
+// Instances makes and unmakes MIG instances for dynamic mode's Prepare and
+// Unprepare: nvmlmig's Partitioner, the one static mode's layouts go
+// through, with nvmlmig.Discover.
+type Instances interface {
+	Discover() ([]mig.GPU, error)
+	CreateInstance(gpu int, profile string, start int) (mig.Instance, error)
+	DestroyInstance(gpu int, gi uint32) error
+}
 
 // Options configure a Driver. Zero fields get the defaults noted.
 type Options struct {
@@ -60,6 +80,11 @@ type Options struct {
 	// Unhealthy says how unhealthy devices are published. Default
 	// UnhealthyAuto.
 	Unhealthy dra.UnhealthyPolicy
+	// Mode is static or dynamic. Default ModeStatic.
+	Mode Mode
+	// Instances creates and destroys instances; required in dynamic
+	// mode.
+	Instances Instances
 	// StaleClaimCheck is how often prepared claims gone from the API
 	// server are released (ReleaseStale), the first time at Start.
 	// Default DefaultStaleClaimCheck; negative: never.
@@ -91,6 +116,9 @@ func (o *Options) setDefaults() {
 	if o.Unhealthy == "" {
 		o.Unhealthy = UnhealthyAuto
 	}
+	if o.Mode == "" {
+		o.Mode = ModeStatic
+	}
 }
 
 func (o *Options) validate() error {
@@ -108,6 +136,12 @@ func (o *Options) validate() error {
 	case UnhealthyAuto, dra.UnhealthyTaint, dra.UnhealthyWithdraw:
 	default:
 		errs = append(errs, fmt.Errorf("unknown unhealthy-device policy %q (want %s, %s or %s)", o.Unhealthy, UnhealthyAuto, dra.UnhealthyTaint, dra.UnhealthyWithdraw))
+	}
+	switch {
+	case o.Mode != ModeStatic && o.Mode != ModeDynamic:
+		errs = append(errs, fmt.Errorf("unknown mode %q (want %s or %s)", o.Mode, ModeStatic, ModeDynamic))
+	case o.Mode == ModeDynamic && o.Instances == nil:
+		errs = append(errs, errors.New("dynamic mode without a way to create instances"))
 	}
 	for name, dir := range map[string]string{"registrar directory": o.RegistrarDir, "plugin directory": o.PluginDir, "state directory": o.StateDir, "CDI directory": o.CDIDir} {
 		if !filepath.IsAbs(dir) {

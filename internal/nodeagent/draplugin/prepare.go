@@ -23,11 +23,16 @@ import (
 // not prepared for another claim; then its CDI spec is written and the
 // claim checkpointed, in that order, before the answer goes back. Each
 // claim prepared is logged once; the kubelet's repeats only at V(2).
+//
+// In dynamic mode the MIG instance of each allocated placement is created
+// first (see prepareDynamicLocked), and once the claim is checkpointed the
+// devices' status is written into the ResourceClaim, after the lock is
+// released so that no Prepare waits on the API server for another's.
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	logger := klog.FromContext(ctx)
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	var made []dra.PreparedClaim
+	d.mu.Lock()
 	for _, c := range claims {
 		_, again := d.prepared[string(c.UID)]
 		pc, err := d.prepareLocked(c)
@@ -40,8 +45,15 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 			logger.V(2).Info("Prepared a claim again", claimKeys(pc)...)
 		} else {
 			logger.Info("Prepared a claim", claimKeys(pc)...)
+			if d.mode == ModeDynamic && len(pc.Devices) > 0 {
+				made = append(made, pc)
+			}
 		}
 		out[c.UID] = kubeletplugin.PrepareResult{Devices: d.result(pc)}
+	}
+	d.mu.Unlock()
+	for _, pc := range made {
+		d.writeStatus(ctx, pc)
 	}
 	return out, nil
 }
@@ -81,6 +93,9 @@ func (d *Driver) prepareLocked(c *resourceapi.ResourceClaim) (dra.PreparedClaim,
 		}
 	}
 	slices.Sort(pc.Pods)
+	if d.mode == ModeDynamic {
+		return d.prepareDynamicLocked(c, pc)
+	}
 	for _, r := range c.Status.Allocation.Devices.Results {
 		if r.Driver != d.opts.DriverName {
 			continue
@@ -91,11 +106,23 @@ func (d *Driver) prepareLocked(c *resourceapi.ResourceClaim) (dra.PreparedClaim,
 		}
 		pc.Devices = append(pc.Devices, dra.PreparedDevice{Device: dev, Requests: []string{r.Request}})
 	}
+	if err := d.finishLocked(pc); err != nil {
+		return dra.PreparedClaim{}, fmt.Errorf("claim %s: %w", klog.KObj(c), err)
+	}
+	return d.prepared[uid], nil
+}
+
+// finishLocked writes the CDI spec of a claim whose devices are chosen,
+// fills in their CDI device IDs and checkpoints it; on error neither the
+// spec nor the checkpoint entry is left.
+func (d *Driver) finishLocked(pc dra.PreparedClaim) error {
+	uid := pc.UID
+	pc.Devices = slices.Clone(pc.Devices)
 	if len(pc.Devices) > 0 {
 		reqs := requestsOf(pc)
 		ids, err := d.cdi.WriteClaim(uid, reqs)
 		if err != nil {
-			return dra.PreparedClaim{}, fmt.Errorf("claim %s: %w", klog.KObj(c), err)
+			return err
 		}
 		// The first device of each request carries the request's CDI
 		// device, which gives the container all of the request's devices
@@ -119,10 +146,10 @@ func (d *Driver) prepareLocked(c *resourceapi.ResourceClaim) (dra.PreparedClaim,
 		if rerr := d.cdi.RemoveClaim(uid); rerr != nil {
 			err = fmt.Errorf("%w; and removing its CDI spec: %v", err, rerr)
 		}
-		return dra.PreparedClaim{}, fmt.Errorf("claim %s: %w", klog.KObj(c), err)
+		return err
 	}
 	d.prepared = next
-	return pc, nil
+	return nil
 }
 
 // check says why the allocated device r cannot be prepared, if it cannot.
@@ -210,6 +237,11 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 }
 
 func (d *Driver) unprepareLocked(uid string) error {
+	if pc, ok := d.prepared[uid]; ok {
+		if err := d.destroyCreatedLocked(pc); err != nil {
+			return err
+		}
+	}
 	if err := d.cdi.RemoveClaim(uid); err != nil {
 		return err
 	}

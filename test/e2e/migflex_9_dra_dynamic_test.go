@@ -1,0 +1,148 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/migflex/migflex/test/e2e/framework"
+)
+
+// TestDRADynamic: the DRA node's agent switched to --dra-mode=dynamic
+// destroys the idle instances of the static layout, publishes every
+// placement with the GPUs' counters; an unchanged
+// nvidia.com/mig-3g.40gb pod runs on an instance Prepare created at the
+// allocated placement, without any layout asked for, and the claim's
+// status.devices names it; once the pod is gone the instance is
+// destroyed. The agent goes back to static mode at the end.
+func TestDRADynamic(t *testing.T) {
+	migflex(t)
+	n := draNode(t)
+	ctx := t.Context()
+	// MIG on (a GPU with MIG off is offered whole), with an idle instance
+	// dynamic mode destroys at start; then no layout asked for: dynamic
+	// mode owns the instances.
+	layout := n.applyDRALayout(t, gpuLayouts{0: {"1g.10gb"}, 1: {"1g.10gb"}})
+	if err := n.SetNodeAnnotations(ctx, map[string]*string{annotationMigConfig: nil, annotationRunAI: nil}); err != nil {
+		t.Fatal(err)
+	}
+	setDRAMode(t, "dynamic")
+	t.Cleanup(func() { setDRAMode(t, "") })
+
+	var offered []string
+	err := framework.WaitFor(ctx, "the slices to offer placements with counters", timeout, func(ctx context.Context) (bool, error) {
+		list, err := cluster.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		counters := false
+		offered = nil
+		for _, s := range list.Items {
+			if s.Spec.Driver != draDriver || s.Spec.Pool.Name != n.NodeName {
+				continue
+			}
+			counters = counters || len(s.Spec.SharedCounters) > 0
+			for _, d := range s.Spec.Devices {
+				offered = append(offered, d.Name)
+			}
+		}
+		return counters && slices.Contains(offered, "gpu-0-mig-3g40gb-9-4") && slices.Contains(offered, "gpu-1-mig-1g10gb-19-6"), nil
+	})
+	if err != nil {
+		t.Fatalf("%v; devices %v", err, offered)
+	}
+
+	for _, g := range layout {
+		for _, in := range g.Instances {
+			n.waitForSimInstance(t, in.UUID, false)
+		}
+	}
+
+	ns := cluster.Namespace(t)
+	pod := n.gpuPod(ns, "dyn-3g", "nvidia.com/mig-3g.40gb", 1, "sleep", "3600")
+	cluster.CreatePod(t, pod)
+	running, err := cluster.WaitForPodPhase(ctx, ns, pod.Name, corev1.PodRunning)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimName := extendedResourceClaim(t, running, "nvidia.com/mig-3g.40gb")
+	claim, err := cluster.Client.ResourceV1().ResourceClaims(ns).Get(ctx, claimName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var uuid string
+	err = framework.WaitFor(ctx, "the claim's status.devices", timeout, func(ctx context.Context) (bool, error) {
+		c, err := cluster.Client.ResourceV1().ResourceClaims(ns).Get(ctx, claimName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, d := range c.Status.Devices {
+			var data struct{ UUID, Profile string }
+			if d.Data != nil && json.Unmarshal(d.Data.Raw, &data) == nil && data.Profile == "3g.40gb" {
+				uuid = data.UUID
+				t.Logf("claim %s: device %s, instance %s", claimName, d.Device, uuid)
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The simulated GPU has it (sim show, in the node's agent).
+	n.waitForSimInstance(t, uuid, true)
+
+	if err := cluster.Client.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n.waitForNoCDISpec(t, string(claim.UID))
+	n.waitForSimInstance(t, uuid, false)
+}
+
+// waitForSimInstance waits until the node's simulated GPUs have (or no
+// longer have) the MIG device uuid, as `sim show` in its agent lists them.
+func (n simNode) waitForSimInstance(t *testing.T, uuid string, present bool) {
+	t.Helper()
+	var out string
+	err := framework.WaitFor(t.Context(), fmt.Sprintf("sim show to list %s: %v", uuid, present), timeout, func(ctx context.Context) (bool, error) {
+		var err error
+		if out, err = n.ExecInAgent(ctx, "/device-plugin", "sim", "show"); err != nil {
+			return false, err
+		}
+		return strings.Contains(out, uuid) == present, nil
+	})
+	if err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+}
+
+// setDRAMode sets --dra-mode on the DRA DaemonSet ("" removes it) and
+// waits for the rollout.
+func setDRAMode(t *testing.T, mode string) {
+	t.Helper()
+	ctx := context.Background()
+	dss := cluster.Client.AppsV1().DaemonSets(framework.MigflexNamespace)
+	ds, err := dss.Get(ctx, framework.AgentDRADaemonSet, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &ds.Spec.Template.Spec.Containers[0]
+	c.Args = slices.DeleteFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--dra-mode=") })
+	if mode != "" {
+		c.Args = append(c.Args, "--dra-mode="+mode)
+	}
+	if _, err := dss.Update(ctx, ds, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.WaitForDaemonSetRollout(ctx, framework.MigflexNamespace, framework.AgentDRADaemonSet); err != nil {
+		t.Fatal(err)
+	}
+}
