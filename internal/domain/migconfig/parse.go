@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"sigs.k8s.io/yaml"
+	"github.com/migflex/migflex/internal/domain/yamldoc"
 )
 
 // Parse reads a mig.config document (YAML or JSON) in any of the three forms
@@ -33,7 +33,7 @@ func Parse(data []byte) (*Spec, error) {
 	if err != nil {
 		return nil, err
 	}
-	doc, err := decode(data)
+	doc, err := yamldoc.Decode(data)
 	if err != nil {
 		return nil, err
 	}
@@ -47,29 +47,6 @@ func Parse(data []byte) (*Spec, error) {
 		return nil, err
 	}
 	return spec, nil
-}
-
-// decode reads data, which checkSize let through, into JSON values with
-// sigs.k8s.io/yaml, as Kubernetes and mig-parted read YAML. A key given
-// twice keeps its last value there, as in mig-parted; findDuplicates has
-// found them for the parser to report.
-func decode(data []byte) (doc any, err error) {
-	defer func() {
-		// As in compose: a decoder's panic is the document's error.
-		if r := recover(); r != nil {
-			doc, err = nil, fmt.Errorf("invalid YAML: the decoder failed: %v", r)
-		}
-	}()
-	js, err := yaml.YAMLToJSON(data)
-	if err != nil {
-		return nil, fmt.Errorf("invalid YAML: %w", err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(js))
-	dec.UseNumber()
-	if err := dec.Decode(&doc); err != nil {
-		return nil, fmt.Errorf("invalid YAML: %w", err)
-	}
-	return doc, nil
 }
 
 // parser walks the decoded document and collects the errors it finds: the

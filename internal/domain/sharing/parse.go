@@ -12,9 +12,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"sigs.k8s.io/yaml"
 
 	"github.com/migflex/migflex/internal/domain/resourcename"
+	"github.com/migflex/migflex/internal/domain/yamldoc"
 )
 
 // Parse reads a device plugin config file (YAML or JSON) and returns its
@@ -28,7 +28,7 @@ func Parse(data []byte) (*Config, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return &Config{Strategy: StrategyNone}, nil
 	}
-	doc, err := decode(data)
+	doc, err := yamldoc.Decode(data)
 	if err != nil {
 		return nil, fmt.Errorf("sharing config: %w", err)
 	}
@@ -38,27 +38,6 @@ func Parse(data []byte) (*Config, error) {
 		return nil, fmt.Errorf("sharing config: %w", errors.Join(p.errs...))
 	}
 	return cfg, nil
-}
-
-// decode reads data into JSON values as the device plugin does
-// (sigs.k8s.io/yaml), keeping numbers as written.
-func decode(data []byte) (doc any, err error) {
-	defer func() {
-		// A decoder's panic is the document's error, not the agent's.
-		if r := recover(); r != nil {
-			doc, err = nil, fmt.Errorf("invalid YAML: the decoder failed: %v", r)
-		}
-	}()
-	js, err := yaml.YAMLToJSON(data)
-	if err != nil {
-		return nil, fmt.Errorf("invalid YAML: %w", err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(js))
-	dec.UseNumber()
-	if err := dec.Decode(&doc); err != nil {
-		return nil, fmt.Errorf("invalid YAML: %w", err)
-	}
-	return doc, nil
 }
 
 type parser struct{ errs []error }
