@@ -105,6 +105,12 @@ func TestDRADynamic(t *testing.T) {
 	}
 	n.waitForNoCDISpec(t, string(claim.UID))
 	n.waitForSimInstance(t, uuid, false)
+
+	// Leave the node as the tests after this one expect a DRA node: static
+	// mode serving a layout (dynamic mode destroyed the instances and no
+	// mig.config is left to recreate them).
+	setDRAMode(t, "")
+	n.applyDRALayout(t, gpuLayouts{0: {"1g.10gb"}, 1: {"1g.10gb"}})
 }
 
 // waitForSimInstance waits until the node's simulated GPUs have (or no
