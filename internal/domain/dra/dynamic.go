@@ -311,9 +311,9 @@ func sliceMask(start, size int) uint64 {
 
 // DynamicResources is the node's one pool, named pool, in dynamic mode, in
 // the shape resource.k8s.io/v1 requires from 1.35 on: a slice holds
-// counter sets or devices, never both. The counter sets come first, at
-// most ResourceSliceMaxCounterSets (8) to a slice; then the devices, the
-// GPUs' in order, at most MaxDevicesPerSlice (64, the API's limit once a
+// counter sets or devices, never both. The counter sets come first, by GPU
+// index, at most ResourceSliceMaxCounterSets (8) to a slice; then the
+// devices, the offers' GPUs in the offers' order (Steer's), at most MaxDevicesPerSlice (64, the API's limit once a
 // device consumes counters) to a slice, and no GPU split across two unless
 // it alone has more. A node without GPUs publishes one empty slice.
 //
@@ -328,7 +328,11 @@ func DynamicResources(pool string, offers []Offer, unhealthy map[string]Fault, p
 	}
 	var out []resourceslice.Slice
 	var sets []resourceapi.CounterSet
-	for _, o := range offers {
+	// The counter sets by GPU index, whatever the devices' order (Steer
+	// reorders the GPUs): a steered republication then leaves the
+	// counters' slice as it was.
+	byIndex := slices.SortedStableFunc(slices.Values(offers), func(a, b Offer) int { return a.GPUIndex - b.GPUIndex })
+	for _, o := range byIndex {
 		if o.CounterSet == "" {
 			continue
 		}
