@@ -52,7 +52,7 @@ func (s series) stroke() string {
 // policy in every plot; migflex's line is also drawn thicker.
 var colors = map[string]string{
 	PolicyFirstFit: "#E69F00", PolicyHAMi: "#56B4E9", PolicyNos: "#009E73", PolicyMigflex: "#D55E00",
-	PolicyFluid: "#777777", "bound": "#000000",
+	PolicyMigflexDynamic: "#F0E442", PolicyFluid: "#777777", "bound": "#000000",
 	PolicyStatic1g: "#999999", PolicyStaticBalanced: "#666666", PolicyFallback1g: "#CC79A7", PolicyFallbackBalanced: "#0072B2",
 }
 
@@ -66,7 +66,7 @@ func policyColor(name string) string {
 // plotted are the policies the plots show: the dynamic ones and the fluid
 // reference. The static layouts serve 15 to 40 points less and would
 // flatten the rest; replay.md has them.
-var plotted = []string{PolicyFirstFit, PolicyHAMi, PolicyNos, PolicyMigflex, PolicyFluid}
+var plotted = []string{PolicyFirstFit, PolicyHAMi, PolicyMigflexDynamic, PolicyNos, PolicyMigflex, PolicyFluid}
 
 const (
 	plotW, plotH                      = 720, 420

@@ -27,6 +27,7 @@ const (
 	PolicyFallbackBalanced = "fallback-balanced"
 	PolicyFirstFit         = "dra-first-fit"
 	PolicyHAMi             = "hami-dynamic-mig"
+	PolicyMigflexDynamic   = "migflex-dynamic"
 	PolicyNos              = "nos-greedy"
 	PolicyMigflex          = "migflex"
 	PolicyFluid            = "fluid"
@@ -40,7 +41,7 @@ var nosCadence = solver.Cadence{Idle: 10 * time.Second, Max: time.Minute, Resync
 // AllPolicies lists every policy the replay knows.
 var AllPolicies = []string{
 	PolicyStatic1g, PolicyStaticBalanced, PolicyFallback1g, PolicyFallbackBalanced,
-	PolicyFirstFit, PolicyHAMi, PolicyNos, PolicyMigflex, PolicyFluid,
+	PolicyFirstFit, PolicyHAMi, PolicyMigflexDynamic, PolicyNos, PolicyMigflex, PolicyFluid,
 }
 
 func newPolicy(name string, cfg *runConfig) (policy, error) {
@@ -57,6 +58,8 @@ func newPolicy(name string, cfg *runConfig) (policy, error) {
 		return &firstFit{}, nil
 	case PolicyHAMi:
 		return &hami{}, nil
+	case PolicyMigflexDynamic:
+		return &migflexDynamic{nodes: map[string]*nodeOffers{}}, nil
 	case PolicyNos:
 		return &nos{static: static{label: name, layout: balanced}}, nil
 	case PolicyMigflex:

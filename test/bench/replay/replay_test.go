@@ -74,6 +74,8 @@ func TestReplayOneGPU(t *testing.T) {
 		// destroyed when it ends: four changes.
 		PolicyFirstFit: {served: 1, waitMax: 5, repartition: 4},
 		PolicyHAMi:     {served: 1, waitMax: 5, repartition: 4},
+		// The same with the agent's steered order.
+		PolicyMigflexDynamic: {served: 1, waitMax: 5, repartition: 4},
 	} {
 		r := got[name]
 		if !near(r.ServedShare, want.served) || r.NeverServed != want.never || r.Downgraded != want.downgraded ||
