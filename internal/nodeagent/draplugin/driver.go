@@ -261,12 +261,15 @@ func (d *Driver) Publish(gpus []mig.GPU, unhealthy map[string]dra.Fault) error {
 }
 
 // publishLocked hands the current devices, less those draining, to the
-// ResourceSlice controller.
+// ResourceSlice controller; in dynamic mode in the order their use steers
+// to (dra.Steer). The controller writes only slices that differ from
+// what the API server has, so a publication of what is published writes
+// nothing.
 func (d *Driver) publishLocked() error {
 	var res resourceslice.DriverResources
 	var err error
 	if d.mode == ModeDynamic {
-		res, err = dra.DynamicResources(d.opts.NodeName, d.visibleOffersLocked(), d.unhealthy, d.policy)
+		res, err = dra.DynamicResources(d.opts.NodeName, dra.Steer(d.visibleOffersLocked(), d.inUseLocked()), d.unhealthy, d.policy)
 	} else {
 		visible := slices.DeleteFunc(slices.Clone(d.devices), func(dev dra.Device) bool { return d.draining[dev.UUID] })
 		res, err = dra.Resources(d.opts.NodeName, visible, d.unhealthy, d.policy)

@@ -125,6 +125,33 @@ func (d *Driver) visibleOffersLocked() []dra.Offer {
 
 func overlaps(s1, n1, s2, n2 int) bool { return s1 < s2+n2 && s2 < s1+n1 }
 
+// inUseLocked names the devices of the prepared claims: the use the
+// published order is steered by (dra.Steer). A claim allocated and not yet
+// prepared is the scheduler's own to count (its allocator skips devices
+// allocated and counters consumed); the order catches up at its Prepare.
+func (d *Driver) inUseLocked() map[string]bool {
+	out := map[string]bool{}
+	for _, pc := range d.prepared {
+		for _, dev := range pc.Devices {
+			out[dev.Name] = true
+		}
+	}
+	return out
+}
+
+// steerLocked republishes dynamic mode's devices after the prepared claims
+// changed, in the order their new use steers to. A failure leaves the
+// last order published, which still offers every device: it is logged
+// only, and the claim's Prepare or Unprepare stands.
+func (d *Driver) steerLocked(logger klog.Logger) {
+	if d.mode != ModeDynamic || !d.started {
+		return
+	}
+	if err := d.publishLocked(); err != nil {
+		logger.Error(err, "Republishing the devices in the order their use steers to; the previous order stays")
+	}
+}
+
 // prepareDynamicLocked prepares c in dynamic mode: for each allocated
 // device, a placement's MIG instance is created through the partitioner
 // (NVML's own checks refuse a placement an existing instance overlaps);

@@ -27,7 +27,10 @@ import (
 // In dynamic mode the MIG instance of each allocated placement is created
 // first (see prepareDynamicLocked), and once the claim is checkpointed the
 // devices' status is written into the ResourceClaim, after the lock is
-// released so that no Prepare waits on the API server for another's.
+// released so that no Prepare waits on the API server for another's. A
+// claim prepared or unprepared there changes the GPUs' use, so the devices
+// are republished in the order it steers to (dra.Steer): the scheduler's
+// next first fit is the best placement beside the new instances.
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	logger := klog.FromContext(ctx)
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
@@ -50,6 +53,9 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 			}
 		}
 		out[c.UID] = kubeletplugin.PrepareResult{Devices: d.result(pc)}
+	}
+	if len(made) > 0 {
+		d.steerLocked(logger)
 	}
 	d.mu.Unlock()
 	for _, pc := range made {
@@ -221,6 +227,7 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	defer d.mu.Unlock()
 	logger := klog.FromContext(ctx)
 	out := make(map[types.UID]error, len(claims))
+	freed := false
 	for _, c := range claims {
 		pc, prepared := d.prepared[string(c.UID)]
 		out[c.UID] = d.unprepareLocked(string(c.UID))
@@ -229,9 +236,13 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 			logger.Error(out[c.UID], "Unprepare failed", "claim", c.NamespacedName)
 		case prepared:
 			logger.Info("Unprepared a claim", claimKeys(pc)...)
+			freed = freed || len(pc.Devices) > 0
 		default:
 			logger.V(2).Info("Unprepared a claim that was not prepared: nothing to do", "claim", c.NamespacedName, "uid", c.UID)
 		}
+	}
+	if freed {
+		d.steerLocked(logger)
 	}
 	return out, nil
 }
