@@ -32,6 +32,10 @@ type Scoring struct {
 	// Band is how each point's band is set (BandTwins, BandSeeds, BandTie;
 	// see ScoredPoint.Band).
 	Band string
+	// Against, when not empty, are the only policies the subject is judged
+	// against (migflex-dynamic against dra-first-fit alone); the others
+	// still set the band.
+	Against []string `json:"against,omitempty"`
 }
 
 // Band modes, and where a point's band came from (ScoredPoint.BandFrom).
@@ -57,6 +61,17 @@ const (
 // outside the twins' band, and its wait against first fit's.
 func DefaultScoring() Scoring {
 	return Scoring{Subject: PolicyMigflex, Reference: PolicyFirstFit, Twin: PolicyHAMi, Tie: 0.0005, Band: BandTwins}
+}
+
+// others names what the subject is judged against.
+func (sc Scoring) others() string {
+	switch len(sc.Against) {
+	case 0:
+		return "the best other real policy"
+	case 1:
+		return sc.Against[0]
+	}
+	return "the best of " + strings.Join(sc.Against, ", ")
 }
 
 // notReal are the policies that are references, not something a cluster
@@ -283,6 +298,7 @@ func (sc Scoring) Score(reports []*Report) (*Scoreboard, error) {
 				res, ok := byPolicy[name]
 				switch {
 				case name == sc.Subject || notReal[name]:
+				case len(sc.Against) > 0 && !slices.Contains(sc.Against, name):
 				case !ok:
 					p.Missing = append(p.Missing, name)
 				default:
@@ -515,13 +531,13 @@ func (b *Scoreboard) WriteMarkdown(w io.Writer) error {
 	sc := b.Scoring
 	n := b.Wins + b.Ties + b.Losses
 	if sc.Band != BandTie {
-		fmt.Fprintf(&s, "%s against the best other real policy at load 1 or more, outside each point's noise band: **%d wins, %d ties, %d losses** of %d "+
+		fmt.Fprintf(&s, "%s against %s at load 1 or more, outside each point's noise band: **%d wins, %d ties, %d losses** of %d "+
 			"(the band: %s, at least %.2f points; set by %s). Within %.2f points alone: %d wins, %d ties, %d losses.\n\n",
-			sc.Subject, b.Wins, b.Ties, b.Losses, n, bandText(sc), 100*sc.Tie, bandSources(b.BandFrom),
+			sc.Subject, sc.others(), b.Wins, b.Ties, b.Losses, n, bandText(sc), 100*sc.Tie, bandSources(b.BandFrom),
 			100*sc.Tie, b.TieWins, b.TieTies, b.TieLosses)
 	} else {
-		fmt.Fprintf(&s, "%s against the best other real policy at load 1 or more (a tie is within %.2f points): **%d wins, %d ties, %d losses** of %d.\n\n",
-			sc.Subject, 100*sc.Tie, b.Wins, b.Ties, b.Losses, n)
+		fmt.Fprintf(&s, "%s against %s at load 1 or more (a tie is within %.2f points): **%d wins, %d ties, %d losses** of %d.\n\n",
+			sc.Subject, sc.others(), 100*sc.Tie, b.Wins, b.Ties, b.Losses, n)
 	}
 	if len(b.GPUTime) > 0 {
 		s.WriteString("Served GPU-time at load 1 or more, summed over the points both ran:\n\n")

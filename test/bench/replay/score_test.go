@@ -90,6 +90,21 @@ func TestScore(t *testing.T) {
 	if err := xml.Unmarshal([]byte(svg), new(struct{})); err != nil || strings.Count(svg, "<polyline") != 2 {
 		t.Errorf("margin plot: %v, %d lines, want one for the pod list and the goal:\n%s", err, strings.Count(svg, "<polyline"), svg)
 	}
+	// Judged against first fit alone, load 2 is a tie (0.80 each) and load
+	// 1.5 still a win.
+	vsFirstFit := fixed
+	vsFirstFit.Against = []string{PolicyFirstFit}
+	bf, err := vsFirstFit.Score([]*Report{others, subject})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := bf.Runs[0].Points[3]; bf.Wins != 2 || bf.Ties != 1 || bf.Losses != 0 || p.BestPolicy != PolicyFirstFit {
+		t.Errorf("against first fit: %d wins, %d ties, %d losses, best at load 2 %s; want 2, 1, 0, first fit", bf.Wins, bf.Ties, bf.Losses, p.BestPolicy)
+	}
+	md.Reset()
+	if err := bf.WriteMarkdown(&md); err != nil || !strings.Contains(md.String(), "migflex against dra-first-fit at load 1") {
+		t.Errorf("markdown against first fit (%v):\n%s", err, md.String())
+	}
 	// A pod list only the subject was replayed on scores no point and
 	// waits for no reference, and the scoreboard still encodes.
 	alone := &Report{Trace: TraceInfo{File: "b.csv"}, Settings: Settings{Seed: 2, LatencySeconds: 5},

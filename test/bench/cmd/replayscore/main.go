@@ -17,6 +17,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/migflex/migflex/test/bench/replay"
 )
@@ -30,11 +31,17 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fl.StringVar(&sc.Twin, "twin", sc.Twin, "the policy whose gap to the reference at a point is one measure of the replay's noise there")
 	fl.Float64Var(&sc.Tie, "tie", sc.Tie, "the least noise band: served share within which the subject ties the best other real policy (0.0005: 0.05 points)")
 	fl.StringVar(&sc.Band, "band", sc.Band, "each point's noise band: twins (the most the reference and the twin are apart at the pod list and load over the seeds), seeds (the reference's spread over the seeds there, or its gap to the twin at the point, whichever is larger), tie (-tie alone); at least -tie")
+	against := fl.String("against", "", "comma-separated policies the subject is judged against (default: every other real policy)")
 	jsonOut := fl.String("json", "", "also write the scoreboard as JSON to this file")
 	svgOut := fl.String("svg", "", "also write the margin plot (served share minus the best other real policy's, against load) to this file")
 	title := fl.String("title", "migflex against the best other real policy", "the margin plot's title")
 	if err := fl.Parse(args); err != nil {
 		return err
+	}
+	for _, p := range strings.Split(*against, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			sc.Against = append(sc.Against, p)
+		}
 	}
 	if fl.NArg() == 0 {
 		return errors.New("give replay.json files or directories holding them")
