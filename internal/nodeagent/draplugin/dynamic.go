@@ -143,13 +143,15 @@ func (d *Driver) inUseLocked() map[string]bool {
 // changed, in the order their new use steers to. A failure leaves the
 // last order published, which still offers every device: it is logged
 // only, and the claim's Prepare or Unprepare stands.
-func (d *Driver) steerLocked(logger klog.Logger) {
+func (d *Driver) steerLocked(logger klog.Logger, cause string) {
 	if d.mode != ModeDynamic || !d.started {
 		return
 	}
 	if err := d.publishLocked(); err != nil {
-		logger.Error(err, "Republishing the devices in the order their use steers to; the previous order stays")
+		logger.Error(err, "Republishing the devices in the order their use steers to; the previous order stays", "cause", cause)
+		return
 	}
+	logger.V(2).Info("Republished the devices in the order their use steers to", "cause", cause)
 }
 
 // prepareDynamicLocked prepares c in dynamic mode: for each allocated

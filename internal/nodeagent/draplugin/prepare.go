@@ -55,7 +55,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 		out[c.UID] = kubeletplugin.PrepareResult{Devices: d.result(pc)}
 	}
 	if len(made) > 0 {
-		d.steerLocked(logger)
+		d.steerLocked(logger, "prepare")
 	}
 	d.mu.Unlock()
 	for _, pc := range made {
@@ -242,7 +242,7 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 		}
 	}
 	if freed {
-		d.steerLocked(logger)
+		d.steerLocked(logger, "unprepare")
 	}
 	return out, nil
 }
