@@ -1,6 +1,7 @@
 // Command replay replays a pod list of Alibaba's openb GPU trace on a
 // simulated MIG fleet for every policy (static layouts, static with the
-// fallback webhook, first fit at allocation, HAMi's dynamic MIG, nos-style
+// fallback webhook, first fit at allocation, HAMi's dynamic MIG, migflex's
+// DRA dynamic mode (first fit over the agent's steered order), nos-style
 // greedy batches, the migflex planner, a fluid reference) at several loads,
 // plus the FGD fill experiment, and writes replay.json, replay.md and SVG
 // plots (served share and p99 wait against load, the fill) into --out. The
