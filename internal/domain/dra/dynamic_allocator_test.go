@@ -58,13 +58,11 @@ func TestSchedulersAllocatorKeepsToNVMLsRules(t *testing.T) {
 	}
 }
 
-func allocateAndFree(t *testing.T, m gpumodel.Model) {
-	ctx := context.Background()
-	g := gpu(t, 0, m.Name)
-	offers, err := Offers([]mig.GPU{g})
-	if err != nil {
-		t.Fatal(err)
-	}
+// schedulerView is what the scheduler's allocator is given on node "node":
+// the offers published as DynamicResources writes them, and the
+// DeviceClasses of g's profiles (returned too) and of whole GPUs.
+func schedulerView(t *testing.T, offers []Offer, g mig.GPU) ([]*resourceapi.ResourceSlice, classLister, []string) {
+	t.Helper()
 	res, err := DynamicResources("node", offers, nil, UnhealthyTaint)
 	if err != nil {
 		t.Fatal(err)
@@ -85,6 +83,17 @@ func allocateAndFree(t *testing.T, m gpumodel.Model) {
 	for i := range list {
 		classes[list[i].Name] = &list[i]
 	}
+	return resSlices, classes, profiles
+}
+
+func allocateAndFree(t *testing.T, m gpumodel.Model) {
+	ctx := context.Background()
+	g := gpu(t, 0, m.Name)
+	offers, err := Offers([]mig.GPU{g})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resSlices, classes, profiles := schedulerView(t, offers, g)
 	byName := map[string]OfferedDevice{}
 	for _, d := range offers[0].Devices {
 		byName[d.Name] = d

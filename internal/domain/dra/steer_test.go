@@ -217,26 +217,7 @@ func TestFirstFitIsTheSchedulersChoice(t *testing.T) {
 			for n, gpus := range nodes {
 				offers, inUse := steerNode(t, gpus)
 				steered := Steer(offers, inUse)
-				res, err := DynamicResources("node", steered, nil, UnhealthyTaint)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var resSlices []*resourceapi.ResourceSlice
-				for _, s := range apiSlices("node", res) {
-					resSlices = append(resSlices, &s)
-				}
-				var profiles []string
-				for _, p := range gpu(t, 0, gpus[0].model).Profiles {
-					profiles = append(profiles, p.Name)
-				}
-				list, err := DeviceClasses(profiles)
-				if err != nil {
-					t.Fatal(err)
-				}
-				classes := classLister{}
-				for i := range list {
-					classes[list[i].Name] = &list[i]
-				}
+				resSlices, classes, profiles := schedulerView(t, steered, gpu(t, 0, gpus[0].model))
 				allocated := sets.New[structured.DeviceID]()
 				for name := range inUse {
 					allocated.Insert(structured.MakeDeviceID(DriverName, "node", name))
