@@ -78,6 +78,11 @@ func (sc Scoring) others() string {
 // can run.
 var notReal = map[string]bool{PolicyFluid: true}
 
+// ours are migflex's own policies: one is never judged against another
+// (migflex-dynamic is the DRA driver's mode beside the planner, not a peer
+// of it), unless Against names it.
+var ours = map[string]bool{PolicyMigflex: true, PolicyMigflexDynamic: true}
+
 // eightGPUKind is the request kind the scoreboard follows on its own: the
 // pods that lose most where the subject loses (docs/PLANNER.md).
 const eightGPUKind = "gpu x8"
@@ -298,6 +303,7 @@ func (sc Scoring) Score(reports []*Report) (*Scoreboard, error) {
 				res, ok := byPolicy[name]
 				switch {
 				case name == sc.Subject || notReal[name]:
+				case len(sc.Against) == 0 && ours[sc.Subject] && ours[name]:
 				case len(sc.Against) > 0 && !slices.Contains(sc.Against, name):
 				case !ok:
 					p.Missing = append(p.Missing, name)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -104,6 +105,23 @@ func TestScore(t *testing.T) {
 	md.Reset()
 	if err := bf.WriteMarkdown(&md); err != nil || !strings.Contains(md.String(), "migflex against dra-first-fit at load 1") {
 		t.Errorf("markdown against first fit (%v):\n%s", err, md.String())
+	}
+	// migflex's own dynamic mode is not its peer: a migflex-dynamic result
+	// far ahead at load 2 changes nothing, unless Against names it.
+	withOurs := *others
+	withOurs.Loads = slices.Clone(others.Loads)
+	withOurs.Loads[3].Results = append(slices.Clone(others.Loads[3].Results), res(PolicyMigflexDynamic, 0.99, 60, 0))
+	bo, err := fixed.Score([]*Report{&withOurs, subject})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := bo.Runs[0].Points[3]; bo.Losses != 1 || p.BestPolicy != PolicyNos {
+		t.Errorf("with migflex-dynamic replayed: %d losses, best at load 2 %s; want 1, nos", bo.Losses, p.BestPolicy)
+	}
+	vsOurs := fixed
+	vsOurs.Against = []string{PolicyMigflexDynamic}
+	if bo, err = vsOurs.Score([]*Report{&withOurs, subject}); err != nil || bo.Runs[0].Points[3].BestPolicy != PolicyMigflexDynamic {
+		t.Errorf("against migflex-dynamic (%v): best at load 2 %s", err, bo.Runs[0].Points[3].BestPolicy)
 	}
 	// A pod list only the subject was replayed on scores no point and
 	// waits for no reference, and the scoreboard still encodes.
