@@ -242,3 +242,42 @@ func TestStatusManualHold(t *testing.T) {
 		})
 	}
 }
+
+// A dynamic node's status: what its GPUs' counters still let be made,
+// each GPU free, partly used or full, and the free devices counted from
+// that, not from its instances (each a claim's).
+func TestStatusDynamic(t *testing.T) {
+	objs := dynamicCluster(t, "gpu-0-mig-3g40gb-9-4")
+	n := objs[0].(*corev1.Node)
+	g := gpu(0, "3g.40gb@4:4=ns/runs")
+	g.UUID = "GPU-0" // the slices'
+	layout, err := json.Marshal([]nodeinfo.GPU{g})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Annotations[nodeinfo.AnnotationLayout] = string(layout)
+	code, out, errOut := run(t, fakeClient(objs...), "", "status")
+	want := `NODE gpu-d  serving dra (dynamic)  config success
+  source: no mig.config on the node
+  dynamic: instances are made at Prepare; can make now (each alone): 1g.10gb x4,
+           1g.10gb+me x1, 1g.20gb x2, 2g.20gb x2, 3g.40gb x1, 4g.40gb x1
+  GPU 0  H100-SXM5-80GB  MIG Enabled  partly used
+    PROFILE  AT   HEALTH   DEVICE         POD
+    3g.40gb  4:4  Healthy  MIG-00000004…  ns/runs
+
+FREE DEVICES (all nodes shown)
+  RESOURCE                   FREE  TOTAL
+  nvidia.com/mig-1g.10gb     4     4
+  nvidia.com/mig-1g.10gb.me  1     1
+  nvidia.com/mig-1g.20gb     2     2
+  nvidia.com/mig-2g.20gb     2     2
+  nvidia.com/mig-3g.40gb     1     2
+  nvidia.com/mig-4g.40gb     1     1
+`
+	if code != ExitOK || errOut != "" {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+	if diff := cmp.Diff(want, out); diff != "" {
+		t.Errorf("status (-want,+got):\n%s", diff)
+	}
+}

@@ -191,11 +191,15 @@ func NewPool(node string, sl []*resourceapi.ResourceSlice, claims []*resourceapi
 // profile, or whole GPUs, so the count is per profile: devices of two
 // profiles draw on the same counters, and Free of each is what the pool
 // can serve of it alone.
-func (p *Pool) Free(s Selection) int64 {
+func (p *Pool) Free(s Selection) int64 { return p.FreeOf(s.matches) }
+
+// FreeOf is Free of the devices match selects (a class's and a request's
+// CEL selectors, as kubectl migflex explain evaluates them).
+func (p *Pool) FreeOf(match func(*resourceapi.Device) bool) int64 {
 	var n int64
 	perGPU := map[int][]*resourceapi.Device{}
 	for _, pd := range p.devices {
-		if !s.matches(pd.d) || !p.fits(pd) {
+		if !p.fits(pd) || !match(pd.d) {
 			continue
 		}
 		if counterSetOf(pd.d) == "" {
@@ -219,6 +223,18 @@ func (p *Pool) Allocated(s Selection) int64 {
 		}
 	}
 	return n
+}
+
+// AllocatedByProfile is Allocated of each MIG profile, and of whole GPUs
+// under "".
+func (p *Pool) AllocatedByProfile() map[string]int64 {
+	out := map[string]int64{}
+	for _, pd := range p.devices {
+		if pd.taken {
+			out[attribute(pd.d, draAttrProfile)]++
+		}
+	}
+	return out
 }
 
 // FreeByProfile is Free of each MIG profile the pool offers, and of whole

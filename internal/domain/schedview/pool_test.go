@@ -9,11 +9,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/utils/ptr"
 
 	"github.com/migflex/migflex/internal/domain/dra"
-	"github.com/migflex/migflex/internal/domain/gpumodel"
-	"github.com/migflex/migflex/internal/domain/mig"
+	"github.com/migflex/migflex/internal/testsupport/draslices"
 )
 
 // The dynamic-mode names read here are the driver's own.
@@ -25,37 +23,8 @@ func TestPoolNamesAreTheDrivers(t *testing.T) {
 	}
 }
 
-// dynamicSlices are the slices the agent publishes in dynamic mode for
-// GPUs of a built-in model (dra.Offers, dra.DynamicResources): MIG on for
-// each index in migOn, off for the others.
 func dynamicSlices(t *testing.T, node, model string, migOn ...bool) []*resourceapi.ResourceSlice {
-	t.Helper()
-	m, ok := gpumodel.Lookup(model)
-	if !ok {
-		t.Fatalf("no built-in model %q", model)
-	}
-	var gpus []mig.GPU
-	for i, on := range migOn {
-		gpus = append(gpus, mig.GPU{Index: i, Minor: i, UUID: fmt.Sprintf("GPU-%d", i), Model: m.Name, MemoryMiB: m.MemoryMiB,
-			MigCapable: true, MigEnabled: on, MigPending: on, Profiles: m.MIGProfiles()})
-	}
-	offers, err := dra.Offers(gpus)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := dra.DynamicResources(node, offers, nil, dra.UnhealthyTaint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []*resourceapi.ResourceSlice
-	for _, s := range res.Pools[node].Slices {
-		out = append(out, &resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{
-			Driver: dra.DriverName, NodeName: ptr.To(node),
-			Pool:           resourceapi.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: int64(len(res.Pools[node].Slices))},
-			SharedCounters: s.SharedCounters, Devices: s.Devices,
-		}})
-	}
-	return out
+	return draslices.Pointers(draslices.Dynamic(t, node, model, migOn...))
 }
 
 // placementName is the device dynamic mode publishes for an H100's
