@@ -72,7 +72,8 @@ type Node struct {
 
 // FromAPI reads a Node.
 func FromAPI(n *corev1.Node, o Options) Node {
-	out := Node{Node: solver.Node{Node: schedview.NodeFromAPI(n), OptedIn: n.Labels[nodeinfo.LabelPlanner] == nodeinfo.PlannerEnabled}}
+	out := Node{Node: solver.Node{Node: schedview.NodeFromAPI(n), OptedIn: n.Labels[nodeinfo.LabelPlanner] == nodeinfo.PlannerEnabled,
+		Dynamic: IsDynamic(n)}}
 	out.Config = n.Annotations[nodeinfo.AnnotationMigConfig]
 	out.ConfigOwner, out.ConfigTime = AnnotationOwner(n, nodeinfo.AnnotationMigConfig)
 	freeze := func(format string, args ...any) {
@@ -133,13 +134,22 @@ func FromAPI(n *corev1.Node, o Options) Node {
 		freeze("%s was changed by %s at %s: the planner leaves the node alone until %s", nodeinfo.AnnotationMigConfig, out.ConfigOwner,
 			out.ConfigTime.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339))
 	}
-	if state != nodeinfo.StateFailed && out.Config != "" {
+	if state != nodeinfo.StateFailed && out.Config != "" && !out.Dynamic {
 		out.inFlight(layout, n.Annotations[nodeinfo.AnnotationProfiles] != "", o.Now)
 		if len(out.InFlight) > 0 {
 			freeze("the layout its %s asks for is not in place yet (GPUs %v)", nodeinfo.AnnotationMigConfig, out.InFlight)
 		}
 	}
 	return out
+}
+
+// IsDynamic tells whether a Node is served through DRA in dynamic mode,
+// as its agent labels it: the scheduler allocates placements and the
+// agent makes each instance at Prepare, so the planner counts what the
+// node's instances leave free as free devices and never writes its
+// nvidia.com/mig.config (its agent would refuse it).
+func IsDynamic(n *corev1.Node) bool {
+	return schedview.IsDRANode(n.Labels) && n.Labels[nodeinfo.LabelDRAMode] == nodeinfo.DRAModeDynamic
 }
 
 // HeldUntil is when the planner may change a node again whose

@@ -345,3 +345,32 @@ func TestHeldUntil(t *testing.T) {
 		}
 	}
 }
+
+// A node its agent labels dynamic (served through DRA) is read as one:
+// a mig.config there is nothing in flight (the agent refuses it).
+func TestFromAPIDynamic(t *testing.T) {
+	opts := Options{FieldManager: manager, ManualHold: DefaultManualHold, Now: now}
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+		want   bool
+	}{
+		{name: "DRA, dynamic", labels: map[string]string{nodeinfo.LabelServing: nodeinfo.ServingDRA, nodeinfo.LabelDRAMode: nodeinfo.DRAModeDynamic}, want: true},
+		{name: "DRA, static", labels: map[string]string{nodeinfo.LabelServing: nodeinfo.ServingDRA, nodeinfo.LabelDRAMode: nodeinfo.DRAModeStatic}},
+		{name: "device plugin with a stray label", labels: map[string]string{nodeinfo.LabelDRAMode: nodeinfo.DRAModeDynamic}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mods := []nodeMod{withAnnotation(nodeinfo.AnnotationMigConfig, migConfig("3g.40gb", "3g.40gb")), withOwner(manager, now.Add(-time.Hour))}
+			for k, v := range tc.labels {
+				mods = append(mods, withLabel(k, v))
+			}
+			got := FromAPI(apiNode([]nodeinfo.GPU{gpu(0)}, mods...), opts)
+			if got.Dynamic != tc.want {
+				t.Errorf("Dynamic = %v, want %v", got.Dynamic, tc.want)
+			}
+			if inFlight := len(got.InFlight) > 0; inFlight == tc.want {
+				t.Errorf("in flight: GPUs %v; a mig.config is in flight on a node unless it is dynamic", got.InFlight)
+			}
+		})
+	}
+}
