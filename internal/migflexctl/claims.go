@@ -119,6 +119,9 @@ type draView struct {
 	classes   *schedview.DRAClasses
 	claims    map[string]*resourceapi.ResourceClaim
 	templates map[string]*resourceapi.ResourceClaimTemplate
+	// slices and allocated are what Pool reads.
+	slices    []*resourceapi.ResourceSlice
+	allocated []*resourceapi.ResourceClaim
 }
 
 func (d *DRAObjects) view() *draView {
@@ -130,6 +133,10 @@ func (d *DRAObjects) view() *draView {
 	v.classes = schedview.NewDRAClasses(classes)
 	for i := range d.Claims {
 		v.claims[d.Claims[i].Namespace+"/"+d.Claims[i].Name] = &d.Claims[i]
+		v.allocated = append(v.allocated, &d.Claims[i])
+	}
+	for i := range d.Slices {
+		v.slices = append(v.slices, &d.Slices[i])
 	}
 	for i := range d.Templates {
 		v.templates[d.Templates[i].Namespace+"/"+d.Templates[i].Name] = &d.Templates[i]
@@ -145,7 +152,15 @@ func (v *draView) Template(ns, name string) *resourceapi.ResourceClaimTemplate {
 	return v.templates[ns+"/"+name]
 }
 
-var _ planner.DRAView = (*draView)(nil)
+// Pool implements planner.PoolSource.
+func (v *draView) Pool(node string) *schedview.Pool {
+	return schedview.NewPool(node, v.slices, v.allocated)
+}
+
+var (
+	_ planner.DRAView    = (*draView)(nil)
+	_ planner.PoolSource = (*draView)(nil)
+)
 
 // ClaimView is one of a pod's ResourceClaims as explain shows it.
 type ClaimView struct {

@@ -48,6 +48,12 @@ type Options struct {
 	Now time.Time
 	// Cache, when set, keeps the decoded annotations between readings.
 	Cache *Cache
+	// Pools, when set, is a DRA node's pool read from its slices and the
+	// claims allocated in it (drawatch.Watch.Pool): on a dynamic node the
+	// placements the scheduler allocated and the kubelet has not prepared
+	// yet are in use too, though the agent's layout has no instance
+	// there yet.
+	Pools func(node string) *schedview.Pool
 }
 
 // Node is one Node as the planner sees it.
@@ -119,6 +125,10 @@ func FromAPI(n *corev1.Node, o Options) Node {
 		out.GPUs = append(out.GPUs, pg)
 	}
 
+	if out.Dynamic && o.Pools != nil {
+		out.allocated(o.Pools(n.Name))
+	}
+
 	state, reason := n.Labels[nodeinfo.LabelMigConfigState], n.Annotations[nodeinfo.AnnotationReason]
 	switch {
 	case state == nodeinfo.StatePending:
@@ -141,6 +151,36 @@ func FromAPI(n *corev1.Node, o Options) Node {
 		}
 	}
 	return out
+}
+
+// allocated adds to a dynamic node's GPUs, as instances in use, the
+// devices allocated in its pool that its agent does not report as
+// instances yet (allocated, not prepared), by GPU UUID; a whole GPU
+// allocated is a GPU in use.
+func (out *Node) allocated(p *schedview.Pool) {
+	if p == nil || !p.Dynamic {
+		return
+	}
+	for _, pg := range p.GPUs {
+		li := slices.IndexFunc(out.Layout, func(g nodeinfo.GPU) bool { return g.UUID == pg.UUID })
+		if pg.UUID == "" || li < 0 {
+			continue
+		}
+		gi := slices.IndexFunc(out.GPUs, func(g solver.GPU) bool { return g.Index == out.Layout[li].Index })
+		if gi < 0 {
+			continue
+		}
+		g := &out.GPUs[gi]
+		for _, u := range pg.Used {
+			if u.Profile == "" {
+				g.InUse = true
+				continue
+			}
+			if !slices.ContainsFunc(g.Instances, func(in solver.Instance) bool { return in.Profile == u.Profile && in.Start == u.Start }) {
+				g.Instances = append(g.Instances, solver.Instance{Profile: u.Profile, Start: u.Start, InUse: true})
+			}
+		}
+	}
 }
 
 // IsDynamic tells whether a Node is served through DRA in dynamic mode,
