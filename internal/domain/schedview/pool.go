@@ -19,8 +19,8 @@ const (
 )
 
 // maxSearch bounds the subsets one Free call walks on one GPU. A served
-// class selects one profile (or whole GPUs): at most 12 placements of one
-// profile on a GPU of the built-in models, 4,096 subsets. Past the bound
+// class selects one profile (or whole GPUs): at most 7 placements of one
+// profile on a GPU of the built-in models, 128 subsets. Past the bound
 // the count is what the subsets walked so far found, a lower bound.
 const maxSearch = 1 << 16
 
