@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/migflex/migflex/internal/domain/nodeinfo"
@@ -318,6 +319,12 @@ func statusCommand() command {
 				return r.fail(fmt.Errorf("listing nodes: %w", err))
 			}
 			dra, err := readSupply(ctx, client, list.Items)
+			if apierrors.IsForbidden(err) {
+				// Status of the Nodes still says most; a dynamic node's
+				// supply needs the slices and claims.
+				fmt.Fprintf(r.Err, "warning: %v: a dynamic DRA node's supply is not shown\n", err)
+				dra, err = nil, nil
+			}
 			if err != nil {
 				return r.fail(err)
 			}

@@ -2,6 +2,7 @@ package migflexctl
 
 import (
 	"encoding/json"
+	"errors"
 	"regexp"
 	"strings"
 	"testing"
@@ -9,7 +10,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/migflex/migflex/internal/domain/nodeinfo"
 	"github.com/migflex/migflex/internal/planner/plansnap"
@@ -279,5 +284,21 @@ FREE DEVICES (all nodes shown)
 	}
 	if diff := cmp.Diff(want, out); diff != "" {
 		t.Errorf("status (-want,+got):\n%s", diff)
+	}
+}
+
+// A user who may not list ResourceSlices still gets the Nodes' status,
+// warned that a dynamic node's supply is not shown.
+func TestStatusWithoutSliceAccess(t *testing.T) {
+	client := fakeClient(dynamicCluster(t)...)
+	client.PrependReactor("list", "resourceslices", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "resource.k8s.io", Resource: "resourceslices"}, "", errors.New("no"))
+	})
+	code, out, errOut := run(t, client, "", "status")
+	if code != ExitOK || !strings.Contains(out, "NODE gpu-d  serving dra (dynamic)") || strings.Contains(out, "dynamic:") {
+		t.Errorf("exit %d, out:\n%s", code, out)
+	}
+	if !strings.Contains(errOut, "warning:") || !strings.Contains(errOut, "dynamic DRA node's supply is not shown") {
+		t.Errorf("stderr %q does not warn", errOut)
 	}
 }
