@@ -285,6 +285,7 @@ FREE DEVICES (all nodes shown)
 	if diff := cmp.Diff(want, out); diff != "" {
 		t.Errorf("status (-want,+got):\n%s", diff)
 	}
+	checkWidth(t, out)
 }
 
 // A user who may not list ResourceSlices still gets the Nodes' status,
