@@ -82,6 +82,31 @@ func readDRA(ctx context.Context, client kubernetes.Interface, full bool) (*DRAO
 	return d, nil
 }
 
+// readSupply lists what status reads of DRA nodes' supply: our driver's
+// ResourceSlices and the ResourceClaims, only when a node serves through
+// DRA. A cluster without resource.k8s.io/v1 has none.
+func readSupply(ctx context.Context, client kubernetes.Interface, nodes []corev1.Node) (*DRAObjects, error) {
+	if !slices.ContainsFunc(nodes, func(n corev1.Node) bool { return schedview.IsDRANode(n.Labels) }) {
+		return nil, nil
+	}
+	d := &DRAObjects{}
+	api := client.ResourceV1()
+	sl, err := api.ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.driver", dracel.Driver).String()})
+	if apierrors.IsNotFound(err) {
+		return d, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing ResourceSlices: %w", err)
+	}
+	d.Slices = sl.Items
+	claims, err := api.ResourceClaims("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing ResourceClaims: %w", err)
+	}
+	d.Claims = claims.Items
+	return d, nil
+}
+
 // hasClaims tells whether a pod names ResourceClaims, or the scheduler
 // made one for its extended resources (DRAExtendedResource).
 func hasClaims(p *corev1.Pod) bool {
@@ -94,6 +119,9 @@ type draView struct {
 	classes   *schedview.DRAClasses
 	claims    map[string]*resourceapi.ResourceClaim
 	templates map[string]*resourceapi.ResourceClaimTemplate
+	// slices and allocated are what Pool reads.
+	slices    []*resourceapi.ResourceSlice
+	allocated []*resourceapi.ResourceClaim
 }
 
 func (d *DRAObjects) view() *draView {
@@ -105,6 +133,10 @@ func (d *DRAObjects) view() *draView {
 	v.classes = schedview.NewDRAClasses(classes)
 	for i := range d.Claims {
 		v.claims[d.Claims[i].Namespace+"/"+d.Claims[i].Name] = &d.Claims[i]
+		v.allocated = append(v.allocated, &d.Claims[i])
+	}
+	for i := range d.Slices {
+		v.slices = append(v.slices, &d.Slices[i])
 	}
 	for i := range d.Templates {
 		v.templates[d.Templates[i].Namespace+"/"+d.Templates[i].Name] = &d.Templates[i]
@@ -120,7 +152,15 @@ func (v *draView) Template(ns, name string) *resourceapi.ResourceClaimTemplate {
 	return v.templates[ns+"/"+name]
 }
 
-var _ planner.DRAView = (*draView)(nil)
+// Pool implements planner.PoolSource.
+func (v *draView) Pool(node string) *schedview.Pool {
+	return schedview.NewPool(node, v.slices, v.allocated)
+}
+
+var (
+	_ planner.DRAView    = (*draView)(nil)
+	_ planner.PoolSource = (*draView)(nil)
+)
 
 // ClaimView is one of a pod's ResourceClaims as explain shows it.
 type ClaimView struct {
@@ -162,7 +202,9 @@ type RequestView struct {
 type DeviceMatch struct {
 	// Published are the devices of the driver's pools (newest
 	// generation, untainted), Matching those the class and the selectors
-	// select, Free those of them no claim holds.
+	// select, Free how many of them can still be allocated: those no
+	// claim holds, and on a dynamic node (placements that overlap) the
+	// most that the counters the claims leave allow together.
 	Published int `json:"published"`
 	Matching  int `json:"matching"`
 	Free      int `json:"free"`
@@ -276,13 +318,15 @@ type evaluator struct {
 	// devices are the driver's schedulable devices, by pool and name.
 	devices []dracel.Device
 	pool    []string
-	taken   map[string]bool
+	// pools are what each pool can still serve (static: the devices no
+	// claim holds; dynamic: what the counters the claims leave allow).
+	pools   map[string]*schedview.Pool
 	checker *dracel.Checker
 	budget  int
 }
 
 func newEvaluator(d *DRAObjects) *evaluator {
-	e := &evaluator{draView: d.view(), classes: map[string]*resourceapi.DeviceClass{}, taken: map[string]bool{},
+	e := &evaluator{draView: d.view(), classes: map[string]*resourceapi.DeviceClass{}, pools: map[string]*schedview.Pool{},
 		checker: dracel.NewChecker(checkerEntries), budget: maxEvaluations}
 	for i := range d.Classes {
 		e.classes[d.Classes[i].Name] = &d.Classes[i]
@@ -295,20 +339,16 @@ func newEvaluator(d *DRAObjects) *evaluator {
 			pools[d.Slices[i].Spec.Pool.Name] = true
 		}
 	}
+	claims := make([]*resourceapi.ResourceClaim, len(d.Claims))
+	for i := range d.Claims {
+		claims[i] = &d.Claims[i]
+	}
 	for _, pool := range slices.Sorted(maps.Keys(pools)) {
+		e.pools[pool] = schedview.NewPool(pool, ptrs, claims)
 		devs := schedview.PoolDevices(pool, ptrs)
 		for _, name := range slices.Sorted(maps.Keys(devs)) {
 			e.devices = append(e.devices, dracel.Device{Name: pool + "/" + name, Driver: dracel.Driver, Device: devs[name]})
 			e.pool = append(e.pool, pool)
-		}
-	}
-	for i := range d.Claims {
-		if a := d.Claims[i].Status.Allocation; a != nil {
-			for _, r := range a.Devices.Results {
-				if r.Driver == dracel.Driver && (r.AdminAccess == nil || !*r.AdminAccess) {
-					e.taken[r.Pool+"/"+r.Device] = true
-				}
-			}
 		}
 	}
 	return e
@@ -367,10 +407,13 @@ func (e *evaluator) request(ctx context.Context, name, class string, sels []reso
 }
 
 // match evaluates the class's and the request's selectors on every
-// device, as the scheduler does (the class's first).
+// device, as the scheduler does (the class's first). What is free of the
+// matching devices is each pool's to say: on a dynamic node the
+// placements overlap, and only what the counters left by the allocated
+// devices allow at once is free.
 func (e *evaluator) match(ctx context.Context, classExprs, exprs []string) *DeviceMatch {
 	m := &DeviceMatch{Published: len(e.devices)}
-	free := map[string]int{}
+	matched := map[string]map[string]bool{}
 	for i, d := range e.devices {
 		if e.budget <= 0 {
 			m.Partial = true
@@ -392,14 +435,16 @@ func (e *evaluator) match(ctx context.Context, classExprs, exprs []string) *Devi
 			continue
 		}
 		m.Matching++
-		if !e.taken[d.Name] {
-			m.Free++
-			free[e.pool[i]]++
+		if matched[e.pool[i]] == nil {
+			matched[e.pool[i]] = map[string]bool{}
 		}
+		matched[e.pool[i]][d.Device.Name] = true
 	}
-	for _, pool := range slices.Sorted(maps.Keys(free)) {
-		if free[pool] > m.MostFree {
-			m.MostFree, m.Node = free[pool], pool
+	for _, pool := range slices.Sorted(maps.Keys(matched)) {
+		free := int(e.pools[pool].FreeOf(func(d *resourceapi.Device) bool { return matched[pool][d.Name] }))
+		m.Free += free
+		if free > m.MostFree {
+			m.MostFree, m.Node = free, pool
 		}
 	}
 	return m
@@ -441,7 +486,7 @@ func whyCounts(v RequestView, class string) string {
 	case m.Matching == 0:
 		return fmt.Sprintf("none of the %d devices %s publishes matches class %s and the selectors; %s", m.Published, dracel.Driver, class, cannotAllocate)
 	case m.Free == 0:
-		return fmt.Sprintf("%d devices match, all held by claims; %s", m.Matching, cannotAllocate)
+		return fmt.Sprintf("%d devices match, none free (held by claims, or on a dynamic node overlapping what claims hold); %s", m.Matching, cannotAllocate)
 	case v.Mode == string(resourceapi.DeviceAllocationModeExactCount) && v.Count > int64(m.MostFree):
 		return fmt.Sprintf("it asks for %d; %d devices match, %d free, at most %d on one node (%s); %s", v.Count, m.Matching, m.Free, m.MostFree, m.Node, cannotAllocate)
 	case v.Mode == string(resourceapi.DeviceAllocationModeAll) && m.Free < m.Matching:

@@ -15,6 +15,7 @@ import (
 
 	"github.com/migflex/migflex/internal/domain/dra"
 	"github.com/migflex/migflex/internal/domain/nodeinfo"
+	"github.com/migflex/migflex/internal/testsupport/draslices"
 )
 
 const prof3g = `device.attributes["gpu.migflex.io"].profile == "3g.40gb"`
@@ -327,4 +328,58 @@ func layoutJSON(t *testing.T, gpus ...nodeinfo.GPU) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// dynamicCluster is a DRA node in dynamic mode: one H100 with MIG on,
+// every placement offered with the GPU's counters, and the driver's
+// DeviceClasses; held are the devices allocated to a claim.
+func dynamicCluster(t *testing.T, held ...string) []runtime.Object {
+	t.Helper()
+	n := node(t, "gpu-d", nodeinfo.StateSuccess, gpu(0))
+	n.Labels[nodeinfo.LabelServing] = nodeinfo.ServingDRA
+	n.Labels[nodeinfo.LabelDRAMode] = nodeinfo.DRAModeDynamic
+	objs := []runtime.Object{n}
+	for _, s := range draslices.Dynamic(t, "gpu-d", h100, true) {
+		objs = append(objs, &s)
+	}
+	if len(held) > 0 {
+		objs = append(objs, draslices.Claim("ns", "held", "gpu-d", held...))
+	}
+	classes, err := dra.DeviceClasses([]string{"1g.10gb", "3g.40gb"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range classes {
+		objs = append(objs, &classes[i])
+	}
+	return objs
+}
+
+// On a dynamic node the placements overlap: explain counts free what the
+// counters the allocated devices leave still allow, not every placement
+// no claim holds.
+func TestExplainClaimsDynamic(t *testing.T) {
+	tests := []struct {
+		name string
+		held []string
+		want string
+	}{
+		{name: "an empty GPU: two 3g.40gb", want: "  unallocated: gpu/r: it asks for 3; 2 devices match, 2 free, at most 2 on one\n"},
+		{name: "a 1g at 1 leaves one 3g.40gb (at 4)", held: []string{"gpu-0-mig-1g10gb-19-1"},
+			want: "  unallocated: gpu/r: it asks for 3; 2 devices match, 1 free, at most 1 on one\n"},
+		{name: "a 1g at 1 and one at 5 leave none", held: []string{"gpu-0-mig-1g10gb-19-1", "gpu-0-mig-1g10gb-19-5"},
+			want: "  unallocated: gpu/r: 2 devices match, none free (held by claims, or on a\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			objs := append(dynamicCluster(t, tt.held...), claimPod("p", "big", false), claimOf("big", dra.ClassMIG, 3, prof3g))
+			code, out, errOut := run(t, fakeClient(objs...), "", "explain", "p")
+			if code != ExitAttention || errOut != "" {
+				t.Errorf("exit %d, stderr %q; want %d", code, errOut, ExitAttention)
+			}
+			if !strings.Contains(out, tt.want) {
+				t.Errorf("no line\n%s\nin:\n%s", tt.want, out)
+			}
+		})
+	}
 }

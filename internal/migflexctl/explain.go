@@ -188,7 +188,7 @@ func Explain(ctx context.Context, pod *corev1.Pod, nodes []corev1.Node, pods []c
 		unread = d.Unknown
 		ex.Claims = claimViews(ctx, pod, dra)
 	}
-	st, _ := BuildStatus(nodes, nil, plansnap.Options{FieldManager: plansnap.DefaultFieldManager, ManualHold: plansnap.DefaultManualHold, Now: now})
+	st, _ := BuildStatus(nodes, nil, plansnap.Options{FieldManager: plansnap.DefaultFieldManager, ManualHold: plansnap.DefaultManualHold, Now: now}, dra)
 	for _, n := range st.Nodes {
 		for _, g := range n.GPUs {
 			if slices.Contains(g.UsedBy, key) {
@@ -333,11 +333,13 @@ func explainCommand() command {
 			}
 			// A pod's claims need every DRA object; a pod asking for GPUs
 			// by extended resource, the DeviceClasses that may hand its
-			// request to DRA.
+			// request to DRA, and the slices and claims of DRA nodes
+			// (what a dynamic node can still make).
 			var dra *DRAObjects
 			unbound := pod.Status.Phase == corev1.PodPending && pod.Spec.NodeName == ""
 			if hasClaims(pod) || (unbound && plansnap.AsksForGPUs(pod)) {
-				if dra, err = readDRA(ctx, client, hasClaims(pod)); err != nil {
+				full := hasClaims(pod) || slices.ContainsFunc(nodes.Items, func(n corev1.Node) bool { return schedview.IsDRANode(n.Labels) })
+				if dra, err = readDRA(ctx, client, full); err != nil {
 					return r.fail(err)
 				}
 			}

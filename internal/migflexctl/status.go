@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -12,10 +13,13 @@ import (
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/migflex/migflex/internal/domain/nodeinfo"
 	"github.com/migflex/migflex/internal/domain/resourcename"
+	"github.com/migflex/migflex/internal/domain/schedview"
 	"github.com/migflex/migflex/internal/planner/plansnap"
 )
 
@@ -49,8 +53,81 @@ type NodeStatus struct {
 	// nvidia.com/mig.config (plansnap's reading).
 	PlannerHeldUntil *time.Time     `json:"plannerHeldUntil,omitempty"`
 	GPUs             []nodeinfo.GPU `json:"gpus"`
+	// DRAMode is nodeinfo.LabelDRAMode's value on a DRA node.
+	DRAMode string `json:"draMode,omitempty"`
+	// Dynamic is what a node whose slices offer placements with counters
+	// (dynamic mode) can still make, from its slices and the claims
+	// allocated in its pool; nil on other nodes, or when the slices were
+	// not read.
+	Dynamic *DynamicSupply `json:"dynamic,omitempty"`
 	// Problems say what of the Node could not be read.
 	Problems []string `json:"problems,omitempty"`
+}
+
+// DynamicSupply is a dynamic node's supply: its GPUs, free, partly used or
+// full, and how many instances of each profile could be made now.
+type DynamicSupply struct {
+	// CanMake is, per resource, the most instances the GPUs' counters
+	// still let the scheduler allocate at once (each profile alone: two
+	// profiles draw on the same memory slices); Allocated the devices
+	// of the resource allocated to claims.
+	CanMake []ProfileSupply `json:"canMake"`
+	GPUs    []DynamicGPU    `json:"gpus"`
+}
+
+// ProfileSupply is one resource of a dynamic node.
+type ProfileSupply struct {
+	// Profile is the MIG profile; "" for whole GPUs.
+	Profile   string `json:"profile,omitempty"`
+	Resource  string `json:"resource"`
+	Free      int64  `json:"free"`
+	Allocated int64  `json:"allocated"`
+}
+
+// DynamicGPU is one GPU of a dynamic node, by its UUID.
+type DynamicGPU struct {
+	UUID string `json:"uuid"`
+	// State is free, partly used or full.
+	State string `json:"state"`
+	// Allocated are the devices allocated to claims, "profile at
+	// start:size" ("whole GPU" for the GPU itself).
+	Allocated []string `json:"allocated,omitempty"`
+}
+
+// dynamicSupply reads a node's pool; nil when it is not dynamic.
+func dynamicSupply(node string, sl []*resourceapi.ResourceSlice, claims []*resourceapi.ResourceClaim) *DynamicSupply {
+	p := schedview.NewPool(node, sl, claims)
+	if !p.Dynamic {
+		return nil
+	}
+	out := &DynamicSupply{}
+	free, used := p.FreeByProfile(), p.AllocatedByProfile()
+	for _, profile := range slices.Sorted(maps.Keys(union(free, used))) {
+		res := resourcename.GPU
+		if profile != "" {
+			res = resourcename.MIG(profile)
+		}
+		out.CanMake = append(out.CanMake, ProfileSupply{Profile: profile, Resource: string(res), Free: free[profile], Allocated: used[profile]})
+	}
+	slices.SortFunc(out.CanMake, func(a, b ProfileSupply) int { return cmp.Compare(a.Resource, b.Resource) })
+	for _, g := range p.GPUs {
+		dg := DynamicGPU{UUID: g.UUID, State: g.State()}
+		for _, u := range g.Used {
+			if u.Profile == "" {
+				dg.Allocated = append(dg.Allocated, "whole GPU")
+				continue
+			}
+			dg.Allocated = append(dg.Allocated, fmt.Sprintf("%s at %d:%d", u.Profile, u.Start, u.Size))
+		}
+		out.GPUs = append(out.GPUs, dg)
+	}
+	return out
+}
+
+func union(a, b map[string]int64) map[string]int64 {
+	out := maps.Clone(a)
+	maps.Copy(out, b)
+	return out
 }
 
 // FreeCount is one resource's devices across the cluster.
@@ -124,10 +201,23 @@ func devices(gpus []nodeinfo.GPU, f func(res corev1.ResourceName, health string,
 	}
 }
 
-// freeCounts totals the devices of nodes per resource.
+// freeCounts totals the devices of nodes per resource: on a dynamic node
+// what its GPUs' counters let be made (free) and that plus what is
+// allocated (total), not its instances, which are all a claim's.
 func freeCounts(nodes []NodeStatus) []FreeCount {
 	byRes := map[corev1.ResourceName]*FreeCount{}
 	for _, n := range nodes {
+		if n.Dynamic != nil {
+			for _, c := range n.Dynamic.CanMake {
+				res := corev1.ResourceName(c.Resource)
+				if byRes[res] == nil {
+					byRes[res] = &FreeCount{Resource: c.Resource}
+				}
+				byRes[res].Free += int(c.Free)
+				byRes[res].Total += int(c.Free + c.Allocated)
+			}
+			continue
+		}
 		devices(n.GPUs, func(res corev1.ResourceName, health string, usedBy []string) {
 			c := byRes[res]
 			if c == nil {
@@ -151,8 +241,9 @@ func freeCounts(nodes []NodeStatus) []FreeCount {
 // BuildStatus is the status of nodes (all of them when names is empty,
 // those migflex's agent reports on; else the named ones, in that order);
 // hold is how the planner reads a human's edit of a node's
-// nvidia.com/mig.config.
-func BuildStatus(all []corev1.Node, names []string, hold plansnap.Options) (Status, error) {
+// nvidia.com/mig.config; dra, when not nil, are the DRA objects (slices
+// and claims) a dynamic node's supply is read from.
+func BuildStatus(all []corev1.Node, names []string, hold plansnap.Options, dra *DRAObjects) (Status, error) {
 	var picked []*corev1.Node
 	if len(names) == 0 {
 		for i := range all {
@@ -171,8 +262,23 @@ func BuildStatus(all []corev1.Node, names []string, hold plansnap.Options) (Stat
 		}
 	}
 	st := Status{Nodes: make([]NodeStatus, 0, len(picked))}
+	var sl []*resourceapi.ResourceSlice
+	var claims []*resourceapi.ResourceClaim
+	if dra != nil {
+		for i := range dra.Slices {
+			sl = append(sl, &dra.Slices[i])
+		}
+		for i := range dra.Claims {
+			claims = append(claims, &dra.Claims[i])
+		}
+	}
 	for _, n := range picked {
-		st.Nodes = append(st.Nodes, nodeStatus(n, hold))
+		ns := nodeStatus(n, hold)
+		if ns.Serving == nodeinfo.ServingDRA {
+			ns.DRAMode = n.Labels[nodeinfo.LabelDRAMode]
+			ns.Dynamic = dynamicSupply(n.Name, sl, claims)
+		}
+		st.Nodes = append(st.Nodes, ns)
 	}
 	st.Free = freeCounts(st.Nodes)
 	return st, nil
@@ -212,7 +318,17 @@ func statusCommand() command {
 			if err != nil {
 				return r.fail(fmt.Errorf("listing nodes: %w", err))
 			}
-			st, err := BuildStatus(list.Items, args, plansnap.Options{FieldManager: plansnap.DefaultFieldManager, ManualHold: manualHold, Now: r.Now()})
+			dra, err := readSupply(ctx, client, list.Items)
+			if apierrors.IsForbidden(err) {
+				// Status of the Nodes still says most; a dynamic node's
+				// supply needs the slices and claims.
+				fmt.Fprintf(r.Err, "warning: %v: a dynamic DRA node's supply is not shown\n", err)
+				dra, err = nil, nil
+			}
+			if err != nil {
+				return r.fail(err)
+			}
+			st, err := BuildStatus(list.Items, args, plansnap.Options{FieldManager: plansnap.DefaultFieldManager, ManualHold: manualHold, Now: r.Now()}, dra)
 			if err != nil {
 				return r.fail(err)
 			}
@@ -250,7 +366,11 @@ func renderStatus(w io.Writer, st Status, s style, wide bool, manualHold time.Du
 }
 
 func renderNode(w io.Writer, n NodeStatus, s style, wide bool, manualHold time.Duration) {
-	head := fmt.Sprintf("NODE %s  serving %s  config %s", n.Name, n.Serving, s.state(cmp.Or(n.State, "none")))
+	serving := n.Serving
+	if n.DRAMode != "" {
+		serving += " (" + n.DRAMode + ")"
+	}
+	head := fmt.Sprintf("NODE %s  serving %s  config %s", n.Name, serving, s.state(cmp.Or(n.State, "none")))
 	switch {
 	case n.PlannerHeldUntil != nil:
 		head += "  planner: opted in, held"
@@ -291,8 +411,18 @@ func renderNode(w io.Writer, n NodeStatus, s style, wide bool, manualHold time.D
 			fmt.Fprintln(w, l)
 		}
 	}
+	if n.Dynamic != nil {
+		for _, l := range wrap("  dynamic: ", canMake(n.Dynamic)) {
+			fmt.Fprintln(w, l)
+		}
+	}
 	for _, g := range n.GPUs {
 		line := fmt.Sprintf("  GPU %d  %s  MIG %s", g.Index, g.Model, g.MigMode)
+		if n.Dynamic != nil {
+			if i := slices.IndexFunc(n.Dynamic.GPUs, func(d DynamicGPU) bool { return d.UUID == g.UUID }); i >= 0 {
+				line += "  " + n.Dynamic.GPUs[i].State
+			}
+		}
 		if wide {
 			line += "  " + g.UUID
 		}
@@ -316,6 +446,20 @@ func renderNode(w io.Writer, n NodeStatus, s style, wide bool, manualHold time.D
 		}
 		_ = tw.Flush()
 	}
+}
+
+// canMake says what a dynamic node can still make.
+func canMake(d *DynamicSupply) string {
+	var parts []string
+	for _, c := range d.CanMake {
+		if c.Free > 0 {
+			parts = append(parts, fmt.Sprintf("%s x%d", cmp.Or(c.Profile, "whole GPU"), c.Free))
+		}
+	}
+	if len(parts) == 0 {
+		return "instances are made at Prepare; no more can be made now"
+	}
+	return "instances are made at Prepare; can make now (each alone): " + strings.Join(parts, ", ")
 }
 
 // podColumn is how wide the POD column of g's table may be in 80

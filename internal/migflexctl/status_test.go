@@ -2,6 +2,7 @@ package migflexctl
 
 import (
 	"encoding/json"
+	"errors"
 	"regexp"
 	"strings"
 	"testing"
@@ -9,7 +10,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/migflex/migflex/internal/domain/nodeinfo"
 	"github.com/migflex/migflex/internal/planner/plansnap"
@@ -240,5 +245,61 @@ func TestStatusManualHold(t *testing.T) {
 				t.Errorf("-o json: writer %q at %v, held until %v; want %q, held until %v", n.ConfigWriter, n.ConfigWritten, n.PlannerHeldUntil, tt.writer, tt.held)
 			}
 		})
+	}
+}
+
+// A dynamic node's status: what its GPUs' counters still let be made,
+// each GPU free, partly used or full, and the free devices counted from
+// that, not from its instances (each a claim's).
+func TestStatusDynamic(t *testing.T) {
+	objs := dynamicCluster(t, "gpu-0-mig-3g40gb-9-4")
+	n := objs[0].(*corev1.Node)
+	g := gpu(0, "3g.40gb@4:4=ns/runs")
+	g.UUID = "GPU-0" // the slices'
+	layout, err := json.Marshal([]nodeinfo.GPU{g})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Annotations[nodeinfo.AnnotationLayout] = string(layout)
+	code, out, errOut := run(t, fakeClient(objs...), "", "status")
+	want := `NODE gpu-d  serving dra (dynamic)  config success
+  source: no mig.config on the node
+  dynamic: instances are made at Prepare; can make now (each alone): 1g.10gb x4,
+           1g.10gb+me x1, 1g.20gb x2, 2g.20gb x2, 3g.40gb x1, 4g.40gb x1
+  GPU 0  H100-SXM5-80GB  MIG Enabled  partly used
+    PROFILE  AT   HEALTH   DEVICE         POD
+    3g.40gb  4:4  Healthy  MIG-00000004…  ns/runs
+
+FREE DEVICES (all nodes shown)
+  RESOURCE                   FREE  TOTAL
+  nvidia.com/mig-1g.10gb     4     4
+  nvidia.com/mig-1g.10gb.me  1     1
+  nvidia.com/mig-1g.20gb     2     2
+  nvidia.com/mig-2g.20gb     2     2
+  nvidia.com/mig-3g.40gb     1     2
+  nvidia.com/mig-4g.40gb     1     1
+`
+	if code != ExitOK || errOut != "" {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+	if diff := cmp.Diff(want, out); diff != "" {
+		t.Errorf("status (-want,+got):\n%s", diff)
+	}
+	checkWidth(t, out)
+}
+
+// A user who may not list ResourceSlices still gets the Nodes' status,
+// warned that a dynamic node's supply is not shown.
+func TestStatusWithoutSliceAccess(t *testing.T) {
+	client := fakeClient(dynamicCluster(t)...)
+	client.PrependReactor("list", "resourceslices", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "resource.k8s.io", Resource: "resourceslices"}, "", errors.New("no"))
+	})
+	code, out, errOut := run(t, client, "", "status")
+	if code != ExitOK || !strings.Contains(out, "NODE gpu-d  serving dra (dynamic)") || strings.Contains(out, "dynamic:") {
+		t.Errorf("exit %d, out:\n%s", code, out)
+	}
+	if !strings.Contains(errOut, "warning:") || !strings.Contains(errOut, "dynamic DRA node's supply is not shown") {
+		t.Errorf("stderr %q does not warn", errOut)
 	}
 }

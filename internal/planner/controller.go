@@ -131,7 +131,7 @@ func New(opts Options) (*Controller, error) {
 		return nil, fmt.Errorf("pod informer handler: %w", err)
 	}
 	// A claim allocated or a class added changes what pending pods ask.
-	if c.dra, err = drawatch.New(opts.Client, drawatch.Options{Claims: true, Templates: true, ClassesChanged: c.poke, ClaimChanged: c.poke}); err != nil {
+	if c.dra, err = drawatch.New(opts.Client, drawatch.Options{Slices: true, Claims: true, Templates: true, ClassesChanged: c.poke, ClaimChanged: c.poke}); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -464,6 +464,7 @@ func (c *Controller) round(ctx context.Context, m *memory) (bool, time.Time) {
 	sched := asScheduled(c.dra, listAs[*corev1.Pod](c.pods.GetStore()))
 	pods := sched.pods
 	m.claimed = sched.claimed
+	m.pools = c.dra.Pool
 	for _, a := range arrived {
 		if ps := asScheduled(c.dra, []*corev1.Pod{a.pod}).pods[0]; plansnap.AsksForGPUs(ps) {
 			m.arrived = append(m.arrived, arrival{pod: ps, at: a.at})

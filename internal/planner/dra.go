@@ -32,6 +32,21 @@ type DRAView interface {
 	schedview.ClaimSource
 }
 
+// PoolSource reads a DRA node's pool: a DRAView that also has the
+// slices (drawatch.Watch with Slices) implements it, and a round then
+// sees a dynamic node's placements allocated and not prepared yet.
+type PoolSource interface {
+	Pool(node string) *schedview.Pool
+}
+
+// poolsOf is dv's Pool when it has one.
+func poolsOf(dv DRAView) func(string) *schedview.Pool {
+	if ps, ok := dv.(PoolSource); ok {
+		return ps.Pool
+	}
+	return nil
+}
+
 // hasClaims tells whether a pod names ResourceClaims: the informer keeps
 // such pods (they may ask for our devices without an extended resource).
 func hasClaims(p *corev1.Pod) bool { return len(p.Spec.ResourceClaims) > 0 }

@@ -55,6 +55,7 @@ func PreviewRound(o Options, now time.Time, nodes []*corev1.Node, pods []*corev1
 	sched := asScheduled(dv, pods)
 	m := newMemory(o.MixHalfLife)
 	m.claimed = sched.claimed
+	m.pools = poolsOf(dv)
 	unread := m.tellUnread(sched.pods, sched.unread)
 	d, err := decide(&o, pl, m, now, nodes, sched.pods)
 	if err != nil {

@@ -61,6 +61,10 @@ type memory struct {
 	// claimed are this round's pods holding devices of ours through
 	// allocated claims before they start, by node (scheduled.claimed).
 	claimed map[string][]string
+	// pools reads a DRA node's pool (slices and allocated claims), for a
+	// dynamic node's placements allocated and not prepared yet; nil when
+	// the round reads no slices.
+	pools func(node string) *schedview.Pool
 	// backoff spaces the writes to Nodes whose last write was refused.
 	backoff writeBackoff
 }
@@ -186,7 +190,7 @@ func (d *decision) readNodes(o *Options, m *memory, now time.Time, nodes []*core
 	views := make([]plansnap.Node, 0, len(nodes))
 	m.decoded.Sweep()
 	for _, n := range nodes {
-		v := plansnap.FromAPI(n, plansnap.Options{FieldManager: o.FieldManager, ManualHold: o.ManualHold, Now: now, Cache: m.decoded})
+		v := plansnap.FromAPI(n, plansnap.Options{FieldManager: o.FieldManager, ManualHold: o.ManualHold, Now: now, Cache: m.decoded, Pools: m.pools})
 		d.warnings = append(d.warnings, v.Warnings...)
 		users := v.Users()
 		for pod, since := range m.started[n.Name] {

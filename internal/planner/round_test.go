@@ -114,6 +114,34 @@ func TestRound(t *testing.T) {
 			wantEvents: []string{"MigReshapeImpossible p: no change the planner may make serves it: no GPU can take nvidia.com/mig-7g.80gb", "n1 GPU 0 (ns/busy), n1 GPU 1 (ns/big)"},
 		},
 		{
+			// The scheduler allocates a 3g.40gb placement and the agent
+			// makes it at Prepare: nothing to write, and an all-1g node
+			// beside it is left as it is.
+			name: "a dynamic DRA node makes the pod's instance on demand",
+			setup: func(c *cluster) {
+				n := c.addNode("dyn", simGPU(0, "1g.10gb@0=ns/a"))
+				n.Labels[nodeinfo.LabelServing] = nodeinfo.ServingDRA
+				n.Labels[nodeinfo.LabelDRAMode] = nodeinfo.DRAModeDynamic
+				c.addNode("n1", simGPU(0, all1g...))
+				c.pod("p", mig3g, 1)
+			},
+		},
+		{
+			// No placement of a 7g.80gb is left beside the held 1g.10gb:
+			// the planner reshapes n1, never the dynamic node.
+			name: "what a dynamic node cannot make is reshaped elsewhere",
+			setup: func(c *cluster) {
+				n := c.addNode("dyn", simGPU(0, "1g.10gb@0=ns/a"))
+				n.Labels[nodeinfo.LabelServing] = nodeinfo.ServingDRA
+				n.Labels[nodeinfo.LabelDRAMode] = nodeinfo.DRAModeDynamic
+				c.addNode("n1", simGPU(0, all1g...))
+				c.pod("p", mig7g, 1)
+			},
+			wantWrites: []string{"n1 nvidia.com/mig.config"},
+			wantConfig: `"7g.80gb": 1`,
+			wantEvents: []string{"MigReshapePlanned p: will run on node n1: GPU 0 repartitioned 7x1g.10gb -> 7g.80gb"},
+		},
+		{
 			name: "an opted-out node is never touched",
 			setup: func(c *cluster) {
 				n := c.addNode("n1", simGPU(0, all1g...))

@@ -67,6 +67,10 @@ type ReshapeView struct {
 	// classes are the DeviceClasses of our DRA driver: a pod asking for
 	// a resource none serves cannot use a DRA node.
 	classes func() *schedview.DRAClasses
+	// pools reads a DRA node's pool, for a dynamic node's placements
+	// allocated and not prepared yet (plansnap.Options.Pools); nil: not
+	// read.
+	pools func(node string) *schedview.Pool
 }
 
 // NewReshapeView returns an empty view; fieldManager, manualHold and
@@ -264,7 +268,7 @@ func (v *ReshapeView) supplier() *solver.Supplier {
 		return v.sup
 	}
 	o := v.opts
-	o.Now, o.Cache = now, v.decoded
+	o.Now, o.Cache, o.Pools = now, v.decoded, v.pools
 	v.decoded.Sweep()
 	snap := solver.Snapshot{Now: now}
 	views := make([]plansnap.Node, 0, len(v.nodes))

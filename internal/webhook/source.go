@@ -140,6 +140,7 @@ func (s *InformerSource) WithReshape(v *ReshapeView) error {
 	s.reshape = v
 	v.synced = s.ready.Load
 	v.classes = s.dra.Classes
+	v.pools = s.dra.Pool
 	return nil
 }
 

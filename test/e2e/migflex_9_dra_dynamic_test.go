@@ -22,7 +22,10 @@ import (
 // nvidia.com/mig-3g.40gb pod runs on an instance Prepare created at the
 // allocated placement, without any layout asked for, and the claim's
 // status.devices names it; once the pod is gone the instance is
-// destroyed. The agent goes back to static mode at the end.
+// destroyed. The webhook leaves the pod as asked (the node can make the
+// instance), and `kubectl migflex status` shows the node dynamic, with
+// what it can make before and what is allocated after. The agent goes
+// back to static mode at the end.
 func TestDRADynamic(t *testing.T) {
 	migflex(t)
 	n := draNode(t)
@@ -66,6 +69,9 @@ func TestDRADynamic(t *testing.T) {
 		}
 	}
 
+	// Before the pod: the node can make a 3g.40gb on each GPU.
+	n.waitDynamicStatus(t, "nvidia.com/mig-3g.40gb", func(free, allocated int64) bool { return free >= 2 && allocated == 0 })
+
 	ns := cluster.Namespace(t)
 	pod := n.gpuPod(ns, "dyn-3g", "nvidia.com/mig-3g.40gb", 1, "sleep", "3600")
 	cluster.CreatePod(t, pod)
@@ -73,6 +79,14 @@ func TestDRADynamic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The webhook left it as asked: the node could make it.
+	if a := running.Annotations[annotationFallback]; a != "" {
+		t.Errorf("the webhook rewrote the pod (%s=%s), though the dynamic node could make a 3g.40gb", annotationFallback, a)
+	}
+	if q := running.Spec.Containers[0].Resources.Limits["nvidia.com/mig-3g.40gb"]; q.Value() != 1 {
+		t.Errorf("the pod's limits are %v, want nvidia.com/mig-3g.40gb: 1 as asked", running.Spec.Containers[0].Resources.Limits)
+	}
+	n.waitDynamicStatus(t, "nvidia.com/mig-3g.40gb", func(_, allocated int64) bool { return allocated == 1 })
 	claimName := extendedResourceClaim(t, running, "nvidia.com/mig-3g.40gb")
 	claim, err := cluster.Client.ResourceV1().ResourceClaims(ns).Get(ctx, claimName, metav1.GetOptions{})
 	if err != nil {
@@ -111,6 +125,48 @@ func TestDRADynamic(t *testing.T) {
 	// mig.config is left to recreate them).
 	setDRAMode(t, "")
 	n.applyDRALayout(t, gpuLayouts{0: {"1g.10gb"}, 1: {"1g.10gb"}})
+}
+
+// waitDynamicStatus waits until `kubectl migflex status NODE -o json`
+// shows the node dynamic, with ok true of what it can make of res (free)
+// and what is allocated of it.
+func (n simNode) waitDynamicStatus(t *testing.T, res string, ok func(free, allocated int64) bool) {
+	t.Helper()
+	var out string
+	err := framework.WaitFor(t.Context(), "kubectl migflex status to show the dynamic node's "+res, timeout, func(context.Context) (bool, error) {
+		code, stdout, errOut := migflexPlugin(t, "status", n.NodeName, "-o", "json")
+		out = stdout + errOut
+		if code != 0 && code != 1 {
+			return false, fmt.Errorf("exit %d: %s", code, errOut)
+		}
+		var st struct {
+			Nodes []struct {
+				DRAMode string `json:"draMode"`
+				Dynamic *struct {
+					CanMake []struct {
+						Resource        string
+						Free, Allocated int64
+					} `json:"canMake"`
+				} `json:"dynamic"`
+			} `json:"nodes"`
+		}
+		if err := json.Unmarshal([]byte(stdout), &st); err != nil || len(st.Nodes) != 1 {
+			return false, fmt.Errorf("status -o json: %v: %s", err, stdout)
+		}
+		node := st.Nodes[0]
+		if node.DRAMode != "dynamic" || node.Dynamic == nil {
+			return false, nil
+		}
+		for _, c := range node.Dynamic.CanMake {
+			if c.Resource == res {
+				return ok(c.Free, c.Allocated), nil
+			}
+		}
+		return ok(0, 0), nil
+	})
+	if err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
 }
 
 // waitForSimInstance waits until the node's simulated GPUs have (or no

@@ -228,6 +228,7 @@ func TestPlannerRunsWithItsPermissions(t *testing.T) {
 		{verb: "watch", resource: "deviceclasses", allowed: true},
 		{verb: "update", resource: "resourceclaims", sub: "status", ns: "team-a"},
 		{verb: "create", resource: "resourceslices"},
+		{verb: "watch", resource: "resourceslices", allowed: true},
 	} {
 		group := ""
 		switch ck.resource {

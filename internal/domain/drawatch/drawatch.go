@@ -191,6 +191,13 @@ func (w *Watch) logUnread(c *schedview.DRAClasses) {
 
 // Supply is schedview.DRASupply of node from the caches.
 func (w *Watch) Supply(node string) (allocatable, allocated map[corev1.ResourceName]int64) {
+	return w.Classes().Supply(w.Pool(node))
+}
+
+// Pool is node's pool of our driver as schedview reads it, from the
+// caches: its slices (with Slices) and the claims allocated in it (with
+// Claims).
+func (w *Watch) Pool(node string) *schedview.Pool {
 	var sl []*resourceapi.ResourceSlice
 	var cl []*resourceapi.ResourceClaim
 	if w.slices != nil {
@@ -201,7 +208,7 @@ func (w *Watch) Supply(node string) (allocatable, allocated map[corev1.ResourceN
 		objs, _ := w.claims.GetIndexer().ByIndex(byPool, node)
 		cl = listAs[*resourceapi.ResourceClaim](objs)
 	}
-	return schedview.DRASupply(node, sl, cl, w.Classes())
+	return schedview.NewPool(node, sl, cl)
 }
 
 // Claim implements schedview.ClaimSource.

@@ -45,6 +45,15 @@ const (
 	// resource both ways.
 	LabelServing = "migflex.io/serving"
 
+	// LabelDRAMode says, on a node served through DRA, what its driver
+	// offers: DRAModeStatic, the MIG instances that exist, or
+	// DRAModeDynamic, every placement, the instance made at Prepare. It
+	// is the mode served, not the one asked for (--dra-mode=dynamic on an
+	// API server without partitionable devices serves static). The
+	// planner writes no nvidia.com/mig.config on a dynamic node, and the
+	// agent there refuses one.
+	LabelDRAMode = "migflex.io/dra-mode"
+
 	// GPU feature discovery's labels, as the device plugin names the
 	// devices (each profile's count is ProfileCountLabel).
 	LabelGPUProduct  = "nvidia.com/gpu.product"
@@ -61,6 +70,12 @@ func ProfileCountLabel(resource string) string { return resource + ".count" }
 const (
 	ServingDevicePlugin = "device-plugin"
 	ServingDRA          = "dra"
+)
+
+// Values of LabelDRAMode.
+const (
+	DRAModeStatic  = "static"
+	DRAModeDynamic = "dynamic"
 )
 
 // Values of LabelMigConfigState.

@@ -137,16 +137,7 @@ func (s Selection) Resource() (corev1.ResourceName, bool) {
 
 // matches tells whether a device the driver published is selected.
 func (s Selection) matches(d *resourceapi.Device) bool {
-	attr := func(name string) string {
-		if a, ok := d.Attributes[resourceapi.QualifiedName(name)]; ok && a.StringValue != nil {
-			return *a.StringValue
-		}
-		if a, ok := d.Attributes[resourceapi.QualifiedName(DRADriver+"/"+name)]; ok && a.StringValue != nil {
-			return *a.StringValue
-		}
-		return ""
-	}
-	return (s.Type == "" || attr(draAttrType) == s.Type) && (s.Profile == "" || attr(draAttrProfile) == s.Profile)
+	return (s.Type == "" || attribute(d, draAttrType) == s.Type) && (s.Profile == "" || attribute(d, draAttrProfile) == s.Profile)
 }
 
 // selectionOf is the selection of a list of selectors, all of which must
@@ -273,41 +264,40 @@ func IsDRANode(labels map[string]string) bool {
 
 // DRASupply is a DRA node's GPU devices as the scheduler sees them for
 // extended resources: for each resource a class of ours serves, the
-// devices of the node's pool that the class selects (Allocatable), and
-// those of them allocated to ResourceClaims (Allocated). The pool is the
+// devices of the node's pool that the class selects and that are
+// allocated to ResourceClaims (Allocated), and Allocatable that plus what
+// the pool can still serve of the class (Pool.Free), so that free is
+// Allocatable less Allocated as on any node. In static mode that is every
+// device the class selects; in dynamic mode the placements overlap, and
+// free is what the GPUs' counters still let be allocated. The pool is the
 // node's: our driver's slices with pool name node, at the pool's newest
 // generation (older slices are being replaced). A device with a
 // NoSchedule or NoExecute taint (unhealthy) is no supply, as an unhealthy
 // device is none on the device-plugin path. A node with no slice has no
 // supply.
 func DRASupply(node string, slices []*resourceapi.ResourceSlice, claims []*resourceapi.ResourceClaim, classes *DRAClasses) (allocatable, allocated map[corev1.ResourceName]int64) {
-	devices := PoolDevices(node, slices)
-	taken := map[string]bool{}
-	for _, c := range claims {
-		if c.Status.Allocation == nil {
-			continue
-		}
-		for _, r := range c.Status.Allocation.Devices.Results {
-			if r.Driver == DRADriver && r.Pool == node && (r.AdminAccess == nil || !*r.AdminAccess) {
-				taken[r.Device] = true
-			}
-		}
-	}
 	if classes == nil {
 		return nil, nil
 	}
-	for r, s := range classes.served {
-		for _, d := range devices {
-			if !s.matches(d) {
-				continue
-			}
-			if allocatable == nil {
-				allocatable, allocated = map[corev1.ResourceName]int64{}, map[corev1.ResourceName]int64{}
-			}
-			allocatable[r]++
-			if taken[d.Name] {
-				allocated[r]++
-			}
+	return classes.Supply(NewPool(node, slices, claims))
+}
+
+// Supply is DRASupply of a pool read already.
+func (c *DRAClasses) Supply(p *Pool) (allocatable, allocated map[corev1.ResourceName]int64) {
+	if c == nil {
+		return nil, nil
+	}
+	for r, s := range c.served {
+		used, free := p.Allocated(s), p.Free(s)
+		if used+free == 0 {
+			continue
+		}
+		if allocatable == nil {
+			allocatable, allocated = map[corev1.ResourceName]int64{}, map[corev1.ResourceName]int64{}
+		}
+		allocatable[r] = used + free
+		if used > 0 {
+			allocated[r] = used
 		}
 	}
 	return allocatable, allocated

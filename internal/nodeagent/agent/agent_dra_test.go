@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,12 +22,14 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/migflex/migflex/internal/domain/dra"
+	"github.com/migflex/migflex/internal/domain/mig"
 	"github.com/migflex/migflex/internal/domain/nodeinfo"
 	"github.com/migflex/migflex/internal/nodeagent/cdi"
 	"github.com/migflex/migflex/internal/nodeagent/deviceplugin"
 	"github.com/migflex/migflex/internal/nodeagent/draplugin"
 	"github.com/migflex/migflex/internal/nodeagent/draserver"
 	"github.com/migflex/migflex/internal/nvml/nvmlbackend"
+	"github.com/migflex/migflex/internal/nvml/nvmlmig"
 	"github.com/migflex/migflex/internal/testsupport/testutil"
 )
 
@@ -78,7 +82,7 @@ func (g *writeGate) wrap(rt http.RoundTripper) http.RoundTripper {
 // startDRAServer starts the DRA kubelet plugin for n (no kubelet
 // registers it; the API server gets its slices) with client, behind the
 // agent's Server port, until the end of the test.
-func startDRAServer(t *testing.T, n *node, client kubernetes.Interface) *draserver.Server {
+func startDRAServer(t *testing.T, n *node, client kubernetes.Interface, opts ...func(*draplugin.Options)) *draserver.Server {
 	t.Helper()
 	root := testutil.SocketDir(t)
 	var d [4]string
@@ -89,15 +93,85 @@ func startDRAServer(t *testing.T, n *node, client kubernetes.Interface) *draserv
 		}
 	}
 	_, ctx := ktesting.NewTestContext(t)
-	drv, err := draplugin.Start(ctx, draplugin.Options{
+	o := draplugin.Options{
 		NodeName: n.name, KubeClient: client, Editor: cdi.EnvEditor(nvmlbackend.SimulatedDevices{}), StaleClaimCheck: -1,
 		RegistrarDir: d[0], PluginDir: d[1], StateDir: d[2], CDIDir: d[3],
-	})
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	drv, err := draplugin.Start(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(drv.Stop)
 	return draserver.New(draserver.Options{Driver: drv, DriverName: dra.DriverName, NodeName: n.name})
+}
+
+// simInstances are a simulated node's GPUs as dynamic mode's Prepare
+// makes instances on them: the partitioner static layouts go through.
+type simInstances struct {
+	*nvmlmig.Partitioner
+	lib nvml.Interface
+}
+
+func (s simInstances) Discover() ([]mig.GPU, error) { return nvmlmig.Discover(s.lib) }
+
+// dynamicMode starts the driver in dynamic mode on n's GPUs.
+func dynamicMode(n *node) func(*draplugin.Options) {
+	return func(o *draplugin.Options) {
+		o.Mode, o.Instances = draplugin.ModeDynamic, simInstances{Partitioner: nvmlmig.NewPartitioner(n.lib), lib: n.lib}
+	}
+}
+
+// testDRADynamicRefusesLayout: an agent whose DRA driver serves dynamic
+// mode applies no nvidia.com/mig.config (the driver would destroy the
+// layout's instances at its next start, and the scheduler allocates
+// placements from the counters): the GPUs are left alone, the state is
+// failed with a reason that names dynamic mode, a Warning Event says so
+// once, and while the annotation stays the agent writes nothing more.
+func testDRADynamicRefusesLayout(t *testing.T, api *apiServer) {
+	n := newNode(t, api, withGPUs("H100-SXM5-80GB", 2))
+	counts := &requestCounter{counts: map[string]int{}}
+	cfg := rest.CopyConfig(api.cfg)
+	cfg.WrapTransport = counts.wrap
+	client := kubernetes.NewForConfigOrDie(cfg)
+	srv := startDRAServer(t, n, client, dynamicMode(n))
+	// Resyncs every 50 ms: the period below is counted in reconciles.
+	r := n.start(withClient(client), func(o *Options, _ *deviceplugin.Options) { o.Server = srv }, withResync(50*time.Millisecond))
+	n.waitNode("the dynamic mode label", func(o *corev1.Node) bool {
+		return o.Labels[nodeinfo.LabelDRAMode] == nodeinfo.DRAModeDynamic
+	})
+	before := n.layoutOf()
+
+	n.annotate(nodeinfo.AnnotationMigConfig, allSeven)
+	obj := n.waitState(nodeinfo.StateFailed)
+	if r := obj.Annotations[nodeinfo.AnnotationReason]; !strings.Contains(r, "annotation nvidia.com/mig.config") || !strings.Contains(r, "dynamic mode") {
+		t.Errorf("reason %q does not say that dynamic mode takes no layout", r)
+	}
+	n.waitEvent(corev1.EventTypeWarning, ReasonInvalid, "dynamic mode")
+	if diff := cmp.Diff(before, n.layoutOf()); diff != "" {
+		t.Errorf("a layout changed the GPUs in dynamic mode (-before +after):\n%s", diff)
+	}
+
+	// At rest: each resync finds the same, and writes nothing.
+	const period = 20
+	start := r.counter("migflex_agent_reconciles_total", "result", resultInvalid)
+	patches, events := counts.get("PATCH nodes"), counts.get("POST events")
+	rv := n.get().ResourceVersion
+	waitCounter(t, r, "migflex_agent_reconciles_total", "result", resultInvalid, start+period)
+	if got := counts.get("PATCH nodes") - patches; got != 0 {
+		t.Errorf("%d Node writes during %d reconciles of a refused layout, want 0", got, period)
+	}
+	if got := counts.get("POST events") - events; got != 0 {
+		t.Errorf("%d Events during %d reconciles of a refused layout, want 0", got, period)
+	}
+	if got := n.get().ResourceVersion; got != rv {
+		t.Errorf("the Node changed while its agent was at rest: resourceVersion %s, before %s", got, rv)
+	}
+	if diff := cmp.Diff(before, n.layoutOf()); diff != "" {
+		t.Errorf("the GPUs changed at rest (-before +after):\n%s", diff)
+	}
 }
 
 // nodeSlices is the number of devices in each of the node's ResourceSlices

@@ -568,6 +568,7 @@ func TestAgent(t *testing.T) {
 		{"claim holds GPU", testClaimHoldsGPU},
 		{"publication signalled", testPublicationSignalled},
 		{"DRA publication", testDRAPublication},
+		{"DRA dynamic mode refuses a layout", testDRADynamicRefusesLayout},
 		{"no pod-resources socket", testNoPodResourcesSocket},
 		{"label and config file", testLabelAndConfigFile},
 		{"label without config file", testLabelWithoutConfigFile},

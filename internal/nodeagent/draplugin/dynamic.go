@@ -325,6 +325,13 @@ func (d *Driver) Mode() (Mode, string) {
 	return d.mode, d.fallback
 }
 
+// Dynamic reports whether the driver serves dynamic mode now: asked for,
+// and not fallen back to static.
+func (d *Driver) Dynamic() bool {
+	mode, _ := d.Mode()
+	return mode == ModeDynamic
+}
+
 // checkPartitionable falls back to static mode, before anything is
 // published or any instance touched, when the API server does not keep
 // partitionable devices: a dry-run create of a counters-only slice of this

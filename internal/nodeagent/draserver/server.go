@@ -2,6 +2,7 @@ package draserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -30,6 +31,9 @@ type Driver interface {
 	SliceChanges() <-chan struct{}
 	Fatal() <-chan error
 	Stop()
+	// Dynamic: the driver serves dynamic mode (every placement offered,
+	// the instance made at Prepare), not the layout the agent applies.
+	Dynamic() bool
 }
 
 // HealthSource is the node's device health; *health.Watcher is the real
@@ -150,12 +154,26 @@ func (s *Server) Serve(_ context.Context, gpus []mig.GPU) error {
 }
 
 // Servable says why gpus could not be published, or nil.
+//
+// In dynamic mode no layout is: the driver makes each instance at a
+// claim's Prepare and destroys, at its next start, every instance no
+// prepared claim holds, so a layout applied here would be destroyed
+// again; and the scheduler allocates placements from the counters, which
+// a layout made behind its back would contradict (Prepare would fail on
+// the overlap). The agent then reports the node's nvidia.com/mig.config
+// failed and leaves the GPUs alone (ErrDynamicMode).
 func (s *Server) Servable(gpus []mig.GPU) error {
+	if s.opts.Driver.Dynamic() {
+		return ErrDynamicMode
+	}
 	if _, err := dra.Devices(gpus); err != nil {
 		return fmt.Errorf("the layout cannot be published as DRA devices: %w", err)
 	}
 	return nil
 }
+
+// ErrDynamicMode is why a DRA node in dynamic mode takes no layout.
+var ErrDynamicMode = errors.New("the DRA driver serves dynamic mode (--dra-mode=dynamic): it makes each MIG instance at a claim's Prepare and destroys at its next start every instance no claim holds, so it applies no layout; remove the node's mig.config, or serve static mode (--dra-mode=static)")
 
 // Drain withdraws the devices from the slice and makes Prepare refuse
 // them (see draplugin.Driver.Drain).
@@ -251,6 +269,10 @@ func (s *Server) Labels(gpus []mig.GPU) map[string]string {
 		labels = s.opts.Labels(gpus)
 	}
 	labels[nodeinfo.LabelServing] = nodeinfo.ServingDRA
+	labels[nodeinfo.LabelDRAMode] = nodeinfo.DRAModeStatic
+	if s.opts.Driver.Dynamic() {
+		labels[nodeinfo.LabelDRAMode] = nodeinfo.DRAModeDynamic
+	}
 	return labels
 }
 

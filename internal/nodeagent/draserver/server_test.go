@@ -32,6 +32,7 @@ type fakeDriver struct {
 	slices    chan struct{}
 	fatal     chan error
 	stopped   bool
+	dynamic   bool
 }
 
 func (f *fakeDriver) Publish(gpus []mig.GPU, unhealthy map[string]dra.Fault) error {
@@ -65,6 +66,7 @@ func (f *fakeDriver) Visible(context.Context) (bool, error) {
 }
 func (f *fakeDriver) SliceChanges() <-chan struct{} { return f.slices }
 func (f *fakeDriver) Fatal() <-chan error           { return f.fatal }
+func (f *fakeDriver) Dynamic() bool                 { return f.dynamic }
 func (f *fakeDriver) Stop() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -207,5 +209,22 @@ func TestServer(t *testing.T) {
 	cancel()
 	if !d.stopped {
 		t.Error("Run returned without stopping the driver")
+	}
+}
+
+// In dynamic mode the server takes no layout, and the Node's label says
+// which mode is served.
+func TestServerDynamicMode(t *testing.T) {
+	gpus := []mig.GPU{{Index: 0, UUID: "GPU-0", MigEnabled: true}}
+	for _, dynamic := range []bool{false, true} {
+		s := New(Options{Driver: &fakeDriver{dynamic: dynamic}, DriverName: dra.DriverName, NodeName: "n"})
+		err := s.Servable(gpus)
+		mode := s.Labels(gpus)[nodeinfo.LabelDRAMode]
+		switch {
+		case dynamic && (!errors.Is(err, ErrDynamicMode) || mode != nodeinfo.DRAModeDynamic):
+			t.Errorf("dynamic: Servable = %v, label %q; want ErrDynamicMode and dynamic", err, mode)
+		case !dynamic && (err != nil || mode != nodeinfo.DRAModeStatic):
+			t.Errorf("static: Servable = %v, label %q; want nil and static", err, mode)
+		}
 	}
 }

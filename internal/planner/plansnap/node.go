@@ -48,6 +48,12 @@ type Options struct {
 	Now time.Time
 	// Cache, when set, keeps the decoded annotations between readings.
 	Cache *Cache
+	// Pools, when set, is a DRA node's pool read from its slices and the
+	// claims allocated in it (drawatch.Watch.Pool): on a dynamic node the
+	// placements the scheduler allocated and the kubelet has not prepared
+	// yet are in use too, though the agent's layout has no instance
+	// there yet.
+	Pools func(node string) *schedview.Pool
 }
 
 // Node is one Node as the planner sees it.
@@ -72,7 +78,8 @@ type Node struct {
 
 // FromAPI reads a Node.
 func FromAPI(n *corev1.Node, o Options) Node {
-	out := Node{Node: solver.Node{Node: schedview.NodeFromAPI(n), OptedIn: n.Labels[nodeinfo.LabelPlanner] == nodeinfo.PlannerEnabled}}
+	out := Node{Node: solver.Node{Node: schedview.NodeFromAPI(n), OptedIn: n.Labels[nodeinfo.LabelPlanner] == nodeinfo.PlannerEnabled,
+		Dynamic: IsDynamic(n)}}
 	out.Config = n.Annotations[nodeinfo.AnnotationMigConfig]
 	out.ConfigOwner, out.ConfigTime = AnnotationOwner(n, nodeinfo.AnnotationMigConfig)
 	freeze := func(format string, args ...any) {
@@ -118,6 +125,10 @@ func FromAPI(n *corev1.Node, o Options) Node {
 		out.GPUs = append(out.GPUs, pg)
 	}
 
+	if out.Dynamic && o.Pools != nil {
+		out.allocated(o.Pools(n.Name))
+	}
+
 	state, reason := n.Labels[nodeinfo.LabelMigConfigState], n.Annotations[nodeinfo.AnnotationReason]
 	switch {
 	case state == nodeinfo.StatePending:
@@ -133,13 +144,52 @@ func FromAPI(n *corev1.Node, o Options) Node {
 		freeze("%s was changed by %s at %s: the planner leaves the node alone until %s", nodeinfo.AnnotationMigConfig, out.ConfigOwner,
 			out.ConfigTime.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339))
 	}
-	if state != nodeinfo.StateFailed && out.Config != "" {
+	if state != nodeinfo.StateFailed && out.Config != "" && !out.Dynamic {
 		out.inFlight(layout, n.Annotations[nodeinfo.AnnotationProfiles] != "", o.Now)
 		if len(out.InFlight) > 0 {
 			freeze("the layout its %s asks for is not in place yet (GPUs %v)", nodeinfo.AnnotationMigConfig, out.InFlight)
 		}
 	}
 	return out
+}
+
+// allocated adds to a dynamic node's GPUs, as instances in use, the
+// devices allocated in its pool that its agent does not report as
+// instances yet (allocated, not prepared), by GPU UUID; a whole GPU
+// allocated is a GPU in use.
+func (out *Node) allocated(p *schedview.Pool) {
+	if p == nil || !p.Dynamic {
+		return
+	}
+	for _, pg := range p.GPUs {
+		li := slices.IndexFunc(out.Layout, func(g nodeinfo.GPU) bool { return g.UUID == pg.UUID })
+		if pg.UUID == "" || li < 0 {
+			continue
+		}
+		gi := slices.IndexFunc(out.GPUs, func(g solver.GPU) bool { return g.Index == out.Layout[li].Index })
+		if gi < 0 {
+			continue
+		}
+		g := &out.GPUs[gi]
+		for _, u := range pg.Used {
+			if u.Profile == "" {
+				g.InUse = true
+				continue
+			}
+			if !slices.ContainsFunc(g.Instances, func(in solver.Instance) bool { return in.Profile == u.Profile && in.Start == u.Start }) {
+				g.Instances = append(g.Instances, solver.Instance{Profile: u.Profile, Start: u.Start, InUse: true})
+			}
+		}
+	}
+}
+
+// IsDynamic tells whether a Node is served through DRA in dynamic mode,
+// as its agent labels it: the scheduler allocates placements and the
+// agent makes each instance at Prepare, so the planner counts what the
+// node's instances leave free as free devices and never writes its
+// nvidia.com/mig.config (its agent would refuse it).
+func IsDynamic(n *corev1.Node) bool {
+	return schedview.IsDRANode(n.Labels) && n.Labels[nodeinfo.LabelDRAMode] == nodeinfo.DRAModeDynamic
 }
 
 // HeldUntil is when the planner may change a node again whose

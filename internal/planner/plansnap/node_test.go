@@ -8,12 +8,14 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/migflex/migflex/internal/domain/nodeinfo"
 	"github.com/migflex/migflex/internal/domain/schedview"
 	"github.com/migflex/migflex/internal/planner/simmodels"
 	"github.com/migflex/migflex/internal/planner/solver"
+	"github.com/migflex/migflex/internal/testsupport/draslices"
 )
 
 const (
@@ -343,5 +345,59 @@ func TestHeldUntil(t *testing.T) {
 		if !until.Equal(tt.until) || held != tt.held {
 			t.Errorf("%s: %v, %v; want %v, %v", tt.name, until, held, tt.until, tt.held)
 		}
+	}
+}
+
+// A node its agent labels dynamic (served through DRA) is read as one:
+// a mig.config there is nothing in flight (the agent refuses it).
+func TestFromAPIDynamic(t *testing.T) {
+	opts := Options{FieldManager: manager, ManualHold: DefaultManualHold, Now: now}
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+		want   bool
+	}{
+		{name: "DRA, dynamic", labels: map[string]string{nodeinfo.LabelServing: nodeinfo.ServingDRA, nodeinfo.LabelDRAMode: nodeinfo.DRAModeDynamic}, want: true},
+		{name: "DRA, static", labels: map[string]string{nodeinfo.LabelServing: nodeinfo.ServingDRA, nodeinfo.LabelDRAMode: nodeinfo.DRAModeStatic}},
+		{name: "device plugin with a stray label", labels: map[string]string{nodeinfo.LabelDRAMode: nodeinfo.DRAModeDynamic}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mods := []nodeMod{withAnnotation(nodeinfo.AnnotationMigConfig, migConfig("3g.40gb", "3g.40gb")), withOwner(manager, now.Add(-time.Hour))}
+			for k, v := range tc.labels {
+				mods = append(mods, withLabel(k, v))
+			}
+			got := FromAPI(apiNode([]nodeinfo.GPU{gpu(0)}, mods...), opts)
+			if got.Dynamic != tc.want {
+				t.Errorf("Dynamic = %v, want %v", got.Dynamic, tc.want)
+			}
+			if inFlight := len(got.InFlight) > 0; inFlight == tc.want {
+				t.Errorf("in flight: GPUs %v; a mig.config is in flight on a node unless it is dynamic", got.InFlight)
+			}
+		})
+	}
+}
+
+// A dynamic node's placements the scheduler allocated and the kubelet has
+// not prepared yet are in use, from its pool, though its agent's layout
+// has no instance there yet; one the agent reports is not counted twice.
+func TestFromAPIDynamicAllocated(t *testing.T) {
+	sl := draslices.Pointers(draslices.Dynamic(t, "n1", h100, true))
+	claims := []*resourceapi.ResourceClaim{
+		draslices.Claim("ns", "made", "n1", "gpu-0-mig-1g10gb-19-0"),
+		draslices.Claim("ns", "allocated", "n1", "gpu-0-mig-3g40gb-9-4"),
+	}
+	g := gpu(0, "1g.10gb@0=ns/made")
+	g.UUID = "GPU-0" // the slices'
+	n := apiNode([]nodeinfo.GPU{g}, withLabel(nodeinfo.LabelServing, nodeinfo.ServingDRA), withLabel(nodeinfo.LabelDRAMode, nodeinfo.DRAModeDynamic))
+	opts := Options{FieldManager: manager, Now: now, Pools: func(node string) *schedview.Pool { return schedview.NewPool(node, sl, claims) }}
+	got := FromAPI(n, opts)
+	want := []solver.Instance{{Profile: "1g.10gb", Start: 0, InUse: true}, {Profile: "3g.40gb", Start: 4, InUse: true}}
+	if diff := cmp.Diff(want, got.GPUs[0].Instances); diff != "" {
+		t.Errorf("instances (-want,+got):\n%s", diff)
+	}
+	// Without the pool, only what the agent reports.
+	opts.Pools = nil
+	if got := FromAPI(n, opts); len(got.GPUs[0].Instances) != 1 {
+		t.Errorf("instances without the pool: %+v", got.GPUs[0].Instances)
 	}
 }

@@ -20,8 +20,14 @@ type classKey struct {
 	// reshapable: opted in and understood; the planner may change it,
 	// perhaps not this round (block).
 	reshapable bool
-	block      blockReason
-	touched    bool
+	// dynamic: a GPU of a DRA node in dynamic mode. Its placements that
+	// its instances leave free are made by the scheduler and the agent's
+	// Prepare, on demand: they serve a pod as free instances do (no
+	// write, no cap, no cooldown); the planner never changes the GPU
+	// itself (no layout, no MIG mode).
+	dynamic bool
+	block   blockReason
+	touched bool
 	// held: new MIG instances stay off the GPU this round, for a pod
 	// waiting for several whole GPUs on its node (Policy.HoldForMultiGPU).
 	held bool
@@ -36,7 +42,7 @@ type classKey struct {
 
 // servesWhole: the GPU is idle and is, or can be made, a whole GPU.
 func (k classKey) servesWhole() bool {
-	return !k.whole && !k.reserved && k.occ == 0 && (!k.migEnabled || k.reshapable)
+	return !k.whole && !k.reserved && k.occ == 0 && (!k.migEnabled || k.reshapable && !k.dynamic)
 }
 
 // wholePotential: the GPU is, or will be when its pod ends, a whole GPU
@@ -48,7 +54,7 @@ func (k classKey) wholePotential() bool {
 
 // canChange: this round may repartition the GPU.
 func (k classKey) canChange(capped bool) bool {
-	return k.reshapable && k.block == blockNone && (k.touched || !capped)
+	return k.reshapable && !k.dynamic && k.block == blockNone && (k.touched || !capped)
 }
 
 // option is the cheapest way to serve one device of a resource on a GPU
@@ -128,6 +134,9 @@ func (r *round) computeOption(k classKey, res int32, capped bool) option {
 			before += r.mix.wholeValue(int(k.nodeWhole)) - r.mix.wholeValue(int(k.nodeWhole)-1)
 		}
 	}
+	if k.dynamic && k.migEnabled {
+		return r.dynamicOption(k, res, before)
+	}
 	if res == 0 { // a whole GPU
 		if k.occ != 0 {
 			return none
@@ -187,6 +196,34 @@ func (r *round) computeOption(k classKey, res int32, capped bool) option {
 		after := r.usable(classKey{tab: k.tab, occ: occ, free: keep, migEnabled: true, reshapable: k.reshapable})
 		o.cost = w.Touch*b2f(o.touch) + w.Destroy*float64(o.destroys) + w.Fragmentation*(before-after)
 		consider(o)
+	}
+	return best
+}
+
+// dynamicOption is the cheapest placement of one device of res that a
+// dynamic GPU's instances leave free: made at Prepare, so it counts as
+// existing. A whole GPU is none: dynamic mode does not change MIG mode.
+func (r *round) dynamicOption(k classKey, res int32, before float64) option {
+	none := option{state: optNone}
+	if res == 0 || k.tab < 0 {
+		return none
+	}
+	p := r.res.prof[k.tab][res]
+	if p < 0 {
+		return none
+	}
+	t := r.tabs[k.tab]
+	best := none
+	for _, x := range t.byProfile[p] {
+		occ := t.add(k.occ, x)
+		if occ < 0 {
+			continue
+		}
+		after := r.usable(classKey{tab: k.tab, occ: occ, migEnabled: true, reshapable: true})
+		o := option{state: optOK, existing: true, x: int8(x), occ: occ, cost: r.pol.Weights.Fragmentation * (before - after)}
+		if best.state != optOK || o.cost < best.cost {
+			best = o
+		}
 	}
 	return best
 }

@@ -343,10 +343,21 @@ func (r *round) newGPU(node int32, n *Node, g *GPU, block blockReason) gpuState 
 	if _, ok := t.layoutOf(set); !ok {
 		return leave("current layout is not valid for %s; GPU left alone", t.model)
 	}
+	if n.Dynamic {
+		// Every instance of a dynamic GPU is a claim's, made at Prepare:
+		// one not in use is still no free device the planner may hand
+		// out or destroy.
+		busy = set
+	}
 	k.occ, _ = t.layoutOf(busy)
 	k.free = set &^ busy
 	k.whole = !g.MigEnabled && g.InUse
 	k.reshapable = block != blockOptOut
+	if n.Dynamic {
+		k.dynamic, k.reshapable, k.block = true, true, blockNone
+		s.key, s.busy, s.initial = k, busy, set
+		return s
+	}
 	if k.block == blockNone && r.pol.Cooldown > 0 && !g.LastChanged.IsZero() && r.now.Sub(g.LastChanged) < r.pol.Cooldown {
 		k.block = blockCooldown
 	}

@@ -188,7 +188,7 @@ func (r *round) holdFor(ps *podState) {
 		}
 		could := 0
 		for _, gi := range n.gpus {
-			if k := r.gpus[gi].key; k.wholePotential() || k.migEnabled && k.occ == 0 && k.reshapable {
+			if k := r.gpus[gi].key; k.wholePotential() || k.migEnabled && k.occ == 0 && k.reshapable && !k.dynamic {
 				could++
 			}
 		}

@@ -49,7 +49,14 @@ type Node struct {
 	// Frozen, when not empty, says why the node must not be changed now
 	// (its agent is applying or refused a layout, a human edits it, ...).
 	Frozen string
-	GPUs   []GPU
+	// Dynamic: the node serves through DRA in dynamic mode. The scheduler
+	// allocates a placement and the agent makes the instance at Prepare,
+	// so what its GPUs' instances leave free serves pods as free devices
+	// do, opted in or not; the planner never changes its GPUs (no
+	// mig.config, no reclaim) and OptedIn, Frozen and cooldowns do not
+	// apply.
+	Dynamic bool
+	GPUs    []GPU
 }
 
 // GPU is one physical GPU and its current layout.

@@ -1,0 +1,123 @@
+package solver_test
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/migflex/migflex/internal/domain/resourcename"
+	"github.com/migflex/migflex/internal/planner/solver"
+)
+
+func dynamic(n *solver.Node) { n.Dynamic = true }
+
+// A DRA node in dynamic mode: the placements its instances (all claims')
+// leave free serve pods as free devices do, opted in or not, frozen or
+// not; the planner never changes its GPUs (no layout, no reclaim, no MIG
+// mode change), and it reshapes a static node only for what the dynamic
+// node cannot make.
+func TestPlanDynamicNode(t *testing.T) {
+	pl, err := solver.New(solver.DefaultPolicy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 1g.10gb held at 1 and 5: no 3g.40gb placement is left (0-3 and 4-7
+	// each hold one), one 2g.20gb is (at 2).
+	held := gpus(migGPU(0, "1g.10gb@1*", "1g.10gb@5*"))
+	tests := []struct {
+		name    string
+		nodes   []solver.Node
+		pending []*corev1.Pod
+		want    []string
+		changed []string
+	}{
+		{name: "an empty GPU makes two 3g.40gb on demand, opted out and frozen",
+			nodes:   []solver.Node{node("dyn", optedOut, gpus(migGPU(0)), dynamic, frozen("its agent refused a mig.config"))},
+			pending: []*corev1.Pod{pod("a", mig3g, "1"), pod("b", mig3g, "1")},
+			want:    []string{"existing dyn/0", "existing dyn/0"}},
+		{name: "a third 3g.40gb does not fit",
+			nodes:   []solver.Node{node("dyn", optedOut, gpus(migGPU(0)), dynamic)},
+			pending: []*corev1.Pod{pod("a", mig3g, "1"), pod("b", mig3g, "1"), with(pod("c", mig3g, "1"), age(-1))},
+			want:    []string{"existing dyn/0", "existing dyn/0", "none"}},
+		{name: "what the held 1g.10gb leave: a 2g.20gb there, the 3g.40gb reshaped on a static node",
+			nodes:   []solver.Node{node("dyn", optedOut, held, dynamic), node("static", optedIn, gpus(migGPU(0)))},
+			pending: []*corev1.Pod{pod("a", mig3g, "1"), pod("b", mig2g, "1")},
+			want:    []string{"reshape static/0", "existing dyn/0"}, changed: []string{"static"}},
+		{name: "an instance not in use is a claim's all the same",
+			nodes:   []solver.Node{node("dyn", optedOut, gpus(migGPU(0, "3g.40gb@0", "3g.40gb@4*")), dynamic)},
+			pending: []*corev1.Pod{pod("a", mig3g, "1")},
+			want:    []string{"none"}},
+		{name: "a whole GPU is not made of a MIG one",
+			nodes:   []solver.Node{node("dyn", optedIn, gpus(migGPU(0)), dynamic)},
+			pending: []*corev1.Pod{pod("a", resourcename.GPU.String(), "1")},
+			want:    []string{"none"}},
+		{name: "a GPU with MIG off serves whole, and is not given MIG",
+			nodes:   []solver.Node{node("dyn", optedIn, gpus(wholeGPUOf(0, false), wholeGPUOf(1, false)), dynamic)},
+			pending: []*corev1.Pod{pod("a", resourcename.GPU.String(), "1"), with(pod("b", mig1g, "1"), age(-1))},
+			want:    []string{"existing dyn/0", "none"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := pl.Plan(snapshot(tt.nodes, tt.pending...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, p := range res.Pods {
+				o := outcome(p)
+				if p.Action == solver.ActionNone {
+					o = "none"
+				}
+				got = append(got, o)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("pods (-want,+got):\n%s", diff)
+			}
+			var changed []string
+			for _, n := range res.Nodes {
+				changed = append(changed, n.Node)
+			}
+			if diff := cmp.Diff(tt.changed, changed); diff != "" {
+				t.Errorf("nodes changed (-want,+got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// An idle dynamic GPU is never reclaimed to whole, however much the mix
+// asks for whole GPUs: dynamic mode does not change MIG mode.
+func TestReclaimLeavesDynamicGPUs(t *testing.T) {
+	pl, err := solver.New(solver.DefaultPolicy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := snapshot([]solver.Node{node("dyn", optedIn, gpus(migGPU(0), migGPU(1)), dynamic)})
+	snap.Mix = []solver.Demand{{Resource: resourcename.GPU, Count: 1, Weight: 1}}
+	res, err := pl.Plan(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Nodes) != 0 {
+		t.Errorf("the round changed a dynamic node: %+v", res.Nodes)
+	}
+}
+
+// The webhook's question: a dynamic node's free placements are free
+// devices.
+func TestCanSupplyDynamic(t *testing.T) {
+	pl, err := solver.New(solver.DefaultPolicy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sup, err := pl.NewSupplier(snapshot([]solver.Node{node("dyn", optedOut, gpus(migGPU(0, "1g.10gb@1*")), dynamic)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := outcome(sup.CanSupply(pod("p", mig3g, "1"))); got != "existing dyn/0" {
+		t.Errorf("CanSupply = %q, want existing dyn/0", got)
+	}
+	if got := outcome(sup.CanSupply(pod("p", mig3g, "2"))); got == "existing dyn/0,dyn/0" {
+		t.Errorf("CanSupply = %q: two 3g.40gb beside a 1g.10gb at 1", got)
+	}
+}
