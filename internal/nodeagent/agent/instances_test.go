@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
@@ -200,5 +201,61 @@ func TestInstanceSeriesGo(t *testing.T) {
 	}
 	if got := gatherInstances(t, reg); len(got) != 0 {
 		t.Errorf("with MIG off, series left: %q", got)
+	}
+}
+
+// instanceHolders reads r's migflex_agent_instance_info: each MIG
+// device UUID to "namespace/pod" of each of its series ("/" when free),
+// sorted.
+func instanceHolders(t *testing.T, reg prometheus.Gatherer) map[string][]string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]string{}
+	for _, mf := range mfs {
+		if mf.GetName() != "migflex_agent_instance_info" {
+			continue
+		}
+		for _, s := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, p := range s.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			out[l["uuid"]] = append(out[l["uuid"]], l["namespace"]+"/"+l["pod"])
+		}
+	}
+	for _, pods := range out {
+		slices.Sort(pods)
+	}
+	return out
+}
+
+// waitInstanceHolders polls the running agent's series until every MIG
+// instance the node's GPUs have now shows the pods held says ("/" for
+// the others), and no other instance shows.
+func waitInstanceHolders(t *testing.T, n *node, r *agentRun, held map[string][]string) {
+	t.Helper()
+	deadline := time.Now().Add(hangTimeout)
+	for {
+		want := map[string][]string{}
+		for _, g := range n.discover() {
+			for _, in := range g.Instances {
+				if pods, ok := held[in.UUID]; ok {
+					want[in.UUID] = pods
+				} else {
+					want[in.UUID] = []string{"/"}
+				}
+			}
+		}
+		got := instanceHolders(t, r.reg)
+		if cmp.Equal(want, got) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("migflex_agent_instance_info, uuid to pods (-want +got):\n%s", cmp.Diff(want, got))
+		}
+		time.Sleep(pollInterval) // polling a gauge nothing signals
 	}
 }
