@@ -213,6 +213,7 @@ func Run(ctx context.Context, c Config, getenv func(string) string) error {
 		AllocatableTimeout: c.AllocatableTimeout,
 		InUseInterval:      c.InUseInterval,
 		NVMLCallTimeout:    c.NVMLCallTimeout,
+		Serving:            string(c.Serving),
 	}
 	// The publisher starts before the agent (it subscribes to the device
 	// plugin's changes at once) and counts its writes on the agent's

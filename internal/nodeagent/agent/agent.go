@@ -134,6 +134,10 @@ type Options struct {
 	// again) until it returns; the rest of the agent goes on. Default
 	// DefaultNVMLCallTimeout.
 	NVMLCallTimeout time.Duration
+	// Serving is the path the devices are served through
+	// (nodeinfo.ServingDevicePlugin or ServingDRA), the serving label of
+	// the per-instance metrics. Default ServingDevicePlugin.
+	Serving string
 	// Registry receives the agent's metrics and is what /metrics serves.
 	// Nil: a new registry with the Go and process collectors.
 	Registry *prometheus.Registry
@@ -146,6 +150,9 @@ type Options struct {
 }
 
 func (o *Options) setDefaults() {
+	if o.Serving == "" {
+		o.Serving = nodeinfo.ServingDevicePlugin
+	}
 	if o.BusyPolicy == "" {
 		o.BusyPolicy = BusyWait
 	}
@@ -258,7 +265,7 @@ func New(opts Options) (*Agent, error) {
 	if err := opts.validate(); err != nil {
 		return nil, fmt.Errorf("node agent options: %w", err)
 	}
-	m, err := newMetrics(opts.Registry, opts.Server, opts.NodeName)
+	m, err := newMetrics(opts.Registry, opts.Server, opts.NodeName, opts.Serving)
 	if err != nil {
 		return nil, err
 	}
@@ -313,6 +320,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("reading the GPUs: %w", err)
 	}
 	a.gpus = gpus
+	a.metrics.instances.setLayout(gpus)
 	if err := a.opts.Server.Serve(ctx, gpus); err != nil {
 		a.log.Error(err, "Serving the current layout")
 	}
@@ -476,6 +484,7 @@ func (a *Agent) step(ctx context.Context) bool {
 	a.metrics.reconciles.WithLabelValues(out.result).Inc()
 	a.metrics.duration.WithLabelValues(out.result).Observe(time.Since(start).Seconds())
 	a.gpus = out.gpus
+	a.metrics.instances.setLayout(out.gpus)
 	// The reconcile may have reported on the Node (see announce): what
 	// follows compares with the Node as it is now.
 	if n := a.node(); n != nil && n.UID == node.UID {

@@ -31,14 +31,16 @@ import (
 
 // testBusyGPUWaits: a GPU with a pod on an instance the layout destroys
 // stays as it is, pending and named in the reason, while the other GPUs
-// change; once the pod is gone it changes too.
+// change; once the pod is gone it changes too. The per-instance series
+// follow the pod and the layout.
 func testBusyGPUWaits(t *testing.T, api *apiServer) {
 	n := newNode(t, api)
 	n.partition(0, "3g.40gb", "3g.40gb")
 	gpus := n.discover()
 	busyID := gpus[0].Instances[1].UUID
 	n.podres.Set(podresourcestest.Device{Namespace: "ml", Pod: "train-0", Container: "main", Resource: resource3g, IDs: []string{busyID}})
-	n.start()
+	r := n.start()
+	waitInstanceHolders(t, n, r, map[string][]string{busyID: {"ml/train-0"}})
 	n.annotate(nodeinfo.AnnotationMigConfig, allSeven)
 
 	obj := n.waitState(nodeinfo.StatePending)
@@ -51,11 +53,18 @@ func testBusyGPUWaits(t *testing.T, api *apiServer) {
 	waitLayout(t, n, want)
 	n.waitServed(map[string]int{resource3g: 2, resource1g: 7, string(resourcename.GPU): 0})
 	n.waitEvent(corev1.EventTypeNormal, ReasonApplied, "GPU 1")
+	// GPU 1's new instances show, free; the pod still on GPU 0.
+	waitInstanceHolders(t, n, r, map[string][]string{busyID: {"ml/train-0"}})
 
-	// The pod is gone: GPU 0 follows.
+	// The pod is gone: GPU 0 follows, and no series of the pod or of the
+	// destroyed instances stays.
 	n.podres.Set()
 	n.waitState(nodeinfo.StateSuccess)
 	n.waitServed(map[string]int{resource3g: 0, resource1g: 14, string(resourcename.GPU): 0})
+	waitInstanceHolders(t, n, r, nil)
+	if h := instanceHolders(t, r.reg); len(h) != 14 {
+		t.Errorf("%d instances in migflex_agent_instance_info, want 14", len(h))
+	}
 	if pending := countReason(n.events(), ReasonPending); pending != 1 {
 		t.Errorf("%d MigConfigPending Events, want 1 (retries are no news)", pending)
 	}

@@ -25,7 +25,7 @@ func (threeServer) Served() map[string]map[string]bool {
 // device of no served resource counts nowhere.
 func TestDevicesInUseMetric(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m, err := newMetrics(reg, threeServer{}, "node-a")
+	m, err := newMetrics(reg, threeServer{}, "node-a", "device-plugin")
 	if err != nil {
 		t.Fatal(err)
 	}

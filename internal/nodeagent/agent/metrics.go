@@ -62,15 +62,21 @@ type metrics struct {
 	// inUse holds the device IDs pods hold, as the loop last learnt them
 	// (setInUse); the device collector reads it at scrape time.
 	inUse atomic.Pointer[map[string]bool]
+	// instances serves the per-instance series.
+	instances *instanceCollector
 }
 
 // configStates are the values of the state label of
 // migflex_agent_config_state.
 var configStates = []string{nodeinfo.StatePending, nodeinfo.StateSuccess, nodeinfo.StateFailed}
 
-func newMetrics(reg prometheus.Registerer, srv Server, node string) (*metrics, error) {
+// newMetrics registers the agent's metrics on reg; serving is the
+// serving path (nodeinfo.ServingDevicePlugin or ServingDRA) the
+// per-instance series name.
+func newMetrics(reg prometheus.Registerer, srv Server, node, serving string) (*metrics, error) {
 	m := &metrics{
-		node: node,
+		node:      node,
+		instances: &instanceCollector{node: node, serving: serving},
 		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "migflex", Subsystem: "agent", Name: "config_state",
 			Help: "1 for the state the Node shows in its nvidia.com/mig.config.state label (pending, success, failed), 0 for the others; all 0 while the Node has no state (no mig.config was ever set).",
@@ -103,7 +109,7 @@ func newMetrics(reg prometheus.Registerer, srv Server, node string) (*metrics, e
 		}, []string{"call"}),
 	}
 	m.setState("")
-	for _, c := range []prometheus.Collector{m.reconciles, m.duration, m.errors, m.state, m.writes, m.allocatable, m.callTimeouts, deviceCollector{srv, &m.inUse}} {
+	for _, c := range []prometheus.Collector{m.reconciles, m.duration, m.errors, m.state, m.writes, m.allocatable, m.callTimeouts, deviceCollector{srv, &m.inUse}, m.instances} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering agent metrics: %w", err)
 		}
@@ -130,6 +136,7 @@ func (m *metrics) setInUse(inUse map[string][]string) {
 		ids[id] = true
 	}
 	m.inUse.Store(&ids)
+	m.instances.setInUse(inUse)
 }
 
 // newRegistry is the registry used when Options.Registry is nil: the

@@ -19,7 +19,7 @@ func (oneDevice) Served() map[string]map[string]bool {
 // every agent metric documented there exists.
 func TestMetricsDocumented(t *testing.T) {
 	reg := newRegistry()
-	m, err := newMetrics(reg, oneDevice{}, "node-a")
+	m, err := newMetrics(reg, oneDevice{}, "node-a", "device-plugin")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,6 +30,7 @@ func TestMetricsDocumented(t *testing.T) {
 	m.writes.WithLabelValues(causeInUse).Inc()
 	m.allocatable.WithLabelValues("written").Inc()
 	m.callTimeouts.WithLabelValues(callCreate).Inc()
+	m.instances.setLayout(instanceGPUs())
 
 	mfs, err := reg.Gather()
 	if err != nil {
