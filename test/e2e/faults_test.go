@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -639,7 +640,8 @@ func TestFaultXidStormUnderPods(t *testing.T) {
 	}
 	before := layout(node)
 
-	n.armFault(t, "storm", "--kind", "xidStorm", "--gpu", "0", "--xid", "48", "--events", "300", "--interval", "20ms")
+	const events = 300
+	n.armFault(t, "storm", "--kind", "xidStorm", "--gpu", "0", "--xid", "48", "--events", strconv.Itoa(events), "--interval", "20ms")
 	node, err = n.WaitForNode(ctx, "every MIG device of the GPU unhealthy, none allocatable, the layout unchanged", timeout, func(node *corev1.Node) error {
 		l, err := nodeLayout(node)
 		if err != nil {
@@ -671,7 +673,7 @@ func TestFaultXidStormUnderPods(t *testing.T) {
 	t.Logf("under the storm: every MIG device unhealthy, allocatable %v, capacity %v", gpuResources(node.Status.Allocatable), gpuResources(node.Status.Capacity))
 	err = framework.WaitFor(ctx, "the storm over", timeout, func(context.Context) (bool, error) {
 		fs, err := n.Local().SimFaults()
-		return err == nil && fs["storm"].Done, err
+		return err == nil && fs["storm"].XidsSent == events, err
 	})
 	if err != nil {
 		t.Fatal(err)
