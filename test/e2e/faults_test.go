@@ -134,6 +134,184 @@ func (n simNode) instancesOf(t *testing.T) map[string]framework.SimInstance {
 	return out
 }
 
+// TestFaultXidStormUnderPods (fault 10): a storm of Xid 48 (a double-bit
+// ECC error: a device fault, not an application's) on node mf-b200's GPU,
+// 300 events 20 ms apart on the whole GPU, while a pod runs on one of its
+// MIG devices. The agent's health watcher marks every MIG device of the
+// GPU Unhealthy (the layout annotation says so, and the kubelet drops
+// them from the Node's allocatable, so no new pod lands there) and changes
+// nothing else: the layout stays, the pod runs on on its instance, the
+// agent keeps running. A quiet period (the local overlay's 30 s) after the
+// last Xid the devices are healthy again and the node converges.
+func TestFaultXidStormUnderPods(t *testing.T) {
+	faultTest(t)
+	n := b200Node(t)
+	ctx := t.Context()
+	want := gpuLayouts{0: {"1g.23gb", "2g.45gb", "2g.45gb"}}
+	n.applyLayouts(t, want)
+	ns := cluster.Namespace(t)
+	n.holder(t, ns, "holder", "1g.23gb")
+	inv := n.Invariants(t)
+	agent, err := n.AgentPod(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layout := func(node *corev1.Node) map[string]string {
+		out := map[string]string{}
+		l, err := nodeLayout(node)
+		if err != nil {
+			return out
+		}
+		for _, g := range l {
+			for _, in := range g.Instances {
+				out[in.UUID] = in.Profile
+			}
+		}
+		return out
+	}
+	node, err := n.Node(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := layout(node)
+
+	const events = 300
+	n.armFault(t, "storm", "--kind", "xidStorm", "--gpu", "0", "--xid", "48", "--events", strconv.Itoa(events), "--interval", "20ms")
+	node, err = n.WaitForNode(ctx, "every MIG device of the GPU unhealthy, none allocatable, the layout unchanged", timeout, func(node *corev1.Node) error {
+		l, err := nodeLayout(node)
+		if err != nil {
+			return err
+		}
+		for _, g := range l {
+			for _, in := range g.Instances {
+				if in.Health != "Unhealthy" {
+					return fmt.Errorf("MIG device %s (%s) is %q", in.UUID, in.Profile, in.Health)
+				}
+			}
+		}
+		if diff := cmp.Diff(before, layout(node)); diff != "" {
+			return fmt.Errorf("the layout changed under the storm (-before +now):\n%s", diff)
+		}
+		if s := node.Labels[labelState]; s != "success" {
+			return fmt.Errorf("state %q, reason %q", s, node.Annotations[annotationReason])
+		}
+		for r, q := range gpuResources(node.Status.Allocatable) {
+			if q != 0 {
+				return fmt.Errorf("%s allocatable %d", r, q)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("under the storm: every MIG device unhealthy, allocatable %v, capacity %v", gpuResources(node.Status.Allocatable), gpuResources(node.Status.Capacity))
+	err = framework.WaitFor(ctx, "the storm over", timeout, func(context.Context) (bool, error) {
+		fs, err := n.Local().SimFaults()
+		return err == nil && fs["storm"].XidsSent == events, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv.Check(t, want.sorted())
+	after, err := n.AgentPod(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.UID != agent.UID || restarts(after) != restarts(agent) {
+		t.Errorf("agent pod %s (%d restarts) is now %s (%d restarts): the storm took the agent down", agent.Name, restarts(agent), after.Name, restarts(after))
+	}
+}
+
+// TestFaultGPULostDuringReshape (fault 10): node 1's GPU 0 falls off the
+// bus (the simulator's lost fault: Xid 79, then ERROR_GPU_IS_LOST on every
+// call on it) at the first GPU-instance create of a change of its layout,
+// after the change destroyed what it had to, while a pod runs on GPU 1.
+// The node says failed, with a reason; the pod's instance on GPU 1 is
+// untouched. Once the GPU is back (the fault cleared, as the reset or
+// reboot that brings a real one back) the agent applies the change again
+// and the node converges.
+func TestFaultGPULostDuringReshape(t *testing.T) {
+	faultTest(t)
+	n := dpNode()
+	ctx := t.Context()
+	n.applyLayouts(t, gpuLayouts{0: {"2g.20gb", "2g.20gb", "2g.20gb"}, 1: {"3g.40gb", "3g.40gb"}})
+	ns := cluster.Namespace(t)
+	device := n.holder(t, ns, "holder", "3g.40gb")
+	inv := n.Invariants(t)
+	before := n.instancesOf(t)[device]
+
+	n.armFault(t, "lost", "--kind", "lost", "--gpu", "0", "--call", "createGpuInstance")
+	want := gpuLayouts{0: all1g, 1: {"3g.40gb", "3g.40gb"}}
+	n.setMigConfig(t, annotationMigConfig, migConfigPerGPU(want))
+	if _, err := n.WaitForSimFault(ctx, "lost", false); err != nil {
+		t.Fatal(err)
+	}
+	node, err := n.WaitForNode(ctx, "state failed with a reason", timeout, func(node *corev1.Node) error {
+		if s, r := node.Labels[labelState], node.Annotations[annotationReason]; s != "failed" || r == "" {
+			return fmt.Errorf("state %q, reason %q", s, r)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reason := node.Annotations[annotationReason]
+	t.Logf("GPU 0 lost mid-change: state failed, reason %q", reason)
+	if !strings.Contains(strings.ToLower(reason), "lost") {
+		t.Errorf("the reason %q does not say the GPU is lost", reason)
+	}
+	if now, ok := n.instancesOf(t)[device]; !ok || now != before {
+		t.Fatalf("the pod's device %s on GPU 1 while GPU 0 is lost: %+v (there %v), was %+v", device, now, ok, before)
+	}
+	n.release(t, "lost")
+	inv.Check(t, want.sorted())
+}
+
+// TestFaultCheckpointCorrupted (fault 9): the DRA plugin's checkpoint on
+// node mf-dra is truncated to half (as a failing disk or a careless tool
+// leaves it; the agent's own writes are atomic) while a pod holds a
+// claim, and the agent is restarted (SIGKILL; the kubelet starts it
+// again). The new agent restores the checkpoint from its copy
+// (checkpoint-copy.json, written before it on every save), keeps the
+// unreadable file as checkpoint.json.corrupt, and serves on: the pod and
+// its instance untouched, its claim's entry and CDI spec kept, the node
+// converged.
+func TestFaultCheckpointCorrupted(t *testing.T) {
+	faultTest(t)
+	n := draNode(t)
+	ctx := t.Context()
+	n.applyLayouts(t, draLayout)
+	ns := cluster.Namespace(t)
+	n.runHolder(t, ns, "holder", "3g.40gb")
+	inv := n.Invariants(t)
+	if len(inv.Held()) != 1 {
+		t.Fatalf("the agent of %s reports the holders %v, want pod %s/holder", n.NodeName, inv.Held(), ns)
+	}
+	dir := n.Local().DRAPluginDir()
+	path := filepath.Join(dir, "checkpoint.json")
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cp, err := os.ReadFile(filepath.Join(dir, "checkpoint-copy.json")); err != nil || string(cp) != string(good) {
+		t.Fatalf("the checkpoint's copy (%v) is not the checkpoint:\n%s\nwant\n%s", err, cp, good)
+	}
+	bad := good[:len(good)/2]
+	if err := os.WriteFile(path, bad, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	who, err := n.KillAgent(ctx, syscall.SIGKILL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("checkpoint %s truncated from %d to %d bytes; SIGKILLed the agent (%s)", path, len(good), len(bad), who)
+	inv.Check(t, draLayout.sorted())
+	if b, err := os.ReadFile(filepath.Join(dir, "checkpoint.json.corrupt")); err != nil || string(b) != string(bad) {
+		t.Errorf("the unreadable checkpoint kept aside: %q (%v), want the truncated file", b, err)
+	}
+}
+
 // TestFaultNodeReboot (fault 3): node mf-b200 reboots with a layout in
 // place: its kubelet stops, every container (the agent's included) is
 // SIGKILLed, containerd stops, the simulator's `sim reboot` drops every MIG
@@ -597,184 +775,6 @@ func TestFaultNVMLCreateHangs(t *testing.T) {
 	}
 	n.release(t, "hang")
 	inv.Check(t, want.sorted())
-}
-
-// TestFaultXidStormUnderPods (fault 10): a storm of Xid 48 (a double-bit
-// ECC error: a device fault, not an application's) on node mf-b200's GPU,
-// 300 events 20 ms apart on the whole GPU, while a pod runs on one of its
-// MIG devices. The agent's health watcher marks every MIG device of the
-// GPU Unhealthy (the layout annotation says so, and the kubelet drops
-// them from the Node's allocatable, so no new pod lands there) and changes
-// nothing else: the layout stays, the pod runs on on its instance, the
-// agent keeps running. A quiet period (the local overlay's 30 s) after the
-// last Xid the devices are healthy again and the node converges.
-func TestFaultXidStormUnderPods(t *testing.T) {
-	faultTest(t)
-	n := b200Node(t)
-	ctx := t.Context()
-	want := gpuLayouts{0: {"1g.23gb", "2g.45gb", "2g.45gb"}}
-	n.applyLayouts(t, want)
-	ns := cluster.Namespace(t)
-	n.holder(t, ns, "holder", "1g.23gb")
-	inv := n.Invariants(t)
-	agent, err := n.AgentPod(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	layout := func(node *corev1.Node) map[string]string {
-		out := map[string]string{}
-		l, err := nodeLayout(node)
-		if err != nil {
-			return out
-		}
-		for _, g := range l {
-			for _, in := range g.Instances {
-				out[in.UUID] = in.Profile
-			}
-		}
-		return out
-	}
-	node, err := n.Node(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	before := layout(node)
-
-	const events = 300
-	n.armFault(t, "storm", "--kind", "xidStorm", "--gpu", "0", "--xid", "48", "--events", strconv.Itoa(events), "--interval", "20ms")
-	node, err = n.WaitForNode(ctx, "every MIG device of the GPU unhealthy, none allocatable, the layout unchanged", timeout, func(node *corev1.Node) error {
-		l, err := nodeLayout(node)
-		if err != nil {
-			return err
-		}
-		for _, g := range l {
-			for _, in := range g.Instances {
-				if in.Health != "Unhealthy" {
-					return fmt.Errorf("MIG device %s (%s) is %q", in.UUID, in.Profile, in.Health)
-				}
-			}
-		}
-		if diff := cmp.Diff(before, layout(node)); diff != "" {
-			return fmt.Errorf("the layout changed under the storm (-before +now):\n%s", diff)
-		}
-		if s := node.Labels[labelState]; s != "success" {
-			return fmt.Errorf("state %q, reason %q", s, node.Annotations[annotationReason])
-		}
-		for r, q := range gpuResources(node.Status.Allocatable) {
-			if q != 0 {
-				return fmt.Errorf("%s allocatable %d", r, q)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("under the storm: every MIG device unhealthy, allocatable %v, capacity %v", gpuResources(node.Status.Allocatable), gpuResources(node.Status.Capacity))
-	err = framework.WaitFor(ctx, "the storm over", timeout, func(context.Context) (bool, error) {
-		fs, err := n.Local().SimFaults()
-		return err == nil && fs["storm"].XidsSent == events, err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	inv.Check(t, want.sorted())
-	after, err := n.AgentPod(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if after.UID != agent.UID || restarts(after) != restarts(agent) {
-		t.Errorf("agent pod %s (%d restarts) is now %s (%d restarts): the storm took the agent down", agent.Name, restarts(agent), after.Name, restarts(after))
-	}
-}
-
-// TestFaultGPULostDuringReshape (fault 10): node 1's GPU 0 falls off the
-// bus (the simulator's lost fault: Xid 79, then ERROR_GPU_IS_LOST on every
-// call on it) at the first GPU-instance create of a change of its layout,
-// after the change destroyed what it had to, while a pod runs on GPU 1.
-// The node says failed, with a reason; the pod's instance on GPU 1 is
-// untouched. Once the GPU is back (the fault cleared, as the reset or
-// reboot that brings a real one back) the agent applies the change again
-// and the node converges.
-func TestFaultGPULostDuringReshape(t *testing.T) {
-	faultTest(t)
-	n := dpNode()
-	ctx := t.Context()
-	n.applyLayouts(t, gpuLayouts{0: {"2g.20gb", "2g.20gb", "2g.20gb"}, 1: {"3g.40gb", "3g.40gb"}})
-	ns := cluster.Namespace(t)
-	device := n.holder(t, ns, "holder", "3g.40gb")
-	inv := n.Invariants(t)
-	before := n.instancesOf(t)[device]
-
-	n.armFault(t, "lost", "--kind", "lost", "--gpu", "0", "--call", "createGpuInstance")
-	want := gpuLayouts{0: all1g, 1: {"3g.40gb", "3g.40gb"}}
-	n.setMigConfig(t, annotationMigConfig, migConfigPerGPU(want))
-	if _, err := n.WaitForSimFault(ctx, "lost", false); err != nil {
-		t.Fatal(err)
-	}
-	node, err := n.WaitForNode(ctx, "state failed with a reason", timeout, func(node *corev1.Node) error {
-		if s, r := node.Labels[labelState], node.Annotations[annotationReason]; s != "failed" || r == "" {
-			return fmt.Errorf("state %q, reason %q", s, r)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reason := node.Annotations[annotationReason]
-	t.Logf("GPU 0 lost mid-change: state failed, reason %q", reason)
-	if !strings.Contains(strings.ToLower(reason), "lost") {
-		t.Errorf("the reason %q does not say the GPU is lost", reason)
-	}
-	if now, ok := n.instancesOf(t)[device]; !ok || now != before {
-		t.Fatalf("the pod's device %s on GPU 1 while GPU 0 is lost: %+v (there %v), was %+v", device, now, ok, before)
-	}
-	n.release(t, "lost")
-	inv.Check(t, want.sorted())
-}
-
-// TestFaultCheckpointCorrupted (fault 9): the DRA plugin's checkpoint on
-// node mf-dra is truncated to half (as a failing disk or a careless tool
-// leaves it; the agent's own writes are atomic) while a pod holds a
-// claim, and the agent is restarted (SIGKILL; the kubelet starts it
-// again). The new agent restores the checkpoint from its copy
-// (checkpoint-copy.json, written before it on every save), keeps the
-// unreadable file as checkpoint.json.corrupt, and serves on: the pod and
-// its instance untouched, its claim's entry and CDI spec kept, the node
-// converged.
-func TestFaultCheckpointCorrupted(t *testing.T) {
-	faultTest(t)
-	n := draNode(t)
-	ctx := t.Context()
-	n.applyLayouts(t, draLayout)
-	ns := cluster.Namespace(t)
-	n.runHolder(t, ns, "holder", "3g.40gb")
-	inv := n.Invariants(t)
-	if len(inv.Held()) != 1 {
-		t.Fatalf("the agent of %s reports the holders %v, want pod %s/holder", n.NodeName, inv.Held(), ns)
-	}
-	dir := n.Local().DRAPluginDir()
-	path := filepath.Join(dir, "checkpoint.json")
-	good, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cp, err := os.ReadFile(filepath.Join(dir, "checkpoint-copy.json")); err != nil || string(cp) != string(good) {
-		t.Fatalf("the checkpoint's copy (%v) is not the checkpoint:\n%s\nwant\n%s", err, cp, good)
-	}
-	bad := good[:len(good)/2]
-	if err := os.WriteFile(path, bad, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	who, err := n.KillAgent(ctx, syscall.SIGKILL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("checkpoint %s truncated from %d to %d bytes; SIGKILLed the agent (%s)", path, len(good), len(bad), who)
-	inv.Check(t, draLayout.sorted())
-	if b, err := os.ReadFile(filepath.Join(dir, "checkpoint.json.corrupt")); err != nil || string(b) != string(bad) {
-		t.Errorf("the unreadable checkpoint kept aside: %q (%v), want the truncated file", b, err)
-	}
 }
 
 // TestFaultPlannerLeaderLosesLease (fault 7): the planner runs two
