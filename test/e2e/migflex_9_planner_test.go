@@ -26,8 +26,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/tools/cache"
-	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/migflex/migflex/test/e2e/framework"
@@ -811,42 +809,61 @@ type migConfigValues struct {
 }
 
 // watchMigConfig starts recording node 1's nvidia.com/mig.config from its
-// value now until t ends. The watch resumes where it was when the API
-// server comes back from an outage, so no value is missed.
+// value now until t ends. A watch the API server ends (an outage; a
+// restarted API server's watch cache answers 410 Gone to the old
+// resourceVersion) is started again from the Node as it is then: nothing
+// is written while the API server is down, and the planner's leader needs
+// its Lease and a batch window after it is back before it writes.
 func watchMigConfig(t *testing.T) *migConfigValues {
 	t.Helper()
+	nodes := cluster.Client.CoreV1().Nodes()
 	node, err := cluster.Node(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
 	v := &migConfigValues{values: []string{node.Annotations[annotationMigConfig]}, changed: make(chan struct{}, 1)}
-	lw := &cache.ListWatch{WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-		o.FieldSelector = "metadata.name=" + cluster.NodeName
-		return cluster.Client.CoreV1().Nodes().Watch(ctx, o)
-	}}
-	nw, err := watchtools.NewRetryWatcherWithContext(context.WithoutCancel(t.Context()), node.ResourceVersion, lw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nw.Stop)
+	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
+	t.Cleanup(cancel)
 	go func() {
-		for ev := range nw.ResultChan() {
-			n, ok := ev.Object.(*corev1.Node)
-			if !ok {
-				continue
-			}
-			v.mu.Lock()
-			if a := n.Annotations[annotationMigConfig]; a != v.values[len(v.values)-1] {
-				v.values = append(v.values, a)
-				select {
-				case v.changed <- struct{}{}:
-				default:
+		rv := node.ResourceVersion
+		for ctx.Err() == nil {
+			if w, err := nodes.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + cluster.NodeName, ResourceVersion: rv}); err == nil {
+				for ev := range w.ResultChan() {
+					n, ok := ev.Object.(*corev1.Node)
+					if !ok {
+						break // an error: 410 Gone, or the API server going away
+					}
+					rv = n.ResourceVersion
+					v.record(n)
 				}
+				w.Stop()
 			}
-			v.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+			if n, err := nodes.Get(ctx, cluster.NodeName, metav1.GetOptions{}); err == nil {
+				rv = n.ResourceVersion
+				v.record(n)
+			}
 		}
 	}()
 	return v
+}
+
+// record appends n's nvidia.com/mig.config if it is another value than
+// the last one.
+func (v *migConfigValues) record(n *corev1.Node) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if a := n.Annotations[annotationMigConfig]; a != v.values[len(v.values)-1] {
+		v.values = append(v.values, a)
+		select {
+		case v.changed <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // checkOneChange fails t unless nvidia.com/mig.config changed exactly once
