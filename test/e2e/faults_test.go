@@ -865,6 +865,16 @@ func TestFaultPlannerLeaderLosesLease(t *testing.T) {
 // server is back a leader plans again from what it shows and writes the
 // layout, once; the pod runs and node 1 converges.
 func TestFaultAPIServerDownMidPlannerRound(t *testing.T) {
+	testControlPlaneDownMidPlannerRound(t, "kube-apiserver")
+}
+
+// TestFaultEtcdDownMidPlannerRound (fault 4): the same with etcd stopped
+// for 60 s (the API server up, failing every read and write).
+func TestFaultEtcdDownMidPlannerRound(t *testing.T) {
+	testControlPlaneDownMidPlannerRound(t, "etcd")
+}
+
+func testControlPlaneDownMidPlannerRound(t *testing.T, component string) {
 	faultTest(t)
 	ns := planner(t)
 	ctx := t.Context()
@@ -876,7 +886,7 @@ func TestFaultAPIServerDownMidPlannerRound(t *testing.T) {
 	values := watchMigConfig(t)
 	cluster.CreatePod(t, gpuPod(ns, "pending", "nvidia.com/mig-3g.40gb", 1, "sleep", "3600"))
 	waitUnschedulable(t, ns, "pending")
-	start := stopControlPlane(t, "kube-apiserver")
+	start := stopControlPlane(t, component)
 	time.Sleep(outage)
 	start()
 	healed := time.Now()
@@ -884,7 +894,7 @@ func TestFaultAPIServerDownMidPlannerRound(t *testing.T) {
 		t.Fatal(err)
 	}
 	id, err := leader(ctx)
-	t.Logf("planner leader before the outage %s, after it %s (%v); the pod ran %s after the API server was back", lead, id, err, time.Since(healed).Round(time.Second))
+	t.Logf("planner leader before the outage %s, after it %s (%v); the pod ran %s after %s was back", lead, id, err, time.Since(healed).Round(time.Second), component)
 	values.checkOneChange(t)
 	checkPlannedNode(t)
 }
