@@ -128,10 +128,13 @@ test-e2e:
 
 # The fault suite (docs/RELIABILITY.md): the e2e tests that break the
 # cluster's own processes at a chosen moment and check the invariants after;
-# the rest of the suite skips them (they need MIGFLEX_E2E_FAULTS=1).
+# the rest of the suite skips them (they need MIGFLEX_E2E_FAULTS=1). Their
+# outages and quiet periods add up past e2e.sh's 30m go test timeout, hence
+# a longer one (hang protection, not a budget).
 FAULTS_RUN ?= ^TestFault
+FAULTS_TIMEOUT ?= 60m
 test-faults:
-	MIGFLEX_E2E_FAULTS=1 hack/cluster/e2e.sh -run '$(FAULTS_RUN)'
+	MIGFLEX_E2E_FAULTS=1 hack/cluster/e2e.sh -timeout $(FAULTS_TIMEOUT) -run '$(FAULTS_RUN)'
 
 # The oldest supported minor (hack/cluster/k8s/minors) and the e2e cases
 # `make test` runs on it besides the whole suite on the default minor: the

@@ -314,10 +314,13 @@ func (c *Controller) Handler() http.Handler {
 func (c *Controller) Run(ctx context.Context) error {
 	log := klog.FromContext(ctx).WithName("planner")
 	ctx = klog.NewContext(ctx, log)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// The informers run until ctx ends: cancel it before waiting for them
+	// (defers run last first), or Run never returns when it stops on its
+	// own, with ErrLostLease.
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 
 	c.broadcaster = record.NewBroadcaster(record.WithContext(ctx))
 	c.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.opts.Client.CoreV1().Events("")})

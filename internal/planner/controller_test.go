@@ -2,6 +2,7 @@ package planner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,10 +14,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 
 	"github.com/migflex/migflex/internal/domain/nodeinfo"
 	"github.com/migflex/migflex/internal/planner/plansnap"
@@ -474,6 +478,47 @@ func TestController(t *testing.T) {
 		e.pendingPod("ctl-e-7g", mig7g, "ctl-e")
 		b.waitValue(t, "migflex_planner_node_writes_total", "result", writeSuccess, 1)
 		b.stop()
+	})
+
+	// A leader that finds its Lease taken (it was paused past it, or cut
+	// off) steps down: Run returns ErrLostLease, so that the process exits
+	// and starts again as a follower, rather than hanging on, leading
+	// nothing and contending for nothing.
+	t.Run("lost lease", func(t *testing.T) {
+		_, err := e.client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "planner"}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+		a := e.start(t, func(o *Options) {
+			o.LeaderElection, o.LeaseNamespace, o.Identity = true, "planner", "lost"
+			o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = 3*time.Second, 2*time.Second, 100*time.Millisecond
+		})
+		a.waitValue(t, "migflex_planner_leader", "", "", 1)
+		leases := e.client.CoordinationV1().Leases("planner")
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			l, err := leases.Get(context.Background(), a.c.opts.LeaseName, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			now := metav1.NewMicroTime(time.Now())
+			l.Spec.HolderIdentity, l.Spec.RenewTime, l.Spec.AcquireTime = ptr.To("usurper"), &now, &now
+			l.Spec.LeaseDurationSeconds = ptr.To[int32](60)
+			_, err = leases.Update(context.Background(), l, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-a.done:
+			if !errors.Is(err, ErrLostLease) {
+				t.Errorf("Run after the Lease was taken: %v, want ErrLostLease", err)
+			}
+		case <-time.After(testutil.HangTimeout):
+			a.once.Do(a.cancel)
+			t.Fatalf("Run did not return after another replica took the Lease, only once its context ended: %v", <-a.done)
+		}
+		a.once.Do(a.cancel) // Run returned: nothing left to stop
 	})
 }
 

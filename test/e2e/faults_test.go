@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -39,19 +42,17 @@ func faultTest(t *testing.T) {
 	migflex(t)
 }
 
-// holdCreates arms a hang on the node's simulator's next GPU-instance
-// create, named name, and returns a func that waits until a create hangs
-// in it: the agent has then destroyed what the change destroys on that
-// GPU and not yet created anything.
-func (n simNode) holdCreates(t *testing.T, name string) func() {
+// armFault arms a fault on the node's simulator (`device-plugin sim fault
+// ARGS --name name`) and clears it when the test ends, whatever fails: the
+// next test must find the node without it. A fault cleared already is no
+// error then.
+func (n simNode) armFault(t *testing.T, name string, args ...string) {
 	t.Helper()
-	if out, err := n.Sim(t.Context(), "fault", "--kind", "hang", "--call", "createGpuInstance", "--duration", "10m", "--name", name); err != nil {
+	if out, err := n.Sim(t.Context(), append(append([]string{"fault"}, args...), "--name", name)...); err != nil {
 		t.Fatal(err)
 	} else {
 		t.Log(out)
 	}
-	// Whatever fails, the hang ends with the test: the next test must find
-	// the agent free. A fault cleared already is no error here.
 	t.Cleanup(func() {
 		if out, err := n.Sim(context.Background(), "clear-faults", "--name", name); err != nil {
 			t.Logf("clearing fault %s at the end: %v", name, err)
@@ -59,6 +60,15 @@ func (n simNode) holdCreates(t *testing.T, name string) func() {
 			t.Log(out)
 		}
 	})
+}
+
+// holdCreates arms a hang on the node's simulator's next GPU-instance
+// create, named name, and returns a func that waits until a create hangs
+// in it: the agent has then destroyed what the change destroys on that
+// GPU and not yet created anything.
+func (n simNode) holdCreates(t *testing.T, name string) func() {
+	t.Helper()
+	n.armFault(t, name, "--kind", "hang", "--call", "createGpuInstance", "--duration", "10m")
 	return func() {
 		t.Helper()
 		f, err := n.WaitForSimFault(t.Context(), name, true)
@@ -83,12 +93,7 @@ func (n simNode) release(t *testing.T, name string) {
 // test ends, and returns the device.
 func (n simNode) holder(t *testing.T, ns, name, profile string) string {
 	t.Helper()
-	res := "nvidia.com/mig-" + profile
-	pod := n.gpuPod(ns, name, res, 1, "sleep", "3600")
-	cluster.CreatePod(t, pod)
-	if _, err := cluster.WaitForPodPhase(t.Context(), ns, name, corev1.PodRunning); err != nil {
-		t.Fatal(err)
-	}
+	res := n.runHolder(t, ns, name, profile)
 	held, err := n.Local().KubeletPodDevices(t.Context(), ns, name)
 	if err != nil {
 		t.Fatal(err)
@@ -97,6 +102,19 @@ func (n simNode) holder(t *testing.T, ns, name, profile string) string {
 		t.Fatalf("the kubelet of %s says pod %s/%s holds %v, want one %s", n.NodeName, ns, name, held, res)
 	}
 	return held[res][0]
+}
+
+// runHolder runs a pod on the node asking for one device of profile (a
+// claim, through the extended resource, on a DRA node) until the test
+// ends, waits until it runs, and returns the resource it asked for.
+func (n simNode) runHolder(t *testing.T, ns, name, profile string) string {
+	t.Helper()
+	res := "nvidia.com/mig-" + profile
+	cluster.CreatePod(t, n.gpuPod(ns, name, res, 1, "sleep", "3600"))
+	if _, err := cluster.WaitForPodPhase(t.Context(), ns, name, corev1.PodRunning); err != nil {
+		t.Fatal(err)
+	}
+	return res
 }
 
 // instancesOf is the UUIDs of every MIG device of the node's simulated
@@ -114,6 +132,184 @@ func (n simNode) instancesOf(t *testing.T) map[string]framework.SimInstance {
 		}
 	}
 	return out
+}
+
+// TestFaultXidStormUnderPods (fault 10): a storm of Xid 48 (a double-bit
+// ECC error: a device fault, not an application's) on node mf-b200's GPU,
+// 300 events 20 ms apart on the whole GPU, while a pod runs on one of its
+// MIG devices. The agent's health watcher marks every MIG device of the
+// GPU Unhealthy (the layout annotation says so, and the kubelet drops
+// them from the Node's allocatable, so no new pod lands there) and changes
+// nothing else: the layout stays, the pod runs on on its instance, the
+// agent keeps running. A quiet period (the local overlay's 30 s) after the
+// last Xid the devices are healthy again and the node converges.
+func TestFaultXidStormUnderPods(t *testing.T) {
+	faultTest(t)
+	n := b200Node(t)
+	ctx := t.Context()
+	want := gpuLayouts{0: {"1g.23gb", "2g.45gb", "2g.45gb"}}
+	n.applyLayouts(t, want)
+	ns := cluster.Namespace(t)
+	n.holder(t, ns, "holder", "1g.23gb")
+	inv := n.Invariants(t)
+	agent, err := n.AgentPod(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layout := func(node *corev1.Node) map[string]string {
+		out := map[string]string{}
+		l, err := nodeLayout(node)
+		if err != nil {
+			return out
+		}
+		for _, g := range l {
+			for _, in := range g.Instances {
+				out[in.UUID] = in.Profile
+			}
+		}
+		return out
+	}
+	node, err := n.Node(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := layout(node)
+
+	const events = 300
+	n.armFault(t, "storm", "--kind", "xidStorm", "--gpu", "0", "--xid", "48", "--events", strconv.Itoa(events), "--interval", "20ms")
+	node, err = n.WaitForNode(ctx, "every MIG device of the GPU unhealthy, none allocatable, the layout unchanged", timeout, func(node *corev1.Node) error {
+		l, err := nodeLayout(node)
+		if err != nil {
+			return err
+		}
+		for _, g := range l {
+			for _, in := range g.Instances {
+				if in.Health != "Unhealthy" {
+					return fmt.Errorf("MIG device %s (%s) is %q", in.UUID, in.Profile, in.Health)
+				}
+			}
+		}
+		if diff := cmp.Diff(before, layout(node)); diff != "" {
+			return fmt.Errorf("the layout changed under the storm (-before +now):\n%s", diff)
+		}
+		if s := node.Labels[labelState]; s != "success" {
+			return fmt.Errorf("state %q, reason %q", s, node.Annotations[annotationReason])
+		}
+		for r, q := range gpuResources(node.Status.Allocatable) {
+			if q != 0 {
+				return fmt.Errorf("%s allocatable %d", r, q)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("under the storm: every MIG device unhealthy, allocatable %v, capacity %v", gpuResources(node.Status.Allocatable), gpuResources(node.Status.Capacity))
+	err = framework.WaitFor(ctx, "the storm over", timeout, func(context.Context) (bool, error) {
+		fs, err := n.Local().SimFaults()
+		return err == nil && fs["storm"].XidsSent == events, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv.Check(t, want.sorted())
+	after, err := n.AgentPod(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.UID != agent.UID || restarts(after) != restarts(agent) {
+		t.Errorf("agent pod %s (%d restarts) is now %s (%d restarts): the storm took the agent down", agent.Name, restarts(agent), after.Name, restarts(after))
+	}
+}
+
+// TestFaultGPULostDuringReshape (fault 10): node 1's GPU 0 falls off the
+// bus (the simulator's lost fault: Xid 79, then ERROR_GPU_IS_LOST on every
+// call on it) at the first GPU-instance create of a change of its layout,
+// after the change destroyed what it had to, while a pod runs on GPU 1.
+// The node says failed, with a reason; the pod's instance on GPU 1 is
+// untouched. Once the GPU is back (the fault cleared, as the reset or
+// reboot that brings a real one back) the agent applies the change again
+// and the node converges.
+func TestFaultGPULostDuringReshape(t *testing.T) {
+	faultTest(t)
+	n := dpNode()
+	ctx := t.Context()
+	n.applyLayouts(t, gpuLayouts{0: {"2g.20gb", "2g.20gb", "2g.20gb"}, 1: {"3g.40gb", "3g.40gb"}})
+	ns := cluster.Namespace(t)
+	device := n.holder(t, ns, "holder", "3g.40gb")
+	inv := n.Invariants(t)
+	before := n.instancesOf(t)[device]
+
+	n.armFault(t, "lost", "--kind", "lost", "--gpu", "0", "--call", "createGpuInstance")
+	want := gpuLayouts{0: all1g, 1: {"3g.40gb", "3g.40gb"}}
+	n.setMigConfig(t, annotationMigConfig, migConfigPerGPU(want))
+	if _, err := n.WaitForSimFault(ctx, "lost", false); err != nil {
+		t.Fatal(err)
+	}
+	node, err := n.WaitForNode(ctx, "state failed with a reason", timeout, func(node *corev1.Node) error {
+		if s, r := node.Labels[labelState], node.Annotations[annotationReason]; s != "failed" || r == "" {
+			return fmt.Errorf("state %q, reason %q", s, r)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reason := node.Annotations[annotationReason]
+	t.Logf("GPU 0 lost mid-change: state failed, reason %q", reason)
+	if !strings.Contains(strings.ToLower(reason), "lost") {
+		t.Errorf("the reason %q does not say the GPU is lost", reason)
+	}
+	if now, ok := n.instancesOf(t)[device]; !ok || now != before {
+		t.Fatalf("the pod's device %s on GPU 1 while GPU 0 is lost: %+v (there %v), was %+v", device, now, ok, before)
+	}
+	n.release(t, "lost")
+	inv.Check(t, want.sorted())
+}
+
+// TestFaultCheckpointCorrupted (fault 9): the DRA plugin's checkpoint on
+// node mf-dra is truncated to half (as a failing disk or a careless tool
+// leaves it; the agent's own writes are atomic) while a pod holds a
+// claim, and the agent is restarted (SIGKILL; the kubelet starts it
+// again). The new agent restores the checkpoint from its copy
+// (checkpoint-copy.json, written before it on every save), keeps the
+// unreadable file as checkpoint.json.corrupt, and serves on: the pod and
+// its instance untouched, its claim's entry and CDI spec kept, the node
+// converged.
+func TestFaultCheckpointCorrupted(t *testing.T) {
+	faultTest(t)
+	n := draNode(t)
+	ctx := t.Context()
+	n.applyLayouts(t, draLayout)
+	ns := cluster.Namespace(t)
+	n.runHolder(t, ns, "holder", "3g.40gb")
+	inv := n.Invariants(t)
+	if len(inv.Held()) != 1 {
+		t.Fatalf("the agent of %s reports the holders %v, want pod %s/holder", n.NodeName, inv.Held(), ns)
+	}
+	dir := n.Local().DRAPluginDir()
+	path := filepath.Join(dir, "checkpoint.json")
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cp, err := os.ReadFile(filepath.Join(dir, "checkpoint-copy.json")); err != nil || string(cp) != string(good) {
+		t.Fatalf("the checkpoint's copy (%v) is not the checkpoint:\n%s\nwant\n%s", err, cp, good)
+	}
+	bad := good[:len(good)/2]
+	if err := os.WriteFile(path, bad, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	who, err := n.KillAgent(ctx, syscall.SIGKILL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("checkpoint %s truncated from %d to %d bytes; SIGKILLed the agent (%s)", path, len(good), len(bad), who)
+	inv.Check(t, draLayout.sorted())
+	if b, err := os.ReadFile(filepath.Join(dir, "checkpoint.json.corrupt")); err != nil || string(b) != string(bad) {
+		t.Errorf("the unreadable checkpoint kept aside: %q (%v), want the truncated file", b, err)
+	}
 }
 
 // TestFaultNodeReboot (fault 3): node mf-b200 reboots with a layout in
@@ -276,6 +472,20 @@ func testControlPlaneDownMidApply(t *testing.T, component string) {
 	n.setMigConfig(t, annotationMigConfig, migConfigPerGPU(want))
 	hung()
 
+	start := stopControlPlane(t, component)
+	down := time.Now()
+	time.Sleep(outage / 3)
+	n.release(t, "hold")
+	time.Sleep(outage - time.Since(down))
+	start()
+	inv.Check(t, want.sorted())
+}
+
+// stopControlPlane stops component (kube-apiserver or etcd) and returns a
+// func that starts it again and returns once the API server is ready; the
+// test's end starts it too, whatever failed.
+func stopControlPlane(t *testing.T, component string) (start func()) {
+	t.Helper()
 	// Not t.Context() alone: whatever fails, the component starts again.
 	ctx := context.WithoutCancel(t.Context())
 	out, err := cluster.Stop(ctx, component)
@@ -285,7 +495,8 @@ func testControlPlaneDownMidApply(t *testing.T, component string) {
 	}
 	down := time.Now()
 	started := false
-	start := func() {
+	start = func() {
+		t.Helper()
 		if started {
 			return
 		}
@@ -306,12 +517,8 @@ func testControlPlaneDownMidApply(t *testing.T, component string) {
 			t.Fatal(err)
 		}
 	}
-	defer start()
-	time.Sleep(outage / 3)
-	n.release(t, "hold")
-	time.Sleep(outage - time.Since(down))
-	start()
-	inv.Check(t, want.sorted())
+	t.Cleanup(start)
+	return start
 }
 
 // waitForPodEvent waits for an Event about the pod with reason, and
@@ -380,10 +587,7 @@ func TestFaultDRACheckpointReadOnly(t *testing.T) {
 	n := draNode(t)
 	n.applyLayouts(t, draLayout)
 	ns := cluster.Namespace(t)
-	cluster.CreatePod(t, n.gpuPod(ns, "holder", "nvidia.com/mig-3g.40gb", 1, "sleep", "3600"))
-	if _, err := cluster.WaitForPodPhase(t.Context(), ns, "holder", corev1.PodRunning); err != nil {
-		t.Fatal(err)
-	}
+	n.runHolder(t, ns, "holder", "3g.40gb")
 	inv := n.Invariants(t)
 	if len(inv.Held()) != 1 {
 		t.Fatalf("the agent of %s reports the holders %v, want pod %s/holder", n.NodeName, inv.Held(), ns)
@@ -411,10 +615,7 @@ func TestFaultKubeletRestartDuringDRAPrepare(t *testing.T) {
 	n := draNode(t)
 	n.applyLayouts(t, draLayout)
 	ns := cluster.Namespace(t)
-	cluster.CreatePod(t, n.gpuPod(ns, "holder", "nvidia.com/mig-3g.40gb", 1, "sleep", "3600"))
-	if _, err := cluster.WaitForPodPhase(t.Context(), ns, "holder", corev1.PodRunning); err != nil {
-		t.Fatal(err)
-	}
+	n.runHolder(t, ns, "holder", "3g.40gb")
 	inv := n.Invariants(t)
 	writable := readOnlyDir(t, n.Local().DRAPluginDir())
 	cluster.CreatePod(t, n.gpuPod(ns, "preparing", "nvidia.com/mig-1g.10gb", 1, "sleep", "3600"))
@@ -531,11 +732,7 @@ func TestFaultNVMLCreateFails(t *testing.T) {
 	ns := cluster.Namespace(t)
 	n.holder(t, ns, "holder", "1g.23gb")
 	inv := n.Invariants(t)
-	if out, err := n.Sim(t.Context(), "fault", "--kind", "error", "--call", "createGpuInstance", "--nth", "2", "--name", "fail"); err != nil {
-		t.Fatal(err)
-	} else {
-		t.Log(out)
-	}
+	n.armFault(t, "fail", "--kind", "error", "--call", "createGpuInstance", "--nth", "2")
 	want := gpuLayouts{0: {"1g.23gb", "1g.23gb", "1g.23gb", "3g.90gb"}}
 	n.setMigConfig(t, annotationMigConfig, migConfigPerGPU(want))
 	if _, err := n.WaitForSimFault(t.Context(), "fail", false); err != nil {
@@ -578,4 +775,146 @@ func TestFaultNVMLCreateHangs(t *testing.T) {
 	}
 	n.release(t, "hang")
 	inv.Check(t, want.sorted())
+}
+
+// TestFaultPlannerLeaderLosesLease (fault 7): the planner runs two
+// replicas; its leader is paused (SIGSTOP: it neither renews its Lease nor
+// knows that it stopped) while it batches a pending pod's arrival, past
+// its Lease (6 s here). The other replica takes the Lease, writes the
+// layout, and the pod runs. Then the old leader goes on (SIGCONT) with
+// its round due and its view of the Node from before the pause: a write
+// it sends carries that view's resourceVersion as a precondition and
+// fails, and it steps down (its process exits, the container restarts).
+// nvidia.com/mig.config changes exactly once; node 1 converges.
+//
+// It runs last of the fault tests: it installs the planner (and turns the
+// webhook reshape-first) for the rest of the run.
+func TestFaultPlannerLeaderLosesLease(t *testing.T) {
+	faultTest(t)
+	ns := planner(t)
+	ctx := t.Context()
+	if err := setPlannerArgs(ctx, leaderFaultArgs(t)); err != nil { // two replicas up
+		t.Fatal(err)
+	}
+	resetTo1g(t)
+	lead := waitForPlannerLeader(t)
+	leadPod, _, _ := strings.Cut(lead, "_")
+	restartsOf := func() int32 {
+		pods, err := plannerPods(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods {
+			if p.Name == leadPod {
+				return restarts(&p)
+			}
+		}
+		return -1
+	}
+	before := restartsOf()
+	values := watchMigConfig(t)
+	cluster.CreatePod(t, gpuPod(ns, "pending", "nvidia.com/mig-3g.40gb", 1, "sleep", "3600"))
+	waitUnschedulable(t, ns, "pending")
+
+	if err := signalPlanner(leadPod, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	paused := time.Now()
+	resumed := false
+	resume := func() {
+		if resumed {
+			return
+		}
+		resumed = true
+		if err := signalPlanner(leadPod, syscall.SIGCONT); err != nil {
+			t.Error(err)
+		}
+	}
+	// Whatever fails, the process goes on: a stopped one fails its
+	// liveness probe and would be restarted in another test.
+	defer resume()
+	next := waitForNewPlannerLeader(t, lead)
+	t.Logf("leader %s paused (SIGSTOP) while batching; %s took over after %s (lease duration %s)", lead, next, time.Since(paused).Round(100*time.Millisecond), plannerLease)
+	select {
+	case <-values.changed:
+	case <-time.After(timeout):
+		t.Fatal("the new leader never wrote the layout")
+	}
+	resume()
+	t.Logf("the new leader wrote the layout; the old one resumed (SIGCONT) %s after the pause", time.Since(paused).Round(100*time.Millisecond))
+	if _, err := cluster.WaitForPodPhase(ctx, ns, "pending", corev1.PodRunning); err != nil {
+		t.Fatal(err)
+	}
+	err := framework.WaitFor(ctx, "the old leader "+leadPod+" to step down (its process exits, the container restarts)", timeout, func(context.Context) (bool, error) {
+		return restartsOf() > before, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := leader(ctx); err != nil || id != next {
+		t.Errorf("the Lease is held by %q (%v), want %q still", id, err, next)
+	}
+	values.checkOneChange(t)
+	checkPlannedNode(t)
+}
+
+// TestFaultAPIServerDownMidPlannerRound (fault 4): the API server stops
+// for 60 s while the planner's leader (of two replicas) batches a pending
+// pod's arrival. While it is down no replica can write, renew the Lease or
+// take it: the leader's round cannot write and it steps down. Once the API
+// server is back a leader plans again from what it shows and writes the
+// layout, once; the pod runs and node 1 converges.
+func TestFaultAPIServerDownMidPlannerRound(t *testing.T) {
+	testControlPlaneDownMidPlannerRound(t, "kube-apiserver")
+}
+
+// TestFaultEtcdDownMidPlannerRound (fault 4): the same with etcd stopped
+// for 60 s (the API server up, failing every read and write).
+func TestFaultEtcdDownMidPlannerRound(t *testing.T) {
+	testControlPlaneDownMidPlannerRound(t, "etcd")
+}
+
+func testControlPlaneDownMidPlannerRound(t *testing.T, component string) {
+	faultTest(t)
+	ns := planner(t)
+	ctx := t.Context()
+	if err := setPlannerArgs(ctx, leaderFaultArgs(t)); err != nil { // two replicas up
+		t.Fatal(err)
+	}
+	resetTo1g(t)
+	lead := waitForPlannerLeader(t)
+	values := watchMigConfig(t)
+	cluster.CreatePod(t, gpuPod(ns, "pending", "nvidia.com/mig-3g.40gb", 1, "sleep", "3600"))
+	waitUnschedulable(t, ns, "pending")
+	start := stopControlPlane(t, component)
+	time.Sleep(outage)
+	start()
+	healed := time.Now()
+	if _, err := cluster.WaitForPodPhase(ctx, ns, "pending", corev1.PodRunning); err != nil {
+		t.Fatal(err)
+	}
+	id, err := leader(ctx)
+	t.Logf("planner leader before the outage %s, after it %s (%v); the pod ran %s after %s was back", lead, id, err, time.Since(healed).Round(time.Second), component)
+	values.checkOneChange(t)
+	checkPlannedNode(t)
+}
+
+// checkPlannedNode checks every invariant of node 1 after a planner
+// fault, with the layout the agent applied from what the planner wrote:
+// the state success, the pods the planner served running on their
+// instances, the kubelet's devices and allocatable that layout's, nothing
+// leaked.
+func checkPlannedNode(t *testing.T) {
+	t.Helper()
+	n := dpNode()
+	inv := n.Invariants(t)
+	node, err := n.Node(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	layout, err := nodeLayout(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv.Check(t, profiles(layout))
 }

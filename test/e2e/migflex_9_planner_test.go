@@ -322,10 +322,11 @@ func leader(ctx context.Context) (string, error) {
 	return *l.Spec.HolderIdentity, nil
 }
 
-// killPlanner kills the planner process of pod with SIGKILL, as a crash
-// or an OOM kill would: no chance to release its Lease. The cluster runs
-// on this host, so the process is one of ours to find.
-func killPlanner(pod string) error {
+// signalPlanner sends sig to the planner process of pod: SIGKILL as a
+// crash or an OOM kill would (no chance to release its Lease), SIGSTOP and
+// SIGCONT to pause it past its Lease and let it go on. The cluster runs on
+// this host, so the process is one of ours to find.
+func signalPlanner(pod string, sig syscall.Signal) error {
 	want := []byte("MIGFLEX_PLANNER_LEADER_ELECT_IDENTITY=" + pod + "\x00")
 	dirs, err := filepath.Glob("/proc/[0-9]*")
 	if err != nil {
@@ -344,7 +345,7 @@ func killPlanner(pod string) error {
 		if err != nil {
 			return err
 		}
-		return syscall.Kill(pid, syscall.SIGKILL)
+		return syscall.Kill(pid, sig)
 	}
 	return fmt.Errorf("no planner process of pod %s on this host", pod)
 }
@@ -694,8 +695,49 @@ func TestPlannerLeavesNodesAlone(t *testing.T) {
 func TestPlannerLeaderKilled(t *testing.T) {
 	ns := planner(t)
 	ctx := t.Context()
-	// A batch long enough that the kill lands inside it.
-	args := append(slices.Clone(plannerArgs), "--batch-idle=3s", "--batch-max=5s")
+	args := leaderFaultArgs(t)
+	for i, when := range []string{"while batching", "after its write"} {
+		t.Run(when, func(t *testing.T) {
+			resetTo1g(t)
+			if err := setPlannerArgs(ctx, args); err != nil { // two replicas up
+				t.Fatal(err)
+			}
+			lead := waitForPlannerLeader(t)
+			values := watchMigConfig(t)
+
+			name := fmt.Sprintf("leader-%d", i)
+			pod := gpuPod(ns, name, "nvidia.com/mig-3g.40gb", 1, "sleep", "3600")
+			cluster.CreatePod(t, pod)
+			if i == 0 {
+				waitUnschedulable(t, ns, name)
+			} else {
+				select {
+				case <-values.changed:
+				case <-time.After(timeout):
+					t.Fatal("the leader never wrote the layout")
+				}
+			}
+			killed := time.Now()
+			leadPod, _, _ := strings.Cut(lead, "_")
+			if err := signalPlanner(leadPod, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			next := waitForNewPlannerLeader(t, lead)
+			t.Logf("leader %s killed (SIGKILL) %s; %s took over after %s (lease duration %s)", lead, when, next, time.Since(killed).Round(100*time.Millisecond), plannerLease)
+			if _, err := cluster.WaitForPodPhase(ctx, ns, name, corev1.PodRunning); err != nil {
+				t.Fatal(err)
+			}
+			values.checkOneChange(t)
+			deletePodAndWait(t, ns, name)
+		})
+	}
+}
+
+// leaderFaultArgs are the planner's flags for the tests that take its
+// leader down in the middle of a round: a batch long enough that the fault
+// lands inside it. The planner gets plannerArgs back when t ends.
+func leaderFaultArgs(t *testing.T) []string {
+	t.Helper()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
 		defer cancel()
@@ -703,106 +745,138 @@ func TestPlannerLeaderKilled(t *testing.T) {
 			t.Errorf("restoring the planner's flags: %v", err)
 		}
 	})
-	for i, when := range []string{"while batching", "after its write"} {
-		t.Run(when, func(t *testing.T) {
-			resetTo1g(t)
-			if err := setPlannerArgs(ctx, args); err != nil { // two replicas up
-				t.Fatal(err)
+	return append(slices.Clone(plannerArgs), "--batch-idle=3s", "--batch-max=5s")
+}
+
+// waitForPlannerLeader waits until both planner replicas run and one of
+// them holds the Lease, and returns the holder's identity.
+func waitForPlannerLeader(t *testing.T) string {
+	t.Helper()
+	var lead string
+	if err := framework.WaitFor(t.Context(), "a planner leader", timeout, func(ctx context.Context) (bool, error) {
+		id, err := leader(ctx)
+		lead = id
+		pods, _ := plannerPods(ctx)
+		pod, _, _ := strings.Cut(id, "_")
+		return err == nil && id != "" && len(pods) == 2 && slices.ContainsFunc(pods, func(p corev1.Pod) bool { return p.Name == pod }), err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return lead
+}
+
+// waitForNewPlannerLeader waits until a replica other than old holds the
+// Lease, and returns it.
+func waitForNewPlannerLeader(t *testing.T, old string) string {
+	t.Helper()
+	var next string
+	if err := framework.WaitFor(t.Context(), "another leader than "+old, timeout, func(ctx context.Context) (bool, error) {
+		id, err := leader(ctx)
+		next = id
+		return err == nil && id != "" && id != old, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return next
+}
+
+// waitUnschedulable waits until the scheduler has marked the pod
+// unschedulable: the planner's leader batches its arrival from then.
+func waitUnschedulable(t *testing.T, ns, name string) {
+	t.Helper()
+	if err := framework.WaitFor(t.Context(), "the pod unschedulable", timeout, func(ctx context.Context) (bool, error) {
+		p, err := cluster.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Reason == corev1.PodReasonUnschedulable {
+				return true, nil
 			}
-			var lead string
-			if err := framework.WaitFor(ctx, "a planner leader", timeout, func(ctx context.Context) (bool, error) {
-				id, err := leader(ctx)
-				lead = id
-				pods, _ := plannerPods(ctx)
-				pod, _, _ := strings.Cut(id, "_")
-				return err == nil && id != "" && len(pods) == 2 && slices.ContainsFunc(pods, func(p corev1.Pod) bool { return p.Name == pod }), err
-			}); err != nil {
-				t.Fatal(err)
-			}
-			node, err := cluster.Node(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			// Every value mig.config takes from here.
-			var mu sync.Mutex
-			values := []string{node.Annotations[annotationMigConfig]}
-			changed := make(chan struct{}, 1)
-			nw, err := cluster.Client.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + cluster.NodeName, ResourceVersion: node.ResourceVersion})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer nw.Stop()
-			go func() {
-				for ev := range nw.ResultChan() {
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// migConfigValues records every value node 1's nvidia.com/mig.config
+// takes, from a watch, and signals changed (coalesced) on each.
+type migConfigValues struct {
+	mu      sync.Mutex
+	values  []string
+	changed chan struct{}
+}
+
+// watchMigConfig starts recording node 1's nvidia.com/mig.config from its
+// value now until t ends. A watch the API server ends (an outage; a
+// restarted API server's watch cache answers 410 Gone to the old
+// resourceVersion) is started again from the Node as it is then: nothing
+// is written while the API server is down, and the planner's leader needs
+// its Lease and a batch window after it is back before it writes.
+func watchMigConfig(t *testing.T) *migConfigValues {
+	t.Helper()
+	nodes := cluster.Client.CoreV1().Nodes()
+	node, err := cluster.Node(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &migConfigValues{values: []string{node.Annotations[annotationMigConfig]}, changed: make(chan struct{}, 1)}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
+	t.Cleanup(cancel)
+	go func() {
+		rv := node.ResourceVersion
+		for ctx.Err() == nil {
+			if w, err := nodes.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + cluster.NodeName, ResourceVersion: rv}); err == nil {
+				for ev := range w.ResultChan() {
 					n, ok := ev.Object.(*corev1.Node)
 					if !ok {
-						continue
+						break // an error: 410 Gone, or the API server going away
 					}
-					mu.Lock()
-					if v := n.Annotations[annotationMigConfig]; v != values[len(values)-1] {
-						values = append(values, v)
-						select {
-						case changed <- struct{}{}:
-						default:
-						}
-					}
-					mu.Unlock()
+					rv = n.ResourceVersion
+					v.record(n)
 				}
-			}()
+				w.Stop()
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+			if n, err := nodes.Get(ctx, cluster.NodeName, metav1.GetOptions{}); err == nil {
+				rv = n.ResourceVersion
+				v.record(n)
+			}
+		}
+	}()
+	return v
+}
 
-			name := fmt.Sprintf("leader-%d", i)
-			pod := gpuPod(ns, name, "nvidia.com/mig-3g.40gb", 1, "sleep", "3600")
-			cluster.CreatePod(t, pod)
-			if i == 0 {
-				// The scheduler marks it unschedulable; the leader's batch
-				// starts then.
-				if err := framework.WaitFor(ctx, "the pod unschedulable", timeout, func(ctx context.Context) (bool, error) {
-					p, err := cluster.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-					if err != nil {
-						return false, err
-					}
-					for _, c := range p.Status.Conditions {
-						if c.Type == corev1.PodScheduled && c.Reason == corev1.PodReasonUnschedulable {
-							return true, nil
-						}
-					}
-					return false, nil
-				}); err != nil {
-					t.Fatal(err)
-				}
-			} else {
-				select {
-				case <-changed:
-				case <-time.After(timeout):
-					t.Fatal("the leader never wrote the layout")
-				}
-			}
-			killed := time.Now()
-			leadPod, _, _ := strings.Cut(lead, "_")
-			if err := killPlanner(leadPod); err != nil {
-				t.Fatal(err)
-			}
-			var next string
-			if err := framework.WaitFor(ctx, "another leader", timeout, func(ctx context.Context) (bool, error) {
-				id, err := leader(ctx)
-				next = id
-				return err == nil && id != "" && id != lead, err
-			}); err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("leader %s killed (SIGKILL) %s; %s took over after %s (lease duration %s)", lead, when, next, time.Since(killed).Round(100*time.Millisecond), plannerLease)
-			if _, err := cluster.WaitForPodPhase(ctx, ns, name, corev1.PodRunning); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(2 * time.Second) // any late second write would show by now
-			mu.Lock()
-			got := slices.Clone(values)
-			mu.Unlock()
-			if len(got) != 2 {
-				t.Errorf("nvidia.com/mig.config took %d values after the pod arrived, want exactly one change: %q", len(got)-1, got[1:])
-			}
-			deletePodAndWait(t, ns, name)
-		})
+// record appends n's nvidia.com/mig.config if it is another value than
+// the last one.
+func (v *migConfigValues) record(n *corev1.Node) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if a := n.Annotations[annotationMigConfig]; a != v.values[len(v.values)-1] {
+		v.values = append(v.values, a)
+		select {
+		case v.changed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// checkOneChange fails t unless nvidia.com/mig.config changed exactly once
+// since the watch began, a moment from now: any late second write (a
+// stale leader's) would show by then.
+func (v *migConfigValues) checkOneChange(t *testing.T) {
+	t.Helper()
+	time.Sleep(2 * time.Second)
+	v.mu.Lock()
+	got := slices.Clone(v.values)
+	v.mu.Unlock()
+	if len(got) != 2 {
+		t.Errorf("nvidia.com/mig.config took %d values after the pod arrived, want exactly one change: %q", len(got)-1, got[1:])
 	}
 }
 

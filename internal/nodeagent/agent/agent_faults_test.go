@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/migflex/migflex/internal/domain/nodeinfo"
@@ -377,4 +378,40 @@ func testRebootRecreatesLayout(t *testing.T, api *apiServer) {
 		}
 	}
 	n.waitEvent(corev1.EventTypeNormal, ReasonApplied, "GPU 0", "GPU 1")
+}
+
+// testGPULostMidChange: GPU 0 falls off the bus at the first GPU-instance
+// create of a change of its layout, after the change destroyed its
+// instances; GPU 1 holds instances the change does not touch. The node
+// says failed, naming the lost GPU, and GPU 1's instances are the same
+// ones; once the GPU is back (the fault cleared, as a reset or reboot
+// would bring it back) the retry applies the change.
+func testGPULostMidChange(t *testing.T, api *apiServer) {
+	n := newNode(t, api)
+	n.partition(0, "3g.40gb", "3g.40gb")
+	n.partition(1, "3g.40gb", "3g.40gb")
+	gpu1 := func() []sim.InstanceSnapshot { return n.lib.Snapshot()[1].Instances }
+	before := gpu1()
+	n.armFault(sim.Fault{Name: "lost", Kind: sim.FaultLost, Call: sim.CallCreateGpuInstance, GPU: intp(0)})
+	n.start(withResync(time.Hour), withRetry(200*time.Millisecond))
+	n.annotate(nodeinfo.AnnotationMigConfig, sevenOnGPU0)
+
+	obj := n.waitState(nodeinfo.StateFailed)
+	if reason := obj.Annotations[nodeinfo.AnnotationReason]; !strings.Contains(reason, "ERROR_GPU_IS_LOST") {
+		t.Errorf("reason %q does not say the GPU is lost", reason)
+	}
+	if f := n.fault("lost"); f.Fired != 1 {
+		t.Fatalf("the GPU was not lost: %+v", f)
+	}
+	if diff := cmp.Diff(before, gpu1()); diff != "" {
+		t.Errorf("GPU 1's instances changed while GPU 0 was lost (-before +after):\n%s", diff)
+	}
+	if _, err := n.lib.ClearFaults("lost"); err != nil {
+		t.Fatal(err)
+	}
+	n.waitState(nodeinfo.StateSuccess)
+	waitLayout(t, n, []string{"GPU 0 mig=true 1g.10gb@0 1g.10gb@1 1g.10gb@2 1g.10gb@3 1g.10gb@4 1g.10gb@5 1g.10gb@6", "GPU 1 mig=true 3g.40gb@0 3g.40gb@4"})
+	if diff := cmp.Diff(before, gpu1()); diff != "" {
+		t.Errorf("GPU 1's instances changed (-before +after):\n%s", diff)
+	}
 }

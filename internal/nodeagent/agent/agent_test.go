@@ -589,6 +589,7 @@ func TestAgent(t *testing.T) {
 		{"fault: stop while a create hangs", testStopDuringHang},
 		{"fault: reading the GPUs hangs", testDiscoveryHangs},
 		{"fault: reboot recreates the layout", testRebootRecreatesLayout},
+		{"fault: a GPU lost mid-change", testGPULostMidChange},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, api) })
 	}

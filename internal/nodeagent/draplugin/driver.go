@@ -108,8 +108,12 @@ func Start(ctx context.Context, opts Options) (*Driver, error) {
 	if d.policy == UnhealthyAuto {
 		d.policy = dra.UnhealthyTaint
 	}
-	if d.prepared, err = d.ckpt.load(); err != nil {
+	var restored string
+	if d.prepared, restored, err = d.ckpt.load(); err != nil {
 		return nil, fmt.Errorf("DRA driver: %w", err)
+	}
+	if restored != "" {
+		d.logger.Error(nil, "Restored the checkpoint from its copy", "why", restored)
 	}
 	if err := d.removeStraySpecs(); err != nil {
 		return nil, fmt.Errorf("DRA driver: %w", err)

@@ -247,13 +247,120 @@ func TestStartRefusesABadCheckpoint(t *testing.T) {
 				NodeName: node, KubeClient: fakeClient(), Editor: simulated,
 				RegistrarDir: d.registrar, PluginDir: d.plugin, StateDir: d.state, CDIDir: d.cdi,
 			})
-			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "move it away only once") {
+			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "away only once") {
 				t.Fatalf("Start: err = %v, want one containing %q and what to do", err, tt.want)
 			}
 			if b, _ := os.ReadFile(path); string(b) != tt.content {
 				t.Errorf("the checkpoint was changed: %q", b)
 			}
 		})
+	}
+}
+
+// TestStartRestoresACorruptCheckpointFromItsCopy: a checkpoint that
+// cannot be parsed (truncated, or garbage, on disk) while a claim is
+// prepared is restored from its copy: the restarted driver still knows the
+// claim (it answers its Prepare again and keeps its CDI spec), the
+// checkpoint is whole again and the corrupt file is kept aside. Without a
+// good copy it refuses as before, and changes nothing.
+func TestStartRestoresACorruptCheckpointFromItsCopy(t *testing.T) {
+	tests := []struct {
+		name    string
+		corrupt func(t *testing.T, main, cp string)
+		// restored: the driver starts with the claim; otherwise Start
+		// fails with refused in its error.
+		restored bool
+		refused  string
+	}{
+		{"truncated", func(t *testing.T, main, _ string) { truncateHalf(t, main) }, true, ""},
+		{"garbage", func(t *testing.T, main, _ string) { writeFile(t, main, "\x00\x00not json") }, true, ""},
+		{"copy corrupt too", func(t *testing.T, main, cp string) { truncateHalf(t, main); truncateHalf(t, cp) }, false, CheckpointCopyFile + " is not a checkpoint"},
+		{"no copy", func(t *testing.T, main, cp string) {
+			truncateHalf(t, main)
+			if err := os.Remove(cp); err != nil {
+				t.Fatal(err)
+			}
+		}, false, "no copy to restore it from"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, discover := simGPUs(t)
+			kept := allocated("ns", "kept", "p", [2]string{"r", mig0})
+			client := fakeClient(kept)
+			d := newDirs(t)
+			drv := startDriver(t, client, d, Options{})
+			if err := drv.Publish(discover(), nil); err != nil {
+				t.Fatal(err)
+			}
+			if r := dialKubelet(t, d).prepare(kept)["uid-kept"]; r.GetError() != "" {
+				t.Fatal(r.GetError())
+			}
+			drv.Stop()
+			main, cp := filepath.Join(d.state, CheckpointFile), filepath.Join(d.state, CheckpointCopyFile)
+			good, err := os.ReadFile(main)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c, err := os.ReadFile(cp); err != nil || string(c) != string(good) {
+				t.Fatalf("the copy %q (%v) is not the checkpoint %q", c, err, good)
+			}
+			tt.corrupt(t, main, cp)
+			bad, _ := os.ReadFile(main)
+			spec := filepath.Join(d.cdi, "migflex.io-gpu_uid-kept.json")
+
+			if !tt.restored {
+				_, ctx := ktesting.NewTestContext(t)
+				_, err := Start(ctx, Options{
+					NodeName: node, KubeClient: client, Editor: simulated,
+					RegistrarDir: d.registrar, PluginDir: d.plugin, StateDir: d.state, CDIDir: d.cdi,
+				})
+				if err == nil || !strings.Contains(err.Error(), "is not a checkpoint") || !strings.Contains(err.Error(), tt.refused) {
+					t.Fatalf("Start: err = %v, want it to name the unreadable checkpoint and %q", err, tt.refused)
+				}
+				if b, _ := os.ReadFile(main); string(b) != string(bad) {
+					t.Errorf("the checkpoint was changed: %q", b)
+				}
+				if _, err := os.Stat(spec); err != nil {
+					t.Errorf("the prepared claim's CDI spec: %v", err)
+				}
+				return
+			}
+			drv = startDriver(t, client, d, Options{})
+			if got := drv.Prepared(); len(got) != 1 || got[0].UID != "uid-kept" {
+				t.Fatalf("prepared after the restore: %+v, want claim uid-kept", got)
+			}
+			if _, err := os.Stat(spec); err != nil {
+				t.Errorf("the prepared claim's CDI spec was removed: %v", err)
+			}
+			if b, _ := os.ReadFile(main); string(b) != string(good) {
+				t.Errorf("checkpoint after the restore %q, want %q", b, good)
+			}
+			if b, _ := os.ReadFile(filepath.Join(d.state, checkpointCorruptFile)); string(b) != string(bad) {
+				t.Errorf("the corrupt checkpoint kept as %q, want %q", b, bad)
+			}
+			if err := drv.Publish(discover(), nil); err != nil {
+				t.Fatal(err)
+			}
+			if r := dialKubelet(t, d).prepare(kept)["uid-kept"]; r.GetError() != "" || len(r.GetDevices()) != 1 {
+				t.Errorf("Prepare again after the restore: %v", r)
+			}
+		})
+	}
+}
+
+func truncateHalf(t *testing.T, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, path, string(b[:len(b)/2]))
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
 	}
 }
 

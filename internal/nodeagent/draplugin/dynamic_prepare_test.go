@@ -92,7 +92,7 @@ func TestDynamicPrepareCreatesAtThePlacement(t *testing.T) {
 	}
 
 	// Checkpointed with the instances' UUIDs, before the answer.
-	reloaded, err := newCheckpoint(d.state, drv.opts.DriverName, node).load()
+	reloaded, _, err := newCheckpoint(d.state, drv.opts.DriverName, node).load()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -172,10 +172,12 @@ type SimFault struct {
 		Kind string `json:"kind"`
 		Call string `json:"call"`
 	} `json:"fault"`
-	Calls   int  `json:"calls"`
-	Fired   int  `json:"fired"`
-	Hanging int  `json:"hanging"`
-	Done    bool `json:"done"`
+	Calls   int `json:"calls"`
+	Fired   int `json:"fired"`
+	Hanging int `json:"hanging"`
+	// XidsSent counts the Xids a storm raised so far.
+	XidsSent int  `json:"xidsSent"`
+	Done     bool `json:"done"`
 }
 
 // SimFaults reads the faults of the node's simulator, by name.

@@ -399,6 +399,14 @@ func (inv *Invariants) checkDRA(ctx context.Context, layout []migLayoutGPU) erro
 	if err != nil {
 		return err
 	}
+	// Its copy (draplugin.CheckpointCopyFile), which restores an
+	// unreadable checkpoint, must say the same: a stale one would restore
+	// claims that are gone, or forget prepared ones.
+	if cp, err := readDRACheckpoint(filepath.Join(local.DRAPluginDir(), "checkpoint-copy.json")); err != nil {
+		return err
+	} else if diff := cmp.Diff(slices.Sorted(maps.Keys(checkpoint)), slices.Sorted(maps.Keys(cp))); diff != "" {
+		return fmt.Errorf("the DRA checkpoint's copy lists other claims (-checkpoint +copy):\n%s", diff)
+	}
 	inLayout := map[string]bool{}
 	for _, u := range want {
 		inLayout[u] = true

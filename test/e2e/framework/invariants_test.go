@@ -29,7 +29,10 @@ type invariantsWorld struct {
 	slices     []resourceapi.ResourceSlice
 	claimUIDs  []string
 	checkpoint []string // claim UIDs, each holding MIG-a
-	cdiSpecs   []string // claim UIDs
+	// checkpointCopy is the claim UIDs of the checkpoint's copy; nil: the
+	// checkpoint's.
+	checkpointCopy []string
+	cdiSpecs       []string // claim UIDs
 }
 
 const goodState = `{"version":1,"gpus":[{"model":"A100-SXM4-80GB","uuid":"GPU-0","migEnabled":true,"instances":[
@@ -77,15 +80,24 @@ func (w invariantsWorld) build(t *testing.T, dir string) *Cluster {
 		}
 	}
 	write(filepath.Join(n.SimStateDir(), "state.json"), w.state)
-	var claims []map[string]any
-	for _, uid := range w.checkpoint {
-		claims = append(claims, map[string]any{"uid": uid, "namespace": "ns", "name": "c-" + uid, "devices": []map[string]any{{"uuid": "MIG-a"}}})
+	checkpoint := func(uids []string) string {
+		t.Helper()
+		var claims []map[string]any
+		for _, uid := range uids {
+			claims = append(claims, map[string]any{"uid": uid, "namespace": "ns", "name": "c-" + uid, "devices": []map[string]any{{"uuid": "MIG-a"}}})
+		}
+		b, err := json.Marshal(map[string]any{"version": 1, "claims": claims})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
 	}
-	b, err := json.Marshal(map[string]any{"version": 1, "claims": claims})
-	if err != nil {
-		t.Fatal(err)
+	write(filepath.Join(n.DRAPluginDir(), "checkpoint.json"), checkpoint(w.checkpoint))
+	cp := w.checkpointCopy
+	if cp == nil {
+		cp = w.checkpoint
 	}
-	write(filepath.Join(n.DRAPluginDir(), "checkpoint.json"), string(b))
+	write(filepath.Join(n.DRAPluginDir(), "checkpoint-copy.json"), checkpoint(cp))
 	if err := os.RemoveAll(n.CDIDir); err != nil {
 		t.Fatal(err)
 	}
@@ -146,6 +158,7 @@ func TestInvariantsCatch(t *testing.T) {
 		}, "which the API server does not"},
 		{"leaked CDI spec", func(w *invariantsWorld) { w.cdiSpecs = append(w.cdiSpecs, "claim-x") }, "the DRA checkpoint does not have"},
 		{"checkpoint entry without its spec", func(w *invariantsWorld) { w.cdiSpecs = nil }, "has no CDI spec"},
+		{"checkpoint copy stale", func(w *invariantsWorld) { w.checkpointCopy = []string{} }, "the DRA checkpoint's copy lists other claims"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
