@@ -90,8 +90,8 @@ type server struct {
 	devices []Device
 	// share is how the resource's replicas are allocated (zero when the
 	// resource shares nothing).
-	share   shareInfo
-	faults  map[string]health.Fault
+	share  shareInfo
+	faults map[string]health.Fault
 	// draining are the device IDs the Manager drains (see Manager.Drain):
 	// sent unhealthy and refused by Allocate, whatever their health.
 	draining map[string]bool
