@@ -153,7 +153,11 @@ func (m *Manager) Servable(gpus []mig.GPU) error {
 	return nil
 }
 
+// cannotServe says why a layout cannot be served; m.shareMu is held.
 func (m *Manager) cannotServe(err error) error {
+	if m.sharing != nil {
+		return fmt.Errorf("the layout cannot be served under --mig-strategy=%s and the sharing config: %w", m.opts.MigStrategy, err)
+	}
 	return fmt.Errorf("the layout cannot be served under --mig-strategy=%s: %w", m.opts.MigStrategy, err)
 }
 

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/migflex/migflex/internal/domain/mig"
 	"github.com/migflex/migflex/internal/domain/nodeinfo"
 	"github.com/migflex/migflex/internal/domain/sharing"
 	"github.com/migflex/migflex/internal/nodeagent/deviceplugin/kubeletstub"
@@ -328,6 +329,39 @@ func TestPreferredAllocationReplicas(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestServableWithSharing: a layout the sharing config cannot serve (its
+// devices count more than the layout has) is not servable, so the agent
+// does not make it; one it can is.
+func TestServableWithSharing(t *testing.T) {
+	m, err := New(Options{PluginDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := m.Share(ctx, parseSharing(t, "sharing: {timeSlicing: {resources: [{name: mig-1g.10gb, replicas: 2, devices: 2}]}}")); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Serve(ctx, mixedLayout()); err != nil {
+		t.Fatal(err)
+	}
+	one1g := []mig.GPU{migGPU(0, inst("1g.10gb", 0, 1, 9)), plainGPU(1)}
+	for name, tc := range map[string]struct {
+		gpus    []mig.GPU
+		wantErr string
+	}{
+		"two 1g.10gb":       {gpus: mixedLayout()},
+		"one 1g.10gb":       {gpus: one1g, wantErr: "the layout cannot be served under --mig-strategy=mixed and the sharing config: sharing config: sharing nvidia.com/mig-1g.10gb: devices: 2 asked for, this node has 1"},
+		"no 1g.10gb at all": {gpus: []mig.GPU{plainGPU(0)}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := m.Servable(tc.gpus)
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || err.Error() != tc.wantErr) {
+				t.Errorf("Servable = %v, want %q", err, tc.wantErr)
 			}
 		})
 	}
