@@ -96,7 +96,7 @@ sharing:
 	}
 
 	// A layout that destroys the instance waits for both pods.
-	n.annotate(nodeinfo.AnnotationMigConfig, allSeven)
+	n.annotate(nodeinfo.AnnotationMigConfig, allThree)
 	obj := n.waitState(nodeinfo.StatePending)
 	if r := obj.Annotations[nodeinfo.AnnotationReason]; !strings.Contains(r, "ml/a") || !strings.Contains(r, "ml/b") {
 		t.Errorf("pending reason %q does not name both pods on the shared instance", r)
@@ -113,9 +113,11 @@ sharing:
 	n.waitState(nodeinfo.StateSuccess)
 
 	// Back to the default config, which shares nothing.
+	n.waitServed(map[string]int{resource3g: 4, resource1g: 0, gpu: 0})
 	n.label(sharing.LabelConfig, "default")
-	n.waitServed(map[string]int{resource1g: 14, gpu: 0})
-	n.waitNode("sharing labels say none", func(o *corev1.Node) bool {
-		return o.Labels["nvidia.com/mig-1g.10gb.replicas"] == "1" && o.Labels["nvidia.com/mig-1g.10gb.sharing-strategy"] == "none"
+	n.waitEvent(corev1.EventTypeNormal, ReasonSharingApplied, `"default"`, "none")
+	n.waitNode("sharing labels say none, for the resources the node has", func(o *corev1.Node) bool {
+		_, old := o.Labels["nvidia.com/mig-1g.10gb.replicas"]
+		return !old && o.Labels["nvidia.com/mig-3g.40gb.replicas"] == "1" && o.Labels["nvidia.com/mig-3g.40gb.sharing-strategy"] == "none"
 	})
 }
