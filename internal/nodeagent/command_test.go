@@ -46,6 +46,7 @@ func TestParseAgentFlags(t *testing.T) {
 		c.NVMLCallTimeout = agent.DefaultNVMLCallTimeout
 		c.PublishAllocatable = true
 		c.KubeAPIQPS, c.KubeAPIBurst = 20, 40
+		c.MPSRoot = deviceplugin.DefaultMPSRoot
 		return c
 	}
 	everything := Config{
@@ -54,6 +55,7 @@ func TestParseAgentFlags(t *testing.T) {
 		DisableHealthChecks: "all", HealthIgnoredXids: "79,48", HealthQuietPeriod: time.Minute, ConfigFile: "/cfg/config.yaml", BusyPolicy: "evict",
 		MetricsAddr: ":9999", MetricsCertDir: "/certs", RetryInterval: 3 * time.Second, ResyncInterval: time.Hour, InUseInterval: 5 * time.Second,
 		NVMLCallTimeout: 30 * time.Second, KubeAPIQPS: 2.5, KubeAPIBurst: 5, Serving: ServingDRA, CDIDir: "/run/cdi", DRAMode: "dynamic",
+		SharingConfigDefault: "small", MPSRoot: "/mps",
 	}
 	// --in-use-interval and --nvml-call-timeout came after
 	// MIGFLEX_AGENT_*: they have no older name.
@@ -63,6 +65,7 @@ func TestParseAgentFlags(t *testing.T) {
 	legacy.PublishAllocatable = true
 	legacy.MetricsCertDir = ""
 	legacy.Serving, legacy.CDIDir, legacy.DRAMode = ServingDevicePlugin, cdi.DefaultDir, "static"
+	legacy.SharingConfigDefault, legacy.MPSRoot = "", deviceplugin.DefaultMPSRoot
 	tests := []struct {
 		name     string
 		args     []string
@@ -86,7 +89,7 @@ func TestParseAgentFlags(t *testing.T) {
 				"MIGFLEX_AGENT_METRICS_ADDR": ":9999", "MIGFLEX_AGENT_METRICS_CERT_DIR": "/certs", "MIGFLEX_AGENT_RETRY_INTERVAL": "3s", "MIGFLEX_AGENT_RESYNC_INTERVAL": "1h",
 				"MIGFLEX_AGENT_ALLOCATABLE_TIMEOUT": "0s", "MIGFLEX_AGENT_IN_USE_INTERVAL": "5s", "MIGFLEX_AGENT_NVML_CALL_TIMEOUT": "30s", "MIGFLEX_AGENT_KUBE_API_QPS": "2.5", "MIGFLEX_AGENT_KUBE_API_BURST": "5",
 				"MIGFLEX_AGENT_SERVING": "dra", "MIGFLEX_AGENT_CDI_DIR": "/run/cdi", "MIGFLEX_AGENT_PUBLISH_ALLOCATABLE": "false",
-				"MIGFLEX_AGENT_DRA_MODE": "dynamic",
+				"MIGFLEX_AGENT_DRA_MODE": "dynamic", "MIGFLEX_AGENT_SHARING_CONFIG_DEFAULT": "small", "MIGFLEX_AGENT_MPS_ROOT": "/mps",
 			},
 			want:     everything,
 			wantCode: -1,
@@ -146,6 +149,22 @@ func TestParseAgentFlags(t *testing.T) {
 		{
 			name: "a zero NVML call timeout", args: []string{"--node-name", "n", "--nvml-call-timeout", "0s"}, wantCode: 2,
 			wantErr: `--nvml-call-timeout (env MIGFLEX_AGENT_NVML_CALL_TIMEOUT) must be above 0, got 0s`,
+		},
+		{
+			name: "sharing through the device plugin", args: []string{"--node-name", "n", "--sharing-config", "/etc/sharing"},
+			want: func() Config {
+				c := defaults(Config{NodeName: "n"})
+				c.SharingConfig = "/etc/sharing"
+				return c
+			}(), wantCode: -1,
+		},
+		{
+			name: "sharing is not served through DRA", args: []string{"--node-name", "n", "--sharing-config", "/etc/sharing", "--serving", "dra"}, wantCode: 2,
+			wantErr: "--sharing-config (env MIGFLEX_AGENT_SHARING_CONFIG) is served through the device plugin only",
+		},
+		{
+			name: "relative MPS root", args: []string{"--node-name", "n", "--mps-root", "mps"}, wantCode: 2,
+			wantErr: `--mps-root (env MIGFLEX_AGENT_MPS_ROOT) must be an absolute path, got "mps"`,
 		},
 		{name: "no node name", wantCode: 2, wantErr: "--node-name (env MIGFLEX_AGENT_NODE_NAME) is required"},
 		{

@@ -109,15 +109,22 @@ type Config struct {
 	HealthIgnoredXids string
 	HealthQuietPeriod time.Duration
 
-	ConfigFile         string
-	BusyPolicy         agent.BusyPolicy
-	MetricsAddr        string
-	MetricsCertDir     string
-	RetryInterval      time.Duration
-	ResyncInterval     time.Duration
-	AllocatableTimeout time.Duration
-	InUseInterval      time.Duration
-	NVMLCallTimeout    time.Duration
+	ConfigFile string
+	// SharingConfig is NVIDIA's device plugin config (file or directory
+	// of named configs) whose sharing section the device plugin serves;
+	// SharingConfigDefault picks a directory's config for a node without
+	// the label; MPSRoot is where the MPS daemons' directories are.
+	SharingConfig        string
+	SharingConfigDefault string
+	MPSRoot              string
+	BusyPolicy           agent.BusyPolicy
+	MetricsAddr          string
+	MetricsCertDir       string
+	RetryInterval        time.Duration
+	ResyncInterval       time.Duration
+	AllocatableTimeout   time.Duration
+	InUseInterval        time.Duration
+	NVMLCallTimeout      time.Duration
 	// PublishAllocatable has the device-plugin path write the served
 	// resources' counts into the Node's status as soon as the kubelet's
 	// device manager holds them (deviceplugin.StatusPublisher), not at the
@@ -152,6 +159,15 @@ func (c *Config) Validate(flag func(name string) string) error {
 		if !filepath.IsAbs(p.value) {
 			errs = append(errs, fmt.Errorf("%s must be an absolute path, got %q", flag(p.flag), p.value))
 		}
+	}
+	// Empty is the device plugin's default.
+	if c.MPSRoot != "" && !filepath.IsAbs(c.MPSRoot) {
+		errs = append(errs, fmt.Errorf("%s must be an absolute path, got %q", flag("mps-root"), c.MPSRoot))
+	}
+	// Sharing is served as replicas of device-plugin devices; a DRA node
+	// would silently serve whole devices.
+	if c.SharingConfig != "" && c.Serving == ServingDRA {
+		errs = append(errs, fmt.Errorf("%s is served through the device plugin only; --serving=dra does not share devices yet", flag("sharing-config")))
 	}
 	return errors.Join(errs...)
 }
@@ -207,6 +223,8 @@ func Run(ctx context.Context, c Config, getenv func(string) string) error {
 		Client:             client,
 		NVML:               lib,
 		ConfigFile:         c.ConfigFile,
+		SharingConfig:      c.SharingConfig,
+		SharingDefault:     c.SharingConfigDefault,
 		BusyPolicy:         c.BusyPolicy,
 		RetryInterval:      c.RetryInterval,
 		ResyncInterval:     c.ResyncInterval,
@@ -229,7 +247,7 @@ func Run(ctx context.Context, c Config, getenv func(string) string) error {
 	} else {
 		dpOpts := deviceplugin.Options{
 			MigStrategy: c.MigStrategy, PluginDir: c.PluginDir, DeviceListStrategy: c.DeviceListStrategy, AllocationPolicy: c.AllocationPolicy,
-			HostRoot: c.HostRoot, DriverRoot: c.DriverRoot,
+			HostRoot: c.HostRoot, DriverRoot: c.DriverRoot, MPSRoot: c.MPSRoot,
 		}
 		if env, ok := lib.(deviceplugin.DeviceEnv); ok {
 			dpOpts.PostAllocator = deviceplugin.EnvPostAllocator(env)

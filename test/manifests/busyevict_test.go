@@ -15,7 +15,7 @@ import (
 // testOverlays are kustomizations under testdata/kustomize that use the
 // components the way a user's overlay would; they are rendered, dry-run
 // applied and flag-checked like the shipped overlays.
-var testOverlays = []string{"real-busy-evict", "local-busy-evict", "real-fallback-policy", "simulated-planner", "real-planner-dry-run", "simulated-planner-monitoring", "real-dra", "real-dra-dynamic"}
+var testOverlays = []string{"real-busy-evict", "local-busy-evict", "real-fallback-policy", "simulated-planner", "real-planner-dry-run", "simulated-planner-monitoring", "real-dra", "real-dra-dynamic", "real-sharing"}
 
 const testOverlayDir = "test/manifests/testdata/kustomize"
 

@@ -83,6 +83,7 @@ var scenarios = []scenario{
 	{name: "capacity", set: []string{"webhook.mode=capacity", "webhook.onUnsatisfiable=allow"}},
 	{name: "pools", values: poolsValues},
 	{name: "policy", values: policyValues},
+	{name: "sharing", values: sharingValues},
 	{name: "host-network", set: []string{"backend=simulated", "agent.hostNetwork=true", "webhook.hostNetwork=true", "webhook.port=9443", "certificates.certgen.hostNetwork=true"}},
 	{name: "webhook-only", set: []string{"agent.enabled=false"}},
 	{name: "agent-only", set: []string{"webhook.enabled=false", "nodeScopePolicy.enabled=false"}},

@@ -136,6 +136,30 @@ func TestAgentNodeScopePolicy(t *testing.T) {
 			},
 		},
 		{
+			// GPU feature discovery's sharing labels (--sharing-config).
+			name: "sharing labels on its own node",
+			do: func() error {
+				return apply(bound, owned("node-a", func(ac *corev1ac.NodeApplyConfiguration) {
+					ac.WithLabels(map[string]string{
+						"nvidia.com/mig-1g.10gb.replicas": "2", "nvidia.com/mig-1g.10gb.sharing-strategy": "time-slicing",
+						"nvidia.com/gpu.replicas": "1", "nvidia.com/gpu.sharing-strategy": "none",
+					})
+					// Still dropped (the case before), as checked below.
+					delete(ac.Labels, "nvidia.com/mig-1g.10gb.me.count")
+				}))
+			},
+		},
+		{
+			name: "a label of another vendor's sharing",
+			do: func() error {
+				return apply(bound, owned("node-a", func(ac *corev1ac.NodeApplyConfiguration) {
+					ac.WithLabels(map[string]string{"example.com/gpu.replicas": "2"})
+				}))
+			},
+			wantErr: "may change only its own Node labels, not example.com/gpu.replicas",
+			node:    "node-a",
+		},
+		{
 			name:    "own labels on another node",
 			do:      func() error { return apply(bound, owned("node-b", nil)) },
 			wantErr: "the migflex agent on node node-a may change only its own Node, not node-b",
@@ -493,5 +517,10 @@ func TestNodeScopePolicyKeysMatchTheAgent(t *testing.T) {
 	// The per-profile counts, nvidia.com/mig-<profile>.count.
 	if !strings.Contains(vars["foreignLabels"], "k.startsWith('nvidia.com/mig-') && k.endsWith('.count')") {
 		t.Errorf("foreignLabels %q does not own the profile count labels", vars["foreignLabels"])
+	}
+	// GPU feature discovery's sharing labels of each resource
+	// (deviceplugin.Manager.Labels with --sharing-config).
+	if !strings.Contains(vars["foreignLabels"], "(k.startsWith('nvidia.com/mig-') || k.startsWith('nvidia.com/gpu.')) && (k.endsWith('.replicas') || k.endsWith('.sharing-strategy'))") {
+		t.Errorf("foreignLabels %q does not own the sharing labels", vars["foreignLabels"])
 	}
 }

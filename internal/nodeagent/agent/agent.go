@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -138,6 +139,17 @@ type Options struct {
 	// (nodeinfo.ServingDevicePlugin or ServingDRA), the serving label of
 	// the per-instance metrics. Default ServingDevicePlugin.
 	Serving string
+	// SharingConfig is the device plugin's sharing config in NVIDIA's
+	// format (see internal/domain/sharing): a file, or a directory of
+	// named configs (a mounted ConfigMap) of which the Node's
+	// nvidia.com/device-plugin.config label, else SharingDefault, picks
+	// one. Re-read on change. Empty: nothing is shared. Only a Server
+	// that is a Sharer shares.
+	SharingConfig string
+	// SharingDefault is the config of a SharingConfig directory a node
+	// without the label uses; empty: NVIDIA's fallbacks (a config named
+	// "default", else the only one).
+	SharingDefault string
 	// Registry receives the agent's metrics and is what /metrics serves.
 	// Nil: a new registry with the Go and process collectors.
 	Registry *prometheus.Registry
@@ -257,6 +269,9 @@ type Agent struct {
 	// ask, logged once.
 	inUse    map[string][]string
 	inUseErr string
+	// sharingKey identifies the sharing config (or error) last applied
+	// (see applySharing).
+	sharingKey string
 }
 
 // New checks opts, fills in defaults and returns an Agent; Run starts it.
@@ -321,6 +336,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.gpus = gpus
 	a.metrics.instances.setLayout(gpus)
+	a.applySharingAtStart(ctx)
 	if err := a.opts.Server.Serve(ctx, gpus); err != nil {
 		a.log.Error(err, "Serving the current layout")
 	}
@@ -357,11 +373,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer factory.Shutdown()
 	defer cancel() // before Shutdown, which waits for the informer
 
-	if a.opts.ConfigFile != "" {
-		stop, err := a.watchConfigFile()
+	for _, f := range []struct{ what, path string }{{"config file", a.opts.ConfigFile}, {"sharing config", a.opts.SharingConfig}} {
+		if f.path == "" {
+			continue
+		}
+		stop, err := a.watchFile(f.path)
 		if err != nil {
 			// The file may be mounted later; the resync reads it anyway.
-			a.log.Error(err, "Watching the config file; changes are picked up at the next resync", "file", a.opts.ConfigFile, "resync", a.opts.ResyncInterval)
+			a.log.Error(err, "Watching the "+f.what+"; changes are picked up at the next resync", "file", f.path, "resync", a.opts.ResyncInterval)
 		} else {
 			defer stop()
 		}
@@ -476,6 +495,8 @@ func (a *Agent) step(ctx context.Context) bool {
 		a.lastSourceKnown, a.awaiting, a.published = false, nil, ""
 		a.metrics.setState(a.shown.State)
 	}
+	// Before the reconcile, which serves the layout under it.
+	a.applySharing(ctx, node)
 	start := time.Now()
 	out := a.reconcile(ctx, node, a.reported)
 	if ctx.Err() != nil {
@@ -549,12 +570,14 @@ func (a *Agent) pollInUse(ctx context.Context) {
 }
 
 // noteAssignments records which pods hold which devices, and returns
-// whether that changed.
+// whether that changed. The pods holding replicas of a shared device are
+// all the device's: the layout annotation names every pod on an instance.
 func (a *Agent) noteAssignments(assignments []podresources.Assignment) bool {
 	next := map[string][]string{}
 	for _, as := range assignments {
-		if key := as.PodKey(); !slices.Contains(next[as.DeviceID], key) {
-			next[as.DeviceID] = append(next[as.DeviceID], key)
+		id := deviceOf(as.DeviceID)
+		if key := as.PodKey(); !slices.Contains(next[id], key) {
+			next[id] = append(next[id], key)
 		}
 	}
 	for _, pods := range next {
@@ -585,15 +608,18 @@ func (a *Agent) report(ctx context.Context, node *corev1.Node, st status, cause 
 	return err
 }
 
-// watchConfigFile pokes the loop when anything in the config file's
-// directory changes: a mounted ConfigMap is updated by swapping a symlink
-// next to the file, not by writing it.
-func (a *Agent) watchConfigFile() (stop func(), err error) {
+// watchFile pokes the loop when anything in the directory of path (or in
+// path, a directory) changes: a mounted ConfigMap is updated by swapping a
+// symlink next to the file, not by writing it.
+func (a *Agent) watchFile(path string) (stop func(), err error) {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Dir(a.opts.ConfigFile)
+	dir := filepath.Dir(path)
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		dir = path
+	}
 	if err := w.Add(dir); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("watching %s: %w", dir, err)
@@ -612,7 +638,7 @@ func (a *Agent) watchConfigFile() (stop func(), err error) {
 				if !ok {
 					return
 				}
-				a.log.Error(err, "Watching the config file", "file", a.opts.ConfigFile)
+				a.log.Error(err, "Watching a config file", "file", path)
 				a.poke()
 			}
 		}

@@ -577,6 +577,7 @@ func TestAgent(t *testing.T) {
 		{"processes unknown to the kubelet", testProcessesUnknownToTheKubelet},
 		{"health in the layout", testHealthInTheLayout},
 		{"devices in use in the layout", testDevicesInUseInTheLayout},
+		{"sharing config", testSharingConfig},
 		{"serves before the API server answers", testServesBeforeTheAPIServerAnswers},
 		{"restart touches nothing", testRestartTouchesNothing},
 		{"metrics", testMetrics},

@@ -8,6 +8,7 @@ import (
 
 	"github.com/migflex/migflex/internal/domain/mig"
 	"github.com/migflex/migflex/internal/domain/migconfig"
+	"github.com/migflex/migflex/internal/domain/sharing"
 	"github.com/migflex/migflex/internal/nodeagent/podresources"
 )
 
@@ -35,6 +36,16 @@ func deviceIndex(gpus []mig.GPU) map[string]deviceRef {
 	return idx
 }
 
+// deviceOf is the ID of the device a pod holds: the device itself, or the
+// device under a replica of a shared device ("<uuid>::<n>"), so that a
+// device with any replica in use is busy.
+func deviceOf(id string) string {
+	if d, _, ok := sharing.SplitReplicaID(id); ok {
+		return d
+	}
+	return id
+}
+
 // busyGPUs returns, for each GPU the plan would disturb a pod on, the pods
 // ("namespace/name", sorted) in the way. A pod is in the way when the plan
 // changes the GPU it holds whole, destroys the GPU instance of its MIG
@@ -52,7 +63,7 @@ func busyGPUs(plan migconfig.Plan, gpus []mig.GPU, assignments []podresources.As
 	}
 	pods := map[int]map[string]bool{}
 	for _, a := range assignments {
-		ref, ok := idx[a.DeviceID]
+		ref, ok := idx[deviceOf(a.DeviceID)]
 		if !ok {
 			continue
 		}

@@ -90,6 +90,24 @@ func TestBusyGPUs(t *testing.T) {
 			map[int][]string{},
 		},
 		{
+			"a pod on any replica of a destroyed instance is in the way",
+			[]migconfig.GPUPlan{destroyA2},
+			[]podresources.Assignment{assigned("p", migUUID(2)+"::0"), assigned("q", migUUID(2)+"::3")},
+			map[int][]string{0: {"ns/p", "ns/q"}},
+		},
+		{
+			"a pod on a replica of a kept instance is not",
+			[]migconfig.GPUPlan{destroyA2},
+			[]podresources.Assignment{assigned("p", migUUID(1)+"::1")},
+			map[int][]string{},
+		},
+		{
+			"a pod on a replica of a whole GPU that changes",
+			[]migconfig.GPUPlan{enable1},
+			[]podresources.Assignment{assigned("p", gpuUUID(1)+"::0")},
+			map[int][]string{1: {"ns/p"}},
+		},
+		{
 			"pods are listed once, sorted, per GPU",
 			[]migconfig.GPUPlan{disable0, enable1},
 			[]podresources.Assignment{

@@ -37,7 +37,14 @@
 // evict policy the pods are evicted through the Eviction API (a
 // PodDisruptionBudget's 429 means wait and retry; pods are never deleted
 // directly) and the GPU is changed once the kubelet no longer lists them.
-// Other GPUs proceed meanwhile.
+// Other GPUs proceed meanwhile. A pod holding a replica of a shared device
+// ("<uuid>::<n>") holds the device: one replica in use makes it busy.
+//
+// With Options.SharingConfig the agent reads NVIDIA's device plugin
+// config before each reconcile and hands its sharing section to a Server
+// that is a Sharer (sharing.go); a config it cannot read, select or apply
+// is a Warning Event once per change, and the node keeps serving what it
+// served.
 //
 // A MIG mode change that waits for a GPU reset (Ampere) is finished by a
 // reset where the backend can reset GPUs (the simulator); otherwise the

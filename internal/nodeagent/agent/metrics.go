@@ -36,6 +36,8 @@ const (
 	stageReset     = "reset"
 	stageServe     = "serve"
 	stageReport    = "report"
+	// stageSharing: the sharing config could not be read or applied.
+	stageSharing = "sharing"
 )
 
 // Causes of a write to the Node, the "cause" label of

@@ -22,6 +22,11 @@
 //     own socket: Register, GetDevicePluginOptions, ListAndWatch, Allocate
 //     (allocate.go) and GetPreferredAllocation (preferred.go).
 //
+// Share (share.go) applies a sharing config in NVIDIA's format
+// (internal/domain/sharing): a shared device is served as its replicas,
+// <uuid>::<n>, which Allocate, health, draining and Served map back to the
+// device underneath (Device.Underlying).
+//
 // A resource is never unregistered while the process lives: when a layout
 // change removes its last device it keeps serving an empty list, so the
 // kubelet sets its capacity to 0 at once instead of waiting out the grace

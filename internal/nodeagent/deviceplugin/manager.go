@@ -17,6 +17,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/migflex/migflex/internal/domain/mig"
+	"github.com/migflex/migflex/internal/domain/sharing"
 	"github.com/migflex/migflex/internal/nodeagent/health"
 )
 
@@ -80,6 +81,12 @@ type Manager struct {
 	// mu, guards them, as notify runs with and without mu held.
 	subMu sync.Mutex
 	subs  []chan struct{}
+
+	// shareMu guards the sharing config and the layout last served, which
+	// Share applies it to; taken before mu.
+	shareMu sync.Mutex
+	sharing *sharing.Config
+	gpus    []mig.GPU
 }
 
 // New validates opts, fills in defaults and returns a Manager serving
@@ -107,27 +114,50 @@ func New(opts Options) (*Manager, error) {
 // the layout cannot be served under the strategy it returns the reason,
 // and the previous devices that still exist stay served.
 func (m *Manager) Serve(ctx context.Context, gpus []mig.GPU) error {
-	res, err := Resources(gpus, m.opts.MigStrategy)
+	m.shareMu.Lock()
+	defer m.shareMu.Unlock()
+	m.gpus = slices.Clone(gpus)
+	sh, err := m.plan(gpus)
 	if err != nil {
 		m.Retain(ctx, deviceIDs(gpus))
 		return m.cannotServe(fmt.Errorf("serving GPU layout, keeping the previous devices that still exist: %w", err))
 	}
-	if err := m.Update(ctx, res); err != nil {
+	if err := m.update(ctx, sh.res, sh.info); err != nil {
 		return m.cannotServe(err)
 	}
 	return nil
+}
+
+// plan names gpus' devices as resources and shares them under the current
+// sharing config; m.shareMu is held.
+func (m *Manager) plan(gpus []mig.GPU) (shared, error) {
+	res, err := Resources(gpus, m.opts.MigStrategy)
+	if err != nil {
+		return shared{}, err
+	}
+	sh, err := share(gpus, res, m.sharing, m.opts.MPSRoot)
+	if err != nil {
+		return shared{}, fmt.Errorf("sharing config: %w", err)
+	}
+	return sh, nil
 }
 
 // Servable says why the layout gpus would have cannot be served under
-// Options.MigStrategy, or nil; nothing changes.
+// Options.MigStrategy and the sharing config, or nil; nothing changes.
 func (m *Manager) Servable(gpus []mig.GPU) error {
-	if _, err := Resources(gpus, m.opts.MigStrategy); err != nil {
+	m.shareMu.Lock()
+	defer m.shareMu.Unlock()
+	if _, err := m.plan(gpus); err != nil {
 		return m.cannotServe(err)
 	}
 	return nil
 }
 
+// cannotServe says why a layout cannot be served; m.shareMu is held.
 func (m *Manager) cannotServe(err error) error {
+	if m.sharing != nil {
+		return fmt.Errorf("the layout cannot be served under --mig-strategy=%s and the sharing config: %w", m.opts.MigStrategy, err)
+	}
 	return fmt.Errorf("the layout cannot be served under --mig-strategy=%s: %w", m.opts.MigStrategy, err)
 }
 
@@ -141,6 +171,12 @@ func (m *Manager) cannotServe(err error) error {
 // Before Run, it only records the devices. Update never waits for the
 // kubelet.
 func (m *Manager) Update(ctx context.Context, res map[string][]Device) error {
+	return m.update(ctx, res, nil)
+}
+
+// update is Update with what each shared resource's server needs to
+// allocate its replicas.
+func (m *Manager) update(ctx context.Context, res map[string][]Device, info map[string]shareInfo) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	log := klog.FromContext(ctx).WithName("deviceplugin")
@@ -154,10 +190,15 @@ func (m *Manager) Update(ctx context.Context, res map[string][]Device) error {
 	// that apply to the new devices.
 	var faults map[string]health.Fault
 	if h := m.opts.Health; h != nil {
+		// Replicas share their device's health: one target per device.
 		var targets []health.Target
+		seen := map[string]bool{}
 		for _, devs := range res {
 			for _, d := range devs {
-				targets = append(targets, health.Target{ID: d.ID, GPU: d.GPUUUID, MIG: d.MIG, GI: d.GI, CI: d.CI, Profile: d.Profile})
+				if id := d.Underlying(); !seen[id] {
+					seen[id] = true
+					targets = append(targets, health.Target{ID: id, GPU: d.GPUUUID, MIG: d.MIG, GI: d.GI, CI: d.CI, Profile: d.Profile})
+				}
 			}
 		}
 		h.SetTargets(targets)
@@ -167,13 +208,13 @@ func (m *Manager) Update(ctx context.Context, res map[string][]Device) error {
 	served := map[string]bool{}
 	for _, devs := range res {
 		for _, d := range devs {
-			served[d.ID] = true
+			served[d.Underlying()] = true
 		}
 	}
 	maps.DeleteFunc(m.draining, func(id string, _ bool) bool { return !served[id] })
 	for name, s := range m.servers {
 		devs := res[name]
-		if s.set(devs, faults, maps.Clone(m.draining)) {
+		if s.set(devs, faults, maps.Clone(m.draining), info[name]) {
 			log.Info("Devices changed", "resource", name, "devices", len(devs))
 		}
 	}

@@ -3,6 +3,7 @@ package deviceplugin
 import (
 	"context"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -22,12 +23,15 @@ import (
 
 // Served is every served device ID by resource, and whether the device is
 // healthy (its own health: a draining device is healthy or not as before).
+// A shared device is served as its replicas, and named here by its own ID
+// under the resource its replicas are served as: the agent reports on
+// GPUs and instances, not on replicas.
 func (m *Manager) Served() map[string]map[string]bool {
 	out := map[string]map[string]bool{}
 	for _, r := range m.Resources() {
 		devs := make(map[string]bool, len(r.Devices))
 		for _, d := range r.Devices {
-			devs[d.ID] = d.Healthy
+			devs[d.Underlying()] = d.Healthy
 		}
 		out[r.Name] = devs
 	}
@@ -101,10 +105,13 @@ func byName(rs []ResourceStatus) []ResourceStatus {
 }
 
 // Labels are GPU feature discovery's labels for gpus under the MIG
-// strategy (see GFDLabels), and the serving label that tells the webhook
-// and the planner to read this node's supply from its allocatable.
+// strategy (see GFDLabels) and, with a sharing config (see Share), its
+// <resource>.replicas and <resource>.sharing-strategy for each resource,
+// and the serving label that tells the webhook and the planner to read
+// this node's supply from its allocatable.
 func (m *Manager) Labels(gpus []mig.GPU) map[string]string {
 	labels := GFDLabels(gpus, m.opts.MigStrategy)
+	maps.Copy(labels, m.sharedLabels(gpus))
 	labels[nodeinfo.LabelServing] = nodeinfo.ServingDevicePlugin
 	return labels
 }

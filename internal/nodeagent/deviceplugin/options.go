@@ -111,6 +111,10 @@ type Options struct {
 	// CDIKind is the vendor/class of CDI device names. Default
 	// DefaultCDIKind.
 	CDIKind string
+	// MPSRoot is the host directory of the MPS daemons' pipe and shared
+	// memory directories, mounted into clients of a resource shared with
+	// MPS. Default DefaultMPSRoot.
+	MPSRoot string
 	// SocketPrefix starts every plugin socket name. Default
 	// DefaultSocketPrefix.
 	SocketPrefix string
@@ -147,6 +151,9 @@ func (o *Options) setDefaults() {
 	if o.CDIKind == "" {
 		o.CDIKind = DefaultCDIKind
 	}
+	if o.MPSRoot == "" {
+		o.MPSRoot = DefaultMPSRoot
+	}
 	if o.SocketPrefix == "" {
 		o.SocketPrefix = DefaultSocketPrefix
 	}
@@ -169,7 +176,7 @@ func (o *Options) validate() error {
 	if _, err := AllocationPolicies.Parse(string(o.AllocationPolicy)); err != nil {
 		errs = append(errs, err)
 	}
-	for name, p := range map[string]string{"plugin directory": o.PluginDir, "host root": o.HostRoot, "driver root": o.DriverRoot} {
+	for name, p := range map[string]string{"plugin directory": o.PluginDir, "host root": o.HostRoot, "driver root": o.DriverRoot, "MPS root": o.MPSRoot} {
 		if !filepath.IsAbs(p) {
 			errs = append(errs, fmt.Errorf("%s %q is not an absolute path", name, p))
 		}

@@ -31,6 +31,20 @@ type Device struct {
 	MIG bool   `json:"mig"`
 	GI  uint32 `json:"gi,omitempty"`
 	CI  uint32 `json:"ci,omitempty"`
+	// Shares is, for a replica of a shared device, the ID of that device
+	// (ID is then sharing.ReplicaID(Shares, Replica), as NVIDIA's device
+	// plugin names replicas); empty for a device served whole.
+	Shares  string `json:"shares,omitempty"`
+	Replica int    `json:"replica,omitempty"`
+}
+
+// Underlying is the ID of the GPU or MIG device under d: what health,
+// draining, the busy check and the container runtime know it by.
+func (d Device) Underlying() string {
+	if d.Shares != "" {
+		return d.Shares
+	}
+	return d.ID
 }
 
 // Resources maps a GPU layout to the devices of each resource under the

@@ -88,7 +88,10 @@ type server struct {
 
 	mu      sync.Mutex
 	devices []Device
-	faults  map[string]health.Fault
+	// share is how the resource's replicas are allocated (zero when the
+	// resource shares nothing).
+	share  shareInfo
+	faults map[string]health.Fault
 	// draining are the device IDs the Manager drains (see Manager.Drain):
 	// sent unhealthy and refused by Allocate, whatever their health.
 	draining map[string]bool
@@ -136,25 +139,26 @@ func newServer(log klog.Logger, resource, token string, o Options, alloc allocat
 
 // set replaces the devices, the known faults and the draining IDs; it
 // reports whether the list the kubelet sees changed.
-func (s *server) set(devs []Device, faults map[string]health.Fault, draining map[string]bool) bool {
+func (s *server) set(devs []Device, faults map[string]health.Fault, draining map[string]bool, share shareInfo) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.devices = slices.Clone(devs)
+	s.share = share
 	s.faults = faults
 	s.draining = draining
 	maps.DeleteFunc(s.answered, func(id string, _ time.Time) bool {
-		return !slices.ContainsFunc(s.devices, func(d Device) bool { return d.ID == id })
+		return !slices.ContainsFunc(s.devices, func(d Device) bool { return d.Underlying() == id })
 	})
 	return s.recomputeLocked()
 }
 
-// keepOnly drops the devices whose IDs are not in exists and returns
-// theirs.
+// keepOnly drops the devices whose IDs (the device under a replica) are
+// not in exists and returns theirs.
 func (s *server) keepOnly(exists map[string]bool) (gone []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.devices = slices.DeleteFunc(slices.Clone(s.devices), func(d Device) bool {
-		if !exists[d.ID] {
+		if !exists[d.Underlying()] {
 			gone = append(gone, d.ID)
 			return true
 		}
@@ -175,8 +179,8 @@ func (s *server) setDraining(draining map[string]bool) bool {
 	return s.recomputeLocked()
 }
 
-// lastAnswered is the latest time Allocate handed out one of ids; zero if
-// none was.
+// lastAnswered is the latest time Allocate handed out one of ids (a
+// replica counts for its device); zero if none was.
 func (s *server) lastAnswered(ids []string) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -196,8 +200,8 @@ func (s *server) setHealth(faults map[string]health.Fault) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	healthChanged := slices.ContainsFunc(s.devices, func(d Device) bool {
-		_, was := s.faults[d.ID]
-		_, is := faults[d.ID]
+		_, was := s.faults[d.Underlying()]
+		_, is := faults[d.Underlying()]
 		return was != is
 	})
 	s.faults = faults
@@ -208,7 +212,7 @@ func (s *server) recomputeLocked() bool {
 	list := make([]*pluginapi.Device, len(s.devices))
 	for i, d := range s.devices {
 		h := pluginapi.Healthy
-		if _, bad := s.faults[d.ID]; bad || s.draining[d.ID] {
+		if _, bad := s.faults[d.Underlying()]; bad || s.draining[d.Underlying()] {
 			h = pluginapi.Unhealthy
 		}
 		list[i] = &pluginapi.Device{ID: d.ID, Health: h}
@@ -242,8 +246,8 @@ func (s *server) status() ResourceStatus {
 		rs.RegisterError = s.regErr.Error()
 	}
 	for _, d := range s.devices {
-		ds := DeviceStatus{Device: d, Healthy: true, Draining: s.draining[d.ID]}
-		if f, bad := s.faults[d.ID]; bad {
+		ds := DeviceStatus{Device: d, Healthy: true, Draining: s.draining[d.Underlying()]}
+		if f, bad := s.faults[d.Underlying()]; bad {
 			ds.Healthy = false
 			ds.Fault = &f
 		}
@@ -440,10 +444,16 @@ func (s *server) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingSer
 }
 
 // lookup returns the devices for ids, refusing unknown, duplicate,
-// unhealthy and draining ones.
-func (s *server) lookup(ids []string) ([]Device, error) {
+// unhealthy and draining ones, and more than one replica when the sharing
+// config says so; share is how they are shared.
+func (s *server) lookup(ids []string) ([]Device, shareInfo, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	out, err := s.lookupLocked(ids)
+	return out, s.share, err
+}
+
+func (s *server) lookupLocked(ids []string) ([]Device, error) {
 	if len(ids) == 0 {
 		return nil, status.Errorf(codes.InvalidArgument, "resource %s: container request names no device", s.resource)
 	}
@@ -456,13 +466,21 @@ func (s *server) lookup(ids []string) ([]Device, error) {
 		case slices.ContainsFunc(out, func(d Device) bool { return d.ID == id }):
 			return nil, status.Errorf(codes.InvalidArgument, "resource %s: device %q requested twice", s.resource, id)
 		}
-		if f, bad := s.faults[id]; bad {
+		under := s.devices[i].Underlying()
+		if f, bad := s.faults[under]; bad {
 			return nil, status.Errorf(codes.FailedPrecondition, "resource %s: device %q is unhealthy (Xid %d at %s)", s.resource, id, f.Xid, f.At.Format(time.RFC3339))
 		}
-		if s.draining[id] {
+		if s.draining[under] {
 			return nil, status.Errorf(codes.FailedPrecondition, "resource %s: device %q is being repartitioned (its GPU's MIG layout is changing)", s.resource, id)
 		}
 		out = append(out, s.devices[i])
+	}
+	// As NVIDIA's device plugin: with failRequestsGreaterThanOne a
+	// container gets at most one replica, since two replicas of one
+	// device give it no more than one does, and two of different devices
+	// are not what it would get without sharing either.
+	if s.share.failMany && len(out) > 1 && slices.ContainsFunc(out, func(d Device) bool { return d.Shares != "" }) {
+		return nil, status.Errorf(codes.InvalidArgument, "resource %s: request for %d devices too large: maximum request size for shared resources is 1 (failRequestsGreaterThanOne)", s.resource, len(out))
 	}
 	return out, nil
 }
@@ -477,18 +495,25 @@ func (s *server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 	resp := &pluginapi.AllocateResponse{}
 	var ids []string
 	for _, creq := range req.GetContainerRequests() {
-		devs, err := s.lookup(creq.GetDevicesIds())
+		devs, share, err := s.lookup(creq.GetDevicesIds())
 		if err != nil {
 			s.log.Info("Refusing allocation", "devices", creq.GetDevicesIds(), "err", err)
 			return nil, err
 		}
-		cresp, err := s.alloc.response(devs)
+		// A replica is its device to the container runtime.
+		under := underlying(devs)
+		cresp, err := s.alloc.response(under)
 		if err != nil {
 			s.log.Error(err, "Building allocation", "devices", creq.GetDevicesIds())
 			return nil, status.Errorf(codes.Internal, "resource %s: %v", s.resource, err)
 		}
+		if share.mps != nil {
+			addMPS(cresp, share.mps)
+		}
 		resp.ContainerResponses = append(resp.ContainerResponses, cresp)
-		ids = append(ids, creq.GetDevicesIds()...)
+		for _, d := range under {
+			ids = append(ids, d.ID)
+		}
 		s.log.V(2).Info("Allocated", "devices", creq.GetDevicesIds())
 	}
 	s.mu.Lock()
