@@ -304,6 +304,12 @@ func reshapeNode(full, slim *corev1.Node) {
 			if slim.Annotations == nil {
 				slim.Annotations = map[string]string{}
 			}
+			// The profile table is the same text on every node of a
+			// model; the layout names the node's own devices, so
+			// interning it would only fill the intern table.
+			if k == nodeinfo.AnnotationProfiles {
+				v = intern(v)
+			}
 			slim.Annotations[k] = v
 		}
 	}
