@@ -155,8 +155,11 @@ func (s *soak) run(d time.Duration) {
 	start := time.Now()
 	// A first layout of the soak's own on each node, then the snapshots
 	// every check compares with.
+	s.setOp("#0 start")
 	for _, n := range s.nodes {
-		n.setMigConfig(t, annotationMigConfig, migConfigPerGPU(s.randomLayouts(n, nil)))
+		l := s.randomLayouts(n, nil)
+		n.setMigConfig(t, annotationMigConfig, migConfigPerGPU(l))
+		t.Logf("%s: node %s: mig.config %v", s.currentOp(), n.NodeName, l.sorted())
 	}
 	s.settle(ctx, "start", start)
 
@@ -187,7 +190,11 @@ func (s *soak) step(ctx context.Context) {
 	s.seq++
 	kind := s.pick()
 	n := s.nodes[s.rng.IntN(len(s.nodes))]
-	s.setOp(fmt.Sprintf("#%d %s on %s", s.seq, kind, n.NodeName))
+	if kind == opDelete {
+		s.setOp(fmt.Sprintf("#%d %s", s.seq, kind))
+	} else {
+		s.setOp(fmt.Sprintf("#%d %s on %s", s.seq, kind, n.NodeName))
+	}
 	var err error
 	var done time.Time
 	var after func(context.Context) error
@@ -213,7 +220,7 @@ func (s *soak) step(ctx context.Context) {
 		return
 	}
 	if err != nil {
-		s.violation(n.NodeName, fmt.Sprintf("the operation failed: %v", err))
+		s.violation("", fmt.Sprintf("the operation failed: %v", err))
 		done = time.Now()
 	}
 	s.mu.Lock()
@@ -221,7 +228,7 @@ func (s *soak) step(ctx context.Context) {
 	s.mu.Unlock()
 	if after != nil {
 		if err := after(ctx); err != nil {
-			s.violation(n.NodeName, err.Error())
+			s.violation("", err.Error())
 		}
 	}
 	s.settle(ctx, kind, done)
@@ -490,7 +497,9 @@ func (s *soak) annotate(ctx context.Context, n soakNode, gpu int) (time.Time, er
 		if g.Index != gpu {
 			continue
 		}
-		for slices.Equal(gpuLayouts{0: g.profiles()}.sorted()[0], gpuLayouts{0: l[gpu]}.sorted()[0]) {
+		// Something to create: a layout that only drops instances would
+		// never reach the create the fault waits at.
+		for subset(l[gpu], g.profiles()) {
 			l[gpu] = s.randomProfiles(n.model)
 		}
 	}
@@ -500,6 +509,21 @@ func (s *soak) annotate(ctx context.Context, n soakNode, gpu int) (time.Time, er
 	}
 	s.t.Logf("%s: mig.config %v", s.currentOp(), l.sorted())
 	return time.Now(), nil
+}
+
+// subset says whether every profile of a, counted, is in b: going from b
+// to a creates nothing.
+func subset(a, b []string) bool {
+	have := map[string]int{}
+	for _, p := range b {
+		have[p]++
+	}
+	for _, p := range a {
+		if have[p]--; have[p] < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // createPod creates a pod pinned to the node asking for one MIG device:
@@ -548,10 +572,16 @@ func (s *soak) createPod(ctx context.Context, n soakNode, viaPlanner bool) (time
 	s.t.Logf("%s: pod %s asks for %s", s.currentOp(), name, profile)
 	return done, func(ctx context.Context) error {
 		_, err := cluster.WaitForPodPhase(ctx, s.ns, name, corev1.PodRunning)
-		if err != nil {
-			return fmt.Errorf("pod %s (%s on %s) does not run: %w", name, profile, n.NodeName, err)
+		if err == nil {
+			return nil
 		}
-		return nil
+		// Found once: the pod goes, so that the operations after it are
+		// judged on their own.
+		delete(s.pods, name)
+		if derr := cluster.Client.CoreV1().Pods(s.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}); derr != nil && !apierrors.IsNotFound(derr) {
+			s.t.Logf("deleting pod %s, which did not run: %v", name, derr)
+		}
+		return fmt.Errorf("pod %s (%s on %s) does not run: %w", name, profile, n.NodeName, err)
 	}, nil
 }
 
