@@ -110,6 +110,34 @@ func (w invariantsWorld) build(t *testing.T, dir string) *Cluster {
 	return &Cluster{Client: fake.NewClientset(objs...), NodeName: "mf-dra", Nodes: []LocalNode{{Name: "vm", Number: 1}, n}}
 }
 
+// brokenAfter takes the snapshot on the good world, lets snapped change it
+// (when not nil), then breaks the world with break_ and returns the
+// snapshot looking at the broken world.
+func brokenAfter(t *testing.T, snapped func(*Invariants), break_ func(*invariantsWorld)) *Invariants {
+	t.Helper()
+	dir := t.TempDir()
+	before := goodWorld()
+	inv, err := before.build(t, dir).snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snapped != nil {
+		snapped(inv)
+	}
+	after := goodWorld()
+	break_(&after)
+	c := after.build(t, dir)
+	if after.podUID != before.podUID {
+		p, _ := c.Client.CoreV1().Pods("ns").Get(context.Background(), "p", metav1.GetOptions{})
+		p.UID = types.UID(after.podUID)
+		if _, err := c.Client.CoreV1().Pods("ns").Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inv.c = c
+	return inv
+}
+
 // TestInvariantsCatch: the checker passes the node as it should be and
 // names each broken invariant: it can fail.
 func TestInvariantsCatch(t *testing.T) {
@@ -149,24 +177,8 @@ func TestInvariantsCatch(t *testing.T) {
 		{"checkpoint entry without its spec", func(w *invariantsWorld) { w.cdiSpecs = nil }, "has no CDI spec"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			before := goodWorld()
-			inv, err := before.build(t, dir).snapshot(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			after := goodWorld()
-			tc.break_(&after)
-			c := after.build(t, dir)
-			if after.podUID != before.podUID {
-				p, _ := c.Client.CoreV1().Pods("ns").Get(context.Background(), "p", metav1.GetOptions{})
-				p.UID = types.UID(after.podUID)
-				if _, err := c.Client.CoreV1().Pods("ns").Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			inv.c = c
-			err = inv.check(context.Background(), want)
+			inv := brokenAfter(t, nil, tc.break_)
+			err := inv.check(context.Background(), want)
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Fatalf("check: %v, want every invariant to hold", err)
@@ -206,27 +218,12 @@ func TestInvariantsSafety(t *testing.T) {
 		{name: "state unreadable", break_: func(w *invariantsWorld) { w.state = "{" }, readErr: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			before := goodWorld()
-			inv, err := before.build(t, dir).snapshot(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if tc.forget {
-				inv.Forget("ns/p")
-			}
-			after := goodWorld()
-			tc.break_(&after)
-			c := after.build(t, dir)
-			if after.podUID != before.podUID {
-				p, _ := c.Client.CoreV1().Pods("ns").Get(context.Background(), "p", metav1.GetOptions{})
-				p.UID = types.UID(after.podUID)
-				if _, err := c.Client.CoreV1().Pods("ns").Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
-					t.Fatal(err)
+			inv := brokenAfter(t, func(inv *Invariants) {
+				if tc.forget {
+					inv.Forget("ns/p")
 				}
-			}
-			inv.c = c
-			err = inv.Safety(context.Background())
+			}, tc.break_)
+			err := inv.Safety(context.Background())
 			var v *Violation
 			isViolation := errors.As(err, &v)
 			switch {
