@@ -231,6 +231,17 @@ func (inv *Invariants) Converged(ctx context.Context, want map[int][]string, tim
 	return took, nil
 }
 
+// Verify checks every invariant once, as Converged does at each poll: nil,
+// or what is missing now. The soak polls it with its own checks, so that a
+// timeout names the node's own finding, not the poll's deadline.
+func (inv *Invariants) Verify(ctx context.Context, want map[int][]string) error {
+	var w map[int][]string
+	if want != nil {
+		w = sortedValues(want)
+	}
+	return inv.check(ctx, w)
+}
+
 // Violation is an invariant found broken, as opposed to an error reading
 // what it is about (an API server or kubelet that does not answer now).
 type Violation struct{ msg string }
