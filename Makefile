@@ -18,6 +18,11 @@
 #   make test              all of the above (what CI runs: .ci/run)
 #   make test-matrix       the whole e2e suite on every supported minor, its
 #                          results into docs/SUPPORT.md; not part of make test
+#   make soak DURATION=30m random churn on the local cluster (annotations,
+#                          pods, deletions, agent and kubelet restarts, NVML
+#                          errors) with the invariant checker every second,
+#                          and a report (docs/RELIABILITY.md); SEED=n repeats
+#                          a run; root; not part of make test, not in CI
 #
 # K8S_VERSION picks the Kubernetes minor of the local cluster and envtest
 # (hack/cluster/k8s/minors; unset: the default one), e.g.
@@ -53,7 +58,7 @@ export CACHE_DIR
 CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 export CGO_CFLAGS
 
-.PHONY: all build kubectl-migflex lint test test-deps test-unit test-integration test-e2e test-e2e-oldest test-faults test-arm64 test-matrix \
+.PHONY: all build kubectl-migflex lint test test-deps test-unit test-integration test-e2e test-e2e-oldest test-faults test-arm64 test-matrix soak \
 	envtest-assets helm promtool bench replay k8s-binaries images cluster-up cluster-down demo clean test-docker kind
 
 all: build
@@ -135,6 +140,19 @@ FAULTS_RUN ?= ^TestFault
 FAULTS_TIMEOUT ?= 60m
 test-faults:
 	MIGFLEX_E2E_FAULTS=1 hack/cluster/e2e.sh -timeout $(FAULTS_TIMEOUT) -run '$(FAULTS_RUN)'
+
+# The soak (docs/RELIABILITY.md, "Soak"): TestSoak, which skips unless
+# MIGFLEX_SOAK_DURATION is set, for DURATION (Go's units: 30m, 1h30m) on a
+# fresh local cluster; SEED repeats a run's choices (the report prints it).
+# The report goes to stdout and _output/soak/. go test's hang protection is
+# the duration and 30 minutes more (the last operation's wait, the
+# tear-down of its pods).
+soak:
+	@[[ -n "$(DURATION)" ]] || { echo "usage: make soak DURATION=30m [SEED=n]" >&2; exit 2; }
+	@secs=$$(sed -E 's/h/*3600+/g; s/m/*60+/g; s/s/+/g; s/\+$$//' <<<"$(DURATION)"); \
+	[[ $$secs =~ ^[0-9*+]+$$ ]] || { echo "DURATION=$(DURATION): whole hours, minutes, seconds (30m, 1h30m)" >&2; exit 2; }; \
+	MIGFLEX_SOAK_DURATION=$(DURATION) MIGFLEX_SOAK_SEED=$(SEED) \
+		hack/cluster/e2e.sh -run '^TestSoak$$' -timeout $$(( secs + 1800 ))s
 
 # The oldest supported minor (hack/cluster/k8s/minors) and the e2e cases
 # `make test` runs on it besides the whole suite on the default minor: the

@@ -79,24 +79,42 @@ type heldPod struct {
 // Take it once the layout a test wants is in place and its pods run.
 func (c *Cluster) Invariants(t testing.TB) *Invariants {
 	t.Helper()
-	// The agent reports who holds a device a little after the kubelet
-	// says so: poll until the two agree.
-	var inv *Invariants
-	var last error
-	err := WaitFor(t.Context(), "the agent and the kubelet of node "+c.NodeName+" to agree on who holds which device", Timeout, func(ctx context.Context) (bool, error) {
-		got, err := c.snapshot(ctx)
-		inv = got
-		keepFinding(&last, err)
-		return err == nil, err
-	})
+	inv, err := c.TakeInvariants(t.Context(), Timeout)
 	if err != nil {
-		t.Fatalf("invariants of node %s before the fault: %v", c.NodeName, last)
+		t.Fatalf("invariants of node %s before the fault: %v", c.NodeName, err)
 	}
 	for k, p := range inv.held {
 		t.Logf("node %s before the fault: pod %s holds %v", c.NodeName, k, slices.Sorted(maps.Keys(p.devices)))
 	}
 	return inv
 }
+
+// TakeInvariants is Invariants without a test to fail, for the soak: it
+// polls until the agent and the kubelet agree on who holds which device,
+// or returns what was last missing after timeout.
+func (c *Cluster) TakeInvariants(ctx context.Context, timeout time.Duration) (*Invariants, error) {
+	// The agent reports who holds a device a little after the kubelet
+	// says so: poll until the two agree.
+	var inv *Invariants
+	var last error
+	err := WaitFor(ctx, "the agent and the kubelet of node "+c.NodeName+" to agree on who holds which device", timeout, func(ctx context.Context) (bool, error) {
+		got, err := c.snapshot(ctx)
+		inv = got
+		keepFinding(&last, err)
+		return err == nil, err
+	})
+	if err != nil {
+		if last == nil {
+			return nil, err
+		}
+		return nil, last
+	}
+	return inv, nil
+}
+
+// Forget drops the pod ("namespace/name") from the snapshot: a test that
+// deletes it on purpose expects it gone.
+func (inv *Invariants) Forget(pod string) { delete(inv.held, pod) }
 
 func (c *Cluster) snapshot(ctx context.Context) (*Invariants, error) {
 	node, err := c.Node(ctx)
@@ -178,23 +196,73 @@ func (inv *Invariants) Held() map[string][]string {
 // converge, from the call.
 func (inv *Invariants) Check(t testing.TB, want map[int][]string) time.Duration {
 	t.Helper()
+	took, err := inv.Converged(t.Context(), want, Converge)
+	if err != nil {
+		t.Fatalf("invariants of node %s after the fault, want layout %v: %v", inv.c.NodeName, sortedValues(want), err)
+	}
+	t.Logf("node %s: every invariant holds with layout %v, %v after the check began", inv.c.NodeName, sortedValues(want), took.Round(time.Second))
+	return took
+}
+
+// Converged is Check without a test to fail, for the soak: it polls until
+// every invariant holds, or returns what was last missing after timeout.
+// A nil want is the layout the node's nvidia.com/mig.config asks for when
+// each poll reads it (MigConfigLayout), which someone else (the planner)
+// may change meanwhile.
+func (inv *Invariants) Converged(ctx context.Context, want map[int][]string, timeout time.Duration) (time.Duration, error) {
 	start := time.Now()
-	w := map[int][]string{}
-	for i, ps := range want {
-		w[i] = slices.Sorted(slices.Values(ps))
+	var w map[int][]string
+	if want != nil {
+		w = sortedValues(want)
 	}
 	var last error
-	err := WaitFor(t.Context(), "node "+inv.c.NodeName+" to converge with every invariant", Converge, func(ctx context.Context) (bool, error) {
+	err := WaitFor(ctx, "node "+inv.c.NodeName+" to converge with every invariant", timeout, func(ctx context.Context) (bool, error) {
 		err := inv.check(ctx, w)
 		keepFinding(&last, err)
 		return err == nil, err
 	})
 	took := time.Since(start)
 	if err != nil {
-		t.Fatalf("invariants of node %s after the fault, want layout %v: %v", inv.c.NodeName, w, last)
+		if last == nil {
+			return took, err
+		}
+		return took, last
 	}
-	t.Logf("node %s: every invariant holds with layout %v, %v after the check began", inv.c.NodeName, w, took.Round(time.Second))
-	return took
+	return took, nil
+}
+
+// Verify checks every invariant once, as Converged does at each poll: nil,
+// or what is missing now. The soak polls it with its own checks, so that a
+// timeout names the node's own finding, not the poll's deadline.
+func (inv *Invariants) Verify(ctx context.Context, want map[int][]string) error {
+	var w map[int][]string
+	if want != nil {
+		w = sortedValues(want)
+	}
+	return inv.check(ctx, w)
+}
+
+// Violation is an invariant found broken, as opposed to an error reading
+// what it is about (an API server or kubelet that does not answer now).
+type Violation struct{ msg string }
+
+func (v *Violation) Error() string { return v.msg }
+
+func violationf(format string, args ...any) error {
+	return &Violation{msg: fmt.Sprintf(format, args...)}
+}
+
+// Safety checks, once, the invariants that hold at every moment, not only
+// once the node has converged: every pod of the snapshot still runs (the
+// same pod) and each of its MIG devices is still the same instance in the
+// simulated GPUs. It returns the first one broken as a *Violation, or an
+// error that says what could not be read. The soak runs it every second.
+func (inv *Invariants) Safety(ctx context.Context) error {
+	state, err := inv.c.Local().SimState()
+	if err != nil {
+		return err
+	}
+	return inv.untouched(ctx, simDevices(state))
 }
 
 // keepFinding keeps err in last unless it is the poll's own deadline
@@ -237,6 +305,11 @@ func (inv *Invariants) check(ctx context.Context, want map[int][]string) error {
 	layout, err := migLayoutOf(node)
 	if err != nil {
 		return err
+	}
+	if want == nil {
+		if want, err = MigConfigLayout(node, len(layout)); err != nil {
+			return err
+		}
 	}
 	if diff := cmp.Diff(want, layoutProfiles(layout)); diff != "" {
 		return fmt.Errorf("the agent's layout, profiles by GPU (-want +got):\n%s", diff)
@@ -284,28 +357,11 @@ func (inv *Invariants) check(ctx context.Context, want map[int][]string) error {
 			}
 		}
 	}
+	if err := inv.untouched(ctx, sim); err != nil {
+		return err
+	}
 	for _, key := range slices.Sorted(maps.Keys(inv.held)) {
 		hp := inv.held[key]
-		ns, name, _ := strings.Cut(key, "/")
-		pod, err := c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("pod %s, which held %v, is gone", key, slices.Sorted(maps.Keys(hp.devices)))
-		}
-		if err != nil {
-			return err
-		}
-		if pod.UID != hp.uid || pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
-			return fmt.Errorf("pod %s: UID %s (was %s), phase %s, deleting %v: want the same pod running", key, pod.UID, hp.uid, pod.Status.Phase, pod.DeletionTimestamp != nil)
-		}
-		for u, was := range hp.devices {
-			now, ok := sim[u]
-			if !ok {
-				return fmt.Errorf("pod %s's MIG device %s (%+v) was destroyed", key, u, was)
-			}
-			if now != was {
-				return fmt.Errorf("pod %s's MIG device %s changed: was %+v, is %+v", key, u, was, now)
-			}
-		}
 		held := slices.Sorted(maps.Keys(hp.devices))
 		if got := slices.Sorted(slices.Values(usedBy[key])); !slices.Equal(held, got) {
 			return fmt.Errorf("the agent's layout says pod %s holds %v, it held %v", key, got, held)
@@ -321,6 +377,35 @@ func (inv *Invariants) check(ctx context.Context, want map[int][]string) error {
 		return inv.checkDRA(ctx, layout)
 	}
 	return inv.checkDevicePlugin(ctx, node, layout)
+}
+
+// untouched: every pod of the snapshot is the same pod, running, and each
+// of its MIG devices is the same instance in sim.
+func (inv *Invariants) untouched(ctx context.Context, sim map[string]SimInstance) error {
+	for _, key := range slices.Sorted(maps.Keys(inv.held)) {
+		hp := inv.held[key]
+		ns, name, _ := strings.Cut(key, "/")
+		pod, err := inv.c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return violationf("pod %s, which held %v, is gone", key, slices.Sorted(maps.Keys(hp.devices)))
+		}
+		if err != nil {
+			return err
+		}
+		if pod.UID != hp.uid || pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
+			return violationf("pod %s: UID %s (was %s), phase %s, deleting %v: want the same pod running", key, pod.UID, hp.uid, pod.Status.Phase, pod.DeletionTimestamp != nil)
+		}
+		for u, was := range hp.devices {
+			now, ok := sim[u]
+			if !ok {
+				return violationf("pod %s's MIG device %s (%+v) was destroyed", key, u, was)
+			}
+			if now != was {
+				return violationf("pod %s's MIG device %s changed: was %+v, is %+v", key, u, was, now)
+			}
+		}
+	}
+	return nil
 }
 
 // checkDevicePlugin: the kubelet's registered devices and the Node's
@@ -494,8 +579,8 @@ func (c *Cluster) kubeletHolders(ctx context.Context) (map[string][]string, erro
 	return out, nil
 }
 
-func sortedValues(m map[string][]string) map[string][]string {
-	out := map[string][]string{}
+func sortedValues[K comparable](m map[K][]string) map[K][]string {
+	out := map[K][]string{}
 	for k, v := range m {
 		out[k] = slices.Sorted(slices.Values(v))
 	}

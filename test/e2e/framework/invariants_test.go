@@ -3,6 +3,7 @@ package framework
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -121,6 +122,34 @@ func (w invariantsWorld) build(t *testing.T, dir string) *Cluster {
 	return &Cluster{Client: fake.NewClientset(objs...), NodeName: "mf-dra", Nodes: []LocalNode{{Name: "vm", Number: 1}, n}}
 }
 
+// brokenAfter takes the snapshot on the good world, lets snapped change it
+// (when not nil), then breaks the world with break_ and returns the
+// snapshot looking at the broken world.
+func brokenAfter(t *testing.T, snapped func(*Invariants), break_ func(*invariantsWorld)) *Invariants {
+	t.Helper()
+	dir := t.TempDir()
+	before := goodWorld()
+	inv, err := before.build(t, dir).snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snapped != nil {
+		snapped(inv)
+	}
+	after := goodWorld()
+	break_(&after)
+	c := after.build(t, dir)
+	if after.podUID != before.podUID {
+		p, _ := c.Client.CoreV1().Pods("ns").Get(context.Background(), "p", metav1.GetOptions{})
+		p.UID = types.UID(after.podUID)
+		if _, err := c.Client.CoreV1().Pods("ns").Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inv.c = c
+	return inv
+}
+
 // TestInvariantsCatch: the checker passes the node as it should be and
 // names each broken invariant: it can fail.
 func TestInvariantsCatch(t *testing.T) {
@@ -161,24 +190,8 @@ func TestInvariantsCatch(t *testing.T) {
 		{"checkpoint copy stale", func(w *invariantsWorld) { w.checkpointCopy = []string{} }, "the DRA checkpoint's copy lists other claims"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			before := goodWorld()
-			inv, err := before.build(t, dir).snapshot(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			after := goodWorld()
-			tc.break_(&after)
-			c := after.build(t, dir)
-			if after.podUID != before.podUID {
-				p, _ := c.Client.CoreV1().Pods("ns").Get(context.Background(), "p", metav1.GetOptions{})
-				p.UID = types.UID(after.podUID)
-				if _, err := c.Client.CoreV1().Pods("ns").Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			inv.c = c
-			err = inv.check(context.Background(), want)
+			inv := brokenAfter(t, nil, tc.break_)
+			err := inv.check(context.Background(), want)
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Fatalf("check: %v, want every invariant to hold", err)
@@ -186,5 +199,85 @@ func TestInvariantsCatch(t *testing.T) {
 				t.Fatalf("check: %v, want an error containing %q", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestInvariantsSafety: Safety, which the soak runs every second, names a
+// broken instance or a replaced pod as a Violation, ignores what only
+// convergence asks (a leaked instance, a state not yet success), reports a
+// state it cannot read as an error that is no Violation, and leaves alone
+// a pod the test forgot (deleted on purpose).
+func TestInvariantsSafety(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		break_    func(*invariantsWorld)
+		forget    bool
+		violation string // "" for none
+		readErr   bool
+	}{
+		{name: "all hold", break_: func(*invariantsWorld) {}},
+		{name: "not converged yet", break_: func(w *invariantsWorld) {
+			w.stateLabel = "pending"
+			w.state = strings.Replace(goodState, `"MIG-b"}]}`, `"MIG-b"}]},{"id":5,"profileID":19,"start":6}`, 1)
+		}},
+		{name: "pod's instance re-created", break_: func(w *invariantsWorld) {
+			w.state = strings.Replace(goodState, `"id":1,"profileID":19,"start":0`, `"id":3,"profileID":19,"start":0`, 1)
+		}, violation: "pod ns/p's MIG device MIG-a changed"},
+		{name: "pod's instance destroyed", break_: func(w *invariantsWorld) {
+			w.state = strings.Replace(goodState, `"uuid":"MIG-a"`, `"uuid":"MIG-new"`, 1)
+		}, violation: "was destroyed"},
+		{name: "pod replaced", break_: func(w *invariantsWorld) { w.podUID = "pod-2" }, violation: "want the same pod running"},
+		{name: "pod replaced, forgotten", break_: func(w *invariantsWorld) { w.podUID = "pod-2" }, forget: true},
+		{name: "state unreadable", break_: func(w *invariantsWorld) { w.state = "{" }, readErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			inv := brokenAfter(t, func(inv *Invariants) {
+				if tc.forget {
+					inv.Forget("ns/p")
+				}
+			}, tc.break_)
+			err := inv.Safety(context.Background())
+			var v *Violation
+			isViolation := errors.As(err, &v)
+			switch {
+			case tc.readErr:
+				if err == nil || isViolation {
+					t.Fatalf("Safety: %v, want an error reading the state, not a violation", err)
+				}
+			case tc.violation == "" && err != nil:
+				t.Fatalf("Safety: %v, want none", err)
+			case tc.violation != "" && (!isViolation || !strings.Contains(err.Error(), tc.violation)):
+				t.Fatalf("Safety: %v (a Violation: %v), want a Violation containing %q", err, isViolation, tc.violation)
+			}
+		})
+	}
+}
+
+// TestInvariantsWantFromMigConfig: with no layout given, the checker wants
+// what the node's mig.config asks, and says so when the node has none.
+func TestInvariantsWantFromMigConfig(t *testing.T) {
+	dir := t.TempDir()
+	w := goodWorld()
+	c := w.build(t, dir)
+	inv, err := c.snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inv.check(context.Background(), nil); err == nil || !strings.Contains(err.Error(), "has no "+AnnotationMigConfig) {
+		t.Fatalf("check without a mig.config: %v, want it named missing", err)
+	}
+	for doc, wantErr := range map[string]string{
+		"version: v1\nmig-configs:\n  selected:\n  - devices: all\n    mig-enabled: true\n    mig-devices: {1g.10gb: 1, 3g.40gb: 1}\n": "",
+		"version: v1\nmig-configs:\n  selected:\n  - devices: all\n    mig-enabled: true\n    mig-devices: [7g.80gb]\n":                "(-want +got)",
+	} {
+		node, _ := c.Node(context.Background())
+		node.Annotations[AnnotationMigConfig] = doc
+		if _, err := c.Client.CoreV1().Nodes().Update(context.Background(), node, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		err := inv.check(context.Background(), nil)
+		if (wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), wantErr)) {
+			t.Errorf("mig.config %q: check %v, want error containing %q", doc, err, wantErr)
+		}
 	}
 }
