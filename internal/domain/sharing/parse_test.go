@@ -3,6 +3,7 @@ package sharing_test
 import (
 	"fmt"
 	"os"
+	"sigs.k8s.io/yaml"
 	"strings"
 	"testing"
 
@@ -251,7 +252,8 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-// The example in docs/INSTALL.md's Sharing section is a valid file, and
+// The examples in docs/INSTALL.md's Sharing section are valid: the file
+// NVIDIA's device plugin reads, and each config of the Helm values; and
 // its error example is the error Parse writes.
 func TestInstallDocExample(t *testing.T) {
 	doc, err := os.ReadFile("../../../docs/INSTALL.md")
@@ -263,12 +265,38 @@ func TestInstallDocExample(t *testing.T) {
 		t.Fatal("docs/INSTALL.md has no Sharing section")
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
-	_, block, ok := strings.Cut(section, "```yaml\n")
-	if !ok {
-		t.Fatal("the Sharing section has no yaml example")
+	var file string
+	helmConfigs := 0
+	for rest := section; ; {
+		var block string
+		if _, rest, ok = strings.Cut(rest, "```yaml\n"); !ok {
+			break
+		}
+		block, rest, _ = strings.Cut(rest, "```")
+		var values struct {
+			Agent struct {
+				SharingConfig map[string]any `json:"sharingConfig"`
+			} `json:"agent"`
+		}
+		if err := yaml.Unmarshal([]byte(block), &values); err == nil && len(values.Agent.SharingConfig) > 0 {
+			for name, cfg := range values.Agent.SharingConfig {
+				text, err := yaml.Marshal(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := sharing.Parse(text); err != nil {
+					t.Errorf("the Sharing section's Helm values, config %s: %v", name, err)
+				}
+				helmConfigs++
+			}
+			continue
+		}
+		file = block
 	}
-	block, _, _ = strings.Cut(block, "```")
-	cfg, err := sharing.Parse([]byte(block))
+	if file == "" || helmConfigs == 0 {
+		t.Fatalf("the Sharing section has %d Helm configs and the file example %q; want both", helmConfigs, file)
+	}
+	cfg, err := sharing.Parse([]byte(file))
 	if err != nil {
 		t.Fatalf("the Sharing section's example: %v", err)
 	}

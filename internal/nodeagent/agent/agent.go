@@ -264,11 +264,13 @@ type Agent struct {
 	// unsent are the Events of reconciles whose report on the Node
 	// failed, recorded with the next report that succeeds (see step).
 	unsent []event
-	// inUse maps each device ID pods hold to those pods, as the kubelet
-	// last said (see noteAssignments); inUseErr is the last failure to
-	// ask, logged once.
-	inUse    map[string][]string
-	inUseErr string
+	// inUse maps each device pods hold (a shared instance's replicas
+	// folded into it) to those pods, as the kubelet last said (see
+	// noteAssignments); inUseByID is the same by the device IDs served,
+	// replicas apart; inUseErr is the last failure to ask, logged once.
+	inUse     map[string][]string
+	inUseByID map[string][]string
+	inUseErr  string
 	// sharingKey identifies the sharing config (or error) last applied
 	// (see applySharing).
 	sharingKey string
@@ -573,15 +575,26 @@ func (a *Agent) pollInUse(ctx context.Context) {
 // whether that changed. The pods holding replicas of a shared device are
 // all the device's: the layout annotation names every pod on an instance.
 func (a *Agent) noteAssignments(assignments []podresources.Assignment) bool {
-	next := map[string][]string{}
+	next, byID := map[string][]string{}, map[string][]string{}
 	for _, as := range assignments {
-		id := deviceOf(as.DeviceID)
-		if key := as.PodKey(); !slices.Contains(next[id], key) {
+		key := as.PodKey()
+		if id := deviceOf(as.DeviceID); !slices.Contains(next[id], key) {
 			next[id] = append(next[id], key)
 		}
+		if !slices.Contains(byID[as.DeviceID], key) {
+			byID[as.DeviceID] = append(byID[as.DeviceID], key)
+		}
 	}
-	for _, pods := range next {
-		slices.Sort(pods)
+	for _, m := range []map[string][]string{next, byID} {
+		for _, pods := range m {
+			slices.Sort(pods)
+		}
+	}
+	// The replicas a pod holds can change while the instance's holders
+	// stay the same; only the per-instance metrics see that.
+	if !maps.EqualFunc(a.inUseByID, byID, slices.Equal[[]string]) {
+		a.inUseByID = byID
+		a.metrics.instances.setInUse(byID)
 	}
 	if maps.EqualFunc(a.inUse, next, slices.Equal[[]string]) {
 		return false

@@ -138,7 +138,6 @@ func (m *metrics) setInUse(inUse map[string][]string) {
 		ids[id] = true
 	}
 	m.inUse.Store(&ids)
-	m.instances.setInUse(inUse)
 }
 
 // newRegistry is the registry used when Options.Registry is nil: the
