@@ -504,7 +504,7 @@ func TestNodeScopePolicyKeysMatchTheAgent(t *testing.T) {
 		slices.Sort(out)
 		return out
 	}
-	wantLabels := []string{nodeinfo.LabelMigConfigState, nodeinfo.LabelGPUProduct, nodeinfo.LabelGPUCount, nodeinfo.LabelMigCapable, nodeinfo.LabelMigStrategy, nodeinfo.LabelServing}
+	wantLabels := []string{nodeinfo.LabelMigConfigState, nodeinfo.LabelGPUProduct, nodeinfo.LabelGPUCount, nodeinfo.LabelMigCapable, nodeinfo.LabelMigStrategy, nodeinfo.LabelServing, nodeinfo.LabelDRAMode}
 	slices.Sort(wantLabels)
 	if diff := cmp.Diff(wantLabels, literals(vars["ownedLabels"])); diff != "" {
 		t.Errorf("ownedLabels (-agent +policy):\n%s", diff)
