@@ -237,6 +237,10 @@ func TestHelmChart(t *testing.T) {
 			// Nodes 2 and 3 never had a mig.config source: no state.
 			wantLabels = slices.DeleteFunc(slices.Clone(wantLabels), func(k string) bool { return k == labelState })
 		}
+		if node.Labels[framework.DRANodeLabel] == framework.DRANodeLabelValue {
+			// The DRA driver's report also says which mode it served.
+			wantLabels = slices.Sorted(slices.Values(append(slices.Clone(wantLabels), "migflex.io/dra-mode")))
+		}
 		if diff := cmp.Diff(wantLabels, labels); diff != "" {
 			t.Errorf("migflex labels left on node %s (-documented +got):\n%s", n.Name, diff)
 		}
