@@ -64,16 +64,9 @@ func readDRA(ctx context.Context, client kubernetes.Interface, full bool) (*DRAO
 	if !full {
 		return d, nil
 	}
-	sl, err := api.ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.driver", dracel.Driver).String()})
-	if err != nil {
-		return nil, fmt.Errorf("listing ResourceSlices: %w", err)
+	if err := listSupply(ctx, client, d); err != nil {
+		return nil, err
 	}
-	d.Slices = sl.Items
-	claims, err := api.ResourceClaims("").List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("listing ResourceClaims: %w", err)
-	}
-	d.Claims = claims.Items
 	templates, err := api.ResourceClaimTemplates("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("listing ResourceClaimTemplates: %w", err)
@@ -90,21 +83,27 @@ func readSupply(ctx context.Context, client kubernetes.Interface, nodes []corev1
 		return nil, nil
 	}
 	d := &DRAObjects{}
+	if err := listSupply(ctx, client, d); err != nil && !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	return d, nil
+}
+
+// listSupply fills d with our driver's ResourceSlices and every
+// ResourceClaim: what a DRA node's supply is read from.
+func listSupply(ctx context.Context, client kubernetes.Interface, d *DRAObjects) error {
 	api := client.ResourceV1()
 	sl, err := api.ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.driver", dracel.Driver).String()})
-	if apierrors.IsNotFound(err) {
-		return d, nil
-	}
 	if err != nil {
-		return nil, fmt.Errorf("listing ResourceSlices: %w", err)
+		return fmt.Errorf("listing ResourceSlices: %w", err)
 	}
 	d.Slices = sl.Items
 	claims, err := api.ResourceClaims("").List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("listing ResourceClaims: %w", err)
+		return fmt.Errorf("listing ResourceClaims: %w", err)
 	}
 	d.Claims = claims.Items
-	return d, nil
+	return nil
 }
 
 // hasClaims tells whether a pod names ResourceClaims, or the scheduler
