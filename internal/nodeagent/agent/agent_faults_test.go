@@ -14,6 +14,7 @@ import (
 	"github.com/migflex/migflex/internal/domain/resourcename"
 	"github.com/migflex/migflex/internal/nodeagent/podresources/podresourcestest"
 	"github.com/migflex/migflex/internal/nvml/nvmlbackend/sim"
+	"github.com/migflex/migflex/internal/nvml/nvmlcall/nvmlcalltest"
 	"github.com/migflex/migflex/internal/testsupport/testutil"
 )
 
@@ -210,7 +211,7 @@ func testCreateHangs(t *testing.T, api *apiServer) {
 	n.partition(0, "3g.40gb", "3g.40gb")
 	n.armFault(sim.Fault{Name: "stuck", Kind: sim.FaultHang, Call: sim.CallCreateGpuInstance, GPU: intp(0), Nth: 2, Duration: sim.Duration(sim.MaxHang)})
 	counts := &requestCounter{counts: map[string]int{}}
-	deadlines := &manualDeadlines{}
+	deadlines := &nvmlcalltest.Deadlines{}
 	r := n.start(withResync(100*time.Millisecond), withCallDeadlines(deadlines), withInUseInterval(20*time.Millisecond), withClient(counts.client(t, api)))
 	n.annotate(nodeinfo.AnnotationMigConfig, sevenOnGPU0)
 
@@ -218,7 +219,7 @@ func testCreateHangs(t *testing.T, api *apiServer) {
 	// The loop waits in the create, the only GPU call under way: the
 	// deadlines passed are its own and those of calls that returned.
 	obj := n.waitNode("state failed", func(o *corev1.Node) bool {
-		deadlines.pass()
+		deadlines.Pass()
 		return o.Labels[nodeinfo.LabelMigConfigState] == nodeinfo.StateFailed
 	})
 	reason := obj.Annotations[nodeinfo.AnnotationReason]
@@ -275,7 +276,7 @@ func testCreateHangs(t *testing.T, api *apiServer) {
 func testDiscoveryHangs(t *testing.T, api *apiServer) {
 	n := newNode(t, api, withAnnotation(nodeinfo.AnnotationMigConfig, mixedLayout))
 	counts := &requestCounter{counts: map[string]int{}}
-	deadlines := &manualDeadlines{}
+	deadlines := &nvmlcalltest.Deadlines{}
 	r := n.start(withResync(100*time.Millisecond), withCallDeadlines(deadlines), withInUseInterval(20*time.Millisecond), withClient(counts.client(t, api)))
 	n.waitState(nodeinfo.StateSuccess)
 	served := map[string]int{resource2g: 2, resource3g: 1, resource7g: 1}
@@ -285,7 +286,7 @@ func testDiscoveryHangs(t *testing.T, api *apiServer) {
 	n.waitHanging("stuck")
 	// The loop waits in the reading, the only NVML call under way.
 	obj := n.waitNode("state failed", func(o *corev1.Node) bool {
-		deadlines.pass()
+		deadlines.Pass()
 		return o.Labels[nodeinfo.LabelMigConfigState] == nodeinfo.StateFailed
 	})
 	if reason := obj.Annotations[nodeinfo.AnnotationReason]; !strings.Contains(reason, "NVML has not returned from reading the GPUs for 2m0s") {
@@ -328,7 +329,7 @@ func testStopDuringHang(t *testing.T, api *apiServer) {
 	n := newNode(t, api)
 	n.partition(0, "3g.40gb", "3g.40gb")
 	n.armFault(sim.Fault{Name: "stuck", Kind: sim.FaultHang, Call: sim.CallCreateGpuInstance, GPU: intp(0), Duration: sim.Duration(sim.MaxHang)})
-	r := n.start(withCallDeadlines(&manualDeadlines{}), withShutdownGrace(-1))
+	r := n.start(withCallDeadlines(&nvmlcalltest.Deadlines{}), withShutdownGrace(-1))
 	n.annotate(nodeinfo.AnnotationMigConfig, sevenOnGPU0)
 	n.waitHanging("stuck")
 	if err := r.tryStop(); err != nil {

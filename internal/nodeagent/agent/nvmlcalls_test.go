@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/migflex/migflex/internal/domain/mig"
+	"github.com/migflex/migflex/internal/nvml/nvmlcall/nvmlcalltest"
 	"github.com/migflex/migflex/internal/testsupport/testutil"
 )
 
@@ -55,37 +56,6 @@ func (p *blockingPartitioner) CreateInstance(gpu int, profile string, start int)
 	return mig.Instance{Profile: profile, Start: start}, p.call(gpu)
 }
 
-// manualDeadlines are deadlines that pass when the test says so.
-type manualDeadlines struct {
-	mu  sync.Mutex
-	chs []chan time.Time
-}
-
-func (m *manualDeadlines) after(time.Duration) <-chan time.Time {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	m.chs = append(m.chs, ch)
-	return ch
-}
-
-// pass ends every deadline set so far.
-func (m *manualDeadlines) pass() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, ch := range m.chs {
-		ch <- time.Now()
-	}
-	m.chs = nil
-}
-
-// waiting is how many deadlines are set and not passed.
-func (m *manualDeadlines) waiting() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.chs)
-}
-
 func TestCallGuard(t *testing.T) {
 	tests := []struct {
 		name string
@@ -102,15 +72,15 @@ func TestCallGuard(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			part := newBlockingPartitioner(0)
-			deadlines := &manualDeadlines{}
+			deadlines := &nvmlcalltest.Deadlines{}
 			var timeouts []string
-			g := newCallGuard(part, 2*time.Minute, time.Hour, deadlines.after, func(call string) { timeouts = append(timeouts, call) })
+			g := newCallGuard(part, 2*time.Minute, time.Hour, deadlines.After, func(call string) { timeouts = append(timeouts, call) })
 
 			errc := make(chan error, 1)
 			go func() { errc <- tc.call(g) }()
 			<-part.entered
-			testutil.Eventually(t, "the call's deadline", func() bool { return deadlines.waiting() == 1 })
-			deadlines.pass()
+			testutil.Eventually(t, "the call's deadline", func() bool { return deadlines.Waiting() == 1 })
+			deadlines.Pass()
 			err := <-errc
 			if !errors.Is(err, mig.ErrNoReturn) || !strings.HasPrefix(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want %q matching mig.ErrNoReturn", err, tc.want)
@@ -139,7 +109,7 @@ func TestCallGuard(t *testing.T) {
 
 			// The call returns: the loop is told, and GPU 0 answers again.
 			close(part.block[0])
-			<-g.returned
+			<-g.Returned()
 			if got := g.outstanding(); len(got) != 0 {
 				t.Errorf("outstanding after the return: %v", got)
 			}
@@ -166,7 +136,7 @@ func TestCallGuardReturnsInTime(t *testing.T) {
 	if err != nil || in.Profile != "3g.40gb" || in.Start != 4 {
 		t.Fatalf("CreateInstance = %+v, %v", in, err)
 	}
-	if timedOut || len(g.outstanding()) != 0 || len(g.returned) != 0 {
+	if timedOut || len(g.outstanding()) != 0 || len(g.Returned()) != 0 {
 		t.Errorf("a call that returned was reported: timed out %v, outstanding %v", timedOut, g.outstanding())
 	}
 }
@@ -177,11 +147,11 @@ func TestCallGuardStop(t *testing.T) {
 	part := newBlockingPartitioner(0)
 	defer close(part.block[0])
 	timedOut := false
-	g := newCallGuard(part, time.Hour, 0, (&manualDeadlines{}).after, func(string) { timedOut = true })
+	g := newCallGuard(part, time.Hour, 0, (&nvmlcalltest.Deadlines{}).After, func(string) { timedOut = true })
 	errc := make(chan error, 1)
 	go func() { errc <- g.SetMigMode(0, false) }()
 	<-part.entered
-	g.stop()
+	g.Stop()
 	if err := <-errc; !errors.Is(err, mig.ErrNoReturn) {
 		t.Errorf("err = %v, want mig.ErrNoReturn", err)
 	}
