@@ -6,11 +6,14 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/migflex/migflex/internal/domain/mig"
+	"github.com/migflex/migflex/internal/nodeagent/agent"
 	"github.com/migflex/migflex/internal/nvml/nvmlbackend/sim"
 	"github.com/migflex/migflex/internal/nvml/nvmlbackend/sim/simtest"
 	"github.com/migflex/migflex/internal/nvml/nvmlmig"
@@ -332,5 +335,77 @@ func TestDynamicClaimUnpreparedInStaticMode(t *testing.T) {
 	}
 	if len(drv.Prepared()) != 0 {
 		t.Errorf("still prepared: %+v", drv.Prepared())
+	}
+}
+
+// A create that hangs in the driver (the simulator's hang fault) fails
+// Prepare past the call deadline, naming the call, instead of holding
+// the driver's lock, and with it every other Prepare and Unprepare, for
+// good: the next Prepare on that GPU is answered at once. Once the call
+// returns, the instance it made, no claim's, is destroyed, and Prepare
+// creates again.
+func TestDynamicPrepareOfAHungCreate(t *testing.T) {
+	node := dynamicNode(t)
+	// The deadline is short so that the test goes on; nothing here fails
+	// on time, it waits for the outcome.
+	var timeouts atomic.Int32
+	in := agent.NewInstances(node.lib, 50*time.Millisecond, func(string) { timeouts.Add(1) })
+	gpu0 := 0
+	if _, err := node.lib.ArmFault(sim.Fault{Name: "slow", Kind: sim.FaultHang, Call: sim.CallCreateGpuInstance, GPU: &gpu0, Duration: sim.Duration(10 * time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			if _, err := node.lib.ClearFaults("slow"); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	t.Cleanup(release)
+	c1 := allocated("team-a", "c1", "p1", [2]string{"gpu", dyn3gAt4})
+	c2 := allocated("team-a", "c2", "p2", [2]string{"gpu", dyn1gAt3})
+	client := fakeClient(c1, c2)
+	d := newDirs(t)
+	drv := startDriver(t, client, d, Options{Mode: ModeDynamic, Instances: in})
+	gpus, err := in.Discover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Publish(gpus, nil); err != nil {
+		t.Fatal(err)
+	}
+	k := dialKubelet(t, d)
+
+	resp := k.prepare(c1)[string(c1.UID)]
+	if !strings.Contains(resp.Error, "NVML CreateGpuInstance/CreateComputeInstance (create 3g.40gb at 4) has not returned") {
+		t.Fatalf("Prepare of the hung create answered %q; want the call named", resp.Error)
+	}
+	if timeouts.Load() != 1 {
+		t.Errorf("%d timeouts counted, want 1", timeouts.Load())
+	}
+	// The GPU's call has not returned: refused at once, not queued
+	// behind it.
+	resp = k.prepare(c2)[string(c2.UID)]
+	if !strings.Contains(resp.Error, "has not returned") {
+		t.Fatalf("Prepare while the create hangs answered %q; want it refused", resp.Error)
+	}
+	if len(drv.Prepared()) != 0 {
+		t.Errorf("prepared: %+v", drv.Prepared())
+	}
+
+	// The create returns and makes its instance, which no claim holds:
+	// the driver destroys it, and Prepare creates again.
+	release()
+	waitFor(t, "the late instance destroyed", func() bool {
+		gpus, err := in.Discover()
+		return err == nil && len(gpus[0].Instances) == 0
+	})
+	if resp := k.prepare(c2)[string(c2.UID)]; resp.Error != "" {
+		t.Fatalf("Prepare after the create returned: %s", resp.Error)
+	}
+	if got := instancesOn(t, node); !slices.Equal(got, []string{"1g.10gb@3"}) {
+		t.Errorf("instances %v, want c2's 1g.10gb@3 alone", got)
 	}
 }
