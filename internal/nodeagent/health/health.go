@@ -39,6 +39,8 @@ const (
 	// DefaultCallTimeout is how long Run waits for one NVML call, the
 	// agent's --nvml-call-timeout default.
 	DefaultCallTimeout = 2 * time.Minute
+	// defaultStopGrace is Watcher.stopGrace's default.
+	defaultStopGrace = 10 * time.Second
 )
 
 // DefaultIgnoredXids returns the Xids caused by applications (illegal memory
@@ -81,9 +83,6 @@ type Options struct {
 	// OnTimeout, if set, is called with the NVML call's name each time
 	// one did not return within CallTimeout (the agent counts them).
 	OnTimeout func(call string)
-
-	// callAfter is time.After; tests pass deadlines they end.
-	callAfter func(time.Duration) <-chan time.Time
 }
 
 // Target is one device whose health is tracked.
@@ -133,7 +132,11 @@ type Watcher struct {
 	clock        clock.WithDelayedExecution
 	callTimeout  time.Duration
 	onTimeout    func(call string)
-	callAfter    func(time.Duration) <-chan time.Time
+	// callAfter is time.After when nil; tests set deadlines they end.
+	callAfter func(time.Duration) <-chan time.Time
+	// stopGrace is how long, beyond the poll interval, a stop waits for
+	// a call under way: defaultStopGrace, 0 in tests of a hung call.
+	stopGrace time.Duration
 	// recovered, when set by a test, is called after every run of recover
 	// (whatever it decided), so the test knows a fired timer was handled.
 	recovered func()
@@ -177,8 +180,8 @@ func New(lib Lib, opts Options) (*Watcher, error) {
 		pollInterval: opts.PollInterval,
 		clock:        opts.Clock,
 		callTimeout:  opts.CallTimeout,
+		stopGrace:    defaultStopGrace,
 		onTimeout:    opts.OnTimeout,
-		callAfter:    opts.callAfter,
 		registered:   map[string]bool{},
 		faults:       map[string]*fault{},
 		changes:      make(chan struct{}, 1),
@@ -282,9 +285,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 	defer w.stop()
 
 	// A Wait under way returns within the poll interval; a stop waits
-	// that long for it, not for a hung call.
+	// that long and a little more for it, not for a hung call.
 	g := nvmlcall.New(nvmlcall.Options[string]{
-		Timeout: w.callTimeout, Grace: 2 * w.pollInterval, After: w.callAfter, OnTimeout: w.onTimeout, Describe: describeNoReturn,
+		Timeout: w.callTimeout, Grace: w.pollInterval + w.stopGrace, After: w.callAfter, OnTimeout: w.onTimeout, Describe: describeNoReturn,
 	})
 	g.SetLogger(log)
 	defer context.AfterFunc(ctx, g.Stop)()
@@ -309,18 +312,27 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return fmt.Errorf("health: %w", err)
 	}
 	defer func() {
-		// A call still in the driver may use the set: it is not freed
-		// under it, nor NVML shut down (the process is ending anyway).
-		if stuck := g.Outstanding(); len(stuck) > 0 {
-			log.Info("NVML calls have not returned; the event set is left as it is", "calls", len(stuck))
+		release := func() {
+			if ret := set.Free(); ret != nvml.SUCCESS {
+				log.Error(ret, "Freeing NVML event set")
+			}
+			if ret := w.lib.Shutdown(); ret != nvml.SUCCESS {
+				log.Error(ret, "Shutting NVML down")
+			}
+		}
+		if len(g.Outstanding()) == 0 {
+			release()
 			return
 		}
-		if ret := set.Free(); ret != nvml.SUCCESS {
-			log.Error(ret, "Freeing NVML event set")
-		}
-		if ret := w.lib.Shutdown(); ret != nvml.SUCCESS {
-			log.Error(ret, "Shutting NVML down")
-		}
+		// A call still in the driver may use the set: it is freed, and
+		// NVML shut down, once the calls have returned, not under them.
+		log.Info("NVML calls have not returned; the event set is freed once they do", "calls", len(g.Outstanding()))
+		go func() {
+			for len(g.Outstanding()) > 0 {
+				<-g.Returned()
+			}
+			release()
+		}()
 	}()
 
 	regs := registrations{failed: map[string]string{}}

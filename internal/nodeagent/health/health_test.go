@@ -580,7 +580,8 @@ func TestHungWait(t *testing.T) {
 	lib.set.hang, lib.set.waiting = make(chan struct{}), make(chan struct{}, 100)
 	deadlines := &nvmlcalltest.Deadlines{}
 	timeouts := make(chan string, 10)
-	w := newWatcher(t, lib, Options{QuietPeriod: -1, callAfter: deadlines.After, OnTimeout: func(call string) { timeouts <- call }})
+	w := newWatcher(t, lib, Options{QuietPeriod: -1, OnTimeout: func(call string) { timeouts <- call }})
+	w.callAfter, w.stopGrace = deadlines.After, 0
 	w.SetTargets(testTargets)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -614,7 +615,8 @@ func TestHungWait(t *testing.T) {
 	default:
 	}
 
-	// A stop does not wait for the hung Wait, and leaves the set alone.
+	// A stop does not wait for the hung Wait, and does not free the set
+	// under it.
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run: %v", err)
@@ -625,12 +627,23 @@ func TestHungWait(t *testing.T) {
 	default:
 	}
 
-	// The Wait returns with the Xid: it is handled all the same.
+	// The Wait returns with the Xid: it is handled all the same, and
+	// then the set freed and NVML shut down.
 	close(lib.set.hang)
 	waitFor(t, w, "MIG-a1 unhealthy", func(u map[string]Fault) bool { return len(u) > 0 })
 	if diff := cmp.Diff(map[string]uint64{"MIG-a1": 79}, ids(w.Unhealthy())); diff != "" {
 		t.Errorf("unhealthy (-want +got):\n%s", diff)
 	}
+	select {
+	case <-lib.set.freed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the event set was never freed")
+	}
+	testutil.Eventually(t, "NVML shut down", func() bool {
+		lib.mu.Lock()
+		defer lib.mu.Unlock()
+		return lib.inits == 0
+	})
 }
 
 // TestHungRegistration: a GPU whose handle lookup hangs is counted and
@@ -643,7 +656,9 @@ func TestHungRegistration(t *testing.T) {
 	lib.handleEntered = make(chan string, 10)
 	deadlines := &nvmlcalltest.Deadlines{}
 	timeouts := make(chan string, 10)
-	w := start(t, lib, Options{QuietPeriod: -1, callAfter: deadlines.After, OnTimeout: func(call string) { timeouts <- call }}, testTargets)
+	w := newWatcher(t, lib, Options{QuietPeriod: -1, OnTimeout: func(call string) { timeouts <- call }})
+	w.callAfter = deadlines.After
+	run(t, lib, w, testTargets)
 	<-lib.handleEntered
 	// Registration runs before the first Wait: the one deadline left to
 	// pass is the lookup's, once it is set.

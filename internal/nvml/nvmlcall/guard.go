@@ -89,12 +89,6 @@ func (g *Guard[K]) SetLogger(log klog.Logger) {
 	g.log = log
 }
 
-func (g *Guard[K]) logger() klog.Logger {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.log
-}
-
 // Stop makes every wait end Grace from now at the latest.
 func (g *Guard[K]) Stop() {
 	g.stopOnce.Do(func() {
