@@ -188,16 +188,7 @@ func TestAdmissionFilter(t *testing.T) {
 			admitted: []string{"nr-dedicated", "nr-ne", "nr-ns", "ready", "ur"},
 		},
 	}
-	eligible := func(f *Filter) []string {
-		var names []string
-		snap.Eligible(f, false, func(g *Group) {
-			for _, m := range g.Members() {
-				names = append(names, m.Name())
-			}
-		}, func(_ *Group, m *Member) { names = append(names, m.Name()) })
-		slices.Sort(names)
-		return names
-	}
+	eligible := func(f *Filter) []string { return eligibleNames(snap, f) }
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			before := tc.pod.DeepCopy()

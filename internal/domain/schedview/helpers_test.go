@@ -1,6 +1,8 @@
 package schedview
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -104,3 +106,16 @@ func withToleration(t corev1.Toleration) podOpt {
 }
 
 func onNode(name string) podOpt { return func(p *corev1.Pod) { p.Spec.NodeName = name } }
+
+// eligibleNames is the names of the nodes of s that f lets a pod land on,
+// sorted.
+func eligibleNames(s *Snapshot, f *Filter) []string {
+	var names []string
+	s.Eligible(f, false, func(g *Group) {
+		for _, m := range g.Members() {
+			names = append(names, m.Name())
+		}
+	}, func(_ *Group, m *Member) { names = append(names, m.Name()) })
+	slices.Sort(names)
+	return names
+}

@@ -3,7 +3,6 @@ package agent
 import (
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,48 +11,21 @@ import (
 	"github.com/migflex/migflex/internal/testsupport/testutil"
 )
 
-// blockingPartitioner counts calls per GPU; a call on a GPU in block
-// waits until its channel is closed.
+// blockingPartitioner is a partitioner whose calls on a blocked GPU wait
+// until the test releases it.
 type blockingPartitioner struct {
-	mu      sync.Mutex
-	calls   map[int]int
-	block   map[int]chan struct{}
-	entered chan int
+	*nvmlcalltest.Blocker[int]
 }
 
-func newBlockingPartitioner(blocked ...int) *blockingPartitioner {
-	p := &blockingPartitioner{calls: map[int]int{}, block: map[int]chan struct{}{}, entered: make(chan int, 100)}
-	for _, gpu := range blocked {
-		p.block[gpu] = make(chan struct{})
-	}
-	return p
+func newBlockingPartitioner(blocked ...int) blockingPartitioner {
+	return blockingPartitioner{nvmlcalltest.NewBlocker(blocked...)}
 }
 
-func (p *blockingPartitioner) call(gpu int) error {
-	p.mu.Lock()
-	p.calls[gpu]++
-	ch := p.block[gpu]
-	p.mu.Unlock()
-	p.entered <- gpu
-	if ch != nil {
-		<-ch
-	}
-	return nil
-}
-
-func (p *blockingPartitioner) count(gpu int) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.calls[gpu]
-}
-
-func (p *blockingPartitioner) SetMigMode(gpu int, _ bool) error { return p.call(gpu) }
-func (p *blockingPartitioner) DestroyInstance(gpu int, _ uint32) error {
-	return p.call(gpu)
-}
-func (p *blockingPartitioner) ResetGPU(gpu int) error { return p.call(gpu) }
-func (p *blockingPartitioner) CreateInstance(gpu int, profile string, start int) (mig.Instance, error) {
-	return mig.Instance{Profile: profile, Start: start}, p.call(gpu)
+func (p blockingPartitioner) SetMigMode(gpu int, _ bool) error        { return p.Call(gpu) }
+func (p blockingPartitioner) DestroyInstance(gpu int, _ uint32) error { return p.Call(gpu) }
+func (p blockingPartitioner) ResetGPU(gpu int) error                  { return p.Call(gpu) }
+func (p blockingPartitioner) CreateInstance(gpu int, profile string, start int) (mig.Instance, error) {
+	return mig.Instance{Profile: profile, Start: start}, p.Call(gpu)
 }
 
 func TestCallGuard(t *testing.T) {
@@ -78,7 +50,7 @@ func TestCallGuard(t *testing.T) {
 
 			errc := make(chan error, 1)
 			go func() { errc <- tc.call(g) }()
-			<-part.entered
+			<-part.Entered()
 			testutil.Eventually(t, "the call's deadline", func() bool { return deadlines.Waiting() == 1 })
 			deadlines.Pass()
 			err := <-errc
@@ -99,7 +71,7 @@ func TestCallGuard(t *testing.T) {
 					t.Fatalf("call on the stuck GPU: %v, want it refused", err)
 				}
 			}
-			if n := part.count(0); n != 1 {
+			if n := part.Count(0); n != 1 {
 				t.Errorf("%d calls reached GPU 0, want 1", n)
 			}
 			// Another GPU is served.
@@ -108,18 +80,15 @@ func TestCallGuard(t *testing.T) {
 			}
 
 			// The call returns: the loop is told, and GPU 0 answers again.
-			close(part.block[0])
+			part.Release(0)
 			<-g.Returned()
 			if got := g.outstanding(); len(got) != 0 {
 				t.Errorf("outstanding after the return: %v", got)
 			}
-			part.mu.Lock()
-			delete(part.block, 0)
-			part.mu.Unlock()
 			if err := tc.call(g); err != nil {
 				t.Errorf("call after the return: %v", err)
 			}
-			if n := part.count(0); n != 2 {
+			if n := part.Count(0); n != 2 {
 				t.Errorf("%d calls reached GPU 0, want 2", n)
 			}
 		})
@@ -145,12 +114,12 @@ func TestCallGuardReturnsInTime(t *testing.T) {
 // longer than the grace, and not counted as a timeout.
 func TestCallGuardStop(t *testing.T) {
 	part := newBlockingPartitioner(0)
-	defer close(part.block[0])
+	defer part.Release(0)
 	timedOut := false
 	g := newCallGuard(part, time.Hour, 0, (&nvmlcalltest.Deadlines{}).After, func(string) { timedOut = true })
 	errc := make(chan error, 1)
 	go func() { errc <- g.SetMigMode(0, false) }()
-	<-part.entered
+	<-part.Entered()
 	g.Stop()
 	if err := <-errc; !errors.Is(err, mig.ErrNoReturn) {
 		t.Errorf("err = %v, want mig.ErrNoReturn", err)

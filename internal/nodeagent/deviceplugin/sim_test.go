@@ -250,20 +250,7 @@ func statusOf(m *Manager, resource, id string) DeviceStatus {
 // throughout; once the call returns, GPU 0 is watched too.
 func TestSimulatedHungHealthCallKeepsServing(t *testing.T) {
 	n := newSimNode(t)
-	gpu0 := 0
-	if _, err := n.lib.ArmFault(sim.Fault{Name: "slow", Kind: sim.FaultHang, Call: sim.CallGetHandle, GPU: &gpu0, Always: true, Duration: sim.Duration(10 * time.Minute)}); err != nil {
-		t.Fatal(err)
-	}
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			if _, err := n.lib.ClearFaults("slow"); err != nil {
-				t.Error(err)
-			}
-		}
-	}
-	t.Cleanup(release) // before the watcher's stop: a stop leaves a hung call running
+	release := simtest.Hang(t, n.lib, "slow", sim.CallGetHandle, 0)
 	timeouts := make(chan string, 10)
 	// The deadline is short so that the test goes on: nothing here fails
 	// on time, it waits for the outcome.

@@ -350,20 +350,7 @@ func TestDynamicPrepareOfAHungCreate(t *testing.T) {
 	// on time, it waits for the outcome.
 	var timeouts atomic.Int32
 	in := agent.NewInstances(node.lib, 50*time.Millisecond, func(string) { timeouts.Add(1) })
-	gpu0 := 0
-	if _, err := node.lib.ArmFault(sim.Fault{Name: "slow", Kind: sim.FaultHang, Call: sim.CallCreateGpuInstance, GPU: &gpu0, Duration: sim.Duration(10 * time.Minute)}); err != nil {
-		t.Fatal(err)
-	}
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			if _, err := node.lib.ClearFaults("slow"); err != nil {
-				t.Error(err)
-			}
-		}
-	}
-	t.Cleanup(release)
+	release := simtest.Hang(t, node.lib, "slow", sim.CallCreateGpuInstance, 0)
 	c1 := allocated("team-a", "c1", "p1", [2]string{"gpu", dyn3gAt4})
 	c2 := allocated("team-a", "c2", "p2", [2]string{"gpu", dyn1gAt3})
 	client := fakeClient(c1, c2)

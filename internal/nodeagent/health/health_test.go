@@ -571,6 +571,25 @@ func TestDefaultIgnoredXidsIsACopy(t *testing.T) {
 	}
 }
 
+// passUntilTimedOut passes the deadlines set until a call times out, and
+// checks it is want. Deadlines of calls that returned pass harmlessly; the
+// caller makes sure want's is the only one of a call under way.
+func passUntilTimedOut(t *testing.T, deadlines *nvmlcalltest.Deadlines, timeouts <-chan string, want string) {
+	t.Helper()
+	testutil.Eventually(t, want+" timed out", func() bool {
+		deadlines.Pass()
+		select {
+		case call := <-timeouts:
+			if call != want {
+				t.Fatalf("timed out call %q, want %q", call, want)
+			}
+			return true
+		default:
+			return false
+		}
+	})
+}
+
 // TestHungWait: a Wait that does not return within the call deadline is
 // counted and not called again until it returns; Unhealthy answers
 // meanwhile, a stop does not wait for it (nor frees the set under it),
@@ -592,18 +611,7 @@ func TestHungWait(t *testing.T) {
 	<-lib.set.waiting
 	// Every call before the Wait has returned: the one deadline left
 	// to pass is the Wait's, once it is set.
-	testutil.Eventually(t, "the Wait's timeout", func() bool {
-		deadlines.Pass()
-		select {
-		case call := <-timeouts:
-			if call != "EventSet.Wait" {
-				t.Fatalf("timed out call %q, want EventSet.Wait", call)
-			}
-			return true
-		default:
-			return false
-		}
-	})
+	passUntilTimedOut(t, deadlines, timeouts, "EventSet.Wait")
 	// Run goes on without calling Wait again: no second Wait enters.
 	lib.xid("GPU-a", 1, 0, 79)
 	if u := w.Unhealthy(); len(u) != 0 {
@@ -662,18 +670,7 @@ func TestHungRegistration(t *testing.T) {
 	<-lib.handleEntered
 	// Registration runs before the first Wait: the one deadline left to
 	// pass is the lookup's, once it is set.
-	testutil.Eventually(t, "the lookup's timeout", func() bool {
-		deadlines.Pass()
-		select {
-		case call := <-timeouts:
-			if call != "DeviceGetHandleByUUID/RegisterEvents" {
-				t.Fatalf("timed out call %q", call)
-			}
-			return true
-		default:
-			return false
-		}
-	})
+	passUntilTimedOut(t, deadlines, timeouts, "DeviceGetHandleByUUID/RegisterEvents")
 	lib.waitRegistered(t, "GPU-b")
 	lib.xid("GPU-b", AllInstances, AllInstances, 48)
 	u := waitFor(t, w, "GPU-b unhealthy", func(u map[string]Fault) bool { return len(u) > 0 })

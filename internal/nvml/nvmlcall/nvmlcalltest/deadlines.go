@@ -1,5 +1,7 @@
-// Package nvmlcalltest has the deadlines tests give nvmlcall.Options.After:
-// they pass when the test says so, never by the wall clock.
+// Package nvmlcalltest has what tests of guarded NVML calls share: the
+// deadlines they give nvmlcall.Options.After, which pass when the test
+// says so, never by the wall clock, and a fake call that blocks until the
+// test releases it.
 package nvmlcalltest
 
 import (
