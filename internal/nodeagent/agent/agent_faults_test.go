@@ -244,20 +244,8 @@ func testCreateHangs(t *testing.T, api *apiServer) {
 	})
 
 	// Resyncs leave GPU 0 alone while the call runs, and have nothing new
-	// to report. A reconcile is counted before its report is sent, so the
-	// reports of the first one counted below are inside the period.
-	held := r.counter("migflex_agent_reconciles_total", "result", resultHeld)
-	patches, events := counts.get("PATCH nodes"), counts.get("POST events")
-	waitCounter(t, r, "migflex_agent_reconciles_total", "result", resultHeld, held+5)
-	if f := n.fault("stuck"); f.Calls != 2 || f.Hanging != 1 {
-		t.Errorf("GPU 0 touched while its create hangs: %+v", f)
-	}
-	if got := counts.get("PATCH nodes") - patches; got != 0 {
-		t.Errorf("%d Node writes while the create hangs, want 0", got)
-	}
-	if got := counts.get("POST events") - events; got != 0 {
-		t.Errorf("%d Events while the create hangs, want 0", got)
-	}
+	// to report.
+	quietWhileHanging(t, n, r, counts, resultHeld, 2)
 
 	// The driver answers at last.
 	if _, err := n.lib.ClearFaults("stuck"); err != nil {
@@ -266,6 +254,27 @@ func testCreateHangs(t *testing.T, api *apiServer) {
 	n.waitState(nodeinfo.StateSuccess)
 	waitLayout(t, n, []string{"GPU 0 mig=true 1g.10gb@0 1g.10gb@1 1g.10gb@2 1g.10gb@3 1g.10gb@4 1g.10gb@5 1g.10gb@6", "GPU 1 mig=false"})
 	n.waitServed(map[string]int{resource1g: 7, resource3g: 0, string(resourcename.GPU): 1})
+}
+
+// quietWhileHanging waits for five more reconciles counted with result
+// while fault "stuck" hangs, and checks that they made no call at its call
+// site (calls in all, one hanging) and wrote neither the Node nor an
+// Event. A reconcile is counted before its report is sent, so the reports
+// of the first one counted are inside the period.
+func quietWhileHanging(t *testing.T, n *node, r *agentRun, counts *requestCounter, result string, calls int) {
+	t.Helper()
+	before := r.counter("migflex_agent_reconciles_total", "result", result)
+	patches, events := counts.get("PATCH nodes"), counts.get("POST events")
+	waitCounter(t, r, "migflex_agent_reconciles_total", "result", result, before+5)
+	if f := n.fault("stuck"); f.Calls != calls || f.Hanging != 1 {
+		t.Errorf("the hanging call's site called again: %+v, want %d calls, one hanging", f, calls)
+	}
+	if got := counts.get("PATCH nodes") - patches; got != 0 {
+		t.Errorf("%d Node writes while the call hangs, want 0", got)
+	}
+	if got := counts.get("POST events") - events; got != 0 {
+		t.Errorf("%d Events while the call hangs, want 0", got)
+	}
 }
 
 // testDiscoveryHangs: reading the GPUs hangs (a handle lookup in a
@@ -303,18 +312,8 @@ func testDiscoveryHangs(t *testing.T, api *apiServer) {
 		return err == nil && len(l) == 2 && len(l[0].Instances) == 3 && slices.Equal(l[0].Instances[0].UsedBy, []string{"ml/small"})
 	})
 
-	failed := r.counter("migflex_agent_reconciles_total", "result", resultFailed)
-	patches, events := counts.get("PATCH nodes"), counts.get("POST events")
-	waitCounter(t, r, "migflex_agent_reconciles_total", "result", resultFailed, failed+5)
-	if f := n.fault("stuck"); f.Calls != 1 || f.Hanging != 1 {
-		t.Errorf("the GPUs were read again while a reading hangs: %+v", f)
-	}
-	if got := counts.get("PATCH nodes") - patches; got != 0 {
-		t.Errorf("%d Node writes while the reading hangs, want 0", got)
-	}
-	if got := counts.get("POST events") - events; got != 0 {
-		t.Errorf("%d Events while the reading hangs, want 0", got)
-	}
+	// The reconciles neither read the GPUs again nor report anything new.
+	quietWhileHanging(t, n, r, counts, resultFailed, 1)
 
 	if _, err := n.lib.ClearFaults("stuck"); err != nil {
 		t.Fatal(err)

@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/migflex/migflex/internal/domain/mig"
 	"github.com/migflex/migflex/internal/nodeagent/agent"
@@ -52,7 +54,7 @@ func instancesOn(t *testing.T, in simInstances) []string {
 func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
 
 // publishDynamic publishes the node's GPUs as the agent would.
-func publishDynamic(t *testing.T, drv *Driver, in simInstances) {
+func publishDynamic(t *testing.T, drv *Driver, in Instances) {
 	t.Helper()
 	gpus, err := in.Discover()
 	if err != nil {
@@ -60,6 +62,23 @@ func publishDynamic(t *testing.T, drv *Driver, in simInstances) {
 	}
 	if err := drv.Publish(gpus, nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// startDynamic starts a dynamic-mode driver over in and publishes the
+// node's GPUs.
+func startDynamic(t *testing.T, client kubernetes.Interface, d dirs, in Instances) *Driver {
+	t.Helper()
+	drv := startDriver(t, client, d, Options{Mode: ModeDynamic, Instances: in})
+	publishDynamic(t, drv, in)
+	return drv
+}
+
+// mustPrepare prepares c through the kubelet's gRPC, or fails the test.
+func (k kubelet) mustPrepare(t *testing.T, c *resourceapi.ResourceClaim) {
+	t.Helper()
+	if resp := k.prepare(c)[string(c.UID)]; resp.Error != "" {
+		t.Fatalf("Prepare of %s: %s", c.Name, resp.Error)
 	}
 }
 
@@ -78,8 +97,7 @@ func TestDynamicPrepareCreatesAtThePlacement(t *testing.T) {
 	claim := allocated("team-a", "c1", "p1", [2]string{"gpu", dyn3gAt4}, [2]string{"small", dyn1gAt3})
 	client := fakeClient(claim)
 	d := newDirs(t)
-	drv := startDriver(t, client, d, Options{Mode: ModeDynamic, Instances: in})
-	publishDynamic(t, drv, in)
+	drv := startDynamic(t, client, d, in)
 
 	resp := dialKubelet(t, d).prepare(claim)[string(claim.UID)]
 	if resp.Error != "" {
@@ -140,8 +158,7 @@ func TestDynamicPrepareOfAnOverlapLeavesNothing(t *testing.T) {
 	claim := allocated("team-a", "c1", "p1", [2]string{"a", dyn1gAt6}, [2]string{"b", dyn3gAt0})
 	client := fakeClient(claim)
 	d := newDirs(t)
-	drv := startDriver(t, client, d, Options{Mode: ModeDynamic, Instances: in})
-	publishDynamic(t, drv, in)
+	drv := startDynamic(t, client, d, in)
 	// Made behind the scheduler's back, after the start-up repair.
 	if _, err := in.CreateInstance(0, "1g.10gb", 2); err != nil {
 		t.Fatal(err)
@@ -168,12 +185,9 @@ func TestDynamicUnprepareDestroys(t *testing.T) {
 	claim := allocated("team-a", "c1", "p1", [2]string{"gpu", dyn3gAt4})
 	client := fakeClient(claim)
 	d := newDirs(t)
-	drv := startDriver(t, client, d, Options{Mode: ModeDynamic, Instances: in})
-	publishDynamic(t, drv, in)
+	drv := startDynamic(t, client, d, in)
 	k := dialKubelet(t, d)
-	if resp := k.prepare(claim)[string(claim.UID)]; resp.Error != "" {
-		t.Fatalf("Prepare: %s", resp.Error)
-	}
+	k.mustPrepare(t, claim)
 	if got := instancesOn(t, in); len(got) != 1 {
 		t.Fatalf("instances after Prepare: %v", got)
 	}
@@ -197,11 +211,8 @@ func TestDynamicRestartRepairsACreateWithoutCheckpoint(t *testing.T) {
 	held := allocated("team-a", "held", "p1", [2]string{"gpu", dyn3gAt4})
 	client := fakeClient(held)
 	d := newDirs(t)
-	drv := startDriver(t, client, d, Options{Mode: ModeDynamic, Instances: in})
-	publishDynamic(t, drv, in)
-	if resp := dialKubelet(t, d).prepare(held)[string(held.UID)]; resp.Error != "" {
-		t.Fatalf("Prepare: %s", resp.Error)
-	}
+	drv := startDynamic(t, client, d, in)
+	dialKubelet(t, d).mustPrepare(t, held)
 	drv.Stop()
 
 	// What a Prepare killed after its create leaves: one idle, one whose
@@ -217,8 +228,7 @@ func TestDynamicRestartRepairsACreateWithoutCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	drv = startDriver(t, client, d, Options{Mode: ModeDynamic, Instances: in})
-	publishDynamic(t, drv, in)
+	drv = startDynamic(t, client, d, in)
 	if got, want := instancesOn(t, in), []string{"1g.10gb@2", "3g.40gb@4"}; !slices.Equal(got, want) {
 		t.Errorf("instances after the restart: %v; want %v (the idle leftover destroyed, the busy one and the claim's kept)", got, want)
 	}
@@ -263,8 +273,7 @@ func TestDynamicWholeGPUWithMIGOnRefused(t *testing.T) {
 	claim := allocated("team-a", "c1", "p1", [2]string{"gpu", "gpu-0"})
 	client := fakeClient(claim)
 	d := newDirs(t)
-	drv := startDriver(t, client, d, Options{Mode: ModeDynamic, Instances: in})
-	publishDynamic(t, drv, in)
+	drv := startDynamic(t, client, d, in)
 	resp := dialKubelet(t, d).prepare(claim)[string(claim.UID)]
 	if !strings.Contains(resp.Error, "MIG on") {
 		t.Fatalf("Prepare answered %q; want the refusal", resp.Error)
@@ -286,8 +295,7 @@ func TestDynamicGPUWithMIGOffServedWhole(t *testing.T) {
 	claim := allocated("team-a", "c1", "p1", [2]string{"gpu", "gpu-0"})
 	client := fakeClient(claim)
 	d := newDirs(t)
-	drv := startDriver(t, client, d, Options{Mode: ModeDynamic, Instances: in})
-	publishDynamic(t, drv, in)
+	drv := startDynamic(t, client, d, in)
 	_, res := drv.Published()
 	sets, devs := 0, 0
 	for _, s := range res.Pools[node].Slices {
@@ -297,9 +305,7 @@ func TestDynamicGPUWithMIGOffServedWhole(t *testing.T) {
 	if sets != 1 || devs != 27 {
 		t.Errorf("published %d counter sets and %d devices; want 1 set (GPU 1's) and 1 + 26 devices", sets, devs)
 	}
-	if resp := dialKubelet(t, d).prepare(claim)[string(claim.UID)]; resp.Error != "" {
-		t.Fatalf("Prepare: %s", resp.Error)
-	}
+	dialKubelet(t, d).mustPrepare(t, claim)
 	gpus, _ := in.Discover()
 	got, err := client.ResourceV1().ResourceClaims("team-a").Get(context.Background(), "c1", metav1.GetOptions{})
 	if err != nil {
@@ -318,11 +324,8 @@ func TestDynamicClaimUnpreparedInStaticMode(t *testing.T) {
 	claim := allocated("team-a", "c1", "p1", [2]string{"gpu", dyn3gAt4})
 	client := fakeClient(claim)
 	d := newDirs(t)
-	drv := startDriver(t, client, d, Options{Mode: ModeDynamic, Instances: in})
-	publishDynamic(t, drv, in)
-	if resp := dialKubelet(t, d).prepare(claim)[string(claim.UID)]; resp.Error != "" {
-		t.Fatalf("Prepare: %s", resp.Error)
-	}
+	drv := startDynamic(t, client, d, in)
+	dialKubelet(t, d).mustPrepare(t, claim)
 	drv.Stop()
 
 	drv = startDriver(t, client, d, Options{})
@@ -355,14 +358,7 @@ func TestDynamicPrepareOfAHungCreate(t *testing.T) {
 	c2 := allocated("team-a", "c2", "p2", [2]string{"gpu", dyn1gAt3})
 	client := fakeClient(c1, c2)
 	d := newDirs(t)
-	drv := startDriver(t, client, d, Options{Mode: ModeDynamic, Instances: in})
-	gpus, err := in.Discover()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := drv.Publish(gpus, nil); err != nil {
-		t.Fatal(err)
-	}
+	drv := startDynamic(t, client, d, in)
 	k := dialKubelet(t, d)
 
 	resp := k.prepare(c1)[string(c1.UID)]
@@ -389,9 +385,7 @@ func TestDynamicPrepareOfAHungCreate(t *testing.T) {
 		gpus, err := in.Discover()
 		return err == nil && len(gpus[0].Instances) == 0
 	})
-	if resp := k.prepare(c2)[string(c2.UID)]; resp.Error != "" {
-		t.Fatalf("Prepare after the create returned: %s", resp.Error)
-	}
+	k.mustPrepare(t, c2)
 	if got := instancesOn(t, node); !slices.Equal(got, []string{"1g.10gb@3"}) {
 		t.Errorf("instances %v, want c2's 1g.10gb@3 alone", got)
 	}
