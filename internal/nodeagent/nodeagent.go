@@ -36,6 +36,7 @@ import (
 	"github.com/migflex/migflex/internal/nodeagent/health"
 	"github.com/migflex/migflex/internal/nodeagent/podresources"
 	"github.com/migflex/migflex/internal/nvml/nvmlbackend"
+	"github.com/migflex/migflex/internal/nvml/nvmlcall"
 	"github.com/migflex/migflex/internal/platform/cli"
 	"github.com/migflex/migflex/internal/platform/kubeclient"
 	"github.com/migflex/migflex/internal/platform/metricsserver"
@@ -318,7 +319,7 @@ func (c *Config) wireDRA(ctx context.Context, opts *agent.Options, client kubern
 	if c.DRAMode == draplugin.ModeDynamic {
 		// Prepare holds the driver's lock while it calls NVML: each call
 		// is bounded as the agent's are (agent.Instances).
-		dopts.Instances = agent.NewInstances(lib, c.NVMLCallTimeout, onTimeout)
+		dopts.Instances = agent.NewInstances(lib, nvmlcall.Options[int]{Timeout: c.NVMLCallTimeout, OnTimeout: onTimeout})
 	}
 	drv, err := draplugin.Start(ctx, dopts)
 	if err != nil {

@@ -131,9 +131,10 @@ type Instances struct {
 	lib   nvml.Interface
 }
 
-// NewInstances returns Instances over lib.
-func NewInstances(lib nvml.Interface, timeout time.Duration, onTimeout func(call string)) *Instances {
-	return &Instances{guard: newCallGuard(nvmlmig.NewPartitioner(lib), timeout, 0, nil, onTimeout), lib: lib}
+// NewInstances returns Instances over lib, whose calls are guarded with
+// opts (Timeout, OnTimeout; After in tests); the texts are the agent's.
+func NewInstances(lib nvml.Interface, opts nvmlcall.Options[int]) *Instances {
+	return &Instances{guard: newCallGuard(nvmlmig.NewPartitioner(lib), opts.Timeout, opts.Grace, opts.After, opts.OnTimeout), lib: lib}
 }
 
 // Discover reads the GPUs (nvmlmig.Discover).

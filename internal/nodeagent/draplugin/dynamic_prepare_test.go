@@ -13,12 +13,16 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 
 	"github.com/migflex/migflex/internal/domain/mig"
 	"github.com/migflex/migflex/internal/nodeagent/agent"
 	"github.com/migflex/migflex/internal/nvml/nvmlbackend/sim"
 	"github.com/migflex/migflex/internal/nvml/nvmlbackend/sim/simtest"
+	"github.com/migflex/migflex/internal/nvml/nvmlcall"
+	"github.com/migflex/migflex/internal/nvml/nvmlcall/nvmlcalltest"
 	"github.com/migflex/migflex/internal/nvml/nvmlmig"
+	"github.com/migflex/migflex/internal/testsupport/testutil"
 )
 
 // simInstances is dynamic mode's Instances on a simulated NVML.
@@ -63,6 +67,16 @@ func publishDynamic(t *testing.T, drv *Driver, in Instances) {
 	if err := drv.Publish(gpus, nil); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// hanging is how many calls wait in the simulator's fault name.
+func hanging(lib *sim.Lib, name string) int {
+	for _, f := range lib.Faults() {
+		if f.Fault.Name == name {
+			return f.Hanging
+		}
+	}
+	return 0
 }
 
 // startDynamic starts a dynamic-mode driver over in and publishes the
@@ -349,10 +363,11 @@ func TestDynamicClaimUnpreparedInStaticMode(t *testing.T) {
 // creates again.
 func TestDynamicPrepareOfAHungCreate(t *testing.T) {
 	node := dynamicNode(t)
-	// The deadline is short so that the test goes on; nothing here fails
-	// on time, it waits for the outcome.
+	// The deadlines pass when the test says so: a slow call that returns
+	// is never taken for a hung one.
+	deadlines := &nvmlcalltest.Deadlines{}
 	var timeouts atomic.Int32
-	in := agent.NewInstances(node.lib, 50*time.Millisecond, func(string) { timeouts.Add(1) })
+	in := agent.NewInstances(node.lib, nvmlcall.Options[int]{Timeout: 2 * time.Minute, After: deadlines.After, OnTimeout: func(string) { timeouts.Add(1) }})
 	release := simtest.Hang(t, node.lib, "slow", sim.CallCreateGpuInstance, 0)
 	c1 := allocated("team-a", "c1", "p1", [2]string{"gpu", dyn3gAt4})
 	c2 := allocated("team-a", "c2", "p2", [2]string{"gpu", dyn1gAt3})
@@ -361,8 +376,14 @@ func TestDynamicPrepareOfAHungCreate(t *testing.T) {
 	drv := startDynamic(t, client, d, in)
 	k := dialKubelet(t, d)
 
-	resp := k.prepare(c1)[string(c1.UID)]
-	if !strings.Contains(resp.Error, "NVML CreateGpuInstance/CreateComputeInstance (create 3g.40gb at 4) has not returned") {
+	answer := make(chan *drapb.NodePrepareResourceResponse, 1)
+	go func() { answer <- k.prepare(c1)[string(c1.UID)] }()
+	testutil.Eventually(t, "the create to hang", func() bool { return hanging(node.lib, "slow") == 1 })
+	// The create is the one call under way: the deadlines passed are
+	// its own and those of calls that returned.
+	deadlines.Pass()
+	resp := <-answer
+	if !strings.Contains(resp.Error, "NVML CreateGpuInstance/CreateComputeInstance (create 3g.40gb at 4) has not returned for 2m0s") {
 		t.Fatalf("Prepare of the hung create answered %q; want the call named", resp.Error)
 	}
 	if timeouts.Load() != 1 {
@@ -379,14 +400,10 @@ func TestDynamicPrepareOfAHungCreate(t *testing.T) {
 	}
 
 	// The create returns and makes its instance, which no claim holds:
-	// the driver destroys it, and Prepare creates again.
+	// Prepare creates again (the kubelet retries it), and the driver
+	// destroys the late instance. The GPUs are read from the simulator
+	// itself: Instances' callers make one call at a time.
 	release()
-	waitFor(t, "the late instance destroyed", func() bool {
-		gpus, err := in.Discover()
-		return err == nil && len(gpus[0].Instances) == 0
-	})
-	k.mustPrepare(t, c2)
-	if got := instancesOn(t, node); !slices.Equal(got, []string{"1g.10gb@3"}) {
-		t.Errorf("instances %v, want c2's 1g.10gb@3 alone", got)
-	}
+	waitFor(t, "c2 prepared", func() bool { return k.prepare(c2)[string(c2.UID)].Error == "" })
+	waitFor(t, "the late instance destroyed", func() bool { return slices.Equal(instancesOn(t, node), []string{"1g.10gb@3"}) })
 }

@@ -140,7 +140,9 @@ func (g *Guard[K]) Outstanding() map[K]*NoReturnError[K] {
 // Do runs f, the NVML call named call doing op on key, and waits for it
 // until it returns, the deadline passes, or Grace after Stop. While a
 // call with key has not returned, Do refuses at once with a
-// *NoReturnError and does not run f.
+// *NoReturnError and does not run f. Callers make their calls with one key
+// one at a time (a loop, a lock): a call made while another with its key
+// is still waited for is refused the same way.
 func (g *Guard[K]) Do(key K, call, op string, f func() error) error {
 	g.mu.Lock()
 	if p := g.pending[key]; p != nil {
