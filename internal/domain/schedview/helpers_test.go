@@ -21,10 +21,7 @@ type alloc = map[corev1.ResourceName]int64
 
 // The builders of internal/testsupport/kubefixture, by the short names
 // the tables use.
-type (
-	nodeOpt = kubefixture.NodeOpt
-	podOpt  = kubefixture.PodOpt
-)
+type podOpt = kubefixture.PodOpt
 
 var (
 	node                 = kubefixture.Node
