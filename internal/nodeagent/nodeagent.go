@@ -36,7 +36,7 @@ import (
 	"github.com/migflex/migflex/internal/nodeagent/health"
 	"github.com/migflex/migflex/internal/nodeagent/podresources"
 	"github.com/migflex/migflex/internal/nvml/nvmlbackend"
-	"github.com/migflex/migflex/internal/nvml/nvmlmig"
+	"github.com/migflex/migflex/internal/nvml/nvmlcall"
 	"github.com/migflex/migflex/internal/platform/cli"
 	"github.com/migflex/migflex/internal/platform/kubeclient"
 	"github.com/migflex/migflex/internal/platform/metricsserver"
@@ -212,8 +212,17 @@ func Run(ctx context.Context, c Config, getenv func(string) string) error {
 			klog.FromContext(ctx).Error(err, "Closing NVML")
 		}
 	}()
+	// The publisher, the health watcher and DRA's Prepare start before
+	// the agent, and count on the agent's metrics once it exists.
+	var counter atomic.Pointer[agent.Agent]
+	countTimeout := func(call string) {
+		if a := counter.Load(); a != nil {
+			a.CountNVMLCallTimeout(call)
+		}
+	}
 	var watcher *health.Watcher
 	if !healthOff {
+		healthOpts.CallTimeout, healthOpts.OnTimeout = c.NVMLCallTimeout, countTimeout
 		if watcher, err = health.New(lib, healthOpts); err != nil {
 			return fmt.Errorf("health checks: %w", err)
 		}
@@ -233,13 +242,10 @@ func Run(ctx context.Context, c Config, getenv func(string) string) error {
 		NVMLCallTimeout:    c.NVMLCallTimeout,
 		Serving:            string(c.Serving),
 	}
-	// The publisher starts before the agent (it subscribes to the device
-	// plugin's changes at once) and counts its writes on the agent's
-	// metrics once the agent exists; it writes only for a layout the
-	// agent has served.
-	var counter atomic.Pointer[agent.Agent]
+	// The publisher subscribes to the device plugin's changes at once; it
+	// writes only for a layout the agent has served.
 	if c.Serving == ServingDRA {
-		stopDRA, err := c.wireDRA(ctx, &opts, client, lib, watcher)
+		stopDRA, err := c.wireDRA(ctx, &opts, client, lib, watcher, countTimeout)
 		if err != nil {
 			return err
 		}
@@ -299,7 +305,7 @@ func Run(ctx context.Context, c Config, getenv func(string) string) error {
 // claims. The device plugin is not started at all: one node never offers
 // a resource both ways (KEP-5004). The returned stop ends the informer;
 // the plugin stops with the agent's Server.Run.
-func (c *Config) wireDRA(ctx context.Context, opts *agent.Options, client kubernetes.Interface, lib nvml.Interface, watcher *health.Watcher) (stop func(), err error) {
+func (c *Config) wireDRA(ctx context.Context, opts *agent.Options, client kubernetes.Interface, lib nvml.Interface, watcher *health.Watcher, onTimeout func(call string)) (stop func(), err error) {
 	var editor cdi.Editor = cdi.DeviceNodes{HostRoot: c.HostRoot, DriverRoot: c.DriverRoot}
 	if env, ok := lib.(cdi.DeviceEnv); ok {
 		editor = cdi.EnvEditor(env)
@@ -311,7 +317,9 @@ func (c *Config) wireDRA(ctx context.Context, opts *agent.Options, client kubern
 	}
 	dopts := draplugin.Options{NodeName: c.NodeName, KubeClient: client, CDIDir: c.CDIDir, Editor: editor, Mode: c.DRAMode}
 	if c.DRAMode == draplugin.ModeDynamic {
-		dopts.Instances = nvmlInstances{Partitioner: nvmlmig.NewPartitioner(lib), lib: lib}
+		// Prepare holds the driver's lock while it calls NVML: each call
+		// is bounded as the agent's are (agent.Instances).
+		dopts.Instances = agent.NewInstances(lib, nvmlcall.Options[int]{Timeout: c.NVMLCallTimeout, OnTimeout: onTimeout})
 	}
 	drv, err := draplugin.Start(ctx, dopts)
 	if err != nil {
@@ -361,15 +369,6 @@ func (c *Config) wireDRA(ctx context.Context, opts *agent.Options, client kubern
 	}
 	return func() { cancel(); factory.Shutdown() }, nil
 }
-
-// nvmlInstances is how dynamic mode's Prepare makes instances: the
-// partitioner static mode's layouts go through, and Discover.
-type nvmlInstances struct {
-	*nvmlmig.Partitioner
-	lib nvml.Interface
-}
-
-func (n nvmlInstances) Discover() ([]mig.GPU, error) { return nvmlmig.Discover(n.lib) }
 
 // withdrawBackoff paces withdrawDRA's tries: about 30 s in all, as long as
 // the kubelet waits before it deletes a gone plugin's slices itself.

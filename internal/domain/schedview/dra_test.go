@@ -2,7 +2,6 @@ package schedview
 
 import (
 	"fmt"
-	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -387,17 +386,7 @@ func TestAsScheduled(t *testing.T) {
 	dpNode := node("p", nil, labeled(nodeinfo.LabelServing, nodeinfo.ServingDevicePlugin), labeled("pool", "a"))
 	oldNode := node("o", nil, labeled("pool", "a"))
 	snap := snapshotOf(draNode, dpNode, oldNode)
-	eligible := func(p *corev1.Pod) []string {
-		var out []string
-		f := NewFilter(p, snap)
-		snap.Eligible(f, false, func(g *Group) {
-			for _, m := range g.Members() {
-				out = append(out, m.Name())
-			}
-		}, func(_ *Group, m *Member) { out = append(out, m.Name()) })
-		slices.Sort(out)
-		return out
-	}
+	eligible := func(p *corev1.Pod) []string { return eligibleNames(snap, NewFilter(p, snap)) }
 	served := newPod(withContainer("c", both(string(mig1g10), "1")))
 	if got := c.AsScheduled(served, ClaimDemand{}); got != served {
 		t.Error("a pod whose resources our classes serve is copied; want it as is")

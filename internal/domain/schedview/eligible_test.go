@@ -128,3 +128,79 @@ func TestEligible(t *testing.T) {
 		t.Errorf("Find(nope) = %v, %v", g, m)
 	}
 }
+
+// NewAdmissionFilter lets a pod onto a node with the node lifecycle
+// controller's not-ready or unreachable taints, which NewFilter (the
+// scheduler's view, the planner's) keeps it off; every other filter is
+// the same. The pod's tolerations are not written to.
+func TestAdmissionFilter(t *testing.T) {
+	snap := snapshotOf(
+		node("ready", alloc{mig1g10: 7}),
+		node("nr-ns", alloc{mig1g10: 7}, tainted(corev1.TaintNodeNotReady, corev1.TaintEffectNoSchedule)),
+		node("nr-ne", alloc{mig1g10: 7}, tainted(corev1.TaintNodeNotReady, corev1.TaintEffectNoExecute)),
+		node("ur", alloc{mig1g10: 7}, tainted(corev1.TaintNodeUnreachable, corev1.TaintEffectNoSchedule), tainted(corev1.TaintNodeUnreachable, corev1.TaintEffectNoExecute)),
+		node("nr-dedicated", alloc{mig1g10: 7}, tainted(corev1.TaintNodeNotReady, corev1.TaintEffectNoSchedule), tainted("dedicated", corev1.TaintEffectNoSchedule)),
+		node("pressure", alloc{mig1g10: 7}, tainted(corev1.TaintNodeDiskPressure, corev1.TaintEffectNoSchedule)),
+		node("nr-cordoned", alloc{mig1g10: 7}, tainted(corev1.TaintNodeNotReady, corev1.TaintEffectNoSchedule), cordoned),
+	)
+	tests := map[string]struct {
+		pod             *corev1.Pod
+		sched, admitted []string
+	}{
+		"unpinned": {
+			pod:      newPod(),
+			sched:    []string{"ready"},
+			admitted: []string{"nr-ne", "nr-ns", "ready", "ur"},
+		},
+		"pinned by hostname to a not-ready node": {
+			pod:      newPod(withNodeSelector(corev1.LabelHostname, "nr-ns")),
+			sched:    nil,
+			admitted: []string{"nr-ns"},
+		},
+		"pinned by hostname to an unreachable node": {
+			pod:      newPod(withNodeSelector(corev1.LabelHostname, "ur")),
+			sched:    nil,
+			admitted: []string{"ur"},
+		},
+		"spec.nodeName on a not-ready node (NoExecute)": {
+			pod:      newPod(onNode("nr-ne")),
+			sched:    nil,
+			admitted: []string{"nr-ne"},
+		},
+		"another taint still filters": {
+			pod:      newPod(withNodeSelector(corev1.LabelHostname, "nr-dedicated")),
+			sched:    nil,
+			admitted: nil,
+		},
+		"a pressure taint still filters": {
+			pod:      newPod(withNodeSelector(corev1.LabelHostname, "pressure")),
+			sched:    nil,
+			admitted: nil,
+		},
+		"the cordon still filters": {
+			pod:      newPod(withNodeSelector(corev1.LabelHostname, "nr-cordoned")),
+			sched:    nil,
+			admitted: nil,
+		},
+		"the pod's own tolerations still count": {
+			pod:      newPod(withToleration(corev1.Toleration{Key: "dedicated", Operator: corev1.TolerationOpExists})),
+			sched:    []string{"ready"},
+			admitted: []string{"nr-dedicated", "nr-ne", "nr-ns", "ready", "ur"},
+		},
+	}
+	eligible := func(f *Filter) []string { return eligibleNames(snap, f) }
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			before := tc.pod.DeepCopy()
+			if diff := cmp.Diff(tc.sched, eligible(NewFilter(tc.pod, snap))); diff != "" {
+				t.Errorf("NewFilter: eligible nodes (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.admitted, eligible(NewAdmissionFilter(tc.pod, snap))); diff != "" {
+				t.Errorf("NewAdmissionFilter: eligible nodes (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(before, tc.pod); diff != "" {
+				t.Errorf("the pod changed (-before +after):\n%s", diff)
+			}
+		})
+	}
+}

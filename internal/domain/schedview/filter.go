@@ -1,6 +1,8 @@
 package schedview
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
@@ -46,6 +48,31 @@ func NewFilter(pod *corev1.Pod, s *Snapshot) *Filter {
 		tolerUnschedulable: corev1helpers.TolerationsTolerateTaint(klog.Background(), pod.Spec.Tolerations, &unschedulableTaint, comparisonOperators),
 	}
 	f.perNode = f.nodeName != "" || namesNode(pod, s.identity)
+	return f
+}
+
+// lifecycleTolerations tolerate the taints the node lifecycle controller
+// puts on a node whose kubelet does not report Ready (not-ready) or does
+// not report at all (unreachable), with either effect. It takes them off
+// when the kubelet reports Ready again: a kubelet restart sets them for a
+// few seconds.
+var lifecycleTolerations = []corev1.Toleration{
+	{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists},
+	{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists},
+}
+
+// NewAdmissionFilter is NewFilter for a decision that stays with the pod,
+// the webhook's: the node lifecycle controller's not-ready and unreachable
+// taints do not keep the pod off a node. They say how the node is this
+// second, not what it is; the scheduler keeps a pod waiting while they
+// last, and a rewrite or a refusal made because of them would outlast
+// them (a pod pinned to a node refused because its kubelet restarted).
+// The cordon and every other taint, the kubelet's pressure taints
+// included, still filter.
+func NewAdmissionFilter(pod *corev1.Pod, s *Snapshot) *Filter {
+	f := NewFilter(pod, s)
+	// Clip: the pod's slice is shared, never written to.
+	f.tolerations = append(slices.Clip(f.tolerations), lifecycleTolerations...)
 	return f
 }
 

@@ -309,6 +309,13 @@ func (a *Agent) CountAllocatableWrite(result string) {
 	a.metrics.allocatable.WithLabelValues(result).Inc()
 }
 
+// CountNVMLCallTimeout counts one NVML call that did not return within
+// --nvml-call-timeout outside the agent's loop (the health watcher's, DRA
+// Prepare's) on the agent's migflex_agent_nvml_call_timeouts_total.
+func (a *Agent) CountNVMLCallTimeout(call string) {
+	a.metrics.callTimeouts.WithLabelValues(call).Inc()
+}
+
 // (internal/nodeagent, through internal/platform/metricsserver).
 func (a *Agent) Handler() http.Handler {
 	return metricsserver.Handler(a.opts.Registry, &a.live, "the agent is not running its loop")
@@ -325,8 +332,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer cancel()
 	// A GPU call under way when the agent stops is waited for a little
 	// (a rollback finishes), a hung one is not.
-	a.guard.log = a.log
-	context.AfterFunc(ctx, a.guard.stop)
+	a.guard.SetLogger(a.log)
+	context.AfterFunc(ctx, a.guard.Stop)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 
@@ -453,7 +460,7 @@ func (a *Agent) loop(ctx context.Context, srvErr <-chan error) error {
 			if a.awaiting == nil {
 				continue
 			}
-		case <-a.guard.returned:
+		case <-a.guard.Returned():
 			// A GPU call that did not return in time did: its GPU is
 			// reconciled from what NVML reports now.
 		case <-a.trigger:

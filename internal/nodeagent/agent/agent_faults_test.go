@@ -14,6 +14,7 @@ import (
 	"github.com/migflex/migflex/internal/domain/resourcename"
 	"github.com/migflex/migflex/internal/nodeagent/podresources/podresourcestest"
 	"github.com/migflex/migflex/internal/nvml/nvmlbackend/sim"
+	"github.com/migflex/migflex/internal/nvml/nvmlcall/nvmlcalltest"
 	"github.com/migflex/migflex/internal/testsupport/testutil"
 )
 
@@ -210,7 +211,7 @@ func testCreateHangs(t *testing.T, api *apiServer) {
 	n.partition(0, "3g.40gb", "3g.40gb")
 	n.armFault(sim.Fault{Name: "stuck", Kind: sim.FaultHang, Call: sim.CallCreateGpuInstance, GPU: intp(0), Nth: 2, Duration: sim.Duration(sim.MaxHang)})
 	counts := &requestCounter{counts: map[string]int{}}
-	deadlines := &manualDeadlines{}
+	deadlines := &nvmlcalltest.Deadlines{}
 	r := n.start(withResync(100*time.Millisecond), withCallDeadlines(deadlines), withInUseInterval(20*time.Millisecond), withClient(counts.client(t, api)))
 	n.annotate(nodeinfo.AnnotationMigConfig, sevenOnGPU0)
 
@@ -218,7 +219,7 @@ func testCreateHangs(t *testing.T, api *apiServer) {
 	// The loop waits in the create, the only GPU call under way: the
 	// deadlines passed are its own and those of calls that returned.
 	obj := n.waitNode("state failed", func(o *corev1.Node) bool {
-		deadlines.pass()
+		deadlines.Pass()
 		return o.Labels[nodeinfo.LabelMigConfigState] == nodeinfo.StateFailed
 	})
 	reason := obj.Annotations[nodeinfo.AnnotationReason]
@@ -243,20 +244,8 @@ func testCreateHangs(t *testing.T, api *apiServer) {
 	})
 
 	// Resyncs leave GPU 0 alone while the call runs, and have nothing new
-	// to report. A reconcile is counted before its report is sent, so the
-	// reports of the first one counted below are inside the period.
-	held := r.counter("migflex_agent_reconciles_total", "result", resultHeld)
-	patches, events := counts.get("PATCH nodes"), counts.get("POST events")
-	waitCounter(t, r, "migflex_agent_reconciles_total", "result", resultHeld, held+5)
-	if f := n.fault("stuck"); f.Calls != 2 || f.Hanging != 1 {
-		t.Errorf("GPU 0 touched while its create hangs: %+v", f)
-	}
-	if got := counts.get("PATCH nodes") - patches; got != 0 {
-		t.Errorf("%d Node writes while the create hangs, want 0", got)
-	}
-	if got := counts.get("POST events") - events; got != 0 {
-		t.Errorf("%d Events while the create hangs, want 0", got)
-	}
+	// to report.
+	quietWhileHanging(t, n, r, counts, resultHeld, 2)
 
 	// The driver answers at last.
 	if _, err := n.lib.ClearFaults("stuck"); err != nil {
@@ -267,6 +256,27 @@ func testCreateHangs(t *testing.T, api *apiServer) {
 	n.waitServed(map[string]int{resource1g: 7, resource3g: 0, string(resourcename.GPU): 1})
 }
 
+// quietWhileHanging waits for five more reconciles counted with result
+// while fault "stuck" hangs, and checks that they made no call at its call
+// site (calls in all, one hanging) and wrote neither the Node nor an
+// Event. A reconcile is counted before its report is sent, so the reports
+// of the first one counted are inside the period.
+func quietWhileHanging(t *testing.T, n *node, r *agentRun, counts *requestCounter, result string, calls int) {
+	t.Helper()
+	before := r.counter("migflex_agent_reconciles_total", "result", result)
+	patches, events := counts.get("PATCH nodes"), counts.get("POST events")
+	waitCounter(t, r, "migflex_agent_reconciles_total", "result", result, before+5)
+	if f := n.fault("stuck"); f.Calls != calls || f.Hanging != 1 {
+		t.Errorf("the hanging call's site called again: %+v, want %d calls, one hanging", f, calls)
+	}
+	if got := counts.get("PATCH nodes") - patches; got != 0 {
+		t.Errorf("%d Node writes while the call hangs, want 0", got)
+	}
+	if got := counts.get("POST events") - events; got != 0 {
+		t.Errorf("%d Events while the call hangs, want 0", got)
+	}
+}
+
 // testDiscoveryHangs: reading the GPUs hangs (a handle lookup in a
 // resync). Past --nvml-call-timeout the state is failed saying so, the
 // devices served before stay served, the in-use poll goes on, and the
@@ -275,7 +285,7 @@ func testCreateHangs(t *testing.T, api *apiServer) {
 func testDiscoveryHangs(t *testing.T, api *apiServer) {
 	n := newNode(t, api, withAnnotation(nodeinfo.AnnotationMigConfig, mixedLayout))
 	counts := &requestCounter{counts: map[string]int{}}
-	deadlines := &manualDeadlines{}
+	deadlines := &nvmlcalltest.Deadlines{}
 	r := n.start(withResync(100*time.Millisecond), withCallDeadlines(deadlines), withInUseInterval(20*time.Millisecond), withClient(counts.client(t, api)))
 	n.waitState(nodeinfo.StateSuccess)
 	served := map[string]int{resource2g: 2, resource3g: 1, resource7g: 1}
@@ -285,7 +295,7 @@ func testDiscoveryHangs(t *testing.T, api *apiServer) {
 	n.waitHanging("stuck")
 	// The loop waits in the reading, the only NVML call under way.
 	obj := n.waitNode("state failed", func(o *corev1.Node) bool {
-		deadlines.pass()
+		deadlines.Pass()
 		return o.Labels[nodeinfo.LabelMigConfigState] == nodeinfo.StateFailed
 	})
 	if reason := obj.Annotations[nodeinfo.AnnotationReason]; !strings.Contains(reason, "NVML has not returned from reading the GPUs for 2m0s") {
@@ -302,18 +312,8 @@ func testDiscoveryHangs(t *testing.T, api *apiServer) {
 		return err == nil && len(l) == 2 && len(l[0].Instances) == 3 && slices.Equal(l[0].Instances[0].UsedBy, []string{"ml/small"})
 	})
 
-	failed := r.counter("migflex_agent_reconciles_total", "result", resultFailed)
-	patches, events := counts.get("PATCH nodes"), counts.get("POST events")
-	waitCounter(t, r, "migflex_agent_reconciles_total", "result", resultFailed, failed+5)
-	if f := n.fault("stuck"); f.Calls != 1 || f.Hanging != 1 {
-		t.Errorf("the GPUs were read again while a reading hangs: %+v", f)
-	}
-	if got := counts.get("PATCH nodes") - patches; got != 0 {
-		t.Errorf("%d Node writes while the reading hangs, want 0", got)
-	}
-	if got := counts.get("POST events") - events; got != 0 {
-		t.Errorf("%d Events while the reading hangs, want 0", got)
-	}
+	// The reconciles neither read the GPUs again nor report anything new.
+	quietWhileHanging(t, n, r, counts, resultFailed, 1)
 
 	if _, err := n.lib.ClearFaults("stuck"); err != nil {
 		t.Fatal(err)
@@ -328,7 +328,7 @@ func testStopDuringHang(t *testing.T, api *apiServer) {
 	n := newNode(t, api)
 	n.partition(0, "3g.40gb", "3g.40gb")
 	n.armFault(sim.Fault{Name: "stuck", Kind: sim.FaultHang, Call: sim.CallCreateGpuInstance, GPU: intp(0), Duration: sim.Duration(sim.MaxHang)})
-	r := n.start(withCallDeadlines(&manualDeadlines{}), withShutdownGrace(-1))
+	r := n.start(withCallDeadlines(&nvmlcalltest.Deadlines{}), withShutdownGrace(-1))
 	n.annotate(nodeinfo.AnnotationMigConfig, sevenOnGPU0)
 	n.waitHanging("stuck")
 	if err := r.tryStop(); err != nil {

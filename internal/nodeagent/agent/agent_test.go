@@ -34,6 +34,7 @@ import (
 	"github.com/migflex/migflex/internal/nodeagent/podresources/podresourcestest"
 	"github.com/migflex/migflex/internal/nvml/nvmlbackend"
 	"github.com/migflex/migflex/internal/nvml/nvmlbackend/sim"
+	"github.com/migflex/migflex/internal/nvml/nvmlcall/nvmlcalltest"
 	"github.com/migflex/migflex/internal/nvml/nvmlmig"
 	"github.com/migflex/migflex/internal/testsupport/testenv"
 	"github.com/migflex/migflex/internal/testsupport/testutil"
@@ -261,8 +262,8 @@ func withInUseInterval(d time.Duration) agentOption {
 }
 
 // withCallDeadlines has the GPU calls' deadlines pass when d says so.
-func withCallDeadlines(d *manualDeadlines) agentOption {
-	return func(o *Options, _ *deviceplugin.Options) { o.NVMLCallTimeout, o.callAfter = 2*time.Minute, d.after }
+func withCallDeadlines(d *nvmlcalltest.Deadlines) agentOption {
+	return func(o *Options, _ *deviceplugin.Options) { o.NVMLCallTimeout, o.callAfter = 2*time.Minute, d.After }
 }
 
 func withShutdownGrace(g time.Duration) agentOption {

@@ -61,7 +61,9 @@
 // has not returned fails the reconciles until it does, and the devices
 // served before stay served. The rest of the agent goes
 // on meanwhile (other GPUs, health, pods in use, the Node's watch), and a
-// stopping agent waits for such a call a few seconds at most.
+// stopping agent waits for such a call a few seconds at most. The guard is
+// internal/nvml/nvmlcall's, which the health watcher uses too, and so does
+// DRA dynamic mode's Prepare through Instances.
 //
 // Failures never destroy the current layout: a document that does not parse
 // or fit changes nothing, and a failed step rolls its GPU back. A GPU on

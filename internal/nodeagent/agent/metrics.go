@@ -58,7 +58,7 @@ type metrics struct {
 	duration    *prometheus.HistogramVec
 	errors      *prometheus.CounterVec
 	state       *prometheus.GaugeVec
-	// callTimeouts counts GPU calls that did not return in time.
+	// callTimeouts counts NVML calls that did not return in time.
 	callTimeouts *prometheus.CounterVec
 	node         string
 	// inUse holds the device IDs pods hold, as the loop last learnt them
@@ -107,7 +107,7 @@ func newMetrics(reg prometheus.Registerer, srv Server, node, serving string) (*m
 		}, []string{"result"}),
 		callTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "migflex", Subsystem: "agent", Name: "nvml_call_timeouts_total",
-			Help: "Calls changing a GPU that had not returned within --nvml-call-timeout, by NVML call (SetMigMode, CreateGpuInstance/CreateComputeInstance, DestroyComputeInstance/DestroyGpuInstance, GPU reset), or discover for a reading of the GPUs; the GPU is left alone (the GPUs are not read again) until the call returns.",
+			Help: "NVML calls that had not returned within --nvml-call-timeout, by call: the agent's and DRA Prepare's (SetMigMode, CreateGpuInstance/CreateComputeInstance, DestroyComputeInstance/DestroyGpuInstance, GPU reset, or discover for a reading of the GPUs) and the health checks' (EventSet.Wait, DeviceGetHandleByUUID/RegisterEvents, Init/EventSetCreate); what the call was made on is left alone until it returns.",
 		}, []string{"call"}),
 	}
 	m.setState("")

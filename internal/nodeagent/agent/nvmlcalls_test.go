@@ -3,87 +3,29 @@ package agent
 import (
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/migflex/migflex/internal/domain/mig"
+	"github.com/migflex/migflex/internal/nvml/nvmlcall/nvmlcalltest"
 	"github.com/migflex/migflex/internal/testsupport/testutil"
 )
 
-// blockingPartitioner counts calls per GPU; a call on a GPU in block
-// waits until its channel is closed.
+// blockingPartitioner is a partitioner whose calls on a blocked GPU wait
+// until the test releases it.
 type blockingPartitioner struct {
-	mu      sync.Mutex
-	calls   map[int]int
-	block   map[int]chan struct{}
-	entered chan int
+	*nvmlcalltest.Blocker[int]
 }
 
-func newBlockingPartitioner(blocked ...int) *blockingPartitioner {
-	p := &blockingPartitioner{calls: map[int]int{}, block: map[int]chan struct{}{}, entered: make(chan int, 100)}
-	for _, gpu := range blocked {
-		p.block[gpu] = make(chan struct{})
-	}
-	return p
+func newBlockingPartitioner(blocked ...int) blockingPartitioner {
+	return blockingPartitioner{nvmlcalltest.NewBlocker(blocked...)}
 }
 
-func (p *blockingPartitioner) call(gpu int) error {
-	p.mu.Lock()
-	p.calls[gpu]++
-	ch := p.block[gpu]
-	p.mu.Unlock()
-	p.entered <- gpu
-	if ch != nil {
-		<-ch
-	}
-	return nil
-}
-
-func (p *blockingPartitioner) count(gpu int) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.calls[gpu]
-}
-
-func (p *blockingPartitioner) SetMigMode(gpu int, _ bool) error { return p.call(gpu) }
-func (p *blockingPartitioner) DestroyInstance(gpu int, _ uint32) error {
-	return p.call(gpu)
-}
-func (p *blockingPartitioner) ResetGPU(gpu int) error { return p.call(gpu) }
-func (p *blockingPartitioner) CreateInstance(gpu int, profile string, start int) (mig.Instance, error) {
-	return mig.Instance{Profile: profile, Start: start}, p.call(gpu)
-}
-
-// manualDeadlines are deadlines that pass when the test says so.
-type manualDeadlines struct {
-	mu  sync.Mutex
-	chs []chan time.Time
-}
-
-func (m *manualDeadlines) after(time.Duration) <-chan time.Time {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	m.chs = append(m.chs, ch)
-	return ch
-}
-
-// pass ends every deadline set so far.
-func (m *manualDeadlines) pass() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, ch := range m.chs {
-		ch <- time.Now()
-	}
-	m.chs = nil
-}
-
-// waiting is how many deadlines are set and not passed.
-func (m *manualDeadlines) waiting() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.chs)
+func (p blockingPartitioner) SetMigMode(gpu int, _ bool) error        { return p.Call(gpu) }
+func (p blockingPartitioner) DestroyInstance(gpu int, _ uint32) error { return p.Call(gpu) }
+func (p blockingPartitioner) ResetGPU(gpu int) error                  { return p.Call(gpu) }
+func (p blockingPartitioner) CreateInstance(gpu int, profile string, start int) (mig.Instance, error) {
+	return mig.Instance{Profile: profile, Start: start}, p.Call(gpu)
 }
 
 func TestCallGuard(t *testing.T) {
@@ -102,15 +44,15 @@ func TestCallGuard(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			part := newBlockingPartitioner(0)
-			deadlines := &manualDeadlines{}
+			deadlines := &nvmlcalltest.Deadlines{}
 			var timeouts []string
-			g := newCallGuard(part, 2*time.Minute, time.Hour, deadlines.after, func(call string) { timeouts = append(timeouts, call) })
+			g := newCallGuard(part, 2*time.Minute, time.Hour, deadlines.After, func(call string) { timeouts = append(timeouts, call) })
 
 			errc := make(chan error, 1)
 			go func() { errc <- tc.call(g) }()
-			<-part.entered
-			testutil.Eventually(t, "the call's deadline", func() bool { return deadlines.waiting() == 1 })
-			deadlines.pass()
+			<-part.Entered()
+			testutil.Eventually(t, "the call's deadline", func() bool { return deadlines.Waiting() == 1 })
+			deadlines.Pass()
 			err := <-errc
 			if !errors.Is(err, mig.ErrNoReturn) || !strings.HasPrefix(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want %q matching mig.ErrNoReturn", err, tc.want)
@@ -129,7 +71,7 @@ func TestCallGuard(t *testing.T) {
 					t.Fatalf("call on the stuck GPU: %v, want it refused", err)
 				}
 			}
-			if n := part.count(0); n != 1 {
+			if n := part.Count(0); n != 1 {
 				t.Errorf("%d calls reached GPU 0, want 1", n)
 			}
 			// Another GPU is served.
@@ -138,18 +80,15 @@ func TestCallGuard(t *testing.T) {
 			}
 
 			// The call returns: the loop is told, and GPU 0 answers again.
-			close(part.block[0])
-			<-g.returned
+			part.Release(0)
+			<-g.Returned()
 			if got := g.outstanding(); len(got) != 0 {
 				t.Errorf("outstanding after the return: %v", got)
 			}
-			part.mu.Lock()
-			delete(part.block, 0)
-			part.mu.Unlock()
 			if err := tc.call(g); err != nil {
 				t.Errorf("call after the return: %v", err)
 			}
-			if n := part.count(0); n != 2 {
+			if n := part.Count(0); n != 2 {
 				t.Errorf("%d calls reached GPU 0, want 2", n)
 			}
 		})
@@ -166,7 +105,7 @@ func TestCallGuardReturnsInTime(t *testing.T) {
 	if err != nil || in.Profile != "3g.40gb" || in.Start != 4 {
 		t.Fatalf("CreateInstance = %+v, %v", in, err)
 	}
-	if timedOut || len(g.outstanding()) != 0 || len(g.returned) != 0 {
+	if timedOut || len(g.outstanding()) != 0 || len(g.Returned()) != 0 {
 		t.Errorf("a call that returned was reported: timed out %v, outstanding %v", timedOut, g.outstanding())
 	}
 }
@@ -175,13 +114,13 @@ func TestCallGuardReturnsInTime(t *testing.T) {
 // longer than the grace, and not counted as a timeout.
 func TestCallGuardStop(t *testing.T) {
 	part := newBlockingPartitioner(0)
-	defer close(part.block[0])
+	defer part.Release(0)
 	timedOut := false
-	g := newCallGuard(part, time.Hour, 0, (&manualDeadlines{}).after, func(string) { timedOut = true })
+	g := newCallGuard(part, time.Hour, 0, (&nvmlcalltest.Deadlines{}).After, func(string) { timedOut = true })
 	errc := make(chan error, 1)
 	go func() { errc <- g.SetMigMode(0, false) }()
-	<-part.entered
-	g.stop()
+	<-part.Entered()
+	g.Stop()
 	if err := <-errc; !errors.Is(err, mig.ErrNoReturn) {
 		t.Errorf("err = %v, want mig.ErrNoReturn", err)
 	}

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/migflex/migflex/internal/domain/sharing"
+	"github.com/migflex/migflex/internal/testsupport/testutil"
 )
 
 func TestReadSharing(t *testing.T) {
@@ -17,14 +17,8 @@ func TestReadSharing(t *testing.T) {
 	root := t.TempDir()
 	write := func(path, doc string) string {
 		t.Helper()
-		full := filepath.Join(root, path)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(doc), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return full
+		testutil.WriteTree(t, root, map[string]string{path: doc})
+		return filepath.Join(root, path)
 	}
 	file := write("file/config.yaml", ts)
 	bad := write("bad/config.yaml", "sharing: {timeslicing: {}}\n")

@@ -1,8 +1,6 @@
 package deviceplugin
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -11,6 +9,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/migflex/migflex/internal/nodeagent/devnodes"
+	"github.com/migflex/migflex/internal/testsupport/testutil"
 )
 
 const testMigMinors = `config 1
@@ -26,17 +25,7 @@ gpu1/gi7/ci0/access 85
 // fakeHostRoot makes a host root with the given files (path -> content).
 func fakeHostRoot(t *testing.T, files map[string]string) string {
 	t.Helper()
-	root := t.TempDir()
-	for p, content := range files {
-		full := filepath.Join(root, p)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return root
+	return testutil.WriteTree(t, "", files)
 }
 
 func spec(p string) *pluginapi.DeviceSpec {

@@ -242,3 +242,49 @@ func statusOf(m *Manager, resource, id string) DeviceStatus {
 	}
 	return DeviceStatus{}
 }
+
+// TestSimulatedHungHealthCallKeepsServing: the simulator's hang fault
+// holds the health watcher's handle lookup of GPU 0 (10 minutes). Past the
+// watcher's call deadline the hang is counted, GPU 1 is watched and its
+// Xid reported, and the kubelet's ListAndWatch and Allocate are answered
+// throughout; once the call returns, GPU 0 is watched too.
+func TestSimulatedHungHealthCallKeepsServing(t *testing.T) {
+	n := newSimNode(t)
+	release := simtest.Hang(t, n.lib, "slow", sim.CallGetHandle, 0)
+	timeouts := make(chan string, 10)
+	// The deadline is short so that the test goes on: nothing here fails
+	// on time, it waits for the outcome.
+	w := startWatcher(t, n.lib, health.Options{CallTimeout: 20 * time.Millisecond, OnTimeout: func(call string) { timeouts <- call }})
+	e := start(t, Options{PostAllocator: envPost{}, Health: w}, n.gpus)
+	const r = "nvidia.com/mig-3g.40gb"
+	a, b, whole := n.mig0.UUID, n.mig1.UUID, n.gpus[1].UUID
+
+	// A Wait slower than the deadline on a loaded machine is reported
+	// too, and harmless: wait for the lookup's.
+	for reported := false; !reported; {
+		select {
+		case call := <-timeouts:
+			reported = call == "DeviceGetHandleByUUID/RegisterEvents"
+		case <-time.After(hangTimeout):
+			t.Fatal("the hung handle lookup was never reported")
+		}
+	}
+	waitWatching(t, w, n.gpus[1:])
+	e.wait("healthy layout while GPU 0's call hangs", serving(map[string][]string{r: {a, b}, resourceGPU: {whole}}))
+	if _, err := e.kubelet.Allocate(e.ctx, r, a); err != nil {
+		t.Errorf("Allocate while a health call hangs: %v", err)
+	}
+	if err := n.lib.InjectXid(1, sim.NoInstance, sim.NoInstance, 48); err != nil {
+		t.Fatal(err)
+	}
+	e.wait("GPU 1 unhealthy", serving(map[string][]string{r: {a, b}, resourceGPU: {whole + "!"}}))
+
+	// The call returns: GPU 0's Xid events are registered, by it or by
+	// the retry after it.
+	release()
+	waitWatching(t, w, n.gpus)
+	if err := n.lib.InjectXid(0, n.mig0.GIID, n.mig0.CIID, 79); err != nil {
+		t.Fatal(err)
+	}
+	e.wait("a unhealthy", serving(map[string][]string{r: {a + "!", b}, resourceGPU: {whole + "!"}}))
+}

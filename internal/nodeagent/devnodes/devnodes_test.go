@@ -1,12 +1,12 @@
 package devnodes
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/migflex/migflex/internal/testsupport/testutil"
 )
 
 // The driver's table lists every GPU instance and compute instance a GPU
@@ -24,17 +24,7 @@ gpu1/gi1/ci0/access 148
 // hostRoot is a temp dir with files at the given host paths.
 func hostRoot(t *testing.T, files map[string]string) string {
 	t.Helper()
-	root := t.TempDir()
-	for p, content := range files {
-		full := filepath.Join(root, p)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return root
+	return testutil.WriteTree(t, "", files)
 }
 
 func TestNodes(t *testing.T) {

@@ -142,6 +142,9 @@ func Start(ctx context.Context, opts Options) (*Driver, error) {
 	if opts.StaleClaimCheck > 0 {
 		d.background.Go(func() { d.releaseStaleEvery(bg, opts.StaleClaimCheck) })
 	}
+	if r, ok := opts.Instances.(lateReturns); ok && d.mode == ModeDynamic {
+		d.background.Go(func() { d.repairAfterLateReturns(bg, r.Returned()) })
+	}
 	return d, nil
 }
 
@@ -240,12 +243,16 @@ func (d *Driver) Fatal() <-chan error { return d.fatal }
 // named as devices is an error and changes nothing. Drain marks of
 // devices that are gone end.
 func (d *Driver) Publish(gpus []mig.GPU, unhealthy map[string]dra.Fault) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.publishGPUsLocked(gpus, unhealthy)
+}
+
+func (d *Driver) publishGPUsLocked(gpus []mig.GPU, unhealthy map[string]dra.Fault) error {
 	devs, err := dra.Devices(gpus)
 	if err != nil {
 		return fmt.Errorf("cannot publish the layout: %w", err)
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	if d.mode == ModeDynamic {
 		if gpus, err = d.dynamicLocked(gpus); err != nil {
 			return err

@@ -35,6 +35,36 @@ type adoptedInstance struct {
 	inst mig.Instance
 }
 
+// lateReturns is the optional side of Instances that says when a call it
+// stopped waiting for returned (agent.Instances): a create Prepare gave up
+// on may have made an instance that no claim holds.
+type lateReturns interface {
+	Returned() <-chan struct{}
+}
+
+// repairAfterLateReturns destroys, after each late return, the instances
+// no prepared claim names and publishes the GPUs as NVML reads them then
+// (as at start: repairLocked), until ctx ends. The scheduler would
+// otherwise allocate the placement of such an instance, and its Prepare
+// would fail on the overlap until the agent restarted.
+func (d *Driver) repairAfterLateReturns(ctx context.Context, returned <-chan struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-returned:
+		}
+		d.mu.Lock()
+		if d.started && d.mode == ModeDynamic {
+			d.repaired = false
+			if err := d.publishGPUsLocked(nil, d.unhealthy); err != nil {
+				d.logger.Error(err, "Repairing the GPUs after a late NVML call returned; the agent's next publication tries again")
+			}
+		}
+		d.mu.Unlock()
+	}
+}
+
 // dynamicLocked makes the offers of gpus. The first time, and while
 // instances are adopted, it first destroys the instances no prepared claim
 // names (repairLocked) on the GPUs as NVML reads them now, which it then

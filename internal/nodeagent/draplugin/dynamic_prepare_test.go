@@ -6,14 +6,23 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 
 	"github.com/migflex/migflex/internal/domain/mig"
+	"github.com/migflex/migflex/internal/nodeagent/agent"
 	"github.com/migflex/migflex/internal/nvml/nvmlbackend/sim"
 	"github.com/migflex/migflex/internal/nvml/nvmlbackend/sim/simtest"
+	"github.com/migflex/migflex/internal/nvml/nvmlcall"
+	"github.com/migflex/migflex/internal/nvml/nvmlcall/nvmlcalltest"
 	"github.com/migflex/migflex/internal/nvml/nvmlmig"
+	"github.com/migflex/migflex/internal/testsupport/testutil"
 )
 
 // simInstances is dynamic mode's Instances on a simulated NVML.
@@ -49,7 +58,7 @@ func instancesOn(t *testing.T, in simInstances) []string {
 func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
 
 // publishDynamic publishes the node's GPUs as the agent would.
-func publishDynamic(t *testing.T, drv *Driver, in simInstances) {
+func publishDynamic(t *testing.T, drv *Driver, in Instances) {
 	t.Helper()
 	gpus, err := in.Discover()
 	if err != nil {
@@ -57,6 +66,33 @@ func publishDynamic(t *testing.T, drv *Driver, in simInstances) {
 	}
 	if err := drv.Publish(gpus, nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// hanging is how many calls wait in the simulator's fault name.
+func hanging(lib *sim.Lib, name string) int {
+	for _, f := range lib.Faults() {
+		if f.Fault.Name == name {
+			return f.Hanging
+		}
+	}
+	return 0
+}
+
+// startDynamic starts a dynamic-mode driver over in and publishes the
+// node's GPUs.
+func startDynamic(t *testing.T, client kubernetes.Interface, d dirs, in Instances) *Driver {
+	t.Helper()
+	drv := startDriver(t, client, d, Options{Mode: ModeDynamic, Instances: in})
+	publishDynamic(t, drv, in)
+	return drv
+}
+
+// mustPrepare prepares c through the kubelet's gRPC, or fails the test.
+func (k kubelet) mustPrepare(t *testing.T, c *resourceapi.ResourceClaim) {
+	t.Helper()
+	if resp := k.prepare(c)[string(c.UID)]; resp.Error != "" {
+		t.Fatalf("Prepare of %s: %s", c.Name, resp.Error)
 	}
 }
 
@@ -75,8 +111,7 @@ func TestDynamicPrepareCreatesAtThePlacement(t *testing.T) {
 	claim := allocated("team-a", "c1", "p1", [2]string{"gpu", dyn3gAt4}, [2]string{"small", dyn1gAt3})
 	client := fakeClient(claim)
 	d := newDirs(t)
-	drv := startDriver(t, client, d, Options{Mode: ModeDynamic, Instances: in})
-	publishDynamic(t, drv, in)
+	drv := startDynamic(t, client, d, in)
 
 	resp := dialKubelet(t, d).prepare(claim)[string(claim.UID)]
 	if resp.Error != "" {
@@ -137,8 +172,7 @@ func TestDynamicPrepareOfAnOverlapLeavesNothing(t *testing.T) {
 	claim := allocated("team-a", "c1", "p1", [2]string{"a", dyn1gAt6}, [2]string{"b", dyn3gAt0})
 	client := fakeClient(claim)
 	d := newDirs(t)
-	drv := startDriver(t, client, d, Options{Mode: ModeDynamic, Instances: in})
-	publishDynamic(t, drv, in)
+	drv := startDynamic(t, client, d, in)
 	// Made behind the scheduler's back, after the start-up repair.
 	if _, err := in.CreateInstance(0, "1g.10gb", 2); err != nil {
 		t.Fatal(err)
@@ -165,12 +199,9 @@ func TestDynamicUnprepareDestroys(t *testing.T) {
 	claim := allocated("team-a", "c1", "p1", [2]string{"gpu", dyn3gAt4})
 	client := fakeClient(claim)
 	d := newDirs(t)
-	drv := startDriver(t, client, d, Options{Mode: ModeDynamic, Instances: in})
-	publishDynamic(t, drv, in)
+	drv := startDynamic(t, client, d, in)
 	k := dialKubelet(t, d)
-	if resp := k.prepare(claim)[string(claim.UID)]; resp.Error != "" {
-		t.Fatalf("Prepare: %s", resp.Error)
-	}
+	k.mustPrepare(t, claim)
 	if got := instancesOn(t, in); len(got) != 1 {
 		t.Fatalf("instances after Prepare: %v", got)
 	}
@@ -194,11 +225,8 @@ func TestDynamicRestartRepairsACreateWithoutCheckpoint(t *testing.T) {
 	held := allocated("team-a", "held", "p1", [2]string{"gpu", dyn3gAt4})
 	client := fakeClient(held)
 	d := newDirs(t)
-	drv := startDriver(t, client, d, Options{Mode: ModeDynamic, Instances: in})
-	publishDynamic(t, drv, in)
-	if resp := dialKubelet(t, d).prepare(held)[string(held.UID)]; resp.Error != "" {
-		t.Fatalf("Prepare: %s", resp.Error)
-	}
+	drv := startDynamic(t, client, d, in)
+	dialKubelet(t, d).mustPrepare(t, held)
 	drv.Stop()
 
 	// What a Prepare killed after its create leaves: one idle, one whose
@@ -214,8 +242,7 @@ func TestDynamicRestartRepairsACreateWithoutCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	drv = startDriver(t, client, d, Options{Mode: ModeDynamic, Instances: in})
-	publishDynamic(t, drv, in)
+	drv = startDynamic(t, client, d, in)
 	if got, want := instancesOn(t, in), []string{"1g.10gb@2", "3g.40gb@4"}; !slices.Equal(got, want) {
 		t.Errorf("instances after the restart: %v; want %v (the idle leftover destroyed, the busy one and the claim's kept)", got, want)
 	}
@@ -260,8 +287,7 @@ func TestDynamicWholeGPUWithMIGOnRefused(t *testing.T) {
 	claim := allocated("team-a", "c1", "p1", [2]string{"gpu", "gpu-0"})
 	client := fakeClient(claim)
 	d := newDirs(t)
-	drv := startDriver(t, client, d, Options{Mode: ModeDynamic, Instances: in})
-	publishDynamic(t, drv, in)
+	drv := startDynamic(t, client, d, in)
 	resp := dialKubelet(t, d).prepare(claim)[string(claim.UID)]
 	if !strings.Contains(resp.Error, "MIG on") {
 		t.Fatalf("Prepare answered %q; want the refusal", resp.Error)
@@ -283,8 +309,7 @@ func TestDynamicGPUWithMIGOffServedWhole(t *testing.T) {
 	claim := allocated("team-a", "c1", "p1", [2]string{"gpu", "gpu-0"})
 	client := fakeClient(claim)
 	d := newDirs(t)
-	drv := startDriver(t, client, d, Options{Mode: ModeDynamic, Instances: in})
-	publishDynamic(t, drv, in)
+	drv := startDynamic(t, client, d, in)
 	_, res := drv.Published()
 	sets, devs := 0, 0
 	for _, s := range res.Pools[node].Slices {
@@ -294,9 +319,7 @@ func TestDynamicGPUWithMIGOffServedWhole(t *testing.T) {
 	if sets != 1 || devs != 27 {
 		t.Errorf("published %d counter sets and %d devices; want 1 set (GPU 1's) and 1 + 26 devices", sets, devs)
 	}
-	if resp := dialKubelet(t, d).prepare(claim)[string(claim.UID)]; resp.Error != "" {
-		t.Fatalf("Prepare: %s", resp.Error)
-	}
+	dialKubelet(t, d).mustPrepare(t, claim)
 	gpus, _ := in.Discover()
 	got, err := client.ResourceV1().ResourceClaims("team-a").Get(context.Background(), "c1", metav1.GetOptions{})
 	if err != nil {
@@ -315,11 +338,8 @@ func TestDynamicClaimUnpreparedInStaticMode(t *testing.T) {
 	claim := allocated("team-a", "c1", "p1", [2]string{"gpu", dyn3gAt4})
 	client := fakeClient(claim)
 	d := newDirs(t)
-	drv := startDriver(t, client, d, Options{Mode: ModeDynamic, Instances: in})
-	publishDynamic(t, drv, in)
-	if resp := dialKubelet(t, d).prepare(claim)[string(claim.UID)]; resp.Error != "" {
-		t.Fatalf("Prepare: %s", resp.Error)
-	}
+	drv := startDynamic(t, client, d, in)
+	dialKubelet(t, d).mustPrepare(t, claim)
 	drv.Stop()
 
 	drv = startDriver(t, client, d, Options{})
@@ -333,4 +353,57 @@ func TestDynamicClaimUnpreparedInStaticMode(t *testing.T) {
 	if len(drv.Prepared()) != 0 {
 		t.Errorf("still prepared: %+v", drv.Prepared())
 	}
+}
+
+// A create that hangs in the driver (the simulator's hang fault) fails
+// Prepare past the call deadline, naming the call, instead of holding
+// the driver's lock, and with it every other Prepare and Unprepare, for
+// good: the next Prepare on that GPU is answered at once. Once the call
+// returns, the instance it made, no claim's, is destroyed, and Prepare
+// creates again.
+func TestDynamicPrepareOfAHungCreate(t *testing.T) {
+	node := dynamicNode(t)
+	// The deadlines pass when the test says so: a slow call that returns
+	// is never taken for a hung one.
+	deadlines := &nvmlcalltest.Deadlines{}
+	var timeouts atomic.Int32
+	in := agent.NewInstances(node.lib, nvmlcall.Options[int]{Timeout: 2 * time.Minute, After: deadlines.After, OnTimeout: func(string) { timeouts.Add(1) }})
+	release := simtest.Hang(t, node.lib, "slow", sim.CallCreateGpuInstance, 0)
+	c1 := allocated("team-a", "c1", "p1", [2]string{"gpu", dyn3gAt4})
+	c2 := allocated("team-a", "c2", "p2", [2]string{"gpu", dyn1gAt3})
+	client := fakeClient(c1, c2)
+	d := newDirs(t)
+	drv := startDynamic(t, client, d, in)
+	k := dialKubelet(t, d)
+
+	answer := make(chan *drapb.NodePrepareResourceResponse, 1)
+	go func() { answer <- k.prepare(c1)[string(c1.UID)] }()
+	testutil.Eventually(t, "the create to hang", func() bool { return hanging(node.lib, "slow") == 1 })
+	// The create is the one call under way: the deadlines passed are
+	// its own and those of calls that returned.
+	deadlines.Pass()
+	resp := <-answer
+	if !strings.Contains(resp.Error, "NVML CreateGpuInstance/CreateComputeInstance (create 3g.40gb at 4) has not returned for 2m0s") {
+		t.Fatalf("Prepare of the hung create answered %q; want the call named", resp.Error)
+	}
+	if timeouts.Load() != 1 {
+		t.Errorf("%d timeouts counted, want 1", timeouts.Load())
+	}
+	// The GPU's call has not returned: refused at once, not queued
+	// behind it.
+	resp = k.prepare(c2)[string(c2.UID)]
+	if !strings.Contains(resp.Error, "has not returned") {
+		t.Fatalf("Prepare while the create hangs answered %q; want it refused", resp.Error)
+	}
+	if len(drv.Prepared()) != 0 {
+		t.Errorf("prepared: %+v", drv.Prepared())
+	}
+
+	// The create returns and makes its instance, which no claim holds:
+	// Prepare creates again (the kubelet retries it), and the driver
+	// destroys the late instance. The GPUs are read from the simulator
+	// itself: Instances' callers make one call at a time.
+	release()
+	waitFor(t, "c2 prepared", func() bool { return k.prepare(c2)[string(c2.UID)].Error == "" })
+	waitFor(t, "the late instance destroyed", func() bool { return slices.Equal(instancesOn(t, node), []string{"1g.10gb@3"}) })
 }

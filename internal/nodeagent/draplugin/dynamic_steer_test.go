@@ -140,8 +140,7 @@ func TestDynamicSteersOnUseAndWritesNothingAtRest(t *testing.T) {
 		return l.Items, nil
 	}
 	d := newDirs(t)
-	drv := startDriver(t, client, d, Options{Mode: ModeDynamic, Instances: in})
-	publishDynamic(t, drv, in)
+	drv := startDynamic(t, client, d, in)
 	api := sliceFunc(list)
 	waitFor(t, "the first publication in the API", func() bool {
 		return slices.Equal(apiDeviceOrder(t, api), publishedOrder(drv)) && len(publishedOrder(drv)) > 0
@@ -162,9 +161,7 @@ func TestDynamicSteersOnUseAndWritesNothingAtRest(t *testing.T) {
 	}
 
 	k := dialKubelet(t, d)
-	if resp := k.prepare(claim)[string(claim.UID)]; resp.Error != "" {
-		t.Fatalf("Prepare: %s", resp.Error)
-	}
+	k.mustPrepare(t, claim)
 	steered := publishedOrder(drv)
 	if got := firstOf(steered, "gpu-0-mig-1g10gb-19-"); got != dyn1gAt1 {
 		t.Errorf("first 1g.10gb offered beside a 1g.10gb at 0: %s, want %s", got, dyn1gAt1)

@@ -3,7 +3,9 @@
 // MIG devices by the GPU-instance and compute-instance ids NVML reports with
 // each event. A device that saw an Xid turns healthy again after a quiet
 // period without new errors, so one transient fault does not take a device
-// out of service until the next restart.
+// out of service until the next restart. Each NVML call is waited for at
+// most Options.CallTimeout (nvmlcall.Guard), so a call hung in the driver
+// holds neither the watch of the other GPUs, nor Unhealthy, nor a stop.
 package health
 
 import (
@@ -11,12 +13,15 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/migflex/migflex/internal/nvml/nvmlcall"
 )
 
 // AllInstances is the GPU-instance or compute-instance id NVML reports when
@@ -31,6 +36,11 @@ const (
 	// DefaultPollInterval bounds how long one EventSet.Wait blocks, and so
 	// how quickly Run notices cancellation and new GPUs to watch.
 	DefaultPollInterval = time.Second
+	// DefaultCallTimeout is how long Run waits for one NVML call, the
+	// agent's --nvml-call-timeout default.
+	DefaultCallTimeout = 2 * time.Minute
+	// defaultStopGrace is Watcher.stopGrace's default.
+	defaultStopGrace = 10 * time.Second
 )
 
 // DefaultIgnoredXids returns the Xids caused by applications (illegal memory
@@ -64,6 +74,15 @@ type Options struct {
 	// NVML's Wait timeout and the pause after a Wait error are real time
 	// whatever the clock, as they pace calls into the driver.
 	Clock clock.WithDelayedExecution
+	// CallTimeout is how long Run waits for one NVML call (registering a
+	// GPU, a Wait, ...); zero means DefaultCallTimeout. A call that has
+	// not returned by then is logged and left running (NVML calls cannot
+	// be cancelled): the rest goes on, and what it was called on is not
+	// called again until it returns (nvmlcall.Guard).
+	CallTimeout time.Duration
+	// OnTimeout, if set, is called with the NVML call's name each time
+	// one did not return within CallTimeout (the agent counts them).
+	OnTimeout func(call string)
 }
 
 // Target is one device whose health is tracked.
@@ -111,6 +130,13 @@ type Watcher struct {
 	quiet        time.Duration
 	pollInterval time.Duration
 	clock        clock.WithDelayedExecution
+	callTimeout  time.Duration
+	onTimeout    func(call string)
+	// callAfter is time.After when nil; tests set deadlines they end.
+	callAfter func(time.Duration) <-chan time.Time
+	// stopGrace is how long, beyond the poll interval, a stop waits for
+	// a call under way: defaultStopGrace, 0 in tests of a hung call.
+	stopGrace time.Duration
 	// recovered, when set by a test, is called after every run of recover
 	// (whatever it decided), so the test knows a fired timer was handled.
 	recovered func()
@@ -122,8 +148,12 @@ type Watcher struct {
 	targets   []Target
 	targetGen uint64
 	watching  []string
-	faults    map[string]*fault
-	changes   chan struct{}
+	// registered are the GPUs whose Xid events are registered on Run's
+	// event set, also by a call Run stopped waiting for that returned
+	// later.
+	registered map[string]bool
+	faults     map[string]*fault
+	changes    chan struct{}
 }
 
 type fault struct {
@@ -149,6 +179,10 @@ func New(lib Lib, opts Options) (*Watcher, error) {
 		quiet:        opts.QuietPeriod,
 		pollInterval: opts.PollInterval,
 		clock:        opts.Clock,
+		callTimeout:  opts.CallTimeout,
+		stopGrace:    defaultStopGrace,
+		onTimeout:    opts.OnTimeout,
+		registered:   map[string]bool{},
 		faults:       map[string]*fault{},
 		changes:      make(chan struct{}, 1),
 	}
@@ -163,6 +197,12 @@ func New(lib Lib, opts Options) (*Watcher, error) {
 	}
 	if w.clock == nil {
 		w.clock = clock.RealClock{}
+	}
+	if w.callTimeout == 0 {
+		w.callTimeout = DefaultCallTimeout
+	}
+	if w.callTimeout < 0 {
+		return nil, fmt.Errorf("health: call timeout %s is negative", w.callTimeout)
 	}
 	if w.pollInterval < time.Millisecond {
 		return nil, fmt.Errorf("health: poll interval %s is shorter than NVML's 1ms resolution", w.pollInterval)
@@ -226,6 +266,12 @@ func (w *Watcher) notifyLocked() {
 // Run waits for NVML events until ctx is cancelled. It registers Xid events
 // on the parent GPU of every target, and on newly appearing GPUs after
 // SetTargets. It returns nil on cancellation; a Watcher runs once.
+//
+// Each NVML call is waited for at most Options.CallTimeout: a Wait or a
+// GPU's registration that hangs in the driver is logged and counted, and
+// devices keep the health they had while the rest goes on (other GPUs'
+// registrations, Unhealthy, a stop). A hung Wait is not called again
+// until it returns; what it returns then is still handled.
 func (w *Watcher) Run(ctx context.Context) error {
 	log := klog.FromContext(ctx).WithName("health")
 	w.mu.Lock()
@@ -238,27 +284,58 @@ func (w *Watcher) Run(ctx context.Context) error {
 	w.mu.Unlock()
 	defer w.stop()
 
+	// A Wait under way returns within the poll interval; a stop waits
+	// that long and a little more for it, not for a hung call.
+	g := nvmlcall.New(nvmlcall.Options[string]{
+		Timeout: w.callTimeout, Grace: w.pollInterval + w.stopGrace, After: w.callAfter, OnTimeout: w.onTimeout, Describe: describeNoReturn,
+	})
+	g.SetLogger(log)
+	defer context.AfterFunc(ctx, g.Stop)()
+
 	// NVML counts Init calls, so the watcher holds its own for as long as
 	// it waits on events, whatever its caller does.
-	if ret := w.lib.Init(); ret != nvml.SUCCESS {
-		return fmt.Errorf("health: initializing NVML: %w", ret)
+	var set nvml.EventSet
+	err := g.Do(keyInit, "Init/EventSetCreate", "starting the health checks", func() error {
+		if ret := w.lib.Init(); ret != nvml.SUCCESS {
+			return fmt.Errorf("initializing NVML: %w", ret)
+		}
+		var ret nvml.Return
+		if set, ret = w.lib.EventSetCreate(); ret != nvml.SUCCESS {
+			if sret := w.lib.Shutdown(); sret != nvml.SUCCESS {
+				log.Error(sret, "Shutting NVML down")
+			}
+			return fmt.Errorf("creating NVML event set: %w", ret)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("health: %w", err)
 	}
 	defer func() {
-		if ret := w.lib.Shutdown(); ret != nvml.SUCCESS {
-			log.Error(ret, "Shutting NVML down")
+		release := func() {
+			if ret := set.Free(); ret != nvml.SUCCESS {
+				log.Error(ret, "Freeing NVML event set")
+			}
+			if ret := w.lib.Shutdown(); ret != nvml.SUCCESS {
+				log.Error(ret, "Shutting NVML down")
+			}
 		}
-	}()
-	set, ret := w.lib.EventSetCreate()
-	if ret != nvml.SUCCESS {
-		return fmt.Errorf("health: creating NVML event set: %w", ret)
-	}
-	defer func() {
-		if ret := set.Free(); ret != nvml.SUCCESS {
-			log.Error(ret, "Freeing NVML event set")
+		if len(g.Outstanding()) == 0 {
+			release()
+			return
 		}
+		// A call still in the driver may use the set: it is freed, and
+		// NVML shut down, once the calls have returned, not under them.
+		log.Info("NVML calls have not returned; the event set is freed once they do", "calls", len(g.Outstanding()))
+		go func() {
+			for len(g.Outstanding()) > 0 {
+				<-g.Returned()
+			}
+			release()
+		}()
 	}()
 
-	regs := registrations{done: map[string]bool{}, failed: map[string]string{}}
+	regs := registrations{failed: map[string]string{}}
 	var seenGen uint64
 	var retryAt time.Time
 	timeoutMs := uint32(w.pollInterval / time.Millisecond)
@@ -270,26 +347,62 @@ func (w *Watcher) Run(ctx context.Context) error {
 		// or registering can fail transiently, so GPUs NVML refused are
 		// tried again every poll interval rather than at the next layout.
 		gen, gpus := w.gpus()
-		if now := time.Now(); gen != seenGen || (regs.missing(gpus) && !now.Before(retryAt)) {
+		if now := time.Now(); gen != seenGen || (w.missing(gpus) && !now.Before(retryAt)) {
 			seenGen, retryAt = gen, now.Add(w.pollInterval)
-			w.register(log, set, gpus, &regs)
+			w.register(log, g, set, gpus, &regs)
 		}
-		ev, ret := set.Wait(timeoutMs)
-		switch ret {
-		case nvml.SUCCESS:
-			w.handle(log, ev)
-		case nvml.ERROR_TIMEOUT:
-		case nvml.ERROR_GPU_IS_LOST:
-			// NVML does not say which GPU fell off the bus; every device
-			// is suspect until the quiet period passes without this error.
-			log.Error(ret, "GPU lost while waiting for events; marking all devices unhealthy")
-			w.markAll(w.clock.Now())
-			w.pause(ctx)
-		default:
-			log.Error(ret, "Waiting for NVML events")
+		err := g.Do(keyWait, "EventSet.Wait", "waiting for Xid events", func() error { return w.wait(log, set, timeoutMs) })
+		if err != nil {
+			if !errors.Is(err, errWaitFailed) {
+				log.V(4).Info("Not waiting for events", "err", err)
+			}
 			w.pause(ctx)
 		}
 	}
+}
+
+// The keys of Run's calls: the start, the Wait, and each GPU's
+// registration ("gpu " and its UUID).
+const (
+	keyInit = "init"
+	keyWait = "wait"
+	keyGPU  = "gpu "
+)
+
+// describeNoReturn is the text of a call of Run's that has not returned.
+func describeNoReturn(key, call, _ string, after time.Duration) string {
+	switch {
+	case key == keyWait:
+		return fmt.Sprintf("NVML %s has not returned for %v (--nvml-call-timeout); no Xid event is read until it does, and devices keep their health", call, after)
+	case strings.HasPrefix(key, keyGPU):
+		return fmt.Sprintf("GPU %s: NVML %s has not returned for %v (--nvml-call-timeout); its devices are not health checked until it does", strings.TrimPrefix(key, keyGPU), call, after)
+	}
+	return fmt.Sprintf("NVML %s has not returned for %v (--nvml-call-timeout)", call, after)
+}
+
+// errWaitFailed is a Wait's error, logged where it happened.
+var errWaitFailed = errors.New("waiting for NVML events failed")
+
+// wait waits for one event on set and handles it. It runs in the guard's
+// goroutine: an event a Wait Run stopped waiting for returns is handled
+// all the same.
+func (w *Watcher) wait(log klog.Logger, set nvml.EventSet, timeoutMs uint32) error {
+	ev, ret := set.Wait(timeoutMs)
+	switch ret {
+	case nvml.SUCCESS:
+		w.handle(log, ev)
+	case nvml.ERROR_TIMEOUT:
+	case nvml.ERROR_GPU_IS_LOST:
+		// NVML does not say which GPU fell off the bus; every device
+		// is suspect until the quiet period passes without this error.
+		log.Error(ret, "GPU lost while waiting for events; marking all devices unhealthy")
+		w.markAll(w.clock.Now())
+		return errWaitFailed
+	default:
+		log.Error(ret, "Waiting for NVML events")
+		return errWaitFailed
+	}
+	return nil
 }
 
 // pause keeps a persistent Wait error from turning Run into a busy loop.
@@ -325,36 +438,41 @@ func (w *Watcher) gpus() (uint64, []string) {
 	return w.targetGen, gpus
 }
 
-// registrations are the GPUs whose Xid events Run registered on its event
-// set, and the last error of each GPU it could not register, so a failure
-// that repeats every retry is logged once.
+// registrations are the last error of each GPU Run could not register, so
+// a failure that repeats every retry is logged once.
 type registrations struct {
-	done   map[string]bool
 	failed map[string]string
 }
 
-func (r *registrations) missing(gpus []string) bool {
-	return slices.ContainsFunc(gpus, func(uuid string) bool { return !r.done[uuid] })
+// missing reports whether some of gpus are not registered.
+func (w *Watcher) missing(gpus []string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.ContainsFunc(gpus, func(uuid string) bool { return !w.registered[uuid] })
+}
+
+func (w *Watcher) isRegistered(uuid string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.registered[uuid]
 }
 
 // register adds Xid events of every GPU not yet in the set. NVML cannot
 // unregister, so GPUs that lost all their targets stay registered; their
 // events then match no target and are only logged.
-func (w *Watcher) register(log klog.Logger, set nvml.EventSet, gpus []string, regs *registrations) {
-	added := false
+func (w *Watcher) register(log klog.Logger, g *nvmlcall.Guard[string], set nvml.EventSet, gpus []string, regs *registrations) {
 	for _, uuid := range gpus {
-		if regs.done[uuid] {
+		if w.isRegistered(uuid) {
 			continue
 		}
-		if err := w.registerGPU(uuid, set); err != nil {
+		err := g.Do(keyGPU+uuid, "DeviceGetHandleByUUID/RegisterEvents", "registering Xid events", func() error { return w.registerGPU(uuid, set) })
+		if err != nil {
 			if msg := err.Error(); regs.failed[uuid] != msg {
 				regs.failed[uuid] = msg
 				log.Error(err, "GPU's devices are not health checked; retrying every poll interval", "gpu", uuid, "pollInterval", w.pollInterval)
 			}
 			continue
 		}
-		regs.done[uuid] = true
-		added = true
 		if _, retried := regs.failed[uuid]; retried {
 			delete(regs.failed, uuid)
 			log.Info("Watching Xid events after an earlier failure", "gpu", uuid)
@@ -368,18 +486,10 @@ func (w *Watcher) register(log klog.Logger, set nvml.EventSet, gpus []string, re
 			delete(regs.failed, uuid)
 		}
 	}
-	if !added {
-		return
-	}
-	w.mu.Lock()
-	w.watching = w.watching[:0]
-	for uuid := range regs.done {
-		w.watching = append(w.watching, uuid)
-	}
-	slices.Sort(w.watching)
-	w.mu.Unlock()
 }
 
+// registerGPU registers the Xid events of GPU uuid on set, and records
+// that it did, also when Run stopped waiting for it.
 func (w *Watcher) registerGPU(uuid string, set nvml.EventSet) error {
 	dev, ret := w.lib.DeviceGetHandleByUUID(uuid)
 	if ret != nvml.SUCCESS {
@@ -392,6 +502,11 @@ func (w *Watcher) registerGPU(uuid string, set nvml.EventSet) error {
 	if ret := dev.RegisterEvents(nvml.EventTypeXidCriticalError, set); ret != nvml.SUCCESS {
 		return fmt.Errorf("registering Xid events: %w", ret)
 	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.registered[uuid] = true
+	w.watching = append(w.watching, uuid)
+	slices.Sort(w.watching)
 	return nil
 }
 

@@ -10,6 +10,9 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/go-cmp/cmp"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/migflex/migflex/internal/nvml/nvmlcall/nvmlcalltest"
+	"github.com/migflex/migflex/internal/testsupport/testutil"
 )
 
 // fakeLib is an NVML stand-in with one event set. Like NVML it delivers an
@@ -22,6 +25,10 @@ type fakeLib struct {
 	inits   int
 	// handleFailures is how many more handle lookups of a GPU fail.
 	handleFailures map[string]int
+	// hangHandle holds a GPU's handle lookups until its channel is
+	// closed; handleEntered gets the GPU as such a lookup enters.
+	hangHandle    map[string]chan struct{}
+	handleEntered chan string
 }
 
 type fakeDevice struct {
@@ -58,9 +65,17 @@ func (d *fakeDevice) RegisterEvents(types uint64, _ nvml.EventSet) nvml.Return {
 type fakeSet struct {
 	events chan nvml.EventData
 	freed  chan struct{}
+	// hang, when set, holds every Wait until it is closed; waiting gets
+	// a value as a Wait enters.
+	hang    chan struct{}
+	waiting chan struct{}
 }
 
 func (s *fakeSet) Wait(timeoutMs uint32) (nvml.EventData, nvml.Return) {
+	if s.hang != nil {
+		s.waiting <- struct{}{}
+		<-s.hang
+	}
 	t := time.NewTimer(time.Duration(timeoutMs) * time.Millisecond)
 	defer t.Stop()
 	select {
@@ -114,6 +129,10 @@ func (l *fakeLib) EventSetCreate() (nvml.EventSet, nvml.Return) {
 }
 
 func (l *fakeLib) DeviceGetHandleByUUID(uuid string) (nvml.Device, nvml.Return) {
+	if ch := l.hangHandle[uuid]; ch != nil {
+		l.handleEntered <- uuid
+		<-ch
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	d, ok := l.devices[uuid]
@@ -550,4 +569,121 @@ func TestDefaultIgnoredXidsIsACopy(t *testing.T) {
 	if diff := cmp.Diff(want, DefaultIgnoredXids()); diff != "" {
 		t.Errorf("changing one result changed the next (-want +got):\n%s", diff)
 	}
+}
+
+// passUntilTimedOut passes the deadlines set until a call times out, and
+// checks it is want. Deadlines of calls that returned pass harmlessly; the
+// caller makes sure want's is the only one of a call under way.
+func passUntilTimedOut(t *testing.T, deadlines *nvmlcalltest.Deadlines, timeouts <-chan string, want string) {
+	t.Helper()
+	testutil.Eventually(t, want+" timed out", func() bool {
+		deadlines.Pass()
+		select {
+		case call := <-timeouts:
+			if call != want {
+				t.Fatalf("timed out call %q, want %q", call, want)
+			}
+			return true
+		default:
+			return false
+		}
+	})
+}
+
+// TestHungWait: a Wait that does not return within the call deadline is
+// counted and not called again until it returns; Unhealthy answers
+// meanwhile, a stop does not wait for it (nor frees the set under it),
+// and the event it returns with is handled.
+func TestHungWait(t *testing.T) {
+	lib := newFakeLib("GPU-a", "GPU-b")
+	lib.set.hang, lib.set.waiting = make(chan struct{}), make(chan struct{}, 100)
+	deadlines := &nvmlcalltest.Deadlines{}
+	timeouts := make(chan string, 10)
+	w := newWatcher(t, lib, Options{QuietPeriod: -1, OnTimeout: func(call string) { timeouts <- call }})
+	w.callAfter, w.stopGrace = deadlines.After, 0
+	w.SetTargets(testTargets)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+
+	lib.waitRegistered(t, "GPU-a")
+	lib.waitRegistered(t, "GPU-b")
+	<-lib.set.waiting
+	// Every call before the Wait has returned: the one deadline left
+	// to pass is the Wait's, once it is set.
+	passUntilTimedOut(t, deadlines, timeouts, "EventSet.Wait")
+	// Run goes on without calling Wait again: no second Wait enters.
+	lib.xid("GPU-a", 1, 0, 79)
+	if u := w.Unhealthy(); len(u) != 0 {
+		t.Errorf("unhealthy before the Wait returned: %v", u)
+	}
+	select {
+	case <-lib.set.waiting:
+		t.Fatal("a second Wait while the first has not returned")
+	default:
+	}
+
+	// A stop does not wait for the hung Wait, and does not free the set
+	// under it.
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	select {
+	case <-lib.set.freed:
+		t.Error("the event set was freed under a Wait")
+	default:
+	}
+
+	// The Wait returns with the Xid: it is handled all the same, and
+	// then the set freed and NVML shut down.
+	close(lib.set.hang)
+	waitFor(t, w, "MIG-a1 unhealthy", func(u map[string]Fault) bool { return len(u) > 0 })
+	if diff := cmp.Diff(map[string]uint64{"MIG-a1": 79}, ids(w.Unhealthy())); diff != "" {
+		t.Errorf("unhealthy (-want +got):\n%s", diff)
+	}
+	select {
+	case <-lib.set.freed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the event set was never freed")
+	}
+	testutil.Eventually(t, "NVML shut down", func() bool {
+		lib.mu.Lock()
+		defer lib.mu.Unlock()
+		return lib.inits == 0
+	})
+}
+
+// TestHungRegistration: a GPU whose handle lookup hangs is counted and
+// not watched; the other GPUs are, and their Xids reported. When the
+// lookup returns, the registration it finishes counts.
+func TestHungRegistration(t *testing.T) {
+	lib := newFakeLib("GPU-a", "GPU-b")
+	hang := make(chan struct{})
+	lib.hangHandle = map[string]chan struct{}{"GPU-a": hang}
+	lib.handleEntered = make(chan string, 10)
+	deadlines := &nvmlcalltest.Deadlines{}
+	timeouts := make(chan string, 10)
+	w := newWatcher(t, lib, Options{QuietPeriod: -1, OnTimeout: func(call string) { timeouts <- call }})
+	w.callAfter = deadlines.After
+	run(t, lib, w, testTargets)
+	<-lib.handleEntered
+	// Registration runs before the first Wait: the one deadline left to
+	// pass is the lookup's, once it is set.
+	passUntilTimedOut(t, deadlines, timeouts, "DeviceGetHandleByUUID/RegisterEvents")
+	lib.waitRegistered(t, "GPU-b")
+	lib.xid("GPU-b", AllInstances, AllInstances, 48)
+	u := waitFor(t, w, "GPU-b unhealthy", func(u map[string]Fault) bool { return len(u) > 0 })
+	if diff := cmp.Diff(map[string]uint64{"GPU-b": 48}, ids(u)); diff != "" {
+		t.Errorf("unhealthy (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"GPU-b"}, w.Watching()); diff != "" {
+		t.Errorf("Watching (-want +got):\n%s", diff)
+	}
+
+	close(hang)
+	lib.waitRegistered(t, "GPU-a")
+	testutil.Eventually(t, "GPU-a watched", func() bool { return cmp.Equal([]string{"GPU-a", "GPU-b"}, w.Watching()) })
+	lib.xid("GPU-a", 2, 0, 79)
+	waitFor(t, w, "MIG-a2 unhealthy", func(u map[string]Fault) bool { _, ok := u["MIG-a2"]; return ok })
 }

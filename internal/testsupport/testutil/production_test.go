@@ -8,7 +8,7 @@ import (
 
 // TestProductionLinksNoTestSupport: the binaries link neither the shared
 // test support (internal/testsupport) nor a package's fake (kubeletstub,
-// podresourcestest, simtest, migconfigtest, certtest), which sit beside the
+// podresourcestest, simtest, migconfigtest, certtest, nvmlcalltest), which sit beside the
 // package they stand in for only so a reader finds them there.
 func TestProductionLinksNoTestSupport(t *testing.T) {
 	const mod = "github.com/migflex/migflex/"
@@ -16,7 +16,7 @@ func TestProductionLinksNoTestSupport(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
-	fakes := []string{"/kubeletstub", "/podresourcestest", "/simtest", "/migconfigtest", "/certtest"}
+	fakes := []string{"/kubeletstub", "/podresourcestest", "/simtest", "/migconfigtest", "/certtest", "/nvmlcalltest"}
 	var ours int
 	for line := range strings.Lines(string(out)) {
 		path := strings.TrimSpace(line)

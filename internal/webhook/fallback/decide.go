@@ -360,7 +360,7 @@ func (d *Decider) chooseAll(ctx context.Context, pod *corev1.Pod, snap *schedvie
 // type nothing fits is explained.
 // need is the pod's needs.
 func (d *Decider) chooseEach(ctx context.Context, pod *corev1.Pod, need *needs, snap *schedview.Snapshot, requested []corev1.ResourceName, pp PodPolicy, ask *asker) (*choices, error) {
-	filter := schedview.NewFilter(pod, snap)
+	filter := schedview.NewAdmissionFilter(pod, snap)
 	c := &choices{
 		v:            viewFor(snap, filter, d.opts.Mode == ModeCapacity),
 		chosen:       make(map[corev1.ResourceName]corev1.ResourceName, len(requested)),

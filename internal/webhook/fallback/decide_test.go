@@ -13,6 +13,16 @@ import (
 
 type alloc = map[corev1.ResourceName]int64
 
+// threeNodes is the fault suite's cluster: mf-b200 (with opts) has
+// 2g.20gb, the two others 1g.10gb.
+func threeNodes(opts ...nodeOpt) []*corev1.Node {
+	return []*corev1.Node{
+		node("mf-h100", alloc{mig1g10: 7}),
+		node("mf-b200", alloc{mig2g20: 3}, opts...),
+		node("mf-dra", alloc{mig1g10: 7}),
+	}
+}
+
 func TestDecide(t *testing.T) {
 	noUp := DefaultPolicy()
 	noUp.AllowUp = false
@@ -415,6 +425,53 @@ func TestDecide(t *testing.T) {
 			},
 			pod:  gpuPod(mig2g20, "1", tolerate("nvidia.com/gpu")),
 			want: OutcomeUnchanged,
+		},
+		// The node lifecycle controller taints a node whose kubelet is not
+		// Ready (a kubelet restart: seconds) or does not report, and takes
+		// the taints off when it does again; the scheduler keeps the pod
+		// waiting meanwhile. A decision that stays with the pod must not
+		// follow them: the fault suite saw a pod pinned to a node refused
+		// with "0 nodes of the cluster's 3" right after a kubelet restart.
+		"pinned to a not-ready node (NoSchedule): the node counts": {
+			nodes: threeNodes(tainted(corev1.TaintNodeNotReady, corev1.TaintEffectNoSchedule)),
+			pod:   gpuPod(mig2g20, "1", withNodeSelector(corev1.LabelHostname, "mf-b200")),
+			want:  OutcomeUnchanged,
+		},
+		"pinned to a not-ready node (both effects): the node counts": {
+			nodes: threeNodes(tainted(corev1.TaintNodeNotReady, corev1.TaintEffectNoSchedule), tainted(corev1.TaintNodeNotReady, corev1.TaintEffectNoExecute)),
+			pod:   gpuPod(mig2g20, "1", withNodeSelector(corev1.LabelHostname, "mf-b200")),
+			want:  OutcomeUnchanged,
+		},
+		"pinned to an unreachable node: the node counts": {
+			nodes: threeNodes(tainted(corev1.TaintNodeUnreachable, corev1.TaintEffectNoSchedule), tainted(corev1.TaintNodeUnreachable, corev1.TaintEffectNoExecute)),
+			pod:   gpuPod(mig2g20, "1", withNodeSelector(corev1.LabelHostname, "mf-b200")),
+			want:  OutcomeUnchanged,
+		},
+		"pinned to a not-ready node without the type: rewritten to its types, not refused": {
+			nodes:   threeNodes(tainted(corev1.TaintNodeNotReady, corev1.TaintEffectNoSchedule)),
+			pod:     gpuPod(mig3g40, "1", withNodeSelector(corev1.LabelHostname, "mf-b200")),
+			want:    OutcomeRewritten,
+			writes:  []Rewrite{{mig3g40, mig2g20, ReasonAbsent}},
+			wantPod: gpuPod(mig2g20, "1", withNodeSelector(corev1.LabelHostname, "mf-b200")),
+			label:   "3g.40gb->2g.20gb",
+		},
+		"spec.nodeName on a not-ready node (NoExecute): the node counts": {
+			nodes: threeNodes(tainted(corev1.TaintNodeNotReady, corev1.TaintEffectNoExecute)),
+			pod:   gpuPod(mig2g20, "1", onNode("mf-b200")),
+			want:  OutcomeUnchanged,
+		},
+		"unpinned, the type only on a not-ready node: kept, not rewritten": {
+			nodes: threeNodes(tainted(corev1.TaintNodeNotReady, corev1.TaintEffectNoSchedule)),
+			pod:   gpuPod(mig2g20, "1"),
+			want:  OutcomeUnchanged,
+		},
+		// Other taints the kubelet's conditions bring stay filters: a node
+		// under memory pressure is not a blip of a restart.
+		"pinned to a node under memory pressure: the node does not count": {
+			nodes:   threeNodes(tainted(corev1.TaintNodeMemoryPressure, corev1.TaintEffectNoSchedule)),
+			pod:     gpuPod(mig2g20, "1", withNodeSelector(corev1.LabelHostname, "mf-b200")),
+			want:    OutcomeDenied,
+			message: []string{"is on no node this pod can be scheduled to (0 nodes of the cluster's 3)"},
 		},
 		"PreferNoSchedule taint does not filter": {
 			nodes: []*corev1.Node{node("a", alloc{mig2g20: 8}, tainted("soft", corev1.TaintEffectPreferNoSchedule))},

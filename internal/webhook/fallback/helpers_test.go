@@ -8,10 +8,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/migflex/migflex/internal/domain/resourcename"
 	"github.com/migflex/migflex/internal/domain/schedview"
+	"github.com/migflex/migflex/internal/testsupport/kubefixture"
 )
 
 // Fixture builders, so that each table case states only what it is about.
@@ -27,35 +27,30 @@ const (
 	gpu                          = resourcename.GPU
 )
 
-type nodeOpt func(*corev1.Node)
+// The builders of internal/testsupport/kubefixture, by the short names
+// the tables use.
+type (
+	nodeOpt = kubefixture.NodeOpt
+	podOpt  = kubefixture.PodOpt
+)
 
-func node(name string, alloc map[corev1.ResourceName]int64, opts ...nodeOpt) *corev1.Node {
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
-		Name:   name,
-		Labels: map[string]string{corev1.LabelHostname: name},
-	}}
-	n.Status.Allocatable = corev1.ResourceList{
-		corev1.ResourceCPU:    resource.MustParse("64"),
-		corev1.ResourceMemory: resource.MustParse("512Gi"),
-	}
-	for r, v := range alloc {
-		n.Status.Allocatable[r] = *resource.NewQuantity(v, resource.DecimalSI)
-	}
-	for _, o := range opts {
-		o(n)
-	}
-	return n
-}
-
-func labeled(k, v string) nodeOpt { return func(n *corev1.Node) { n.Labels[k] = v } }
-
-func tainted(key string, effect corev1.TaintEffect) nodeOpt {
-	return func(n *corev1.Node) {
-		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: key, Value: "true", Effect: effect})
-	}
-}
-
-func cordoned(n *corev1.Node) { n.Spec.Unschedulable = true }
+var (
+	node                 = kubefixture.Node
+	labeled              = kubefixture.Labeled
+	tainted              = kubefixture.Tainted
+	cordoned             = kubefixture.Cordoned
+	newPod               = kubefixture.Pod
+	rl                   = kubefixture.RL
+	both                 = kubefixture.Both
+	withContainer        = kubefixture.WithContainer
+	withInit             = kubefixture.WithInit
+	withSidecar          = kubefixture.WithSidecar
+	withAnnotation       = kubefixture.WithAnnotation
+	withNodeSelector     = kubefixture.WithNodeSelector
+	withRequiredAffinity = kubefixture.WithRequiredAffinity
+	withToleration       = kubefixture.WithToleration
+	onNode               = kubefixture.OnNode
+)
 
 func snapshotOf(nodes ...*corev1.Node) *schedview.Snapshot {
 	ns := make([]schedview.Node, len(nodes))
@@ -64,84 +59,6 @@ func snapshotOf(nodes ...*corev1.Node) *schedview.Snapshot {
 	}
 	return schedview.NewSnapshot(ns)
 }
-
-type podOpt func(*corev1.Pod)
-
-func newPod(opts ...podOpt) *corev1.Pod {
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default"}}
-	for _, o := range opts {
-		o(p)
-	}
-	return p
-}
-
-// rl builds a ResourceList from name/quantity pairs.
-func rl(kv ...string) corev1.ResourceList {
-	if len(kv) == 0 {
-		return nil
-	}
-	l := corev1.ResourceList{}
-	for i := 0; i < len(kv); i += 2 {
-		l[corev1.ResourceName(kv[i])] = resource.MustParse(kv[i+1])
-	}
-	return l
-}
-
-// both requests and limits, as users write GPU requests.
-func both(kv ...string) corev1.ResourceRequirements {
-	return corev1.ResourceRequirements{Requests: rl(kv...), Limits: rl(kv...)}
-}
-
-func withContainer(name string, res corev1.ResourceRequirements) podOpt {
-	return func(p *corev1.Pod) {
-		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: name, Image: "cuda", Resources: res})
-	}
-}
-
-func withInit(name string, res corev1.ResourceRequirements) podOpt {
-	return func(p *corev1.Pod) {
-		p.Spec.InitContainers = append(p.Spec.InitContainers, corev1.Container{Name: name, Image: "cuda", Resources: res})
-	}
-}
-
-func withSidecar(name string, res corev1.ResourceRequirements) podOpt {
-	always := corev1.ContainerRestartPolicyAlways
-	return func(p *corev1.Pod) {
-		p.Spec.InitContainers = append(p.Spec.InitContainers, corev1.Container{Name: name, Image: "cuda", Resources: res, RestartPolicy: &always})
-	}
-}
-
-func withAnnotation(k, v string) podOpt {
-	return func(p *corev1.Pod) {
-		if p.Annotations == nil {
-			p.Annotations = map[string]string{}
-		}
-		p.Annotations[k] = v
-	}
-}
-
-func withNodeSelector(k, v string) podOpt {
-	return func(p *corev1.Pod) {
-		if p.Spec.NodeSelector == nil {
-			p.Spec.NodeSelector = map[string]string{}
-		}
-		p.Spec.NodeSelector[k] = v
-	}
-}
-
-func withRequiredAffinity(terms ...corev1.NodeSelectorTerm) podOpt {
-	return func(p *corev1.Pod) {
-		p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
-			RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: terms},
-		}}
-	}
-}
-
-func withToleration(t corev1.Toleration) podOpt {
-	return func(p *corev1.Pod) { p.Spec.Tolerations = append(p.Spec.Tolerations, t) }
-}
-
-func onNode(name string) podOpt { return func(p *corev1.Pod) { p.Spec.NodeName = name } }
 
 func gpuPod(r corev1.ResourceName, n string, opts ...podOpt) *corev1.Pod {
 	return newPod(append([]podOpt{withContainer("main", both(string(r), n))}, opts...)...)

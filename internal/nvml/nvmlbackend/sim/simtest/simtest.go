@@ -3,6 +3,7 @@
 package simtest
 
 import (
+	"sync"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -40,4 +41,25 @@ func NewInit(t testing.TB, cfg sim.Config) *sim.Lib {
 // GPUs is a config of the given GPUs, in memory, with UUIDs seeded by seed.
 func GPUs(seed string, specs ...sim.GPUSpec) sim.Config {
 	return sim.Config{GPUs: specs, UUIDSeed: seed}
+}
+
+// Hang arms a hang fault of 10 minutes (the longest) named name at call on
+// GPU gpu, for every call from the first on, and returns release, which
+// clears it (the hung call then runs) once however often it is called.
+// The test's end releases it too, before the simulator closes.
+func Hang(t testing.TB, l *sim.Lib, name string, call sim.CallSite, gpu int) (release func()) {
+	t.Helper()
+	if _, err := l.ArmFault(sim.Fault{Name: name, Kind: sim.FaultHang, Call: call, GPU: &gpu, Always: true, Duration: sim.Duration(sim.MaxHang)}); err != nil {
+		t.Fatalf("ArmFault(%s) = %v", name, err)
+	}
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			if _, err := l.ClearFaults(name); err != nil {
+				t.Errorf("ClearFaults(%s) = %v", name, err)
+			}
+		})
+	}
+	t.Cleanup(release)
+	return release
 }
