@@ -15,7 +15,8 @@
 #                          on a fresh local cluster: kills, restarts and
 #                          reboots its processes (docs/RELIABILITY.md); root
 #   make test-arm64        the arm64 build, run under qemu-user-static
-#   make test              all of the above (what CI runs: .ci/run)
+#   make test              all of the above but test-faults (CI, .ci/run,
+#                          runs make test and then make test-faults)
 #   make test-matrix       the whole e2e suite on every supported minor, its
 #                          results into docs/SUPPORT.md; not part of make test
 #   make soak DURATION=30m random churn on the local cluster (annotations,

@@ -134,6 +134,92 @@ func (n simNode) instancesOf(t *testing.T) map[string]framework.SimInstance {
 	return out
 }
 
+// heldNode is a node set up for a fault (setUpHeld): its layout in place,
+// a pod holding one of its devices, and the invariants taken then.
+type heldNode struct {
+	simNode
+	// ns is the test's namespace, where the holder runs.
+	ns string
+	// device is the holder's MIG device on a device-plugin node; on a DRA
+	// node, whose kubelet says nothing of claims, the invariants name it.
+	device string
+	// inv is the invariants' snapshot before the fault.
+	inv *framework.Invariants
+	// before is every MIG device of the node's GPUs at the snapshot.
+	before map[string]framework.SimInstance
+}
+
+// setUpHeld is every fault test's start: it skips t unless the fault
+// tests were asked for, installs migflex, applies layout on n, runs pod
+// "holder" on a device of profile there (none with ""), and takes the
+// invariants once the agent names the holder.
+func setUpHeld(t *testing.T, n simNode, layout gpuLayouts, profile string) heldNode {
+	t.Helper()
+	faultTest(t)
+	n.applyLayouts(t, layout)
+	h := heldNode{simNode: n, ns: cluster.Namespace(t)}
+	var holders []string
+	switch {
+	case profile == "":
+	case n.dra:
+		n.runHolder(t, h.ns, "holder", profile)
+		holders = append(holders, h.ns+"/holder")
+	default:
+		h.device = n.holder(t, h.ns, "holder", profile)
+		holders = append(holders, h.ns+"/holder")
+	}
+	h.inv = n.InvariantsWith(t, holders...)
+	h.before = n.instancesOf(t)
+	return h
+}
+
+// waitFailed waits up to within until the node's state is failed with a
+// reason that contains says (any reason with ""), and returns the reason.
+func (h heldNode) waitFailed(t *testing.T, says string, within time.Duration) string {
+	t.Helper()
+	node, err := h.WaitForNode(t.Context(), fmt.Sprintf("state failed, the reason saying %q", says), within, func(node *corev1.Node) error {
+		if s, r := node.Labels[labelState], node.Annotations[annotationReason]; s != "failed" || r == "" || !strings.Contains(r, says) {
+			return fmt.Errorf("state %q, reason %q", s, r)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return node.Annotations[annotationReason]
+}
+
+// checkDeviceKept fails t unless the holder's device is the instance it
+// was at the snapshot; while says when, for the message.
+func (h heldNode) checkDeviceKept(t *testing.T, while string) {
+	t.Helper()
+	if now, ok := h.instancesOf(t)[h.device]; !ok || now != h.before[h.device] {
+		t.Fatalf("the pod's device %s %s: %+v (there %v), was %+v", h.device, while, now, ok, h.before[h.device])
+	}
+}
+
+// The change the mid-change fault tests break, on node mf-b200: from
+// changeFrom, a pod on the 1g.23gb, to changeTo, whose 3g.90gb needs the
+// slices of both 2g.45gb.
+var (
+	changeFrom = gpuLayouts{0: {"1g.23gb", "2g.45gb", "2g.45gb"}}
+	changeTo   = gpuLayouts{0: {"1g.23gb", "3g.90gb"}}
+)
+
+// setUpMidChange sets node mf-b200 up with changeFrom and a pod on its
+// 1g.23gb (setUpHeld), asks for changeTo with the first create held by a
+// hang fault named hold (release ends it), and returns once a create
+// hangs in it: the agent has destroyed the two 2g.45gb and created
+// nothing.
+func setUpMidChange(t *testing.T, hold string) heldNode {
+	t.Helper()
+	h := setUpHeld(t, b200Node(t), changeFrom, "1g.23gb")
+	hung := h.holdCreates(t, hold)
+	h.setMigConfig(t, annotationMigConfig, migConfigPerGPU(changeTo))
+	hung()
+	return h
+}
+
 // TestFaultXidStormUnderPods (fault 10): a storm of Xid 48 (a double-bit
 // ECC error: a device fault, not an application's) on node mf-b200's GPU,
 // 300 events 20 ms apart on the whole GPU, while a pod runs on one of its
@@ -144,14 +230,8 @@ func (n simNode) instancesOf(t *testing.T) map[string]framework.SimInstance {
 // agent keeps running. A quiet period (the local overlay's 30 s) after the
 // last Xid the devices are healthy again and the node converges.
 func TestFaultXidStormUnderPods(t *testing.T) {
-	faultTest(t)
-	n := b200Node(t)
+	n := setUpHeld(t, b200Node(t), changeFrom, "1g.23gb")
 	ctx := t.Context()
-	want := gpuLayouts{0: {"1g.23gb", "2g.45gb", "2g.45gb"}}
-	n.applyLayouts(t, want)
-	ns := cluster.Namespace(t)
-	n.holder(t, ns, "holder", "1g.23gb")
-	inv := n.Invariants(t)
 	agent, err := n.AgentPod(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -213,7 +293,7 @@ func TestFaultXidStormUnderPods(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv.Check(t, want.sorted())
+	n.inv.Check(t, changeFrom.sorted())
 	after, err := n.AgentPod(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -232,40 +312,21 @@ func TestFaultXidStormUnderPods(t *testing.T) {
 // reboot that brings a real one back) the agent applies the change again
 // and the node converges.
 func TestFaultGPULostDuringReshape(t *testing.T) {
-	faultTest(t)
-	n := dpNode()
-	ctx := t.Context()
-	n.applyLayouts(t, gpuLayouts{0: {"2g.20gb", "2g.20gb", "2g.20gb"}, 1: {"3g.40gb", "3g.40gb"}})
-	ns := cluster.Namespace(t)
-	device := n.holder(t, ns, "holder", "3g.40gb")
-	inv := n.Invariants(t)
-	before := n.instancesOf(t)[device]
-
+	n := setUpHeld(t, dpNode(), gpuLayouts{0: {"2g.20gb", "2g.20gb", "2g.20gb"}, 1: {"3g.40gb", "3g.40gb"}}, "3g.40gb")
 	n.armFault(t, "lost", "--kind", "lost", "--gpu", "0", "--call", "createGpuInstance")
 	want := gpuLayouts{0: all1g, 1: {"3g.40gb", "3g.40gb"}}
 	n.setMigConfig(t, annotationMigConfig, migConfigPerGPU(want))
-	if _, err := n.WaitForSimFault(ctx, "lost", false); err != nil {
+	if _, err := n.WaitForSimFault(t.Context(), "lost", false); err != nil {
 		t.Fatal(err)
 	}
-	node, err := n.WaitForNode(ctx, "state failed with a reason", timeout, func(node *corev1.Node) error {
-		if s, r := node.Labels[labelState], node.Annotations[annotationReason]; s != "failed" || r == "" {
-			return fmt.Errorf("state %q, reason %q", s, r)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reason := node.Annotations[annotationReason]
+	reason := n.waitFailed(t, "", timeout)
 	t.Logf("GPU 0 lost mid-change: state failed, reason %q", reason)
 	if !strings.Contains(strings.ToLower(reason), "lost") {
 		t.Errorf("the reason %q does not say the GPU is lost", reason)
 	}
-	if now, ok := n.instancesOf(t)[device]; !ok || now != before {
-		t.Fatalf("the pod's device %s on GPU 1 while GPU 0 is lost: %+v (there %v), was %+v", device, now, ok, before)
-	}
+	n.checkDeviceKept(t, "on GPU 1 while GPU 0 is lost")
 	n.release(t, "lost")
-	inv.Check(t, want.sorted())
+	n.inv.Check(t, want.sorted())
 }
 
 // TestFaultCheckpointCorrupted (fault 9): the DRA plugin's checkpoint on
@@ -278,16 +339,8 @@ func TestFaultGPULostDuringReshape(t *testing.T) {
 // its instance untouched, its claim's entry and CDI spec kept, the node
 // converged.
 func TestFaultCheckpointCorrupted(t *testing.T) {
-	faultTest(t)
-	n := draNode(t)
+	n := setUpHeld(t, draNode(t), draLayout, "3g.40gb")
 	ctx := t.Context()
-	n.applyLayouts(t, draLayout)
-	ns := cluster.Namespace(t)
-	n.runHolder(t, ns, "holder", "3g.40gb")
-	inv := n.Invariants(t)
-	if len(inv.Held()) != 1 {
-		t.Fatalf("the agent of %s reports the holders %v, want pod %s/holder", n.NodeName, inv.Held(), ns)
-	}
 	dir := n.Local().DRAPluginDir()
 	path := filepath.Join(dir, "checkpoint.json")
 	good, err := os.ReadFile(path)
@@ -306,7 +359,7 @@ func TestFaultCheckpointCorrupted(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("checkpoint %s truncated from %d to %d bytes; SIGKILLed the agent (%s)", path, len(good), len(bad), who)
-	inv.Check(t, draLayout.sorted())
+	n.inv.Check(t, draLayout.sorted())
 	if b, err := os.ReadFile(filepath.Join(dir, "checkpoint.json.corrupt")); err != nil || string(b) != string(bad) {
 		t.Errorf("the unreadable checkpoint kept aside: %q (%v), want the truncated file", b, err)
 	}
@@ -320,13 +373,9 @@ func TestFaultCheckpointCorrupted(t *testing.T) {
 // mig.config still asks for, on new instances, and serves it: a new pod
 // gets one of them.
 func TestFaultNodeReboot(t *testing.T) {
-	faultTest(t)
-	n := b200Node(t)
-	ctx := t.Context()
 	want := gpuLayouts{0: {"3g.90gb", "2g.45gb", "1g.23gb"}}
-	n.applyLayouts(t, want)
-	before := n.instancesOf(t)
-	inv := n.Invariants(t)
+	n := setUpHeld(t, b200Node(t), want, "")
+	ctx := t.Context()
 
 	reboot, err := n.SimCommand(ctx, "reboot")
 	if err != nil {
@@ -337,11 +386,11 @@ func TestFaultNodeReboot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv.Check(t, want.sorted())
+	n.inv.Check(t, want.sorted())
 
 	// Recreated, not kept: a real driver mints new UUIDs.
 	after := n.instancesOf(t)
-	for u := range before {
+	for u := range n.before {
 		if _, ok := after[u]; ok {
 			t.Errorf("MIG device %s survived the reboot: the simulator's reboot did not drop it", u)
 		}
@@ -354,8 +403,7 @@ func TestFaultNodeReboot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns := cluster.Namespace(t)
-	env := runEnvPod(t, n.gpuPod(ns, "after-reboot", "nvidia.com/mig-1g.23gb", 1, "env"))
+	env := runEnvPod(t, n.gpuPod(n.ns, "after-reboot", "nvidia.com/mig-1g.23gb", 1, "env"))
 	checkAllocateEnv(t, env, layout, "1g.23gb", 1)
 }
 
@@ -367,53 +415,35 @@ func TestFaultNodeReboot(t *testing.T) {
 // 3g.90gb needs. The killed agent's container restarts, finds the GPU
 // half changed and finishes the change; the pod's instance is untouched.
 func TestFaultAgentKilledMidChange(t *testing.T) {
-	faultTest(t)
-	n := b200Node(t)
-	ctx := t.Context()
-	n.applyLayouts(t, gpuLayouts{0: {"1g.23gb", "2g.45gb", "2g.45gb"}})
-	ns := cluster.Namespace(t)
-	device := n.holder(t, ns, "holder", "1g.23gb")
-	inv := n.Invariants(t)
-	before := n.instancesOf(t)
-
-	hung := n.holdCreates(t, "hold")
-	want := gpuLayouts{0: {"1g.23gb", "3g.90gb"}}
-	n.setMigConfig(t, annotationMigConfig, migConfigPerGPU(want))
-	hung()
+	n := setUpMidChange(t, "hold")
 	// The moment: something destroyed, nothing created, the pod's device
 	// there.
 	now := n.instancesOf(t)
-	if len(now) >= len(before) {
-		t.Fatalf("the create hangs but nothing was destroyed: the simulator has %v, had %v", now, before)
+	if len(now) >= len(n.before) {
+		t.Fatalf("the create hangs but nothing was destroyed: the simulator has %v, had %v", now, n.before)
 	}
-	if _, ok := now[device]; !ok {
-		t.Fatalf("the pod's device %s is gone before the kill", device)
+	if _, ok := now[n.device]; !ok {
+		t.Fatalf("the pod's device %s is gone before the kill", n.device)
 	}
-	who, err := n.KillAgent(ctx, syscall.SIGKILL)
+	who, err := n.KillAgent(t.Context(), syscall.SIGKILL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("SIGKILLed the agent (%s) with %d of %d MIG devices left", who, len(now), len(before))
-	inv.Check(t, want.sorted())
+	t.Logf("SIGKILLed the agent (%s) with %d of %d MIG devices left", who, len(now), len(n.before))
+	n.inv.Check(t, changeTo.sorted())
 }
 
 // TestFaultContainerdRestart (fault 2): node mf-b200's containerd restarts
 // while a pod runs on one of its MIG devices. The pod keeps running on the
 // same instance, and nothing else changes.
 func TestFaultContainerdRestart(t *testing.T) {
-	faultTest(t)
-	n := b200Node(t)
-	want := gpuLayouts{0: {"1g.23gb", "2g.45gb", "2g.45gb"}}
-	n.applyLayouts(t, want)
-	ns := cluster.Namespace(t)
-	n.holder(t, ns, "holder", "1g.23gb")
-	inv := n.Invariants(t)
+	n := setUpHeld(t, b200Node(t), changeFrom, "1g.23gb")
 	out, err := n.Restart(t.Context(), "containerd")
 	t.Log(strings.TrimSpace(out))
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv.Check(t, want.sorted())
+	n.inv.Check(t, changeFrom.sorted())
 }
 
 // TestFaultKubeletRestartMidChange (fault 1): node mf-b200's kubelet
@@ -423,23 +453,14 @@ func TestFaultContainerdRestart(t *testing.T) {
 // agent registers again with the new kubelet, finishes the change once the
 // create is released, and serves the new layout; the pod is untouched.
 func TestFaultKubeletRestartMidChange(t *testing.T) {
-	faultTest(t)
-	n := b200Node(t)
-	n.applyLayouts(t, gpuLayouts{0: {"1g.23gb", "2g.45gb", "2g.45gb"}})
-	ns := cluster.Namespace(t)
-	n.holder(t, ns, "holder", "1g.23gb")
-	inv := n.Invariants(t)
-	hung := n.holdCreates(t, "hold")
-	want := gpuLayouts{0: {"1g.23gb", "3g.90gb"}}
-	n.setMigConfig(t, annotationMigConfig, migConfigPerGPU(want))
-	hung()
+	n := setUpMidChange(t, "hold")
 	out, err := n.RestartKubelet(t.Context())
 	t.Log(strings.TrimSpace(out))
 	if err != nil {
 		t.Fatal(err)
 	}
 	n.release(t, "hold")
-	inv.Check(t, want.sorted())
+	n.inv.Check(t, changeTo.sorted())
 }
 
 // outage is how long the API server or etcd stays down.
@@ -461,24 +482,14 @@ func TestFaultEtcdDownMidApply(t *testing.T) {
 }
 
 func testControlPlaneDownMidApply(t *testing.T, component string) {
-	faultTest(t)
-	n := b200Node(t)
-	n.applyLayouts(t, gpuLayouts{0: {"1g.23gb", "2g.45gb", "2g.45gb"}})
-	ns := cluster.Namespace(t)
-	n.holder(t, ns, "holder", "1g.23gb")
-	inv := n.Invariants(t)
-	hung := n.holdCreates(t, "hold")
-	want := gpuLayouts{0: {"1g.23gb", "3g.90gb"}}
-	n.setMigConfig(t, annotationMigConfig, migConfigPerGPU(want))
-	hung()
-
+	n := setUpMidChange(t, "hold")
 	start := stopControlPlane(t, component)
 	down := time.Now()
 	time.Sleep(outage / 3)
 	n.release(t, "hold")
 	time.Sleep(outage - time.Since(down))
 	start()
-	inv.Check(t, want.sorted())
+	n.inv.Check(t, changeTo.sorted())
 }
 
 // stopControlPlane stops component (kube-apiserver or etcd) and returns a
@@ -574,6 +585,30 @@ func readOnlyDir(t *testing.T, dir string) func() {
 // draLayout is the DRA node's layout for the DRA fault tests.
 var draLayout = gpuLayouts{0: {"1g.10gb", "1g.10gb", "2g.20gb"}, 1: {"3g.40gb", "3g.40gb"}}
 
+// setUpRefusedPrepare sets node mf-dra up with draLayout and a pod on a
+// 3g.40gb (setUpHeld), makes its DRA plugin's directory read-only
+// (readOnlyDir) and creates pod name, asking for a 1g.10gb; it returns
+// once the kubelet says that Prepare failed (a
+// FailedPrepareDynamicResources Event), with the func that makes the
+// directory writable again.
+func setUpRefusedPrepare(t *testing.T, name string) (heldNode, func()) {
+	t.Helper()
+	n := setUpHeld(t, draNode(t), draLayout, "3g.40gb")
+	writable := readOnlyDir(t, n.Local().DRAPluginDir())
+	cluster.CreatePod(t, n.gpuPod(n.ns, name, "nvidia.com/mig-1g.10gb", 1, "sleep", "3600"))
+	msg := waitForPodEvent(t, n.ns, name, "FailedPrepareDynamicResources")
+	t.Logf("Prepare refused while %s is read-only: %s", n.Local().DRAPluginDir(), msg)
+	return n, writable
+}
+
+// waitRunning waits until the test's pod name runs.
+func (h heldNode) waitRunning(t *testing.T, name string) {
+	t.Helper()
+	if _, err := cluster.WaitForPodPhase(t.Context(), h.ns, name, corev1.PodRunning); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestFaultDRACheckpointReadOnly (fault 9): the DRA plugin's checkpoint
 // directory on node mf-dra cannot be written (immutable) when the kubelet
 // prepares a new pod's claim, while another pod runs on a device of the
@@ -583,24 +618,10 @@ var draLayout = gpuLayouts{0: {"1g.10gb", "1g.10gb", "2g.20gb"}, 1: {"3g.40gb", 
 // the checkpoint lists only claims the API server has, each with its CDI
 // spec.
 func TestFaultDRACheckpointReadOnly(t *testing.T) {
-	faultTest(t)
-	n := draNode(t)
-	n.applyLayouts(t, draLayout)
-	ns := cluster.Namespace(t)
-	n.runHolder(t, ns, "holder", "3g.40gb")
-	inv := n.Invariants(t)
-	if len(inv.Held()) != 1 {
-		t.Fatalf("the agent of %s reports the holders %v, want pod %s/holder", n.NodeName, inv.Held(), ns)
-	}
-	writable := readOnlyDir(t, n.Local().DRAPluginDir())
-	cluster.CreatePod(t, n.gpuPod(ns, "blocked", "nvidia.com/mig-1g.10gb", 1, "sleep", "3600"))
-	msg := waitForPodEvent(t, ns, "blocked", "FailedPrepareDynamicResources")
-	t.Logf("Prepare refused while %s is read-only: %s", n.Local().DRAPluginDir(), msg)
+	n, writable := setUpRefusedPrepare(t, "blocked")
 	writable()
-	if _, err := cluster.WaitForPodPhase(t.Context(), ns, "blocked", corev1.PodRunning); err != nil {
-		t.Fatal(err)
-	}
-	inv.Check(t, draLayout.sorted())
+	n.waitRunning(t, "blocked")
+	n.inv.Check(t, draLayout.sorted())
 }
 
 // TestFaultKubeletRestartDuringDRAPrepare (fault 1): node mf-dra's kubelet
@@ -611,25 +632,15 @@ func TestFaultDRACheckpointReadOnly(t *testing.T) {
 // the pod that held a device before is untouched, and the checkpoint and
 // CDI specs have exactly the claims of the API server.
 func TestFaultKubeletRestartDuringDRAPrepare(t *testing.T) {
-	faultTest(t)
-	n := draNode(t)
-	n.applyLayouts(t, draLayout)
-	ns := cluster.Namespace(t)
-	n.runHolder(t, ns, "holder", "3g.40gb")
-	inv := n.Invariants(t)
-	writable := readOnlyDir(t, n.Local().DRAPluginDir())
-	cluster.CreatePod(t, n.gpuPod(ns, "preparing", "nvidia.com/mig-1g.10gb", 1, "sleep", "3600"))
-	waitForPodEvent(t, ns, "preparing", "FailedPrepareDynamicResources")
+	n, writable := setUpRefusedPrepare(t, "preparing")
 	out, err := n.RestartKubelet(t.Context())
 	t.Log(strings.TrimSpace(out))
 	if err != nil {
 		t.Fatal(err)
 	}
 	writable()
-	if _, err := cluster.WaitForPodPhase(t.Context(), ns, "preparing", corev1.PodRunning); err != nil {
-		t.Fatal(err)
-	}
-	inv.Check(t, draLayout.sorted())
+	n.waitRunning(t, "preparing")
+	n.inv.Check(t, draLayout.sorted())
 }
 
 // TestFaultWebhookDown (fault 8): every pod of the fallback webhook is
@@ -641,14 +652,9 @@ func TestFaultKubeletRestartDuringDRAPrepare(t *testing.T) {
 // rewritten as before, and node 1, with a pod on a device throughout, is
 // untouched.
 func TestFaultWebhookDown(t *testing.T) {
-	faultTest(t)
-	ctx := t.Context()
 	want := everyGPU("1g.10gb", "1g.10gb")
-	applyLayouts(t, want)
-	ns := cluster.Namespace(t)
-	n := dpNode()
-	n.holder(t, ns, "holder", "1g.10gb")
-	inv := n.Invariants(t)
+	n := setUpHeld(t, dpNode(), want, "1g.10gb")
+	ctx, ns := t.Context(), n.ns
 	waitForAnswer(t, gpuPod(ns, "probe", "nvidia.com/mig-2g.20gb", 1, "env"), "see only 1g.10gb on the node", func(p *corev1.Pod) bool {
 		return p.Annotations[annotationFallback] == "2g.20gb->1g.10gb"
 	})
@@ -717,7 +723,7 @@ func TestFaultWebhookDown(t *testing.T) {
 		t.Errorf("the pod admitted while the webhook was down was changed after: %s=%q", annotationFallback, a)
 	}
 	checkResources(t, p, map[corev1.ResourceName]string{"nvidia.com/mig-2g.20gb": "1"})
-	inv.Check(t, want.sorted())
+	n.inv.Check(t, want.sorted())
 }
 
 // TestFaultNVMLCreateFails (fault 6): the second GPU-instance create of a
@@ -726,55 +732,33 @@ func TestFaultWebhookDown(t *testing.T) {
 // must not leave the GPU half done: it rolls back, tries again after its
 // retry interval and converges, with the pod's instance untouched.
 func TestFaultNVMLCreateFails(t *testing.T) {
-	faultTest(t)
-	n := b200Node(t)
-	n.applyLayouts(t, gpuLayouts{0: {"1g.23gb", "2g.45gb", "2g.45gb"}})
-	ns := cluster.Namespace(t)
-	n.holder(t, ns, "holder", "1g.23gb")
-	inv := n.Invariants(t)
+	n := setUpHeld(t, b200Node(t), changeFrom, "1g.23gb")
 	n.armFault(t, "fail", "--kind", "error", "--call", "createGpuInstance", "--nth", "2")
 	want := gpuLayouts{0: {"1g.23gb", "1g.23gb", "1g.23gb", "3g.90gb"}}
 	n.setMigConfig(t, annotationMigConfig, migConfigPerGPU(want))
 	if _, err := n.WaitForSimFault(t.Context(), "fail", false); err != nil {
 		t.Fatal(err)
 	}
-	inv.Check(t, want.sorted())
+	n.inv.Check(t, want.sorted())
 }
 
 // TestFaultNVMLCreateHangs (fault 6): a GPU-instance create of a change on
 // node mf-b200 hangs (10 minutes, the simulator's longest) while a pod
 // holds one of the GPU's instances. Past the agent's --nvml-call-timeout
-// the node says failed, naming the call (docs/INSTALL.md), and the pod's
-// instance is untouched; once the call returns (the fault cleared) the
-// node converges and nothing leaked.
+// (the local overlay's MIGFLEX_AGENT_NVML_CALL_TIMEOUT, 45 s, not the
+// default 2 minutes) the node says failed, naming the call and that
+// deadline (docs/INSTALL.md), and the pod's instance is untouched; once
+// the call returns (the fault cleared) the node converges and nothing
+// leaked.
 func TestFaultNVMLCreateHangs(t *testing.T) {
-	faultTest(t)
-	n := b200Node(t)
-	n.applyLayouts(t, gpuLayouts{0: {"1g.23gb", "2g.45gb", "2g.45gb"}})
-	ns := cluster.Namespace(t)
-	device := n.holder(t, ns, "holder", "1g.23gb")
-	inv := n.Invariants(t)
-	before := n.instancesOf(t)[device]
-	hung := n.holdCreates(t, "hang")
-	want := gpuLayouts{0: {"1g.23gb", "3g.90gb"}}
-	n.setMigConfig(t, annotationMigConfig, migConfigPerGPU(want))
-	hung()
-	// The agent's deadline is minutes: hang protection a little past it.
-	node, err := n.WaitForNode(t.Context(), "state failed naming the hung call", timeout+2*time.Minute, func(node *corev1.Node) error {
-		if s, r := node.Labels[labelState], node.Annotations[annotationReason]; s != "failed" || !strings.Contains(r, "has not returned") {
-			return fmt.Errorf("state %q, reason %q", s, r)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("while the create hangs: state failed, reason %q", node.Annotations[annotationReason])
-	if now, ok := n.instancesOf(t)[device]; !ok || now != before {
-		t.Fatalf("the pod's device %s while the create hangs: %+v (there %v), was %+v", device, now, ok, before)
-	}
+	n := setUpMidChange(t, "hang")
+	hung := time.Now()
+	deadline := agentEnvDuration(t, "MIGFLEX_AGENT_NVML_CALL_TIMEOUT")
+	reason := n.waitFailed(t, fmt.Sprintf("has not returned for %v", deadline), timeout+deadline)
+	t.Logf("%s after the create hung (deadline %s): state failed, reason %q", time.Since(hung).Round(time.Second), deadline, reason)
+	n.checkDeviceKept(t, "while the create hangs")
 	n.release(t, "hang")
-	inv.Check(t, want.sorted())
+	n.inv.Check(t, changeTo.sorted())
 }
 
 // TestFaultPlannerLeaderLosesLease (fault 7): the planner runs two
@@ -790,14 +774,8 @@ func TestFaultNVMLCreateHangs(t *testing.T) {
 // It runs last of the fault tests: it installs the planner (and turns the
 // webhook reshape-first) for the rest of the run.
 func TestFaultPlannerLeaderLosesLease(t *testing.T) {
-	faultTest(t)
-	ns := planner(t)
-	ctx := t.Context()
-	if err := setPlannerArgs(ctx, leaderFaultArgs(t)); err != nil { // two replicas up
-		t.Fatal(err)
-	}
-	resetTo1g(t)
-	lead := waitForPlannerLeader(t)
+	r := setUpPlannerRound(t)
+	ctx, lead := t.Context(), r.lead
 	leadPod, _, _ := strings.Cut(lead, "_")
 	restartsOf := func() int32 {
 		pods, err := plannerPods(ctx)
@@ -812,10 +790,6 @@ func TestFaultPlannerLeaderLosesLease(t *testing.T) {
 		return -1
 	}
 	before := restartsOf()
-	values := watchMigConfig(t)
-	cluster.CreatePod(t, gpuPod(ns, "pending", "nvidia.com/mig-3g.40gb", 1, "sleep", "3600"))
-	waitUnschedulable(t, ns, "pending")
-
 	if err := signalPlanner(leadPod, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -836,15 +810,13 @@ func TestFaultPlannerLeaderLosesLease(t *testing.T) {
 	next := waitForNewPlannerLeader(t, lead)
 	t.Logf("leader %s paused (SIGSTOP) while batching; %s took over after %s (lease duration %s)", lead, next, time.Since(paused).Round(100*time.Millisecond), plannerLease)
 	select {
-	case <-values.changed:
+	case <-r.values.changed:
 	case <-time.After(timeout):
 		t.Fatal("the new leader never wrote the layout")
 	}
 	resume()
 	t.Logf("the new leader wrote the layout; the old one resumed (SIGCONT) %s after the pause", time.Since(paused).Round(100*time.Millisecond))
-	if _, err := cluster.WaitForPodPhase(ctx, ns, "pending", corev1.PodRunning); err != nil {
-		t.Fatal(err)
-	}
+	r.waitPending(t)
 	err := framework.WaitFor(ctx, "the old leader "+leadPod+" to step down (its process exits, the container restarts)", timeout, func(context.Context) (bool, error) {
 		return restartsOf() > before, nil
 	})
@@ -854,7 +826,7 @@ func TestFaultPlannerLeaderLosesLease(t *testing.T) {
 	if id, err := leader(ctx); err != nil || id != next {
 		t.Errorf("the Lease is held by %q (%v), want %q still", id, err, next)
 	}
-	values.checkOneChange(t)
+	r.values.checkOneChange(t)
 	checkPlannedNode(t)
 }
 
@@ -875,28 +847,56 @@ func TestFaultEtcdDownMidPlannerRound(t *testing.T) {
 }
 
 func testControlPlaneDownMidPlannerRound(t *testing.T, component string) {
-	faultTest(t)
-	ns := planner(t)
-	ctx := t.Context()
-	if err := setPlannerArgs(ctx, leaderFaultArgs(t)); err != nil { // two replicas up
-		t.Fatal(err)
-	}
-	resetTo1g(t)
-	lead := waitForPlannerLeader(t)
-	values := watchMigConfig(t)
-	cluster.CreatePod(t, gpuPod(ns, "pending", "nvidia.com/mig-3g.40gb", 1, "sleep", "3600"))
-	waitUnschedulable(t, ns, "pending")
+	r := setUpPlannerRound(t)
 	start := stopControlPlane(t, component)
 	time.Sleep(outage)
 	start()
 	healed := time.Now()
-	if _, err := cluster.WaitForPodPhase(ctx, ns, "pending", corev1.PodRunning); err != nil {
+	r.waitPending(t)
+	id, err := leader(t.Context())
+	t.Logf("planner leader before the outage %s, after it %s (%v); the pod ran %s after %s was back", r.lead, id, err, time.Since(healed).Round(time.Second), component)
+	r.values.checkOneChange(t)
+	checkPlannedNode(t)
+}
+
+// plannerRound is the moment the planner fault tests break the planner
+// at (setUpPlannerRound): its leader batching a pending pod's arrival.
+type plannerRound struct {
+	// ns is the test's namespace, where pod "pending" waits.
+	ns string
+	// lead is the leader's identity (pod_uid) then.
+	lead string
+	// values records node 1's nvidia.com/mig.config from then on.
+	values *migConfigValues
+}
+
+// setUpPlannerRound is every planner fault test's start: it skips t
+// unless the fault tests were asked for, installs migflex and the planner
+// with two replicas and a batch long enough to break it inside
+// (leaderFaultArgs), node 1 opted in with every GPU all 1g.10gb, and
+// creates pod "pending", asking for a 3g.40gb; it returns once the
+// scheduler has found no room for it, when the leader starts batching.
+func setUpPlannerRound(t *testing.T) plannerRound {
+	t.Helper()
+	faultTest(t)
+	r := plannerRound{ns: planner(t)}
+	if err := setPlannerArgs(t.Context(), leaderFaultArgs(t)); err != nil { // two replicas up
 		t.Fatal(err)
 	}
-	id, err := leader(ctx)
-	t.Logf("planner leader before the outage %s, after it %s (%v); the pod ran %s after %s was back", lead, id, err, time.Since(healed).Round(time.Second), component)
-	values.checkOneChange(t)
-	checkPlannedNode(t)
+	resetTo1g(t)
+	r.lead = waitForPlannerLeader(t)
+	r.values = watchMigConfig(t)
+	cluster.CreatePod(t, gpuPod(r.ns, "pending", "nvidia.com/mig-3g.40gb", 1, "sleep", "3600"))
+	waitUnschedulable(t, r.ns, "pending")
+	return r
+}
+
+// waitPending waits until pod "pending" runs.
+func (r plannerRound) waitPending(t *testing.T) {
+	t.Helper()
+	if _, err := cluster.WaitForPodPhase(t.Context(), r.ns, "pending", corev1.PodRunning); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // checkPlannedNode checks every invariant of node 1 after a planner

@@ -103,18 +103,26 @@ func TestXidHealth(t *testing.T) {
 
 // agentQuietPeriod is the health quiet period the installed agent runs
 // with: MIGFLEX_AGENT_HEALTH_QUIET_PERIOD, which the local overlay sets well below the
-// default (5m) so that a recovery can be waited for. It fails the test
-// unless that is so.
+// default (5m) so that a recovery can be waited for.
 func agentQuietPeriod(t *testing.T) time.Duration {
+	t.Helper()
+	return agentEnvDuration(t, "MIGFLEX_AGENT_HEALTH_QUIET_PERIOD")
+}
+
+// agentEnvDuration is the duration the installed agent's environment
+// variable name gives, one the local overlay sets well below the agent's
+// default so that a test can wait for it. It fails the test unless that
+// is so.
+func agentEnvDuration(t *testing.T, name string) time.Duration {
 	t.Helper()
 	ds, err := cluster.Client.AppsV1().DaemonSets(framework.MigflexNamespace).Get(t.Context(), framework.AgentDaemonSet, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := envValue(ds, framework.AgentContainer, "MIGFLEX_AGENT_HEALTH_QUIET_PERIOD")
+	v := envValue(ds, framework.AgentContainer, name)
 	d, err := time.ParseDuration(v)
 	if err != nil || d <= 0 || d >= timeout/2 {
-		t.Fatalf("agent MIGFLEX_AGENT_HEALTH_QUIET_PERIOD=%q (%v): want a positive duration well within the %v wait, set in %s", v, err, timeout, framework.LocalOverlay)
+		t.Fatalf("agent %s=%q (%v): want a positive duration well within the %v wait, set in %s", name, v, err, timeout, framework.LocalOverlay)
 	}
 	return d
 }

@@ -79,7 +79,17 @@ type heldPod struct {
 // Take it once the layout a test wants is in place and its pods run.
 func (c *Cluster) Invariants(t testing.TB) *Invariants {
 	t.Helper()
-	inv, err := c.TakeInvariants(t.Context(), Timeout)
+	return c.InvariantsWith(t)
+}
+
+// InvariantsWith is Invariants taken once the agent also names each of
+// pods ("namespace/name") as holding a device. On a DRA node, whose
+// kubelet says nothing of claims, the agent's report is all the snapshot
+// goes by, and it names a pod a little after the pod runs: a snapshot
+// taken before would not know the pod a fault must leave running.
+func (c *Cluster) InvariantsWith(t testing.TB, pods ...string) *Invariants {
+	t.Helper()
+	inv, err := c.takeInvariants(t.Context(), Timeout, pods)
 	if err != nil {
 		t.Fatalf("invariants of node %s before the fault: %v", c.NodeName, err)
 	}
@@ -93,12 +103,25 @@ func (c *Cluster) Invariants(t testing.TB) *Invariants {
 // polls until the agent and the kubelet agree on who holds which device,
 // or returns what was last missing after timeout.
 func (c *Cluster) TakeInvariants(ctx context.Context, timeout time.Duration) (*Invariants, error) {
+	return c.takeInvariants(ctx, timeout, nil)
+}
+
+// takeInvariants polls the snapshot until it holds each of pods too.
+func (c *Cluster) takeInvariants(ctx context.Context, timeout time.Duration, pods []string) (*Invariants, error) {
 	// The agent reports who holds a device a little after the kubelet
 	// says so: poll until the two agree.
 	var inv *Invariants
 	var last error
 	err := WaitFor(ctx, "the agent and the kubelet of node "+c.NodeName+" to agree on who holds which device", timeout, func(ctx context.Context) (bool, error) {
 		got, err := c.snapshot(ctx)
+		if err == nil {
+			for _, p := range pods {
+				if _, ok := got.held[p]; !ok {
+					err = fmt.Errorf("the agent of node %s does not name pod %s as holding a device yet (it names %v)", c.NodeName, p, slices.Sorted(maps.Keys(got.held)))
+					break
+				}
+			}
+		}
 		inv = got
 		keepFinding(&last, err)
 		return err == nil, err

@@ -281,3 +281,31 @@ func TestInvariantsWantFromMigConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestInvariantsWithWaitsForTheHolder: on a DRA node the snapshot goes by
+// the agent's report alone, so one taken for a pod waits until the agent
+// names it, and says so when it never does.
+func TestInvariantsWithWaitsForTheHolder(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		pods    []string
+		wantErr string
+	}{
+		{"named", []string{"ns/p"}, ""},
+		{"none asked for", nil, ""},
+		{"not named", []string{"ns/q"}, "does not name pod ns/q as holding a device yet (it names [ns/p])"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := goodWorld().build(t, t.TempDir())
+			inv, err := c.takeInvariants(context.Background(), 2*Poll, tc.pods)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("takeInvariants: %v", err)
+			case tc.wantErr == "" && len(inv.Held()["ns/p"]) != 1:
+				t.Fatalf("the snapshot holds %v, want pod ns/p on MIG-a", inv.Held())
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("takeInvariants: %v, want an error containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
