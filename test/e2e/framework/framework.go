@@ -68,6 +68,17 @@ const (
 	EnvClusterDir = "MIGFLEX_CLUSTER_DIR"
 )
 
+// ClientQPS and ClientBurst are the suite's client-side rate limit. With
+// client-go's default (5 requests/s, burst 10) the soak's checker, which
+// reads every node each second while the convergence poll reads them too,
+// was throttled past its deadlines (docs/BENCHMARKS.md, "The soak"); the
+// suite is the API server's only heavy client here, and the server's
+// priority and fairness still guards it.
+const (
+	ClientQPS   = 50
+	ClientBurst = 100
+)
+
 // Cluster is a connection to the local test cluster.
 type Cluster struct {
 	Config     *rest.Config
@@ -104,6 +115,7 @@ func FromEnv(ctx context.Context) (*Cluster, error) {
 	}
 	warnings := &apiwarn.Collector{Source: "client-go"}
 	cfg.WarningHandlerWithContext = warnings
+	cfg.QPS, cfg.Burst = ClientQPS, ClientBurst
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
