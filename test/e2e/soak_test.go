@@ -332,12 +332,23 @@ func (s *soak) converged(ctx context.Context) error {
 			return fmt.Errorf("node %s: %w", n.NodeName, err)
 		}
 	}
+	if len(s.pods) == 0 {
+		return nil
+	}
+	list, err := cluster.Client.CoreV1().Pods(s.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	byName := map[string]*corev1.Pod{}
+	for i := range list.Items {
+		byName[list.Items[i].Name] = &list.Items[i]
+	}
 	layouts := map[string][]soakGPU{}
 	for _, name := range slices.Sorted(maps.Keys(s.pods)) {
 		p := s.pods[name]
-		pod, err := cluster.Client.CoreV1().Pods(s.ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
+		pod, ok := byName[name]
+		if !ok {
+			return fmt.Errorf("pod %s (%s on %s) is gone", name, p.profile, p.node)
 		}
 		if pod.Status.Phase != corev1.PodRunning || pod.DeletionTimestamp != nil {
 			return fmt.Errorf("pod %s (%s on %s): phase %s, deleting %v", name, p.profile, p.node, pod.Status.Phase, pod.DeletionTimestamp != nil)
@@ -721,14 +732,24 @@ func (s *soak) checkEverySecond(ctx context.Context) {
 		case <-tick.C:
 		}
 		s.mu.Lock()
+		// One list of the held pods for every node's check.
+		var invs []*framework.Invariants
+		for _, n := range s.nodes {
+			if inv := s.inv[n.NodeName]; inv != nil {
+				invs = append(invs, inv)
+			}
+		}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		pods, lerr := cluster.HeldPods(cctx, invs...)
 		for _, n := range s.nodes {
 			inv := s.inv[n.NodeName]
 			if inv == nil {
 				continue
 			}
-			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			err := inv.Safety(cctx)
-			cancel()
+			err := lerr
+			if err == nil {
+				err = inv.Safety(cctx, pods)
+			}
 			s.checks++
 			var v *framework.Violation
 			switch {
@@ -738,6 +759,7 @@ func (s *soak) checkEverySecond(ctx context.Context) {
 				s.readErrors++
 			}
 		}
+		cancel()
 		s.mu.Unlock()
 	}
 }
