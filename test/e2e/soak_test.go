@@ -319,6 +319,13 @@ func (s *soak) converged(ctx context.Context) error {
 		if !podReady(agent) {
 			return fmt.Errorf("node %s: agent pod %s not ready", n.NodeName, agent.Name)
 		}
+		// A restarted kubelet serves its devices before it has read its
+		// pods, and meanwhile rejects a pod asking for a device that a pod
+		// deleted before the restart held (UnexpectedAdmissionError, which
+		// is final for a pod no controller replaces): not recovered yet.
+		if ok, err := n.Local().KubeletHasPod(ctx, agent.Namespace, agent.Name); err != nil || !ok {
+			return errors.Join(fmt.Errorf("node %s: the kubelet does not list its agent pod %s yet", n.NodeName, agent.Name), err)
+		}
 		s.mu.Lock()
 		inv := s.inv[n.NodeName]
 		s.mu.Unlock()
