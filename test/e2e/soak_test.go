@@ -277,7 +277,14 @@ func (s *soak) settle(ctx context.Context, kind string, since time.Time) {
 	took := time.Since(since)
 	if err != nil {
 		if last == nil {
-			last = err
+			// The deadline cut every look short, or left none (the
+			// operation's own wait used it up): one more look, with time
+			// of its own, says what is missing.
+			lctx, cancel := context.WithTimeout(ctx, framework.Timeout)
+			if last = s.converged(lctx); last == nil {
+				last = errors.New("converged only at a look after the deadline")
+			}
+			cancel()
 		}
 		s.violation("", fmt.Sprintf("not converged %s after the operation: %v", took.Round(time.Second), last))
 	} else {
