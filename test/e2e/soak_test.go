@@ -306,7 +306,9 @@ func (s *soak) settle(ctx context.Context, kind string, since time.Time) {
 	s.mu.Lock()
 	maps.Copy(s.inv, snaps)
 	s.mu.Unlock()
-	s.t.Logf("%s: converged in %s", s.currentOp(), took.Round(time.Millisecond))
+	if err == nil {
+		s.t.Logf("%s: converged in %s", s.currentOp(), took.Round(time.Millisecond))
+	}
 }
 
 func keepLast(last *error, err error) {
