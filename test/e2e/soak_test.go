@@ -277,7 +277,14 @@ func (s *soak) settle(ctx context.Context, kind string, since time.Time) {
 	took := time.Since(since)
 	if err != nil {
 		if last == nil {
-			last = err
+			// The deadline cut every look short, or left none (the
+			// operation's own wait used it up): one more look, with time
+			// of its own, says what is missing.
+			lctx, cancel := context.WithTimeout(ctx, framework.Timeout)
+			if last = s.converged(lctx); last == nil {
+				last = errors.New("converged only at a look after the deadline")
+			}
+			cancel()
 		}
 		s.violation("", fmt.Sprintf("not converged %s after the operation: %v", took.Round(time.Second), last))
 	} else {
@@ -299,7 +306,9 @@ func (s *soak) settle(ctx context.Context, kind string, since time.Time) {
 	s.mu.Lock()
 	maps.Copy(s.inv, snaps)
 	s.mu.Unlock()
-	s.t.Logf("%s: converged in %s", s.currentOp(), took.Round(time.Millisecond))
+	if err == nil {
+		s.t.Logf("%s: converged in %s", s.currentOp(), took.Round(time.Millisecond))
+	}
 }
 
 func keepLast(last *error, err error) {
@@ -319,6 +328,13 @@ func (s *soak) converged(ctx context.Context) error {
 		if !podReady(agent) {
 			return fmt.Errorf("node %s: agent pod %s not ready", n.NodeName, agent.Name)
 		}
+		// A restarted kubelet serves its devices before it has read its
+		// pods, and meanwhile rejects a pod asking for a device that a pod
+		// deleted before the restart held (UnexpectedAdmissionError, which
+		// is final for a pod no controller replaces): not recovered yet.
+		if ok, err := n.Local().KubeletHasPod(ctx, agent.Namespace, agent.Name); err != nil || !ok {
+			return errors.Join(fmt.Errorf("node %s: the kubelet does not list its agent pod %s yet", n.NodeName, agent.Name), err)
+		}
 		s.mu.Lock()
 		inv := s.inv[n.NodeName]
 		s.mu.Unlock()
@@ -332,12 +348,23 @@ func (s *soak) converged(ctx context.Context) error {
 			return fmt.Errorf("node %s: %w", n.NodeName, err)
 		}
 	}
+	if len(s.pods) == 0 {
+		return nil
+	}
+	list, err := cluster.Client.CoreV1().Pods(s.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	byName := map[string]*corev1.Pod{}
+	for i := range list.Items {
+		byName[list.Items[i].Name] = &list.Items[i]
+	}
 	layouts := map[string][]soakGPU{}
 	for _, name := range slices.Sorted(maps.Keys(s.pods)) {
 		p := s.pods[name]
-		pod, err := cluster.Client.CoreV1().Pods(s.ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
+		pod, ok := byName[name]
+		if !ok {
+			return fmt.Errorf("pod %s (%s on %s) is gone", name, p.profile, p.node)
 		}
 		if pod.Status.Phase != corev1.PodRunning || pod.DeletionTimestamp != nil {
 			return fmt.Errorf("pod %s (%s on %s): phase %s, deleting %v", name, p.profile, p.node, pod.Status.Phase, pod.DeletionTimestamp != nil)
@@ -721,14 +748,24 @@ func (s *soak) checkEverySecond(ctx context.Context) {
 		case <-tick.C:
 		}
 		s.mu.Lock()
+		// One list of the held pods for every node's check.
+		var invs []*framework.Invariants
+		for _, n := range s.nodes {
+			if inv := s.inv[n.NodeName]; inv != nil {
+				invs = append(invs, inv)
+			}
+		}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		pods, lerr := cluster.HeldPods(cctx, invs...)
 		for _, n := range s.nodes {
 			inv := s.inv[n.NodeName]
 			if inv == nil {
 				continue
 			}
-			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			err := inv.Safety(cctx)
-			cancel()
+			err := lerr
+			if err == nil {
+				err = inv.Safety(cctx, pods)
+			}
 			s.checks++
 			var v *framework.Violation
 			switch {
@@ -738,6 +775,7 @@ func (s *soak) checkEverySecond(ctx context.Context) {
 				s.readErrors++
 			}
 		}
+		cancel()
 		s.mu.Unlock()
 	}
 }

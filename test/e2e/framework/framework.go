@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -68,6 +69,17 @@ const (
 	EnvClusterDir = "MIGFLEX_CLUSTER_DIR"
 )
 
+// ClientQPS and ClientBurst are the suite's client-side rate limit. With
+// client-go's default (5 requests/s, burst 10) the soak's checker, which
+// reads every node each second while the convergence poll reads them too,
+// was throttled past its deadlines (docs/BENCHMARKS.md, "The soak"); the
+// suite is the API server's only heavy client here, and the server's
+// priority and fairness still guards it.
+const (
+	ClientQPS   = 50
+	ClientBurst = 100
+)
+
 // Cluster is a connection to the local test cluster.
 type Cluster struct {
 	Config     *rest.Config
@@ -104,6 +116,7 @@ func FromEnv(ctx context.Context) (*Cluster, error) {
 	}
 	warnings := &apiwarn.Collector{Source: "client-go"}
 	cfg.WarningHandlerWithContext = warnings
+	cfg.QPS, cfg.Burst = ClientQPS, ClientBurst
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -140,8 +153,11 @@ func WaitFor(ctx context.Context, what string, timeout time.Duration, cond func(
 	err := wait.PollUntilContextTimeout(ctx, Poll, timeout, true, func(ctx context.Context) (bool, error) {
 		ok, err := cond(ctx)
 		if err != nil {
-			last = err
-			return false, nil // transient API errors: keep polling
+			// Transient API errors: keep polling. The poll's own deadline
+			// cutting the last call short is no finding: keep the one
+			// before, which says what was missing.
+			keepFinding(&last, err)
+			return false, nil
 		}
 		return ok, nil
 	})
@@ -271,13 +287,13 @@ func (c *Cluster) WaitForPodPhase(ctx context.Context, namespace, name string, p
 			return false, err
 		}
 		pod = p
-		for _, ph := range phases {
-			if p.Status.Phase == ph {
-				return true, nil
-			}
-		}
-		return false, nil
+		// Failed and Succeeded are final: no need to wait out Timeout.
+		return slices.Contains(phases, p.Status.Phase) || terminal(p.Status.Phase), nil
 	})
+	if err == nil && !slices.Contains(phases, pod.Status.Phase) {
+		return pod, fmt.Errorf("pod %s/%s is %s, which it cannot leave, not %v: reason %q, message %q, containers %s",
+			namespace, name, pod.Status.Phase, phases, pod.Status.Reason, pod.Status.Message, containerStates(pod))
+	}
 	if err == nil {
 		return pod, nil
 	}
@@ -300,6 +316,11 @@ func (c *Cluster) WaitForPodSucceeded(ctx context.Context, namespace, name strin
 		return pod, fmt.Errorf("pod %s/%s failed: containers %s; logs:\n%s", namespace, name, containerStates(pod), logs)
 	}
 	return pod, nil
+}
+
+// terminal says whether a pod in phase ph stays in it.
+func terminal(ph corev1.PodPhase) bool {
+	return ph == corev1.PodFailed || ph == corev1.PodSucceeded
 }
 
 func containerStates(pod *corev1.Pod) string {

@@ -275,17 +275,57 @@ func violationf(format string, args ...any) error {
 	return &Violation{msg: fmt.Sprintf(format, args...)}
 }
 
+// Pods is pods by "namespace/name", as one list read them (HeldPods).
+type Pods map[string]*corev1.Pod
+
+// HeldPods lists the pods the snapshots hold, one list per namespace for
+// all of them, for Safety. The soak checks every node every second: a get
+// per held pod and node, on top of its convergence polls, was more than
+// the test client's rate limit let through (docs/BENCHMARKS.md, "The
+// soak").
+func (c *Cluster) HeldPods(ctx context.Context, invs ...*Invariants) (Pods, error) {
+	namespaces := map[string]bool{}
+	for _, inv := range invs {
+		for key := range inv.held {
+			ns, _, _ := strings.Cut(key, "/")
+			namespaces[ns] = true
+		}
+	}
+	out := Pods{}
+	for _, ns := range slices.Sorted(maps.Keys(namespaces)) {
+		list, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("listing the pods of namespace %s: %w", ns, err)
+		}
+		for i := range list.Items {
+			p := &list.Items[i]
+			out[p.Namespace+"/"+p.Name] = p
+		}
+	}
+	return out, nil
+}
+
+// get is the pod as the list had it, or NotFound, as a get would say.
+func (p Pods) get(_ context.Context, ns, name string) (*corev1.Pod, error) {
+	if pod, ok := p[ns+"/"+name]; ok {
+		return pod, nil
+	}
+	return nil, apierrors.NewNotFound(corev1.Resource("pods"), name)
+}
+
 // Safety checks, once, the invariants that hold at every moment, not only
 // once the node has converged: every pod of the snapshot still runs (the
 // same pod) and each of its MIG devices is still the same instance in the
-// simulated GPUs. It returns the first one broken as a *Violation, or an
-// error that says what could not be read. The soak runs it every second.
-func (inv *Invariants) Safety(ctx context.Context) error {
+// simulated GPUs. pods are the pods as HeldPods listed them, for this
+// snapshot among others. It returns the first one broken as a *Violation,
+// or an error that says what could not be read. The soak runs it every
+// second.
+func (inv *Invariants) Safety(ctx context.Context, pods Pods) error {
 	state, err := inv.c.Local().SimState()
 	if err != nil {
 		return err
 	}
-	return inv.untouched(ctx, simDevices(state))
+	return inv.untouched(ctx, simDevices(state), pods.get)
 }
 
 // keepFinding keeps err in last unless it is the poll's own deadline
@@ -380,7 +420,7 @@ func (inv *Invariants) check(ctx context.Context, want map[int][]string) error {
 			}
 		}
 	}
-	if err := inv.untouched(ctx, sim); err != nil {
+	if err := inv.untouched(ctx, sim, c.getPod); err != nil {
 		return err
 	}
 	for _, key := range slices.Sorted(maps.Keys(inv.held)) {
@@ -402,13 +442,19 @@ func (inv *Invariants) check(ctx context.Context, want map[int][]string) error {
 	return inv.checkDevicePlugin(ctx, node, layout)
 }
 
+// getPod reads a pod from the API server.
+func (c *Cluster) getPod(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+	return c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
 // untouched: every pod of the snapshot is the same pod, running, and each
-// of its MIG devices is the same instance in sim.
-func (inv *Invariants) untouched(ctx context.Context, sim map[string]SimInstance) error {
+// of its MIG devices is the same instance in sim. getPod reads a pod (from
+// the API server, or from a list taken for several checks).
+func (inv *Invariants) untouched(ctx context.Context, sim map[string]SimInstance, getPod func(ctx context.Context, ns, name string) (*corev1.Pod, error)) error {
 	for _, key := range slices.Sorted(maps.Keys(inv.held)) {
 		hp := inv.held[key]
 		ns, name, _ := strings.Cut(key, "/")
-		pod, err := inv.c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		pod, err := getPod(ctx, ns, name)
 		if apierrors.IsNotFound(err) {
 			return violationf("pod %s, which held %v, is gone", key, slices.Sorted(maps.Keys(hp.devices)))
 		}

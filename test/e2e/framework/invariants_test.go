@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -236,7 +237,11 @@ func TestInvariantsSafety(t *testing.T) {
 					inv.Forget("ns/p")
 				}
 			}, tc.break_)
-			err := inv.Safety(context.Background())
+			pods, err := inv.c.HeldPods(context.Background(), inv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = inv.Safety(context.Background(), pods)
 			var v *Violation
 			isViolation := errors.As(err, &v)
 			switch {
@@ -250,6 +255,38 @@ func TestInvariantsSafety(t *testing.T) {
 				t.Fatalf("Safety: %v (a Violation: %v), want a Violation containing %q", err, isViolation, tc.violation)
 			}
 		})
+	}
+}
+
+// TestHeldPodsListsOnce: the pods of every snapshot are read by one list
+// per namespace, however many snapshots and pods: the soak's checker, which
+// runs every second on every node, must not cost a request per pod.
+func TestHeldPodsListsOnce(t *testing.T) {
+	w := goodWorld()
+	c := w.build(t, t.TempDir())
+	inv, err := c.snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := &Invariants{c: c, held: map[string]heldPod{"ns/q": {}, "other/r": {}}}
+	cs := c.Client.(*fake.Clientset)
+	cs.ClearActions()
+	pods, err := c.HeldPods(context.Background(), inv, other, inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lists []string
+	for _, a := range cs.Actions() {
+		lists = append(lists, a.GetVerb()+" "+a.GetResource().Resource+" in "+a.GetNamespace())
+	}
+	if want := []string{"list pods in ns", "list pods in other"}; !slices.Equal(lists, want) {
+		t.Errorf("requests %q, want %q", lists, want)
+	}
+	if err := inv.Safety(context.Background(), pods); err != nil {
+		t.Errorf("Safety on the listed pods: %v, want none", err)
+	}
+	if err := inv.Safety(context.Background(), Pods{}); err == nil || !strings.Contains(err.Error(), "pod ns/p, which held [MIG-a], is gone") {
+		t.Errorf("Safety with ns/p not listed: %v, want it named gone", err)
 	}
 }
 

@@ -201,3 +201,24 @@ func (n LocalNode) KubeletAllPodDevices(ctx context.Context) (map[string]map[str
 	}
 	return out, nil
 }
+
+// KubeletHasPod says whether the node's kubelet lists the pod (pod-resources
+// List: the pods it has from its sources, devices or not). A kubelet that
+// has just started lists none until it has read its pods from the API
+// server; until then it cannot tell the devices of pods deleted meanwhile
+// from those in use, and rejects a new pod asking for them (the soak's
+// kubelet-restart, docs/RELIABILITY.md "Soak").
+func (n LocalNode) KubeletHasPod(ctx context.Context, namespace, name string) (bool, error) {
+	resp, err := podResources(ctx, n.PodResourcesSocket(), func(ctx context.Context, c podresourcesv1.PodResourcesListerClient) (*podresourcesv1.ListPodResourcesResponse, error) {
+		return c.List(ctx, &podresourcesv1.ListPodResourcesRequest{})
+	})
+	if err != nil {
+		return false, fmt.Errorf("kubelet of %s pod-resources List: %w", n.Name, err)
+	}
+	for _, p := range resp.GetPodResources() {
+		if p.GetNamespace() == namespace && p.GetName() == name {
+			return true, nil
+		}
+	}
+	return false, nil
+}
