@@ -240,21 +240,25 @@ func (p *Pool) AllocatedByProfile() map[string]int64 {
 // FreeByProfile is Free of each MIG profile the pool offers, and of whole
 // GPUs under "" (zero counts left out).
 func (p *Pool) FreeByProfile() map[string]int64 {
+	out := p.FreeEveryProfile()
+	maps.DeleteFunc(out, func(_ string, n int64) bool { return n == 0 })
+	return out
+}
+
+// FreeEveryProfile is FreeByProfile with the zero counts: every profile
+// the pool offers (whole GPUs under ""), even where none can be made now.
+func (p *Pool) FreeEveryProfile() map[string]int64 {
 	out := map[string]int64{}
-	seen := map[string]bool{}
 	for _, pd := range p.devices {
 		profile := attribute(pd.d, draAttrProfile)
-		if seen[profile] {
+		if _, seen := out[profile]; seen {
 			continue
 		}
-		seen[profile] = true
 		s := Selection{Type: draTypeMIG, Profile: profile}
 		if profile == "" {
 			s = Selection{Type: draTypeGPU}
 		}
-		if n := p.Free(s); n > 0 {
-			out[profile] = n
-		}
+		out[profile] = p.Free(s)
 	}
 	return out
 }

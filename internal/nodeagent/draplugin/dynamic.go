@@ -21,6 +21,7 @@ import (
 
 	"github.com/migflex/migflex/internal/domain/dra"
 	"github.com/migflex/migflex/internal/domain/mig"
+	"github.com/migflex/migflex/internal/domain/schedview"
 )
 
 // ReasonDynamicUnavailable is the reason of the Node Event the driver
@@ -549,4 +550,34 @@ func (d *Driver) recordEvent(ctx context.Context, typ, reason, msg string) {
 	if _, err := d.opts.KubeClient.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, e, metav1.CreateOptions{}); err != nil {
 		d.logger.Error(err, "Recording an Event on the Node failed", "reason", reason)
 	}
+}
+
+// Makeable is, in dynamic mode, how many devices of each profile the node
+// can still make, each profile alone, whole GPUs under "" and zero counts
+// included: schedview's reading of the pool as last published (what the
+// scheduler sees) with the devices in use taken (the claims allocated in
+// it and those prepared), the count the webhook and kubectl migflex give.
+// ok is false in static mode and before the first publication. It reads
+// under the driver's lock and writes nothing: a metrics scrape builds the
+// series from it, so none outlives a profile or a node.
+func (d *Driver) Makeable() (free map[string]int64, ok bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.mode != ModeDynamic || !d.started {
+		return nil, false
+	}
+	pool := d.published.Pools[d.opts.NodeName]
+	sl := make([]*resourceapi.ResourceSlice, 0, len(pool.Slices))
+	for _, s := range pool.Slices {
+		sl = append(sl, &resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{
+			Driver: d.opts.DriverName, Pool: resourceapi.ResourcePool{Name: d.opts.NodeName},
+			Devices: s.Devices, SharedCounters: s.SharedCounters,
+		}})
+	}
+	used := &resourceapi.ResourceClaim{Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{}}}
+	for _, name := range slices.Sorted(maps.Keys(d.inUseLocked())) {
+		used.Status.Allocation.Devices.Results = append(used.Status.Allocation.Devices.Results,
+			resourceapi.DeviceRequestAllocationResult{Driver: d.opts.DriverName, Pool: d.opts.NodeName, Device: name})
+	}
+	return schedview.NewPool(d.opts.NodeName, sl, []*resourceapi.ResourceClaim{used}).FreeEveryProfile(), true
 }

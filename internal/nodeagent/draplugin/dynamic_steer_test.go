@@ -304,3 +304,64 @@ func TestDynamicSteersAroundAnAdoptedInstance(t *testing.T) {
 		t.Errorf("the adopted instance's placement or the whole GPU is offered: %v", order)
 	}
 }
+
+// What a dynamic node can still make is schedview's count on the pool as
+// published, with the devices the API's claims allocated and those
+// prepared taken: a claim's allocation counts before its Prepare, and its
+// release gives the placements back. A static driver has nothing to say.
+func TestDynamicMakeable(t *testing.T) {
+	in := dynamicNode(t)
+	claim := allocated("team-a", "c1", "p1", [2]string{"small", "gpu-0-mig-1g10gb-19-0"})
+	client := fakeClient(claim)
+	d := newDirs(t)
+	drv := startDriver(t, client, d, Options{Mode: ModeDynamic, Instances: in})
+	if _, ok := drv.Makeable(); ok {
+		t.Error("Makeable before the first publication says something")
+	}
+	publishDynamic(t, drv, in)
+	empty := map[string]int64{"1g.10gb": 7, "1g.10gb+me": 1, "1g.20gb": 4, "2g.20gb": 3, "3g.40gb": 2, "4g.40gb": 1, "7g.80gb": 1, "": 0}
+	beside1gAt0 := map[string]int64{"1g.10gb": 6, "1g.10gb+me": 1, "1g.20gb": 3, "2g.20gb": 2, "3g.40gb": 1, "4g.40gb": 0, "7g.80gb": 0, "": 0}
+	released := claim.DeepCopy()
+	released.Status.Allocation = nil
+	steps := []struct {
+		name string
+		do   func()
+		want map[string]int64
+	}{
+		{"an empty H100 (its whole device: MIG on, no supply)", func() {}, empty},
+		{"a 1g.10gb at 0 allocated, not prepared", func() { drv.ClaimEvents().OnAdd(claim, false) }, beside1gAt0},
+		{"and prepared", func() {
+			if resp := dialKubelet(t, d).prepare(claim)[string(claim.UID)]; resp.Error != "" {
+				t.Fatalf("Prepare: %s", resp.Error)
+			}
+		}, beside1gAt0},
+		{"released, still prepared", func() { drv.ClaimEvents().OnUpdate(claim, released) }, beside1gAt0},
+		{"unprepared", func() {
+			if resp := dialKubelet(t, d).unprepare(claim)[string(claim.UID)]; resp.Error != "" {
+				t.Fatalf("Unprepare: %s", resp.Error)
+			}
+		}, empty},
+	}
+	for _, s := range steps {
+		s.do()
+		got, ok := drv.Makeable()
+		if !ok {
+			t.Fatalf("%s: Makeable says nothing in dynamic mode", s.name)
+		}
+		if !reflect.DeepEqual(got, s.want) {
+			t.Errorf("%s: makeable %v, want %v", s.name, got, s.want)
+		}
+	}
+
+	static := startDriver(t, fakeClient(), newDirs(t), Options{})
+	gpus, err := in.Discover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := static.Publish(gpus, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := static.Makeable(); ok {
+		t.Errorf("a static driver says it can make %v", got)
+	}
+}
