@@ -27,26 +27,7 @@ import (
 func TestInformerSourceDynamicDRANode(t *testing.T) {
 	ctx := context.Background()
 	const mig3g40 corev1.ResourceName = "nvidia.com/mig-3g.40gb"
-	d := gpuNode("d", nil)
-	d.Labels[nodeinfo.LabelServing] = nodeinfo.ServingDRA
-	d.Labels[nodeinfo.LabelDRAMode] = nodeinfo.DRAModeDynamic
-	objs := []runtime.Object{d}
-	for _, s := range draslices.Dynamic(t, "d", "H100-SXM5-80GB", true) {
-		objs = append(objs, &s)
-	}
-	classes, err := dra.DeviceClasses([]string{"1g.10gb", "2g.20gb", "3g.40gb"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range classes {
-		objs = append(objs, &classes[i])
-	}
-	client := fake.NewClientset(objs...)
-	s, err := NewInformerSource(client, true, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runSource(t, s)
+	s, client := dynamicSource(t)
 	pod := gpuPod("p", mig3g40, "1")
 	testutil.Eventually(t, "the free 3g.40gb placements to leave the pod alone", func() bool {
 		return decision(t, s, fallback.ModeCapacity, pod) == nil
@@ -83,25 +64,7 @@ func TestInformerSourceDynamicDRANode(t *testing.T) {
 // one 2g.20gb are left as asked.
 func TestInformerSourceDynamicDRANodeTogether(t *testing.T) {
 	const mig3g40 corev1.ResourceName = "nvidia.com/mig-3g.40gb"
-	d := gpuNode("d", nil)
-	d.Labels[nodeinfo.LabelServing] = nodeinfo.ServingDRA
-	d.Labels[nodeinfo.LabelDRAMode] = nodeinfo.DRAModeDynamic
-	objs := []runtime.Object{d, draslices.Claim("team", "one", "d", "gpu-0-mig-1g10gb-19-0")}
-	for _, s := range draslices.Dynamic(t, "d", "H100-SXM5-80GB", true) {
-		objs = append(objs, &s)
-	}
-	classes, err := dra.DeviceClasses([]string{"1g.10gb", "2g.20gb", "3g.40gb"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range classes {
-		objs = append(objs, &classes[i])
-	}
-	s, err := NewInformerSource(fake.NewClientset(objs...), true, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runSource(t, s)
+	s, _ := dynamicSource(t, draslices.Claim("team", "one", "d", "gpu-0-mig-1g10gb-19-0"))
 	pair := func(n2g string) *corev1.Pod {
 		p := gpuPod("p", mig3g40, "1")
 		small := p.Spec.Containers[0]
@@ -117,4 +80,31 @@ func TestInformerSourceDynamicDRANodeTogether(t *testing.T) {
 	if got := decision(t, s, fallback.ModeCapacity, pair("2")); !cmp.Equal(want, got) {
 		t.Errorf("a 3g.40gb and two 2g.20gb beside a 1g.10gb at 0, which the H100 makes each alone but not all: rewrites %+v, want %+v", got, want)
 	}
+}
+
+// dynamicSource runs an InformerSource on node d, one H100 served in
+// dynamic mode with MIG on, the DeviceClasses of three profiles, and objs.
+func dynamicSource(t *testing.T, objs ...runtime.Object) (*InformerSource, *fake.Clientset) {
+	t.Helper()
+	d := gpuNode("d", nil)
+	d.Labels[nodeinfo.LabelServing] = nodeinfo.ServingDRA
+	d.Labels[nodeinfo.LabelDRAMode] = nodeinfo.DRAModeDynamic
+	objs = append(objs, d)
+	for _, s := range draslices.Dynamic(t, "d", "H100-SXM5-80GB", true) {
+		objs = append(objs, &s)
+	}
+	classes, err := dra.DeviceClasses([]string{"1g.10gb", "2g.20gb", "3g.40gb"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range classes {
+		objs = append(objs, &classes[i])
+	}
+	client := fake.NewClientset(objs...)
+	s, err := NewInformerSource(client, true, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runSource(t, s)
+	return s, client
 }
