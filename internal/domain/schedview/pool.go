@@ -43,8 +43,9 @@ type Pool struct {
 	GPUs []PoolGPU
 
 	devices []poolDevice
-	// left is what the allocated devices leave of each counter set.
-	left map[string]map[string]int64
+	// left is what the allocated devices leave of each counter set;
+	// capacity is each counter set whole.
+	left, capacity map[string]map[string]int64
 }
 
 // PoolGPU is one GPU of a Pool and what is allocated on it.
@@ -110,7 +111,7 @@ func NewPool(node string, sl []*resourceapi.ResourceSlice, claims []*resourceapi
 			gen = s.Spec.Pool.Generation
 		}
 	}
-	p := &Pool{left: map[string]map[string]int64{}}
+	p := &Pool{left: map[string]map[string]int64{}, capacity: map[string]map[string]int64{}}
 	bySet := map[string]int{}
 	var devs []*resourceapi.Device
 	for _, s := range sl {
@@ -126,7 +127,7 @@ func NewPool(node string, sl []*resourceapi.ResourceSlice, claims []*resourceapi
 			for name, c := range cs.Counters {
 				left[name] = c.Value.Value()
 			}
-			p.left[cs.Name] = left
+			p.left[cs.Name], p.capacity[cs.Name] = left, maps.Clone(left)
 		}
 		for i := range s.Spec.Devices {
 			devs = append(devs, &s.Spec.Devices[i])

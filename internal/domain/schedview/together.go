@@ -30,14 +30,22 @@ const maxStates = 1 << 12
 // count vectors, it answers as the counts alone would (Free of each want
 // covers it), which is what it answered before the search: a reader
 // never refuses a pod on a bound it hit.
-func (p *Pool) Together(wants []Want) bool {
+func (p *Pool) Together(wants []Want) bool { return p.together(wants, false) }
+
+// TogetherEver is Together with nothing allocated: whether the pool could
+// ever serve every want at once (what its GPUs hold whole, untainted).
+func (p *Pool) TogetherEver(wants []Want) bool { return p.together(wants, true) }
+
+func (p *Pool) together(wants []Want, ever bool) bool {
 	if len(wants) == 0 {
 		return true
 	}
 	alone := true
 	states := 1
 	for _, w := range wants {
-		alone = alone && p.FreeOf(w.Match) >= w.Count
+		if !ever {
+			alone = alone && p.FreeOf(w.Match) >= w.Count
+		}
 		if states *= int(w.Count) + 1; states > maxStates {
 			return alone
 		}
@@ -52,7 +60,7 @@ func (p *Pool) Together(wants []Want) bool {
 	// reach holds the count vectors (capped at need) that the units seen
 	// so far can serve together.
 	reach := map[string][]int64{key(make([]int64, len(wants))): make([]int64, len(wants))}
-	units, ok := p.units(wants)
+	units, ok := p.units(wants, ever)
 	if !ok {
 		return true
 	}
@@ -89,14 +97,18 @@ func key(v []int64) string {
 
 // units are what each independent part of the pool can serve of wants
 // together, as count vectors (capped at each want's Count): per GPU with
-// counters, every set of its devices that fits what the counters left;
-// per device without counters, itself. ok is false past maxSearch steps
-// on a GPU.
-func (p *Pool) units(wants []Want) (units [][][]int64, ok bool) {
+// counters, every set of its devices that fits what the counters left
+// (ever: the counters whole, every untainted device); per device without
+// counters, itself. ok is false past maxSearch steps on a GPU.
+func (p *Pool) units(wants []Want, ever bool) (units [][][]int64, ok bool) {
 	perGPU := map[int][]poolDevice{}
 	var gpus []int
 	for _, pd := range p.devices {
-		if !p.fits(pd) || !slices.ContainsFunc(wants, func(w Want) bool { return w.Match(pd.d) }) {
+		candidate := p.fits(pd)
+		if ever {
+			candidate = pd.usable
+		}
+		if !candidate || !slices.ContainsFunc(wants, func(w Want) bool { return w.Match(pd.d) }) {
 			continue
 		}
 		if counterSetOf(pd.d) == "" {
@@ -118,7 +130,7 @@ func (p *Pool) units(wants []Want) (units [][][]int64, ok bool) {
 		perGPU[pd.gpu] = append(perGPU[pd.gpu], pd)
 	}
 	for _, g := range gpus {
-		u, ok := p.together(perGPU[g], wants)
+		u, ok := p.onGPU(perGPU[g], wants, ever)
 		if !ok {
 			return nil, false
 		}
@@ -127,10 +139,10 @@ func (p *Pool) units(wants []Want) (units [][][]int64, ok bool) {
 	return units, true
 }
 
-// together walks the sets of cands (one GPU's devices, each fitting
-// alone) whose consumptions fit the counters left, each device given to
-// one want it matches, and returns their distinct count vectors.
-func (p *Pool) together(cands []poolDevice, wants []Want) ([][]int64, bool) {
+// onGPU walks the sets of cands (one GPU's devices, each fitting alone)
+// whose consumptions fit the counters left (ever: whole), each device
+// given to one want it matches, and returns their distinct count vectors.
+func (p *Pool) onGPU(cands []poolDevice, wants []Want, ever bool) ([][]int64, bool) {
 	matches := make([][]int, len(cands))
 	for j, pd := range cands {
 		for i, w := range wants {
@@ -139,11 +151,15 @@ func (p *Pool) together(cands []poolDevice, wants []Want) ([][]int64, bool) {
 			}
 		}
 	}
+	from := p.left
+	if ever {
+		from = p.capacity
+	}
 	left := map[string]map[string]int64{}
 	for _, pd := range cands {
 		for _, c := range pd.d.ConsumesCounters {
 			if _, ok := left[c.CounterSet]; !ok {
-				left[c.CounterSet] = maps.Clone(p.left[c.CounterSet])
+				left[c.CounterSet] = maps.Clone(from[c.CounterSet])
 			}
 		}
 	}
@@ -224,11 +240,15 @@ func (c *DRAClasses) WantsOf(need map[corev1.ResourceName]int64) (wants []Want, 
 // the pool serves a need of several types at once.
 func (n *Node) SetDRAPool(c *DRAClasses, p *Pool) {
 	n.SetDRA(c.Supply(p))
-	n.Together = nil
+	n.Together, n.TogetherEver = nil, nil
 	if p.Dynamic {
 		n.Together = func(need map[corev1.ResourceName]int64) bool {
 			wants, ok := c.WantsOf(need)
 			return !ok || p.Together(wants)
+		}
+		n.TogetherEver = func(need map[corev1.ResourceName]int64) bool {
+			wants, ok := c.WantsOf(need)
+			return !ok || p.TogetherEver(wants)
 		}
 	}
 }
@@ -244,4 +264,17 @@ func (m *Member) Fits(need map[corev1.ResourceName]int64) bool {
 		}
 	}
 	return len(need) < 2 || m.together == nil || m.together(need)
+}
+
+// Holds reports whether the node could ever hold need, used or not, every
+// type at once: each type's allocatable devices cover its need and, on a
+// dynamic DRA node, its pool with nothing allocated serves them together
+// (Pool.TogetherEver).
+func (m *Member) Holds(need map[corev1.ResourceName]int64) bool {
+	for t, n := range need {
+		if a, ok := m.alloc[t]; !ok || a < n {
+			return false
+		}
+	}
+	return len(need) < 2 || m.togetherEver == nil || m.togetherEver(need)
 }

@@ -9,7 +9,8 @@ import (
 // A pod asking for several profiles fits on a dynamic node only if its
 // pool makes them together: the profiles draw on the GPUs' counters, and
 // each one's free count is what the pool makes of it alone. Every case
-// where fits differs from alone is one the counts alone got wrong.
+// where fits differs from alone is one the counts alone got wrong, and so
+// is every case where holds is false but alone is true.
 func TestMemberFitsTogether(t *testing.T) {
 	const (
 		r1g = corev1.ResourceName("nvidia.com/mig-1g.10gb")
@@ -24,31 +25,34 @@ func TestMemberFitsTogether(t *testing.T) {
 		claims []string
 		need   map[corev1.ResourceName]int64
 		// alone: every profile's free count covers its need (what the
-		// webhook counted before); fits: the pool makes them together.
-		alone, fits bool
+		// webhook counted before); fits: the pool makes them together;
+		// holds: every profile's allocatable count (allocated and free)
+		// covers its need and the pool could make them together with
+		// nothing allocated.
+		alone, fits, holds bool
 	}{
 		{name: "a 4g and a 3g share a free H100", migOn: []bool{true},
-			need: alloc{r4g: 1, r3g: 1}, alone: true, fits: true},
+			need: alloc{r4g: 1, r3g: 1}, alone: true, fits: true, holds: true},
 		{name: "a 4g, a 3g and a 1g take eight memory slices and eight compute slices of seven", migOn: []bool{true},
-			need: alloc{r4g: 1, r3g: 1, r1g: 1}, alone: true, fits: false},
+			need: alloc{r4g: 1, r3g: 1, r1g: 1}, alone: true, fits: false, holds: false},
 		{name: "two 3g take every memory slice: no 1g beside them", migOn: []bool{true},
-			need: alloc{r3g: 2, r1g: 1}, alone: true, fits: false},
+			need: alloc{r3g: 2, r1g: 1}, alone: true, fits: false, holds: false},
 		{name: "a 3g, a 2g and two 1g fill a free H100", migOn: []bool{true},
-			need: alloc{r3g: 1, r2g: 1, r1g: 2}, alone: true, fits: true},
+			need: alloc{r3g: 1, r2g: 1, r1g: 2}, alone: true, fits: true, holds: true},
 		{name: "on two GPUs the 1g goes to the other", migOn: []bool{true, true},
-			need: alloc{r4g: 1, r3g: 1, r1g: 1}, alone: true, fits: true},
+			need: alloc{r4g: 1, r3g: 1, r1g: 1}, alone: true, fits: true, holds: true},
 		{name: "beside a 1g at 0: a 3g at 4 and a 2g at 2", migOn: []bool{true}, claims: []string{at("1g.10gb", 0)},
-			need: alloc{r3g: 1, r2g: 1}, alone: true, fits: true},
+			need: alloc{r3g: 1, r2g: 1}, alone: true, fits: true, holds: true},
 		{name: "beside a 1g at 0 no 4g at all", migOn: []bool{true}, claims: []string{at("1g.10gb", 0)},
-			need: alloc{r4g: 1, r1g: 1}, alone: false, fits: false},
+			need: alloc{r4g: 1, r1g: 1}, alone: false, fits: false, holds: false},
 		{name: "beside 1g at 1 and 5: a 2g and three 1g take the five compute slices left", migOn: []bool{true},
 			claims: []string{at("1g.10gb", 1), at("1g.10gb", 5)},
-			need:   alloc{r2g: 1, r1g: 3}, alone: true, fits: true},
+			need:   alloc{r2g: 1, r1g: 3}, alone: true, fits: true, holds: true},
 		{name: "beside 1g at 1 and 5: a 2g and four 1g would take six", migOn: []bool{true},
 			claims: []string{at("1g.10gb", 1), at("1g.10gb", 5)},
-			need:   alloc{r2g: 1, r1g: 4}, alone: true, fits: false},
+			need:   alloc{r2g: 1, r1g: 4}, alone: true, fits: false, holds: true},
 		{name: "one type is its free count", migOn: []bool{true},
-			need: alloc{r1g: 7}, alone: true, fits: true},
+			need: alloc{r1g: 7}, alone: true, fits: true, holds: true},
 	}
 	c := classes(t, "1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb")
 	for _, tt := range tests {
@@ -61,6 +65,9 @@ func TestMemberFitsTogether(t *testing.T) {
 			}
 			if got := m.Fits(tt.need); got != tt.fits {
 				t.Errorf("Fits(%v) = %v, want %v (free %v)", tt.need, got, tt.fits, m.Free())
+			}
+			if got := m.Holds(tt.need); got != tt.holds {
+				t.Errorf("Holds(%v) = %v, want %v (allocatable %v)", tt.need, got, tt.holds, m.Allocatable())
 			}
 		})
 	}

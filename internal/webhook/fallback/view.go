@@ -35,17 +35,16 @@ func (v *view) fits(need map[corev1.ResourceName]int64) bool {
 }
 
 // fitsAllocatable reports whether one eligible node has at least need[t]
-// allocatable devices of every type t in need, used or not.
+// allocatable devices of every type t in need, used or not, and on a
+// dynamic DRA node could make them together.
 func (v *view) fitsAllocatable(need map[corev1.ResourceName]int64) bool {
-	return v.covered(need, v.most, (*schedview.Group).MaxAllocatable, func(m *schedview.Member, need map[corev1.ResourceName]int64) bool {
-		return covers(m.Allocatable(), need)
-	})
+	return v.covered(need, v.most, (*schedview.Group).MaxAllocatable, (*schedview.Member).Holds)
 }
 
 // covered reports whether one eligible node covers need (member: by its
-// counts, and on a dynamic DRA node for fits by what its pool serves
-// together); most and ofGroup are the most on one node, over the view and
-// over a group.
+// counts and, on a dynamic DRA node, by what its pool serves together);
+// most and ofGroup are the most on one node, over the view and over a
+// group.
 func (v *view) covered(need, most map[corev1.ResourceName]int64,
 	ofGroup func(*schedview.Group) map[corev1.ResourceName]int64, member func(*schedview.Member, map[corev1.ResourceName]int64) bool) bool {
 	if len(need) == 1 {
