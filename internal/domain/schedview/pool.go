@@ -298,26 +298,8 @@ func (p *Pool) consume(d *resourceapi.Device) {
 // over subsets, largest first found, pruned when what is left cannot beat
 // the best.
 func (p *Pool) mostTogether(cands []*resourceapi.Device) int {
-	left := map[string]map[string]int64{}
-	for _, d := range cands {
-		for _, c := range d.ConsumesCounters {
-			if _, ok := left[c.CounterSet]; !ok {
-				left[c.CounterSet] = maps.Clone(p.left[c.CounterSet])
-			}
-		}
-	}
-	fit := func(d *resourceapi.Device, sign int64) bool {
-		ok := true
-		for _, c := range d.ConsumesCounters {
-			for name, v := range c.Counters {
-				left[c.CounterSet][name] -= sign * v.Value.Value()
-				if left[c.CounterSet][name] < 0 {
-					ok = false
-				}
-			}
-		}
-		return ok
-	}
+	left := scratchFor(cands, p.left)
+	fit := left.take
 	best, steps := 0, 0
 	var walk func(i, n int)
 	walk = func(i, n int) {
@@ -334,6 +316,38 @@ func (p *Pool) mostTogether(cands []*resourceapi.Device) int {
 	}
 	walk(0, 0)
 	return best
+}
+
+// scratch is a copy of the counter sets some devices draw on, for a
+// search to take their consumptions from and give them back.
+type scratch map[string]map[string]int64
+
+// scratchFor copies from the counter sets devs consume from.
+func scratchFor(devs []*resourceapi.Device, from map[string]map[string]int64) scratch {
+	s := scratch{}
+	for _, d := range devs {
+		for _, c := range d.ConsumesCounters {
+			if _, ok := s[c.CounterSet]; !ok {
+				s[c.CounterSet] = maps.Clone(from[c.CounterSet])
+			}
+		}
+	}
+	return s
+}
+
+// take takes d's consumption (sign 1) or gives it back (-1); false when
+// a counter is then below zero.
+func (s scratch) take(d *resourceapi.Device, sign int64) bool {
+	ok := true
+	for _, c := range d.ConsumesCounters {
+		for name, v := range c.Counters {
+			s[c.CounterSet][name] -= sign * v.Value.Value()
+			if s[c.CounterSet][name] < 0 {
+				ok = false
+			}
+		}
+	}
+	return ok
 }
 
 func unschedulable(d *resourceapi.Device) bool {

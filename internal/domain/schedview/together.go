@@ -1,7 +1,6 @@
 package schedview
 
 import (
-	"maps"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -155,26 +154,11 @@ func (p *Pool) onGPU(cands []poolDevice, wants []Want, ever bool) ([][]int64, bo
 	if ever {
 		from = p.capacity
 	}
-	left := map[string]map[string]int64{}
-	for _, pd := range cands {
-		for _, c := range pd.d.ConsumesCounters {
-			if _, ok := left[c.CounterSet]; !ok {
-				left[c.CounterSet] = maps.Clone(from[c.CounterSet])
-			}
-		}
+	devs := make([]*resourceapi.Device, len(cands))
+	for j, pd := range cands {
+		devs[j] = pd.d
 	}
-	take := func(d *resourceapi.Device, sign int64) bool {
-		ok := true
-		for _, c := range d.ConsumesCounters {
-			for name, v := range c.Counters {
-				left[c.CounterSet][name] -= sign * v.Value.Value()
-				if left[c.CounterSet][name] < 0 {
-					ok = false
-				}
-			}
-		}
-		return ok
-	}
+	take := scratchFor(devs, from).take
 	seen := map[string][]int64{}
 	vec := make([]int64, len(wants))
 	steps := 0

@@ -134,16 +134,9 @@ func TestDynamicSteersOnUseAndWritesNothingAtRest(t *testing.T) {
 	claim := allocated("team-a", "c1", "p1", [2]string{"small", dyn1gAt0})
 	client := fakeClient(claim)
 	writes := countSliceWrites(client)
-	list := func() ([]resourceapi.ResourceSlice, error) {
-		l, err := client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
-		if err != nil {
-			return nil, err
-		}
-		return l.Items, nil
-	}
 	d := newDirs(t)
 	drv := startDynamic(t, client, d, in)
-	api := sliceFunc(list)
+	api := slicesOf(client)
 	waitFor(t, "the first publication in the API", func() bool {
 		return slices.Equal(apiDeviceOrder(t, api), publishedOrder(drv)) && len(publishedOrder(drv)) > 0
 	})
@@ -199,6 +192,17 @@ type sliceFunc func() ([]resourceapi.ResourceSlice, error)
 
 func (f sliceFunc) ResourceV1Slices() ([]resourceapi.ResourceSlice, error) { return f() }
 
+// slicesOf lists client's ResourceSlices.
+func slicesOf(client *fake.Clientset) sliceFunc {
+	return func() ([]resourceapi.ResourceSlice, error) {
+		l, err := client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return l.Items, nil
+	}
+}
+
 // A claim the scheduler has allocated in this pool is use before its
 // Prepare: the agent hears of it from the API's claims (ClaimEvents) and
 // steers the next claim around it at once, one write of the device slice.
@@ -211,13 +215,7 @@ func TestDynamicSteersOnAllocationBeforePrepare(t *testing.T) {
 	claim := allocated("team-a", "c1", "p1", [2]string{"small", dyn1gAt0})
 	client := fakeClient(claim)
 	writes := countSliceWrites(client)
-	api := sliceFunc(func() ([]resourceapi.ResourceSlice, error) {
-		l, err := client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
-		if err != nil {
-			return nil, err
-		}
-		return l.Items, nil
-	})
+	api := slicesOf(client)
 	d := newDirs(t)
 	drv := startDriver(t, client, d, Options{Mode: ModeDynamic, Instances: in})
 	events := drv.ClaimEvents()
