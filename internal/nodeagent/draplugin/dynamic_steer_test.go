@@ -217,9 +217,8 @@ func TestDynamicSteersOnAllocationBeforePrepare(t *testing.T) {
 	writes := countSliceWrites(client)
 	api := slicesOf(client)
 	d := newDirs(t)
-	drv := startDriver(t, client, d, Options{Mode: ModeDynamic, Instances: in})
+	drv := startDynamic(t, client, d, in)
 	events := drv.ClaimEvents()
-	publishDynamic(t, drv, in)
 	atRest := publishedOrder(drv)
 	waitFor(t, "the first publication in the API", func() bool { return slices.Equal(apiDeviceOrder(t, api), atRest) })
 	w0 := writes.count()
@@ -292,8 +291,7 @@ func TestDynamicSteersAroundAnAdoptedInstance(t *testing.T) {
 	if err := in.lib.SetBusy(0, busy.GIID, true); err != nil {
 		t.Fatal(err)
 	}
-	drv := startDriver(t, fakeClient(), newDirs(t), Options{Mode: ModeDynamic, Instances: in})
-	publishDynamic(t, drv, in)
+	drv := startDynamic(t, fakeClient(), newDirs(t), in)
 	order := publishedOrder(drv)
 	if got, want := firstOf(order, "gpu-0-mig-1g10gb-19-"), "gpu-0-mig-1g10gb-19-1"; got != want {
 		t.Errorf("first 1g.10gb offered beside an adopted 1g.10gb at 0: %s, want %s", got, want)
