@@ -196,6 +196,13 @@ type RequestView struct {
 	Why string `json:"why,omitempty"`
 }
 
+// evaluated is a pending request evaluated, and the names of the devices
+// it matches by pool, for together.
+type evaluated struct {
+	RequestView
+	matched map[string]map[string]bool
+}
+
 // DeviceMatch is a request's class and selectors evaluated, with the
 // scheduler's CEL, on the devices migflex's driver publishes.
 type DeviceMatch struct {
@@ -226,10 +233,11 @@ type AllocatedDevice struct {
 }
 
 // claimViews are the pod's claims as explain shows them, at most
-// maxClaimsShown (more: the last view says how many are left out).
-func claimViews(ctx context.Context, pod *corev1.Pod, d *DRAObjects) []ClaimView {
+// maxClaimsShown (more: the last view says how many are left out), and
+// whether their pending requests fit together on one node (together).
+func claimViews(ctx context.Context, pod *corev1.Pod, d *DRAObjects) ([]ClaimView, string) {
 	if d == nil || !hasClaims(pod) {
-		return nil
+		return nil, ""
 	}
 	e := newEvaluator(d)
 	var out []ClaimView
@@ -284,7 +292,7 @@ func claimViews(ctx context.Context, pod *corev1.Pod, d *DRAObjects) []ClaimView
 		}
 		out = append(out, v)
 	}
-	return out
+	return out, e.together(out)
 }
 
 // generatedClaimName is the claim the controller made for the pod's
@@ -322,6 +330,8 @@ type evaluator struct {
 	pools   map[string]*schedview.Pool
 	checker *dracel.Checker
 	budget  int
+	// evaluated are the pending requests evaluated so far.
+	evaluated []evaluated
 }
 
 func newEvaluator(d *DRAObjects) *evaluator {
@@ -400,8 +410,10 @@ func (e *evaluator) request(ctx context.Context, name, class string, sels []reso
 			classExprs = append(classExprs, s.CEL.Expression)
 		}
 	}
-	v.Devices = e.match(ctx, classExprs, exprs)
+	var matched map[string]map[string]bool
+	v.Devices, matched = e.match(ctx, classExprs, exprs)
 	v.Why = why(v, class)
+	e.evaluated = append(e.evaluated, evaluated{RequestView: v, matched: matched})
 	return v
 }
 
@@ -410,7 +422,7 @@ func (e *evaluator) request(ctx context.Context, name, class string, sels []reso
 // matching devices is each pool's to say: on a dynamic node the
 // placements overlap, and only what the counters left by the allocated
 // devices allow at once is free.
-func (e *evaluator) match(ctx context.Context, classExprs, exprs []string) *DeviceMatch {
+func (e *evaluator) match(ctx context.Context, classExprs, exprs []string) (*DeviceMatch, map[string]map[string]bool) {
 	m := &DeviceMatch{Published: len(e.devices)}
 	matched := map[string]map[string]bool{}
 	for i, d := range e.devices {
@@ -446,7 +458,65 @@ func (e *evaluator) match(ctx context.Context, classExprs, exprs []string) *Devi
 			m.MostFree, m.Node = free, pool
 		}
 	}
-	return m
+	return m, matched
+}
+
+// together says whether a pod's pending requests, two or more, can be
+// allocated at once on one node: the scheduler allocates all of a pod's
+// claims on its node, and on a dynamic node the requests' placements draw
+// on the same counters, so each request's free count, which is per
+// request alone, may hold where all of them do not (schedview's
+// Pool.Together). "" when there is nothing to say, or explain cannot
+// tell (a request it could not evaluate whole, firstAvailable, All, a
+// claim not found or not shown).
+func (e *evaluator) together(views []ClaimView) string {
+	if slices.ContainsFunc(views, func(v ClaimView) bool { return v.Problem != "" }) {
+		return ""
+	}
+	reqs := e.evaluated
+	for _, r := range reqs {
+		if r.Devices.Error != nil || r.Devices.Partial || strings.Contains(r.Name, "/") || r.Mode != string(resourceapi.DeviceAllocationModeExactCount) {
+			return ""
+		}
+	}
+	if len(reqs) < 2 {
+		return ""
+	}
+	var fit, alone []string
+	for _, pool := range slices.Sorted(maps.Keys(e.pools)) {
+		wants := make([]schedview.Want, len(reqs))
+		each := true
+		for i, r := range reqs {
+			m := r.matched[pool]
+			wants[i] = schedview.Want{Match: func(d *resourceapi.Device) bool { return m[d.Name] }, Count: r.Count}
+			each = each && e.pools[pool].FreeOf(wants[i].Match) >= r.Count
+		}
+		switch {
+		case e.pools[pool].Together(wants):
+			fit = append(fit, pool)
+		case each:
+			alone = append(alone, pool)
+		}
+	}
+	switch {
+	case len(fit) > 0:
+		return fmt.Sprintf("its %d requests fit together on %s", len(reqs), nodeList(fit))
+	case len(alone) > 0:
+		return fmt.Sprintf("no node can allocate its %d requests at once: on %s each fits alone, but the GPUs' memory and compute slices cannot hold them all", len(reqs), nodeList(alone))
+	}
+	return fmt.Sprintf("no node can allocate its %d requests at once", len(reqs))
+}
+
+// nodeList is "node a", "nodes a, b" or "nodes a, b and 3 more".
+func nodeList(nodes []string) string {
+	const shown = 2
+	if len(nodes) == 1 {
+		return "node " + nodes[0]
+	}
+	if len(nodes) <= shown {
+		return "nodes " + strings.Join(nodes, ", ")
+	}
+	return fmt.Sprintf("nodes %s and %d more", strings.Join(nodes[:shown], ", "), len(nodes)-shown)
 }
 
 // cannotAllocate is the scheduler's word for a node where a pod's claims

@@ -383,3 +383,42 @@ func TestExplainClaimsDynamic(t *testing.T) {
 		})
 	}
 }
+
+// A pod's requests are allocated on one node at once; on a dynamic node
+// each request's free count is its own alone, so explain says whether
+// they fit together. A free H100 makes two 3g.40gb, or a 3g.40gb and a
+// 1g.10gb, but not two 3g.40gb and a 1g.10gb.
+func TestExplainClaimsTogether(t *testing.T) {
+	const prof1g = `device.attributes["gpu.migflex.io"].profile == "1g.10gb"`
+	tests := []struct {
+		name     string
+		held     []string
+		big, one int64
+		want     string
+	}{
+		{name: "a 3g.40gb and a 1g.10gb on a free H100", big: 1, one: 1,
+			want: "  together:    its 2 requests fit together on node gpu-d\n"},
+		{name: "two 3g.40gb and a 1g.10gb: each fits alone, not together", big: 2, one: 1,
+			want: "  together:    no node can allocate its 2 requests at once: on node gpu-d each\n"},
+		{name: "beside a 1g at 1, a 3g.40gb and three 1g.10gb", held: []string{"gpu-0-mig-1g10gb-19-1"}, big: 1, one: 3,
+			want: "  together:    its 2 requests fit together on node gpu-d\n"},
+		{name: "beside a 1g at 1, a 3g.40gb and four 1g.10gb take eight memory slices", held: []string{"gpu-0-mig-1g10gb-19-1"}, big: 1, one: 4,
+			want: "  together:    no node can allocate its 2 requests at once: on node gpu-d each\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := claimOf("pair", dra.ClassMIG, tt.big, prof3g)
+			small := claimOf("", dra.ClassMIG, tt.one, prof1g).Spec.Devices.Requests[0]
+			small.Name = "s"
+			c.Spec.Devices.Requests = append(c.Spec.Devices.Requests, small)
+			objs := append(dynamicCluster(t, tt.held...), claimPod("p", "pair", false), c)
+			code, out, errOut := run(t, fakeClient(objs...), "", "explain", "p")
+			if code != ExitAttention || errOut != "" {
+				t.Errorf("exit %d, stderr %q; want %d", code, errOut, ExitAttention)
+			}
+			if !strings.Contains(out, tt.want) {
+				t.Errorf("no line\n%s\nin:\n%s", tt.want, out)
+			}
+		})
+	}
+}

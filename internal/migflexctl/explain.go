@@ -43,6 +43,10 @@ type Explanation struct {
 	// Claims are its ResourceClaims: what each asks, and its allocation
 	// or why it has none.
 	Claims []ClaimView `json:"claims,omitempty"`
+	// ClaimsTogether says whether the claims' pending requests, two or
+	// more, can be allocated at once on one node (each request's free
+	// count is its own alone).
+	ClaimsTogether string `json:"claimsTogether,omitempty"`
 	// Webhook is the decision the webhook recorded on the pod.
 	Webhook WebhookDecision `json:"webhook"`
 	// Devices are the devices it holds, as its node's agent reports.
@@ -186,7 +190,7 @@ func Explain(ctx context.Context, pod *corev1.Pod, nodes []corev1.Node, pods []c
 			ex.ClaimDevices = counts(d.Devices)
 		}
 		unread = d.Unknown
-		ex.Claims = claimViews(ctx, pod, dra)
+		ex.Claims, ex.ClaimsTogether = claimViews(ctx, pod, dra)
 	}
 	st, _ := BuildStatus(nodes, nil, plansnap.Options{FieldManager: plansnap.DefaultFieldManager, ManualHold: plansnap.DefaultManualHold, Now: now}, dra)
 	for _, n := range st.Nodes {
@@ -460,6 +464,9 @@ func renderExplanation(w io.Writer, ex Explanation, s style) {
 			}
 			put("  allocated:   ", c.Name+"/"+a.Request+": "+at)
 		}
+	}
+	if ex.ClaimsTogether != "" {
+		put("  together:    ", ex.ClaimsTogether)
 	}
 	for _, e := range ex.Events {
 		count := ""

@@ -329,7 +329,13 @@ func (c *Config) wireDRA(ctx context.Context, opts *agent.Options, client kubern
 	factory := informers.NewSharedInformerFactory(client, 0)
 	claims := factory.Resource().V1().ResourceClaims()
 	lister := claims.Lister()
-	claims.Informer()
+	// The same claims steer dynamic mode's order: a claim allocated in
+	// this pool is use before its Prepare.
+	if _, err := claims.Informer().AddEventHandler(drv.ClaimEvents()); err != nil {
+		cancel()
+		drv.Stop()
+		return nil, fmt.Errorf("watching ResourceClaims: %w", err)
+	}
 	factory.Start(ctx.Done())
 	// The busy check must not call a GPU free before it has seen every
 	// claim: wait for the first list. Without RBAC on resourceclaims this

@@ -190,7 +190,7 @@ func (s *InformerSource) setNode(obj any) {
 	defer s.mu.Unlock()
 	if node.DRA {
 		s.draNodes[n.Name] = node
-		node.SetDRA(s.dra.Supply(n.Name))
+		node.SetDRAPool(s.dra.Classes(), s.dra.Pool(n.Name))
 	} else {
 		delete(s.draNodes, n.Name)
 	}
@@ -207,7 +207,7 @@ func (s *InformerSource) draNodeChanged(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if node, ok := s.draNodes[name]; ok {
-		node.SetDRA(s.dra.Supply(name))
+		node.SetDRAPool(s.dra.Classes(), s.dra.Pool(name))
 		s.b.SetNode(node)
 	}
 }
@@ -218,7 +218,7 @@ func (s *InformerSource) draClassesChanged() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for name, node := range s.draNodes {
-		node.SetDRA(s.dra.Supply(name))
+		node.SetDRAPool(s.dra.Classes(), s.dra.Pool(name))
 		s.b.SetNode(node)
 	}
 }

@@ -43,8 +43,9 @@ type Pool struct {
 	GPUs []PoolGPU
 
 	devices []poolDevice
-	// left is what the allocated devices leave of each counter set.
-	left map[string]map[string]int64
+	// left is what the allocated devices leave of each counter set;
+	// capacity is each counter set whole.
+	left, capacity map[string]map[string]int64
 }
 
 // PoolGPU is one GPU of a Pool and what is allocated on it.
@@ -110,7 +111,7 @@ func NewPool(node string, sl []*resourceapi.ResourceSlice, claims []*resourceapi
 			gen = s.Spec.Pool.Generation
 		}
 	}
-	p := &Pool{left: map[string]map[string]int64{}}
+	p := &Pool{left: map[string]map[string]int64{}, capacity: map[string]map[string]int64{}}
 	bySet := map[string]int{}
 	var devs []*resourceapi.Device
 	for _, s := range sl {
@@ -126,7 +127,7 @@ func NewPool(node string, sl []*resourceapi.ResourceSlice, claims []*resourceapi
 			for name, c := range cs.Counters {
 				left[name] = c.Value.Value()
 			}
-			p.left[cs.Name] = left
+			p.left[cs.Name], p.capacity[cs.Name] = left, maps.Clone(left)
 		}
 		for i := range s.Spec.Devices {
 			devs = append(devs, &s.Spec.Devices[i])
@@ -240,21 +241,25 @@ func (p *Pool) AllocatedByProfile() map[string]int64 {
 // FreeByProfile is Free of each MIG profile the pool offers, and of whole
 // GPUs under "" (zero counts left out).
 func (p *Pool) FreeByProfile() map[string]int64 {
+	out := p.FreeEveryProfile()
+	maps.DeleteFunc(out, func(_ string, n int64) bool { return n == 0 })
+	return out
+}
+
+// FreeEveryProfile is FreeByProfile with the zero counts: every profile
+// the pool offers (whole GPUs under ""), even where none can be made now.
+func (p *Pool) FreeEveryProfile() map[string]int64 {
 	out := map[string]int64{}
-	seen := map[string]bool{}
 	for _, pd := range p.devices {
 		profile := attribute(pd.d, draAttrProfile)
-		if seen[profile] {
+		if _, seen := out[profile]; seen {
 			continue
 		}
-		seen[profile] = true
 		s := Selection{Type: draTypeMIG, Profile: profile}
 		if profile == "" {
 			s = Selection{Type: draTypeGPU}
 		}
-		if n := p.Free(s); n > 0 {
-			out[profile] = n
-		}
+		out[profile] = p.Free(s)
 	}
 	return out
 }
@@ -293,26 +298,8 @@ func (p *Pool) consume(d *resourceapi.Device) {
 // over subsets, largest first found, pruned when what is left cannot beat
 // the best.
 func (p *Pool) mostTogether(cands []*resourceapi.Device) int {
-	left := map[string]map[string]int64{}
-	for _, d := range cands {
-		for _, c := range d.ConsumesCounters {
-			if _, ok := left[c.CounterSet]; !ok {
-				left[c.CounterSet] = maps.Clone(p.left[c.CounterSet])
-			}
-		}
-	}
-	fit := func(d *resourceapi.Device, sign int64) bool {
-		ok := true
-		for _, c := range d.ConsumesCounters {
-			for name, v := range c.Counters {
-				left[c.CounterSet][name] -= sign * v.Value.Value()
-				if left[c.CounterSet][name] < 0 {
-					ok = false
-				}
-			}
-		}
-		return ok
-	}
+	left := scratchFor(cands, p.left)
+	fit := left.take
 	best, steps := 0, 0
 	var walk func(i, n int)
 	walk = func(i, n int) {
@@ -329,6 +316,38 @@ func (p *Pool) mostTogether(cands []*resourceapi.Device) int {
 	}
 	walk(0, 0)
 	return best
+}
+
+// scratch is a copy of the counter sets some devices draw on, for a
+// search to take their consumptions from and give them back.
+type scratch map[string]map[string]int64
+
+// scratchFor copies from the counter sets devs consume from.
+func scratchFor(devs []*resourceapi.Device, from map[string]map[string]int64) scratch {
+	s := scratch{}
+	for _, d := range devs {
+		for _, c := range d.ConsumesCounters {
+			if _, ok := s[c.CounterSet]; !ok {
+				s[c.CounterSet] = maps.Clone(from[c.CounterSet])
+			}
+		}
+	}
+	return s
+}
+
+// take takes d's consumption (sign 1) or gives it back (-1); false when
+// a counter is then below zero.
+func (s scratch) take(d *resourceapi.Device, sign int64) bool {
+	ok := true
+	for _, c := range d.ConsumesCounters {
+		for name, v := range c.Counters {
+			s[c.CounterSet][name] -= sign * v.Value.Value()
+			if s[c.CounterSet][name] < 0 {
+				ok = false
+			}
+		}
+	}
+	return ok
 }
 
 func unschedulable(d *resourceapi.Device) bool {

@@ -32,6 +32,10 @@ type Node struct {
 	// not counted again: the scheduler serves them with claims too.
 	DRA       bool
 	Allocated map[corev1.ResourceName]int64
+	// Together is a dynamic DRA node's joint check (SetDRAPool): whether
+	// its pool serves a need of several types at once; nil elsewhere.
+	// TogetherEver: whether it could with nothing allocated.
+	Together, TogetherEver func(map[corev1.ResourceName]int64) bool
 }
 
 // NodeFromAPI extracts the scheduler's view of a Node. The label map is shared
@@ -140,6 +144,9 @@ type Member struct {
 	free map[corev1.ResourceName]int64
 	// alloc is the node's Allocatable (shared with its Node, not copied).
 	alloc map[corev1.ResourceName]int64
+	// together and togetherEver are the node's (Node.Together,
+	// TogetherEver), for Fits and Holds.
+	together, togetherEver func(map[corev1.ResourceName]int64) bool
 }
 
 // Name is the node's name.
@@ -297,7 +304,7 @@ func (b *Builder) SetNode(n Node) {
 	}
 	e.api.Name = n.Name
 	e.api.Labels = n.Labels
-	e.m = &Member{node: e.api, free: freeDevices(n.Allocatable, b.usedOn(n)), alloc: n.Allocatable}
+	e.m = &Member{node: e.api, free: freeDevices(n.Allocatable, b.usedOn(n)), alloc: n.Allocatable, together: n.Together, togetherEver: n.TogetherEver}
 	g := b.groups[e.key]
 	if g == nil {
 		g = &groupEntry{key: e.key, hist: map[corev1.ResourceName]map[int64]int{}, allocHist: map[corev1.ResourceName]map[int64]int{}}
@@ -369,7 +376,7 @@ func (b *Builder) addUsage(node string, used map[corev1.ResourceName]int64, sign
 	if e := b.nodes[node]; e != nil {
 		// A new member, so that Snapshots already handed out keep theirs.
 		e.group.count(e.m.free, -1)
-		e.m = &Member{node: e.api, free: freeDevices(e.node.Allocatable, b.usedOn(e.node)), alloc: e.node.Allocatable}
+		e.m = &Member{node: e.api, free: freeDevices(e.node.Allocatable, b.usedOn(e.node)), alloc: e.node.Allocatable, together: e.node.Together, togetherEver: e.node.TogetherEver}
 		e.group.count(e.m.free, 1)
 		b.markDirty(e.group)
 	}
@@ -480,7 +487,9 @@ func (b *Builder) groupKey(n Node) string {
 }
 
 func nodeEqual(a, b Node) bool {
-	return a.Name == b.Name && a.Unschedulable == b.Unschedulable && a.DRA == b.DRA &&
+	// A joint check reads its pool, which may change with the same
+	// counts (another placement allocated).
+	return a.Together == nil && b.Together == nil && a.TogetherEver == nil && b.TogetherEver == nil && a.Name == b.Name && a.Unschedulable == b.Unschedulable && a.DRA == b.DRA &&
 		maps.Equal(a.Labels, b.Labels) && maps.Equal(a.Allocatable, b.Allocatable) && maps.Equal(a.Allocated, b.Allocated) &&
 		slices.EqualFunc(a.Taints, b.Taints, func(x, y corev1.Taint) bool {
 			return x.Key == y.Key && x.Value == y.Value && x.Effect == y.Effect

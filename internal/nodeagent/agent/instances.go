@@ -144,3 +144,37 @@ func (c *instanceCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 }
+
+var makeableDesc = prometheus.NewDesc("migflex_agent_dynamic_free_devices",
+	"On a node whose DRA driver serves dynamic mode: how many devices of the resource (nvidia.com/mig-<profile>, nvidia.com/gpu) the node can still make, each resource alone (the placements the GPUs' counters leave once the claims allocated or prepared on it have taken theirs); 0 where none can be made now. No series on other nodes.",
+	[]string{"node", "resource"}, nil)
+
+// makeable is a Server that can say what a dynamic node can still make
+// (draserver.Server).
+type makeable interface {
+	Makeable() (free map[string]int64, ok bool)
+}
+
+// makeableCollector serves migflex_agent_dynamic_free_devices, read from
+// the server at scrape time: no series outlives a resource the node no
+// longer offers, and nothing is kept between scrapes.
+type makeableCollector struct {
+	srv  Server
+	node string
+}
+
+func (c makeableCollector) Describe(ch chan<- *prometheus.Desc) { ch <- makeableDesc }
+
+func (c makeableCollector) Collect(ch chan<- prometheus.Metric) {
+	m, can := c.srv.(makeable)
+	if !can {
+		return
+	}
+	free, ok := m.Makeable()
+	if !ok {
+		return
+	}
+	for _, r := range slices.Sorted(maps.Keys(free)) {
+		ch <- prometheus.MustNewConstMetric(makeableDesc, prometheus.GaugeValue, float64(free[r]), c.node, r)
+	}
+}

@@ -259,3 +259,56 @@ func waitInstanceHolders(t *testing.T, n *node, r *agentRun, held map[string][]s
 		time.Sleep(pollInterval) // polling a gauge nothing signals
 	}
 }
+
+// dynamicServer is a DRA server in dynamic mode: free is what the node can
+// still make, ok false once it falls back to static.
+type dynamicServer struct {
+	nopServer
+	free map[string]int64
+	ok   bool
+}
+
+func (s *dynamicServer) Makeable() (map[string]int64, bool) { return s.free, s.ok }
+
+// What a dynamic node can still make is read at scrape time: a series per
+// resource, 0 included; none once the server has nothing to say (static
+// mode), and none from a server that cannot say (the device plugin).
+func TestMakeableSeries(t *testing.T) {
+	srv := &dynamicServer{ok: true, free: map[string]int64{"nvidia.com/mig-1g.10gb": 6, "nvidia.com/mig-4g.40gb": 0, "nvidia.com/gpu": 0}}
+	series := func(srv Server) []string {
+		t.Helper()
+		reg := prometheus.NewRegistry()
+		if _, err := newMetrics(reg, srv, "node-a", "dra"); err != nil {
+			t.Fatal(err)
+		}
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, mf := range mfs {
+			if mf.GetName() != "migflex_agent_dynamic_free_devices" {
+				continue
+			}
+			for _, s := range mf.GetMetric() {
+				l := map[string]string{}
+				for _, p := range s.GetLabel() {
+					l[p.GetName()] = p.GetValue()
+				}
+				out = append(out, l["node"]+" "+l["resource"]+" "+strconv.FormatFloat(s.GetGauge().GetValue(), 'g', -1, 64))
+			}
+		}
+		return out
+	}
+	want := []string{"node-a nvidia.com/gpu 0", "node-a nvidia.com/mig-1g.10gb 6", "node-a nvidia.com/mig-4g.40gb 0"}
+	if diff := cmp.Diff(want, series(srv)); diff != "" {
+		t.Errorf("dynamic node (-want +got):\n%s", diff)
+	}
+	srv.ok = false
+	if got := series(srv); got != nil {
+		t.Errorf("fallen back to static: %v, want no series", got)
+	}
+	if got := series(nopServer{}); got != nil {
+		t.Errorf("a server that cannot say: %v, want no series", got)
+	}
+}

@@ -111,7 +111,7 @@ func newMetrics(reg prometheus.Registerer, srv Server, node, serving string) (*m
 		}, []string{"call"}),
 	}
 	m.setState("")
-	for _, c := range []prometheus.Collector{m.reconciles, m.duration, m.errors, m.state, m.writes, m.allocatable, m.callTimeouts, deviceCollector{srv, &m.inUse}, m.instances} {
+	for _, c := range []prometheus.Collector{m.reconciles, m.duration, m.errors, m.state, m.writes, m.allocatable, m.callTimeouts, deviceCollector{srv, &m.inUse}, m.instances, makeableCollector{srv, node}} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering agent metrics: %w", err)
 		}

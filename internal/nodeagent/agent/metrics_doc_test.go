@@ -7,8 +7,13 @@ import (
 	"github.com/migflex/migflex/internal/testsupport/metricsdoc"
 )
 
-// oneDevice serves one healthy device.
+// oneDevice serves one healthy device, and says what a dynamic node can
+// still make.
 type oneDevice struct{ nopServer }
+
+func (oneDevice) Makeable() (map[string]int64, bool) {
+	return map[string]int64{resource1g: 6}, true
+}
 
 func (oneDevice) Served() map[string]map[string]bool {
 	return map[string]map[string]bool{resource1g: {"MIG-0": true}}

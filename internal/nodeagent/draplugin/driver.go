@@ -79,7 +79,10 @@ type Driver struct {
 	offered  map[string]dra.OfferedDevice
 	adopted  []adoptedInstance
 	repaired bool
-	changed  chan struct{} // closed and replaced on every publication
+	// allocated are the devices each API claim (by UID) has allocated
+	// in this pool, prepared or not (ClaimEvents): use to steer by.
+	allocated map[string][]string
+	changed   chan struct{} // closed and replaced on every publication
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -104,6 +107,7 @@ func Start(ctx context.Context, opts Options) (*Driver, error) {
 		logger: klog.FromContext(ctx).WithName("dra"), fatal: make(chan error, 1),
 		byName: map[string]dra.Device{}, draining: map[string]bool{}, changed: make(chan struct{}),
 		policy: opts.Unhealthy, sliceChanges: make(chan struct{}, 1), mode: opts.Mode,
+		allocated: map[string][]string{},
 	}
 	if d.policy == UnhealthyAuto {
 		d.policy = dra.UnhealthyTaint
@@ -280,7 +284,7 @@ func (d *Driver) publishLocked() error {
 	var res resourceslice.DriverResources
 	var err error
 	if d.mode == ModeDynamic {
-		res, err = dra.DynamicResources(d.opts.NodeName, dra.Steer(d.visibleOffersLocked(), d.inUseLocked()), d.unhealthy, d.policy)
+		res, err = dra.DynamicResources(d.opts.NodeName, d.steeredOffersLocked(), d.unhealthy, d.policy)
 	} else {
 		visible := slices.DeleteFunc(slices.Clone(d.devices), func(dev dra.Device) bool { return d.draining[dev.UUID] })
 		res, err = dra.Resources(d.opts.NodeName, visible, d.unhealthy, d.policy)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -14,11 +15,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	resourceapply "k8s.io/client-go/applyconfigurations/resource/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 
 	"github.com/migflex/migflex/internal/domain/dra"
 	"github.com/migflex/migflex/internal/domain/mig"
+	"github.com/migflex/migflex/internal/domain/schedview"
 )
 
 // ReasonDynamicUnavailable is the reason of the Node Event the driver
@@ -135,30 +138,61 @@ func (d *Driver) repairLocked(gpus []mig.GPU) bool {
 	return destroyed
 }
 
-// visibleOffersLocked are the offers less the GPUs draining and, on a GPU
-// with adopted instances, the devices they overlap and the whole GPU.
-func (d *Driver) visibleOffersLocked() []dra.Offer {
-	out := make([]dra.Offer, 0, len(d.offers))
+// steeredOffersLocked are the offers in the order their use steers to
+// (dra.Steer), less the GPUs draining and, on a GPU with adopted
+// instances, the devices they overlap and the whole GPU. An adopted
+// instance is use like a claim's: steered around, not just withheld, so a
+// GPU holding one is filled before a free one and its free placements are
+// ranked beside it. Steer only reorders, so withholding after it leaves
+// the order of the rest as steering on what is visible would.
+func (d *Driver) steeredOffersLocked() []dra.Offer {
+	offers := make([]dra.Offer, 0, len(d.offers))
 	for _, o := range d.offers {
-		if d.draining[o.GPUUUID] {
-			continue
+		if !d.draining[o.GPUUUID] {
+			offers = append(offers, o)
 		}
-		o.Devices = slices.DeleteFunc(slices.Clone(o.Devices), func(dev dra.OfferedDevice) bool {
+	}
+	inUse := d.inUseLocked()
+	for _, a := range d.adopted {
+		if name := placementOf(offers, a); name != "" {
+			inUse[name] = true
+		}
+	}
+	out := dra.Steer(offers, inUse)
+	for i, o := range out {
+		out[i].Devices = slices.DeleteFunc(slices.Clone(o.Devices), func(dev dra.OfferedDevice) bool {
 			return slices.ContainsFunc(d.adopted, func(a adoptedInstance) bool {
 				return a.gpu == o.GPUIndex && (!dev.MIG || overlaps(dev.Start, dev.Size, a.inst.Start, a.inst.Size))
 			})
 		})
-		out = append(out, o)
 	}
 	return out
 }
 
+// placementOf names the offered device at the adopted instance's
+// placement; "" when none is offered (a profile the model table lacks).
+func placementOf(offers []dra.Offer, a adoptedInstance) string {
+	for _, o := range offers {
+		if o.GPUIndex != a.gpu {
+			continue
+		}
+		for _, dev := range o.Devices {
+			if dev.MIG && dev.Profile == a.inst.Profile && dev.Start == a.inst.Start {
+				return dev.Name
+			}
+		}
+	}
+	return ""
+}
+
 func overlaps(s1, n1, s2, n2 int) bool { return s1 < s2+n2 && s2 < s1+n1 }
 
-// inUseLocked names the devices of the prepared claims: the use the
-// published order is steered by (dra.Steer). A claim allocated and not yet
-// prepared is the scheduler's own to count (its allocator skips devices
-// allocated and counters consumed); the order catches up at its Prepare.
+// inUseLocked names the devices the published order is steered by
+// (dra.Steer): those of the prepared claims, and those the API's claims
+// have allocated in this pool and the kubelet has not prepared yet
+// (ClaimEvents). The scheduler counts the latter itself (its allocator
+// skips allocated devices and their counters), but the order it walks
+// for the next claim is best only if it was steered around them too.
 func (d *Driver) inUseLocked() map[string]bool {
 	out := map[string]bool{}
 	for _, pc := range d.prepared {
@@ -166,13 +200,18 @@ func (d *Driver) inUseLocked() map[string]bool {
 			out[dev.Name] = true
 		}
 	}
+	for _, names := range d.allocated {
+		for _, name := range names {
+			out[name] = true
+		}
+	}
 	return out
 }
 
-// steerLocked republishes dynamic mode's devices after the prepared claims
-// changed, in the order their new use steers to. A failure leaves the
-// last order published, which still offers every device: it is logged
-// only, and the claim's Prepare or Unprepare stands.
+// steerLocked republishes dynamic mode's devices after their use changed,
+// in the order the new use steers to. A failure leaves the last order
+// published, which still offers every device: it is logged only, and the
+// claim's Prepare or Unprepare stands.
 func (d *Driver) steerLocked(logger klog.Logger, cause string) {
 	if d.mode != ModeDynamic || !d.started {
 		return
@@ -182,6 +221,59 @@ func (d *Driver) steerLocked(logger klog.Logger, cause string) {
 		return
 	}
 	logger.V(2).Info("Republished the devices in the order their use steers to", "cause", cause)
+}
+
+// ClaimEvents is the handler of an informer on the API's ResourceClaims
+// (the agent's, which its busy check reads): it keeps the devices each
+// claim has allocated in this driver's pool, and republishes in dynamic
+// mode when that changes the use the order is steered by. A claim's
+// allocation seen before its Prepare steers at once; its Prepare then
+// changes no use and writes nothing, and neither does any event of a
+// claim elsewhere, a repeated one, or the informer's resync.
+func (d *Driver) ClaimEvents() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { d.claimSeen(obj, false) },
+		UpdateFunc: func(_, obj any) { d.claimSeen(obj, false) },
+		DeleteFunc: func(obj any) { d.claimSeen(obj, true) },
+	}
+}
+
+func (d *Driver) claimSeen(obj any, gone bool) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	c, ok := obj.(*resourceapi.ResourceClaim)
+	if !ok {
+		return
+	}
+	var names []string
+	if !gone && c.Status.Allocation != nil {
+		for _, r := range c.Status.Allocation.Devices.Results {
+			if r.Driver == d.opts.DriverName && r.Pool == d.opts.NodeName && (r.AdminAccess == nil || !*r.AdminAccess) {
+				names = append(names, r.Device)
+			}
+		}
+	}
+	uid := string(c.UID)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if slices.Equal(d.allocated[uid], names) {
+		return
+	}
+	before := d.inUseLocked()
+	if len(names) == 0 {
+		delete(d.allocated, uid)
+	} else {
+		d.allocated[uid] = names
+	}
+	if maps.Equal(before, d.inUseLocked()) {
+		return
+	}
+	cause := "claim allocated"
+	if len(names) == 0 {
+		cause = "claim released"
+	}
+	d.steerLocked(d.logger.WithValues("claim", klog.KObj(c)), cause)
 }
 
 // prepareDynamicLocked prepares c in dynamic mode: for each allocated
@@ -458,4 +550,34 @@ func (d *Driver) recordEvent(ctx context.Context, typ, reason, msg string) {
 	if _, err := d.opts.KubeClient.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, e, metav1.CreateOptions{}); err != nil {
 		d.logger.Error(err, "Recording an Event on the Node failed", "reason", reason)
 	}
+}
+
+// Makeable is, in dynamic mode, how many devices of each profile the node
+// can still make, each profile alone, whole GPUs under "" and zero counts
+// included: schedview's reading of the pool as last published (what the
+// scheduler sees) with the devices in use taken (the claims allocated in
+// it and those prepared), the count the webhook and kubectl migflex give.
+// ok is false in static mode and before the first publication. It reads
+// under the driver's lock and writes nothing: a metrics scrape builds the
+// series from it, so none outlives a profile or a node.
+func (d *Driver) Makeable() (free map[string]int64, ok bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.mode != ModeDynamic || !d.started {
+		return nil, false
+	}
+	pool := d.published.Pools[d.opts.NodeName]
+	sl := make([]*resourceapi.ResourceSlice, 0, len(pool.Slices))
+	for _, s := range pool.Slices {
+		sl = append(sl, &resourceapi.ResourceSlice{Spec: resourceapi.ResourceSliceSpec{
+			Driver: d.opts.DriverName, Pool: resourceapi.ResourcePool{Name: d.opts.NodeName},
+			Devices: s.Devices, SharedCounters: s.SharedCounters,
+		}})
+	}
+	used := &resourceapi.ResourceClaim{Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{}}}
+	for _, name := range slices.Sorted(maps.Keys(d.inUseLocked())) {
+		used.Status.Allocation.Devices.Results = append(used.Status.Allocation.Devices.Results,
+			resourceapi.DeviceRequestAllocationResult{Driver: d.opts.DriverName, Pool: d.opts.NodeName, Device: name})
+	}
+	return schedview.NewPool(d.opts.NodeName, sl, []*resourceapi.ResourceClaim{used}).FreeEveryProfile(), true
 }

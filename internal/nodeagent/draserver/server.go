@@ -206,6 +206,32 @@ func (s *Server) Served() map[string]map[string]bool {
 	return out
 }
 
+// Makeable is, on a driver serving dynamic mode, how many devices of
+// each extended resource (nvidia.com/mig-<profile>, nvidia.com/gpu) the
+// node can still make, each alone, zero counts included; ok is false
+// otherwise (static mode, or a driver that cannot say).
+func (s *Server) Makeable() (free map[string]int64, ok bool) {
+	d, can := s.opts.Driver.(interface {
+		Makeable() (map[string]int64, bool)
+	})
+	if !can {
+		return nil, false
+	}
+	byProfile, ok := d.Makeable()
+	if !ok {
+		return nil, false
+	}
+	free = make(map[string]int64, len(byProfile))
+	for profile, n := range byProfile {
+		r := string(resourcename.GPU)
+		if profile != "" {
+			r = string(resourcename.MIG(profile))
+		}
+		free[r] += n
+	}
+	return free, true
+}
+
 // Devices are the published layout's devices, draining ones included
 // (State, for Holders).
 func (s *Server) Devices() []dra.Device {

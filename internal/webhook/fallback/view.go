@@ -31,20 +31,22 @@ type eligibleGroup struct {
 // fits reports whether one eligible node has at least need[t] free devices
 // of every type t in need.
 func (v *view) fits(need map[corev1.ResourceName]int64) bool {
-	return v.covered(need, v.free, (*schedview.Group).MaxFree, (*schedview.Member).Free)
+	return v.covered(need, v.free, (*schedview.Group).MaxFree, (*schedview.Member).Fits)
 }
 
 // fitsAllocatable reports whether one eligible node has at least need[t]
-// allocatable devices of every type t in need, used or not.
+// allocatable devices of every type t in need, used or not, and on a
+// dynamic DRA node could make them together.
 func (v *view) fitsAllocatable(need map[corev1.ResourceName]int64) bool {
-	return v.covered(need, v.most, (*schedview.Group).MaxAllocatable, (*schedview.Member).Allocatable)
+	return v.covered(need, v.most, (*schedview.Group).MaxAllocatable, (*schedview.Member).Holds)
 }
 
-// covered reports whether one eligible node's counts (of member) cover
-// need; most and ofGroup are the most on one node, over the view and over
-// a group.
+// covered reports whether one eligible node covers need (member: by its
+// counts and, on a dynamic DRA node, by what its pool serves together);
+// most and ofGroup are the most on one node, over the view and over a
+// group.
 func (v *view) covered(need, most map[corev1.ResourceName]int64,
-	ofGroup func(*schedview.Group) map[corev1.ResourceName]int64, of func(*schedview.Member) map[corev1.ResourceName]int64) bool {
+	ofGroup func(*schedview.Group) map[corev1.ResourceName]int64, member func(*schedview.Member, map[corev1.ResourceName]int64) bool) bool {
 	if len(need) == 1 {
 		// The most on one node decides, without visiting nodes.
 		for t, n := range need {
@@ -62,7 +64,7 @@ func (v *view) covered(need, most map[corev1.ResourceName]int64,
 			members = e.g.Members()
 		}
 		for _, m := range members {
-			if covers(of(m), need) {
+			if member(m, need) {
 				return true
 			}
 		}
