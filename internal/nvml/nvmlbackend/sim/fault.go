@@ -253,6 +253,21 @@ func (f Fault) check(gpus int, fromConfig bool) (faultPlan, error) {
 	if f.Kind != FaultOOM {
 		notFor("mib", f.MiB != 0)
 	}
+	// onlyCallSite refuses what only errors, hangs, storms and losses
+	// take: a reboot or an OOM has a call site (call, gpu, nth) and no
+	// more.
+	onlyCallSite := func() {
+		notFor("times", f.Times != 0)
+		notFor("always", f.Always)
+		notFor("return", f.Return != "")
+		notFor("duration", f.Duration != 0)
+		notFor("xid", f.Xid != 0)
+		notFor("gi", f.GI != nil)
+		notFor("ci", f.CI != nil)
+		notFor("events", f.Events != 0)
+		notFor("interval", f.Interval != 0)
+		notFor("permanent", f.Permanent)
+	}
 	switch f.Kind {
 	case FaultError, FaultHang:
 		if f.Call == "" {
@@ -313,16 +328,7 @@ func (f Fault) check(gpus int, fromConfig bool) (faultPlan, error) {
 			bad("a storm in the simulator config needs call: one that fires at start is over before anything watches; inject it with `device-plugin sim fault` instead")
 		}
 	case FaultReboot:
-		notFor("times", f.Times != 0)
-		notFor("always", f.Always)
-		notFor("return", f.Return != "")
-		notFor("duration", f.Duration != 0)
-		notFor("xid", f.Xid != 0)
-		notFor("gi", f.GI != nil)
-		notFor("ci", f.CI != nil)
-		notFor("events", f.Events != 0)
-		notFor("interval", f.Interval != 0)
-		notFor("permanent", f.Permanent)
+		onlyCallSite()
 		if fromConfig && f.Call == "" {
 			bad("a reboot in the simulator config needs call: one at start would reboot the node at every start; reboot it with `device-plugin sim reboot` instead")
 		}
@@ -330,16 +336,7 @@ func (f Fault) check(gpus int, fromConfig bool) (faultPlan, error) {
 		if f.Call == "" {
 			bad("a fault of kind %s needs call: one of %s", f.Kind, joinNames(CallSites))
 		}
-		notFor("times", f.Times != 0)
-		notFor("always", f.Always)
-		notFor("return", f.Return != "")
-		notFor("duration", f.Duration != 0)
-		notFor("xid", f.Xid != 0)
-		notFor("gi", f.GI != nil)
-		notFor("ci", f.CI != nil)
-		notFor("events", f.Events != 0)
-		notFor("interval", f.Interval != 0)
-		notFor("permanent", f.Permanent)
+		onlyCallSite()
 		if f.MiB < 1 || f.MiB > MaxOOMMiB {
 			bad("mib %d: an OOM fault allocates 1 to %d MiB", f.MiB, MaxOOMMiB)
 		}
