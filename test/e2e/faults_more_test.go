@@ -150,9 +150,19 @@ func TestFaultCDIDirReadOnly(t *testing.T) {
 	_, layout := n.applyLayouts(t, draLayout)
 	ns := cluster.Namespace(t)
 	n.runHolder(t, ns, "holder", "3g.40gb")
-	inv := n.Invariants(t)
-	if len(inv.Held()) != 1 {
-		t.Fatalf("the agent of %s reports the holders %v, want pod %s/holder", n.NodeName, inv.Held(), ns)
+	// The agent names a claim's pod in its layout a moment after the pod
+	// runs: the snapshot must have it.
+	var inv *framework.Invariants
+	err := framework.WaitFor(ctx, "the agent of "+n.NodeName+" to report pod "+ns+"/holder", timeout, func(ctx context.Context) (bool, error) {
+		got, err := n.TakeInvariants(ctx, timeout)
+		if err != nil {
+			return false, err
+		}
+		inv = got
+		return len(got.Held()) == 1, nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	dir := n.Local().CDIDir
 	files := func() []string {
