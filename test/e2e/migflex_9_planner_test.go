@@ -324,13 +324,23 @@ func leader(ctx context.Context) (string, error) {
 
 // signalPlanner sends sig to the planner process of pod: SIGKILL as a
 // crash or an OOM kill would (no chance to release its Lease), SIGSTOP and
-// SIGCONT to pause it past its Lease and let it go on. The cluster runs on
-// this host, so the process is one of ours to find.
+// SIGCONT to pause it past its Lease and let it go on.
 func signalPlanner(pod string, sig syscall.Signal) error {
+	pid, err := plannerPID(pod)
+	if err != nil {
+		return err
+	}
+	return syscall.Kill(pid, sig)
+}
+
+// plannerPID is the process ID of the planner of pod (its container's
+// current process). The cluster runs on this host, so the process is one
+// of ours to find.
+func plannerPID(pod string) (int, error) {
 	want := []byte("MIGFLEX_PLANNER_LEADER_ELECT_IDENTITY=" + pod + "\x00")
 	dirs, err := filepath.Glob("/proc/[0-9]*")
 	if err != nil {
-		return err
+		return 0, err
 	}
 	for _, d := range dirs {
 		cmd, err := os.ReadFile(filepath.Join(d, "cmdline"))
@@ -341,13 +351,9 @@ func signalPlanner(pod string, sig syscall.Signal) error {
 		if err != nil || !bytes.Contains(env, want) {
 			continue
 		}
-		pid, err := strconv.Atoi(filepath.Base(d))
-		if err != nil {
-			return err
-		}
-		return syscall.Kill(pid, sig)
+		return strconv.Atoi(filepath.Base(d))
 	}
-	return fmt.Errorf("no planner process of pod %s on this host", pod)
+	return 0, fmt.Errorf("no planner process of pod %s on this host", pod)
 }
 
 // scrape sums a metric's samples (all label sets matching the prefix of

@@ -128,7 +128,10 @@ func (d *Driver) finishLocked(pc dra.PreparedClaim) error {
 		reqs := requestsOf(pc)
 		ids, err := d.cdi.WriteClaim(uid, reqs)
 		if err != nil {
-			return err
+			// Named, so that the kubelet's FailedPrepareDynamicResources
+			// Event says what to fix (a CDI directory that is read-only
+			// or full), not only a path.
+			return fmt.Errorf("writing its CDI spec: %w", err)
 		}
 		// The first device of each request carries the request's CDI
 		// device, which gives the container all of the request's devices

@@ -176,6 +176,59 @@ func TestPrepareRefuses(t *testing.T) {
 	}
 }
 
+// TestPrepareCDIDirUnwritable: a CDI directory that takes no file
+// refuses Prepare with an error that names the claim and its CDI spec,
+// checkpoints nothing and leaves nothing behind; once the directory takes
+// files again the kubelet's retry prepares the claim. A file in the
+// directory's place stands for it (ENOTDIR stops root too, as the
+// immutable directory of the e2e TestFaultCDIDirReadOnly does).
+func TestPrepareCDIDirUnwritable(t *testing.T) {
+	_, discover := simGPUs(t)
+	c1 := allocated("ns", "c1", "p1", [2]string{"r", mig0})
+	d := newDirs(t)
+	drv := startDriver(t, fakeClient(c1), d, Options{})
+	if err := drv.Publish(discover(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(d.cdi); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(d.cdi, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	k := dialKubelet(t, d)
+	r := k.prepare(c1)["uid-c1"]
+	if want := "claim ns/c1: writing its CDI spec: "; !strings.Contains(r.GetError(), want) || len(r.GetDevices()) != 0 {
+		t.Fatalf("prepare with the CDI directory unwritable = %v; want an error containing %q", r, want)
+	}
+	if p := drv.Prepared(); len(p) != 0 {
+		t.Errorf("a claim without its CDI spec was checkpointed: %+v", p)
+	}
+	if err := os.Remove(d.cdi); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(d.cdi, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if r := k.prepare(c1)["uid-c1"]; r.GetError() != "" || len(r.GetDevices()) != 1 {
+		t.Fatalf("prepare once the directory is writable = %v; want the claim's device", r)
+	}
+	entries, err := os.ReadDir(d.cdi)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if diff := cmp.Diff([]string{"migflex.io-gpu_uid-c1.json"}, names); diff != "" {
+		t.Errorf("the CDI directory (-want +got):\n%s", diff)
+	}
+	if p := drv.Prepared(); len(p) != 1 || p[0].UID != "uid-c1" {
+		t.Errorf("prepared: %+v, want uid-c1", p)
+	}
+}
+
 // TestPrepareLogs: at the default verbosity a claim's Prepare and its
 // Unprepare are one line each, naming the claim, its devices and pods;
 // the kubelet's repeats of either add nothing there.

@@ -30,10 +30,10 @@ Commands:
   reboot                                    reboot the node: instances gone, pending modes applied
   fault --kind K [--call SITE] [--gpu N] [--nth N] [--times N | --always]
         [--return ERROR_X] [--duration D] [--xid N --events N [--interval D]
-        [--gi N [--ci N]]] [--permanent] [--name NAME]
+        [--gi N [--ci N]]] [--permanent] [--mib N] [--name NAME]
                                             arm a fault in the running simulator (see
                                             docs/MODELS.md, Faults): K is error, hang,
-                                            xidStorm, lost or reboot
+                                            xidStorm, lost, reboot or oom
   clear-faults [--name NAME]                disarm a fault, or all; a GPU it lost comes back
   faults                                    list the faults of the simulator on stateDir and
                                             what they did
@@ -96,6 +96,7 @@ func Sim(args []string, stdout, stderr io.Writer) int {
 		gi = f.Uint64("gi", uint64(sim.NoInstance), "GPU instance a storm's Xids are attributed to (default: the whole GPU)")
 		ci = f.Uint64("ci", uint64(sim.NoInstance), "compute instance in --gi a storm's Xids are attributed to")
 		f.BoolVar(&fault.Permanent, "permanent", false, "a lost GPU stays lost across reboots until the fault is cleared")
+		f.IntVar(&fault.MiB, "mib", 0, "the memory an oom fault allocates in the simulator's process, in MiB")
 	case "clear-faults":
 		fs.FlagSet.StringVar(&fault.Name, "name", "", "the fault to clear (default: all)")
 	case "show", "reset", "reboot", "faults":

@@ -197,6 +197,7 @@ func TestSimFaultCommands(t *testing.T) {
 		{[]string{"fault", "--kind", "xidStorm", "--gpu", "1", "--xid", "48", "--gi", "4294967296"}, 2, "must fit in 32 bits"},
 		{[]string{"fault", "--kind", "hang", "--call", "setMigMode", "--duration", "soon"}, 2, "invalid value"},
 		{[]string{"clear-faults", "--kind", "hang"}, 2, "flag provided but not defined: -kind"},
+		{[]string{"fault", "--kind", "oom", "--call", "setMigMode"}, 1, "mib 0: an OOM fault allocates 1 to 4096 MiB"},
 	} {
 		if code, _, errOut := cli(bad.args...); code != bad.code || !strings.Contains(errOut, bad.wantErr) {
 			t.Errorf("sim %v = %d, stderr:\n%s\nwant %d and %q", bad.args, code, errOut, bad.code, bad.wantErr)
@@ -231,4 +232,13 @@ func TestSimFaultCommands(t *testing.T) {
 		t.Fatalf("clear-faults = %d, stderr:\n%s", code, errOut)
 	}
 	testutil.Eventually(t, "the faults cleared", func() bool { return len(l.Faults()) == 0 && !l.Snapshot()[0].Lost })
+
+	// --mib reaches an oom fault.
+	if code, _, errOut := cli("fault", "--kind", "oom", "--call", "setMigMode", "--mib", "3", "--name", "hog"); code != 0 {
+		t.Fatalf("fault oom = %d, stderr:\n%s", code, errOut)
+	}
+	testutil.Eventually(t, "the oom fault armed", func() bool { return len(l.Faults()) == 1 })
+	if f := l.Faults()[0].Fault; f.Kind != sim.FaultOOM || f.MiB != 3 || f.Call != sim.CallSetMigMode {
+		t.Errorf("armed %+v, want an oom fault of 3 MiB at setMigMode", f)
+	}
 }

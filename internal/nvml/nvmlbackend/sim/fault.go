@@ -35,13 +35,21 @@ import (
 //     before the Nth call, which then runs on the rebooted GPUs (a stale
 //     instance handle answers ERROR_INVALID_ARGUMENT), as an agent that lived
 //     through the reboot would see it.
+//   - FaultOOM: the calling process allocates and touches MiB MiB (at most
+//     MaxOOMMiB) and keeps it until the fault is cleared, then the call
+//     runs. Under a memory limit below that (its container's cgroup) the
+//     kernel's OOM killer ends the process in the call, as an agent that
+//     runs out of memory in the middle of an apply; the bound keeps a
+//     process without such a limit, a test's, from taking the machine's
+//     memory.
 //
 // When: an error or a hang fires at a call site (Call), on the Nth call
 // there (default 1) and the Times-1 after it, or on every call from the
 // Nth with Always; a storm or a loss starts at once when armed, or with a
 // Call, at the Nth call there. With GPU set, only calls on that GPU count;
 // a storm's or a loss's GPU is also the GPU it happens to. A reboot fires
-// once, at once when armed or at the Nth call of its site.
+// once, at once when armed or at the Nth call of its site. An OOM fires
+// once, at the Nth call of its site.
 type Fault struct {
 	// Name identifies the fault in listings and for clearing; default
 	// "<kind>-<n>", n counting the faults armed.
@@ -73,6 +81,8 @@ type Fault struct {
 	// Permanent keeps a lost GPU lost across reboots, until the fault is
 	// cleared.
 	Permanent bool `json:"permanent,omitempty"`
+	// MiB is how much memory an OOM fault allocates, 1 to MaxOOMMiB.
+	MiB int `json:"mib,omitempty"`
 }
 
 // FaultKind is what a fault does.
@@ -84,10 +94,11 @@ const (
 	FaultXidStorm FaultKind = "xidStorm"
 	FaultLost     FaultKind = "lost"
 	FaultReboot   FaultKind = "reboot"
+	FaultOOM      FaultKind = "oom"
 )
 
 // FaultKinds are the kinds a Fault may have.
-var FaultKinds = []FaultKind{FaultError, FaultHang, FaultXidStorm, FaultLost, FaultReboot}
+var FaultKinds = []FaultKind{FaultError, FaultHang, FaultXidStorm, FaultLost, FaultReboot, FaultOOM}
 
 // CallSite names the simulated calls a fault can fire at.
 type CallSite string
@@ -125,6 +136,9 @@ const (
 	MaxStormEvents = 10000
 	// MaxStormInterval is the longest pause between a storm's Xids.
 	MaxStormInterval = time.Minute
+	// MaxOOMMiB is the most memory an OOM fault allocates: far above an
+	// agent's limit (256 MiB in the manifests), far below a node's memory.
+	MaxOOMMiB = 4096
 )
 
 // Duration is a time.Duration written as Go writes it ("250ms", "1m30s").
@@ -236,6 +250,24 @@ func (f Fault) check(gpus int, fromConfig bool) (faultPlan, error) {
 	if f.Always && f.Times != 0 {
 		bad("times %d and always: choose one", f.Times)
 	}
+	if f.Kind != FaultOOM {
+		notFor("mib", f.MiB != 0)
+	}
+	// onlyCallSite refuses what only errors, hangs, storms and losses
+	// take: a reboot or an OOM has a call site (call, gpu, nth) and no
+	// more.
+	onlyCallSite := func() {
+		notFor("times", f.Times != 0)
+		notFor("always", f.Always)
+		notFor("return", f.Return != "")
+		notFor("duration", f.Duration != 0)
+		notFor("xid", f.Xid != 0)
+		notFor("gi", f.GI != nil)
+		notFor("ci", f.CI != nil)
+		notFor("events", f.Events != 0)
+		notFor("interval", f.Interval != 0)
+		notFor("permanent", f.Permanent)
+	}
 	switch f.Kind {
 	case FaultError, FaultHang:
 		if f.Call == "" {
@@ -296,18 +328,17 @@ func (f Fault) check(gpus int, fromConfig bool) (faultPlan, error) {
 			bad("a storm in the simulator config needs call: one that fires at start is over before anything watches; inject it with `device-plugin sim fault` instead")
 		}
 	case FaultReboot:
-		notFor("times", f.Times != 0)
-		notFor("always", f.Always)
-		notFor("return", f.Return != "")
-		notFor("duration", f.Duration != 0)
-		notFor("xid", f.Xid != 0)
-		notFor("gi", f.GI != nil)
-		notFor("ci", f.CI != nil)
-		notFor("events", f.Events != 0)
-		notFor("interval", f.Interval != 0)
-		notFor("permanent", f.Permanent)
+		onlyCallSite()
 		if fromConfig && f.Call == "" {
 			bad("a reboot in the simulator config needs call: one at start would reboot the node at every start; reboot it with `device-plugin sim reboot` instead")
+		}
+	case FaultOOM:
+		if f.Call == "" {
+			bad("a fault of kind %s needs call: one of %s", f.Kind, joinNames(CallSites))
+		}
+		onlyCallSite()
+		if f.MiB < 1 || f.MiB > MaxOOMMiB {
+			bad("mib %d: an OOM fault allocates 1 to %d MiB", f.MiB, MaxOOMMiB)
 		}
 	case "":
 		bad("kind is required: one of %s", joinNames(FaultKinds))
@@ -372,6 +403,8 @@ func (f Fault) String() string {
 		if f.Permanent {
 			b.WriteString(" (permanent)")
 		}
+	case FaultOOM:
+		fmt.Fprintf(&b, " of %d MiB", f.MiB)
 	}
 	if f.Call != "" {
 		nth := max(f.Nth, 1)

@@ -37,6 +37,9 @@ type FaultStatus struct {
 	Hanging int `json:"hanging,omitempty"`
 	// XidsSent counts the Xids a storm raised so far.
 	XidsSent int `json:"xidsSent,omitempty"`
+	// HeldMiB is the memory an OOM fault allocated and holds (the process
+	// lived through it).
+	HeldMiB int `json:"heldMiB,omitempty"`
 	// Done: it fires no more (a storm may still be raising Xids).
 	Done bool `json:"done"`
 }
@@ -50,12 +53,15 @@ type armedFault struct {
 	hanging int
 	sent    int
 	done    bool
+	// held is an OOM fault's memory, kept referenced until the fault is
+	// cleared.
+	held [][]byte
 	// cleared is closed when the fault is cleared: hangs end, storms stop.
 	cleared chan struct{}
 }
 
 func (a *armedFault) status() FaultStatus {
-	return FaultStatus{Fault: a.Fault, Source: a.source, Calls: a.calls, Fired: a.fired, Hanging: a.hanging, XidsSent: a.sent, Done: a.done}
+	return FaultStatus{Fault: a.Fault, Source: a.source, Calls: a.calls, Fired: a.fired, Hanging: a.hanging, XidsSent: a.sent, HeldMiB: len(a.held), Done: a.done}
 }
 
 // faultSet is a simulator's armed faults. Its lock is its own and never
@@ -208,6 +214,7 @@ func (l *Lib) ClearFaults(name string) (int, error) {
 			return false
 		}
 		close(a.cleared)
+		a.held = nil // an OOM fault's memory goes back
 		n++
 		return true
 	})
@@ -268,7 +275,7 @@ func (l *Lib) callFault(site CallSite, gpu int) nvml.Return {
 	}
 	fs.mu.Lock()
 	ret := nvml.SUCCESS
-	var hangs, fire []*armedFault
+	var hangs, hogs, fire []*armedFault
 	counted := false
 	for _, a := range fs.list {
 		if a.done || a.Call != site || !a.gpuMatches(gpu) {
@@ -292,6 +299,8 @@ func (l *Lib) callFault(site CallSite, gpu int) nvml.Return {
 		case FaultHang:
 			a.hanging++
 			hangs = append(hangs, a)
+		case FaultOOM:
+			hogs = append(hogs, a)
 		default:
 			fire = append(fire, a)
 		}
@@ -302,6 +311,9 @@ func (l *Lib) callFault(site CallSite, gpu int) nvml.Return {
 	fs.mu.Unlock()
 	for _, a := range hangs {
 		fs.hang(a)
+	}
+	for _, a := range hogs {
+		fs.hog(a)
 	}
 	for _, a := range fire {
 		l.fire(a)
@@ -323,6 +335,33 @@ func (fs *faultSet) hang(a *armedFault) {
 	a.hanging--
 	fs.saveLocked()
 	fs.mu.Unlock()
+}
+
+// hog allocates a's MiB a MiB at a time, touching every page so that it
+// is resident (charged to the process's memory cgroup), not only
+// reserved, and keeps it referenced until a is cleared. The Go runtime
+// cannot hand back memory that is referenced, so a limit below it binds:
+// the OOM killer ends the process here. A process that lives through it
+// lists the memory held.
+func (fs *faultSet) hog(a *armedFault) {
+	page := os.Getpagesize()
+	held := make([][]byte, 0, a.MiB)
+	for range a.MiB {
+		b := make([]byte, 1<<20)
+		for i := 0; i < len(b); i += page {
+			b[i] = 1
+		}
+		held = append(held, b)
+	}
+	fs.mu.Lock()
+	select {
+	case <-a.cleared: // cleared meanwhile: nothing to hold
+	default:
+		a.held = held
+	}
+	fs.saveLocked()
+	fs.mu.Unlock()
+	logger().Info("Simulator fault holds memory", "fault", a.Name, "mib", len(held))
 }
 
 // fire starts a storm, loses a GPU or reboots the node.

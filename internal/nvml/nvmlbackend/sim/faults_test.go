@@ -2,6 +2,9 @@ package sim_test
 
 import (
 	"errors"
+	"os"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
@@ -49,7 +52,7 @@ func TestFaultValidation(t *testing.T) {
 		{"reboot now", sim.Fault{Kind: sim.FaultReboot}, "a reboot in the simulator config needs call", true},
 		{"reboot with times", sim.Fault{Kind: sim.FaultReboot, Call: sim.CallSetMigMode, Times: 2}, "times does not apply to a fault of kind reboot", false},
 		{"reboot with a return", sim.Fault{Kind: sim.FaultReboot, Call: sim.CallSetMigMode, Return: "ERROR_UNKNOWN"}, "return does not apply to a fault of kind reboot", false},
-		{"no kind", sim.Fault{Call: sim.CallSetMigMode}, "kind is required: one of error, hang, xidStorm, lost, reboot", false},
+		{"no kind", sim.Fault{Call: sim.CallSetMigMode}, "kind is required: one of error, hang, xidStorm, lost, reboot, oom", false},
 		{"unknown kind", sim.Fault{Kind: "explode", Call: sim.CallSetMigMode}, `kind "explode"`, false},
 		{"unknown call", sim.Fault{Kind: sim.FaultError, Call: "createInstance"}, `call "createInstance": want one of createGpuInstance, `, false},
 		{"error without call", sim.Fault{Kind: sim.FaultError}, "a fault of kind error needs call", false},
@@ -70,6 +73,13 @@ func TestFaultValidation(t *testing.T) {
 		{"storm without events", sim.Fault{Kind: sim.FaultXidStorm, GPU: intp(0), Call: sim.CallSetMigMode, Xid: 48}, "events 0: a storm raises 1 to 10000 Xids", false},
 		{"storm too slow", sim.Fault{Kind: sim.FaultXidStorm, GPU: intp(0), Call: sim.CallSetMigMode, Xid: 48, Events: 2, Interval: dur("2m")}, "interval 2m0s", false},
 		{"storm ci without gi", sim.Fault{Kind: sim.FaultXidStorm, GPU: intp(0), Call: sim.CallSetMigMode, Xid: 48, Events: 2, CI: u32p(0)}, "ci 0 needs gi", false},
+		{"oom", sim.Fault{Kind: sim.FaultOOM, Call: sim.CallCreateGpuInstance, GPU: intp(1), Nth: 3, MiB: 512}, "", false},
+		{"oom without call", sim.Fault{Kind: sim.FaultOOM, MiB: 512}, "a fault of kind oom needs call", false},
+		{"oom without mib", sim.Fault{Kind: sim.FaultOOM, Call: sim.CallSetMigMode}, "mib 0: an OOM fault allocates 1 to 4096 MiB", false},
+		{"oom too big", sim.Fault{Kind: sim.FaultOOM, Call: sim.CallSetMigMode, MiB: 4097}, "mib 4097", false},
+		{"oom with times", sim.Fault{Kind: sim.FaultOOM, Call: sim.CallSetMigMode, MiB: 1, Times: 2}, "times does not apply to a fault of kind oom", false},
+		{"oom always", sim.Fault{Kind: sim.FaultOOM, Call: sim.CallSetMigMode, MiB: 1, Always: true}, "always does not apply to a fault of kind oom", false},
+		{"mib on an error", sim.Fault{Kind: sim.FaultError, Call: sim.CallSetMigMode, MiB: 1}, "mib does not apply to a fault of kind error", false},
 		{"name with a space", sim.Fault{Name: "my fault", Kind: sim.FaultError, Call: sim.CallSetMigMode}, `name "my fault"`, false},
 	}
 	for _, tc := range tests {
@@ -685,4 +695,72 @@ func TestRebootFault(t *testing.T) {
 			t.Errorf("after the third create (-want +got):\n%s", diff)
 		}
 	})
+}
+
+// TestOOMFault: an OOM fault allocates its memory at the Nth call of its
+// site, resident (every page touched: the process's resident set grows by
+// it, which is what a memory cgroup charges), holds it until it is
+// cleared, and lets the call run; it fires once. Under a limit below it
+// the kernel would end the process there (TestFaultAgentOOMKilled shows
+// it on the cluster).
+func TestOOMFault(t *testing.T) {
+	const mib = 64
+	l := newLib(t, gpu("H100-SXM5-80GB"))
+	enableMIG(t, l, 0)
+	if _, err := l.ArmFault(sim.Fault{Name: "oom", Kind: sim.FaultOOM, Call: sim.CallCreateGpuInstance, Nth: 2, MiB: mib}); err != nil {
+		t.Fatal(err)
+	}
+	if ret := createFirstFit(t, l, 0); ret != nvml.SUCCESS {
+		t.Fatalf("first create = %v", ret)
+	}
+	if st := l.Faults()[0]; st.Fired != 0 || st.HeldMiB != 0 {
+		t.Fatalf("after the first create: %+v, want nothing fired or held", st)
+	}
+	// The baseline with as little garbage resident as the runtime can
+	// manage, so that only memory the fault touched can raise it by mib.
+	runtime.GC()
+	debug.FreeOSMemory()
+	before := residentMiB(t)
+	if ret := createFirstFit(t, l, 0); ret != nvml.SUCCESS {
+		t.Fatalf("the create the fault fired at = %v, want it to run", ret)
+	}
+	grew := residentMiB(t) - before
+	if st := l.Faults()[0]; st.Fired != 1 || !st.Done || st.HeldMiB != mib {
+		t.Errorf("listing %+v, want fired once, done, %d MiB held", st, mib)
+	}
+	if grew < mib*9/10 {
+		t.Errorf("the resident set grew by %d MiB, want about %d: the fault's memory is not touched", grew, mib)
+	}
+	if ret := createFirstFit(t, l, 0); ret != nvml.SUCCESS {
+		t.Fatalf("third create = %v", ret)
+	}
+	if st := l.Faults()[0]; st.Fired != 1 || st.HeldMiB != mib {
+		t.Errorf("after a third create: %+v, want it fired once, %d MiB held", st, mib)
+	}
+	if _, err := l.ClearFaults("oom"); err != nil {
+		t.Fatal(err)
+	}
+	if st := l.Faults(); len(st) != 0 {
+		t.Errorf("after clearing: %+v", st)
+	}
+}
+
+// residentMiB is this process's resident set (VmRSS), in MiB.
+func residentMiB(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skipf("no /proc/self/status to measure memory with: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			if err != nil {
+				t.Fatalf("VmRSS %q: %v", v, err)
+			}
+			return kb / 1024
+		}
+	}
+	t.Fatal("/proc/self/status has no VmRSS")
+	return 0
 }

@@ -1,0 +1,392 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/migflex/migflex/test/e2e/framework"
+)
+
+// More of the fault suite (docs/RELIABILITY.md): faults that need more
+// than a signal or a restart to inject. They run as faults_test.go's do,
+// with MIGFLEX_E2E_FAULTS=1 (make test-faults), and end on the same
+// invariant checker.
+
+// agentContainer is the agent's container in its DaemonSets' pods.
+const agentContainer = "agent"
+
+// TestFaultAgentOOMKilled (fault 5): node 1's agent runs out of memory in
+// the middle of a change of both GPUs, under the memory limit its
+// manifests give its container (256 MiB, a real cgroup limit that the
+// kernel enforces): the simulator's oom fault makes the agent's process
+// allocate and touch four times that at GPU 0's fourth GPU-instance
+// create, after the change destroyed GPU 0's instances and created three.
+// The kernel's OOM killer ends the agent (the container's last state
+// says OOMKilled); the kubelet restarts the container, whose simulator
+// starts without the fault (a fault armed by command lives in the
+// process), and the new agent finishes the change. The pod on GPU 1's
+// 3g.40gb is untouched; nothing leaked.
+func TestFaultAgentOOMKilled(t *testing.T) {
+	faultTest(t)
+	n := dpNode()
+	ctx := t.Context()
+	n.applyLayouts(t, gpuLayouts{0: {"2g.20gb", "2g.20gb", "2g.20gb"}, 1: {"3g.40gb", "3g.40gb"}})
+	ns := cluster.Namespace(t)
+	device := n.holder(t, ns, "holder", "3g.40gb")
+	inv := n.Invariants(t)
+	before := n.instancesOf(t)[device]
+
+	agent, err := n.AgentPod(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := func(p *corev1.Pod) corev1.ContainerStatus {
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.Name == agentContainer {
+				return cs
+			}
+		}
+		t.Fatalf("agent pod %s has no container %s: %+v", p.Name, agentContainer, p.Status.ContainerStatuses)
+		return corev1.ContainerStatus{}
+	}
+	var limit int64
+	for _, c := range agent.Spec.Containers {
+		if c.Name == agentContainer {
+			limit = c.Resources.Limits.Memory().Value()
+		}
+	}
+	if limit <= 0 {
+		t.Fatalf("agent pod %s has no memory limit: nothing for the fault to run into", agent.Name)
+	}
+	mib := 4 * limit >> 20
+	restartsBefore := status(agent).RestartCount
+
+	n.armFault(t, "oom", "--kind", "oom", "--call", "createGpuInstance", "--gpu", "0", "--nth", "4", "--mib", strconv.FormatInt(mib, 10))
+	want := gpuLayouts{0: all1g, 1: {"3g.40gb", "2g.20gb", "1g.10gb"}}
+	n.setMigConfig(t, annotationMigConfig, migConfigPerGPU(want))
+
+	var killed corev1.ContainerStatus
+	err = framework.WaitFor(ctx, "the agent's container to end and restart", timeout, func(ctx context.Context) (bool, error) {
+		p, err := cluster.Client.CoreV1().Pods(agent.Namespace).Get(ctx, agent.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		killed = status(p)
+		return killed.RestartCount > restartsBefore && killed.LastTerminationState.Terminated != nil, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	term := killed.LastTerminationState.Terminated
+	t.Logf("agent %s (memory limit %d MiB) ended: reason %s, exit code %d, at %s", agent.Name, limit>>20, term.Reason, term.ExitCode, term.FinishedAt.UTC().Format(time.RFC3339))
+	if term.Reason != "OOMKilled" {
+		t.Fatalf("the agent's container ended with reason %q (exit code %d), want OOMKilled", term.Reason, term.ExitCode)
+	}
+	// Killed in the fault, not elsewhere: the killed agent logged the
+	// fault firing and never that it held the memory.
+	prev, err := cluster.Client.CoreV1().Pods(agent.Namespace).GetLogs(agent.Name, &corev1.PodLogOptions{Container: agentContainer, Previous: true}).DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fired, held := false, false
+	for _, line := range strings.Split(string(prev), "\n") {
+		if !strings.Contains(line, `fault="oom"`) && !strings.Contains(line, `"fault":"oom"`) {
+			continue
+		}
+		fired = fired || strings.Contains(line, "Simulator fault fired")
+		held = held || strings.Contains(line, "Simulator fault holds memory")
+	}
+	if !fired || held {
+		t.Errorf("the killed agent's log: oom fault fired %v, held its memory %v; want fired, not held; its last lines:\n%s", fired, held, lastLines(string(prev), 10))
+	}
+	if now, ok := n.instancesOf(t)[device]; !ok || now != before {
+		t.Fatalf("the pod's device %s after the OOM kill: %+v (there %v), was %+v", device, now, ok, before)
+	}
+	took := inv.Check(t, want.sorted())
+	t.Logf("converged %s after the check began (%s after the OOM kill)", took.Round(time.Second), time.Since(term.FinishedAt.Time).Round(time.Second))
+	after, err := n.AgentPod(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.UID != agent.UID || status(after).RestartCount != restartsBefore+1 {
+		t.Errorf("agent pod %s (%d restarts before) is now %s with %d restarts: want the same pod, restarted once (the new agent ran within its limit)", agent.Name, restartsBefore, after.Name, status(after).RestartCount)
+	}
+}
+
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// TestFaultCDIDirReadOnly (fault 9): node mf-dra's CDI spec directory
+// (its /var/run/cdi, where the DRA plugin writes a spec for each claim it
+// prepares and containerd reads them) cannot be written (immutable: no
+// file created, renamed or removed there, by root either, as on a
+// read-only or full file system) when the kubelet prepares a new pod's
+// claim, while another pod runs on a device of the node. Prepare is
+// refused with an Event that names the CDI spec; the pod's container is
+// not started, with a device or without; nothing is written to the
+// directory and the claim is not checkpointed. Once the directory is
+// writable the kubelet's retry prepares the claim, the pod runs with a
+// device of the profile it asked for, and every invariant holds.
+func TestFaultCDIDirReadOnly(t *testing.T) {
+	faultTest(t)
+	n := draNode(t)
+	ctx := t.Context()
+	_, layout := n.applyLayouts(t, draLayout)
+	ns := cluster.Namespace(t)
+	n.runHolder(t, ns, "holder", "3g.40gb")
+	// The agent names a claim's pod in its layout a moment after the pod
+	// runs: the snapshot must have it.
+	var inv *framework.Invariants
+	err := framework.WaitFor(ctx, "the agent of "+n.NodeName+" to report pod "+ns+"/holder", timeout, func(ctx context.Context) (bool, error) {
+		got, err := n.TakeInvariants(ctx, timeout)
+		if err != nil {
+			return false, err
+		}
+		inv = got
+		return len(got.Held()) == 1, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := n.Local().CDIDir
+	files := func() []string {
+		t.Helper()
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range entries {
+			out = append(out, e.Name())
+		}
+		return out
+	}
+	was := files()
+	writable := readOnlyDir(t, dir)
+	const res = "nvidia.com/mig-1g.10gb"
+	cluster.CreatePod(t, n.gpuPod(ns, "blocked", res, 1, "env"))
+	msg := waitForPodEvent(t, ns, "blocked", "FailedPrepareDynamicResources")
+	t.Logf("Prepare refused while %s is read-only: %s", dir, msg)
+	if !strings.Contains(msg, "writing its CDI spec") {
+		t.Errorf("the Event %q does not say that the CDI spec could not be written", msg)
+	}
+	p, err := cluster.Client.CoreV1().Pods(ns).Get(ctx, "blocked", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Status.Phase != corev1.PodPending {
+		t.Errorf("pod blocked is %s while its claim cannot be prepared, want Pending", p.Status.Phase)
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Running != nil || cs.State.Terminated != nil || cs.LastTerminationState.Terminated != nil || cs.RestartCount > 0 {
+			t.Errorf("container %s of pod blocked started while its claim cannot be prepared: %+v", cs.Name, cs)
+		}
+	}
+	if diff := cmp.Diff(was, files()); diff != "" {
+		t.Errorf("the read-only CDI directory changed (-before +now):\n%s", diff)
+	}
+	claim := extendedResourceClaim(t, p, res)
+	c, err := cluster.Client.ResourceV1().ResourceClaims(ns).Get(ctx, claim, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, err := os.ReadFile(filepath.Join(n.Local().DRAPluginDir(), "checkpoint.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(cp), string(c.UID)) {
+		t.Errorf("claim %s (UID %s) is checkpointed though its CDI spec could not be written", claim, c.UID)
+	}
+
+	writable()
+	healed := time.Now()
+	if _, err := cluster.WaitForPodSucceeded(ctx, ns, "blocked"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("pod blocked ran to completion %s after the directory was writable again", time.Since(healed).Round(time.Second))
+	logs, err := cluster.PodLogs(ctx, ns, "blocked", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAllocateEnv(t, envOf(logs), layout, "1g.10gb", 1)
+	inv.Check(t, draLayout.sorted())
+}
+
+// TestFaultPlannerPartitioned (fault 7): the planner's leader (of two
+// replicas) is cut off from the API server by a network partition while
+// it batches a pending pod's arrival: iptables rules in its pod's network
+// namespace drop every packet to and from the API server's address and
+// port (only there: the kubelet, the other replica and everything else
+// still reach it). Unlike a paused leader (TestFaultPlannerLeaderLosesLease)
+// the cut-off one keeps running, its round due, and cannot renew its
+// Lease. The other replica takes the Lease and writes the layout, and the
+// pod runs; the cut-off leader steps down (its process exits, the
+// container restarts, still cut off) and writes nothing:
+// nvidia.com/mig.config changes exactly once. Once the partition heals,
+// the old leader's pod is ready again as a follower, and node 1
+// converges.
+func TestFaultPlannerPartitioned(t *testing.T) {
+	faultTest(t)
+	ns := planner(t)
+	ctx := t.Context()
+	if err := setPlannerArgs(ctx, leaderFaultArgs(t)); err != nil { // two replicas up
+		t.Fatal(err)
+	}
+	resetTo1g(t)
+	lead := waitForPlannerLeader(t)
+	leadPod, _, _ := strings.Cut(lead, "_")
+	pod := func() *corev1.Pod {
+		p, err := cluster.Client.CoreV1().Pods(framework.MigflexNamespace).Get(ctx, leadPod, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	p := pod()
+	if p.Spec.HostNetwork {
+		t.Fatalf("planner pod %s runs on its node's network: a partition of it would cut off the node", leadPod)
+	}
+	host, port := containerEnv(p, "KUBERNETES_SERVICE_HOST"), containerEnv(p, "KUBERNETES_SERVICE_PORT")
+	if host == "" || port == "" {
+		t.Fatalf("planner pod %s sets no KUBERNETES_SERVICE_HOST and _PORT: where it reaches the API server is not known", leadPod)
+	}
+	before := restarts(p)
+	values := watchMigConfig(t)
+	cluster.CreatePod(t, gpuPod(ns, "pending", "nvidia.com/mig-3g.40gb", 1, "sleep", "3600"))
+	waitUnschedulable(t, ns, "pending")
+
+	pid, err := plannerPID(leadPod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heal := partition(t, pid, host, port)
+	cut := time.Now()
+	next := waitForNewPlannerLeader(t, lead)
+	t.Logf("leader %s (on node %s) cut off from %s:%s while batching; %s took over after %s (lease duration %s)", lead, p.Spec.NodeName, host, port, next, time.Since(cut).Round(100*time.Millisecond), plannerLease)
+	select {
+	case <-values.changed:
+	case <-time.After(timeout):
+		t.Fatal("the new leader never wrote the layout")
+	}
+	if _, err := cluster.WaitForPodPhase(ctx, ns, "pending", corev1.PodRunning); err != nil {
+		t.Fatal(err)
+	}
+	err = framework.WaitFor(ctx, "the cut-off leader "+leadPod+" to step down (its process exits, the container restarts)", timeout, func(context.Context) (bool, error) {
+		return restarts(pod()) > before, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the cut-off leader's process exited within %s of the cut", time.Since(cut).Round(time.Second))
+	// Its new process cannot sync its caches while cut off, so it is not
+	// ready: the partition holds across the restart.
+	if podReady(pod()) {
+		t.Errorf("pod %s is ready while cut off from the API server: the partition does not hold", leadPod)
+	}
+
+	heal()
+	healed := time.Now()
+	err = framework.WaitFor(ctx, "the old leader's pod "+leadPod+" ready again", timeout, func(context.Context) (bool, error) {
+		return podReady(pod()), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the partition healed; pod %s ready again %s later (%d restarts in all)", leadPod, time.Since(healed).Round(time.Second), restarts(pod())-before)
+	if id, err := leader(ctx); err != nil || id != next {
+		t.Errorf("the Lease is held by %q (%v), want %q still", id, err, next)
+	}
+	values.checkOneChange(t)
+	checkPlannedNode(t)
+}
+
+// containerEnv is the value the pod's first container sets for the
+// environment variable name, "" if none.
+func containerEnv(p *corev1.Pod, name string) string {
+	for _, e := range p.Spec.Containers[0].Env {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	return ""
+}
+
+// partition cuts the network namespace of process pid (its pod's, which
+// every container of the pod shares and keeps across restarts) off from
+// host:port: iptables rules there drop every TCP packet to it and from
+// it, as a partition between the pod and the API server would. Nothing
+// outside that namespace sees them, and they only drop packets, so
+// nothing goes anywhere it did not before (hack/cluster/README.md,
+// Network safety). heal deletes them; the end of the test heals too,
+// whatever failed.
+func partition(t *testing.T, pid int, host, port string) (heal func()) {
+	t.Helper()
+	// The namespace through a descriptor held open: the process is gone
+	// (its container restarted) by the time the rules are deleted.
+	netns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Never this host's own namespace (a host-network pod's): the rules
+	// would cut off every process here.
+	path := fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), netns.Fd())
+	theirs, err := os.Readlink(path)
+	if err != nil {
+		netns.Close()
+		t.Fatal(err)
+	}
+	if ours, err := os.Readlink("/proc/self/ns/net"); err != nil || ours == theirs {
+		netns.Close()
+		t.Fatalf("process %d is in this host's network namespace %s (%v): refusing to partition the host", pid, theirs, err)
+	}
+	iptables := func(op string, rule []string) error {
+		args := append([]string{"--net=" + path, "iptables", "-w", op}, rule...)
+		out, err := exec.Command("nsenter", args...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("nsenter %s: %w: %s", strings.Join(args, " "), err, out)
+		}
+		return nil
+	}
+	var added [][]string
+	healed := false
+	heal = func() {
+		t.Helper()
+		if healed {
+			return
+		}
+		healed = true
+		for _, r := range added {
+			if err := iptables("-D", r); err != nil {
+				t.Error(err)
+			}
+		}
+		netns.Close()
+	}
+	t.Cleanup(heal)
+	for _, r := range [][]string{
+		{"OUTPUT", "-d", host, "-p", "tcp", "--dport", port, "-j", "DROP"},
+		{"INPUT", "-s", host, "-p", "tcp", "--sport", port, "-j", "DROP"},
+	} {
+		if err := iptables("-I", r); err != nil {
+			t.Fatal(err)
+		}
+		added = append(added, r)
+	}
+	return heal
+}
