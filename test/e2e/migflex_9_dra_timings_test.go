@@ -3,12 +3,15 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 )
 
 // envTimings turns on TestDRATimings, a measurement that costs minutes of
@@ -46,10 +49,10 @@ func TestDRATimings(t *testing.T) {
 	have := gpuLayouts{0: {"3g.40gb", "3g.40gb"}, 1: {"3g.40gb", "3g.40gb"}}
 
 	applyLayouts(t, have)
-	dpTook := podToRunningRuns(t, dpNode(), ns, "device-plugin", timingRuns)
+	dp := podToRunningRuns(t, dpNode(), ns, "device-plugin", timingRuns)
 
 	layout := dra.applyDRALayout(t, have)
-	staticTook := podToRunningRuns(t, dra, ns, "dra-static", timingRuns)
+	static := podToRunningRuns(t, dra, ns, "dra-static", timingRuns)
 
 	// Dynamic mode owns the instances: no layout, the static ones
 	// destroyed at its start (they are idle), MIG left on.
@@ -64,12 +67,20 @@ func TestDRATimings(t *testing.T) {
 			dra.waitForSimInstance(t, in.UUID, false)
 		}
 	}
-	dynamicTook := podToRunningRuns(t, dra, ns, "dra-dynamic", timingRuns)
+	dynamic := podToRunningRuns(t, dra, ns, "dra-dynamic", timingRuns)
 
-	t.Log("creation -> Running, nvidia.com/mig-3g.40gb, one pod after another")
-	t.Log(runsSummary("device plugin (instance exists)", dpTook))
-	t.Log(runsSummary("DRA static (instance exists)", staticTook))
-	t.Log(runsSummary("DRA dynamic (instance made at Prepare)", dynamicTook))
+	t.Log("nvidia.com/mig-3g.40gb, one pod after another")
+	for _, p := range []struct {
+		label string
+		r     timedRuns
+	}{
+		{"device plugin (instance exists)", dp},
+		{"DRA static (instance exists)", static},
+		{"DRA dynamic (instance made at Prepare)", dynamic},
+	} {
+		t.Log("creation -> Running, " + runsSummary(p.label, p.r.running))
+		t.Log("bound -> Running, " + runsSummary(p.label, p.r.boundToRunning))
+	}
 
 	// Leave node 2 as the tests after this one expect a DRA node: static
 	// mode serving a layout.
@@ -77,17 +88,23 @@ func TestDRATimings(t *testing.T) {
 	dra.applyDRALayout(t, gpuLayouts{0: {"1g.10gb"}, 1: {"1g.10gb"}})
 }
 
+// timedRuns are the runs of one path: from just before each pod's creation
+// to the watch event that shows it Running, and from the watch event that
+// shows it bound to a node (spec.nodeName) to the one that shows it
+// Running: the kubelet's part (on DRA the claim's Prepare, in dynamic mode
+// the instance's creation), with the watch's delivery.
+type timedRuns struct{ running, boundToRunning []time.Duration }
+
 // podToRunningRuns creates runs pods asking for nvidia.com/mig-3g.40gb,
-// pinned to node n, one after another, and returns each one's time from
-// just before its creation to the watch event that shows it Running. Each
+// pinned to node n, one after another, and times each (timedRuns). Each
 // pod must be left as asked by the webhook; on a DRA node its claim must
 // hold a 3g.40gb device of the node's slices. Each is deleted, and on a
 // DRA node its claim unprepared (its CDI spec gone: in dynamic mode the
 // instance destroyed), before the next is created.
-func podToRunningRuns(t *testing.T, n simNode, ns, label string, runs int) []time.Duration {
+func podToRunningRuns(t *testing.T, n simNode, ns, label string, runs int) timedRuns {
 	t.Helper()
 	const res = "nvidia.com/mig-3g.40gb"
-	var took []time.Duration
+	var took timedRuns
 	for i := range runs {
 		name := fmt.Sprintf("%s-%d", label, i)
 		w, err := cluster.Client.CoreV1().Pods(ns).Watch(t.Context(), metav1.ListOptions{FieldSelector: "metadata.name=" + name})
@@ -96,14 +113,15 @@ func podToRunningRuns(t *testing.T, n simNode, ns, label string, runs int) []tim
 		}
 		start := time.Now()
 		cluster.CreatePod(t, n.gpuPod(ns, name, res, 1, "sleep", "3600"))
-		running, err := waitRunning(t.Context(), w)
+		bound, running, err := waitBoundAndRunning(t.Context(), w)
 		w.Stop()
 		if err != nil {
 			p, _ := cluster.Client.CoreV1().Pods(ns).Get(t.Context(), name, metav1.GetOptions{})
 			t.Fatalf("%s run %d: %v; pod %+v", label, i, err, p.Status)
 		}
-		took = append(took, running.Sub(start))
-		t.Logf("%s run %d: %s", label, i, running.Sub(start).Round(time.Millisecond))
+		took.running = append(took.running, running.Sub(start))
+		took.boundToRunning = append(took.boundToRunning, running.Sub(bound))
+		t.Logf("%s run %d: %s (bound after %s)", label, i, running.Sub(start).Round(time.Millisecond), bound.Sub(start).Round(time.Millisecond))
 
 		pod, err := cluster.Client.CoreV1().Pods(ns).Get(t.Context(), name, metav1.GetOptions{})
 		if err != nil {
@@ -127,4 +145,35 @@ func podToRunningRuns(t *testing.T, n simNode, ns, label string, runs int) []tim
 		}
 	}
 	return took
+}
+
+// waitBoundAndRunning is waitRunning that also returns when the watch
+// first showed the pod bound to a node.
+func waitBoundAndRunning(ctx context.Context, w watch.Interface) (bound, running time.Time, err error) {
+	deadline := time.After(timeout)
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return bound, running, fmt.Errorf("the pod watch ended")
+			}
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			now := time.Now()
+			// Running implies bound; a watch that skipped the binding
+			// (it never does: two writes) would count bound -> Running as 0.
+			if bound.IsZero() && (p.Spec.NodeName != "" || p.Status.Phase == corev1.PodRunning) {
+				bound = now
+			}
+			if p.Status.Phase == corev1.PodRunning {
+				return bound, now, nil
+			}
+		case <-deadline:
+			return bound, running, fmt.Errorf("the pod was not Running within %s", timeout)
+		case <-ctx.Done():
+			return bound, running, ctx.Err()
+		}
+	}
 }
