@@ -40,28 +40,7 @@ func TestDRADynamic(t *testing.T) {
 	setDRAMode(t, "dynamic")
 	t.Cleanup(func() { setDRAMode(t, "") })
 
-	var offered []string
-	err := framework.WaitFor(ctx, "the slices to offer placements with counters", timeout, func(ctx context.Context) (bool, error) {
-		list, err := cluster.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err
-		}
-		counters := false
-		offered = nil
-		for _, s := range list.Items {
-			if s.Spec.Driver != draDriver || s.Spec.Pool.Name != n.NodeName {
-				continue
-			}
-			counters = counters || len(s.Spec.SharedCounters) > 0
-			for _, d := range s.Spec.Devices {
-				offered = append(offered, d.Name)
-			}
-		}
-		return counters && slices.Contains(offered, "gpu-0-mig-3g40gb-9-4") && slices.Contains(offered, "gpu-1-mig-1g10gb-19-6"), nil
-	})
-	if err != nil {
-		t.Fatalf("%v; devices %v", err, offered)
-	}
+	n.waitDynamicOffers(t)
 
 	for _, g := range layout {
 		for _, in := range g.Instances {
@@ -125,6 +104,35 @@ func TestDRADynamic(t *testing.T) {
 	// mig.config is left to recreate them).
 	setDRAMode(t, "")
 	n.applyDRALayout(t, gpuLayouts{0: {"1g.10gb"}, 1: {"1g.10gb"}})
+}
+
+// waitDynamicOffers waits until the node's slices offer placements with
+// the GPUs' counters: a 3g.40gb on GPU 0 and a 1g.10gb on GPU 1 among them,
+// whatever instances the static layout before had.
+func (n simNode) waitDynamicOffers(t *testing.T) {
+	t.Helper()
+	var offered []string
+	err := framework.WaitFor(t.Context(), "the slices to offer placements with counters", timeout, func(ctx context.Context) (bool, error) {
+		list, err := cluster.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		counters := false
+		offered = nil
+		for _, s := range list.Items {
+			if s.Spec.Driver != draDriver || s.Spec.Pool.Name != n.NodeName {
+				continue
+			}
+			counters = counters || len(s.Spec.SharedCounters) > 0
+			for _, d := range s.Spec.Devices {
+				offered = append(offered, d.Name)
+			}
+		}
+		return counters && slices.Contains(offered, "gpu-0-mig-3g40gb-9-4") && slices.Contains(offered, "gpu-1-mig-1g10gb-19-6"), nil
+	})
+	if err != nil {
+		t.Fatalf("%v; devices %v", err, offered)
+	}
 }
 
 // waitDynamicStatus waits until `kubectl migflex status NODE -o json`
