@@ -21,6 +21,7 @@ import (
 	"github.com/migflex/migflex/internal/domain/mig"
 	"github.com/migflex/migflex/internal/domain/migconfig"
 	"github.com/migflex/migflex/internal/domain/nodeinfo"
+	"github.com/migflex/migflex/internal/domain/resourcename"
 	"github.com/migflex/migflex/internal/domain/schedview"
 	"github.com/migflex/migflex/internal/planner/solver"
 	"github.com/migflex/migflex/internal/platform/textcut"
@@ -119,8 +120,12 @@ func FromAPI(n *corev1.Node, o Options) Node {
 			// Not MIG capable: a whole GPU the planner never changes.
 			pg.Model = ""
 		}
+		out.addReplicas(g.Index, -1, resourcename.GPU, g.Health, g.UsedBy, g.Shared)
 		for _, in := range g.Instances {
 			pg.Instances = append(pg.Instances, solver.Instance{Profile: in.Profile, Start: in.Placement.Start, InUse: len(in.UsedBy) > 0})
+			if in.UUID != "" {
+				out.addReplicas(g.Index, in.Placement.Start, resourcename.MIG(in.Profile), in.Health, in.UsedBy, in.Shared)
+			}
 		}
 		out.GPUs = append(out.GPUs, pg)
 	}
@@ -180,6 +185,20 @@ func (out *Node) allocated(p *schedview.Pool) {
 				g.Instances = append(g.Instances, solver.Instance{Profile: u.Profile, Start: u.Start, InUse: true})
 			}
 		}
+	}
+}
+
+// addReplicas lists a healthy shared device that pods use and that has
+// replicas free: the device is in use, so the planner never changes it,
+// and its free replicas serve pods as they are. A shared device no pod
+// uses is a free device to the planner, which may change it.
+func (out *Node) addReplicas(gpu, start int, res corev1.ResourceName, health string, usedBy []string, s *nodeinfo.Shared) {
+	if s == nil || len(usedBy) == 0 || health != nodeinfo.HealthHealthy {
+		return
+	}
+	served, total, inUse := nodeinfo.Devices(res, usedBy, s)
+	if free := total - inUse; free > 0 {
+		out.Replicas = append(out.Replicas, solver.Replicas{GPU: gpu, Start: start, Resource: served, Free: free})
 	}
 }
 

@@ -155,6 +155,9 @@ func (r *round) eligible(ps *podState) eligibility {
 
 // place finds where a pod goes and commits it, or explains why it cannot.
 func (r *round) place(ps *podState) {
+	if r.placeOnReplicas(ps) {
+		return
+	}
 	ni, as, why := r.find(ps)
 	if as == nil {
 		ps.plan.Reason = why()
