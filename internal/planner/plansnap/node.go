@@ -120,11 +120,11 @@ func FromAPI(n *corev1.Node, o Options) Node {
 			// Not MIG capable: a whole GPU the planner never changes.
 			pg.Model = ""
 		}
-		out.addReplicas(g.Index, -1, resourcename.GPU, g.Health, g.UsedBy, g.Shared)
+		out.addReplicas(solver.Replicas{GPU: g.Index, Start: -1}, resourcename.GPU, g.Health, g.UsedBy, g.Shared)
 		for _, in := range g.Instances {
 			pg.Instances = append(pg.Instances, solver.Instance{Profile: in.Profile, Start: in.Placement.Start, InUse: len(in.UsedBy) > 0})
 			if in.UUID != "" {
-				out.addReplicas(g.Index, in.Placement.Start, resourcename.MIG(in.Profile), in.Health, in.UsedBy, in.Shared)
+				out.addReplicas(solver.Replicas{GPU: g.Index, Profile: in.Profile, Start: in.Placement.Start}, resourcename.MIG(in.Profile), in.Health, in.UsedBy, in.Shared)
 			}
 		}
 		out.GPUs = append(out.GPUs, pg)
@@ -188,17 +188,17 @@ func (out *Node) allocated(p *schedview.Pool) {
 	}
 }
 
-// addReplicas lists a healthy shared device that pods use and that has
-// replicas free: the device is in use, so the planner never changes it,
-// and its free replicas serve pods as they are. A shared device no pod
-// uses is a free device to the planner, which may change it.
-func (out *Node) addReplicas(gpu, start int, res corev1.ResourceName, health string, usedBy []string, s *nodeinfo.Shared) {
-	if s == nil || len(usedBy) == 0 || health != nodeinfo.HealthHealthy {
+// addReplicas lists a healthy shared device with replicas free, where
+// x is: its free replicas serve pods as they are. One that pods use is in
+// use, so the planner never changes it.
+func (out *Node) addReplicas(x solver.Replicas, res corev1.ResourceName, health string, usedBy []string, s *nodeinfo.Shared) {
+	if s == nil || health != nodeinfo.HealthHealthy {
 		return
 	}
 	served, total, inUse := nodeinfo.Devices(res, usedBy, s)
-	if free := total - inUse; free > 0 {
-		out.Replicas = append(out.Replicas, solver.Replicas{GPU: gpu, Start: start, Resource: served, Free: free})
+	if x.Free = total - inUse; x.Free > 0 {
+		x.Resource = served
+		out.Replicas = append(out.Replicas, x)
 	}
 }
 

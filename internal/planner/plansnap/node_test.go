@@ -402,9 +402,9 @@ func TestFromAPIDynamicAllocated(t *testing.T) {
 	}
 }
 
-// A shared device that pods use lists its free replicas, under the
-// resource they are served as; one no pod uses, one with none free or
-// an unhealthy one lists none, and each pod named holds a replica.
+// A shared device lists its free replicas, under the resource they are
+// served as; one with none free lists none, and each pod named holds a
+// replica. The instance pods use stays in use, one no pod uses free.
 func TestFromAPIReplicas(t *testing.T) {
 	share := func(g nodeinfo.GPU, i int, res string, replicas, inUse int, usedBy ...string) nodeinfo.GPU {
 		g.Instances[i].Shared = &nodeinfo.Shared{Resource: res, Replicas: replicas, InUse: inUse}
@@ -419,10 +419,11 @@ func TestFromAPIReplicas(t *testing.T) {
 	}{
 		{"not shared", []nodeinfo.GPU{gpu(0, "1g.10gb@6=ns/a")}, nil},
 		{"one of two in use", []nodeinfo.GPU{share(gpu(0, "1g.10gb@6"), 0, mig1g, 2, 1, "ns/a")},
-			[]solver.Replicas{{GPU: 0, Start: 6, Resource: mig1g, Free: 1}}},
+			[]solver.Replicas{{GPU: 0, Profile: "1g.10gb", Start: 6, Resource: mig1g, Free: 1}}},
 		{"renamed", []nodeinfo.GPU{share(gpu(1, "3g.40gb@0", "1g.10gb@6"), 1, "nvidia.com/small", 4, 1, "ns/a")},
-			[]solver.Replicas{{GPU: 1, Start: 6, Resource: "nvidia.com/small", Free: 3}}},
-		{"no pod on it: a free instance to the planner", []nodeinfo.GPU{share(gpu(0, "1g.10gb@6"), 0, mig1g, 2, 0)}, nil},
+			[]solver.Replicas{{GPU: 1, Profile: "1g.10gb", Start: 6, Resource: "nvidia.com/small", Free: 3}}},
+		{"no pod on it", []nodeinfo.GPU{share(gpu(0, "1g.10gb@6"), 0, mig1g, 2, 0)},
+			[]solver.Replicas{{GPU: 0, Profile: "1g.10gb", Start: 6, Resource: mig1g, Free: 2}}},
 		{"all in use", []nodeinfo.GPU{share(gpu(0, "1g.10gb@6"), 0, mig1g, 2, 2, "ns/a", "ns/b")}, nil},
 		{"a pod named the count has not seen yet", []nodeinfo.GPU{share(gpu(0, "1g.10gb@6"), 0, mig1g, 2, 1, "ns/a", "ns/b")}, nil},
 		{"a whole GPU", []nodeinfo.GPU{{Index: 2, UUID: "GPU-c", Model: h100, MigMode: nodeinfo.MigModeDisabled, Health: nodeinfo.HealthHealthy,
@@ -434,11 +435,10 @@ func TestFromAPIReplicas(t *testing.T) {
 			if diff := cmp.Diff(tc.want, got.Replicas); diff != "" {
 				t.Errorf("Replicas (-want +got):\n%s", diff)
 			}
-			// The instance pods use stays in use: never changed.
 			for _, g := range got.GPUs {
 				for _, in := range g.Instances {
-					if in.Profile == "1g.10gb" && len(tc.want) > 0 && !in.InUse {
-						t.Errorf("GPU %d's shared %s is not in use", g.Index, in.Profile)
+					if in.Profile == "1g.10gb" && in.InUse != (tc.name != "no pod on it") {
+						t.Errorf("GPU %d's shared %s in use: %v", g.Index, in.Profile, in.InUse)
 					}
 				}
 			}

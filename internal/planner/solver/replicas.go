@@ -95,11 +95,65 @@ func (r *round) placeOnReplicas(ps *podState) bool {
 	if !ok {
 		return false
 	}
+	ni := r.replicas.nodes[k]
 	for _, i := range taken {
 		r.replicas.free[k][i]--
+		r.occupy(ni, r.nodes[ni].n.Replicas[i])
 	}
-	ps.plan.Node = r.nodes[r.replicas.nodes[k]].name
+	ps.plan.Node = r.nodes[ni].name
 	ps.plan.Action = ActionExisting
 	ps.plan.Devices = devices
 	return true
+}
+
+// occupy marks a shared device the round hands a replica of as in use,
+// as commit does a free device it hands out: a device no pod used before
+// is then neither handed out whole, nor changed, nor reclaimed.
+func (r *round) occupy(ni int32, x Replicas) {
+	for _, gi := range r.nodes[ni].gpus {
+		g := &r.gpus[gi]
+		if g.g.Index != x.GPU {
+			continue
+		}
+		k := g.key
+		switch {
+		case x.Profile == "":
+			if k.migEnabled || k.whole || k.dynamic {
+				return
+			}
+			k.whole = true
+		case k.tab >= 0 && k.migEnabled && !k.dynamic:
+			t := r.tabs[k.tab]
+			xi := t.find(x.Profile, x.Start)
+			if xi < 0 || k.free&(1<<xi) == 0 {
+				return // in use already
+			}
+			occ := t.add(k.occ, xi)
+			if occ < 0 {
+				return
+			}
+			k.occ, k.free = occ, k.free&^(1<<xi)
+		default:
+			return
+		}
+		r.setKey(gi, k)
+		r.refreshNodeClasses(ni)
+		r.touchNode(ni)
+		return
+	}
+}
+
+// tookDevice takes one replica of the shared device the round handed
+// out as a free device (commit): the pod it went to holds one.
+func (r *round) tookDevice(ni int32, gpu int, profile string, start int) {
+	k, ok := slices.BinarySearch(r.replicas.nodes, ni)
+	if !ok {
+		return
+	}
+	for i, x := range r.nodes[ni].n.Replicas {
+		if x.GPU == gpu && x.Profile == profile && (profile == "" || x.Start == start) && r.replicas.free[k][i] > 0 {
+			r.replicas.free[k][i]--
+			return
+		}
+	}
 }

@@ -11,10 +11,10 @@ import (
 	"github.com/migflex/migflex/internal/planner/solver"
 )
 
-// replicas gives a node a shared device's free replicas.
+// replicas gives a node a shared 1g.10gb's free replicas.
 func replicas(gpu, start int, res corev1.ResourceName, free int64) nodeOpt {
 	return func(n *solver.Node) {
-		n.Replicas = append(n.Replicas, solver.Replicas{GPU: gpu, Start: start, Resource: res, Free: free})
+		n.Replicas = append(n.Replicas, solver.Replicas{GPU: gpu, Profile: "1g.10gb", Start: start, Resource: res, Free: free})
 	}
 }
 
@@ -28,6 +28,10 @@ func TestReplicas(t *testing.T) {
 	// empty, which the planner could carve a 1g.10gb from.
 	shared := func(opts ...nodeOpt) solver.Node {
 		return node("s", optedIn, gpus(migGPU(0, "1g.10gb@6*")), opts...)
+	}
+	// The same with the shared 1g.10gb idle.
+	idle := func(opts ...nodeOpt) solver.Node {
+		return node("s", optedIn, gpus(migGPU(0, "1g.10gb@6")), opts...)
 	}
 	for _, tc := range []struct {
 		name    string
@@ -75,6 +79,29 @@ func TestReplicas(t *testing.T) {
 			pending: []*corev1.Pod{with(pod("p", mig1g, "1"), selector("pool", "b"))},
 			want:    []string{"reshape t/0"},
 			changed: []string{"t/0"},
+		},
+		{
+			name:    "an idle shared instance serves a pod asking for two",
+			nodes:   []solver.Node{idle(replicas(0, 6, mig1g, 2))},
+			pending: []*corev1.Pod{pod("p", mig1g, "2")},
+			want:    []string{"existing s/0,s/0"},
+		},
+		{
+			name:    "a replica handed out keeps the idle instance from a reshape",
+			nodes:   []solver.Node{idle(replicas(0, 6, mig1g, 2))},
+			pending: []*corev1.Pod{with(pod("p", mig1g, "1"), age(2*time.Minute)), pod("q", mig7g, "1")},
+			want:    []string{"existing s/0", "none: "},
+		},
+		{
+			name:  "the idle instance handed out as a device takes a replica",
+			nodes: []solver.Node{idle(replicas(0, 6, mig1g, 2))},
+			pending: []*corev1.Pod{
+				with(pod("p", mig1g, "1", mig2g, "1"), age(3*time.Minute)),
+				with(pod("q", mig1g, "1"), age(2*time.Minute)),
+				pod("r", mig1g, "1"),
+			},
+			want:    []string{"reshape s/0,s/0", "existing s/0", "reshape s/0"},
+			changed: []string{"s/0"},
 		},
 		{
 			name:    "the GPU of a shared instance in use is never changed, replicas free",

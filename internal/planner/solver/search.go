@@ -422,9 +422,15 @@ func (r *round) commit(ps *podState, ni int32, as []assignment) {
 		}
 		d := Device{GPU: g.g.Index, Resource: r.res.names[a.res]}
 		if o.x >= 0 {
-			d.Start = r.tabs[g.key.tab].xs[o.x].start
+			t := r.tabs[g.key.tab]
+			d.Start = t.xs[o.x].start
+			if o.existing {
+				r.tookDevice(ni, g.g.Index, t.profiles[t.xs[o.x].prof].Name, d.Start)
+			}
 		} else if g.key.migEnabled {
 			g.toWhole = true
+		} else if o.existing {
+			r.tookDevice(ni, g.g.Index, "", -1)
 		}
 		ps.plan.Devices = append(ps.plan.Devices, d)
 		if !o.existing {
