@@ -110,7 +110,8 @@ func FromAPI(n *corev1.Node, o Options) Node {
 	}
 	out.Layout = layout
 	for _, g := range layout {
-		pg := solver.GPU{Index: g.Index, Model: g.Model, MigEnabled: g.MigMode == nodeinfo.MigModeEnabled, InUse: len(g.UsedBy) > 0}
+		pg := solver.GPU{Index: g.Index, Model: g.Model, MigEnabled: g.MigMode == nodeinfo.MigModeEnabled,
+			InUse: len(g.UsedBy) > 0 || renamed(resourcename.GPU, g.Shared)}
 		switch g.MigMode {
 		case nodeinfo.MigModeEnabled, nodeinfo.MigModeDisabled, nodeinfo.MigModeNA:
 		default:
@@ -122,7 +123,8 @@ func FromAPI(n *corev1.Node, o Options) Node {
 		}
 		out.addReplicas(solver.Replicas{GPU: g.Index, Start: -1}, resourcename.GPU, g.Health, g.UsedBy, g.Shared)
 		for _, in := range g.Instances {
-			pg.Instances = append(pg.Instances, solver.Instance{Profile: in.Profile, Start: in.Placement.Start, InUse: len(in.UsedBy) > 0})
+			pg.Instances = append(pg.Instances, solver.Instance{Profile: in.Profile, Start: in.Placement.Start,
+				InUse: len(in.UsedBy) > 0 || renamed(resourcename.MIG(in.Profile), in.Shared)})
 			if in.UUID != "" {
 				out.addReplicas(solver.Replicas{GPU: g.Index, Profile: in.Profile, Start: in.Placement.Start}, resourcename.MIG(in.Profile), in.Health, in.UsedBy, in.Shared)
 			}
@@ -186,6 +188,14 @@ func (out *Node) allocated(p *schedview.Pool) {
 			}
 		}
 	}
+}
+
+// renamed tells whether a device of resource res is shared under another
+// name: it is then no device of res, which the planner may hand out or
+// change, but only its replicas (see addReplicas), so the planner reads
+// it as in use.
+func renamed(res corev1.ResourceName, s *nodeinfo.Shared) bool {
+	return s != nil && corev1.ResourceName(s.Resource) != res
 }
 
 // addReplicas lists a healthy shared device with replicas free, where

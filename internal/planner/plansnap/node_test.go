@@ -422,6 +422,8 @@ func TestFromAPIReplicas(t *testing.T) {
 			[]solver.Replicas{{GPU: 0, Profile: "1g.10gb", Start: 6, Resource: mig1g, Free: 1}}},
 		{"renamed", []nodeinfo.GPU{share(gpu(1, "3g.40gb@0", "1g.10gb@6"), 1, "nvidia.com/small", 4, 1, "ns/a")},
 			[]solver.Replicas{{GPU: 1, Profile: "1g.10gb", Start: 6, Resource: "nvidia.com/small", Free: 3}}},
+		{"renamed, idle", []nodeinfo.GPU{share(gpu(0, "1g.10gb@6"), 0, "nvidia.com/mig-1g.10gb.shared", 2, 0)},
+			[]solver.Replicas{{GPU: 0, Profile: "1g.10gb", Start: 6, Resource: "nvidia.com/mig-1g.10gb.shared", Free: 2}}},
 		{"no pod on it", []nodeinfo.GPU{share(gpu(0, "1g.10gb@6"), 0, mig1g, 2, 0)},
 			[]solver.Replicas{{GPU: 0, Profile: "1g.10gb", Start: 6, Resource: mig1g, Free: 2}}},
 		{"all in use", []nodeinfo.GPU{share(gpu(0, "1g.10gb@6"), 0, mig1g, 2, 2, "ns/a", "ns/b")}, nil},
@@ -429,13 +431,21 @@ func TestFromAPIReplicas(t *testing.T) {
 		{"a whole GPU", []nodeinfo.GPU{{Index: 2, UUID: "GPU-c", Model: h100, MigMode: nodeinfo.MigModeDisabled, Health: nodeinfo.HealthHealthy,
 			UsedBy: []string{"ns/a"}, Shared: &nodeinfo.Shared{Resource: "nvidia.com/gpu", Replicas: 4, InUse: 1}}},
 			[]solver.Replicas{{GPU: 2, Start: -1, Resource: "nvidia.com/gpu", Free: 3}}},
+		{"a whole GPU, renamed, idle", []nodeinfo.GPU{{Index: 2, UUID: "GPU-c", Model: h100, MigMode: nodeinfo.MigModeDisabled, Health: nodeinfo.HealthHealthy,
+			Shared: &nodeinfo.Shared{Resource: "nvidia.com/gpu.shared", Replicas: 2}}},
+			[]solver.Replicas{{GPU: 2, Start: -1, Resource: "nvidia.com/gpu.shared", Free: 2}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := FromAPI(apiNode(tc.gpus), Options{FieldManager: manager, Now: now})
 			if diff := cmp.Diff(tc.want, got.Replicas); diff != "" {
 				t.Errorf("Replicas (-want +got):\n%s", diff)
 			}
+			// In use to the planner: what pods use, and a device
+			// renamed, which is no free device of its profile.
 			for _, g := range got.GPUs {
+				if !g.MigEnabled && !g.InUse {
+					t.Errorf("whole GPU %d not in use", g.Index)
+				}
 				for _, in := range g.Instances {
 					if in.Profile == "1g.10gb" && in.InUse != (tc.name != "no pod on it") {
 						t.Errorf("GPU %d's shared %s in use: %v", g.Index, in.Profile, in.InUse)

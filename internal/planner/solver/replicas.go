@@ -10,8 +10,8 @@ import (
 // replicaState is the free replicas of the shared devices of the round's
 // nodes, which serve pods before any change is looked for: the
 // scheduler places a pod on a free replica as on a free device, so a pod
-// they can serve needs no new instance, and the device under them, in
-// use, is never changed.
+// they can serve needs no new instance, and once a replica is handed out
+// the device under it is in use, never changed (occupy).
 type replicaState struct {
 	// nodes are the nodes with free replicas, in node order; free[i] is
 	// what is left of nodes[i]'s Replicas this round.
