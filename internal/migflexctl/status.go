@@ -27,7 +27,8 @@ import (
 type Status struct {
 	Nodes []NodeStatus `json:"nodes"`
 	// Free counts the devices served to pods per resource across the
-	// nodes shown: free (healthy, held by no pod) of all served.
+	// nodes shown, a shared device as its replicas under the resource
+	// they are served as: free (healthy, held by no pod) of all served.
 	Free []FreeCount `json:"free"`
 }
 

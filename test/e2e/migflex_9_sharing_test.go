@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -51,9 +52,9 @@ sharing:
 // <uuid>::0 and <uuid>::1, the Node GPU feature discovery's sharing
 // labels, both pods, left as asked by the webhook, run at once with the
 // instance's UUID in their environment, the layout annotation names both
-// as its users and counts both replicas in use, and a
-// reader of the kubelet's pod-resources API that maps device IDs to GPUs
-// as dcgm-exporter does finds each pod's MIG UUID.
+// as its users and counts both replicas in use, as kubectl migflex status
+// does, and a reader of the kubelet's pod-resources API that maps device
+// IDs to GPUs as dcgm-exporter does finds each pod's MIG UUID.
 func TestSharingTimeSliced(t *testing.T) {
 	migflex(t)
 	ctx := t.Context()
@@ -148,6 +149,26 @@ func TestSharingTimeSliced(t *testing.T) {
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+
+	// kubectl migflex counts the replicas as the allocatable does: two,
+	// none free.
+	code, out, errOut := migflexPlugin(t, "status", cluster.NodeName, "-o", "json")
+	if code != 0 {
+		t.Fatalf("status -o json: exit %d: %s", code, errOut)
+	}
+	var st pluginStatus
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("status -o json: %v\n%s", err, out)
+	}
+	counted := false
+	for _, c := range st.Free {
+		if c.Resource == resource1g {
+			counted = c.Free == 0 && c.Total == 2
+		}
+	}
+	if !counted {
+		t.Errorf("kubectl migflex status counts %+v, want %s 0 free of 2 replicas", st.Free, resource1g)
 	}
 }
 
