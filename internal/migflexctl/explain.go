@@ -259,8 +259,8 @@ func podEvents(pod *corev1.Pod, events []corev1.Event) []EventLine {
 func inUseNotes(pod *corev1.Pod, st Status) []string {
 	holders := map[corev1.ResourceName][]string{}
 	for _, n := range st.Nodes {
-		devices(n.GPUs, func(res corev1.ResourceName, _ string, usedBy []string) {
-			holders[res] = append(holders[res], usedBy...)
+		devices(n.GPUs, func(d servedDevice) {
+			holders[d.res] = append(holders[d.res], d.usedBy...)
 		})
 	}
 	var notes []string

@@ -135,3 +135,44 @@ func TestExplainPlannerWouldReshape(t *testing.T) {
 		t.Errorf("no word on the webhook:\n%s", out)
 	}
 }
+
+// TestExplainReplicas: a pod waiting for a 1g.10gb on a node whose one
+// 1g.10gb is shared: explain counts its replicas, and the planner serves
+// the pod from a free one with no change, or, all in use, makes another
+// 1g.10gb beside it.
+func TestExplainReplicas(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		usedBy []string
+		inUse  int
+		want   string
+	}{
+		{"a replica free", []string{"ns/a"}, 1, `POD ns/small  Pending, waits for a node
+  asked for:   1 x nvidia.com/mig-1g.10gb
+  admitted as: 1 x nvidia.com/mig-1g.10gb (the webhook did not change it)
+  planner now: free devices that exist serve it; nothing to change (the
+               scheduler should place it)
+`},
+		{"every replica in use", []string{"ns/a", "ns/b"}, 2, `POD ns/small  Pending, waits for a node
+  asked for:   1 x nvidia.com/mig-1g.10gb
+  admitted as: 1 x nvidia.com/mig-1g.10gb (the webhook did not change it)
+  note:        0 of the cluster's 2 nvidia.com/mig-1g.10gb are free, it asks for
+               1 (held by ns/a, ns/b)
+  planner now: MigReshapePlanned: will run on node gpu-a: GPU 0 repartitioned
+               1g.10gb -> 7x1g.10gb
+`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := gpu(0, "1g.10gb@6:1")
+			g.Instances[0].UsedBy = tc.usedBy
+			g.Instances[0].Shared = &nodeinfo.Shared{Resource: string(mig1g), Replicas: 2, InUse: tc.inUse}
+			n := node(t, "gpu-a", nodeinfo.StateSuccess, g)
+			n.Labels[nodeinfo.LabelPlanner] = nodeinfo.PlannerEnabled
+			_, out, _ := run(t, fakeClient(n, pendingPod("small", mig1g, 1)), "", "explain", "small")
+			if out != tc.want {
+				t.Errorf("explain (-want +got):\n%s", cmp.Diff(tc.want, out))
+			}
+			checkWidth(t, out)
+		})
+	}
+}

@@ -27,7 +27,8 @@ import (
 type Status struct {
 	Nodes []NodeStatus `json:"nodes"`
 	// Free counts the devices served to pods per resource across the
-	// nodes shown: free (healthy, held by no pod) of all served.
+	// nodes shown, a shared device as its replicas under the resource
+	// they are served as: free (healthy, held by no pod) of all served.
 	Free []FreeCount `json:"free"`
 }
 
@@ -182,13 +183,29 @@ func nodeStatus(n *corev1.Node, hold plansnap.Options) NodeStatus {
 	return ns
 }
 
+// servedDevice is one device a node serves, as the scheduler counts it:
+// res is the resource it is served as, total the devices it counts for
+// in the allocatable (a shared device's replicas, else 1) and inUse those
+// pods hold.
+type servedDevice struct {
+	res          corev1.ResourceName
+	health       string
+	usedBy       []string
+	total, inUse int64
+}
+
 // devices calls f for each device a node serves: each MIG instance with a
-// device and each whole GPU with MIG off, with its resource.
-func devices(gpus []nodeinfo.GPU, f func(res corev1.ResourceName, health string, usedBy []string)) {
+// device and each whole GPU with MIG off.
+func devices(gpus []nodeinfo.GPU, f func(servedDevice)) {
+	each := func(res corev1.ResourceName, health string, usedBy []string, s *nodeinfo.Shared) {
+		d := servedDevice{health: health, usedBy: usedBy}
+		d.res, d.total, d.inUse = nodeinfo.Devices(res, usedBy, s)
+		f(d)
+	}
 	for _, g := range gpus {
 		if len(g.Instances) == 0 && g.MigMode != nodeinfo.MigModeEnabled {
 			if g.Health != "" && g.Health != nodeinfo.HealthNotServed {
-				f(resourcename.GPU, g.Health, g.UsedBy)
+				each(resourcename.GPU, g.Health, g.UsedBy, g.Shared)
 			}
 			continue
 		}
@@ -196,7 +213,7 @@ func devices(gpus []nodeinfo.GPU, f func(res corev1.ResourceName, health string,
 			if in.UUID == "" || in.Health == nodeinfo.HealthNotServed {
 				continue
 			}
-			f(resourcename.MIG(in.Profile), in.Health, in.UsedBy)
+			each(resourcename.MIG(in.Profile), in.Health, in.UsedBy, in.Shared)
 		}
 	}
 }
@@ -218,15 +235,15 @@ func freeCounts(nodes []NodeStatus) []FreeCount {
 			}
 			continue
 		}
-		devices(n.GPUs, func(res corev1.ResourceName, health string, usedBy []string) {
-			c := byRes[res]
+		devices(n.GPUs, func(d servedDevice) {
+			c := byRes[d.res]
 			if c == nil {
-				c = &FreeCount{Resource: string(res)}
-				byRes[res] = c
+				c = &FreeCount{Resource: string(d.res)}
+				byRes[d.res] = c
 			}
-			c.Total++
-			if health == nodeinfo.HealthHealthy && len(usedBy) == 0 {
-				c.Free++
+			c.Total += int(d.total)
+			if d.health == nodeinfo.HealthHealthy {
+				c.Free += int(d.total - d.inUse)
 			}
 		})
 	}
@@ -292,8 +309,8 @@ func (st Status) needsLook() bool {
 			return true
 		}
 		bad := false
-		devices(n.GPUs, func(_ corev1.ResourceName, health string, _ []string) {
-			bad = bad || health == nodeinfo.HealthUnhealthy
+		devices(n.GPUs, func(d servedDevice) {
+			bad = bad || d.health == nodeinfo.HealthUnhealthy
 		})
 		if bad {
 			return true
@@ -438,11 +455,12 @@ func renderNode(w io.Writer, n NodeStatus, s style, wide bool, manualHold time.D
 		// escapes of the cells below it.
 		fmt.Fprintf(tw, "    PROFILE\tAT\t%s\tDEVICE\tPOD\n", s.paint(ansiDefault, "HEALTH"))
 		if whole {
-			fmt.Fprintf(tw, "    %s\t%s\t%s\t%s\t%s\n", "whole GPU", "-", s.health(cmp.Or(g.Health, nodeinfo.HealthNotServed)), shortID(g.UUID, wide), podList(g.UsedBy, podWidth, wide))
+			fmt.Fprintf(tw, "    %s\t%s\t%s\t%s\t%s\n", "whole GPU", "-", s.health(cmp.Or(g.Health, nodeinfo.HealthNotServed)), shortID(g.UUID, wide),
+				users(resourcename.GPU, g.UsedBy, g.Shared, podWidth, wide))
 		}
 		for _, in := range g.Instances {
 			fmt.Fprintf(tw, "    %s\t%d:%d\t%s\t%s\t%s\n", in.Profile, in.Placement.Start, in.Placement.Size,
-				s.health(in.Health), shortID(in.UUID, wide), podList(in.UsedBy, podWidth, wide))
+				s.health(in.Health), shortID(in.UUID, wide), users(resourcename.MIG(in.Profile), in.UsedBy, in.Shared, podWidth, wide))
 		}
 		_ = tw.Flush()
 	}
@@ -477,6 +495,28 @@ func podColumn(g nodeinfo.GPU, whole bool) int {
 	}
 	const indent, gap, device = 4, 2, 13
 	return max(16, width-indent-profile-at-health-device-4*gap)
+}
+
+// users is the POD cell of a device served as res: the pods holding it
+// (podList), and for a shared device its replicas in use and the resource
+// they are served as when it is renamed ("1/2 replicas: ns/a").
+func users(res corev1.ResourceName, pods []string, sh *nodeinfo.Shared, n int, wide bool) string {
+	if sh == nil {
+		return podList(pods, n, wide)
+	}
+	served, total, inUse := nodeinfo.Devices(res, pods, sh)
+	head := fmt.Sprintf("%d/%d replicas", inUse, total)
+	if served != res {
+		head += " of " + string(served)
+	}
+	list := "-"
+	if len(pods) > 0 {
+		list = strings.Join(pods, ",")
+	}
+	if wide {
+		return head + ": " + list
+	}
+	return clip(head+": "+list, max(n, len(head)+8))
 }
 
 // podList is the pods holding a device, "-" for none, cut to n columns

@@ -303,3 +303,61 @@ func TestStatusWithoutSliceAccess(t *testing.T) {
 		t.Errorf("stderr %q does not warn", errOut)
 	}
 }
+
+// shared makes g's instance i a shared device: replicas of res, inUse of
+// them held by usedBy.
+func shared(g nodeinfo.GPU, i int, res string, replicas, inUse int, usedBy ...string) nodeinfo.GPU {
+	g.Instances[i].Shared = &nodeinfo.Shared{Resource: res, Replicas: replicas, InUse: inUse}
+	g.Instances[i].UsedBy = usedBy
+	return g
+}
+
+// TestStatusFreeReplicas: a shared device counts for its replicas, under
+// the resource they are served as, as the allocatable does; those in use
+// are not free.
+func TestStatusFreeReplicas(t *testing.T) {
+	const res1g = "nvidia.com/mig-1g.10gb"
+	two1g := func() nodeinfo.GPU { return gpu(0, "1g.10gb@4:1", "1g.10gb@5:1") }
+	for _, tc := range []struct {
+		name string
+		gpus []nodeinfo.GPU
+		want []FreeCount
+	}{
+		{"one of two replicas in use", []nodeinfo.GPU{shared(two1g(), 0, res1g, 2, 1, "ns/a")},
+			[]FreeCount{{Resource: res1g, Free: 2, Total: 3}}},
+		{"both in use", []nodeinfo.GPU{shared(two1g(), 0, res1g, 2, 2, "ns/a", "ns/b")},
+			[]FreeCount{{Resource: res1g, Free: 1, Total: 3}}},
+		{"renamed", []nodeinfo.GPU{shared(two1g(), 0, "nvidia.com/small", 4, 1, "ns/a")},
+			[]FreeCount{{Resource: res1g, Free: 1, Total: 1}, {Resource: "nvidia.com/small", Free: 3, Total: 4}}},
+		{"unhealthy", []nodeinfo.GPU{shared(gpu(0, "1g.10gb@4:1!"), 0, res1g, 2, 0)},
+			[]FreeCount{{Resource: res1g, Free: 0, Total: 2}}},
+		{"a whole GPU", []nodeinfo.GPU{func() nodeinfo.GPU {
+			g := wholeGPU(1, "ns/a")
+			g.Shared = &nodeinfo.Shared{Resource: "nvidia.com/gpu", Replicas: 3, InUse: 1}
+			return g
+		}()}, []FreeCount{{Resource: "nvidia.com/gpu", Free: 2, Total: 3}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := node(t, "gpu-a", nodeinfo.StateSuccess, tc.gpus...)
+			st, err := BuildStatus([]corev1.Node{*n}, nil, plansnap.Options{}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, st.Free); diff != "" {
+				t.Errorf("free (-want +got):\n%s", diff)
+			}
+		})
+	}
+
+	n := node(t, "gpu-a", nodeinfo.StateSuccess, shared(shared(two1g(), 0, res1g, 2, 2, "ns/a", "ns/b"), 1, "nvidia.com/small", 4, 1, "ns/c"))
+	_, out, _ := run(t, fakeClient(n), "", "status")
+	for _, want := range []string{
+		"1g.10gb  4:1  Healthy  MIG-00000004…  2/2 replicas: ns/a,ns/b\n",
+		"1g.10gb  5:1  Healthy  MIG-00000005…  1/4 replicas of nvidia.com/small: ns/c\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status does not show %q:\n%s", want, out)
+		}
+	}
+	checkWidth(t, out)
+}

@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -307,5 +308,77 @@ func TestInformerSourceExistenceSeesHeldDevices(t *testing.T) {
 		}
 		want := tc.name == "the holder is back"
 		testutil.Eventually(t, tc.name, func() bool { return warned() == want })
+	}
+}
+
+// noPlanner is a planner that serves nothing, now or later.
+type noPlanner struct{}
+
+func (noPlanner) Serve(*corev1.Pod, map[corev1.ResourceName]int64) fallback.Served {
+	return fallback.Served{}
+}
+
+// In existence mode the source counts a shared instance's replicas in use,
+// as its agent reports them, against the replicas the allocatable counts:
+// a pod asking for the shared resource is left as asked while a replica is
+// free, and, reshape-first, falls back to a free type once none is.
+func TestInformerSourceExistenceCountsReplicas(t *testing.T) {
+	const (
+		mig1g = corev1.ResourceName("nvidia.com/mig-1g.10gb")
+		mig3g = corev1.ResourceName("nvidia.com/mig-3g.40gb")
+	)
+	for _, tc := range []struct {
+		name   string
+		usedBy []string
+		inUse  int
+		// want is what the pod's 1g.10gb becomes; warn: the decision
+		// without a planner warns that every 1g.10gb is in use.
+		want corev1.ResourceName
+		warn bool
+	}{
+		{name: "no replica in use", want: mig1g},
+		{name: "one of two replicas in use", usedBy: []string{"ns/a"}, inUse: 1, want: mig1g},
+		{name: "both replicas in use", usedBy: []string{"ns/a", "ns/b"}, inUse: 2, want: mig3g, warn: true},
+		{name: "one pod on both replicas", usedBy: []string{"ns/a"}, inUse: 2, want: mig3g, warn: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := json.Marshal([]nodeinfo.GPU{{Index: 0, UUID: "GPU-0", MigMode: nodeinfo.MigModeEnabled, Instances: []nodeinfo.Instance{
+				{Profile: "3g.40gb", UUID: "MIG-3g", Health: nodeinfo.HealthHealthy},
+				{Profile: "1g.10gb", UUID: "MIG-1g", Health: nodeinfo.HealthHealthy, UsedBy: tc.usedBy,
+					Shared: &nodeinfo.Shared{Resource: string(mig1g), Replicas: 2, InUse: tc.inUse}},
+			}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := gpuNode("a", map[corev1.ResourceName]int64{mig1g: 2, mig3g: 1})
+			n.Annotations = map[string]string{nodeinfo.AnnotationLayout: string(l)}
+			s, err := NewInformerSource(fake.NewClientset(n), false, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			runSource(t, s)
+			snap, _ := s.Snapshot()
+			d, err := fallback.NewDecider(fallback.Options{Policy: fallback.DefaultPolicy(), Mode: fallback.ModeExistence})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pod := gpuPod("p", mig1g, "1")
+			dec := d.DecideWith(context.Background(), pod, snap, noPlanner{})
+			var want []fallback.Rewrite
+			if tc.want != mig1g {
+				want = []fallback.Rewrite{{From: mig1g, To: tc.want, Reason: fallback.ReasonExhausted}}
+			}
+			if !cmp.Equal(want, dec.Rewrites) {
+				t.Errorf("reshape-first: rewrites %v, want %v", dec.Rewrites, want)
+			}
+			alone := d.Decide(pod, snap)
+			if len(alone.Rewrites) > 0 {
+				t.Errorf("without a planner: rewrites %v, want none (existence mode keeps a type that exists)", alone.Rewrites)
+			}
+			warned := slices.ContainsFunc(alone.Warnings, func(w string) bool { return strings.Contains(w, "is in use, as their agents last reported") })
+			if warned != tc.warn {
+				t.Errorf("without a planner: warned all in use %v, want %v (warnings %q)", warned, tc.warn, alone.Warnings)
+			}
+		})
 	}
 }

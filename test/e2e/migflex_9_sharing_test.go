@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -49,10 +50,11 @@ sharing:
 // the agent reads an NVIDIA config from a mounted ConfigMap, picked by the
 // node's nvidia.com/device-plugin.config label; the kubelet gets replicas
 // <uuid>::0 and <uuid>::1, the Node GPU feature discovery's sharing
-// labels, both pods run at once with the instance's UUID in their
-// environment, the layout annotation names both as its users, and a
-// reader of the kubelet's pod-resources API that maps device IDs to GPUs
-// as dcgm-exporter does finds each pod's MIG UUID.
+// labels, both pods, left as asked by the webhook, run at once with the
+// instance's UUID in their environment, the layout annotation names both
+// as its users and counts both replicas in use, as kubectl migflex status
+// does, and a reader of the kubelet's pod-resources API that maps device
+// IDs to GPUs as dcgm-exporter does finds each pod's MIG UUID.
 func TestSharingTimeSliced(t *testing.T) {
 	migflex(t)
 	ctx := t.Context()
@@ -92,16 +94,17 @@ func TestSharingTimeSliced(t *testing.T) {
 	ns := cluster.Namespace(t)
 	pods := []string{"share-a", "share-b"}
 	for _, name := range pods {
-		pod := gpuPod(ns, name, resource1g, 1, "sleep", "3600")
-		// The webhook does not count replicas yet: the layout shows the
-		// one instance held once the first pod runs, and it would move
-		// the second to a free profile.
-		pod.Labels = map[string]string{labelOptOut: "disabled"}
-		cluster.CreatePod(t, pod)
+		// Through the webhook: it counts the replicas the allocatable
+		// shows and leaves the request as asked.
+		cluster.CreatePod(t, gpuPod(ns, name, resource1g, 1, "sleep", "3600"))
 	}
 	for _, name := range pods {
-		if _, err := cluster.WaitForPodPhase(ctx, ns, name, corev1.PodRunning); err != nil {
+		p, err := cluster.WaitForPodPhase(ctx, ns, name, corev1.PodRunning)
+		if err != nil {
 			t.Fatal(err)
+		}
+		if rw, ok := p.Annotations[annotationFallback]; ok {
+			t.Errorf("pod %s was rewritten (%s) while a replica of %s was free", name, rw, resource1g)
 		}
 		out, err := cluster.Kubectl(ctx, "exec", "-n", ns, name, "--", "/testbox", "env")
 		if err != nil {
@@ -133,15 +136,39 @@ func TestSharingTimeSliced(t *testing.T) {
 		t.Errorf("pods mapped to %s from the pod-resources device IDs %v: %v, want %v", shared, ids, got, want)
 	}
 
-	// The layout annotation names both pods as the instance's users.
-	if _, err := cluster.WaitForNode(ctx, "both pods as the shared instance's users", timeout, func(n *corev1.Node) error {
-		got := usedByOf(n, shared)
-		if want := []string{ns + "/share-a", ns + "/share-b"}; !slices.Equal(got, want) {
-			return fmt.Errorf("usedBy %v", got)
+	// The layout annotation names both pods as the instance's users, and
+	// counts its replicas as the allocatable does: both in use.
+	if _, err := cluster.WaitForNode(ctx, "both pods as the shared instance's users, its two replicas in use", timeout, func(n *corev1.Node) error {
+		in := instanceOf(n, shared)
+		if want := []string{ns + "/share-a", ns + "/share-b"}; !slices.Equal(in.UsedBy, want) {
+			return fmt.Errorf("usedBy %v", in.UsedBy)
+		}
+		if want := (nodeinfo.Shared{Resource: resource1g, Replicas: 2, InUse: 2}); in.Shared == nil || *in.Shared != want {
+			return fmt.Errorf("shared %+v, want %+v", in.Shared, want)
 		}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+
+	// kubectl migflex counts the replicas as the allocatable does: two,
+	// none free.
+	code, out, errOut := migflexPlugin(t, "status", cluster.NodeName, "-o", "json")
+	if code != 0 {
+		t.Fatalf("status -o json: exit %d: %s", code, errOut)
+	}
+	var st pluginStatus
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("status -o json: %v\n%s", err, out)
+	}
+	counted := false
+	for _, c := range st.Free {
+		if c.Resource == resource1g {
+			counted = c.Free == 0 && c.Total == 2
+		}
+	}
+	if !counted {
+		t.Errorf("kubectl migflex status counts %+v, want %s 0 free of 2 replicas", st.Free, resource1g)
 	}
 }
 
@@ -172,21 +199,21 @@ func podsByGPUDevice(all map[string]map[string][]string) map[string][]string {
 	return out
 }
 
-// usedByOf is the pods the node's layout annotation says hold the
-// instance with this UUID.
-func usedByOf(n *corev1.Node, uuid string) []string {
+// instanceOf is the instance with this UUID in the node's layout
+// annotation.
+func instanceOf(n *corev1.Node, uuid string) nodeinfo.Instance {
 	l, err := nodeinfo.ParseLayout(n.Annotations[nodeinfo.AnnotationLayout])
 	if err != nil {
-		return []string{"unreadable: " + err.Error()}
+		return nodeinfo.Instance{UsedBy: []string{"unreadable: " + err.Error()}}
 	}
 	for _, g := range l {
 		for _, in := range g.Instances {
 			if in.UUID == uuid {
-				return in.UsedBy
+				return in
 			}
 		}
 	}
-	return nil
+	return nodeinfo.Instance{}
 }
 
 // enableSharing labels node 1 with config, gives the device-plugin agent

@@ -25,7 +25,10 @@ type GPU struct {
 	Health string `json:"health,omitempty"`
 	// UsedBy are the pods ("namespace/name", sorted) holding the whole GPU
 	// as a device, as the kubelet's pod-resources API reports them.
-	UsedBy    []string   `json:"usedBy,omitempty"`
+	UsedBy []string `json:"usedBy,omitempty"`
+	// Shared says how the whole GPU is served when it is shared
+	// (time-slicing, MPS); nil when it is served as one device.
+	Shared    *Shared    `json:"shared,omitempty"`
 	Instances []Instance `json:"instances,omitempty"`
 }
 
@@ -42,6 +45,42 @@ type Instance struct {
 	Health string `json:"health"`
 	// UsedBy are the pods ("namespace/name", sorted) holding the device.
 	UsedBy []string `json:"usedBy,omitempty"`
+	// Shared says how the device is served when it is shared
+	// (time-slicing, MPS); nil when it is served as one device.
+	Shared *Shared `json:"shared,omitempty"`
+}
+
+// Shared is how a shared device is served: as Replicas devices
+// ("<uuid>::<n>") of Resource, of which pods hold InUse. The Node's
+// allocatable counts the replicas, so readers of the layout that count
+// devices against it (the webhook, the planner, kubectl migflex) count
+// a shared device's replicas, not the device.
+type Shared struct {
+	// Resource is the extended resource the replicas are served as: the
+	// device's own, or the one the sharing config renames it to.
+	Resource string `json:"resource"`
+	Replicas int    `json:"replicas"`
+	// InUse is how many of its replicas pods hold (each pod in UsedBy
+	// holds at least one).
+	InUse int `json:"inUse"`
+}
+
+// Free is how many replicas no pod holds.
+func (s *Shared) Free() int { return max(s.Replicas-s.InUse, 0) }
+
+// Devices is what a device served as resource, held by usedBy and shared
+// as s (nil: served whole), counts for in the Node's allocatable and how
+// many of those pods hold: its replicas, or the device itself.
+func Devices(resource corev1.ResourceName, usedBy []string, s *Shared) (served corev1.ResourceName, total, inUse int64) {
+	if s == nil {
+		if len(usedBy) > 0 {
+			inUse = 1
+		}
+		return resource, 1, inUse
+	}
+	// A pod holds at least one replica: the kubelet's count, from the
+	// agent's last poll, may be older than the pods it names.
+	return corev1.ResourceName(s.Resource), int64(s.Replicas), int64(min(max(s.InUse, len(usedBy)), s.Replicas))
 }
 
 // Placement is where an instance sits, in memory slices.
@@ -92,14 +131,16 @@ func MigModeOf(g mig.GPU) string {
 // Layout is the layout annotation's content for gpus, ordered by GPU
 // index and each GPU's instances by placement. served maps every device ID
 // served to the kubelet to whether it is healthy (a device not in it is not
-// served); inUse maps a device ID to the pods holding it.
-func Layout(gpus []mig.GPU, served map[string]bool, inUse map[string][]string) []GPU {
+// served); inUse maps a device ID to the pods holding it; shared maps the
+// ID of each device served as replicas to how (nil: none is shared).
+func Layout(gpus []mig.GPU, served map[string]bool, inUse map[string][]string, shared map[string]Shared) []GPU {
 	out := make([]GPU, 0, len(gpus))
 	for _, g := range gpus {
 		lg := GPU{Index: g.Index, UUID: g.UUID, Model: g.Model, MigMode: MigModeOf(g)}
 		if !g.MigEnabled {
 			lg.Health = healthOf(served, g.UUID)
 			lg.UsedBy = inUse[g.UUID]
+			lg.Shared = sharedOf(shared, g.UUID)
 		}
 		for _, in := range g.Instances {
 			lg.Instances = append(lg.Instances, Instance{
@@ -110,6 +151,7 @@ func Layout(gpus []mig.GPU, served map[string]bool, inUse map[string][]string) [
 				UUID:      in.UUID,
 				Health:    healthOf(served, in.UUID),
 				UsedBy:    usedBy(inUse, in.UUID),
+				Shared:    sharedOf(shared, in.UUID),
 			})
 		}
 		slices.SortFunc(lg.Instances, func(a, b Instance) int { return cmp.Compare(a.Placement.Start, b.Placement.Start) })
@@ -142,9 +184,18 @@ func usedBy(inUse map[string][]string, id string) []string {
 	return inUse[id]
 }
 
+// sharedOf is how device id is shared; nil when it is not.
+func sharedOf(shared map[string]Shared, id string) *Shared {
+	s, ok := shared[id]
+	if id == "" || !ok {
+		return nil
+	}
+	return &s
+}
+
 // EncodeLayout is the value of AnnotationLayout for gpus (see Layout).
-func EncodeLayout(gpus []mig.GPU, served map[string]bool, inUse map[string][]string) (string, error) {
-	b, err := json.Marshal(Layout(gpus, served, inUse))
+func EncodeLayout(gpus []mig.GPU, served map[string]bool, inUse map[string][]string, shared map[string]Shared) (string, error) {
+	b, err := json.Marshal(Layout(gpus, served, inUse, shared))
 	if err != nil {
 		return "", fmt.Errorf("encoding annotation %s: %w", AnnotationLayout, err)
 	}
@@ -162,24 +213,27 @@ func ParseLayout(s string) ([]GPU, error) {
 
 // Held counts the devices pods hold in a layout, by the resource the
 // device plugin serves them as under the mixed strategy: a held MIG
-// device as its profile's resource, a held whole GPU as nvidia.com/gpu.
-// It is what the node's agent last reported, for readers that watch no
-// pods (the webhook in existence mode).
+// device as its profile's resource, a held whole GPU as nvidia.com/gpu,
+// and a shared device's replicas in use as the resource its replicas are
+// served as (see Devices). It is what the node's agent last reported, for
+// readers that watch no pods (the webhook in existence mode).
 func Held(gpus []GPU) map[corev1.ResourceName]int64 {
 	var out map[corev1.ResourceName]int64
-	add := func(r corev1.ResourceName) {
+	add := func(r corev1.ResourceName, usedBy []string, s *Shared) {
+		r, _, n := Devices(r, usedBy, s)
+		if n == 0 {
+			return
+		}
 		if out == nil {
 			out = map[corev1.ResourceName]int64{}
 		}
-		out[r]++
+		out[r] += n
 	}
 	for _, g := range gpus {
-		if len(g.UsedBy) > 0 {
-			add(resourcename.GPU)
-		}
+		add(resourcename.GPU, g.UsedBy, g.Shared)
 		for _, in := range g.Instances {
-			if in.UUID != "" && len(in.UsedBy) > 0 {
-				add(resourcename.MIG(in.Profile))
+			if in.UUID != "" {
+				add(resourcename.MIG(in.Profile), in.UsedBy, in.Shared)
 			}
 		}
 	}

@@ -58,7 +58,7 @@ func TestEncodeLayout(t *testing.T) {
 	// 1, an ID no device of this node has, and one of GPU 0 (MIG on: its
 	// whole-GPU ID is no device then).
 	inUse := map[string][]string{migUUID(1): {"a/p", "b/q"}, gpuUUID(1): {"ml/train"}, "MIG-gone": {"x/y"}, gpuUUID(0): {"x/z"}}
-	got, err := EncodeLayout(gpus, served, inUse)
+	got, err := EncodeLayout(gpus, served, inUse, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestLayoutRoundTrip(t *testing.T) {
 	}
 	served := map[string]bool{migUUID(1): true, migUUID(2): false, gpuUUID(1): true}
 	inUse := map[string][]string{migUUID(1): {"ns/p"}, gpuUUID(1): {"ns/q", "ns/r"}}
-	s, err := EncodeLayout(gpus, served, inUse)
+	s, err := EncodeLayout(gpus, served, inUse, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,10 +103,10 @@ func TestLayoutRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(Layout(gpus, served, inUse), got); diff != "" {
+	if diff := cmp.Diff(Layout(gpus, served, inUse, nil), got); diff != "" {
 		t.Errorf("ParseLayout(EncodeLayout()) (-want +got):\n%s", diff)
 	}
-	again, err := EncodeLayout(gpus, served, inUse)
+	again, err := EncodeLayout(gpus, served, inUse, nil)
 	if err != nil || again != s {
 		t.Errorf("encoding is not stable: %v\n%s\n%s", err, s, again)
 	}
@@ -158,6 +158,41 @@ func TestParseLayoutHostile(t *testing.T) {
 	}
 }
 
+func TestLayoutShared(t *testing.T) {
+	gpus := []mig.GPU{
+		h100(0, true, inst("1g.10gb", 6, 1, 3), inst("3g.40gb", 0, 4, 1)),
+		h100(1, false),
+	}
+	served := map[string]bool{migUUID(3): true, migUUID(1): true, gpuUUID(1): true}
+	inUse := map[string][]string{migUUID(3): {"a/p", "b/q"}, gpuUUID(1): {"c/r"}}
+	shared := map[string]Shared{
+		migUUID(3): {Resource: "nvidia.com/mig-1g.10gb", Replicas: 2, InUse: 2},
+		gpuUUID(1): {Resource: "nvidia.com/gpu.shared", Replicas: 4, InUse: 1},
+		// Not a device of this layout: left out.
+		"MIG-gone": {Resource: "nvidia.com/mig-1g.10gb", Replicas: 2},
+	}
+	s, err := EncodeLayout(gpus, served, inUse, shared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `[{"index":0,"uuid":"GPU-a","model":"NVIDIA H100 80GB HBM3","migMode":"Enabled","instances":[` +
+		`{"profile":"3g.40gb","placement":{"start":0,"size":4},"gi":1,"ci":0,"uuid":"MIG-1","health":"Healthy"},` +
+		`{"profile":"1g.10gb","placement":{"start":6,"size":1},"gi":3,"ci":0,"uuid":"MIG-3","health":"Healthy","usedBy":["a/p","b/q"],` +
+		`"shared":{"resource":"nvidia.com/mig-1g.10gb","replicas":2,"inUse":2}}]},` +
+		`{"index":1,"uuid":"GPU-b","model":"NVIDIA H100 80GB HBM3","migMode":"Disabled","health":"Healthy","usedBy":["c/r"],` +
+		`"shared":{"resource":"nvidia.com/gpu.shared","replicas":4,"inUse":1}}]`
+	if s != want {
+		t.Errorf("EncodeLayout() =\n%s\nwant\n%s", s, want)
+	}
+	got, err := ParseLayout(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(Layout(gpus, served, inUse, shared), got); diff != "" {
+		t.Errorf("ParseLayout(EncodeLayout()) (-want +got):\n%s", diff)
+	}
+}
+
 func TestHeld(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -181,6 +216,35 @@ func TestHeld(t *testing.T) {
 		{
 			name: "a GPU instance without a compute instance is no device",
 			gpus: []GPU{{Index: 0, Instances: []Instance{{Profile: "2g.20gb", UsedBy: []string{"ns/a"}}}}},
+		},
+		{
+			// The allocatable counts replicas: two pods on two replicas
+			// leave none free, not one.
+			name: "a shared instance's replicas in use",
+			gpus: []GPU{{Index: 0, Instances: []Instance{
+				{Profile: "1g.10gb", UUID: "MIG-a", UsedBy: []string{"ns/a", "ns/b"}, Shared: &Shared{Resource: "nvidia.com/mig-1g.10gb", Replicas: 2, InUse: 2}},
+				{Profile: "1g.10gb", UUID: "MIG-b", UsedBy: []string{"ns/c"}, Shared: &Shared{Resource: "nvidia.com/mig-1g.10gb", Replicas: 4, InUse: 3}},
+				{Profile: "1g.10gb", UUID: "MIG-c", Shared: &Shared{Resource: "nvidia.com/mig-1g.10gb", Replicas: 4}},
+			}}},
+			want: map[corev1.ResourceName]int64{"nvidia.com/mig-1g.10gb": 5},
+		},
+		{
+			name: "replicas under a renamed resource, beside the profile's unshared devices",
+			gpus: []GPU{{Index: 0, Instances: []Instance{
+				{Profile: "1g.10gb", UUID: "MIG-a", UsedBy: []string{"ns/a"}, Shared: &Shared{Resource: "nvidia.com/mig-1g.10gb.shared", Replicas: 2, InUse: 1}},
+				{Profile: "1g.10gb", UUID: "MIG-b", UsedBy: []string{"ns/b"}},
+			}}},
+			want: map[corev1.ResourceName]int64{"nvidia.com/mig-1g.10gb.shared": 1, "nvidia.com/mig-1g.10gb": 1},
+		},
+		{
+			// The agent polls the kubelet: a pod it names holds a replica
+			// even when the count it polled is older.
+			name: "each pod named holds at least one replica, never more than there are",
+			gpus: []GPU{
+				{Index: 0, UsedBy: []string{"ns/a", "ns/b", "ns/c"}, Shared: &Shared{Resource: "nvidia.com/gpu", Replicas: 2, InUse: 1}},
+				{Index: 1, Instances: []Instance{{Profile: "3g.40gb", UUID: "MIG-a", UsedBy: []string{"ns/d", "ns/e"}, Shared: &Shared{Resource: "nvidia.com/mig-3g.40gb", Replicas: 4, InUse: 1}}}},
+			},
+			want: map[corev1.ResourceName]int64{"nvidia.com/gpu": 2, "nvidia.com/mig-3g.40gb": 2},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -597,24 +597,26 @@ func (a *Agent) noteAssignments(assignments []podresources.Assignment) bool {
 			slices.Sort(pods)
 		}
 	}
-	// The replicas a pod holds can change while the instance's holders
-	// stay the same; only the per-instance metrics see that.
+	// The replicas pods hold can change while the instance's holders
+	// stay the same: the layout annotation counts them too.
+	changed := false
 	if !maps.EqualFunc(a.inUseByID, byID, slices.Equal[[]string]) {
 		a.inUseByID = byID
 		a.metrics.instances.setInUse(byID)
+		changed = true
 	}
-	if maps.EqualFunc(a.inUse, next, slices.Equal[[]string]) {
-		return false
+	if !maps.EqualFunc(a.inUse, next, slices.Equal[[]string]) {
+		a.inUse = next
+		a.metrics.setInUse(next)
+		changed = true
 	}
-	a.inUse = next
-	a.metrics.setInUse(next)
-	return true
+	return changed
 }
 
 // report applies the agent's labels and annotations for st and the last
 // discovered layout; cause is why, for the writes metric.
 func (a *Agent) report(ctx context.Context, node *corev1.Node, st status, cause string) error {
-	labels, annotations, err := ownedMetadata(st, a.gpus, servedHealth(a.opts.Server.Served()), a.inUse, a.opts.Server.Labels(a.gpus))
+	labels, annotations, err := ownedMetadata(st, a.gpus, servedHealth(a.opts.Server.Served()), a.inUse, sharedDevices(a.opts.Server, a.inUseByID), a.opts.Server.Labels(a.gpus))
 	if err != nil {
 		return err
 	}

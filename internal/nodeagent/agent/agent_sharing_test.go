@@ -68,19 +68,29 @@ sharing:
 		podresourcestest.Device{Namespace: "ml", Pod: "b", Container: "c", Resource: resource1g, IDs: []string{shared + "::1"}},
 		podresourcestest.Device{Namespace: "ml", Pod: "a", Container: "c", Resource: resource1g, IDs: []string{shared + "::0"}},
 	)
-	usedBy := func(o *corev1.Node) []string {
+	instance := func(o *corev1.Node, uuid string) nodeinfo.Instance {
 		l, err := nodeinfo.ParseLayout(o.Annotations[nodeinfo.AnnotationLayout])
 		if err != nil || len(l) == 0 {
-			return []string{"unreadable"}
+			return nodeinfo.Instance{UsedBy: []string{"unreadable"}}
 		}
 		for _, in := range l[0].Instances {
-			if in.UUID == shared {
-				return in.UsedBy
+			if in.UUID == uuid {
+				return in
 			}
 		}
-		return []string{"missing"}
+		return nodeinfo.Instance{UsedBy: []string{"missing"}}
 	}
-	n.waitNode("both pods on the instance", func(o *corev1.Node) bool { return slices.Equal(usedBy(o), []string{"ml/a", "ml/b"}) })
+	usedBy := func(o *corev1.Node) []string { return instance(o, shared).UsedBy }
+	// The layout counts the replicas as the allocatable does: the
+	// instance's two in use, the other instance's two free.
+	other := n.discover()[0].Instances[1].UUID
+	replicas := func(o *corev1.Node, uuid string, inUse int) bool {
+		s := instance(o, uuid).Shared
+		return s != nil && *s == nodeinfo.Shared{Resource: resource1g, Replicas: 2, InUse: inUse}
+	}
+	n.waitNode("both pods on the instance, its two replicas in use", func(o *corev1.Node) bool {
+		return slices.Equal(usedBy(o), []string{"ml/a", "ml/b"}) && replicas(o, shared, 2) && replicas(o, other, 0)
+	})
 
 	// An invalid edit of the config in use: a Warning naming the fault,
 	// and the replicas stay served.
@@ -102,9 +112,9 @@ sharing:
 		t.Errorf("pending reason %q does not name both pods on the shared instance", r)
 	}
 	n.podres.Set(podresourcestest.Device{Namespace: "ml", Pod: "b", Container: "c", Resource: resource1g, IDs: []string{shared + "::1"}})
-	obj = n.waitNode("still pending for the pod on the other replica", func(o *corev1.Node) bool {
+	obj = n.waitNode("still pending for the pod on the other replica, one replica in use", func(o *corev1.Node) bool {
 		r := o.Annotations[nodeinfo.AnnotationReason]
-		return strings.Contains(r, "ml/b") && !strings.Contains(r, "ml/a")
+		return strings.Contains(r, "ml/b") && !strings.Contains(r, "ml/a") && replicas(o, shared, 1)
 	})
 	if s := obj.Labels[nodeinfo.LabelMigConfigState]; s != nodeinfo.StatePending {
 		t.Errorf("state %s with a pod on one replica, want pending", s)

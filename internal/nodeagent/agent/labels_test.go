@@ -55,7 +55,7 @@ func TestServedHealth(t *testing.T) {
 
 func TestOwnedMetadata(t *testing.T) {
 	gpus := []mig.GPU{h100(0, true, inst("3g.40gb", 0, 4, 1))}
-	layoutJSON, err := nodeinfo.EncodeLayout(gpus, nil, nil)
+	layoutJSON, err := nodeinfo.EncodeLayout(gpus, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestOwnedMetadata(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			labels, annotations, err := ownedMetadata(tc.st, gpus, nil, nil, base)
+			labels, annotations, err := ownedMetadata(tc.st, gpus, nil, nil, nil, base)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -30,7 +30,7 @@ type status struct {
 // labels the server gives the devices (deviceLabels). Keys it does not
 // return are removed by the apply, so a profile count label disappears
 // with the profile.
-func ownedMetadata(st status, gpus []mig.GPU, served map[string]bool, inUse map[string][]string, deviceLabels map[string]string) (labels, annotations map[string]string, err error) {
+func ownedMetadata(st status, gpus []mig.GPU, served map[string]bool, inUse map[string][]string, shared map[string]nodeinfo.Shared, deviceLabels map[string]string) (labels, annotations map[string]string, err error) {
 	labels = maps.Clone(deviceLabels)
 	if labels == nil {
 		labels = map[string]string{}
@@ -38,7 +38,7 @@ func ownedMetadata(st status, gpus []mig.GPU, served map[string]bool, inUse map[
 	if st.State != "" {
 		labels[nodeinfo.LabelMigConfigState] = st.State
 	}
-	layoutJSON, err := nodeinfo.EncodeLayout(gpus, served, inUse)
+	layoutJSON, err := nodeinfo.EncodeLayout(gpus, served, inUse, shared)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/migflex/migflex/internal/domain/nodeinfo"
 	"github.com/migflex/migflex/internal/domain/sharing"
 )
 
@@ -23,6 +24,33 @@ type Sharer interface {
 	// cannot apply to the devices served now it returns why, and what
 	// was served stays served.
 	Share(ctx context.Context, cfg *sharing.Config) error
+}
+
+// replicaServer is a Server that serves shared devices as replicas (the
+// device plugin): Replicas says, by device ID, the resource and the number
+// of each shared device's replicas.
+type replicaServer interface {
+	Replicas() map[string]nodeinfo.Shared
+}
+
+// sharedDevices is how each device the server shares is served, with
+// how many of its replicas pods hold (byID, the kubelet's assignments by
+// the device IDs served); nil when the server shares none.
+func sharedDevices(srv Server, byID map[string][]string) map[string]nodeinfo.Shared {
+	rs, ok := srv.(replicaServer)
+	if !ok {
+		return nil
+	}
+	shared := rs.Replicas()
+	for id := range byID {
+		if dev, _, ok := sharing.SplitReplicaID(id); ok {
+			if s, ok := shared[dev]; ok {
+				s.InUse++
+				shared[dev] = s
+			}
+		}
+	}
+	return shared
 }
 
 // Event reasons of the sharing config.

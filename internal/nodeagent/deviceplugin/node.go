@@ -38,6 +38,29 @@ func (m *Manager) Served() map[string]map[string]bool {
 	return out
 }
 
+// Replicas is, for each device served as replicas (a shared device, by
+// its own ID), the resource they are served as and how many there are
+// (InUse is left to the agent, which asks the kubelet): what the Node's
+// allocatable counts for it.
+func (m *Manager) Replicas() map[string]nodeinfo.Shared {
+	var out map[string]nodeinfo.Shared
+	for _, r := range m.Resources() {
+		for _, d := range r.Devices {
+			if d.Shares == "" {
+				continue
+			}
+			if out == nil {
+				out = map[string]nodeinfo.Shared{}
+			}
+			rs := out[d.Shares]
+			rs.Resource = r.Name
+			rs.Replicas++
+			out[d.Shares] = rs
+		}
+	}
+	return out
+}
+
 // Visible tells whether the scheduler sees what is served, from node's
 // allocatable; it never fails: layout
 // identifies the served devices, health aside, and changes when the layout

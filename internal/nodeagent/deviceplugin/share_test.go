@@ -126,6 +126,25 @@ sharing:
 					}
 				}
 			}
+			// What the layout annotation reports of each shared device:
+			// the resource its replicas are served as, and their count.
+			var wantReplicas map[string]nodeinfo.Shared
+			for r, ids := range tc.want {
+				for _, id := range ids {
+					if dev, _, ok := sharing.SplitReplicaID(id); ok {
+						if wantReplicas == nil {
+							wantReplicas = map[string]nodeinfo.Shared{}
+						}
+						rs := wantReplicas[dev]
+						rs.Resource = r
+						rs.Replicas++
+						wantReplicas[dev] = rs
+					}
+				}
+			}
+			if diff := cmp.Diff(wantReplicas, e.m.Replicas()); diff != "" {
+				t.Errorf("Replicas() (-want +got):\n%s", diff)
+			}
 			// Taking the config away serves the devices whole again.
 			if err := e.m.Share(e.ctx, nil); err != nil {
 				t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 	"github.com/migflex/migflex/internal/domain/mig"
 	"github.com/migflex/migflex/internal/domain/migconfig"
 	"github.com/migflex/migflex/internal/domain/nodeinfo"
+	"github.com/migflex/migflex/internal/domain/resourcename"
 	"github.com/migflex/migflex/internal/domain/schedview"
 	"github.com/migflex/migflex/internal/planner/solver"
 	"github.com/migflex/migflex/internal/platform/textcut"
@@ -109,7 +110,8 @@ func FromAPI(n *corev1.Node, o Options) Node {
 	}
 	out.Layout = layout
 	for _, g := range layout {
-		pg := solver.GPU{Index: g.Index, Model: g.Model, MigEnabled: g.MigMode == nodeinfo.MigModeEnabled, InUse: len(g.UsedBy) > 0}
+		pg := solver.GPU{Index: g.Index, Model: g.Model, MigEnabled: g.MigMode == nodeinfo.MigModeEnabled,
+			InUse: len(g.UsedBy) > 0 || renamed(resourcename.GPU, g.Shared)}
 		switch g.MigMode {
 		case nodeinfo.MigModeEnabled, nodeinfo.MigModeDisabled, nodeinfo.MigModeNA:
 		default:
@@ -119,8 +121,13 @@ func FromAPI(n *corev1.Node, o Options) Node {
 			// Not MIG capable: a whole GPU the planner never changes.
 			pg.Model = ""
 		}
+		out.addReplicas(solver.Replicas{GPU: g.Index, Start: -1}, resourcename.GPU, g.Health, g.UsedBy, g.Shared)
 		for _, in := range g.Instances {
-			pg.Instances = append(pg.Instances, solver.Instance{Profile: in.Profile, Start: in.Placement.Start, InUse: len(in.UsedBy) > 0})
+			pg.Instances = append(pg.Instances, solver.Instance{Profile: in.Profile, Start: in.Placement.Start,
+				InUse: len(in.UsedBy) > 0 || renamed(resourcename.MIG(in.Profile), in.Shared)})
+			if in.UUID != "" {
+				out.addReplicas(solver.Replicas{GPU: g.Index, Profile: in.Profile, Start: in.Placement.Start}, resourcename.MIG(in.Profile), in.Health, in.UsedBy, in.Shared)
+			}
 		}
 		out.GPUs = append(out.GPUs, pg)
 	}
@@ -180,6 +187,28 @@ func (out *Node) allocated(p *schedview.Pool) {
 				g.Instances = append(g.Instances, solver.Instance{Profile: u.Profile, Start: u.Start, InUse: true})
 			}
 		}
+	}
+}
+
+// renamed tells whether a device of resource res is shared under another
+// name: it is then no device of res, which the planner may hand out or
+// change, but only its replicas (see addReplicas), so the planner reads
+// it as in use.
+func renamed(res corev1.ResourceName, s *nodeinfo.Shared) bool {
+	return s != nil && corev1.ResourceName(s.Resource) != res
+}
+
+// addReplicas lists a healthy shared device with replicas free, where
+// x is: its free replicas serve pods as they are. One that pods use is in
+// use, so the planner never changes it.
+func (out *Node) addReplicas(x solver.Replicas, res corev1.ResourceName, health string, usedBy []string, s *nodeinfo.Shared) {
+	if s == nil || health != nodeinfo.HealthHealthy {
+		return
+	}
+	served, total, inUse := nodeinfo.Devices(res, usedBy, s)
+	if x.Free = total - inUse; x.Free > 0 {
+		x.Resource = served
+		out.Replicas = append(out.Replicas, x)
 	}
 }
 

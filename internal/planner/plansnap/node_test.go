@@ -401,3 +401,57 @@ func TestFromAPIDynamicAllocated(t *testing.T) {
 		t.Errorf("instances without the pool: %+v", got.GPUs[0].Instances)
 	}
 }
+
+// A shared device lists its free replicas, under the resource they are
+// served as; one with none free lists none, and each pod named holds a
+// replica. The instance pods use stays in use, one no pod uses free.
+func TestFromAPIReplicas(t *testing.T) {
+	share := func(g nodeinfo.GPU, i int, res string, replicas, inUse int, usedBy ...string) nodeinfo.GPU {
+		g.Instances[i].Shared = &nodeinfo.Shared{Resource: res, Replicas: replicas, InUse: inUse}
+		g.Instances[i].UsedBy = usedBy
+		return g
+	}
+	const mig1g = "nvidia.com/mig-1g.10gb"
+	for _, tc := range []struct {
+		name string
+		gpus []nodeinfo.GPU
+		want []solver.Replicas
+	}{
+		{"not shared", []nodeinfo.GPU{gpu(0, "1g.10gb@6=ns/a")}, nil},
+		{"one of two in use", []nodeinfo.GPU{share(gpu(0, "1g.10gb@6"), 0, mig1g, 2, 1, "ns/a")},
+			[]solver.Replicas{{GPU: 0, Profile: "1g.10gb", Start: 6, Resource: mig1g, Free: 1}}},
+		{"renamed", []nodeinfo.GPU{share(gpu(1, "3g.40gb@0", "1g.10gb@6"), 1, "nvidia.com/small", 4, 1, "ns/a")},
+			[]solver.Replicas{{GPU: 1, Profile: "1g.10gb", Start: 6, Resource: "nvidia.com/small", Free: 3}}},
+		{"renamed, idle", []nodeinfo.GPU{share(gpu(0, "1g.10gb@6"), 0, "nvidia.com/mig-1g.10gb.shared", 2, 0)},
+			[]solver.Replicas{{GPU: 0, Profile: "1g.10gb", Start: 6, Resource: "nvidia.com/mig-1g.10gb.shared", Free: 2}}},
+		{"no pod on it", []nodeinfo.GPU{share(gpu(0, "1g.10gb@6"), 0, mig1g, 2, 0)},
+			[]solver.Replicas{{GPU: 0, Profile: "1g.10gb", Start: 6, Resource: mig1g, Free: 2}}},
+		{"all in use", []nodeinfo.GPU{share(gpu(0, "1g.10gb@6"), 0, mig1g, 2, 2, "ns/a", "ns/b")}, nil},
+		{"a pod named the count has not seen yet", []nodeinfo.GPU{share(gpu(0, "1g.10gb@6"), 0, mig1g, 2, 1, "ns/a", "ns/b")}, nil},
+		{"a whole GPU", []nodeinfo.GPU{{Index: 2, UUID: "GPU-c", Model: h100, MigMode: nodeinfo.MigModeDisabled, Health: nodeinfo.HealthHealthy,
+			UsedBy: []string{"ns/a"}, Shared: &nodeinfo.Shared{Resource: "nvidia.com/gpu", Replicas: 4, InUse: 1}}},
+			[]solver.Replicas{{GPU: 2, Start: -1, Resource: "nvidia.com/gpu", Free: 3}}},
+		{"a whole GPU, renamed, idle", []nodeinfo.GPU{{Index: 2, UUID: "GPU-c", Model: h100, MigMode: nodeinfo.MigModeDisabled, Health: nodeinfo.HealthHealthy,
+			Shared: &nodeinfo.Shared{Resource: "nvidia.com/gpu.shared", Replicas: 2}}},
+			[]solver.Replicas{{GPU: 2, Start: -1, Resource: "nvidia.com/gpu.shared", Free: 2}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := FromAPI(apiNode(tc.gpus), Options{FieldManager: manager, Now: now})
+			if diff := cmp.Diff(tc.want, got.Replicas); diff != "" {
+				t.Errorf("Replicas (-want +got):\n%s", diff)
+			}
+			// In use to the planner: what pods use, and a device
+			// renamed, which is no free device of its profile.
+			for _, g := range got.GPUs {
+				if !g.MigEnabled && !g.InUse {
+					t.Errorf("whole GPU %d not in use", g.Index)
+				}
+				for _, in := range g.Instances {
+					if in.Profile == "1g.10gb" && in.InUse != (tc.name != "no pod on it") {
+						t.Errorf("GPU %d's shared %s in use: %v", g.Index, in.Profile, in.InUse)
+					}
+				}
+			}
+		})
+	}
+}

@@ -83,6 +83,7 @@ type round struct {
 	bodies   map[bodyKey]string
 
 	pods     []podState
+	replicas replicaState
 	warnings []string
 	diag     map[string]string
 	// coolEnds is groupCoolEnd's answer by group and class.
@@ -227,6 +228,7 @@ func (p *Planner) newRound(snap Snapshot, allResources bool) (*round, error) {
 	if err := r.addNodes(snap.Nodes); err != nil {
 		return nil, err
 	}
+	r.addReplicas()
 	if err := r.addPods(snap.Pending); err != nil {
 		return nil, err
 	}

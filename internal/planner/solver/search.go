@@ -155,6 +155,9 @@ func (r *round) eligible(ps *podState) eligibility {
 
 // place finds where a pod goes and commits it, or explains why it cannot.
 func (r *round) place(ps *podState) {
+	if r.placeOnReplicas(ps) {
+		return
+	}
 	ni, as, why := r.find(ps)
 	if as == nil {
 		ps.plan.Reason = why()
@@ -419,9 +422,15 @@ func (r *round) commit(ps *podState, ni int32, as []assignment) {
 		}
 		d := Device{GPU: g.g.Index, Resource: r.res.names[a.res]}
 		if o.x >= 0 {
-			d.Start = r.tabs[g.key.tab].xs[o.x].start
+			t := r.tabs[g.key.tab]
+			d.Start = t.xs[o.x].start
+			if o.existing {
+				r.tookDevice(ni, g.g.Index, t.profiles[t.xs[o.x].prof].Name, d.Start)
+			}
 		} else if g.key.migEnabled {
 			g.toWhole = true
+		} else if o.existing {
+			r.tookDevice(ni, g.g.Index, "", -1)
 		}
 		ps.plan.Devices = append(ps.plan.Devices, d)
 		if !o.existing {

@@ -40,7 +40,14 @@ func (s *Supplier) CanSupply(pod *corev1.Pod) PodPlan {
 	r := s.r
 	ps := podState{pod: pod, key: pod.Namespace + "/" + pod.Name, priority: corev1helpers.PodPriority(pod), created: pod.CreationTimestamp.Time}
 	ps.plan = PodPlan{Pod: ps.key, Action: ActionNone}
-	for res, n := range schedview.Devices(pod) {
+	devs := schedview.Devices(pod)
+	if len(r.replicas.nodes) > 0 {
+		if k, devices, _, ok := r.fromReplicas(r.eligible(&ps), devs); ok {
+			ps.plan.Node, ps.plan.Action, ps.plan.Devices = r.nodes[r.replicas.nodes[k]].name, ActionExisting, devices
+			return ps.plan
+		}
+	}
+	for res, n := range devs {
 		id, known := r.res.ids[res]
 		if !known {
 			ps.plan.Reason = fmt.Sprintf("no GPU model in the cluster offers %s", res)

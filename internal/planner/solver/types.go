@@ -57,6 +57,25 @@ type Node struct {
 	// apply.
 	Dynamic bool
 	GPUs    []GPU
+	// Replicas are the shared devices (time-slicing, MPS) with replicas
+	// free: those serve pods as they are, as free devices do. A device
+	// that pods use is in use (its GPU or instance says so), so the
+	// planner never changes it; one that no pod uses is a free device,
+	// until the round hands out a replica of it.
+	Replicas []Replicas
+}
+
+// Replicas is a shared device's free replicas.
+type Replicas struct {
+	// GPU is the device's GPU index; Profile and Start its instance's
+	// profile and first memory slice (a MIG device), or "" and -1 (a
+	// whole GPU).
+	GPU     int
+	Profile string
+	Start   int
+	// Resource is what its replicas are served as.
+	Resource corev1.ResourceName
+	Free     int64
 }
 
 // GPU is one physical GPU and its current layout.

@@ -117,7 +117,7 @@ func Annotations(i, generation int) (map[string]string, corev1.ResourceList, err
 			devices[r] = q
 		}
 	}
-	layout, err := nodeinfo.EncodeLayout(gs, served, inUse)
+	layout, err := nodeinfo.EncodeLayout(gs, served, inUse, nil)
 	if err != nil {
 		return nil, nil, err
 	}
