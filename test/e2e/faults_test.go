@@ -106,11 +106,20 @@ func (n simNode) holder(t *testing.T, ns, name, profile string) string {
 
 // runHolder runs a pod on the node asking for one device of profile (a
 // claim, through the extended resource, on a DRA node) until the test
-// ends, waits until it runs, and returns the resource it asked for.
+// ends, waits until it runs, and returns the resource it asked for. The
+// pod opts out of the fallback webhook: while an earlier test's pod, its
+// namespace being deleted, still holds the node's only device of the
+// profile, the webhook would rightly rewrite the request to another
+// profile, and the test needs the one it names.
 func (n simNode) runHolder(t *testing.T, ns, name, profile string) string {
 	t.Helper()
 	res := "nvidia.com/mig-" + profile
-	cluster.CreatePod(t, n.gpuPod(ns, name, res, 1, "sleep", "3600"))
+	pod := n.gpuPod(ns, name, res, 1, "sleep", "3600")
+	if pod.Labels == nil {
+		pod.Labels = map[string]string{}
+	}
+	pod.Labels[labelOptOut] = "disabled"
+	cluster.CreatePod(t, pod)
 	if _, err := cluster.WaitForPodPhase(t.Context(), ns, name, corev1.PodRunning); err != nil {
 		t.Fatal(err)
 	}
