@@ -253,6 +253,15 @@ func (f Fault) check(gpus int, fromConfig bool) (faultPlan, error) {
 	if f.Kind != FaultOOM {
 		notFor("mib", f.MiB != 0)
 	}
+	// notStormOrLoss refuses what only storms and losses take.
+	notStormOrLoss := func() {
+		notFor("xid", f.Xid != 0)
+		notFor("gi", f.GI != nil)
+		notFor("ci", f.CI != nil)
+		notFor("events", f.Events != 0)
+		notFor("interval", f.Interval != 0)
+		notFor("permanent", f.Permanent)
+	}
 	// onlyCallSite refuses what only errors, hangs, storms and losses
 	// take: a reboot or an OOM has a call site (call, gpu, nth) and no
 	// more.
@@ -261,24 +270,14 @@ func (f Fault) check(gpus int, fromConfig bool) (faultPlan, error) {
 		notFor("always", f.Always)
 		notFor("return", f.Return != "")
 		notFor("duration", f.Duration != 0)
-		notFor("xid", f.Xid != 0)
-		notFor("gi", f.GI != nil)
-		notFor("ci", f.CI != nil)
-		notFor("events", f.Events != 0)
-		notFor("interval", f.Interval != 0)
-		notFor("permanent", f.Permanent)
+		notStormOrLoss()
 	}
 	switch f.Kind {
 	case FaultError, FaultHang:
 		if f.Call == "" {
 			bad("a fault of kind %s needs call: one of %s", f.Kind, joinNames(CallSites))
 		}
-		notFor("xid", f.Xid != 0)
-		notFor("gi", f.GI != nil)
-		notFor("ci", f.CI != nil)
-		notFor("events", f.Events != 0)
-		notFor("interval", f.Interval != 0)
-		notFor("permanent", f.Permanent)
+		notStormOrLoss()
 		if f.Kind == FaultError {
 			notFor("duration", f.Duration != 0)
 			p.ret = nvml.ERROR_UNKNOWN
