@@ -5,13 +5,15 @@
 // period without new errors, so one transient fault does not take a device
 // out of service until the next restart. Each NVML call is waited for at
 // most Options.CallTimeout (nvmlcall.Guard), so a call hung in the driver
-// holds neither the watch of the other GPUs, nor Unhealthy, nor a stop.
+// holds neither the watch of the other GPUs, nor Unhealthy, nor a stop;
+// each such hang is told to Options.OnHang once while it lasts.
 package health
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -83,6 +85,34 @@ type Options struct {
 	// OnTimeout, if set, is called with the NVML call's name each time
 	// one did not return within CallTimeout (the agent counts them).
 	OnTimeout func(call string)
+	// OnHang, if set, is told of each call that has not returned within
+	// CallTimeout, once while it has not returned: a hang that persists
+	// is reported once, one that returns and hangs again twice (the
+	// agent records a Warning Event on the Node, rate-limited). It is
+	// called from Run's goroutine and must not block.
+	OnHang func(Hang)
+}
+
+// Hang is an NVML call of the health checks that has not returned within
+// Options.CallTimeout. Devices keep the health they had meanwhile: a call
+// that does not return says nothing of the devices' faults, and a hung
+// Wait is every GPU's, so marking devices unhealthy for it would take the
+// node's devices away from pods for a stall of the driver.
+type Hang struct {
+	// Key identifies what the call was made on, the same while it runs
+	// and for its next hang: "wait" (the event set's Wait), "gpu <UUID>"
+	// (a GPU's registration), "init" (the start).
+	Key string
+	// Call names the NVML calls: "EventSet.Wait",
+	// "DeviceGetHandleByUUID/RegisterEvents" or "Init/EventSetCreate".
+	Call string
+	// GPUs are the UUIDs of the GPUs whose health checks wait for the
+	// call, sorted: the GPU being registered; for a Wait, every GPU
+	// watched; none for the start.
+	GPUs []string
+	// Message says which call on which GPUs has not returned, for how
+	// long, and what is left alone until it does.
+	Message string
 }
 
 // Target is one device whose health is tracked.
@@ -132,6 +162,7 @@ type Watcher struct {
 	clock        clock.WithDelayedExecution
 	callTimeout  time.Duration
 	onTimeout    func(call string)
+	onHang       func(Hang)
 	// callAfter is time.After when nil; tests set deadlines they end.
 	callAfter func(time.Duration) <-chan time.Time
 	// stopGrace is how long, beyond the poll interval, a stop waits for
@@ -140,6 +171,10 @@ type Watcher struct {
 	// recovered, when set by a test, is called after every run of recover
 	// (whatever it decided), so the test knows a fired timer was handled.
 	recovered func()
+	// polled, when set by a test, is called at the top of every turn of
+	// Run's loop, after the hangs were reported, so the test knows the
+	// loop went round.
+	polled func()
 
 	mu        sync.Mutex
 	log       klog.Logger
@@ -182,6 +217,7 @@ func New(lib Lib, opts Options) (*Watcher, error) {
 		callTimeout:  opts.CallTimeout,
 		stopGrace:    defaultStopGrace,
 		onTimeout:    opts.OnTimeout,
+		onHang:       opts.OnHang,
 		registered:   map[string]bool{},
 		faults:       map[string]*fault{},
 		changes:      make(chan struct{}, 1),
@@ -308,7 +344,13 @@ func (w *Watcher) Run(ctx context.Context) error {
 		}
 		return nil
 	})
+	// hung are the keys of the calls reported to OnHang that have not
+	// returned.
+	hung := map[string]bool{}
 	if err != nil {
+		if ctx.Err() == nil {
+			w.reportHangs(g, hung)
+		}
 		return fmt.Errorf("health: %w", err)
 	}
 	defer func() {
@@ -342,6 +384,12 @@ func (w *Watcher) Run(ctx context.Context) error {
 	for {
 		if ctx.Err() != nil {
 			return nil
+		}
+		// A call abandoned by a stop is no hang: reported only while
+		// the watcher runs.
+		w.reportHangs(g, hung)
+		if w.polled != nil {
+			w.polled()
 		}
 		// GPUs new in SetTargets are registered at once. Getting a handle
 		// or registering can fail transiently, so GPUs NVML refused are
@@ -378,6 +426,43 @@ func describeNoReturn(key, call, _ string, after time.Duration) string {
 		return fmt.Sprintf("GPU %s: NVML %s has not returned for %v (--nvml-call-timeout); its devices are not health checked until it does", strings.TrimPrefix(key, keyGPU), call, after)
 	}
 	return fmt.Sprintf("NVML %s has not returned for %v (--nvml-call-timeout)", call, after)
+}
+
+// reportHangs tells OnHang of every call g stopped waiting for that
+// has not returned and was not reported yet, and forgets those that
+// returned, so that their next hang is reported again. hung are the keys
+// reported.
+func (w *Watcher) reportHangs(g *nvmlcall.Guard[string], hung map[string]bool) {
+	out := g.Outstanding()
+	for key := range hung {
+		if _, ok := out[key]; !ok {
+			delete(hung, key)
+		}
+	}
+	for _, key := range slices.Sorted(maps.Keys(out)) {
+		if hung[key] {
+			continue
+		}
+		hung[key] = true
+		if w.onHang != nil {
+			w.onHang(w.hangOf(key, out[key]))
+		}
+	}
+}
+
+// hangOf is the Hang of the call with key that has not returned.
+func (w *Watcher) hangOf(key string, err *nvmlcall.NoReturnError[string]) Hang {
+	h := Hang{Key: key, Call: err.Call, Message: err.Error()}
+	switch {
+	case key == keyWait:
+		h.GPUs = w.Watching()
+		if len(h.GPUs) > 0 {
+			h.Message = fmt.Sprintf("GPUs %s: %s", strings.Join(h.GPUs, ", "), h.Message)
+		}
+	case strings.HasPrefix(key, keyGPU):
+		h.GPUs = []string{strings.TrimPrefix(key, keyGPU)}
+	}
+	return h
 }
 
 // errWaitFailed is a Wait's error, logged where it happened.

@@ -2,13 +2,16 @@ package health
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/migflex/migflex/internal/nvml/nvmlcall/nvmlcalltest"
@@ -66,15 +69,28 @@ type fakeSet struct {
 	events chan nvml.EventData
 	freed  chan struct{}
 	// hang, when set, holds every Wait until it is closed; waiting gets
-	// a value as a Wait enters.
+	// a value as a Wait enters. Set it before Run, or with hangWaits.
+	mu      sync.Mutex
 	hang    chan struct{}
 	waiting chan struct{}
 }
 
+// hangWaits makes the Waits from now on hang until the returned channel
+// is closed.
+func (s *fakeSet) hangWaits() chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hang = make(chan struct{})
+	return s.hang
+}
+
 func (s *fakeSet) Wait(timeoutMs uint32) (nvml.EventData, nvml.Return) {
-	if s.hang != nil {
+	s.mu.Lock()
+	hang := s.hang
+	s.mu.Unlock()
+	if hang != nil {
 		s.waiting <- struct{}{}
-		<-s.hang
+		<-hang
 	}
 	t := time.NewTimer(time.Duration(timeoutMs) * time.Millisecond)
 	defer t.Stop()
@@ -686,4 +702,175 @@ func TestHungRegistration(t *testing.T) {
 	testutil.Eventually(t, "GPU-a watched", func() bool { return cmp.Equal([]string{"GPU-a", "GPU-b"}, w.Watching()) })
 	lib.xid("GPU-a", 2, 0, 79)
 	waitFor(t, w, "MIG-a2 unhealthy", func(u map[string]Fault) bool { _, ok := u["MIG-a2"]; return ok })
+}
+
+// hangRecorder records what OnHang was told, and counts the turns of
+// Run's loop.
+type hangRecorder struct {
+	mu    sync.Mutex
+	hangs []Hang
+	polls int
+}
+
+func (r *hangRecorder) onHang(h Hang) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.hangs = append(r.hangs, h)
+}
+
+func (r *hangRecorder) polled() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.polls++
+}
+
+func (r *hangRecorder) get() (hangs []Hang, polls int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.hangs), r.polls
+}
+
+// waitPolls waits until Run's loop went round n more times: a report a
+// turn would make has been made.
+func (r *hangRecorder) waitPolls(t *testing.T, n int) {
+	t.Helper()
+	_, start := r.get()
+	testutil.Eventually(t, "the watcher's loop to go round", func() bool {
+		_, polls := r.get()
+		return polls >= start+n
+	})
+}
+
+// TestHangsReported: each health call that does not return within the
+// deadline is reported once while it has not returned, however long it
+// hangs and however often the loop goes round and tries again (a
+// persisting hang writes once); one that returned and hangs again is
+// reported again. The message names the call and the GPUs.
+func TestHangsReported(t *testing.T) {
+	const (
+		wait     = "EventSet.Wait"
+		register = "DeviceGetHandleByUUID/RegisterEvents"
+	)
+	waitHang := Hang{Key: keyWait, Call: wait, GPUs: []string{"GPU-a", "GPU-b"}}
+	regHang := Hang{Key: keyGPU + "GPU-a", Call: register, GPUs: []string{"GPU-a"}}
+	for _, tc := range []struct {
+		name string
+		// hang makes a call hang before Run and returns its release and
+		// the name of the call.
+		hang func(lib *fakeLib) (release chan struct{}, call string)
+		// again makes the call hang once more after its first release.
+		again bool
+		want  []Hang
+		// contains are in every Message.
+		contains []string
+	}{{
+		name:     "a Wait that persists",
+		hang:     func(lib *fakeLib) (chan struct{}, string) { return lib.set.hangWaits(), wait },
+		want:     []Hang{waitHang},
+		contains: []string{"GPUs GPU-a, GPU-b: ", wait, "has not returned for"},
+	}, {
+		name:     "a Wait that returns and hangs again",
+		hang:     func(lib *fakeLib) (chan struct{}, string) { return lib.set.hangWaits(), wait },
+		again:    true,
+		want:     []Hang{waitHang, waitHang},
+		contains: []string{"GPUs GPU-a, GPU-b: ", wait},
+	}, {
+		name: "a GPU's registration that persists",
+		hang: func(lib *fakeLib) (chan struct{}, string) {
+			ch := make(chan struct{})
+			lib.hangHandle = map[string]chan struct{}{"GPU-a": ch}
+			lib.handleEntered = make(chan string, 100)
+			return ch, register
+		},
+		want:     []Hang{regHang},
+		contains: []string{"GPU GPU-a: ", register, "not health checked"},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			lib := newFakeLib("GPU-a", "GPU-b")
+			lib.set.waiting = make(chan struct{}, 100)
+			release, call := tc.hang(lib)
+			deadlines := &nvmlcalltest.Deadlines{}
+			timeouts := make(chan string, 10)
+			rec := &hangRecorder{}
+			w := newWatcher(t, lib, Options{QuietPeriod: -1, OnTimeout: func(call string) { timeouts <- call }, OnHang: rec.onHang})
+			w.callAfter, w.polled = deadlines.After, rec.polled
+			run(t, lib, w, testTargets)
+			// The deadlines set until the call hangs: the start's, each
+			// GPU's registration before it, its own. Those of the calls
+			// that returned pass harmlessly; no other call is under way.
+			deadlinesSet := 2 // the start, GPU-a's registration
+			if call == wait {
+				lib.waitRegistered(t, "GPU-a")
+				lib.waitRegistered(t, "GPU-b")
+				<-lib.set.waiting
+				deadlinesSet = 4 // and GPU-b's registration, the Wait
+			} else {
+				<-lib.handleEntered
+			}
+			passOnce(t, deadlines, deadlinesSet, timeouts, call)
+			// The loop goes round and tries again many times: nothing
+			// more is reported. (No deadline is passed meanwhile: that
+			// would make a call under way, a Wait of the other cases, a
+			// hang.)
+			rec.waitPolls(t, 10)
+			if got, _ := rec.get(); len(got) != 1 {
+				t.Fatalf("reported %d hangs while one call hung, want 1: %+v", len(got), got)
+			}
+			if tc.again {
+				next := lib.set.hangWaits()
+				close(release)
+				release = next
+				<-lib.set.waiting // the next Wait: the first returned
+				passOnce(t, deadlines, 1, timeouts, call)
+				rec.waitPolls(t, 10)
+			}
+
+			got, _ := rec.get()
+			for _, h := range got {
+				if !containsAll(h.Message, tc.contains...) {
+					t.Errorf("message %q, want it to contain %q", h.Message, tc.contains)
+				}
+			}
+			if diff := cmp.Diff(tc.want, got, cmpopts.IgnoreFields(Hang{}, "Message")); diff != "" {
+				t.Errorf("hangs (-want +got):\n%s", diff)
+			}
+
+			// Released, the call returns before Run stops, which then
+			// frees the set (run's cleanup checks it).
+			close(release)
+			if call == wait {
+				<-lib.set.waiting
+			} else {
+				testutil.Eventually(t, "GPU-a watched", func() bool { return slices.Contains(w.Watching(), "GPU-a") })
+			}
+			rec.waitPolls(t, 2)
+		})
+	}
+}
+
+// passOnce waits until n deadlines are set, passes them, and checks that
+// the one call under way, want, timed out. Unlike passUntilTimedOut it
+// passes no deadline of a call made after: the loop goes on, calling
+// other things, once the call timed out.
+func passOnce(t *testing.T, deadlines *nvmlcalltest.Deadlines, n int, timeouts <-chan string, want string) {
+	t.Helper()
+	testutil.Eventually(t, fmt.Sprintf("%d call deadlines set", n), func() bool { return deadlines.Waiting() == n })
+	deadlines.Pass()
+	select {
+	case call := <-timeouts:
+		if call != want {
+			t.Fatalf("timed out call %q, want %q", call, want)
+		}
+	case <-time.After(testutil.HangTimeout):
+		t.Fatalf("%s never timed out", want)
+	}
+}
+
+func containsAll(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
 }
