@@ -223,6 +223,13 @@ func Run(ctx context.Context, c Config, getenv func(string) string) error {
 	var watcher *health.Watcher
 	if !healthOff {
 		healthOpts.CallTimeout, healthOpts.OnTimeout = c.NVMLCallTimeout, countTimeout
+		// A hung health call is a Warning Event on the Node, as the
+		// agent's own are (its state failed, MigConfigFailed).
+		healthOpts.OnHang = func(h health.Hang) {
+			if a := counter.Load(); a != nil {
+				a.ReportNVMLHang("health "+h.Key, "health checks: "+h.Message)
+			}
+		}
 		if watcher, err = health.New(lib, healthOpts); err != nil {
 			return fmt.Errorf("health checks: %w", err)
 		}

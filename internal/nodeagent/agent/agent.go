@@ -274,6 +274,9 @@ type Agent struct {
 	// sharingKey identifies the sharing config (or error) last applied
 	// (see applySharing).
 	sharingKey string
+	// hangs are the hung NVML calls reported from outside the loop
+	// (ReportNVMLHang).
+	hangs *hangs
 }
 
 // New checks opts, fills in defaults and returns an Agent; Run starts it.
@@ -297,6 +300,7 @@ func New(opts Options) (*Agent, error) {
 		log:     klog.Background().WithName("agent"),
 		trigger: make(chan struct{}, 1),
 		held:    map[int]hold{},
+		hangs:   newHangs(),
 	}, nil
 }
 
@@ -453,6 +457,9 @@ func (a *Agent) loop(ctx context.Context, srvErr <-chan error) error {
 		case <-a.opts.Server.Changes():
 			a.refresh(ctx, causeHealth)
 			continue
+		case <-a.hangs.signal:
+			a.recordHangs(ctx, time.Now())
+			continue
 		case <-a.opts.Server.Visibility():
 			// What the scheduler sees changed: a wait for publication
 			// ends now rather than at the next retry. Nothing else
@@ -474,6 +481,8 @@ func (a *Agent) loop(ctx context.Context, srvErr <-chan error) error {
 		} else {
 			retry.Stop()
 		}
+		// Hangs reported while the Node was not there yet.
+		a.recordHangs(ctx, time.Now())
 	}
 }
 

@@ -592,6 +592,7 @@ func TestAgent(t *testing.T) {
 		{"fault: reading the GPUs hangs", testDiscoveryHangs},
 		{"fault: reboot recreates the layout", testRebootRecreatesLayout},
 		{"fault: a GPU lost mid-change", testGPULostMidChange},
+		{"fault: a health call hangs", testHealthCallHangs},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, api) })
 	}

@@ -100,7 +100,9 @@
 // when nothing changed. Events on the Node: Normal MigConfigApplied, Warning
 // MigConfigInvalid, MigConfigFailed and MigConfigNotPublished, Normal
 // MigConfigPending naming the pods, and the source Events above; each only
-// when the state or reason changes, or GPUs were changed.
+// when the state or reason changes, or GPUs were changed. Warning
+// NVMLCallHung for a health check's NVML call that has not returned
+// (ReportNVMLHang): one a hang, at most one a call an hour.
 //
 // # RBAC
 //

@@ -100,6 +100,9 @@ const (
 	// ReasonNotPublished: the kubelet did not publish the served layout
 	// in the Node's allocatable in time.
 	ReasonNotPublished = "MigConfigNotPublished"
+	// ReasonNVMLCallHung: an NVML call of the health checks has not
+	// returned within --nvml-call-timeout (ReportNVMLHang).
+	ReasonNVMLCallHung = "NVMLCallHung"
 )
 
 // event is one Event to record on the Node.
