@@ -242,22 +242,9 @@ func TestFaultCDIDirReadOnly(t *testing.T) {
 // the old leader's pod is ready again as a follower, and node 1
 // converges.
 func TestFaultPlannerPartitioned(t *testing.T) {
-	faultTest(t)
-	ns := planner(t)
-	ctx := t.Context()
-	if err := setPlannerArgs(ctx, leaderFaultArgs(t)); err != nil { // two replicas up
-		t.Fatal(err)
-	}
-	resetTo1g(t)
-	lead := waitForPlannerLeader(t)
-	leadPod, _, _ := strings.Cut(lead, "_")
-	pod := func() *corev1.Pod {
-		p, err := cluster.Client.CoreV1().Pods(framework.MigflexNamespace).Get(ctx, leadPod, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	r := setUpPlannerRound(t)
+	ctx, lead, leadPod := t.Context(), r.lead, r.leadPod
+	pod := func() *corev1.Pod { return r.pod(t) }
 	p := pod()
 	if p.Spec.HostNetwork {
 		t.Fatalf("planner pod %s runs on its node's network: a partition of it would cut off the node", leadPod)
@@ -267,9 +254,6 @@ func TestFaultPlannerPartitioned(t *testing.T) {
 		t.Fatalf("planner pod %s sets no KUBERNETES_SERVICE_HOST and _PORT: where it reaches the API server is not known", leadPod)
 	}
 	before := restarts(p)
-	values := watchMigConfig(t)
-	cluster.CreatePod(t, gpuPod(ns, "pending", "nvidia.com/mig-3g.40gb", 1, "sleep", "3600"))
-	waitUnschedulable(t, ns, "pending")
 
 	pid, err := plannerPID(leadPod)
 	if err != nil {
@@ -279,20 +263,9 @@ func TestFaultPlannerPartitioned(t *testing.T) {
 	cut := time.Now()
 	next := waitForNewPlannerLeader(t, lead)
 	t.Logf("leader %s (on node %s) cut off from %s:%s while batching; %s took over after %s (lease duration %s)", lead, p.Spec.NodeName, host, port, next, time.Since(cut).Round(100*time.Millisecond), plannerLease)
-	select {
-	case <-values.changed:
-	case <-time.After(timeout):
-		t.Fatal("the new leader never wrote the layout")
-	}
-	if _, err := cluster.WaitForPodPhase(ctx, ns, "pending", corev1.PodRunning); err != nil {
-		t.Fatal(err)
-	}
-	err = framework.WaitFor(ctx, "the cut-off leader "+leadPod+" to step down (its process exits, the container restarts)", timeout, func(context.Context) (bool, error) {
-		return restarts(pod()) > before, nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r.waitWritten(t)
+	r.waitPending(t)
+	r.waitSteppedDown(t, "the cut-off leader", before)
 	t.Logf("the cut-off leader's process exited within %s of the cut", time.Since(cut).Round(time.Second))
 	// Its new process cannot sync its caches while cut off, so it is not
 	// ready: the partition holds across the restart.
@@ -309,11 +282,7 @@ func TestFaultPlannerPartitioned(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("the partition healed; pod %s ready again %s later (%d restarts in all)", leadPod, time.Since(healed).Round(time.Second), restarts(pod())-before)
-	if id, err := leader(ctx); err != nil || id != next {
-		t.Errorf("the Lease is held by %q (%v), want %q still", id, err, next)
-	}
-	values.checkOneChange(t)
-	checkPlannedNode(t)
+	r.checkTakenOver(t, next)
 }
 
 // containerEnv is the value the pod's first container sets for the

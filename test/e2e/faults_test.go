@@ -784,21 +784,8 @@ func TestFaultNVMLCreateHangs(t *testing.T) {
 // webhook reshape-first) for the rest of the run.
 func TestFaultPlannerLeaderLosesLease(t *testing.T) {
 	r := setUpPlannerRound(t)
-	ctx, lead := t.Context(), r.lead
-	leadPod, _, _ := strings.Cut(lead, "_")
-	restartsOf := func() int32 {
-		pods, err := plannerPods(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range pods {
-			if p.Name == leadPod {
-				return restarts(&p)
-			}
-		}
-		return -1
-	}
-	before := restartsOf()
+	lead, leadPod := r.lead, r.leadPod
+	before := restarts(r.pod(t))
 	if err := signalPlanner(leadPod, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -818,25 +805,12 @@ func TestFaultPlannerLeaderLosesLease(t *testing.T) {
 	defer resume()
 	next := waitForNewPlannerLeader(t, lead)
 	t.Logf("leader %s paused (SIGSTOP) while batching; %s took over after %s (lease duration %s)", lead, next, time.Since(paused).Round(100*time.Millisecond), plannerLease)
-	select {
-	case <-r.values.changed:
-	case <-time.After(timeout):
-		t.Fatal("the new leader never wrote the layout")
-	}
+	r.waitWritten(t)
 	resume()
 	t.Logf("the new leader wrote the layout; the old one resumed (SIGCONT) %s after the pause", time.Since(paused).Round(100*time.Millisecond))
 	r.waitPending(t)
-	err := framework.WaitFor(ctx, "the old leader "+leadPod+" to step down (its process exits, the container restarts)", timeout, func(context.Context) (bool, error) {
-		return restartsOf() > before, nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if id, err := leader(ctx); err != nil || id != next {
-		t.Errorf("the Lease is held by %q (%v), want %q still", id, err, next)
-	}
-	r.values.checkOneChange(t)
-	checkPlannedNode(t)
+	r.waitSteppedDown(t, "the old leader", before)
+	r.checkTakenOver(t, next)
 }
 
 // TestFaultAPIServerDownMidPlannerRound (fault 4): the API server stops
@@ -873,8 +847,9 @@ func testControlPlaneDownMidPlannerRound(t *testing.T, component string) {
 type plannerRound struct {
 	// ns is the test's namespace, where pod "pending" waits.
 	ns string
-	// lead is the leader's identity (pod_uid) then.
-	lead string
+	// lead is the leader's identity (pod_uid) then, leadPod its pod's
+	// name.
+	lead, leadPod string
 	// values records node 1's nvidia.com/mig.config from then on.
 	values *migConfigValues
 }
@@ -894,6 +869,7 @@ func setUpPlannerRound(t *testing.T) plannerRound {
 	}
 	resetTo1g(t)
 	r.lead = waitForPlannerLeader(t)
+	r.leadPod, _, _ = strings.Cut(r.lead, "_")
 	r.values = watchMigConfig(t)
 	cluster.CreatePod(t, gpuPod(r.ns, "pending", "nvidia.com/mig-3g.40gb", 1, "sleep", "3600"))
 	waitUnschedulable(t, r.ns, "pending")
@@ -906,6 +882,53 @@ func (r plannerRound) waitPending(t *testing.T) {
 	if _, err := cluster.WaitForPodPhase(t.Context(), r.ns, "pending", corev1.PodRunning); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// pod is the broken leader's pod as it is now (the same pod across its
+// container's restarts).
+func (r plannerRound) pod(t *testing.T) *corev1.Pod {
+	t.Helper()
+	p, err := cluster.Client.CoreV1().Pods(framework.MigflexNamespace).Get(t.Context(), r.leadPod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// waitWritten waits until the replica that took over wrote node 1's
+// nvidia.com/mig.config.
+func (r plannerRound) waitWritten(t *testing.T) {
+	t.Helper()
+	select {
+	case <-r.values.changed:
+	case <-time.After(timeout):
+		t.Fatal("the new leader never wrote the layout")
+	}
+}
+
+// waitSteppedDown waits until the broken leader (who, for the message)
+// stepped down: its process exited and its container restarted, more
+// than the before restarts.
+func (r plannerRound) waitSteppedDown(t *testing.T, who string, before int32) {
+	t.Helper()
+	err := framework.WaitFor(t.Context(), who+" "+r.leadPod+" to step down (its process exits, the container restarts)", timeout, func(context.Context) (bool, error) {
+		return restarts(r.pod(t)) > before, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkTakenOver checks the end of a leader fault: next still holds the
+// Lease, nvidia.com/mig.config changed once, and node 1 passes every
+// invariant with the layout the planner wrote.
+func (r plannerRound) checkTakenOver(t *testing.T, next string) {
+	t.Helper()
+	if id, err := leader(t.Context()); err != nil || id != next {
+		t.Errorf("the Lease is held by %q (%v), want %q still", id, err, next)
+	}
+	r.values.checkOneChange(t)
+	checkPlannedNode(t)
 }
 
 // checkPlannedNode checks every invariant of node 1 after a planner

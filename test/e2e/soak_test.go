@@ -271,7 +271,7 @@ func (s *soak) settle(ctx context.Context, kind string, since time.Time) {
 	var last error
 	err := framework.WaitFor(ctx, "the soak's nodes to converge", time.Until(deadline), func(ctx context.Context) (bool, error) {
 		err := s.converged(ctx)
-		keepLast(&last, err)
+		framework.KeepFinding(&last, err)
 		return err == nil, err
 	})
 	took := time.Since(since)
@@ -308,13 +308,6 @@ func (s *soak) settle(ctx context.Context, kind string, since time.Time) {
 	s.mu.Unlock()
 	if err == nil {
 		s.t.Logf("%s: converged in %s", s.currentOp(), took.Round(time.Millisecond))
-	}
-}
-
-func keepLast(last *error, err error) {
-	if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) &&
-		!strings.Contains(err.Error(), "would exceed context deadline") {
-		*last = err
 	}
 }
 

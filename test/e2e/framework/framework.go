@@ -156,7 +156,7 @@ func WaitFor(ctx context.Context, what string, timeout time.Duration, cond func(
 			// Transient API errors: keep polling. The poll's own deadline
 			// cutting the last call short is no finding: keep the one
 			// before, which says what was missing.
-			keepFinding(&last, err)
+			KeepFinding(&last, err)
 			return false, nil
 		}
 		return ok, nil

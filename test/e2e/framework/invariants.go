@@ -123,7 +123,7 @@ func (c *Cluster) takeInvariants(ctx context.Context, timeout time.Duration, pod
 			}
 		}
 		inv = got
-		keepFinding(&last, err)
+		KeepFinding(&last, err)
 		return err == nil, err
 	})
 	if err != nil {
@@ -241,7 +241,7 @@ func (inv *Invariants) Converged(ctx context.Context, want map[int][]string, tim
 	var last error
 	err := WaitFor(ctx, "node "+inv.c.NodeName+" to converge with every invariant", timeout, func(ctx context.Context) (bool, error) {
 		err := inv.check(ctx, w)
-		keepFinding(&last, err)
+		KeepFinding(&last, err)
 		return err == nil, err
 	})
 	took := time.Since(start)
@@ -328,10 +328,10 @@ func (inv *Invariants) Safety(ctx context.Context, pods Pods) error {
 	return inv.untouched(ctx, simDevices(state), pods.get)
 }
 
-// keepFinding keeps err in last unless it is the poll's own deadline
+// KeepFinding keeps err in last unless it is the poll's own deadline
 // cutting a call short, which says nothing about the node: a failure then
 // shows what the node last failed to meet.
-func keepFinding(last *error, err error) {
+func KeepFinding(last *error, err error) {
 	if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
 		strings.Contains(err.Error(), "would exceed context deadline") {
 		return
