@@ -359,15 +359,23 @@ func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return c.runTool(ctx, "kubectl", bin, args)
+}
+
+// runTool runs the client bin (name, for messages) with the cluster's
+// kubeconfig and args, and returns its stdout; the error carries stderr.
+// What it printed on stderr goes to c.Warnings (the API server's
+// warnings among it).
+func (c *Cluster) runTool(ctx context.Context, name, bin string, args []string) (string, error) {
 	cmd := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err = cmd.Run()
+	err := cmd.Run()
 	if c.Warnings != nil {
-		c.Warnings.AddOutput("kubectl "+strings.Join(args, " "), stderr.String())
+		c.Warnings.AddOutput(name+" "+strings.Join(args, " "), stderr.String())
 	}
 	if err != nil {
-		return stdout.String(), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, stderr.String())
+		return stdout.String(), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, stderr.String())
 	}
 	return stdout.String(), nil
 }

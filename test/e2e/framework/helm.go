@@ -1,14 +1,11 @@
 package framework
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 )
 
 const (
@@ -26,19 +23,9 @@ func (c *Cluster) Helm(ctx context.Context, args ...string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
 	// Helm keeps its caches and repository config under $HOME; nothing it
 	// needs here is there (the chart is a local directory).
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err = cmd.Run()
-	if c.Warnings != nil {
-		c.Warnings.AddOutput("helm "+strings.Join(args, " "), stderr.String())
-	}
-	if err != nil {
-		return stdout.String(), fmt.Errorf("helm %s: %w: %s", strings.Join(args, " "), err, stderr.String())
-	}
-	return stdout.String(), nil
+	return c.runTool(ctx, "helm", bin, args)
 }
 
 // helmPath is $HELM, else the pinned helm `make helm` installs under the
