@@ -247,7 +247,7 @@ func TestFaultXidStormUnderPods(t *testing.T) {
 	}
 	layout := func(node *corev1.Node) map[string]string {
 		out := map[string]string{}
-		l, err := nodeLayout(node)
+		l, err := framework.NodeLayout(node)
 		if err != nil {
 			return out
 		}
@@ -267,7 +267,7 @@ func TestFaultXidStormUnderPods(t *testing.T) {
 	const events = 300
 	n.armFault(t, "storm", "--kind", "xidStorm", "--gpu", "0", "--xid", "48", "--events", strconv.Itoa(events), "--interval", "20ms")
 	node, err = n.WaitForNode(ctx, "every MIG device of the GPU unhealthy, none allocatable, the layout unchanged", timeout, func(node *corev1.Node) error {
-		l, err := nodeLayout(node)
+		l, err := framework.NodeLayout(node)
 		if err != nil {
 			return err
 		}
@@ -408,7 +408,7 @@ func TestFaultNodeReboot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	layout, err := nodeLayout(node)
+	layout, err := framework.NodeLayout(node)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -944,9 +944,9 @@ func checkPlannedNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	layout, err := nodeLayout(node)
+	layout, err := framework.NodeLayout(node)
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv.Check(t, profiles(layout))
+	inv.Check(t, framework.LayoutProfiles(layout))
 }

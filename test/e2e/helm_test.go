@@ -286,7 +286,7 @@ func checkHelmPools(t *testing.T, ns string, others []simNode) {
 		if len(owners) != 1 || owners[0] != ds {
 			t.Errorf("node %s: agent pods of the DaemonSets %v, want one of %s", n.NodeName, owners, ds)
 		}
-		l, err := nodeLayout(node)
+		l, err := framework.NodeLayout(node)
 		if err != nil {
 			t.Fatal(err)
 		}

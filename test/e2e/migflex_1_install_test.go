@@ -37,14 +37,14 @@ func TestMigflexInstalled(t *testing.T) {
 
 	// Whatever layout the node has (none on a fresh cluster), the agent
 	// reports it, and the kubelet's allocatable follows its devices.
-	var layout []layoutGPU
+	var layout []framework.LayoutGPU
 	node, err := cluster.WaitForNode(ctx, "the agent's layout and the kubelet's allocatable to agree", timeout, func(n *corev1.Node) error {
-		l, err := nodeLayout(n)
+		l, err := framework.NodeLayout(n)
 		if err != nil {
 			return err
 		}
 		layout = l
-		return checkAllocatable(n, counts(devices(l)))
+		return checkAllocatable(n, counts(framework.LayoutDevices(l)))
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +70,7 @@ func TestMigflexInstalled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(devices(layout), got); diff != "" {
+	if diff := cmp.Diff(framework.LayoutDevices(layout), got); diff != "" {
 		t.Errorf("kubelet devices (pod-resources) vs the agent's layout (-layout +kubelet):\n%s", diff)
 	}
 
@@ -99,7 +99,7 @@ func TestMigflexInstalled(t *testing.T) {
 			serving = "dra"
 		}
 		node := n.waitServing(t, serving)
-		l, err := nodeLayout(node)
+		l, err := framework.NodeLayout(node)
 		if err != nil {
 			t.Fatal(err)
 		}

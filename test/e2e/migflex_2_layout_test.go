@@ -53,7 +53,7 @@ func TestLayoutAnnotation(t *testing.T) {
 		}
 	}
 	want := map[string]int64{"nvidia.com/mig-1g.10gb": 4, "nvidia.com/mig-2g.20gb": 2, "nvidia.com/mig-3g.40gb": 2}
-	if diff := cmp.Diff(want, counts(devices(layout))); diff != "" {
+	if diff := cmp.Diff(want, counts(framework.LayoutDevices(layout))); diff != "" {
 		t.Errorf("devices of the layout (-want +got):\n%s", diff)
 	}
 	if _, err := cluster.WaitForNodeEvent(ctx, corev1.EventTypeNormal, "MigConfigApplied", start, "annotation "+annotationMigConfig, "3g.40gb"); err != nil {
@@ -63,7 +63,7 @@ func TestLayoutAnnotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(devices(layout), kubelet); diff != "" {
+	if diff := cmp.Diff(framework.LayoutDevices(layout), kubelet); diff != "" {
 		t.Errorf("kubelet devices (pod-resources) vs the layout (-layout +kubelet):\n%s", diff)
 	}
 
@@ -222,7 +222,7 @@ func TestInvalidLayout(t *testing.T) {
 
 			// Nothing changed: the reported layout, the kubelet's devices
 			// (current, not the Node's periodic status) and allocatable.
-			after, err := nodeLayout(node)
+			after, err := framework.NodeLayout(node)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -233,7 +233,7 @@ func TestInvalidLayout(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(devices(layout), kubelet); diff != "" {
+			if diff := cmp.Diff(framework.LayoutDevices(layout), kubelet); diff != "" {
 				t.Errorf("kubelet devices changed by a failed mig.config (-before +after):\n%s", diff)
 			}
 			if diff := cmp.Diff(gpuResources(before.Status.Allocatable), gpuResources(node.Status.Allocatable)); diff != "" {

@@ -68,20 +68,20 @@ func TestBusyGPU(t *testing.T) {
 	start := time.Now()
 	want := gpuLayouts{0: {"7g.80gb"}, 1: {"3g.40gb", "1g.10gb"}}
 	setMigConfig(t, annotationMigConfig, migConfigPerGPU(want))
-	var pending []layoutGPU
+	var pending []framework.LayoutGPU
 	node, err := cluster.WaitForNode(ctx, "state pending naming "+podKey+", GPU 1 repartitioned and served", timeout, func(n *corev1.Node) error {
 		if s, r := n.Labels[labelState], n.Annotations[annotationReason]; s != "pending" || !strings.Contains(r, podKey) {
 			return fmt.Errorf("state %q, reason %q", s, r)
 		}
-		l, err := nodeLayout(n)
+		l, err := framework.NodeLayout(n)
 		if err != nil {
 			return err
 		}
-		got := profiles(l)
+		got := framework.LayoutProfiles(l)
 		if diff := cmp.Diff(want.sorted()[1], got[1]); diff != "" {
 			return fmt.Errorf("GPU 1 profiles (-want +got):\n%s", diff)
 		}
-		if err := checkAllocatable(n, counts(devices(l))); err != nil {
+		if err := checkAllocatable(n, counts(framework.LayoutDevices(l))); err != nil {
 			return err
 		}
 		pending = l
@@ -118,7 +118,7 @@ func TestBusyGPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(devices(pending), kubelet); diff != "" {
+	if diff := cmp.Diff(framework.LayoutDevices(pending), kubelet); diff != "" {
 		t.Errorf("kubelet devices vs the pending layout (-layout +kubelet):\n%s", diff)
 	}
 	if !slices.Contains(kubelet["nvidia.com/mig-1g.10gb"], device) {

@@ -26,7 +26,7 @@ func TestKubeletRestart(t *testing.T) {
 	migflex(t)
 	ctx := t.Context()
 	_, layout := applyLayout(t, "3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb")
-	want := devices(layout)
+	want := framework.LayoutDevices(layout)
 	before, err := framework.PluginSockets()
 	if err != nil {
 		t.Fatal(err)

@@ -53,7 +53,7 @@ func TestXidHealth(t *testing.T) {
 
 	health := func(want map[string]string, allocatable int64) func(*corev1.Node) error {
 		return func(n *corev1.Node) error {
-			l, err := nodeLayout(n)
+			l, err := framework.NodeLayout(n)
 			if err != nil {
 				return err
 			}

@@ -31,7 +31,7 @@ func TestAgentRestartChangesNothing(t *testing.T) {
 	// Event of that apply is in before the snapshot below.
 	want := everyGPU("3g.40gb", "2g.20gb", "1g.10gb")
 	if node, err := cluster.Node(ctx); err == nil {
-		if l, err := nodeLayout(node); err == nil && cmp.Equal(want.sorted(), profiles(l)) {
+		if l, err := framework.NodeLayout(node); err == nil && cmp.Equal(want.sorted(), framework.LayoutProfiles(l)) {
 			want = everyGPU("4g.40gb", "3g.40gb")
 		}
 	}
@@ -95,7 +95,7 @@ func TestAgentRestartChangesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := nodeLayout(after)
+	got, err := framework.NodeLayout(after)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -169,32 +169,32 @@ func (n simNode) draSlices(ctx context.Context) (map[string]draDevice, error) {
 
 // applyDRALayout annotates the DRA node and waits until the agent reports
 // success with that layout and the slice lists exactly its MIG devices.
-func (n simNode) applyDRALayout(t *testing.T, l gpuLayouts) []layoutGPU {
+func (n simNode) applyDRALayout(t *testing.T, l gpuLayouts) []framework.LayoutGPU {
 	t.Helper()
 	_, layout := n.applyLayouts(t, l)
 	return layout
 }
 
-func (n simNode) waitForDRALayout(t *testing.T, l gpuLayouts) []layoutGPU {
+func (n simNode) waitForDRALayout(t *testing.T, l gpuLayouts) []framework.LayoutGPU {
 	t.Helper()
 	return n.waitForDRALayoutIn(t, l, stateSuccess)
 }
 
 // waitForDRALayoutIn is waitForDRALayout with the state the node must
 // show (waitForLayoutsIn).
-func (n simNode) waitForDRALayoutIn(t *testing.T, l gpuLayouts, state string) []layoutGPU {
+func (n simNode) waitForDRALayoutIn(t *testing.T, l gpuLayouts, state string) []framework.LayoutGPU {
 	t.Helper()
 	w := l.sorted()
-	var layout []layoutGPU
+	var layout []framework.LayoutGPU
 	if _, err := n.WaitForNode(t.Context(), fmt.Sprintf("%s with layout %v", stateName(state), w), timeout, func(n *corev1.Node) error {
 		if err := checkState(n, state); err != nil {
 			return err
 		}
-		got, err := nodeLayout(n)
+		got, err := framework.NodeLayout(n)
 		if err != nil {
 			return err
 		}
-		if diff := cmp.Diff(w, profiles(got)); diff != "" {
+		if diff := cmp.Diff(w, framework.LayoutProfiles(got)); diff != "" {
 			return fmt.Errorf("layout profiles (-want +got):\n%s", diff)
 		}
 		layout = got
@@ -422,8 +422,8 @@ func testDRAClaimKeepsGPU(t *testing.T, n simNode) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l, err := nodeLayout(node); err != nil || fmt.Sprint(profiles(l)[1]) != "[3g.40gb]" {
-		t.Fatalf("GPU 1 changed under the claim: %v (%v)", profiles(l), err)
+	if l, err := framework.NodeLayout(node); err != nil || fmt.Sprint(framework.LayoutProfiles(l)[1]) != "[3g.40gb]" {
+		t.Fatalf("GPU 1 changed under the claim: %v (%v)", framework.LayoutProfiles(l), err)
 	}
 	claim, err := cluster.Client.ResourceV1().ResourceClaims(ns).Get(t.Context(), pod.Name, metav1.GetOptions{})
 	if err != nil {

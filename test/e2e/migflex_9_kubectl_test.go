@@ -53,9 +53,9 @@ type pluginStatus struct {
 		State   string `json:"state"`
 		Source  string `json:"source"`
 		GPUs    []struct {
-			layoutGPU
+			framework.LayoutGPU
 			Instances []struct {
-				layoutInstance
+				framework.LayoutInstance
 				UsedBy []string `json:"usedBy"`
 			} `json:"instances"`
 		} `json:"gpus"`
@@ -110,9 +110,9 @@ func TestKubectlMigflexStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	var layout []struct {
-		layoutGPU
+		framework.LayoutGPU
 		Instances []struct {
-			layoutInstance
+			framework.LayoutInstance
 			UsedBy []string `json:"usedBy"`
 		} `json:"instances"`
 	}

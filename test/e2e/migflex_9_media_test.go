@@ -10,6 +10,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/migflex/migflex/test/e2e/framework"
 )
 
 // TestMediaExtensionProfile: a layout with the media-extension profile
@@ -44,11 +46,11 @@ func TestMediaExtensionProfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	after, err := nodeLayout(node)
+	after, err := framework.NodeLayout(node)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(profiles(layout), profiles(after)); diff != "" {
+	if diff := cmp.Diff(framework.LayoutProfiles(layout), framework.LayoutProfiles(after)); diff != "" {
 		t.Errorf("layout after a refused config (-before +after):\n%s", diff)
 	}
 	if ids := uuidsOf(after, "1g.10gb+me"); !slices.Equal(ids, uuidsOf(layout, "1g.10gb+me")) {

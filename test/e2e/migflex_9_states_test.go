@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+
+	"github.com/migflex/migflex/test/e2e/framework"
 )
 
 // TestSuccessMeansAllocatable: what a user types, annotate, `kubectl wait`
@@ -98,14 +100,14 @@ func TestConfigRemoved(t *testing.T) {
 	if _, err := cluster.WaitForNodeEvent(ctx, corev1.EventTypeNormal, "MigConfigRemoved", start, "annotation "+annotationMigConfig+" was removed", "keep their layout"); err != nil {
 		t.Error(err)
 	}
-	after, err := nodeLayout(node)
+	after, err := framework.NodeLayout(node)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fmt.Sprint(profiles(after)) != fmt.Sprint(profiles(layout)) {
-		t.Errorf("layout %v after the source went, want %v kept", profiles(after), profiles(layout))
+	if fmt.Sprint(framework.LayoutProfiles(after)) != fmt.Sprint(framework.LayoutProfiles(layout)) {
+		t.Errorf("layout %v after the source went, want %v kept", framework.LayoutProfiles(after), framework.LayoutProfiles(layout))
 	}
-	if err := checkAllocatable(node, counts(devices(layout))); err != nil {
+	if err := checkAllocatable(node, counts(framework.LayoutDevices(layout))); err != nil {
 		t.Error(err)
 	}
 }

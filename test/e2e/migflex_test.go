@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"path/filepath"
@@ -86,80 +85,8 @@ func migflex(t *testing.T) {
 	}
 }
 
-// layoutGPU and layoutInstance decode the agent's migflex.io/mig.layout
-// annotation.
-type layoutGPU struct {
-	Index     int              `json:"index"`
-	UUID      string           `json:"uuid"`
-	Model     string           `json:"model"`
-	MigMode   string           `json:"migMode"`
-	Health    string           `json:"health"`
-	Instances []layoutInstance `json:"instances"`
-}
-
-type layoutInstance struct {
-	Profile   string `json:"profile"`
-	Placement struct {
-		Start int `json:"start"`
-		Size  int `json:"size"`
-	} `json:"placement"`
-	GI     uint32 `json:"gi"`
-	CI     uint32 `json:"ci"`
-	UUID   string `json:"uuid"`
-	Health string `json:"health"`
-}
-
-func nodeLayout(node *corev1.Node) ([]layoutGPU, error) {
-	s, ok := node.Annotations[annotationLayout]
-	if !ok {
-		return nil, fmt.Errorf("node has no %s annotation", annotationLayout)
-	}
-	var l []layoutGPU
-	if err := json.Unmarshal([]byte(s), &l); err != nil {
-		return nil, fmt.Errorf("annotation %s: %w: %s", annotationLayout, err, s)
-	}
-	return l, nil
-}
-
-// profiles is each GPU's MIG profiles, sorted; a GPU without MIG has none.
-func profiles(l []layoutGPU) map[int][]string {
-	out := map[int][]string{}
-	for _, g := range l {
-		ps := []string{}
-		for _, in := range g.Instances {
-			ps = append(ps, in.Profile)
-		}
-		slices.Sort(ps)
-		out[g.Index] = ps
-	}
-	return out
-}
-
-// devices is the device IDs the layout serves under the mixed strategy, by
-// resource name: each MIG device as nvidia.com/mig-<profile>, each GPU
-// without MIG as nvidia.com/gpu.
-func devices(l []layoutGPU) map[string][]string {
-	out := map[string][]string{}
-	for _, g := range l {
-		if g.MigMode == "Disabled" {
-			out[resourceGPU] = append(out[resourceGPU], g.UUID)
-			continue
-		}
-		for _, in := range g.Instances {
-			if in.UUID != "" {
-				r := "nvidia.com/mig-" + strings.ReplaceAll(in.Profile, "+", ".")
-				out[r] = append(out[r], in.UUID)
-			}
-		}
-	}
-	for _, ids := range out {
-		slices.Sort(ids)
-	}
-	return out
-}
-
 // uuidsOf is the MIG device UUIDs of profile in the layout.
-func uuidsOf(l []layoutGPU, profile string) []string {
+func uuidsOf(l []framework.LayoutGPU, profile string) []string {
 	var out []string
 	for _, g := range l {
 		for _, in := range g.Instances {
@@ -281,14 +208,14 @@ func (l gpuLayouts) sorted() map[int][]string {
 // waitForLayout waits until node 1's agent reports success with these
 // profiles on every GPU, and the kubelet's allocatable on the Node matches
 // the devices of the reported layout. It returns the node and its layout.
-func waitForLayout(t *testing.T, want ...string) (*corev1.Node, []layoutGPU) {
+func waitForLayout(t *testing.T, want ...string) (*corev1.Node, []framework.LayoutGPU) {
 	t.Helper()
 	return dpNode().waitForLayouts(t, everyGPU(want...))
 }
 
 // waitForLayouts is waitForLayout with each GPU's profiles, for every GPU
 // of node 1.
-func waitForLayouts(t *testing.T, want gpuLayouts) (*corev1.Node, []layoutGPU) {
+func waitForLayouts(t *testing.T, want gpuLayouts) (*corev1.Node, []framework.LayoutGPU) {
 	t.Helper()
 	return dpNode().waitForLayouts(t, want)
 }
@@ -296,7 +223,7 @@ func waitForLayouts(t *testing.T, want gpuLayouts) (*corev1.Node, []layoutGPU) {
 // waitForLayouts is waitForLayouts on the node; on a DRA node it waits for
 // its ResourceSlice to list the layout's devices instead of allocatable
 // (waitForDRALayout).
-func (n simNode) waitForLayouts(t *testing.T, want gpuLayouts) (*corev1.Node, []layoutGPU) {
+func (n simNode) waitForLayouts(t *testing.T, want gpuLayouts) (*corev1.Node, []framework.LayoutGPU) {
 	t.Helper()
 	return n.waitForLayoutsIn(t, want, stateSuccess)
 }
@@ -306,7 +233,7 @@ func (n simNode) waitForLayouts(t *testing.T, want gpuLayouts) (*corev1.Node, []
 // never had a mig.config source (the agent sets no state there, and
 // success cannot say when the kubelet has published the layout: the
 // allocatable or the slice does).
-func (n simNode) waitForLayoutsIn(t *testing.T, want gpuLayouts, state string) (*corev1.Node, []layoutGPU) {
+func (n simNode) waitForLayoutsIn(t *testing.T, want gpuLayouts, state string) (*corev1.Node, []framework.LayoutGPU) {
 	t.Helper()
 	if n.dra {
 		layout := n.waitForDRALayoutIn(t, want, state)
@@ -317,19 +244,19 @@ func (n simNode) waitForLayoutsIn(t *testing.T, want gpuLayouts, state string) (
 		return node, layout
 	}
 	w := want.sorted()
-	var layout []layoutGPU
+	var layout []framework.LayoutGPU
 	node, err := n.WaitForNode(t.Context(), fmt.Sprintf("%s with layout %v and its allocatable", stateName(state), w), timeout, func(n *corev1.Node) error {
 		if err := checkState(n, state); err != nil {
 			return err
 		}
-		l, err := nodeLayout(n)
+		l, err := framework.NodeLayout(n)
 		if err != nil {
 			return err
 		}
-		if diff := cmp.Diff(w, profiles(l)); diff != "" {
+		if diff := cmp.Diff(w, framework.LayoutProfiles(l)); diff != "" {
 			return fmt.Errorf("layout profiles (-want +got):\n%s", diff)
 		}
-		if err := checkAllocatable(n, counts(devices(l))); err != nil {
+		if err := checkAllocatable(n, counts(framework.LayoutDevices(l))); err != nil {
 			return err
 		}
 		layout = l
@@ -370,13 +297,13 @@ func checkState(n *corev1.Node, state string) error {
 
 // applyLayout annotates node 1 with a list-form mig.config giving every
 // GPU profiles and waits until it is in place.
-func applyLayout(t *testing.T, profiles ...string) (*corev1.Node, []layoutGPU) {
+func applyLayout(t *testing.T, profiles ...string) (*corev1.Node, []framework.LayoutGPU) {
 	t.Helper()
 	return dpNode().applyLayout(t, profiles...)
 }
 
 // applyLayout is applyLayout on the node.
-func (n simNode) applyLayout(t *testing.T, profiles ...string) (*corev1.Node, []layoutGPU) {
+func (n simNode) applyLayout(t *testing.T, profiles ...string) (*corev1.Node, []framework.LayoutGPU) {
 	t.Helper()
 	n.setMigConfig(t, annotationMigConfig, migConfig(profiles...))
 	return n.waitForLayouts(t, n.everyGPU(profiles...))
@@ -384,20 +311,20 @@ func (n simNode) applyLayout(t *testing.T, profiles ...string) (*corev1.Node, []
 
 // applyLayouts annotates node 1 with a mig.config giving each GPU its
 // profiles and waits until it is in place.
-func applyLayouts(t *testing.T, l gpuLayouts) (*corev1.Node, []layoutGPU) {
+func applyLayouts(t *testing.T, l gpuLayouts) (*corev1.Node, []framework.LayoutGPU) {
 	t.Helper()
 	return dpNode().applyLayouts(t, l)
 }
 
 // applyLayouts is applyLayouts on the node.
-func (n simNode) applyLayouts(t *testing.T, l gpuLayouts) (*corev1.Node, []layoutGPU) {
+func (n simNode) applyLayouts(t *testing.T, l gpuLayouts) (*corev1.Node, []framework.LayoutGPU) {
 	t.Helper()
 	n.setMigConfig(t, annotationMigConfig, migConfigPerGPU(l))
 	return n.waitForLayouts(t, l)
 }
 
 // gpuOf is the layout's GPU with index i.
-func gpuOf(t *testing.T, l []layoutGPU, i int) layoutGPU {
+func gpuOf(t *testing.T, l []framework.LayoutGPU, i int) framework.LayoutGPU {
 	t.Helper()
 	for _, g := range l {
 		if g.Index == i {
@@ -405,11 +332,11 @@ func gpuOf(t *testing.T, l []layoutGPU, i int) layoutGPU {
 		}
 	}
 	t.Fatalf("no GPU %d in the layout %+v", i, l)
-	return layoutGPU{}
+	return framework.LayoutGPU{}
 }
 
 // gpuHolding is the index of the GPU in the layout with the MIG device id.
-func gpuHolding(l []layoutGPU, id string) (int, bool) {
+func gpuHolding(l []framework.LayoutGPU, id string) (int, bool) {
 	for _, g := range l {
 		for _, in := range g.Instances {
 			if in.UUID == id {
@@ -476,7 +403,7 @@ func runEnvPod(t *testing.T, pod *corev1.Pod) map[string]string {
 // checkAllocateEnv checks the variables the device plugin's Allocate gave
 // a container holding n devices of profile: NVIDIA_VISIBLE_DEVICES names n
 // distinct MIG devices of that profile from the layout.
-func checkAllocateEnv(t *testing.T, env map[string]string, layout []layoutGPU, profile string, n int) []string {
+func checkAllocateEnv(t *testing.T, env map[string]string, layout []framework.LayoutGPU, profile string, n int) []string {
 	t.Helper()
 	visible := env["NVIDIA_VISIBLE_DEVICES"]
 	ids := strings.Split(visible, ",")

@@ -145,7 +145,7 @@ func (c *Cluster) snapshot(ctx context.Context) (*Invariants, error) {
 		return nil, err
 	}
 	inv := &Invariants{c: c, dra: node.Labels[DRANodeLabel] == DRANodeLabelValue, held: map[string]heldPod{}}
-	layout, err := migLayoutOf(node)
+	layout, err := NodeLayout(node)
 	if err != nil {
 		return nil, err
 	}
@@ -365,7 +365,7 @@ func (inv *Invariants) check(ctx context.Context, want map[int][]string) error {
 	if s := node.Labels[labelMigConfigState]; s != "success" {
 		return fmt.Errorf("state %q, reason %q", s, node.Annotations[annotationReason])
 	}
-	layout, err := migLayoutOf(node)
+	layout, err := NodeLayout(node)
 	if err != nil {
 		return err
 	}
@@ -374,7 +374,7 @@ func (inv *Invariants) check(ctx context.Context, want map[int][]string) error {
 			return err
 		}
 	}
-	if diff := cmp.Diff(want, layoutProfiles(layout)); diff != "" {
+	if diff := cmp.Diff(want, LayoutProfiles(layout)); diff != "" {
 		return fmt.Errorf("the agent's layout, profiles by GPU (-want +got):\n%s", diff)
 	}
 	// Nothing leaked: the simulated GPUs have exactly that layout's
@@ -479,8 +479,8 @@ func (inv *Invariants) untouched(ctx context.Context, sim map[string]SimInstance
 
 // checkDevicePlugin: the kubelet's registered devices and the Node's
 // allocatable are the layout's devices.
-func (inv *Invariants) checkDevicePlugin(ctx context.Context, node *corev1.Node, layout []migLayoutGPU) error {
-	want := layoutDevices(layout)
+func (inv *Invariants) checkDevicePlugin(ctx context.Context, node *corev1.Node, layout []LayoutGPU) error {
+	want := LayoutDevices(layout)
 	got, err := inv.c.Local().KubeletDevices(ctx)
 	if err != nil {
 		return err
@@ -511,7 +511,7 @@ func (inv *Invariants) checkDevicePlugin(ctx context.Context, node *corev1.Node,
 // checkDRA: the node's pool is one generation of slices listing exactly
 // the layout's devices, and the plugin's checkpoint and CDI specs name
 // only claims the API server has.
-func (inv *Invariants) checkDRA(ctx context.Context, layout []migLayoutGPU) error {
+func (inv *Invariants) checkDRA(ctx context.Context, layout []LayoutGPU) error {
 	c := inv.c
 	slices_, err := c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -534,7 +534,7 @@ func (inv *Invariants) checkDRA(ctx context.Context, layout []migLayoutGPU) erro
 		return fmt.Errorf("the node's ResourceSlices of %s: slices by pool generation %v, want one generation", draDriverName, gens)
 	}
 	var want []string
-	for _, ids := range layoutDevices(layout) {
+	for _, ids := range LayoutDevices(layout) {
 		want = append(want, ids...)
 	}
 	if diff := cmp.Diff(slices.Sorted(slices.Values(want)), slices.Sorted(slices.Values(served)), cmpEmpty); diff != "" {
@@ -679,34 +679,46 @@ func simDevices(state []SimGPU) map[string]SimInstance {
 	return out
 }
 
-// migLayoutGPU and migLayoutInstance decode the agent's
-// migflex.io/mig.layout annotation.
-type migLayoutGPU struct {
-	Index     int    `json:"index"`
-	UUID      string `json:"uuid"`
-	MigMode   string `json:"migMode"`
-	Instances []struct {
-		Profile string   `json:"profile"`
-		UUID    string   `json:"uuid"`
-		UsedBy  []string `json:"usedBy"`
-	} `json:"instances"`
+// LayoutGPU and LayoutInstance decode the agent's migflex.io/mig.layout
+// annotation.
+type LayoutGPU struct {
+	Index     int              `json:"index"`
+	UUID      string           `json:"uuid"`
+	Model     string           `json:"model"`
+	MigMode   string           `json:"migMode"`
+	Health    string           `json:"health"`
+	Instances []LayoutInstance `json:"instances"`
 }
 
-func migLayoutOf(node *corev1.Node) ([]migLayoutGPU, error) {
+type LayoutInstance struct {
+	Profile   string `json:"profile"`
+	Placement struct {
+		Start int `json:"start"`
+		Size  int `json:"size"`
+	} `json:"placement"`
+	GI     uint32   `json:"gi"`
+	CI     uint32   `json:"ci"`
+	UUID   string   `json:"uuid"`
+	Health string   `json:"health"`
+	UsedBy []string `json:"usedBy"`
+}
+
+// NodeLayout decodes node's migflex.io/mig.layout annotation.
+func NodeLayout(node *corev1.Node) ([]LayoutGPU, error) {
 	s, ok := node.Annotations[annotationMigLayout]
 	if !ok {
 		return nil, fmt.Errorf("node %s has no %s annotation", node.Name, annotationMigLayout)
 	}
-	var l []migLayoutGPU
+	var l []LayoutGPU
 	if err := json.Unmarshal([]byte(s), &l); err != nil {
 		return nil, fmt.Errorf("annotation %s: %w: %s", annotationMigLayout, err, s)
 	}
 	return l, nil
 }
 
-// layoutProfiles is each GPU's MIG profiles, sorted (none as an empty
-// list).
-func layoutProfiles(l []migLayoutGPU) map[int][]string {
+// LayoutProfiles is each GPU's MIG profiles, sorted; a GPU without MIG
+// has none (an empty list).
+func LayoutProfiles(l []LayoutGPU) map[int][]string {
 	out := map[int][]string{}
 	for _, g := range l {
 		ps := []string{}
@@ -719,10 +731,10 @@ func layoutProfiles(l []migLayoutGPU) map[int][]string {
 	return out
 }
 
-// layoutDevices is the devices a layout serves under the mixed strategy, by
-// resource name: each MIG device as nvidia.com/mig-<profile>, each GPU
-// without MIG as nvidia.com/gpu; sorted.
-func layoutDevices(l []migLayoutGPU) map[string][]string {
+// LayoutDevices is the device IDs a layout serves under the mixed
+// strategy, by resource name: each MIG device as nvidia.com/mig-<profile>,
+// each GPU without MIG as nvidia.com/gpu; sorted.
+func LayoutDevices(l []LayoutGPU) map[string][]string {
 	out := map[string][]string{}
 	for _, g := range l {
 		if g.MigMode == "Disabled" {
