@@ -72,15 +72,14 @@ func unpackLayout(raw string) (string, error) {
 	if err := r.(flate.Resetter).Reset(strings.NewReader(packed), nil); err != nil {
 		return "", fmt.Errorf("unpacking the cached %s: %w", nodeinfo.AnnotationLayout, err)
 	}
-	var out strings.Builder
-	n, err := io.Copy(&out, io.LimitReader(r, maxLayoutBytes+1))
+	out, err := io.ReadAll(io.LimitReader(r, maxLayoutBytes+1))
 	if err != nil {
 		return "", fmt.Errorf("unpacking the cached %s: %w", nodeinfo.AnnotationLayout, err)
 	}
-	if n > maxLayoutBytes {
+	if int64(len(out)) > maxLayoutBytes {
 		return "", fmt.Errorf("unpacking the cached %s: more than %d bytes", nodeinfo.AnnotationLayout, maxLayoutBytes)
 	}
-	return out.String(), nil
+	return string(out), nil
 }
 
 // parsePackedLayout reads a layout annotation as the reshape-first Node
