@@ -93,7 +93,7 @@ func NewReshapeView(fieldManager string, manualHold, cooldown, refresh time.Dura
 	}
 	return &ReshapeView{
 		nodes: map[string]*corev1.Node{}, writes: map[string]*plannerWrites{}, pl: pl, refresh: refresh, now: time.Now,
-		opts: plansnap.Options{FieldManager: fieldManager, ManualHold: manualHold}, cooldown: cooldown,
+		opts: plansnap.Options{FieldManager: fieldManager, ManualHold: manualHold, ParseLayout: parsePackedLayout}, cooldown: cooldown,
 		decoded: plansnap.NewCache(),
 	}, nil
 }
@@ -307,8 +307,13 @@ func reshapeNode(full, slim *corev1.Node) {
 			// The profile table is the same text on every node of a
 			// model; the layout names the node's own devices, so
 			// interning it would only fill the intern table.
-			if k == nodeinfo.AnnotationProfiles {
+			switch k {
+			case nodeinfo.AnnotationProfiles:
 				v = intern(v)
+			case nodeinfo.AnnotationLayout:
+				// Read only by the reshape view, which unpacks it
+				// (packed.go).
+				v = packLayout(v)
 			}
 			slim.Annotations[k] = v
 		}

@@ -60,12 +60,16 @@ func (c *Cache) entry(node string) *decoded {
 	return d
 }
 
-// layout decodes raw, or returns what it decoded from the same text.
-func (d *decoded) decodeLayout(raw string) ([]nodeinfo.GPU, error) {
+// layout decodes raw with parse (nodeinfo.ParseLayout when nil), or
+// returns what it decoded from the same text.
+func (d *decoded) decodeLayout(raw string, parse func(string) ([]nodeinfo.GPU, error)) ([]nodeinfo.GPU, error) {
 	if d.hasLayout && d.layoutRaw == raw {
 		return d.layout, d.layoutErr
 	}
-	l, err := nodeinfo.ParseLayout(raw)
+	if parse == nil {
+		parse = nodeinfo.ParseLayout
+	}
+	l, err := parse(raw)
 	d.layoutRaw, d.layout, d.layoutErr, d.hasLayout = raw, l, err, true
 	return l, err
 }

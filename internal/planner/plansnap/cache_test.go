@@ -9,18 +9,18 @@ func TestCache(t *testing.T) {
 	one := `[{"index":0,"uuid":"GPU-0","model":"H100-SXM5-80GB","migMode":"Enabled"}]`
 	two := `[{"index":0,"uuid":"GPU-0","model":"H100-SXM5-80GB","migMode":"Enabled"},{"index":1,"uuid":"GPU-1","model":"H100-SXM5-80GB","migMode":"Enabled"}]`
 
-	a, err := c.entry("n").decodeLayout(one)
+	a, err := c.entry("n").decodeLayout(one, nil)
 	if err != nil || len(a) != 1 {
 		t.Fatalf("decode: %v, %v", a, err)
 	}
-	b, _ := c.entry("n").decodeLayout(one)
+	b, _ := c.entry("n").decodeLayout(one, nil)
 	if &a[0] != &b[0] {
 		t.Error("the same text was decoded again")
 	}
-	if b, _ := c.entry("n").decodeLayout(two); len(b) != 2 {
+	if b, _ := c.entry("n").decodeLayout(two, nil); len(b) != 2 {
 		t.Errorf("a changed annotation gave %v", b)
 	}
-	if _, err := c.entry("n").decodeLayout("{"); err == nil {
+	if _, err := c.entry("n").decodeLayout("{", nil); err == nil {
 		t.Error("no error for a malformed layout")
 	}
 
@@ -36,7 +36,7 @@ func TestCache(t *testing.T) {
 		t.Error("a node not read for a sweep was kept")
 	}
 	var none *Cache
-	if l, err := none.entry("n").decodeLayout(one); err != nil || len(l) != 1 {
+	if l, err := none.entry("n").decodeLayout(one, nil); err != nil || len(l) != 1 {
 		t.Errorf("no cache: %v, %v", l, err)
 	}
 }

@@ -55,6 +55,10 @@ type Options struct {
 	// yet are in use too, though the agent's layout has no instance
 	// there yet.
 	Pools func(node string) *schedview.Pool
+	// ParseLayout, when set, reads the layout annotation as the caller's
+	// Node cache keeps it (the webhook's keeps it compressed); nil:
+	// nodeinfo.ParseLayout, the agent's JSON.
+	ParseLayout func(raw string) ([]nodeinfo.GPU, error)
 }
 
 // Node is one Node as the planner sees it.
@@ -102,7 +106,7 @@ func FromAPI(n *corev1.Node, o Options) Node {
 		freeze("its agent has not reported its GPUs (no %s)", nodeinfo.AnnotationLayout)
 		return out
 	}
-	layout, err := dec.decodeLayout(raw)
+	layout, err := dec.decodeLayout(raw, o.ParseLayout)
 	if err != nil {
 		out.Warnings = append(out.Warnings, err.Error())
 		freeze("its agent's report is unreadable: %v", err)
