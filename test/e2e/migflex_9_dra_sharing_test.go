@@ -22,8 +22,9 @@ import (
 
 // TestDRASharedClaim: a pod pair shares one 1g.10gb on the DRA node
 // (mf-dra) through one ResourceClaim both pods name, as the API offers it
-// on every supported minor. Both pods run at once with the instance's
-// UUID in their environment (the claim's one CDI spec); the claim is
+// on every supported minor. Both pods run at once, and each container
+// has the instance's UUID in its environment (the claim's one CDI spec:
+// the pods' init containers print it); the claim is
 // reserved for both and its status.devices names the MIG UUID; the
 // kubelet's pod-resources API lists the claim's device for each pod,
 // which the ResourceSlice and status.devices both map to the UUID, as an
@@ -60,9 +61,9 @@ func TestDRASharedClaim(t *testing.T) {
 		if _, err := cluster.WaitForPodPhase(ctx, ns, name, corev1.PodRunning); err != nil {
 			t.Fatal(err)
 		}
-		out, err := cluster.Kubectl(ctx, "exec", "-n", ns, name, "--", "/testbox", "env")
+		out, err := cluster.PodLogs(ctx, ns, name, "env")
 		if err != nil {
-			t.Fatalf("env of pod %s: %v\n%s", name, err, out)
+			t.Fatal(err)
 		}
 		if got := envOf(out)["NVIDIA_VISIBLE_DEVICES"]; got != shared {
 			t.Errorf("pod %s has NVIDIA_VISIBLE_DEVICES=%q, want the shared instance %s", name, got, shared)
@@ -165,7 +166,8 @@ func TestDRASharedClaim(t *testing.T) {
 }
 
 // sharedClaimPod runs a sleeping pod on the node that names the existing
-// ResourceClaim claim, so that every such pod shares its devices.
+// ResourceClaim claim, so that every such pod shares its devices; its
+// init container "env", which has the claim too, prints its environment.
 func (n simNode) sharedClaimPod(t *testing.T, ns, name, claim string) *corev1.Pod {
 	t.Helper()
 	pod := cluster.TestboxPod(ns, name, "sleep", "3600")
@@ -173,6 +175,9 @@ func (n simNode) sharedClaimPod(t *testing.T, ns, name, claim string) *corev1.Po
 	framework.PinToNode(pod, n.NodeName)
 	pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &claim}}
 	pod.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
+	env := *pod.Spec.Containers[0].DeepCopy()
+	env.Name, env.Args = "env", []string{"env"}
+	pod.Spec.InitContainers = []corev1.Container{env}
 	return cluster.CreatePod(t, pod)
 }
 
