@@ -17,7 +17,10 @@ type PreparedClaim struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	// Pods are the pods the claim was reserved for when it was prepared
-	// ("namespace/name").
+	// ("namespace/name"). A claim several pods share is prepared once, for
+	// the first of them, so this may name none of those that hold it
+	// later: Uses prefers the API's reservedFor while the API has the
+	// claim.
 	Pods    []string         `json:"pods,omitempty"`
 	Devices []PreparedDevice `json:"devices"`
 }
@@ -88,6 +91,9 @@ func Uses(devs []Device, driver, pool string, src Sources) []Use {
 		}
 	}
 
+	// reserved are the holders of each allocated API claim, by UID: its
+	// pods, or the claim itself while no pod has reserved it.
+	reserved := map[string][]string{}
 	for _, c := range src.Claims {
 		if c.Status.Allocation == nil {
 			continue
@@ -102,6 +108,7 @@ func Uses(devs []Device, driver, pool string, src Sources) []Use {
 		if len(holders) == 0 {
 			holders = []string{"ResourceClaim " + claim}
 		}
+		reserved[string(c.UID)] = holders
 		for _, r := range c.Status.Allocation.Devices.Results {
 			if r.Driver != driver || r.Pool != pool {
 				continue
@@ -128,7 +135,16 @@ func Uses(devs []Device, driver, pool string, src Sources) []Use {
 
 	for _, c := range src.Prepared {
 		claim := c.Namespace + "/" + c.Name
-		holders := c.Pods
+		// A claim several pods share is prepared once, when the first is
+		// reserved (the kubelet prepares it for the first of its pods on
+		// the node, and not again for the others): while the API has the
+		// claim its reservedFor names who holds it now, not the
+		// checkpoint, which would name a pod gone after the first one
+		// ends. The device is still reported by its recorded UUID.
+		holders, ok := reserved[c.UID]
+		if !ok {
+			holders = c.Pods
+		}
 		if len(holders) == 0 {
 			holders = []string{"ResourceClaim " + claim}
 		}

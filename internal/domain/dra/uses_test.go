@@ -113,6 +113,54 @@ func TestUses(t *testing.T) {
 			},
 		},
 		{
+			"a claim two pods share: both hold its device, from each source",
+			Sources{
+				Claims: []resourceapi.ResourceClaim{claim("ns", "c1", []string{"p1", "p2"}, ours(mig0))},
+				PodResources: &podresourcesv1.ListPodResourcesResponse{PodResources: append(
+					podResources("ns", "p1", "c1", ours(mig0)).PodResources,
+					podResources("ns", "p2", "c1", ours(mig0)).PodResources...)},
+				Prepared: []PreparedClaim{prepared("ns", "c1", []string{"ns/p1"}, mig0, "MIG-0-0")},
+			},
+			[]Use{
+				{DeviceUUID: "MIG-0-0", Device: mig0, Holder: "ns/p1", Claim: "ns/c1"},
+				{DeviceUUID: "MIG-0-0", Device: mig0, Holder: "ns/p2", Claim: "ns/c1"},
+			},
+		},
+		{
+			"a shared claim whose first pod ended: the API's reservedFor, not the checkpoint's pods, names its holder",
+			Sources{
+				Claims:   []resourceapi.ResourceClaim{claim("ns", "c1", []string{"p2"}, ours(mig0))},
+				Prepared: []PreparedClaim{prepared("ns", "c1", []string{"ns/p1"}, mig0, "MIG-0-0")},
+			},
+			[]Use{{DeviceUUID: "MIG-0-0", Device: mig0, Holder: "ns/p2", Claim: "ns/c1"}},
+		},
+		{
+			"a shared claim the API still has, its device gone from the layout: its pods hold the recorded UUID",
+			Sources{
+				Claims:   []resourceapi.ResourceClaim{claim("ns", "c2", []string{"p2", "p3"}, ours(gone))},
+				Prepared: []PreparedClaim{prepared("ns", "c2", []string{"ns/p2"}, gone, "MIG-gone")},
+			},
+			[]Use{
+				{DeviceUUID: "MIG-gone", Device: gone, Holder: "ns/p2", Claim: "ns/c2"},
+				{DeviceUUID: "MIG-gone", Device: gone, Holder: "ns/p3", Claim: "ns/c2"},
+			},
+		},
+		{
+			"a prepared claim the API has under another UID (made again under its name): the checkpoint's pods",
+			Sources{
+				Claims: []resourceapi.ResourceClaim{func() resourceapi.ResourceClaim {
+					c := claim("ns", "c1", []string{"p9"}, ours(mig4))
+					c.UID = "uid-new"
+					return c
+				}()},
+				Prepared: []PreparedClaim{prepared("ns", "c1", []string{"ns/p1"}, mig0, "MIG-0-0")},
+			},
+			[]Use{
+				{DeviceUUID: "MIG-0-0", Device: mig0, Holder: "ns/p1", Claim: "ns/c1"},
+				{DeviceUUID: "MIG-0-4", Device: mig4, Holder: "ns/p9", Claim: "ns/c1"},
+			},
+		},
+		{
 			"the same hold seen by all three sources is reported once",
 			Sources{
 				Claims:       []resourceapi.ResourceClaim{claim("ns", "c1", []string{"p1"}, ours(mig0))},

@@ -273,6 +273,10 @@ func TestInstallDocExample(t *testing.T) {
 			break
 		}
 		block, rest, _ = strings.Cut(rest, "```")
+		if strings.HasPrefix(block, "apiVersion:") {
+			// Kubernetes objects (a DRA node's shared claim), no config.
+			continue
+		}
 		var values struct {
 			Agent struct {
 				SharingConfig map[string]any `json:"sharingConfig"`

@@ -25,12 +25,20 @@ import (
 // claim prepared is logged once; the kubelet's repeats only at V(2).
 //
 // In dynamic mode the MIG instance of each allocated placement is created
-// first (see prepareDynamicLocked), and once the claim is checkpointed the
-// devices' status is written into the ResourceClaim, after the lock is
-// released so that no Prepare waits on the API server for another's. A
-// claim prepared or unprepared there changes the GPUs' use, so the devices
-// are republished in the order it steers to (dra.Steer): the scheduler's
-// next first fit is the best placement beside the new instances.
+// first (see prepareDynamicLocked). In either mode, once the claim is
+// checkpointed the devices' status (the MIG UUID of each) is written into
+// the ResourceClaim, after the lock is released so that no Prepare waits
+// on the API server for another's: every pod that shares the claim maps to
+// the same instance through it. A claim prepared or unprepared in dynamic
+// mode changes the GPUs' use, so the devices are republished in the order
+// it steers to (dra.Steer): the scheduler's next first fit is the best
+// placement beside the new instances.
+//
+// A claim several pods share is prepared once: the kubelet calls Prepare
+// for the first of its pods on the node and only records the others, and
+// calls Unprepare when the last of them is done (its claim info cache
+// counts the pods). A repeated Prepare gets the same answer, so the claim
+// is never prepared twice, whoever asks.
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	logger := klog.FromContext(ctx)
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
@@ -48,13 +56,13 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 			logger.V(2).Info("Prepared a claim again", claimKeys(pc)...)
 		} else {
 			logger.Info("Prepared a claim", claimKeys(pc)...)
-			if d.mode == ModeDynamic && len(pc.Devices) > 0 {
+			if len(pc.Devices) > 0 {
 				made = append(made, pc)
 			}
 		}
 		out[c.UID] = kubeletplugin.PrepareResult{Devices: d.result(pc)}
 	}
-	if len(made) > 0 {
+	if len(made) > 0 && d.mode == ModeDynamic {
 		d.steerLocked(logger, "prepare")
 	}
 	d.mu.Unlock()

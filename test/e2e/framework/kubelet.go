@@ -222,3 +222,38 @@ func (n LocalNode) KubeletHasPod(ctx context.Context, namespace, name string) (b
 	}
 	return false, nil
 }
+
+// ClaimDevice is one device of a DRA claim a pod's container holds, as the
+// kubelet's pod-resources List names it (DynamicResources): the claim
+// ("namespace/name"), and the device by driver, pool and name.
+type ClaimDevice struct {
+	Claim, Driver, Pool, Device string
+}
+
+// KubeletPodClaimDevices is what the node's kubelet says every pod's
+// containers hold through DRA claims (pod-resources List, as an exporter
+// reads it), by "namespace/name", without duplicates; pods holding none
+// are left out.
+func (n LocalNode) KubeletPodClaimDevices(ctx context.Context) (map[string][]ClaimDevice, error) {
+	resp, err := podResources(ctx, n.PodResourcesSocket(), func(ctx context.Context, c podresourcesv1.PodResourcesListerClient) (*podresourcesv1.ListPodResourcesResponse, error) {
+		return c.List(ctx, &podresourcesv1.ListPodResourcesRequest{})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("kubelet of %s pod-resources List: %w", n.Name, err)
+	}
+	out := map[string][]ClaimDevice{}
+	for _, p := range resp.GetPodResources() {
+		pod := p.GetNamespace() + "/" + p.GetName()
+		for _, ctr := range p.GetContainers() {
+			for _, dr := range ctr.GetDynamicResources() {
+				for _, cr := range dr.GetClaimResources() {
+					d := ClaimDevice{Claim: dr.GetClaimNamespace() + "/" + dr.GetClaimName(), Driver: cr.GetDriverName(), Pool: cr.GetPoolName(), Device: cr.GetDeviceName()}
+					if !slices.Contains(out[pod], d) {
+						out[pod] = append(out[pod], d)
+					}
+				}
+			}
+		}
+	}
+	return out, nil
+}
