@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,10 +26,15 @@ import (
 // destroyed. The webhook leaves the pod as asked (the node can make the
 // instance), and `kubectl migflex status` shows the node dynamic, with
 // what it can make before and what is allocated after. The agent goes
-// back to static mode at the end.
+// back to static mode at the end. Below 1.36 it checks the refusal
+// instead (testDRADynamicRefused).
 func TestDRADynamic(t *testing.T) {
 	migflex(t)
 	n := draNode(t)
+	if cluster.Minor < 36 {
+		testDRADynamicRefused(t, n)
+		return
+	}
 	ctx := t.Context()
 	// MIG on (a GPU with MIG off is offered whole), with an idle instance
 	// dynamic mode destroys at start; then no layout asked for: dynamic
@@ -104,6 +110,35 @@ func TestDRADynamic(t *testing.T) {
 	// mig.config is left to recreate them).
 	setDRAMode(t, "")
 	n.applyDRALayout(t, gpuLayouts{0: {"1g.10gb"}, 1: {"1g.10gb"}})
+}
+
+// testDRADynamicRefused: where partitionable devices are alpha and off
+// (1.35), the agent asked for --dra-mode=dynamic serves static mode: a
+// Warning Event on the Node names the gate, the Node stays labelled static,
+// and the layout's idle instances stay (dynamic mode's start would have
+// destroyed them). The agent goes back to the default at the end.
+func testDRADynamicRefused(t *testing.T, n simNode) {
+	ctx := t.Context()
+	layout := n.applyDRALayout(t, gpuLayouts{0: {"1g.10gb"}, 1: {"1g.10gb"}})
+	since := time.Now()
+	setDRAMode(t, "dynamic")
+	t.Cleanup(func() { setDRAMode(t, "") })
+	if _, err := n.WaitForNodeEvent(ctx, corev1.EventTypeWarning, "DRADynamicModeUnavailable", since, "DRAPartitionableDevices"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.WaitForNode(ctx, "still labelled migflex.io/dra-mode=static", timeout, func(node *corev1.Node) error {
+		if v := node.Labels["migflex.io/dra-mode"]; v != "static" {
+			return fmt.Errorf("migflex.io/dra-mode=%q", v)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range layout {
+		for _, in := range g.Instances {
+			n.waitForSimInstance(t, in.UUID, true)
+		}
+	}
 }
 
 // waitDynamicOffers waits until the node's slices offer placements with

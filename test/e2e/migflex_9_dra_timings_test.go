@@ -100,30 +100,39 @@ type timedRuns struct{ running, boundToRunning []time.Duration }
 // pod must be left as asked by the webhook; on a DRA node its claim must
 // hold a 3g.40gb device of the node's slices. Each is deleted, and on a
 // DRA node its claim unprepared (its CDI spec gone: in dynamic mode the
-// instance destroyed), before the next is created.
+// instance destroyed), before the next is created. Before each run a dry
+// run of the pod must come back as asked (waitForAnswer, untimed): the
+// webhook decides from its informers' copy of the Nodes and slices, which
+// can trail the layout just applied; a pod created in that window is
+// rewritten to another resource, and the run would time something else or
+// never run (on 1.36, after TestDRA had turned the webhook reshape-first,
+// the first device-plugin pod was rewritten to nvidia.com/gpu, which node
+// 1's MIG-on GPUs offer none of).
 func podToRunningRuns(t *testing.T, n simNode, ns, label string, runs int) timedRuns {
 	t.Helper()
 	const res = "nvidia.com/mig-3g.40gb"
 	var took timedRuns
 	for i := range runs {
 		name := fmt.Sprintf("%s-%d", label, i)
+		pod := n.gpuPod(ns, name, res, 1, "sleep", "3600")
+		waitForAnswer(t, pod, "leave "+name+" as asked", func(p *corev1.Pod) bool { return p.Annotations[annotationFallback] == "" })
 		w, err := cluster.Client.CoreV1().Pods(ns).Watch(t.Context(), metav1.ListOptions{FieldSelector: "metadata.name=" + name})
 		if err != nil {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		cluster.CreatePod(t, n.gpuPod(ns, name, res, 1, "sleep", "3600"))
+		cluster.CreatePod(t, pod)
 		bound, running, err := waitBoundAndRunning(t.Context(), w)
 		w.Stop()
 		if err != nil {
 			p, _ := cluster.Client.CoreV1().Pods(ns).Get(t.Context(), name, metav1.GetOptions{})
-			t.Fatalf("%s run %d: %v; pod %+v", label, i, err, p.Status)
+			t.Fatalf("%s run %d: %v; pod %+v, %s=%q", label, i, err, p.Status, annotationFallback, p.Annotations[annotationFallback])
 		}
 		took.running = append(took.running, running.Sub(start))
 		took.boundToRunning = append(took.boundToRunning, running.Sub(bound))
 		t.Logf("%s run %d: %s (bound after %s)", label, i, running.Sub(start).Round(time.Millisecond), bound.Sub(start).Round(time.Millisecond))
 
-		pod, err := cluster.Client.CoreV1().Pods(ns).Get(t.Context(), name, metav1.GetOptions{})
+		pod, err = cluster.Client.CoreV1().Pods(ns).Get(t.Context(), name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -152,7 +152,9 @@ func TestUnhealthy(t *testing.T) {
 }
 
 // dropTaints makes the fake API server store ResourceSlices without device
-// taints, as an API server with DRADeviceTaints off does.
+// taints, as an API server with DRADeviceTaints off does. A dry run (dynamic
+// mode's check at start) goes on to the reactors after it: it stores
+// nothing.
 func dropTaints(client *fake.Clientset) {
 	gvr := resourceapi.SchemeGroupVersion.WithResource("resourceslices")
 	strip := func(obj runtime.Object) *resourceapi.ResourceSlice {
@@ -163,6 +165,9 @@ func dropTaints(client *fake.Clientset) {
 		return s
 	}
 	client.PrependReactor("create", "resourceslices", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if c, ok := action.(k8stesting.CreateActionImpl); ok && slices.Contains(c.CreateOptions.DryRun, metav1.DryRunAll) {
+			return false, nil, nil
+		}
 		s := strip(action.(k8stesting.CreateAction).GetObject())
 		if s.Name == "" && s.GenerateName != "" {
 			s.Name = s.GenerateName + strings.ToLower(strings.ReplaceAll(time.Now().Format("150405.000000000"), ".", ""))
