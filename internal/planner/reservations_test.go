@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -8,11 +9,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/migflex/migflex/internal/domain/nodeinfo"
 	"github.com/migflex/migflex/internal/domain/resourcename"
 	"github.com/migflex/migflex/internal/planner/plansnap"
 	"github.com/migflex/migflex/internal/planner/reserve"
+	"github.com/migflex/migflex/internal/testsupport/testutil"
 )
 
 // wholeGPUs are n whole H100s (MIG disabled); users[i], when given and
@@ -288,4 +291,87 @@ func TestReservationWrites(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestControllerReserves: against a real API server, the controller
+// writes a reservation for a pod waiting for two whole GPUs under its
+// reservation field manager, with the pod's UID, records Events on the
+// pod and the Node, writes nothing more in later rounds, and removes the
+// reservation once the pod is gone.
+func TestControllerReserves(t *testing.T) {
+	e := startEnv(t)
+	ctx := context.Background()
+	e.node("resv-a", wholeGPUs(3, "default/small")...)
+	r := e.start(t, func(o *Options) {
+		o.Reserve = reserve.Policy{After: 0, Max: 4, Lead: 10 * time.Minute, Grace: 2 * time.Minute}
+	})
+	c := newCluster(t)
+	p := c.pod("big", resourcename.GPU, 2)
+	p.UID, p.Namespace, p.CreationTimestamp = "", "default", metav1.Time{}
+	p.Spec.Containers[0].Image = "example.com/x:1"
+	status := p.Status
+	created, err := e.client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created.Status = status
+	created.Status.Conditions[0].LastTransitionTime = metav1.Now()
+	pod, err := e.client.CoreV1().Pods("default").UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	n := e.waitNode("resv-a", "a reservation", func(n *corev1.Node) bool {
+		_, ok := n.Annotations[nodeinfo.AnnotationReservation]
+		return ok
+	})
+	got, err := nodeinfo.ParseReservation(n.Annotations[nodeinfo.AnnotationReservation])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Pod != "default/big" || got.UID != pod.UID || !slices.Equal(got.GPUs, []int{1, 2}) {
+		t.Errorf("reservation %+v, want GPUs [1 2] for default/big, UID %s", got, pod.UID)
+	}
+	if owner, _ := plansnap.AnnotationOwner(n, nodeinfo.AnnotationReservation); owner != DefaultFieldManager+"-reservation" {
+		t.Errorf("reservation owned by %q", owner)
+	}
+	e.waitEvent(pod, ReasonReserved, "node resv-a GPUs 1, 2 reserved for pod default/big until")
+	nodeEvents := func() []string {
+		list, err := e.client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, ev := range list.Items {
+			if ev.InvolvedObject.Kind == "Node" && ev.InvolvedObject.Name == "resv-a" {
+				out = append(out, ev.Reason+": "+ev.Message)
+			}
+		}
+		return out
+	}
+	testutil.Eventually(t, "a GPUsReserved Event on the Node", func() bool {
+		return slices.ContainsFunc(nodeEvents(), func(s string) bool { return strings.HasPrefix(s, ReasonReserved+": node resv-a GPUs 1, 2") })
+	})
+
+	// At rest: more rounds, no more writes.
+	writes := r.value("migflex_planner_node_writes_total", "", "")
+	rounds := r.value("migflex_planner_rounds_total", "", "")
+	for i := range 3 {
+		e.poke(pod, i)
+	}
+	testutil.Eventually(t, "three more rounds", func() bool { return r.value("migflex_planner_rounds_total", "", "") >= rounds+3 })
+	if w := r.value("migflex_planner_node_writes_total", "", ""); w != writes {
+		t.Errorf("%v Node writes in rounds at rest", w-writes)
+	}
+
+	if err := e.client.CoreV1().Pods("default").Delete(ctx, "big", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitNode("resv-a", "the reservation removed", func(n *corev1.Node) bool {
+		_, ok := n.Annotations[nodeinfo.AnnotationReservation]
+		return !ok
+	})
+	testutil.Eventually(t, "a GPUReservationEnded Event on the Node", func() bool {
+		return slices.ContainsFunc(nodeEvents(), func(s string) bool { return strings.HasPrefix(s, ReasonReservationEnded+": ") })
+	})
 }
