@@ -118,6 +118,10 @@ func (d *decision) reservations(o *Options, m *memory, now time.Time, nodes []*c
 		}
 	}
 	for _, r := range dec.Held {
+		if d.reservedFor == nil {
+			d.reservedFor = map[string]bool{}
+		}
+		d.reservedFor[r.Pod] = true
 		p := pods[r.Pod]
 		ann := nodeinfo.Reservation{Pod: r.Pod, GPUs: r.GPUs, Since: r.Since, Ready: r.Ready, Deadline: r.Deadline}
 		if p != nil {

@@ -287,6 +287,13 @@ func TestReservationWrites(t *testing.T) {
 					if p := c.pods[strings.TrimPrefix(r.Pod, "ns/")]; p != nil && r.UID != "" && r.UID != p.UID {
 						t.Errorf("step %d: node %s reservation's UID %s, the pod's %s", i, name, r.UID, p.UID)
 					}
+					// The round gives its GPUs to no pod: the reserved pod is
+					// not told that no change serves it.
+					for _, ev := range events(d) {
+						if strings.HasPrefix(ev, ReasonImpossible+" "+strings.TrimPrefix(r.Pod, "ns/")+":") && r.Pod != "ns/other" {
+							t.Errorf("step %d: the reserved pod is told %q", i, ev)
+						}
+					}
 				}
 			}
 		})

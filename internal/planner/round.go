@@ -138,6 +138,10 @@ type decision struct {
 	// in its order (empty when no pod waits), for Preview.
 	result  solver.Result
 	pending []*corev1.Pod
+	// reservedFor are the pods a reservation is held for, by
+	// namespace/name: the round gives their GPUs to no pod, so they are
+	// not told no change serves them.
+	reservedFor map[string]bool
 }
 
 // decide plans one round from the cluster as the informers show it. It is
@@ -347,8 +351,11 @@ func (d *decision) tellPods(o *Options, m *memory, r roundPlan, writes map[strin
 				w.eventsAfterward = append(w.eventsAfterward, ev)
 			}
 		case solver.ActionNone:
-			d.impossible++
 			d.waiting = true
+			if d.reservedFor[pod.Namespace+"/"+pod.Name] {
+				continue // its reservation's Event says what it waits for
+			}
+			d.impossible++
 			if blockers == nil {
 				blockers = newBlockerIndex(r.views, r.models)
 			}
