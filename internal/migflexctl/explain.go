@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 
 	"github.com/migflex/migflex/internal/domain/dracel"
+	"github.com/migflex/migflex/internal/domain/nodeinfo"
 	"github.com/migflex/migflex/internal/domain/resourcename"
 	"github.com/migflex/migflex/internal/domain/schedview"
 	"github.com/migflex/migflex/internal/planner"
@@ -53,6 +54,10 @@ type Explanation struct {
 	Devices []HeldDevice `json:"devices,omitempty"`
 	// Waiting: the pod waits for GPUs, or for its ResourceClaims.
 	Waiting bool `json:"waiting"`
+	// Reservations are the nodes' reservations (migflex.io/reservation):
+	// the one held for the pod, and, while it waits, those held for
+	// others.
+	Reservations []ReservationView `json:"reservations,omitempty"`
 	// Events are the planner's Events on the pod and the scheduler's
 	// latest word.
 	Events []EventLine `json:"events,omitempty"`
@@ -86,6 +91,75 @@ type HeldDevice struct {
 	Health    string `json:"health"`
 }
 
+// ReservationView is a node's reservation: GPUs the planner holds for a
+// pod waiting for several whole GPUs.
+type ReservationView struct {
+	Node string `json:"node"`
+	GPUs []int  `json:"gpus"`
+	// Pod is who it is for; ForThisPod whether that is the pod explained.
+	Pod        string `json:"pod"`
+	ForThisPod bool   `json:"forThisPod"`
+	// Ready is when its GPUs were expected free, Deadline when it lapses;
+	// Lapsed that the deadline has passed (the agent offers the GPUs
+	// again).
+	Ready    time.Time `json:"ready"`
+	Deadline time.Time `json:"deadline"`
+	Lapsed   bool      `json:"lapsed,omitempty"`
+}
+
+// reservations are the nodes' reservations that concern the pod, by
+// node name: the one for it, and all of them while it waits. One that
+// does not parse is a note.
+func reservations(key string, waiting bool, nodes []corev1.Node, now time.Time) ([]ReservationView, []string) {
+	var out []ReservationView
+	var notes []string
+	for _, n := range nodes {
+		v, ok := n.Annotations[nodeinfo.AnnotationReservation]
+		if !ok {
+			continue
+		}
+		r, err := nodeinfo.ParseReservation(v)
+		if err != nil {
+			if waiting {
+				notes = append(notes, fmt.Sprintf("node %s: %v", n.Name, err))
+			}
+			continue
+		}
+		mine := r.Pod == key
+		if !mine && !waiting {
+			continue
+		}
+		out = append(out, ReservationView{Node: n.Name, GPUs: r.GPUs, Pod: r.Pod, ForThisPod: mine, Ready: r.Ready, Deadline: r.Deadline, Lapsed: !r.Active(now)})
+	}
+	slices.SortFunc(out, func(a, b ReservationView) int {
+		return cmp.Or(-cmp.Compare(boolRank(a.ForThisPod), boolRank(b.ForThisPod)), cmp.Compare(a.Node, b.Node))
+	})
+	return out, notes
+}
+
+func boolRank(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// describeReservation says what is held, for whom, until when.
+func describeReservation(r ReservationView) string {
+	res := nodeinfo.Reservation{Pod: r.Pod, GPUs: r.GPUs, Deadline: r.Deadline}
+	s := "node " + r.Node + " " + res.String()
+	if r.ForThisPod {
+		s = strings.Replace(s, "reserved for pod "+r.Pod, "held for it", 1)
+	}
+	if r.Lapsed {
+		return s + " (lapsed: its GPUs are offered again)"
+	}
+	if !r.Ready.IsZero() {
+		s += " (expected free at " + r.Ready.UTC().Format(time.RFC3339) + ")"
+	}
+	return s
+}
+
 // EventLine is one Event on the pod.
 type EventLine struct {
 	Type    string    `json:"type"`
@@ -110,7 +184,7 @@ type PlannerView struct {
 
 // plannerEventReasons are the Event reasons shown from the pod's Events:
 // the planner's, and the scheduler's.
-var plannerEventReasons = []string{planner.ReasonPlanned, planner.ReasonImpossible, "FailedScheduling", "Scheduled"}
+var plannerEventReasons = []string{planner.ReasonPlanned, planner.ReasonImpossible, planner.ReasonReserved, planner.ReasonReservationEnded, "FailedScheduling", "Scheduled"}
 
 // requestAsWritten is the pod's GPU devices before the webhook rewrote
 // it: its containers with the resources fallback.AnnotationOriginal
@@ -207,10 +281,12 @@ func Explain(ctx context.Context, pod *corev1.Pod, nodes []corev1.Node, pods []c
 		}
 	}
 	ex.Events = podEvents(pod, events)
+	resv, resvNotes := reservations(key, ex.Waiting, nodes, now)
+	ex.Reservations = resv
 	if !ex.Waiting {
 		return ex, nil
 	}
-	ex.Notes = inUseNotes(pod, st)
+	ex.Notes = append(inUseNotes(pod, st), resvNotes...)
 	for _, u := range unread {
 		ex.Notes = append(ex.Notes, "the planner does not read "+u)
 	}
@@ -467,6 +543,9 @@ func renderExplanation(w io.Writer, ex Explanation, s style) {
 	}
 	if ex.ClaimsTogether != "" {
 		put("  together:    ", ex.ClaimsTogether)
+	}
+	for _, r := range ex.Reservations {
+		put("  reserved:    ", describeReservation(r))
 	}
 	for _, e := range ex.Events {
 		count := ""

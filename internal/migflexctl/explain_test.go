@@ -176,3 +176,76 @@ func TestExplainReplicas(t *testing.T) {
 		})
 	}
 }
+
+// TestExplainReservation: explain shows the reservation held for a pod
+// (which node's GPUs, until when), those held for others while it waits,
+// one lapsed as lapsed, and nothing of others' once it runs.
+func TestExplainReservation(t *testing.T) {
+	reserved := func(n *corev1.Node, pod string, gpus []int, deadline time.Time) *corev1.Node {
+		v, err := nodeinfo.Reservation{Pod: pod, GPUs: gpus, Since: now.Add(-time.Minute), Ready: deadline.Add(-2 * time.Minute), Deadline: deadline}.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Annotations[nodeinfo.AnnotationReservation] = v
+		return n
+	}
+	a := reserved(node(t, "gpu-a", nodeinfo.StateSuccess, wholeGPU(0, "ns/small"), wholeGPU(1), wholeGPU(2)), "ns/big", []int{1, 2}, now.Add(5*time.Minute))
+	b := reserved(node(t, "gpu-b", nodeinfo.StateSuccess, wholeGPU(0), wholeGPU(1)), "ns/other", []int{0, 1}, now.Add(-time.Minute))
+	c := node(t, "gpu-c", nodeinfo.StateSuccess, wholeGPU(0))
+	c.Annotations[nodeinfo.AnnotationReservation] = "{"
+	big := pendingPod("big", resourcename.GPU, 2)
+	ev := event(big, corev1.EventTypeNormal, planner.ReasonReserved, "node gpu-a GPUs 1, 2 reserved for pod ns/big until 2026-11-27T08:05:00Z", 1)
+	for _, tc := range []struct {
+		name      string
+		pod       *corev1.Pod
+		want      []string
+		wantNot   []string
+		wantViews int
+	}{
+		{
+			name: "waiting",
+			pod:  big,
+			want: []string{
+				"  reserved:    node gpu-a GPUs 1, 2 held for it until 2026-11-27T08:05:00Z\n               (expected free at 2026-11-27T08:03:00Z)\n",
+				"  reserved:    node gpu-b GPUs 0, 1 reserved for pod ns/other until\n               2026-11-27T07:59:00Z (lapsed: its GPUs are offered again)\n",
+				"  event:       Normal GPUsReserved: node gpu-a GPUs 1, 2 reserved for pod ns/big",
+				"  note:        node gpu-c: migflex.io/reservation is not a reservation",
+			},
+			wantViews: 2,
+		},
+		{
+			name: "running elsewhere: only its own",
+			pod: func() *corev1.Pod {
+				p := pendingPod("other", resourcename.GPU, 2)
+				p.Spec.NodeName, p.Status.Phase, p.Status.Conditions = "gpu-b", corev1.PodRunning, nil
+				return p
+			}(),
+			want:      []string{"  reserved:    node gpu-b GPUs 0, 1 held for it until 2026-11-27T07:59:00Z\n               (lapsed: its GPUs are offered again)\n"},
+			wantNot:   []string{"gpu-a GPUs", "gpu-c"},
+			wantViews: 1,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, out, errOut := run(t, fakeClient(a, b, c, tc.pod, ev), "", "explain", tc.pod.Name)
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("explain: no %q in:\n%s%s", w, out, errOut)
+				}
+			}
+			for _, w := range tc.wantNot {
+				if strings.Contains(out, w) {
+					t.Errorf("explain: %q in:\n%s", w, out)
+				}
+			}
+			checkWidth(t, out)
+			_, js, _ := run(t, fakeClient(a, b, c, tc.pod, ev), "", "explain", tc.pod.Name, "-o", "json")
+			var got Explanation
+			if err := json.Unmarshal([]byte(js), &got); err != nil {
+				t.Fatal(err)
+			}
+			if len(got.Reservations) != tc.wantViews || !got.Reservations[0].ForThisPod {
+				t.Errorf("-o json reservations %+v, want %d, the pod's first", got.Reservations, tc.wantViews)
+			}
+		})
+	}
+}

@@ -47,6 +47,7 @@ import (
 var (
 	_ agent.Server       = (*deviceplugin.Manager)(nil)
 	_ agent.Server       = (*draserver.Server)(nil)
+	_ agent.Withholder   = (*deviceplugin.Manager)(nil)
 	_ agent.PodResources = (*draserver.Holders)(nil)
 	_ draserver.Driver   = (*draplugin.Driver)(nil)
 )

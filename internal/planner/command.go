@@ -3,6 +3,7 @@ package planner
 import (
 	"context"
 
+	"github.com/migflex/migflex/internal/planner/reserve"
 	"github.com/migflex/migflex/internal/planner/solver"
 	"github.com/migflex/migflex/internal/platform/cli"
 	"k8s.io/klog/v2"
@@ -12,7 +13,7 @@ import (
 // help and environment twin (MIGFLEX_PLANNER_<FLAG>).
 func flags(c *Config) *cli.Flags {
 	f := cli.New("planner", "planner")
-	pol, cad := solver.DefaultPolicy(), solver.DefaultCadence()
+	pol, cad, resv := solver.DefaultPolicy(), solver.DefaultCadence(), reserve.DefaultPolicy()
 	c.Policy = pol
 	f.String(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty means $KUBECONFIG when set, else the in-cluster configuration", cli.NoEnv())
 	f.Bool(&c.DryRun, "dry-run", false, "plan and explain (Events, the migflex.io/mig.config.proposed annotation) but never write nvidia.com/mig.config")
@@ -26,6 +27,10 @@ func flags(c *Config) *cli.Flags {
 	f.Duration(&c.Cadence.Resync, "resync", cad.Resync, "how often a round runs again while pods wait and nothing changes")
 	f.Bool(&c.Cadence.Leading, "batch-leading", cad.Leading, "run a round at once for the first change after a quiet spell (a lone pod waits no --batch-idle; a burst's first pod gets a change of its own)")
 	f.Duration(&c.StartGrace, "start-grace", DefaultStartGrace, "how long a node whose pods just started is left alone until its agent reports their devices")
+	f.Duration(&c.Reserve.After, "reserve-after", resv.After, "how long a pod waits for several whole GPUs before a node is reserved for it, and how long a node whose reservation lapsed is left to other pods")
+	f.Int(&c.Reserve.Max, "reserve-max", resv.Max, "reservations held at once (0: none)")
+	f.Duration(&c.Reserve.Lead, "reserve-lead", resv.Lead, "the longest a reservation may expect to wait for its GPUs to free")
+	f.Duration(&c.Reserve.Grace, "reserve-grace", resv.Grace, "how long after its GPUs were expected free a reservation whose pod has not bound lapses")
 	f.Duration(&c.MixHalfLife, "mix-half-life", DefaultMixHalfLife, "how fast the demand mix the planner keeps free capacity usable for forgets")
 	f.Bool(&c.LeaderElection, "leader-elect", true, "run rounds only in the replica holding the leader Lease")
 	f.String(&c.LeaseNamespace, "leader-elect-namespace", "", "namespace of the leader Lease (the Deployment sets its own)")

@@ -158,8 +158,9 @@ func transformPod(obj any) (any, error) {
 
 // transformNode keeps of a Node what the planner reads (plansnap, the
 // scheduling view, nodeChanged) and what its writes need: metadata with
-// the managed fields that say who wrote nvidia.com/mig.config or the
-// proposal (the planner's own among them, which ExtractNode reads), the
+// the managed fields that say who wrote nvidia.com/mig.config, the
+// proposal or the reservation (the planner's own among them, which
+// ExtractNode reads), the
 // cordon and taints, allocatable. The kubelet's images, conditions,
 // addresses and system info, and its large managed-fields entries, are
 // most of a Node and the planner reads none of them: at thousands of
@@ -177,7 +178,8 @@ func transformNode(obj any) (any, error) {
 			continue
 		}
 		raw := mf.FieldsV1.GetRawString()
-		if strings.Contains(raw, `"f:`+nodeinfo.AnnotationMigConfig+`"`) || strings.Contains(raw, `"f:`+nodeinfo.AnnotationProposed+`"`) {
+		if strings.Contains(raw, `"f:`+nodeinfo.AnnotationMigConfig+`"`) || strings.Contains(raw, `"f:`+nodeinfo.AnnotationProposed+`"`) ||
+			strings.Contains(raw, `"f:`+nodeinfo.AnnotationReservation+`"`) {
 			slim.ManagedFields = append(slim.ManagedFields, mf)
 		}
 	}
@@ -523,7 +525,8 @@ func (c *Controller) writeAll(ctx context.Context, m *memory, now time.Time, d d
 		}
 	}
 	// Every write's backoff is read before any is sent: a round writes
-	// each Node at most once, so no write's outcome changes another's.
+	// each Node's layout at most once (and its reservation), so no write's
+	// outcome changes another's.
 	var send []nodeWrite
 	for _, w := range d.writes {
 		if until, ok := m.backoff.blocked(w.node.Name, now); ok {
@@ -533,7 +536,17 @@ func (c *Controller) writeAll(ctx context.Context, m *memory, now time.Time, d d
 		}
 		send = append(send, w)
 	}
-	errs := c.sendWrites(ctx, send)
+	// A reservation's write goes after the layout writes: it does not
+	// hold the Node's version as a precondition, and sent first it would
+	// fail a layout write to the same Node that does.
+	slices.SortStableFunc(send, func(a, b nodeWrite) int {
+		return cmp.Compare(boolInt(a.anyVersion), boolInt(b.anyVersion))
+	})
+	first := slices.IndexFunc(send, func(w nodeWrite) bool { return w.anyVersion })
+	if first < 0 {
+		first = len(send)
+	}
+	errs := append(c.sendWrites(ctx, send[:first]), c.sendWrites(ctx, send[first:])...)
 	// The outcomes are taken in the decision's order, on this goroutine:
 	// the memory, the logs and the Events do not depend on which write
 	// the API server answered first.
@@ -562,8 +575,15 @@ func (c *Controller) writeAll(ctx context.Context, m *memory, now time.Time, d d
 			continue
 		}
 		m.backoff.succeeded(w.node.Name)
+		for _, ev := range w.notes {
+			c.recorder.Event(ev.obj, ev.typ, ev.reason, ev.message)
+		}
 		if w.value == "" {
 			log.Info("Removed an annotation", "node", w.node.Name, "annotation", w.key)
+			continue
+		}
+		if w.key == nodeinfo.AnnotationReservation {
+			log.Info("Wrote a reservation", "node", w.node.Name, "reservation", w.value)
 			continue
 		}
 		if result != resultFailed {
@@ -617,7 +637,8 @@ func (c *Controller) sendWrites(ctx context.Context, ws []nodeWrite) []error {
 // removed). The Node's UID and
 // resourceVersion are preconditions: a Node that changed since the round
 // read it (another replica's write, the agent's report) fails the write,
-// and the next round plans from what it shows.
+// and the next round plans from what it shows. A reservation's write
+// (w.anyVersion) has the UID alone.
 func (c *Controller) write(ctx context.Context, w nodeWrite) error {
 	manager := cmp.Or(w.manager, c.opts.FieldManager)
 	owned, err := corev1ac.ExtractNode(w.node, manager)
@@ -633,7 +654,10 @@ func (c *Controller) write(ctx context.Context, w nodeWrite) error {
 	} else {
 		ann[w.key] = w.value
 	}
-	ac := corev1ac.Node(w.node.Name).WithUID(w.node.UID).WithResourceVersion(w.node.ResourceVersion)
+	ac := corev1ac.Node(w.node.Name).WithUID(w.node.UID)
+	if !w.anyVersion {
+		ac.WithResourceVersion(w.node.ResourceVersion)
+	}
 	if len(ann) > 0 {
 		ac.WithAnnotations(ann)
 	}
@@ -648,6 +672,13 @@ func (c *Controller) write(ctx context.Context, w nodeWrite) error {
 		c.metrics.writes.WithLabelValues(writeError).Inc()
 	}
 	return fmt.Errorf("applying %s to Node %s: %w", w.key, w.node.Name, err)
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func listAs[T runtime.Object](s cache.Store) []T {

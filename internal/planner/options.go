@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/migflex/migflex/internal/planner/plansnap"
+	"github.com/migflex/migflex/internal/planner/reserve"
 	"github.com/migflex/migflex/internal/planner/solver"
 )
 
@@ -61,8 +62,12 @@ type Options struct {
 	// DefaultMixHalfLife.
 	MixHalfLife time.Duration
 	// DryRun plans and explains (Events, the proposed-layout annotation)
-	// but never writes nvidia.com/mig.config.
+	// but never writes nvidia.com/mig.config, and reserves nothing.
 	DryRun bool
+	// Reserve is when nodes are reserved for pods waiting for several
+	// whole GPUs (internal/planner/reserve); Max 0, the zero Policy:
+	// none. The command's default is reserve.DefaultPolicy.
+	Reserve reserve.Policy
 
 	// LeaderElection runs the rounds only in the replica holding the
 	// Lease LeaseNamespace/LeaseName; Identity names this replica.
@@ -137,6 +142,9 @@ func (o *Options) validate() error {
 	}
 	if err := o.Policy.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if err := o.Reserve.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("reservations: %w", err))
 	}
 	if o.WriteParallelism < 0 {
 		errs = append(errs, fmt.Errorf("write parallelism %d is negative", o.WriteParallelism))

@@ -17,6 +17,7 @@ import (
 	"github.com/migflex/migflex/internal/domain/resourcename"
 	"github.com/migflex/migflex/internal/domain/schedview"
 	"github.com/migflex/migflex/internal/planner/plansnap"
+	"github.com/migflex/migflex/internal/planner/reserve"
 	"github.com/migflex/migflex/internal/planner/solver"
 )
 
@@ -67,6 +68,10 @@ type memory struct {
 	pools func(node string) *schedview.Pool
 	// backoff spaces the writes to Nodes whose last write was refused.
 	backoff writeBackoff
+	// lapsed are the reservations that lapsed lately
+	// (reserve.Decision.Lapsed): their nodes are left to other pods for
+	// a while. The reservations held are on the Nodes.
+	lapsed []reserve.Reservation
 }
 
 // arrival is a GPU pod the informer saw created, and when.
@@ -99,6 +104,13 @@ type nodeWrite struct {
 	gpus            []int
 	pods            int
 	eventsAfterward []podEvent
+	// anyVersion sends the apply without the Node's resourceVersion as a
+	// precondition: a reservation's key is its manager's alone, and the
+	// round's layout write to the same Node, sent first, changes the
+	// version it read.
+	anyVersion bool
+	// notes are Events on any object, recorded once the write succeeded.
+	notes []objEvent
 }
 
 type podEvent struct {
@@ -126,6 +138,10 @@ type decision struct {
 	// in its order (empty when no pod waits), for Preview.
 	result  solver.Result
 	pending []*corev1.Pod
+	// reservedFor are the pods a reservation is held for, by
+	// namespace/name: the round gives their GPUs to no pod, so they are
+	// not told no change serves them.
+	reservedFor map[string]bool
 }
 
 // decide plans one round from the cluster as the informers show it. It is
@@ -133,7 +149,7 @@ type decision struct {
 // and changes written but not applied yet are seen as done (plansnap), so
 // a round after a leader change, or right after the previous one, finds
 // nothing more to do. Its steps: read the nodes (readNodes), the pods
-// that wait (collectPending), plan, pick the nodes to write within the cap
+// that wait (collectPending), the reservations (reservations), plan, pick the nodes to write within the cap
 // (nodeOrder, newWrites), tell each pod what it will get (tellPods) and
 // keep the writes that change something (addWrites).
 func decide(o *Options, pl *solver.Planner, m *memory, now time.Time, nodes []*corev1.Node, pods []*corev1.Pod) (decision, error) {
@@ -141,7 +157,11 @@ func decide(o *Options, pl *solver.Planner, m *memory, now time.Time, nodes []*c
 	views := d.readNodes(o, m, now, nodes, pods)
 	m.observe(now, pods)
 	pending := d.collectPending(m, pods)
+	// Before the plan, which gives the reserved GPUs to no pod; and when no
+	// pod waits, which ends every reservation.
+	reserved := d.reservations(o, m, now, nodes, views, pending)
 	if len(pending) == 0 {
+		d.writes = append(d.writes, reserved...)
 		return d, d.proposalsLeft(o, nodes, nil)
 	}
 	models, warnings := plansnap.MergeModels(views)
@@ -161,10 +181,11 @@ func decide(o *Options, pl *solver.Planner, m *memory, now time.Time, nodes []*c
 	for _, nc := range res.Nodes {
 		changes[nc.Node] = nc
 	}
-	order := d.nodeOrder(o, res)
+	order := d.nodeOrder(o, res, reservedNodes(views))
 	writes := newWrites(o, order, changes, nodes)
 	d.tellPods(o, m, roundPlan{res: res, pending: pending, changes: changes, views: views, models: snap.Models}, writes)
 	d.addWrites(order, writes)
+	d.writes = append(d.writes, reserved...)
 	return d, d.proposalsLeft(o, nodes, writes)
 }
 
@@ -243,21 +264,32 @@ func (d *decision) collectPending(m *memory, pods []*corev1.Pod) []*corev1.Pod {
 }
 
 // nodeOrder is the nodes to write, in the order their first pod claims
-// capacity, up to Options.MaxNodesPerRound; the pods of nodes over the cap
-// wait for the next round.
-func (d *decision) nodeOrder(o *Options, res solver.Result) []string {
+// capacity, then the reserved nodes the round changes (their idle MIG GPUs
+// made whole for the reserved pod), up to Options.MaxNodesPerRound; the
+// pods of nodes over the cap wait for the next round.
+func (d *decision) nodeOrder(o *Options, res solver.Result, reserved map[string]bool) []string {
 	chosen := map[string]bool{}
 	var order []string
-	for _, pp := range res.Pods {
-		if pp.Action != solver.ActionReshape || chosen[pp.Node] {
-			continue
+	add := func(node string) {
+		if chosen[node] {
+			return
 		}
 		if o.MaxNodesPerRound > 0 && len(order) == o.MaxNodesPerRound {
 			d.waiting = true
-			continue
+			return
 		}
-		chosen[pp.Node] = true
-		order = append(order, pp.Node)
+		chosen[node] = true
+		order = append(order, node)
+	}
+	for _, pp := range res.Pods {
+		if pp.Action == solver.ActionReshape {
+			add(pp.Node)
+		}
+	}
+	for _, nc := range res.Nodes {
+		if reserved[nc.Node] {
+			add(nc.Node)
+		}
 	}
 	return order
 }
@@ -319,8 +351,11 @@ func (d *decision) tellPods(o *Options, m *memory, r roundPlan, writes map[strin
 				w.eventsAfterward = append(w.eventsAfterward, ev)
 			}
 		case solver.ActionNone:
-			d.impossible++
 			d.waiting = true
+			if d.reservedFor[pod.Namespace+"/"+pod.Name] {
+				continue // its reservation's Event says what it waits for
+			}
+			d.impossible++
 			if blockers == nil {
 				blockers = newBlockerIndex(r.views, r.models)
 			}

@@ -67,7 +67,7 @@ func TestNodeOrder(t *testing.T) {
 		{cap: 2, want: []string{"n2", "n1"}, wantWaiting: true},
 	} {
 		var d decision
-		got := d.nodeOrder(testOptions(func(o *Options) { o.MaxNodesPerRound = tc.cap }), res)
+		got := d.nodeOrder(testOptions(func(o *Options) { o.MaxNodesPerRound = tc.cap }), res, nil)
 		if !cmp.Equal(tc.want, got) || d.waiting != tc.wantWaiting {
 			t.Errorf("cap %d: order %v, waiting %v; want %v, %v", tc.cap, got, d.waiting, tc.want, tc.wantWaiting)
 		}

@@ -101,7 +101,14 @@ func TestPlannerNodeScopePolicy(t *testing.T) {
 			},
 		},
 		{
-			name: "dropping its proposal",
+			name: "writing a reservation",
+			do: func() error {
+				return apply("opted-in", map[string]string{nodeinfo.AnnotationMigConfig: doc, nodeinfo.AnnotationProposed: doc,
+					nodeinfo.AnnotationReservation: `{"pod":"ns/big","gpus":[0,1],"since":"2026-12-02T18:00:00Z","ready":"2026-12-02T18:00:00Z","deadline":"2026-12-02T18:02:00Z"}`})
+			},
+		},
+		{
+			name: "dropping its proposal and its reservation",
 			do:   func() error { return apply("opted-in", map[string]string{nodeinfo.AnnotationMigConfig: doc}) },
 		},
 		{
@@ -139,7 +146,7 @@ func TestPlannerNodeScopePolicy(t *testing.T) {
 			do: func() error {
 				return apply("opted-in", map[string]string{nodeinfo.AnnotationMigConfig: doc, nodeinfo.AnnotationLayout: "[]"})
 			},
-			wantErr: "may change only the annotations nvidia.com/mig.config and migflex.io/mig.config.proposed, not migflex.io/mig.layout",
+			wantErr: "may change only the annotations nvidia.com/mig.config, migflex.io/mig.config.proposed and migflex.io/reservation, not migflex.io/mig.layout",
 			node:    "opted-in",
 		},
 		{

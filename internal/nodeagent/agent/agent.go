@@ -156,6 +156,10 @@ type Options struct {
 
 	// callAfter replaces time.After for the NVML call deadlines (tests).
 	callAfter func(time.Duration) <-chan time.Time
+	// now and lapseAfter replace time.Now and time.After for a
+	// reservation's deadline (tests).
+	now        func() time.Time
+	lapseAfter func(time.Duration) <-chan time.Time
 	// shutdownGrace is how long a GPU call is still waited for once the
 	// agent stops; 0: defaultShutdownGrace, negative: not at all (tests).
 	shutdownGrace time.Duration
@@ -191,6 +195,12 @@ func (o *Options) setDefaults() {
 	}
 	if o.Registry == nil {
 		o.Registry = newRegistry()
+	}
+	if o.now == nil {
+		o.now = time.Now
+	}
+	if o.lapseAfter == nil {
+		o.lapseAfter = time.After
 	}
 }
 
@@ -277,6 +287,14 @@ type Agent struct {
 	// hangs are the hung NVML calls reported from outside the loop
 	// (ReportNVMLHang).
 	hangs *hangs
+	// resvIDs are the devices withheld for the Node's reservation, until
+	// when that answer holds (see honourReservation); resvBad is the last
+	// reservation that did not parse, and resvUnsupported whether a
+	// Server that cannot withhold was reported, each logged once.
+	resvIDs         []string
+	resvUntil       time.Time
+	resvBad         string
+	resvUnsupported bool
 }
 
 // New checks opts, fills in defaults and returns an Agent; Run starts it.
@@ -441,11 +459,24 @@ func (a *Agent) loop(ctx context.Context, srvErr <-chan error) error {
 		defer t.Stop()
 		inUse = t.C
 	}
+	// lapse fires at the reservation's deadline: the agent ends it itself.
+	var lapse <-chan time.Time
+	var armed time.Time
 	a.poke()
 	for {
+		if !a.resvUntil.Equal(armed) {
+			armed, lapse = a.resvUntil, nil
+			if !armed.IsZero() {
+				lapse = a.opts.lapseAfter(max(armed.Sub(a.opts.now()), 0))
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-lapse:
+			armed, lapse = time.Time{}, nil
+			a.honourReservation(a.node())
+			continue
 		case <-inUse:
 			a.pollInUse(ctx)
 			continue
@@ -524,6 +555,7 @@ func (a *Agent) step(ctx context.Context) bool {
 	a.metrics.duration.WithLabelValues(out.result).Observe(time.Since(start).Seconds())
 	a.gpus = out.gpus
 	a.metrics.instances.setLayout(out.gpus)
+	a.honourReservation(node)
 	// The reconcile may have reported on the Node (see announce): what
 	// follows compares with the Node as it is now.
 	if n := a.node(); n != nil && n.UID == node.UID {
@@ -583,6 +615,8 @@ func (a *Agent) pollInUse(ctx context.Context) {
 	}
 	a.inUseErr = ""
 	if a.noteAssignments(assignments) {
+		// A reserved GPU a pod left may be offered, or withheld.
+		a.honourReservation(a.node())
 		a.refresh(ctx, causeInUse)
 	}
 }

@@ -77,12 +77,36 @@ func (m *Manager) Undrain(ids []string) {
 	m.setDrainingLocked()
 }
 
-// setDrainingLocked hands the draining IDs to every server. It always
-// signals a change: Resources shows Draining even where the kubelet's list
-// stays the same (a device already unhealthy).
+// Withhold replaces the IDs a reservation keeps from the kubelet (MIG
+// device or GPU UUIDs): servers send them as unhealthy and Allocate
+// refuses them, as for draining devices, until a later Withhold leaves
+// them out. The set is apart from Drain's, so that Undrain after a
+// repartition does not offer a withheld device, and it stays across
+// layouts: a reserved GPU made whole is withheld as soon as it is served.
+func (m *Manager) Withhold(ids []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.withheld = map[string]bool{}
+	for _, id := range ids {
+		m.withheld[id] = true
+	}
+	m.setDrainingLocked()
+}
+
+// blockedLocked is what servers treat as draining: the devices drained and
+// those withheld.
+func (m *Manager) blockedLocked() map[string]bool {
+	out := maps.Clone(m.draining)
+	maps.Copy(out, m.withheld)
+	return out
+}
+
+// setDrainingLocked hands the draining and withheld IDs to every server.
+// It always signals a change: Resources shows Draining even where the
+// kubelet's list stays the same (a device already unhealthy).
 func (m *Manager) setDrainingLocked() {
 	for _, s := range m.servers {
-		s.setDraining(maps.Clone(m.draining))
+		s.setDraining(m.blockedLocked())
 	}
 	m.notify()
 }

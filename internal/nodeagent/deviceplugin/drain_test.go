@@ -303,3 +303,40 @@ func TestDrainWaitsForAllocate(t *testing.T) {
 	// Once Drain returned, the device is refused.
 	e.allocateErr(r, []string{"MIG-0-2"}, codes.FailedPrecondition, "is being repartitioned")
 }
+
+// TestWithhold: withheld devices go unhealthy and Allocate refuses them,
+// as draining ones, but the end of a drain does not offer them, nor does a
+// new layout that still has them; only Withhold without them does.
+func TestWithhold(t *testing.T) {
+	e := start(t, Options{PostAllocator: envPost{}}, mixedLayout())
+	e.m.settle = 10 * time.Millisecond
+	e.wait("layout", serving(mixedWant))
+
+	e.m.Withhold([]string{"GPU-2", "MIG-0-13"})
+	withheld := serving(map[string][]string{
+		"nvidia.com/mig-3g.40gb":    {"MIG-0-2"},
+		"nvidia.com/mig-2g.20gb":    {"MIG-0-3"},
+		"nvidia.com/mig-1g.10gb":    {"MIG-0-13!", "MIG-1-8"},
+		"nvidia.com/mig-1g.10gb.me": {"MIG-1-7"},
+		"nvidia.com/gpu":            {"GPU-2!"},
+	})
+	e.wait("withheld devices unhealthy", withheld)
+	e.allocateErr(resourceGPU, []string{"GPU-2"}, codes.FailedPrecondition, `device "GPU-2"`)
+
+	// A repartition's drain of the same devices ends: they stay withheld.
+	if err := e.m.Drain(e.ctx, []string{"GPU-2", "MIG-0-13"}); err != nil {
+		t.Fatal(err)
+	}
+	e.m.Undrain([]string{"GPU-2", "MIG-0-13"})
+	if err := e.m.Serve(e.ctx, mixedLayout()); err != nil {
+		t.Fatal(err)
+	}
+	e.wait("still withheld after the drain and a new Serve", withheld)
+	if st := drainStatus(e.m); st["GPU-2"] != "draining" || st["MIG-0-13"] != "draining" {
+		t.Errorf("Resources: GPU-2 %s, MIG-0-13 %s; want both draining (withheld)", st["GPU-2"], st["MIG-0-13"])
+	}
+
+	e.m.Withhold(nil)
+	e.wait("offered again", serving(mixedWant))
+	e.allocateErr(resourceGPU, []string{"GPU-2"}, codes.OK, "")
+}

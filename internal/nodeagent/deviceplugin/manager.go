@@ -74,8 +74,11 @@ type Manager struct {
 	log     klog.Logger
 	running bool
 	servers map[string]*server
-	// draining are the device IDs being drained (see Drain).
+	// draining are the device IDs being drained (see Drain), withheld
+	// those a reservation keeps from the kubelet (see Withhold); servers
+	// treat both alike (blockedLocked).
 	draining map[string]bool
+	withheld map[string]bool
 
 	// subs are Subscribe's channels, signalled with changes; subMu, not
 	// mu, guards them, as notify runs with and without mu held.
@@ -106,6 +109,7 @@ func New(opts Options) (*Manager, error) {
 		log:      klog.Background().WithName("deviceplugin"),
 		servers:  map[string]*server{},
 		draining: map[string]bool{},
+		withheld: map[string]bool{},
 	}, nil
 }
 
@@ -214,7 +218,7 @@ func (m *Manager) update(ctx context.Context, res map[string][]Device, info map[
 	maps.DeleteFunc(m.draining, func(id string, _ bool) bool { return !served[id] })
 	for name, s := range m.servers {
 		devs := res[name]
-		if s.set(devs, faults, maps.Clone(m.draining), info[name]) {
+		if s.set(devs, faults, m.blockedLocked(), info[name]) {
 			log.Info("Devices changed", "resource", name, "devices", len(devs))
 		}
 	}
