@@ -321,16 +321,19 @@ spec:
         nvidia.com/mig-1g.10gb: 1"
 # The webhook reads the node's supply from its informer's copy of the
 # slices: a server-side dry run says when it lets the pod through as it is.
-ok=0
-for ((i = 0; i < 60; i++)); do
-	if ann=$(kubectl create --dry-run=server -o jsonpath='{.metadata.annotations}' -f - <<<"$dra_pod" 2>/dev/null) &&
-		[[ $ann != *gpu-webhook.k8s.io/fallback* && $ann != *migflex.io/reshape* ]]; then
-		ok=1
-		break
-	fi
-	sleep 0.5
-done
-((ok)) || die "the webhook does not admit the DRA demo pod as it is (kubectl -n gpu-webhook logs -l app=gpu-webhook)"
+# admitted_as_is <pod yaml> <what>: waits for that, or dies naming what.
+admitted_as_is() {
+	local ann i
+	for ((i = 0; i < 60; i++)); do
+		if ann=$(kubectl create --dry-run=server -o jsonpath='{.metadata.annotations}' -f - <<<"$1" 2>/dev/null) &&
+			[[ $ann != *gpu-webhook.k8s.io/fallback* && $ann != *migflex.io/reshape* ]]; then
+			return 0
+		fi
+		sleep 0.5
+	done
+	die "the webhook does not admit $2 as it is (kubectl -n gpu-webhook logs -l app=gpu-webhook)"
+}
+admitted_as_is "$dra_pod" "the DRA demo pod"
 run "kubectl apply -f - <<EOF
 $dra_pod
 EOF"
@@ -418,16 +421,7 @@ spec:
         nvidia.com/mig-3g.40gb: 1"
 # As above: the webhook lets it through as it is once its copy of the
 # slices shows the node can make a 3g.40gb.
-ok=0
-for ((i = 0; i < 60; i++)); do
-	if ann=$(kubectl create --dry-run=server -o jsonpath='{.metadata.annotations}' -f - <<<"$dyn_pod" 2>/dev/null) &&
-		[[ $ann != *gpu-webhook.k8s.io/fallback* && $ann != *migflex.io/reshape* ]]; then
-		ok=1
-		break
-	fi
-	sleep 0.5
-done
-((ok)) || die "the webhook does not admit the dynamic-mode demo pod as it is (kubectl -n gpu-webhook logs -l app=gpu-webhook)"
+admitted_as_is "$dyn_pod" "the dynamic-mode demo pod"
 start=$(date +%s%N)
 run "kubectl apply -f - <<EOF
 $dyn_pod
