@@ -707,7 +707,12 @@ func (inv *Invariants) allocatedLayout(ctx context.Context, layout []migLayoutGP
 			out[g] = append(out[g], p.profile)
 		}
 	}
-	return sortedValues(out), nil
+	// Sorted in place: a GPU with none keeps its empty list, as
+	// layoutProfiles has it.
+	for _, ps := range out {
+		slices.Sort(ps)
+	}
+	return out, nil
 }
 
 // checkClaimFiles: the plugin's checkpoint and its copy list the same

@@ -111,6 +111,9 @@ func dynamicWorld() invariantsWorld {
 		"type": {StringValue: ptr("gpu")}, "uuid": {StringValue: &gpu},
 	}})
 	w.slices = []resourceapi.ResourceSlice{counters, devices}
+	// A second GPU without instances: the layout wanted has it empty.
+	w.state = strings.TrimSuffix(goodState, "]}") + `,{"model":"A100-SXM4-80GB","uuid":"GPU-1","migEnabled":true,"instances":[]}]}`
+	w.layout = strings.TrimSuffix(goodLayout, "]") + `,{"index":1,"uuid":"GPU-1","migMode":"Enabled","instances":[]}]`
 	w.claimUIDs = []string{"claim-1", "claim-2"}
 	w.checkpoint = []string{"claim-1", "claim-2"}
 	w.cdiSpecs = []string{"claim-1", "claim-2"}
@@ -281,8 +284,8 @@ func TestInvariantsCatch(t *testing.T) {
 // device than allocated, and slices without counters.
 func TestInvariantsCatchDynamic(t *testing.T) {
 	const gi6 = `"MIG-b"}]},{"id":5,"profileID":19,"start":6}`
-	layoutWith := func(extra string) string {
-		return strings.Replace(goodLayout, `"uuid":"MIG-b"}`, `"uuid":"MIG-b"},`+extra, 1)
+	layoutWith := func(layout, extra string) string {
+		return strings.Replace(layout, `"uuid":"MIG-b"}`, `"uuid":"MIG-b"},`+extra, 1)
 	}
 	for _, tc := range []struct {
 		name    string
@@ -300,8 +303,8 @@ func TestInvariantsCatchDynamic(t *testing.T) {
 		{"GPU instance without a compute instance", func(w *invariantsWorld) {
 			w.claimUIDs = append(w.claimUIDs, "claim-3")
 			w.allocated["claim-3"] = "gpu-0-mig-1g10gb-19-6"
-			w.state = strings.Replace(goodState, `"MIG-b"}]}`, gi6, 1)
-			w.layout = layoutWith(`{"profile":"1g.10gb","uuid":""}`)
+			w.state = strings.Replace(w.state, `"MIG-b"}]}`, gi6, 1)
+			w.layout = layoutWith(w.layout, `{"profile":"1g.10gb","uuid":""}`)
 		}, "GPU instance without a compute instance"},
 		{"prepared elsewhere than allocated", func(w *invariantsWorld) {
 			w.allocated["claim-2"] = "gpu-0-mig-3g40gb-9-0"
