@@ -438,6 +438,12 @@ for ((i = 0; i < 40; i++)); do
 done
 run "kubectl get resourceclaim $claim -o jsonpath='{range .status.allocation.devices.results[*]}allocated: {.device}{\"\\n\"}{end}{range .status.devices[*]}status.devices: {.data}{\"\\n\"}{end}'"
 run "kubectl exec $DYN_POD -- /testbox env | grep -E '^NVIDIA_VISIBLE_DEVICES'"
+# The agent reads the GPUs again once its in-use poll (every 2 s) finds
+# the pod on an instance it has not seen: then its layout names both.
+for ((i = 0; i < 60; i++)); do
+	[[ $(kubectl get node "$DRA_NODE" -o jsonpath='{.metadata.annotations.migflex\.io/mig\.layout}') == *"$NS/$DYN_POD"* ]] && break
+	sleep 0.5
+done
 run "kubectl migflex status $DRA_NODE"
 fi
 
