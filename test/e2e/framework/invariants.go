@@ -234,10 +234,18 @@ func (inv *Invariants) Held() map[string][]string {
 func (inv *Invariants) Check(t testing.TB, want map[int][]string) time.Duration {
 	t.Helper()
 	took, err := inv.Converged(t.Context(), want, Converge)
-	if err != nil {
-		t.Fatalf("invariants of node %s after the fault, want layout %v: %v", inv.c.NodeName, sortedValues(want), err)
+	layout := fmt.Sprint(sortedValues(want))
+	switch {
+	case want != nil:
+	case inv.dynamic:
+		layout = "the claims' allocations"
+	default:
+		layout = "the mig.config's"
 	}
-	t.Logf("node %s: every invariant holds with layout %v, %v after the check began", inv.c.NodeName, sortedValues(want), took.Round(time.Second))
+	if err != nil {
+		t.Fatalf("invariants of node %s after the fault, want layout %s: %v", inv.c.NodeName, layout, err)
+	}
+	t.Logf("node %s: every invariant holds with layout %s, %v after the check began", inv.c.NodeName, layout, took.Round(time.Second))
 	return took
 }
 
