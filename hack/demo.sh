@@ -19,7 +19,10 @@
 # migflex status`, the plugin from bin/. Last, the DRA node: its layout as
 # a ResourceSlice, a pod with an unchanged nvidia.com/mig-* request served
 # through a ResourceClaim, and the planner's reshape for a pod the layout
-# cannot serve, timed beside the device-plugin path's. With NODES=1 the
+# cannot serve, timed beside the device-plugin path's; then the DRA node's
+# driver in dynamic mode: every placement offered with the GPUs' counters,
+# and an unchanged nvidia.com/mig-3g.40gb pod running on the instance its
+# claim's Prepare made, with `kubectl migflex status`. With NODES=1 the
 # cluster has node 1 alone, and the DRA part is left out.
 # The cluster stays up to explore; hack/cluster/down.sh (make cluster-down)
 # tears it down.
@@ -37,6 +40,7 @@ POD=fallback-demo
 PLANNER_POD=planner-demo
 DRA_POD=dra-demo
 DRA_PLANNER_POD=planner-dra-demo
+DYN_POD=dra-dynamic-demo
 STEP="starting"
 
 finish() {
@@ -317,16 +321,19 @@ spec:
         nvidia.com/mig-1g.10gb: 1"
 # The webhook reads the node's supply from its informer's copy of the
 # slices: a server-side dry run says when it lets the pod through as it is.
-ok=0
-for ((i = 0; i < 60; i++)); do
-	if ann=$(kubectl create --dry-run=server -o jsonpath='{.metadata.annotations}' -f - <<<"$dra_pod" 2>/dev/null) &&
-		[[ $ann != *gpu-webhook.k8s.io/fallback* && $ann != *migflex.io/reshape* ]]; then
-		ok=1
-		break
-	fi
-	sleep 0.5
-done
-((ok)) || die "the webhook does not admit the DRA demo pod as it is (kubectl -n gpu-webhook logs -l app=gpu-webhook)"
+# admitted_as_is <pod yaml> <what>: waits for that, or dies naming what.
+admitted_as_is() {
+	local ann i
+	for ((i = 0; i < 60; i++)); do
+		if ann=$(kubectl create --dry-run=server -o jsonpath='{.metadata.annotations}' -f - <<<"$1" 2>/dev/null) &&
+			[[ $ann != *gpu-webhook.k8s.io/fallback* && $ann != *migflex.io/reshape* ]]; then
+			return 0
+		fi
+		sleep 0.5
+	done
+	die "the webhook does not admit $2 as it is (kubectl -n gpu-webhook logs -l app=gpu-webhook)"
+}
+admitted_as_is "$dra_pod" "the DRA demo pod"
 run "kubectl apply -f - <<EOF
 $dra_pod
 EOF"
@@ -365,6 +372,79 @@ printf '\n%sPlanner reshape, kubectl apply to Running: DRA %s; device plugin (ab
 run "kubectl get events --field-selector involvedObject.name=$DRA_PLANNER_POD,reason=MigReshapePlanned -o custom-columns=REASON:.reason,MESSAGE:.message"
 run "kubectl get pod $DRA_PLANNER_POD -o jsonpath='{.status.extendedResourceClaimStatus}{\"\\n\"}'"
 run "kubectl get resourceslices --field-selector spec.nodeName=$DRA_NODE -o jsonpath='{range .items[*].spec.devices[*]}{.name}{\"\\t\"}{.attributes.profile.string}{\"\\n\"}{end}'"
+
+# Dynamic mode (docs/DRA.md): the driver offers every placement the GPUs
+# could make, with shared counters so the scheduler never allocates two
+# that overlap, and makes the instance at the claim's Prepare. It applies
+# no layout, so the planner's mig.config goes first; the planner never
+# changes a dynamic GPU, so the node leaves it too.
+step "DRA dynamic mode: node $DRA_NODE's driver switched to --dra-mode=dynamic (Helm agent.draMode=dynamic); it applies no layout, so the node's mig.config and the planner's hold on it go first"
+run "kubectl delete pod $DRA_PLANNER_POD"
+run "kubectl annotate node $DRA_NODE nvidia.com/mig.config-"
+run "kubectl label node $DRA_NODE migflex.io/planner-"
+run "kubectl -n gpu-webhook patch daemonset migflex-agent-dra --type json -p '[{\"op\": \"add\", \"path\": \"/spec/template/spec/containers/0/args/-\", \"value\": \"--dra-mode=dynamic\"}]'"
+run "kubectl -n gpu-webhook rollout status daemonset/migflex-agent-dra --timeout=180s"
+run "kubectl wait --for=jsonpath='{.metadata.labels.migflex\.io/dra-mode}'=dynamic node/$DRA_NODE --timeout=120s"
+# The new driver destroys the idle instances of the layout before, then
+# publishes the placements: 26 devices per A100 (25 placements and the
+# whole GPU), all of them once no instance is left.
+for ((i = 0; i < 240; i++)); do
+	counters=$(kubectl get resourceslices --field-selector spec.nodeName="$DRA_NODE" -o jsonpath='{.items[*].spec.sharedCounters[*].name}')
+	devices=$(kubectl get resourceslices --field-selector spec.nodeName="$DRA_NODE" -o jsonpath='{range .items[*].spec.devices[*]}{.name}{"\n"}{end}' | grep -c . || true)
+	[[ -n $counters && $devices == 52 ]] && break
+	sleep 0.5
+done
+[[ -n $counters && $devices == 52 ]] || die "node $DRA_NODE's slices do not offer dynamic mode's placements (counter sets: '$counters', $devices devices, want 52)"
+
+step "DRA dynamic mode: the slices offer every profile at every placement, each consuming its GPU's counters; no instance exists yet"
+run "kubectl get resourceslices --field-selector spec.nodeName=$DRA_NODE"
+run "kubectl get resourceslices --field-selector spec.nodeName=$DRA_NODE -o jsonpath='{range .items[*].spec.sharedCounters[*]}{.name}{\": \"}{.counters}{\"\\n\"}{end}'"
+run "kubectl get resourceslices --field-selector spec.nodeName=$DRA_NODE -o jsonpath='{range .items[*].spec.devices[*]}{.name}{\"\\t\"}{.attributes.profile.string}{\"\\n\"}{end}' | grep -E 'gpu-0-mig-(3g40gb|7g80gb)|^gpu-0\\s'"
+run "kubectl migflex status $DRA_NODE"
+
+step "DRA dynamic mode: a pod with an unchanged spec (limits: nvidia.com/mig-3g.40gb: 1) runs on an instance its claim's Prepare made"
+dyn_pod="apiVersion: v1
+kind: Pod
+metadata:
+  name: $DYN_POD
+  namespace: $NS
+spec:
+  nodeSelector:
+    kubernetes.io/hostname: $DRA_NODE
+  containers:
+  - name: main
+    image: lc.local/testbox:1
+    imagePullPolicy: Never
+    args: [sleep, '3600']
+    resources:
+      limits:
+        nvidia.com/mig-3g.40gb: 1"
+# As above: the webhook lets it through as it is once its copy of the
+# slices shows the node can make a 3g.40gb.
+admitted_as_is "$dyn_pod" "the dynamic-mode demo pod"
+start=$(date +%s%N)
+run "kubectl apply -f - <<EOF
+$dyn_pod
+EOF"
+run "kubectl wait --for=jsonpath='{.status.phase}'=Running pod/$DYN_POD --timeout=120s"
+dyn_took_ms=$((($(date +%s%N) - start) / 1000000))
+claim=$(kubectl get pod "$DYN_POD" -o jsonpath='{.status.extendedResourceClaimStatus.resourceClaimName}')
+[[ -n $claim ]] || die "the dynamic-mode demo pod runs without a claim: not served through DRA"
+printf '\n%sRunning %s after kubectl apply began, with no layout asked for: the instance was made at Prepare.%s\n' "$bold" "$(secs "$dyn_took_ms")" "$plain"
+# The driver writes status.devices just after Prepare answers.
+for ((i = 0; i < 40; i++)); do
+	[[ -n $(kubectl get resourceclaim "$claim" -o jsonpath='{.status.devices[*].data.uuid}') ]] && break
+	sleep 0.5
+done
+run "kubectl get resourceclaim $claim -o jsonpath='{range .status.allocation.devices.results[*]}allocated: {.device}{\"\\n\"}{end}{range .status.devices[*]}status.devices: {.data}{\"\\n\"}{end}'"
+run "kubectl exec $DYN_POD -- /testbox env | grep -E '^NVIDIA_VISIBLE_DEVICES'"
+# The agent reads the GPUs again once its in-use poll (every 2 s) finds
+# the pod on an instance it has not seen: then its layout names both.
+for ((i = 0; i < 60; i++)); do
+	[[ $(kubectl get node "$DRA_NODE" -o jsonpath='{.metadata.annotations.migflex\.io/mig\.layout}') == *"$NS/$DYN_POD"* ]] && break
+	sleep 0.5
+done
+run "kubectl migflex status $DRA_NODE"
 fi
 
 # --- what next -----------------------------------------------------------------
@@ -384,6 +464,7 @@ ${bold}==> Done in $((SECONDS - T0))s. The cluster stays up; to keep exploring:$
   kubectl get resourceslices -o yaml                # the node's devices, as the DRA scheduler sees them
   kubectl get node $NODE -o jsonpath='{.metadata.annotations.migflex\.io/mig\.layout}' | jq .
   kubectl -n gpu-webhook exec ds/migflex-agent -- /device-plugin sim show
+  kubectl -n gpu-webhook exec ds/migflex-agent-dra -- /device-plugin sim show   # node 2's instances, made at Prepare (dynamic mode)
   kubectl -n gpu-webhook exec ds/migflex-agent -- /device-plugin sim inject-xid --gpu 0 --gi 1 --xid 79
   #   the device is tainted in the ResourceSlice (left out where DRADeviceTaints is off), healthy again 30s later (MIGFLEX_AGENT_HEALTH_QUIET_PERIOD)
   kubectl annotate node $NODE --overwrite nvidia.com/mig.config='{version: v1, mig-configs: {selected: [{devices: all, mig-enabled: true, mig-devices: {2g.20gb: 3}}]}}'

@@ -8,8 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -358,4 +360,123 @@ func partition(t *testing.T, pid int, host, port string) (heal func()) {
 		added = append(added, r)
 	}
 	return heal
+}
+
+// TestFaultAgentKilledMidPrepare (fault 5): node mf-dra's agent, serving
+// DRA in dynamic mode, is SIGKILLed in the middle of a Prepare, between
+// the NVML creates and the checkpoint write: a pod holds a 3g.40gb made at
+// its Prepare, and a second pod asks for two 1g.10gb; the simulator holds
+// the second compute-instance create (a hang fault), so the claim's first
+// instance is made whole, the second is a GPU instance without a compute
+// instance, and the claim is not checkpointed. The killed agent's
+// container restarts; the new agent destroys both leftovers (no prepared
+// claim names them), the kubelet's retried Prepare makes the claim's
+// instances again at the allocated placements, and the pod runs. The
+// holder's instance is untouched, and no instance is left without a
+// claim.
+func TestFaultAgentKilledMidPrepare(t *testing.T) {
+	faultTest(t)
+	n := draNode(t)
+	ctx := t.Context()
+	n.serveDynamic(t)
+	ns := cluster.Namespace(t)
+	n.runHolder(t, ns, "holder", "3g.40gb")
+	inv := n.InvariantsWith(t, ns+"/holder")
+	before, err := n.Local().SimState()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The claim's first device is made whole (GPU instance, compute
+	// instance); the second device's compute instance hangs.
+	n.armFault(t, "hold", "--kind", "hang", "--call", "createComputeInstance", "--nth", "2", "--duration", "10m")
+	const res = "nvidia.com/mig-1g.10gb"
+	pod := n.gpuPod(ns, "preparing", res, 2, "sleep", "3600")
+	pod.Labels = map[string]string{labelOptOut: "disabled"}
+	cluster.CreatePod(t, pod)
+	f, err := n.WaitForSimFault(ctx, "hold", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("node %s: the agent's Prepare hangs in fault hold (%d calls, %d hanging)", n.NodeName, f.Calls, f.Hanging)
+
+	// The moment: one instance more than before, whole, and one GPU
+	// instance more without a compute instance; the claim not checkpointed.
+	mid, err := n.Local().SimState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	leftovers := newDevices(before, mid)
+	if len(leftovers) != 1 || gis(mid) != gis(before)+2 {
+		t.Fatalf("mid-Prepare the simulator has new MIG devices %v and %d GPU instances (had %d): want one new device and two new GPU instances", leftovers, gis(mid), gis(before))
+	}
+	p, err := cluster.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim, err := cluster.Client.ResourceV1().ResourceClaims(ns).Get(ctx, extendedResourceClaim(t, p, res), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, err := os.ReadFile(filepath.Join(n.Local().DRAPluginDir(), "checkpoint.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(cp), string(claim.UID)) {
+		t.Fatalf("claim %s (UID %s) is checkpointed while its Prepare hangs: the kill would not be before the checkpoint", claim.Name, claim.UID)
+	}
+
+	who, err := n.KillAgent(ctx, syscall.SIGKILL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	t.Logf("SIGKILLed the agent (%s) in the Prepare of claim %s: made %v and a GPU instance without a compute instance, nothing checkpointed", who, claim.Name, leftovers)
+
+	if _, err := cluster.WaitForPodPhase(ctx, ns, pod.Name, corev1.PodRunning); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("pod %s runs %s after the kill", pod.Name, time.Since(killed).Round(time.Second))
+	took := inv.Check(t, nil)
+	t.Logf("converged %s after the check began (%s after the kill)", took.Round(time.Second), time.Since(killed).Round(time.Second))
+	// The leftover was destroyed, not served without a checkpoint: the
+	// claim's instance at its placement is a new one (a new UUID).
+	now := n.instancesOf(t)
+	for _, u := range leftovers {
+		if _, ok := now[u]; ok {
+			t.Errorf("the instance %s the killed Prepare made is still there: want it destroyed and the claim's made again", u)
+		}
+	}
+
+	// Leave the node as the tests after this one expect a DRA node.
+	n.leaveDynamic(t, ns)
+}
+
+// newDevices is the MIG devices of after that before did not have.
+func newDevices(before, after []framework.SimGPU) []string {
+	had := map[string]bool{}
+	for _, g := range before {
+		for u := range g.Devices {
+			had[u] = true
+		}
+	}
+	var out []string
+	for _, g := range after {
+		for u := range g.Devices {
+			if !had[u] {
+				out = append(out, u)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// gis counts the GPU instances of state, with a compute instance or not.
+func gis(state []framework.SimGPU) int {
+	n := 0
+	for _, g := range state {
+		n += g.GIs
+	}
+	return n
 }

@@ -36,23 +36,7 @@ func TestDRADynamic(t *testing.T) {
 		return
 	}
 	ctx := t.Context()
-	// MIG on (a GPU with MIG off is offered whole), with an idle instance
-	// dynamic mode destroys at start; then no layout asked for: dynamic
-	// mode owns the instances.
-	layout := n.applyDRALayout(t, gpuLayouts{0: {"1g.10gb"}, 1: {"1g.10gb"}})
-	if err := n.SetNodeAnnotations(ctx, map[string]*string{annotationMigConfig: nil, annotationRunAI: nil}); err != nil {
-		t.Fatal(err)
-	}
-	setDRAMode(t, "dynamic")
-	t.Cleanup(func() { setDRAMode(t, "") })
-
-	n.waitDynamicOffers(t)
-
-	for _, g := range layout {
-		for _, in := range g.Instances {
-			n.waitForSimInstance(t, in.UUID, false)
-		}
-	}
+	n.serveDynamic(t)
 
 	// Before the pod: the node can make a 3g.40gb on each GPU.
 	n.waitDynamicStatus(t, "nvidia.com/mig-3g.40gb", func(free, allocated int64) bool { return free >= 2 && allocated == 0 })
@@ -105,9 +89,56 @@ func TestDRADynamic(t *testing.T) {
 	n.waitForNoCDISpec(t, string(claim.UID))
 	n.waitForSimInstance(t, uuid, false)
 
-	// Leave the node as the tests after this one expect a DRA node: static
-	// mode serving a layout (dynamic mode destroyed the instances and no
-	// mig.config is left to recreate them).
+	n.leaveDynamic(t, ns)
+}
+
+// serveDynamic switches the DRA node to dynamic mode: MIG on (a GPU with
+// MIG off is offered whole) with an idle instance on each GPU, which
+// dynamic mode destroys at start; then no layout asked for (dynamic mode
+// owns the instances) and --dra-mode=dynamic. It returns once the slices
+// offer the placements and the idle instances are gone. The end of the
+// test serves static mode again, whatever failed; leaveDynamic also
+// leaves the layout the next tests expect.
+func (n simNode) serveDynamic(t *testing.T) {
+	t.Helper()
+	layout := n.applyDRALayout(t, gpuLayouts{0: {"1g.10gb"}, 1: {"1g.10gb"}})
+	if err := n.SetNodeAnnotations(t.Context(), map[string]*string{annotationMigConfig: nil, annotationRunAI: nil}); err != nil {
+		t.Fatal(err)
+	}
+	setDRAMode(t, "dynamic")
+	t.Cleanup(func() { setDRAMode(t, "") })
+	n.waitDynamicOffers(t)
+	for _, g := range layout {
+		for _, in := range g.Instances {
+			n.waitForSimInstance(t, in.UUID, false)
+		}
+	}
+}
+
+// leaveDynamic leaves the DRA node as the tests after a dynamic one
+// expect: the pods of namespace ns deleted and their instances destroyed
+// at Unprepare, then static mode serving a layout (dynamic mode destroyed
+// the instances and no mig.config is left to recreate them).
+func (n simNode) leaveDynamic(t *testing.T, ns string) {
+	t.Helper()
+	ctx := t.Context()
+	if err := cluster.Client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := framework.WaitFor(ctx, "the pods of "+ns+" gone and node "+n.NodeName+" without MIG instances", timeout, func(ctx context.Context) (bool, error) {
+		pods, err := cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		state, err := n.Local().SimState()
+		if err != nil {
+			return false, err
+		}
+		return len(pods.Items) == 0 && gis(state) == 0, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	setDRAMode(t, "")
 	n.applyDRALayout(t, gpuLayouts{0: {"1g.10gb"}, 1: {"1g.10gb"}})
 }

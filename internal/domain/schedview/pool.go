@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/migflex/migflex/internal/domain/jointfit"
 )
 
 // Names of the driver's dynamic-mode slices that the supply reads; they
@@ -22,7 +24,7 @@ const (
 // class selects one profile (or whole GPUs): at most 7 placements of one
 // profile on a GPU of the built-in models, 128 subsets. Past the bound
 // the count is what the subsets walked so far found, a lower bound.
-const maxSearch = 1 << 16
+const maxSearch = jointfit.DefaultMaxSteps
 
 // Pool is what one DRA node's pool of migflex's driver can still serve,
 // read from its ResourceSlices (the pool's newest generation) and the

@@ -3,6 +3,8 @@ package schedview
 import (
 	"slices"
 
+	"github.com/migflex/migflex/internal/domain/jointfit"
+
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 )
@@ -17,7 +19,7 @@ type Want struct {
 // maxStates bounds the count vectors Together tracks (the product over
 // the wants of Count+1): a pod's GPU needs on one node are a few devices
 // of a few types, far below it.
-const maxStates = 1 << 12
+const maxStates = jointfit.DefaultMaxStates
 
 // Together reports whether the pool can serve every want at once, each
 // device to one want: Free counts each selection alone, and on a dynamic
@@ -56,42 +58,12 @@ func (p *Pool) together(wants []Want, ever bool) bool {
 	for i, w := range wants {
 		need[i] = w.Count
 	}
-	// reach holds the count vectors (capped at need) that the units seen
-	// so far can serve together.
-	reach := map[string][]int64{key(make([]int64, len(wants))): make([]int64, len(wants))}
 	units, ok := p.units(wants, ever)
 	if !ok {
 		return true
 	}
-	for _, u := range units {
-		next := make(map[string][]int64, len(reach))
-		for _, a := range reach {
-			for _, b := range u {
-				v := make([]int64, len(a))
-				for i := range a {
-					v[i] = min(a[i]+b[i], need[i])
-				}
-				next[key(v)] = v
-			}
-		}
-		reach = next
-		if _, done := reach[key(need)]; done {
-			return true
-		}
-		if len(reach) > maxStates {
-			return true
-		}
-	}
-	_, done := reach[key(need)]
-	return done
-}
-
-func key(v []int64) string {
-	b := make([]byte, 0, 2*len(v))
-	for _, n := range v {
-		b = append(b, byte(n), byte(n>>8))
-	}
-	return string(b)
+	_, found, bounded := jointfit.Combine(units, need, maxStates)
+	return found || bounded
 }
 
 // units are what each independent part of the pool can serve of wants
@@ -159,46 +131,20 @@ func (p *Pool) onGPU(cands []poolDevice, wants []Want, ever bool) ([][]int64, bo
 		devs[j] = pd.d
 	}
 	take := scratchFor(devs, from).take
-	seen := map[string][]int64{}
-	vec := make([]int64, len(wants))
-	steps := 0
-	var walk func(j int) bool
-	walk = func(j int) bool {
-		if steps++; steps > maxSearch {
-			return false
-		}
-		if j == len(cands) {
-			seen[key(vec)] = append([]int64(nil), vec...)
-			return true
-		}
-		if !walk(j + 1) {
-			return false
-		}
-		for _, i := range matches[j] {
-			if vec[i] >= wants[i].Count {
-				continue
-			}
-			if take(cands[j].d, 1) {
-				vec[i]++
-				ok := walk(j + 1)
-				vec[i]--
-				if !ok {
-					take(cands[j].d, -1)
-					return false
-				}
-			}
-			take(cands[j].d, -1)
-		}
-		return true
+	count := make([]int64, len(wants))
+	for i, w := range wants {
+		count[i] = w.Count
 	}
-	if !walk(0) {
+	var seen jointfit.Distinct[struct{}]
+	ok := jointfit.Subsets(matches, count,
+		func(j, _ int) bool { return take(cands[j].d, 1) },
+		func(j, _ int) { take(cands[j].d, -1) },
+		func(vec []int64) { seen.Add(vec, func() struct{} { return struct{}{} }) },
+		maxSearch)
+	if !ok {
 		return nil, false
 	}
-	out := make([][]int64, 0, len(seen))
-	for _, v := range seen {
-		out = append(out, v)
-	}
-	return out, true
+	return seen.Vectors, true
 }
 
 // WantsOf are the wants of an extended-resource need on a DRA node: each

@@ -252,6 +252,10 @@ type Agent struct {
 
 	// Owned by the loop in Run.
 	gpus []mig.GPU
+	// unknownHeld are the devices pods held, at the last poll, that gpus
+	// did not have (unknownHeld), sorted: a poll that finds new ones asks
+	// for a reconcile, once.
+	unknownHeld []string
 	// reported is the status of the last reconcile whose report
 	// succeeded, and shown what the Node shows for it (see present);
 	// known is false until the first reconcile, when the Node's labels
@@ -614,11 +618,43 @@ func (a *Agent) pollInUse(ctx context.Context) {
 		return
 	}
 	a.inUseErr = ""
-	if a.noteAssignments(assignments) {
+	changed := a.noteAssignments(assignments)
+	// A device a pod holds that the GPUs last read do not have was made
+	// since: on a DRA node in dynamic mode each claim's Prepare makes its
+	// instance. Read the GPUs again (a reconcile), so that the layout
+	// annotation lists it with its pod; once per new set, not every poll.
+	if unknown := unknownHeld(a.gpus, a.inUse); !slices.Equal(unknown, a.unknownHeld) {
+		a.unknownHeld = unknown
+		if len(unknown) > 0 {
+			a.log.V(2).Info("Pods hold devices the GPUs last read do not have; reading them again", "devices", unknown)
+			a.poke()
+		}
+	}
+	if changed {
 		// A reserved GPU a pod left may be offered, or withheld.
 		a.honourReservation(a.node())
 		a.refresh(ctx, causeInUse)
 	}
+}
+
+// unknownHeld is the devices of held (pods by device ID) that gpus has
+// neither as a GPU nor as a MIG device, sorted.
+func unknownHeld(gpus []mig.GPU, held map[string][]string) []string {
+	known := map[string]bool{}
+	for _, g := range gpus {
+		known[g.UUID] = true
+		for _, in := range g.Instances {
+			known[in.UUID] = true
+		}
+	}
+	var out []string
+	for id := range held {
+		if !known[id] {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // noteAssignments records which pods hold which devices, and returns

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"maps"
 	"slices"
 	"sort"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
 
 	"github.com/migflex/migflex/internal/domain/mig"
 	"github.com/migflex/migflex/internal/nodeagent/podresources"
@@ -310,5 +312,57 @@ func TestMakeableSeries(t *testing.T) {
 	}
 	if got := series(nopServer{}); got != nil {
 		t.Errorf("a server that cannot say: %v, want no series", got)
+	}
+}
+
+// fakeHolders is PodResources answering what it holds.
+type fakeHolders struct{ as []podresources.Assignment }
+
+func (f *fakeHolders) List(context.Context) ([]podresources.Assignment, error) { return f.as, nil }
+
+// noNode is a Node cache without the Node: the report it would refresh
+// is not this test's.
+type noNode struct{}
+
+func (noNode) GetByKey(string) (any, bool, error) { return nil, false, nil }
+func (noNode) Mutation(any)                       {}
+
+// A pod holding a device the GPUs last read do not have (dynamic mode's
+// Prepare made it) asks for a reconcile, which reads the GPUs again, once
+// per new set of such devices: not at every poll, and not for devices the
+// GPUs have.
+func TestPollInUseAsksToReadNewDevices(t *testing.T) {
+	m, err := newMetrics(prometheus.NewRegistry(), nopServer{}, "node-a", "dra")
+	if err != nil {
+		t.Fatal(err)
+	}
+	holders := &fakeHolders{}
+	a := &Agent{metrics: m, gpus: instanceGPUs(), trigger: make(chan struct{}, 1), nodes: noNode{}, log: klog.Background(),
+		opts: Options{PodResources: holders}}
+	poked := func() bool {
+		select {
+		case <-a.trigger:
+			return true
+		default:
+			return false
+		}
+	}
+	for _, step := range []struct {
+		name string
+		held []podresources.Assignment
+		poke bool
+	}{
+		{"a pod on a known instance", []podresources.Assignment{{Namespace: "ml", Pod: "p", DeviceID: "MIG-a"}}, false},
+		{"a pod on an instance made since", []podresources.Assignment{{Namespace: "ml", Pod: "p", DeviceID: "MIG-a"}, {Namespace: "ml", Pod: "q", DeviceID: "MIG-new"}}, true},
+		{"the same at the next poll", []podresources.Assignment{{Namespace: "ml", Pod: "p", DeviceID: "MIG-a"}, {Namespace: "ml", Pod: "q", DeviceID: "MIG-new"}}, false},
+		{"a replica of another new one", []podresources.Assignment{{Namespace: "ml", Pod: "q", DeviceID: "MIG-new"}, {Namespace: "ml", Pod: "r", DeviceID: "MIG-newer::1"}}, true},
+		{"none held", nil, false},
+		{"a whole GPU", []podresources.Assignment{{Namespace: "ml", Pod: "w", DeviceID: "GPU-1"}}, false},
+	} {
+		holders.as = step.held
+		a.pollInUse(context.Background())
+		if got := poked(); got != step.poke {
+			t.Errorf("%s: asked for a reconcile %v, want %v", step.name, got, step.poke)
+		}
 	}
 }

@@ -357,13 +357,17 @@ func (d *Driver) wholeFreeLocked(dev dra.Device) error {
 	return nil
 }
 
-// destroyCreatedLocked destroys the instances Prepare created for pc, each
-// only if the GPU still has it under its UUID (an Unprepare retried after
-// a partial failure must not destroy a newer instance that got the same
-// id). An instance in use is not destroyed: the error says so and the
-// kubelet retries.
+// destroyCreatedLocked destroys the instances of pc, each only if the GPU
+// still has it under its UUID (an Unprepare retried after a partial
+// failure must not destroy a newer instance that got the same id): those
+// Prepare created, and, serving dynamic mode, every MIG instance pc holds,
+// one static mode prepared included (kept at the switch because pc held
+// it: in dynamic mode every instance is a claim's, so once pc is gone
+// nothing would hold it until the next start). An instance in use is not
+// destroyed: the error says so and the kubelet retries.
 func (d *Driver) destroyCreatedLocked(pc dra.PreparedClaim) error {
-	if !slices.ContainsFunc(pc.Devices, func(dev dra.PreparedDevice) bool { return dev.Created }) {
+	destroys := func(dev dra.PreparedDevice) bool { return dev.Created || dev.MIG && d.mode == ModeDynamic }
+	if !slices.ContainsFunc(pc.Devices, destroys) {
 		return nil
 	}
 	if d.opts.Instances == nil {
@@ -384,7 +388,7 @@ func (d *Driver) destroyCreatedLocked(pc dra.PreparedClaim) error {
 		}
 	}
 	for _, dev := range pc.Devices {
-		if !dev.Created || !exists[dev.UUID] {
+		if !destroys(dev) || !exists[dev.UUID] {
 			continue
 		}
 		if err := d.opts.Instances.DestroyInstance(dev.GPUIndex, dev.GI); err != nil {

@@ -407,3 +407,35 @@ func TestDynamicPrepareOfAHungCreate(t *testing.T) {
 	waitFor(t, "c2 prepared", func() bool { return k.prepare(c2)[string(c2.UID)].Error == "" })
 	waitFor(t, "the late instance destroyed", func() bool { return slices.Equal(instancesOn(t, node), []string{"1g.10gb@3"}) })
 }
+
+// A claim prepared in static mode on an instance of its layout, kept at a
+// switch to dynamic mode (a checkpointed claim holds it), is destroyed at
+// its Unprepare: in dynamic mode every instance is a claim's, so once the
+// claim is gone nothing else would, until the agent's next start.
+func TestDynamicUnprepareDestroysAStaticClaimsInstance(t *testing.T) {
+	in := dynamicNode(t)
+	if _, err := in.CreateInstance(0, "3g.40gb", 4); err != nil {
+		t.Fatal(err)
+	}
+	claim := allocated("team-a", "c1", "p1", [2]string{"gpu", dyn3gAt4})
+	client := fakeClient(claim)
+	d := newDirs(t)
+	drv := startDriver(t, client, d, Options{})
+	publishDynamic(t, drv, in)
+	dialKubelet(t, d).mustPrepare(t, claim)
+	drv.Stop()
+
+	drv = startDynamic(t, client, d, in)
+	if got := instancesOn(t, in); !slices.Equal(got, []string{"3g.40gb@4"}) {
+		t.Fatalf("instances after the switch to dynamic mode: %v; want the claim's kept", got)
+	}
+	if resp := dialKubelet(t, d).unprepare(claim)[string(claim.UID)]; resp.Error != "" {
+		t.Fatalf("Unprepare: %s", resp.Error)
+	}
+	if got := instancesOn(t, in); len(got) != 0 {
+		t.Errorf("instances after Unprepare: %v; want none (no claim holds it)", got)
+	}
+	if len(drv.Prepared()) != 0 {
+		t.Errorf("still prepared: %+v", drv.Prepared())
+	}
+}

@@ -31,6 +31,13 @@ func TestPlanDynamicNode(t *testing.T) {
 		pending []*corev1.Pod
 		want    []string
 		changed []string
+		// mix is the recent demand, which prices placements.
+		mix []solver.Demand
+		// devices, when set, are the first pod's devices.
+		devices []solver.Device
+		// oneByOneMisses: placing the devices one by one, each at its
+		// cheapest placement (the exact search off), finds no fit.
+		oneByOneMisses bool
 	}{
 		{name: "an empty GPU makes two 3g.40gb on demand, opted out and frozen",
 			nodes:   []solver.Node{node("dyn", optedOut, gpus(migGPU(0)), dynamic, frozen("its agent refused a mig.config"))},
@@ -48,6 +55,21 @@ func TestPlanDynamicNode(t *testing.T) {
 			nodes:   []solver.Node{node("dyn", optedOut, gpus(migGPU(0, "3g.40gb@0", "3g.40gb@4*")), dynamic)},
 			pending: []*corev1.Pod{pod("a", mig3g, "1")},
 			want:    []string{"none"}},
+		// With 3g.40gb in demand, a 1g.20gb at 0 or at 6 leaves a
+		// 3g.40gb's room alike, and the first placement is taken: then
+		// only two 2g.20gb fit. Together, the 1g.20gb goes at 6.
+		{name: "a 1g.20gb and three 2g.20gb fit together where one by one they do not",
+			nodes:          []solver.Node{node("dyn", optedOut, gpus(migGPU(0)), dynamic)},
+			pending:        []*corev1.Pod{pod("a", mig1g20, "1", mig2g, "3")},
+			mix:            []solver.Demand{{Resource: mig3g, Count: 1, Weight: 1}},
+			want:           []string{"existing dyn/0,dyn/0,dyn/0,dyn/0"},
+			devices:        []solver.Device{{GPU: 0, Resource: mig1g20, Start: 6}, {GPU: 0, Resource: mig2g, Start: 0}, {GPU: 0, Resource: mig2g, Start: 2}, {GPU: 0, Resource: mig2g, Start: 4}},
+			oneByOneMisses: true},
+		{name: "what no placements hold together is refused jointly too",
+			nodes:   []solver.Node{node("dyn", optedOut, gpus(migGPU(0)), dynamic)},
+			pending: []*corev1.Pod{pod("a", mig4g, "1", mig3g, "2")},
+			mix:     []solver.Demand{{Resource: mig3g, Count: 1, Weight: 1}},
+			want:    []string{"none"}},
 		{name: "a whole GPU is not made of a MIG one",
 			nodes:   []solver.Node{node("dyn", optedIn, gpus(migGPU(0)), dynamic)},
 			pending: []*corev1.Pod{pod("a", resourcename.GPU.String(), "1")},
@@ -59,9 +81,27 @@ func TestPlanDynamicNode(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res, err := pl.Plan(snapshot(tt.nodes, tt.pending...))
+			snap := snapshot(tt.nodes, tt.pending...)
+			snap.Mix = tt.mix
+			res, err := pl.Plan(snap)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if tt.devices != nil {
+				if diff := cmp.Diff(tt.devices, res.Pods[0].Devices); diff != "" {
+					t.Errorf("the first pod's devices (-want,+got):\n%s", diff)
+				}
+			}
+			if tt.oneByOneMisses {
+				*solver.NoJointSearch = true
+				one, err := pl.Plan(snap)
+				*solver.NoJointSearch = false
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := one.Pods[0].Action; got != solver.ActionNone {
+					t.Errorf("one by one, the first pod is %s (%s): want none, or the row shows no need for the joint search", got, outcome(one.Pods[0]))
+				}
 			}
 			var got []string
 			for _, p := range res.Pods {

@@ -3,3 +3,7 @@ package solver
 // NoFailMemo turns the round's shortcut for pods like one that failed off,
 // for TestFailedPodsShortcut.
 var NoFailMemo = &noFailMemo
+
+// NoJointSearch turns the exact search on dynamic nodes off, for
+// TestPlanDynamicNode's rows that placing devices one by one misses.
+var NoJointSearch = &noJointSearch

@@ -28,6 +28,7 @@ const (
 	mig4g     = "nvidia.com/mig-4g.40gb"
 	mig7g     = "nvidia.com/mig-7g.80gb"
 	mig1g5    = "nvidia.com/mig-1g.5gb"
+	mig1g20   = "nvidia.com/mig-1g.20gb"
 	wholeGPU  = "nvidia.com/gpu"
 	optedIn   = true
 	optedOut  = false

@@ -341,6 +341,9 @@ type assignment struct {
 	gpu int32
 	res int32
 	opt option
+	// fixed: opt is the placement to commit, found by assignJoint, not
+	// the GPU's cheapest option for res, which commit takes otherwise.
+	fixed bool
 }
 
 // assignNode places needs on node ni, device by device, on a scratch copy
@@ -368,7 +371,9 @@ func (r *round) assignNode(ni int32, needs []need) []assignment {
 				}
 			}
 			if bi < 0 {
-				return nil
+				// One by one, each device at its cheapest placement, may
+				// miss a fit on a dynamic node that a joint search finds.
+				return r.assignJoint(ni, needs)
 			}
 			out = append(out, assignment{gpu: n.gpus[bi], res: nd.res, opt: *bo})
 			if bo.touch {
@@ -408,6 +413,9 @@ func (r *round) commit(ps *podState, ni int32, as []assignment) {
 		// assignNode priced the same GPU in the same state, up to the
 		// node's idle count, which moves no placement.
 		o := r.option(g.class, a.res)
+		if a.fixed {
+			o = &a.opt
+		}
 		if o.state != optOK {
 			panic(fmt.Sprintf("planner: option for %s on node %s GPU %d vanished", r.res.names[a.res], ps.plan.Node, g.g.Index))
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -33,6 +34,9 @@ const (
 	labelMigConfigState = "nvidia.com/mig.config.state"
 	annotationReason    = "migflex.io/mig.config.reason"
 	draDriverName       = "gpu.migflex.io"
+	// labelDRAMode is the mode a DRA node's driver serves; dynamic mode
+	// makes each instance at a claim's Prepare.
+	labelDRAMode = "migflex.io/dra-mode"
 	// cdiClaimSpecPrefix starts the name of the CDI spec the DRA plugin
 	// writes for a claim: <vendor>-<class>_<claim UID>.json.
 	cdiClaimSpecPrefix = "migflex.io-gpu_"
@@ -57,13 +61,22 @@ const (
 //     or the node's ResourceSlices (DRA: one generation, none orphaned,
 //     no device drained) serve exactly its devices; on a DRA node every
 //     checkpoint entry and every claim CDI spec belongs to a claim the API
-//     server has, each entry has its spec, and names devices of the layout.
+//     server has, each entry has its spec, and names devices of the layout;
+//   - on a DRA node in dynamic mode (its driver makes each instance at a
+//     claim's Prepare, and no mig.config applies) the layout wanted is the
+//     claims' allocations in the node's pool, every instance is a
+//     checkpointed claim's (no orphan a Prepare killed before its
+//     checkpoint left behind), each at the placement its claim was
+//     allocated, and the slices offer placements (counter sets), not the
+//     instances.
 //
 // The checks are polled until they all hold or Converge passes, and a
 // failure says what was last missing.
 type Invariants struct {
 	c   *Cluster
 	dra bool
+	// dynamic is a DRA node whose driver serves dynamic mode.
+	dynamic bool
 	// held are the pods holding MIG devices at the snapshot, by
 	// "namespace/name".
 	held map[string]heldPod
@@ -144,7 +157,8 @@ func (c *Cluster) snapshot(ctx context.Context) (*Invariants, error) {
 	if err != nil {
 		return nil, err
 	}
-	inv := &Invariants{c: c, dra: node.Labels[DRANodeLabel] == DRANodeLabelValue, held: map[string]heldPod{}}
+	dra := node.Labels[DRANodeLabel] == DRANodeLabelValue
+	inv := &Invariants{c: c, dra: dra, dynamic: dra && node.Labels[labelDRAMode] == "dynamic", held: map[string]heldPod{}}
 	layout, err := NodeLayout(node)
 	if err != nil {
 		return nil, err
@@ -220,10 +234,18 @@ func (inv *Invariants) Held() map[string][]string {
 func (inv *Invariants) Check(t testing.TB, want map[int][]string) time.Duration {
 	t.Helper()
 	took, err := inv.Converged(t.Context(), want, Converge)
-	if err != nil {
-		t.Fatalf("invariants of node %s after the fault, want layout %v: %v", inv.c.NodeName, sortedValues(want), err)
+	layout := fmt.Sprint(sortedValues(want))
+	switch {
+	case want != nil:
+	case inv.dynamic:
+		layout = "the claims' allocations"
+	default:
+		layout = "the mig.config's"
 	}
-	t.Logf("node %s: every invariant holds with layout %v, %v after the check began", inv.c.NodeName, sortedValues(want), took.Round(time.Second))
+	if err != nil {
+		t.Fatalf("invariants of node %s after the fault, want layout %s: %v", inv.c.NodeName, layout, err)
+	}
+	t.Logf("node %s: every invariant holds with layout %s, %v after the check began", inv.c.NodeName, layout, took.Round(time.Second))
 	return took
 }
 
@@ -369,7 +391,13 @@ func (inv *Invariants) check(ctx context.Context, want map[int][]string) error {
 	if err != nil {
 		return err
 	}
-	if want == nil {
+	switch {
+	case want != nil:
+	case inv.dynamic:
+		if want, err = inv.allocatedLayout(ctx, layout); err != nil {
+			return err
+		}
+	default:
 		if want, err = MigConfigLayout(node, len(layout)); err != nil {
 			return err
 		}
@@ -435,7 +463,11 @@ func (inv *Invariants) check(ctx context.Context, want map[int][]string) error {
 			}
 		}
 	}
-	// Served: exactly the layout's devices, by the kubelet or the slices.
+	// Served: exactly the layout's devices, by the kubelet or the slices;
+	// in dynamic mode, the placements and the claims' instances.
+	if inv.dynamic {
+		return inv.checkDynamic(ctx, layout, sim)
+	}
 	if inv.dra {
 		return inv.checkDRA(ctx, layout)
 	}
@@ -512,26 +544,17 @@ func (inv *Invariants) checkDevicePlugin(ctx context.Context, node *corev1.Node,
 // the layout's devices, and the plugin's checkpoint and CDI specs name
 // only claims the API server has.
 func (inv *Invariants) checkDRA(ctx context.Context, layout []LayoutGPU) error {
-	c := inv.c
-	slices_, err := c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	pool, err := inv.nodePool(ctx)
 	if err != nil {
 		return err
 	}
-	gens := map[int64]int{}
 	var served []string
-	for _, s := range slices_.Items {
-		if s.Spec.Driver != draDriverName || s.Spec.NodeName == nil || *s.Spec.NodeName != c.NodeName {
-			continue
-		}
-		gens[s.Spec.Pool.Generation]++
+	for _, s := range pool {
 		for _, d := range s.Spec.Devices {
 			if a, ok := d.Attributes["uuid"]; ok && a.StringValue != nil {
 				served = append(served, *a.StringValue)
 			}
 		}
-	}
-	if len(gens) != 1 {
-		return fmt.Errorf("the node's ResourceSlices of %s: slices by pool generation %v, want one generation", draDriverName, gens)
 	}
 	var want []string
 	for _, ids := range LayoutDevices(layout) {
@@ -540,47 +563,213 @@ func (inv *Invariants) checkDRA(ctx context.Context, layout []LayoutGPU) error {
 	if diff := cmp.Diff(slices.Sorted(slices.Values(want)), slices.Sorted(slices.Values(served)), cmpEmpty); diff != "" {
 		return fmt.Errorf("devices the node's ResourceSlices list (-layout +slices):\n%s", diff)
 	}
-	claims, err := c.Client.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	_, _, err = inv.checkClaimFiles(ctx, want)
+	return err
+}
+
+// checkDynamic: the node's pool is one generation of slices offering
+// placements (counter sets, and no MIG device of an instance); the
+// checkpoint and CDI specs name only claims the API server has; every
+// instance of the layout is a checkpointed claim's, and each claim's
+// instances are the devices its allocation names, at their placements in
+// the simulated GPUs (sim).
+func (inv *Invariants) checkDynamic(ctx context.Context, layout []LayoutGPU, sim map[string]SimInstance) error {
+	pool, err := inv.nodePool(ctx)
 	if err != nil {
 		return err
 	}
-	known := map[string]string{}
-	for _, cl := range claims.Items {
-		known[string(cl.UID)] = cl.Namespace + "/" + cl.Name
+	counters := 0
+	for _, s := range pool {
+		counters += len(s.Spec.SharedCounters)
+	}
+	if counters == 0 {
+		return fmt.Errorf("the node's ResourceSlices of %s have no counter sets: the driver does not serve dynamic mode", draDriverName)
+	}
+	var want []string
+	for _, ids := range LayoutDevices(layout) {
+		want = append(want, ids...)
+	}
+	checkpoint, claims, err := inv.checkClaimFiles(ctx, want)
+	if err != nil {
+		return err
+	}
+	owner := map[string]string{} // instance UUID -> claim
+	for _, uid := range slices.Sorted(maps.Keys(checkpoint)) {
+		cl := checkpoint[uid]
+		key := cl.Namespace + "/" + cl.Name
+		var prepared []string
+		for _, d := range cl.Devices {
+			prepared = append(prepared, d.Name)
+			owner[d.UUID] = key
+			if !d.Created {
+				continue
+			}
+			in, ok := sim[d.UUID]
+			if !ok {
+				return fmt.Errorf("claim %s's instance %s (%s) is not on the simulated GPUs", key, d.UUID, d.Name)
+			}
+			if in.GPU != d.GPUIndex || in.Start != d.Start {
+				return fmt.Errorf("claim %s's instance %s is on GPU %d at %d, its device %s on GPU %d at %d", key, d.UUID, in.GPU, in.Start, d.Name, d.GPUIndex, d.Start)
+			}
+		}
+		if got, want := slices.Sorted(slices.Values(prepared)), allocatedDevices(claims[uid], inv.c.NodeName); !slices.Equal(got, want) {
+			return fmt.Errorf("claim %s: prepared %v, allocated %v", key, got, want)
+		}
+	}
+	for _, g := range layout {
+		for _, in := range g.Instances {
+			if in.UUID == "" {
+				return fmt.Errorf("GPU %d: a %s GPU instance without a compute instance, which Prepare never leaves: leaked", g.Index, in.Profile)
+			}
+			if _, ok := owner[in.UUID]; !ok {
+				return fmt.Errorf("GPU %d: instance %s (%s) is no prepared claim's: leaked", g.Index, in.UUID, in.Profile)
+			}
+		}
+	}
+	return nil
+}
+
+// nodePool is the node's ResourceSlices of the driver, which must be one
+// generation (none orphaned).
+func (inv *Invariants) nodePool(ctx context.Context) ([]resourceapi.ResourceSlice, error) {
+	list, err := inv.c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	gens := map[int64]int{}
+	var out []resourceapi.ResourceSlice
+	for _, s := range list.Items {
+		if s.Spec.Driver != draDriverName || s.Spec.NodeName == nil || *s.Spec.NodeName != inv.c.NodeName {
+			continue
+		}
+		gens[s.Spec.Pool.Generation]++
+		out = append(out, s)
+	}
+	if len(gens) != 1 {
+		return nil, fmt.Errorf("the node's ResourceSlices of %s: slices by pool generation %v, want one generation", draDriverName, gens)
+	}
+	return out, nil
+}
+
+// allocatedDevices is the devices of the driver the claim's allocation
+// names in node's pool, sorted.
+func allocatedDevices(c *resourceapi.ResourceClaim, node string) []string {
+	var out []string
+	if c == nil || c.Status.Allocation == nil {
+		return out
+	}
+	for _, r := range c.Status.Allocation.Devices.Results {
+		if r.Driver == draDriverName && r.Pool == node {
+			out = append(out, r.Device)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// allocatedLayout is the layout a dynamic node must have: the MIG
+// profiles of the devices the claims' allocations name in its pool, by
+// the index (in layout) of the GPU each is a placement of.
+func (inv *Invariants) allocatedLayout(ctx context.Context, layout []LayoutGPU) (map[int][]string, error) {
+	pool, err := inv.nodePool(ctx)
+	if err != nil {
+		return nil, err
+	}
+	index := map[string]int{}
+	out := map[int][]string{}
+	for _, g := range layout {
+		index[g.UUID] = g.Index
+		out[g.Index] = []string{}
+	}
+	type placement struct{ profile, parent string }
+	offered := map[string]placement{}
+	for _, s := range pool {
+		for _, d := range s.Spec.Devices {
+			var p placement
+			if a, ok := d.Attributes["profile"]; ok && a.StringValue != nil {
+				p.profile = *a.StringValue
+			}
+			if a, ok := d.Attributes["parentUUID"]; ok && a.StringValue != nil {
+				p.parent = *a.StringValue
+			}
+			offered[d.Name] = p
+		}
+	}
+	claims, err := inv.c.Client.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	for i := range claims.Items {
+		for _, name := range allocatedDevices(&claims.Items[i], inv.c.NodeName) {
+			p, ok := offered[name]
+			if !ok {
+				return nil, fmt.Errorf("claim %s/%s is allocated device %s, which the node's slices do not offer", claims.Items[i].Namespace, claims.Items[i].Name, name)
+			}
+			if p.profile == "" { // a whole GPU: no instance
+				continue
+			}
+			g, ok := index[p.parent]
+			if !ok {
+				return nil, fmt.Errorf("claim %s/%s's device %s is on GPU %s, which the agent's layout does not have", claims.Items[i].Namespace, claims.Items[i].Name, name, p.parent)
+			}
+			out[g] = append(out[g], p.profile)
+		}
+	}
+	// Sorted in place: a GPU with none keeps its empty list, as
+	// layoutProfiles has it.
+	for _, ps := range out {
+		slices.Sort(ps)
+	}
+	return out, nil
+}
+
+// checkClaimFiles: the plugin's checkpoint and its copy list the same
+// claims, each one the API server has, holding only devices of served (by
+// UUID) and with its CDI spec, and every claim CDI spec is a checkpointed
+// claim's. It returns the checkpoint and the API server's claims, by UID.
+func (inv *Invariants) checkClaimFiles(ctx context.Context, served []string) (map[string]draCheckpointClaim, map[string]*resourceapi.ResourceClaim, error) {
+	c := inv.c
+	list, err := c.Client.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	known := map[string]*resourceapi.ResourceClaim{}
+	for i := range list.Items {
+		known[string(list.Items[i].UID)] = &list.Items[i]
 	}
 	local := c.Local()
 	checkpoint, err := readDRACheckpoint(filepath.Join(local.DRAPluginDir(), "checkpoint.json"))
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	// Its copy (draplugin.CheckpointCopyFile), which restores an
 	// unreadable checkpoint, must say the same: a stale one would restore
 	// claims that are gone, or forget prepared ones.
 	if cp, err := readDRACheckpoint(filepath.Join(local.DRAPluginDir(), "checkpoint-copy.json")); err != nil {
-		return err
+		return nil, nil, err
 	} else if diff := cmp.Diff(slices.Sorted(maps.Keys(checkpoint)), slices.Sorted(maps.Keys(cp))); diff != "" {
-		return fmt.Errorf("the DRA checkpoint's copy lists other claims (-checkpoint +copy):\n%s", diff)
+		return nil, nil, fmt.Errorf("the DRA checkpoint's copy lists other claims (-checkpoint +copy):\n%s", diff)
 	}
 	inLayout := map[string]bool{}
-	for _, u := range want {
+	for _, u := range served {
 		inLayout[u] = true
 	}
 	for _, cl := range checkpoint {
 		if _, ok := known[cl.UID]; !ok {
-			return fmt.Errorf("the DRA checkpoint has claim %s/%s (UID %s), which the API server does not", cl.Namespace, cl.Name, cl.UID)
+			return nil, nil, fmt.Errorf("the DRA checkpoint has claim %s/%s (UID %s), which the API server does not", cl.Namespace, cl.Name, cl.UID)
 		}
 		for _, d := range cl.Devices {
 			if !inLayout[d.UUID] {
-				return fmt.Errorf("the DRA checkpoint's claim %s/%s holds %s, which is not in the layout", cl.Namespace, cl.Name, d.UUID)
+				return nil, nil, fmt.Errorf("the DRA checkpoint's claim %s/%s holds %s, which is not in the layout", cl.Namespace, cl.Name, d.UUID)
 			}
 		}
 		if _, err := os.Stat(filepath.Join(local.CDIDir, cdiClaimSpecPrefix+cl.UID+".json")); err != nil {
-			return fmt.Errorf("the DRA checkpoint's claim %s/%s has no CDI spec: %w", cl.Namespace, cl.Name, err)
+			return nil, nil, fmt.Errorf("the DRA checkpoint's claim %s/%s has no CDI spec: %w", cl.Namespace, cl.Name, err)
 		}
 	}
 	entries, err := os.ReadDir(local.CDIDir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+		return nil, nil, err
 	}
 	for _, e := range entries {
 		uid, ok := strings.CutPrefix(e.Name(), cdiClaimSpecPrefix)
@@ -589,10 +778,10 @@ func (inv *Invariants) checkDRA(ctx context.Context, layout []LayoutGPU) error {
 		}
 		uid = strings.TrimSuffix(uid, ".json")
 		if _, ok := checkpoint[uid]; !ok {
-			return fmt.Errorf("CDI spec %s is for a claim the DRA checkpoint does not have", filepath.Join(local.CDIDir, e.Name()))
+			return nil, nil, fmt.Errorf("CDI spec %s is for a claim the DRA checkpoint does not have", filepath.Join(local.CDIDir, e.Name()))
 		}
 	}
-	return nil
+	return checkpoint, known, nil
 }
 
 type draCheckpointClaim struct {
@@ -600,7 +789,12 @@ type draCheckpointClaim struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	Devices   []struct {
-		UUID string `json:"uuid"`
+		Name     string `json:"name"`
+		UUID     string `json:"uuid"`
+		GPUIndex int    `json:"gpuIndex"`
+		Start    int    `json:"start"`
+		// Created: dynamic mode made the instance at Prepare.
+		Created bool `json:"created"`
 	} `json:"devices"`
 }
 

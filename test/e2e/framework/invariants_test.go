@@ -35,6 +35,21 @@ type invariantsWorld struct {
 	// checkpoint's.
 	checkpointCopy []string
 	cdiSpecs       []string // claim UIDs
+	// layout is the agent's layout annotation; "": goodLayout.
+	layout string
+	// dynamic: the node's driver serves dynamic mode (dynamicWorld).
+	dynamic bool
+	// allocated is the device each claim's allocation names, by UID.
+	allocated map[string]string
+	// prepared is the device each checkpointed claim holds, by UID;
+	// none: MIG-a.
+	prepared map[string]preparedDevice
+}
+
+// preparedDevice is a claim's device as the checkpoint has it.
+type preparedDevice struct {
+	name, uuid string
+	start      int
 }
 
 const goodState = `{"version":1,"gpus":[{"model":"A100-SXM4-80GB","uuid":"GPU-0","migEnabled":true,"instances":[
@@ -68,6 +83,48 @@ func goodWorld() invariantsWorld {
 	}
 }
 
+// dynamicWorld is goodWorld on a node in dynamic mode: the slices offer
+// placements with a counter set, and each instance is a claim's, made at
+// its Prepare: claim-1's 1g.10gb at 0 (MIG-a, pod ns/p's) and claim-2's
+// 3g.40gb at 4 (MIG-b).
+func dynamicWorld() invariantsWorld {
+	w := goodWorld()
+	w.dynamic = true
+	node, gpu := "mf-dra", "GPU-0"
+	pool := resourceapi.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 2}
+	counters := resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "s0"}, Spec: resourceapi.ResourceSliceSpec{
+		Driver: draDriverName, NodeName: &node, Pool: pool,
+		SharedCounters: []resourceapi.CounterSet{{Name: "gpu-0-counters"}},
+	}}
+	devices := resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "s1"}, Spec: resourceapi.ResourceSliceSpec{
+		Driver: draDriverName, NodeName: &node, Pool: pool,
+	}}
+	for name, profile := range map[string]string{
+		"gpu-0-mig-1g10gb-19-0": "1g.10gb", "gpu-0-mig-1g10gb-19-6": "1g.10gb",
+		"gpu-0-mig-3g40gb-9-0": "3g.40gb", "gpu-0-mig-3g40gb-9-4": "3g.40gb",
+	} {
+		devices.Spec.Devices = append(devices.Spec.Devices, resourceapi.Device{Name: name, Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+			"type": {StringValue: ptr("mig")}, "profile": {StringValue: ptr(profile)}, "parentUUID": {StringValue: &gpu},
+		}})
+	}
+	devices.Spec.Devices = append(devices.Spec.Devices, resourceapi.Device{Name: "gpu-0", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+		"type": {StringValue: ptr("gpu")}, "uuid": {StringValue: &gpu},
+	}})
+	w.slices = []resourceapi.ResourceSlice{counters, devices}
+	// A second GPU without instances: the layout wanted has it empty.
+	w.state = strings.TrimSuffix(goodState, "]}") + `,{"model":"A100-SXM4-80GB","uuid":"GPU-1","migEnabled":true,"instances":[]}]}`
+	w.layout = strings.TrimSuffix(goodLayout, "]") + `,{"index":1,"uuid":"GPU-1","migMode":"Enabled","instances":[]}]`
+	w.claimUIDs = []string{"claim-1", "claim-2"}
+	w.checkpoint = []string{"claim-1", "claim-2"}
+	w.cdiSpecs = []string{"claim-1", "claim-2"}
+	w.allocated = map[string]string{"claim-1": "gpu-0-mig-1g10gb-19-0", "claim-2": "gpu-0-mig-3g40gb-9-4"}
+	w.prepared = map[string]preparedDevice{
+		"claim-1": {"gpu-0-mig-1g10gb-19-0", "MIG-a", 0},
+		"claim-2": {"gpu-0-mig-3g40gb-9-4", "MIG-b", 4},
+	}
+	return w
+}
+
 // build writes w's files under dir and returns a Cluster on its node.
 func (w invariantsWorld) build(t *testing.T, dir string) *Cluster {
 	t.Helper()
@@ -86,7 +143,11 @@ func (w invariantsWorld) build(t *testing.T, dir string) *Cluster {
 		t.Helper()
 		var claims []map[string]any
 		for _, uid := range uids {
-			claims = append(claims, map[string]any{"uid": uid, "namespace": "ns", "name": "c-" + uid, "devices": []map[string]any{{"uuid": "MIG-a"}}})
+			dev := map[string]any{"uuid": "MIG-a"}
+			if p, ok := w.prepared[uid]; ok {
+				dev = map[string]any{"name": p.name, "uuid": p.uuid, "gpuIndex": 0, "start": p.start, "created": true}
+			}
+			claims = append(claims, map[string]any{"uid": uid, "namespace": "ns", "name": "c-" + uid, "devices": []map[string]any{dev}})
 		}
 		b, err := json.Marshal(map[string]any{"version": 1, "claims": claims})
 		if err != nil {
@@ -106,10 +167,17 @@ func (w invariantsWorld) build(t *testing.T, dir string) *Cluster {
 	for _, uid := range w.cdiSpecs {
 		write(filepath.Join(n.CDIDir, cdiClaimSpecPrefix+uid+".json"), "{}")
 	}
+	labels := map[string]string{DRANodeLabel: DRANodeLabelValue, labelMigConfigState: w.stateLabel}
+	if w.dynamic {
+		labels[labelDRAMode] = "dynamic"
+	}
+	layout := w.layout
+	if layout == "" {
+		layout = goodLayout
+	}
 	objs := []runtime.Object{
-		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "mf-dra",
-			Labels:      map[string]string{DRANodeLabel: DRANodeLabelValue, labelMigConfigState: w.stateLabel},
-			Annotations: map[string]string{annotationMigLayout: goodLayout}},
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "mf-dra", Labels: labels,
+			Annotations: map[string]string{annotationMigLayout: layout}},
 			Spec:   corev1.NodeSpec{Taints: w.taints},
 			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: w.ready}}}},
 		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", UID: "pod-1"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}},
@@ -118,7 +186,13 @@ func (w invariantsWorld) build(t *testing.T, dir string) *Cluster {
 		objs = append(objs, &w.slices[i])
 	}
 	for _, uid := range w.claimUIDs {
-		objs = append(objs, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c-" + uid, UID: types.UID(uid)}})
+		c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c-" + uid, UID: types.UID(uid)}}
+		if dev, ok := w.allocated[uid]; ok {
+			c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
+				Results: []resourceapi.DeviceRequestAllocationResult{{Request: "r", Driver: draDriverName, Pool: "mf-dra", Device: dev}},
+			}}
+		}
+		objs = append(objs, c)
 	}
 	return &Cluster{Client: fake.NewClientset(objs...), NodeName: "mf-dra", Nodes: []LocalNode{{Name: "vm", Number: 1}, n}}
 }
@@ -193,6 +267,66 @@ func TestInvariantsCatch(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			inv := brokenAfter(t, nil, tc.break_)
 			err := inv.check(context.Background(), want)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("check: %v, want every invariant to hold", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("check: %v, want an error containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestInvariantsCatchDynamic: on a node in dynamic mode the checker wants
+// the layout the claims' allocations name, and names an instance no
+// checkpointed claim holds (a Prepare killed before its checkpoint), a
+// GPU instance without a compute instance, a claim prepared on another
+// device than allocated, and slices without counters.
+func TestInvariantsCatchDynamic(t *testing.T) {
+	const gi6 = `"MIG-b"}]},{"id":5,"profileID":19,"start":6}`
+	layoutWith := func(layout, extra string) string {
+		return strings.Replace(layout, `"uuid":"MIG-b"}`, `"uuid":"MIG-b"},`+extra, 1)
+	}
+	for _, tc := range []struct {
+		name    string
+		break_  func(*invariantsWorld)
+		wantErr string
+	}{
+		{"all hold", func(*invariantsWorld) {}, ""},
+		{"allocated, not made", func(w *invariantsWorld) {
+			w.claimUIDs = append(w.claimUIDs, "claim-3")
+			w.allocated["claim-3"] = "gpu-0-mig-1g10gb-19-6"
+		}, "(-want +got)"},
+		{"instance of a Prepare killed before its checkpoint", func(w *invariantsWorld) {
+			w.checkpoint, w.cdiSpecs = []string{"claim-1"}, []string{"claim-1"}
+		}, "instance MIG-b (3g.40gb) is no prepared claim's: leaked"},
+		{"GPU instance without a compute instance", func(w *invariantsWorld) {
+			w.claimUIDs = append(w.claimUIDs, "claim-3")
+			w.allocated["claim-3"] = "gpu-0-mig-1g10gb-19-6"
+			w.state = strings.Replace(w.state, `"MIG-b"}]}`, gi6, 1)
+			w.layout = layoutWith(w.layout, `{"profile":"1g.10gb","uuid":""}`)
+		}, "GPU instance without a compute instance"},
+		{"prepared elsewhere than allocated", func(w *invariantsWorld) {
+			w.allocated["claim-2"] = "gpu-0-mig-3g40gb-9-0"
+		}, "prepared [gpu-0-mig-3g40gb-9-4], allocated [gpu-0-mig-3g40gb-9-0]"},
+		{"instance not at its placement", func(w *invariantsWorld) {
+			w.prepared["claim-2"] = preparedDevice{"gpu-0-mig-3g40gb-9-4", "MIG-b", 0}
+		}, "is on GPU 0 at 4"},
+		{"no counters", func(w *invariantsWorld) { w.slices = w.slices[1:] }, "have no counter sets"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			inv, err := dynamicWorld().build(t, dir).snapshot(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !inv.dynamic {
+				t.Fatal("the snapshot does not see the node dynamic")
+			}
+			after := dynamicWorld()
+			tc.break_(&after)
+			inv.c = after.build(t, dir)
+			err = inv.check(context.Background(), nil)
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Fatalf("check: %v, want every invariant to hold", err)
