@@ -892,16 +892,7 @@ func TestPlannerDryRun(t *testing.T) {
 	ns := planner(t)
 	ctx := t.Context()
 	resetTo1g(t)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
-		defer cancel()
-		if err := setPlannerArgs(ctx, plannerArgs); err != nil {
-			t.Errorf("restoring the planner's flags: %v", err)
-		}
-	})
-	if err := setPlannerArgs(ctx, append(slices.Clone(plannerArgs), "--dry-run")); err != nil {
-		t.Fatal(err)
-	}
+	withPlannerArgs(t, "--dry-run")
 	node, err := cluster.Node(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -1122,5 +1113,21 @@ func (n simNode) resetTo(t *testing.T, profile string) {
 	n.applyLayout(t, slices.Repeat([]string{profile}, 7)...)
 	if d := time.Until(written.Add(2 * time.Second)); d > 0 {
 		time.Sleep(d) // the planner's --manual-hold, as resetTo1g
+	}
+}
+
+// withPlannerArgs runs the planner with its e2e flags plus extra until the
+// test ends, then restores them.
+func withPlannerArgs(t *testing.T, extra ...string) {
+	t.Helper()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
+		defer cancel()
+		if err := setPlannerArgs(ctx, plannerArgs); err != nil {
+			t.Errorf("restoring the planner's flags: %v", err)
+		}
+	})
+	if err := setPlannerArgs(t.Context(), append(slices.Clone(plannerArgs), extra...)); err != nil {
+		t.Fatal(err)
 	}
 }

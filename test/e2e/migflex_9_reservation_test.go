@@ -3,9 +3,7 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
-	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,16 +22,7 @@ func TestPlannerReservesForMultiGPUPod(t *testing.T) {
 	ns := planner(t)
 	ctx := t.Context()
 	resetTo1g(t)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
-		defer cancel()
-		if err := setPlannerArgs(ctx, plannerArgs); err != nil {
-			t.Errorf("restoring the planner's flags: %v", err)
-		}
-	})
-	if err := setPlannerArgs(ctx, append(slices.Clone(plannerArgs), "--reserve-after=0s")); err != nil {
-		t.Fatal(err)
-	}
+	withPlannerArgs(t, "--reserve-after=0s")
 	big := gpuPod(ns, "big", "nvidia.com/gpu", 2, "sleep", "3600")
 	cluster.CreatePod(t, big)
 	msg := podEvent(t, ns, big.Name, "GPUsReserved", "node "+cluster.NodeName+" GPUs 0, 1 reserved for pod "+ns+"/big until")
