@@ -280,6 +280,10 @@ func (v *ReshapeView) supplier() *solver.Supplier {
 	if v.sup != nil && (!v.dirty || age < v.refresh) && age < reshapeMaxAge {
 		return v.sup
 	}
+	// The old Supplier is garbage from here (admissions in flight keep
+	// what they hold), not only once the new one is built: the two
+	// together were the view's peak.
+	v.sup = nil
 	o := v.opts
 	o.Now, o.Pools = now, v.pools
 	snap := solver.Snapshot{Now: now}
@@ -356,7 +360,9 @@ func (v *ReshapeView) readNode(n *corev1.Node, o plansnap.Options) *viewNode {
 			v.models[r.profiles] = r.nv.Models
 		}
 	}
-	r.nv.Layout, r.nv.Warnings = nil, nil
+	// Nothing reads the layout, the warnings or (solver.Node says so)
+	// the allocatable of a reading.
+	r.nv.Layout, r.nv.Warnings, r.nv.Allocatable = nil, nil, nil
 	r.nv.GPUs = v.shareGPUs(r.nv.GPUs)
 	return r
 }
