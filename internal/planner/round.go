@@ -608,7 +608,7 @@ func newBlockerIndex(views []plansnap.Node, models []solver.Model) *blockerIndex
 	var fbNodes []schedview.Node
 	for i := range views {
 		v := &views[i]
-		fbNodes = append(fbNodes, schedview.Node{Name: v.Name, Labels: v.Labels, Taints: v.Taints, Unschedulable: v.Unschedulable})
+		fbNodes = append(fbNodes, schedview.Node{Name: v.Name, Labels: v.Labels, Taints: v.Taints, Unschedulable: v.Unschedulable, API: v.API})
 		if !v.OptedIn {
 			continue
 		}

@@ -63,31 +63,52 @@ func packLayout(text string) string {
 
 // unpackLayout is the text packLayout packed; any other text as it is.
 func unpackLayout(raw string) (string, error) {
+	var text string
+	err := withUnpacked(raw, func(b []byte) error {
+		text = string(b)
+		return nil
+	})
+	return text, err
+}
+
+// unpackBuffers hold unpacked layouts while they are decoded: a node's
+// layout is a few KB, and reading each into a buffer of its own grew it
+// several times over (io.ReadAll), the largest garbage of a rebuild of
+// the reshape view.
+var unpackBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// withUnpacked calls read with the text packLayout packed into raw, or
+// raw itself when it is not packed; read must not keep the bytes.
+func withUnpacked(raw string, read func([]byte) error) error {
 	packed, ok := strings.CutPrefix(raw, packedPrefix)
 	if !ok {
-		return raw, nil
+		return read([]byte(raw))
 	}
 	r := unpackers.Get().(io.ReadCloser)
 	defer unpackers.Put(r)
 	if err := r.(flate.Resetter).Reset(strings.NewReader(packed), nil); err != nil {
-		return "", fmt.Errorf("unpacking the cached %s: %w", nodeinfo.AnnotationLayout, err)
+		return fmt.Errorf("unpacking the cached %s: %w", nodeinfo.AnnotationLayout, err)
 	}
-	out, err := io.ReadAll(io.LimitReader(r, maxLayoutBytes+1))
-	if err != nil {
-		return "", fmt.Errorf("unpacking the cached %s: %w", nodeinfo.AnnotationLayout, err)
+	buf := unpackBuffers.Get().(*bytes.Buffer)
+	defer unpackBuffers.Put(buf)
+	buf.Reset()
+	if _, err := buf.ReadFrom(io.LimitReader(r, maxLayoutBytes+1)); err != nil {
+		return fmt.Errorf("unpacking the cached %s: %w", nodeinfo.AnnotationLayout, err)
 	}
-	if int64(len(out)) > maxLayoutBytes {
-		return "", fmt.Errorf("unpacking the cached %s: more than %d bytes", nodeinfo.AnnotationLayout, maxLayoutBytes)
+	if int64(buf.Len()) > maxLayoutBytes {
+		return fmt.Errorf("unpacking the cached %s: more than %d bytes", nodeinfo.AnnotationLayout, maxLayoutBytes)
 	}
-	return string(out), nil
+	return read(buf.Bytes())
 }
 
 // parsePackedLayout reads a layout annotation as the reshape-first Node
 // cache keeps it (plansnap.Options.ParseLayout).
 func parsePackedLayout(raw string) ([]nodeinfo.GPU, error) {
-	text, err := unpackLayout(raw)
-	if err != nil {
-		return nil, err
-	}
-	return nodeinfo.ParseLayout(text)
+	var gpus []nodeinfo.GPU
+	err := withUnpacked(raw, func(b []byte) error {
+		var err error
+		gpus, err = nodeinfo.ParseLayoutBytes(b)
+		return err
+	})
+	return gpus, err
 }

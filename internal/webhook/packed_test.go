@@ -105,6 +105,11 @@ func TestPackedLayoutReadsAsTheText(t *testing.T) {
 			t.Errorf("%s: the cache keeps %d bytes of layout from %d", n.Name, len(raw), len(n.Annotations[nodeinfo.AnnotationLayout]))
 		}
 		want, got := plansnap.FromAPI(n, served), plansnap.FromAPI(s, cached)
+		// Each names the Node it was read from; the rest is the same.
+		if got.API != s || want.API != n {
+			t.Errorf("%s: read from %p and %p, want %p and %p", n.Name, got.API, want.API, s, n)
+		}
+		got.API, want.API = nil, nil
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: read from the cache as\n%+v\nwant\n%+v", n.Name, got, want)
 		}

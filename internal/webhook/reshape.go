@@ -3,6 +3,7 @@ package webhook
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -60,10 +61,15 @@ type ReshapeView struct {
 	opts    plansnap.Options
 	// cooldown is the planner's (see NewReshapeView).
 	cooldown time.Duration
-	// decoded keeps the Nodes' decoded annotations between rebuilds.
-	decoded *plansnap.Cache
-	now     func() time.Time
-	synced  func() bool
+	// read keeps each Node as the planner reads it (viewNode) from one
+	// rebuild to the next while the Node stays the same; models shares
+	// the decoded profile tables among them, by annotation text.
+	read   map[string]*viewNode
+	models map[string][]solver.Model
+	// shapes shares equal GPU lists among nodes (shareGPUs).
+	shapes map[string][]solver.GPU
+	now    func() time.Time
+	synced func() bool
 	// classes are the DeviceClasses of our DRA driver: a pod asking for
 	// a resource none serves cannot use a DRA node.
 	classes func() *schedview.DRAClasses
@@ -94,7 +100,7 @@ func NewReshapeView(fieldManager string, manualHold, cooldown, refresh time.Dura
 	return &ReshapeView{
 		nodes: map[string]*corev1.Node{}, writes: map[string]*plannerWrites{}, pl: pl, refresh: refresh, now: time.Now,
 		opts: plansnap.Options{FieldManager: fieldManager, ManualHold: manualHold, ParseLayout: parsePackedLayout}, cooldown: cooldown,
-		decoded: plansnap.NewCache(),
+		read: map[string]*viewNode{}, models: map[string][]solver.Model{}, shapes: map[string][]solver.GPU{},
 	}, nil
 }
 
@@ -104,6 +110,7 @@ func (v *ReshapeView) SetNode(n *corev1.Node) {
 	defer v.mu.Unlock()
 	v.noteWrite(n)
 	v.nodes[n.Name] = n
+	delete(v.read, n.Name)
 	v.dirty = true
 }
 
@@ -113,6 +120,7 @@ func (v *ReshapeView) DeleteNode(name string) {
 	defer v.mu.Unlock()
 	delete(v.nodes, name)
 	delete(v.writes, name)
+	delete(v.read, name)
 	v.dirty = true
 }
 
@@ -154,7 +162,7 @@ func (v *ReshapeView) noteWrite(n *corev1.Node) {
 	var changed []int
 	if seen {
 		o := v.opts
-		o.Now, o.Cache = at, v.decoded
+		o.Now = at
 		changed = plansnap.FromAPI(n, o).InFlight
 	}
 	if len(changed) == 0 {
@@ -181,6 +189,11 @@ func (w *plannerWrites) hold(nv *plansnap.Node, cooldown time.Duration, now time
 			delete(w.gpus, g)
 		}
 	}
+	if w.all.IsZero() && len(w.gpus) == 0 {
+		return
+	}
+	// nv's GPUs may be shared with the view's reading of the node.
+	nv.GPUs = slices.Clone(nv.GPUs)
 	for i := range nv.GPUs {
 		g := &nv.GPUs[i]
 		t := w.all
@@ -267,18 +280,36 @@ func (v *ReshapeView) supplier() *solver.Supplier {
 	if v.sup != nil && (!v.dirty || age < v.refresh) && age < reshapeMaxAge {
 		return v.sup
 	}
+	// The old Supplier is garbage from here (admissions in flight keep
+	// what they hold), not only once the new one is built: the two
+	// together were the view's peak.
+	v.sup = nil
 	o := v.opts
-	o.Now, o.Cache, o.Pools = now, v.decoded, v.pools
-	v.decoded.Sweep()
+	o.Now, o.Pools = now, v.pools
 	snap := solver.Snapshot{Now: now}
 	views := make([]plansnap.Node, 0, len(v.nodes))
-	for _, n := range v.nodes {
-		nv := plansnap.FromAPI(n, o)
-		if w := v.writes[n.Name]; w != nil {
+	models := make(map[string][]solver.Model, len(v.models))
+	for name, n := range v.nodes {
+		r := v.read[name]
+		if !r.valid(now) {
+			r = v.readNode(n, o)
+			if r.keep {
+				v.read[name] = r
+			} else {
+				delete(v.read, name)
+			}
+		}
+		if r.profiles != "" {
+			models[r.profiles] = r.nv.Models
+		}
+		nv := r.at(now)
+		if w := v.writes[name]; w != nil {
 			w.hold(&nv, v.cooldown, now)
 		}
 		views = append(views, nv)
 	}
+	// Tables no node publishes any more are forgotten.
+	v.models = models
 	snap.Models, _ = plansnap.MergeModels(views)
 	for _, nv := range views {
 		snap.Nodes = append(snap.Nodes, nv.Node)
@@ -291,6 +322,157 @@ func (v *ReshapeView) supplier() *solver.Supplier {
 	}
 	v.sup, v.built, v.dirty = sup, now, false
 	return sup
+}
+
+// viewNode is a Node as the planner reads it (plansnap.FromAPI), kept by
+// the view from one rebuild to the next while the Node object stays the
+// same (an informer replaces a Node's object on every change; SetNode
+// drops the reading), so that a rebuild reads again only the Nodes that
+// changed. It keeps no decoded layout: the layout and its devices' UUIDs
+// and pods were most of the view's memory, and the Supplier reads only
+// the GPUs and instances derived from them.
+type viewNode struct {
+	nv plansnap.Node
+	// profiles is the profiles annotation's text, by which nv.Models is
+	// shared with other nodes publishing the same table.
+	profiles string
+	// until is when the reading expires (a human's hold on the node ends);
+	// zero: never.
+	until time.Time
+	// keep is false for a reading that depends on more than the Node (a
+	// dynamic node's pool): it is read again at every rebuild.
+	keep bool
+}
+
+// readNode reads n as the planner does at o.Now.
+func (v *ReshapeView) readNode(n *corev1.Node, o plansnap.Options) *viewNode {
+	r := &viewNode{nv: plansnap.FromAPI(n, o), profiles: n.Annotations[nodeinfo.AnnotationProfiles]}
+	r.keep = !(r.nv.Dynamic && o.Pools != nil)
+	if until, held := o.HeldUntil(r.nv.ConfigOwner, r.nv.ConfigTime); held {
+		r.until = until
+	}
+	if r.profiles != "" {
+		// Every node of a model publishes the same table: one decoded
+		// copy serves them all (MergeModels compares them by value).
+		if m, ok := v.models[r.profiles]; ok {
+			r.nv.Models = m
+		} else {
+			v.models[r.profiles] = r.nv.Models
+		}
+	}
+	// Nothing reads the layout, the warnings or (solver.Node says so)
+	// the allocatable of a reading.
+	r.nv.Layout, r.nv.Warnings, r.nv.Allocatable = nil, nil, nil
+	r.nv.GPUs = v.shareGPUs(r.nv.GPUs)
+	return r
+}
+
+// valid tells whether the reading still holds at now.
+func (r *viewNode) valid(now time.Time) bool {
+	return r != nil && r.keep && (r.until.IsZero() || now.Before(r.until))
+}
+
+// at is the reading as FromAPI would return it at now: the GPUs whose new
+// layout is in flight are changed now, as far as the cooldown is
+// concerned. Its GPUs are shared with r unless they change.
+func (r *viewNode) at(now time.Time) plansnap.Node {
+	nv := r.nv
+	if len(nv.InFlight) == 0 {
+		return nv
+	}
+	nv.GPUs = slices.Clone(nv.GPUs)
+	for i := range nv.GPUs {
+		if slices.Contains(nv.InFlight, nv.GPUs[i].Index) {
+			nv.GPUs[i].LastChanged = now
+		}
+	}
+	return nv
+}
+
+// maxShapes bounds the view's table of GPU shapes; past it the table
+// starts again empty (sharing is lost for a while, nothing else).
+const maxShapes = 4096
+
+// shareGPUs returns gpus, or an equal slice the view already holds: most
+// nodes of a fleet have the same GPUs with the same instances (one
+// layout applied to many nodes), and the Supplier never changes a
+// node's GPUs (the view clones them before changing one, see at and
+// hold), so nodes with the same shape share one copy. A shape of its own
+// is copied into two allocations of their exact size, with its names
+// interned: as decoded, each GPU's instances were appended one by one
+// (up to twice their size) and each name was a copy of the layout's
+// text, kept as long as the view keeps the node.
+func (v *ReshapeView) shareGPUs(gpus []solver.GPU) []solver.GPU {
+	if len(gpus) == 0 {
+		return gpus
+	}
+	key, ok := shapeKey(gpus)
+	if ok {
+		if shared, found := v.shapes[key]; found {
+			return shared
+		}
+	}
+	total := 0
+	for _, g := range gpus {
+		total += len(g.Instances)
+	}
+	out := make([]solver.GPU, len(gpus))
+	ins := make([]solver.Instance, 0, total)
+	for i, g := range gpus {
+		g.Model = intern(g.Model)
+		if g.Instances != nil {
+			start := len(ins)
+			for _, in := range g.Instances {
+				in.Profile = intern(in.Profile)
+				ins = append(ins, in)
+			}
+			g.Instances = ins[start:len(ins):len(ins)]
+		}
+		out[i] = g
+	}
+	if ok {
+		if len(v.shapes) >= maxShapes {
+			clear(v.shapes)
+		}
+		v.shapes[key] = out
+	}
+	return out
+}
+
+// shapeKey is a text that is the same for two GPU lists exactly when they
+// are equal, for those that carry no time or reservation (a reading of
+// the agent's layout); ok is false for others.
+func shapeKey(gpus []solver.GPU) (string, bool) {
+	var b strings.Builder
+	flag := func(x bool) byte {
+		if x {
+			return '1'
+		}
+		return '0'
+	}
+	for _, g := range gpus {
+		if !g.LastChanged.IsZero() || !g.Since.IsZero() || !g.Until.IsZero() || g.Reserved {
+			return "", false
+		}
+		b.WriteString(strconv.Itoa(g.Index))
+		b.WriteByte(0)
+		b.WriteString(g.Model)
+		b.WriteByte(0)
+		b.WriteByte(flag(g.MigEnabled))
+		b.WriteByte(flag(g.InUse))
+		b.WriteByte(flag(g.Instances == nil))
+		for _, in := range g.Instances {
+			if !in.Since.IsZero() || !in.Until.IsZero() {
+				return "", false
+			}
+			b.WriteString(in.Profile)
+			b.WriteByte(0)
+			b.WriteString(strconv.Itoa(in.Start))
+			b.WriteByte(flag(in.InUse))
+		}
+		b.WriteByte(1)
+	}
+	return b.String(), true
 }
 
 // reshapeNode keeps, besides what TransformNode keeps, what the planner

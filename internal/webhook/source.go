@@ -182,6 +182,11 @@ func (s *InformerSource) setNode(obj any) {
 		return
 	}
 	node := schedview.NodeFromAPI(n)
+	// The Builder matches pods' node affinity against the cached Node
+	// itself instead of a copy of its name and labels (1.8 KB a node).
+	// An update that changes nothing the decision reads leaves the
+	// Builder with the previous version: one old object per such node.
+	node.API = n
 	if s.reshape != nil {
 		s.reshape.SetNode(n)
 	}

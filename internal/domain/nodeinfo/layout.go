@@ -203,9 +203,13 @@ func EncodeLayout(gpus []mig.GPU, served map[string]bool, inUse map[string][]str
 }
 
 // ParseLayout decodes the value of AnnotationLayout.
-func ParseLayout(s string) ([]GPU, error) {
+func ParseLayout(s string) ([]GPU, error) { return ParseLayoutBytes([]byte(s)) }
+
+// ParseLayoutBytes is ParseLayout of the text in b, for a reader that has
+// it as bytes; nothing of b is kept.
+func ParseLayoutBytes(b []byte) ([]GPU, error) {
 	var out []GPU
-	if err := json.Unmarshal([]byte(s), &out); err != nil {
+	if err := json.Unmarshal(b, &out); err != nil {
 		return nil, fmt.Errorf("annotation %s: %w", AnnotationLayout, err)
 	}
 	return out, nil

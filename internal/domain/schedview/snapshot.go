@@ -36,6 +36,14 @@ type Node struct {
 	// its pool serves a need of several types at once; nil elsewhere.
 	// TogetherEver: whether it could with nothing allocated.
 	Together, TogetherEver func(map[corev1.ResourceName]int64) bool
+	// API, when set, is the Node this was read from (read-only, as an
+	// informer's objects are), whose name and labels a pod's node
+	// affinity is matched against: a Builder then keeps it instead of a
+	// Node of its own, which is most of a member's memory (a corev1.Node
+	// is about 1.5 KB before any field is set). It is used only while its
+	// name and labels are this node's; a Builder that leaves a node as it
+	// is (SetNode of an equal node) keeps the API it had.
+	API *corev1.Node
 }
 
 // NodeFromAPI extracts the scheduler's view of a Node. The label map is shared
@@ -300,10 +308,13 @@ func (b *Builder) SetNode(n Node) {
 	e := &nodeEntry{
 		node: n,
 		key:  b.groupKey(n),
-		api:  &corev1.Node{},
+		api:  n.API,
 	}
-	e.api.Name = n.Name
-	e.api.Labels = n.Labels
+	if e.api == nil || e.api.Name != n.Name || !maps.Equal(e.api.Labels, n.Labels) {
+		e.api = &corev1.Node{}
+		e.api.Name = n.Name
+		e.api.Labels = n.Labels
+	}
 	e.m = &Member{node: e.api, free: freeDevices(n.Allocatable, b.usedOn(n)), alloc: n.Allocatable, together: n.Together, togetherEver: n.TogetherEver}
 	g := b.groups[e.key]
 	if g == nil {

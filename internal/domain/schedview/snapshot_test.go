@@ -129,3 +129,47 @@ func TestHasGPURequest(t *testing.T) {
 		})
 	}
 }
+
+// A Node's API, when it names the same node with the same labels, is what
+// the Builder matches pods' node affinity against, not a copy; any other
+// is not used. Either way the affinity reads the node's own labels.
+func TestBuilderKeepsTheAPINode(t *testing.T) {
+	api := node("n1", alloc{mig1g10: 7}, labeled("pool", "a"))
+	other := node("n1", alloc{mig1g10: 7}, labeled("pool", "b"))
+	renamed := node("n2", alloc{mig1g10: 7}, labeled("pool", "a"))
+	for _, tc := range []struct {
+		name    string
+		api     *corev1.Node
+		kept    bool
+		matches map[string]bool // pool value asked by the pod's affinity -> eligible
+	}{
+		{"none", nil, false, map[string]bool{"a": true, "b": false}},
+		{"the same node", api, true, map[string]bool{"a": true, "b": false}},
+		{"other labels", other, false, map[string]bool{"a": true, "b": false}},
+		{"another name", renamed, false, map[string]bool{"a": true, "b": false}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := NodeFromAPI(api)
+			n.API = tc.api
+			b := NewBuilder(nil)
+			b.SetNode(n)
+			s := b.Snapshot()
+			_, m := s.Find("n1")
+			if m == nil {
+				t.Fatal("n1 not found")
+			}
+			if got := m.node == tc.api && tc.api != nil; got != tc.kept {
+				t.Errorf("the member's Node is the API: %v, want %v", got, tc.kept)
+			}
+			for pool, want := range tc.matches {
+				pod := &corev1.Pod{Spec: corev1.PodSpec{Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+					RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+						MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "pool", Operator: corev1.NodeSelectorOpIn, Values: []string{pool}}},
+					}}}}}}}
+				if got := s.EligibleNodes(NewFilter(pod, s)) == 1; got != want {
+					t.Errorf("a pod for pool %s eligible: %v, want %v", pool, got, want)
+				}
+			}
+		})
+	}
+}

@@ -85,6 +85,9 @@ type Node struct {
 func FromAPI(n *corev1.Node, o Options) Node {
 	out := Node{Node: solver.Node{Node: schedview.NodeFromAPI(n), OptedIn: n.Labels[nodeinfo.LabelPlanner] == nodeinfo.PlannerEnabled,
 		Dynamic: IsDynamic(n)}}
+	// The round's scheduling view matches pods' node affinity against n
+	// itself rather than a copy (schedview.Node.API).
+	out.API = n
 	out.Config = n.Annotations[nodeinfo.AnnotationMigConfig]
 	out.ConfigOwner, out.ConfigTime = AnnotationOwner(n, nodeinfo.AnnotationMigConfig)
 	freeze := func(format string, args ...any) {

@@ -287,7 +287,7 @@ func (r *round) addNodes(nodes []Node) error {
 			r.gpus = append(r.gpus, r.newGPU(int32(i), n, g, ns.block))
 		}
 		r.nodes = append(r.nodes, ns)
-		fbNodes = append(fbNodes, schedview.Node{Name: n.Name, Labels: n.Labels, Taints: n.Taints, Unschedulable: n.Unschedulable})
+		fbNodes = append(fbNodes, schedview.Node{Name: n.Name, Labels: n.Labels, Taints: n.Taints, Unschedulable: n.Unschedulable, API: n.API})
 	}
 	r.fb = schedview.NewSnapshot(fbNodes)
 	r.groups = make([]groupState, r.fb.Groups())
