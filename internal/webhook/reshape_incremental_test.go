@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -211,5 +212,66 @@ func TestViewNodeAt(t *testing.T) {
 				t.Errorf("the kept reading changed (-was,+now):\n%s", diff)
 			}
 		})
+	}
+}
+
+// shapeKey must tell apart two GPU lists that differ in any field, or
+// refuse to key them: a field added to solver.GPU or solver.Instance that
+// it ignores would let nodes of different shapes share one reading. Each
+// field is changed in turn, by reflection, so a new field is covered
+// without this test knowing it.
+func TestShapeKeyCoversEveryField(t *testing.T) {
+	base := func() []solver.GPU {
+		return []solver.GPU{{Index: 0, Model: "H100", MigEnabled: true,
+			Instances: []solver.Instance{{Profile: "1g.10gb", Start: 0}}}}
+	}
+	key0, ok := shapeKey(base())
+	if !ok {
+		t.Fatal("shapeKey refused a plain reading")
+	}
+	differs := func(t *testing.T, gpus []solver.GPU) {
+		t.Helper()
+		if key, ok := shapeKey(gpus); ok && key == key0 {
+			t.Error("a changed GPU list has the same key")
+		}
+	}
+	gt := reflect.TypeOf(solver.GPU{})
+	for i := range gt.NumField() {
+		f := gt.Field(i)
+		t.Run("GPU."+f.Name, func(t *testing.T) {
+			gpus := base()
+			if f.Name == "Instances" {
+				gpus[0].Instances = nil
+			} else {
+				setOther(t, reflect.ValueOf(&gpus[0]).Elem().Field(i))
+			}
+			differs(t, gpus)
+		})
+	}
+	it := reflect.TypeOf(solver.Instance{})
+	for i := range it.NumField() {
+		f := it.Field(i)
+		t.Run("Instance."+f.Name, func(t *testing.T) {
+			gpus := base()
+			setOther(t, reflect.ValueOf(&gpus[0].Instances[0]).Elem().Field(i))
+			differs(t, gpus)
+		})
+	}
+}
+
+// setOther sets v to a value other than the one it holds.
+func setOther(t *testing.T, v reflect.Value) {
+	t.Helper()
+	switch {
+	case v.Type() == reflect.TypeOf(time.Time{}):
+		v.Set(reflect.ValueOf(time.Unix(1e9, 0)))
+	case v.Kind() == reflect.Bool:
+		v.SetBool(!v.Bool())
+	case v.Kind() == reflect.Int:
+		v.SetInt(v.Int() + 1)
+	case v.Kind() == reflect.String:
+		v.SetString(v.String() + "x")
+	default:
+		t.Fatalf("no way to change a field of kind %s: teach setOther and check shapeKey covers it", v.Kind())
 	}
 }
