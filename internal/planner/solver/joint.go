@@ -17,8 +17,8 @@ import "github.com/migflex/migflex/internal/domain/jointfit"
 // priced as its options are, the fragmentation dynamicOption prices a
 // placement at, summed over its devices in the order they are placed, and
 // the GPUs' sets chosen for the least total. The first fit found
-// (jointfit.Combine) may cut into a free GPU where a used one holds the
-// pod as well (TestPlanDynamicNode).
+// (jointfit.Combine) may leave none of the demand's profile where another
+// fit leaves some (TestPlanDynamicNodeCheapestJointFit).
 func (r *round) assignJoint(ni int32, needs []need) []assignment {
 	if noJointSearch {
 		return nil
@@ -30,11 +30,10 @@ func (r *round) assignJoint(ni int32, needs []need) []assignment {
 		}
 		count[i] = nd.count
 	}
-	type pick = jointPick
 	var (
 		units     [][][]int64
 		costs     [][]float64
-		witnesses [][][]pick
+		witnesses [][][]jointPick
 		gpus      []int32
 	)
 	for _, gi := range r.nodes[ni].gpus {
@@ -54,15 +53,15 @@ func (r *round) assignJoint(ni int32, needs []need) []assignment {
 		}
 		occ := []int32{k.occ}
 		base := r.usable(k)
-		var taken []pick
-		var sets jointfit.Distinct[[]pick]
+		var taken []jointPick
+		var sets jointfit.Distinct[[]jointPick]
 		ok := jointfit.Subsets(matches, count,
 			func(j, i int) bool {
 				next := int32(-1)
 				if cur := occ[len(occ)-1]; cur >= 0 {
 					next = t.add(cur, xs[j])
 				}
-				occ, taken = append(occ, next), append(taken, pick{i, xs[j]})
+				occ, taken = append(occ, next), append(taken, jointPick{i, xs[j]})
 				return next >= 0
 			},
 			func(int, int) { occ, taken = occ[:len(occ)-1], taken[:len(taken)-1] },
@@ -72,7 +71,7 @@ func (r *round) assignJoint(ni int32, needs []need) []assignment {
 				// the last one's after, and the sum is what the set
 				// leaves of the GPU's.
 				cost := r.pol.Weights.Fragmentation * (base - r.usable(classKey{tab: k.tab, occ: occ[len(occ)-1], migEnabled: true, reshapable: true}))
-				sets.AddCost(vec, cost, func() []pick { return append([]pick(nil), taken...) })
+				sets.AddCost(vec, cost, func() []jointPick { return append([]jointPick(nil), taken...) })
 			},
 			jointfit.DefaultMaxSteps)
 		if !ok {
@@ -92,7 +91,7 @@ func (r *round) assignJoint(ni int32, needs []need) []assignment {
 	}
 	var out []assignment
 	for u, c := range choice {
-		r.placeJoint(r.gpus[gpus[u]].key, needs, witnesses[u][c], func(_ int, res int32, o option) {
+		r.placeJoint(r.gpus[gpus[u]].key, needs, witnesses[u][c], func(res int32, o option) {
 			out = append(out, assignment{gpu: gpus[u], res: res, opt: o, fixed: true})
 		})
 	}
@@ -105,14 +104,14 @@ type jointPick struct{ need, x int }
 // placeJoint places picks one after the other on a dynamic GPU of class k
 // and calls each with its option, priced as dynamicOption prices one:
 // the fragmentation of the usable capacity it takes.
-func (r *round) placeJoint(k classKey, needs []need, picks []jointPick, each func(i int, res int32, o option)) {
+func (r *round) placeJoint(k classKey, needs []need, picks []jointPick, each func(res int32, o option)) {
 	t := r.tabs[k.tab]
-	for i, p := range picks {
+	for _, p := range picks {
 		occ := t.add(k.occ, p.x)
 		o := option{state: optOK, existing: true, x: int8(p.x), occ: occ,
 			cost: r.pol.Weights.Fragmentation * (r.usable(k) - r.usable(classKey{tab: k.tab, occ: occ, migEnabled: true, reshapable: true}))}
 		res := needs[p.need].res
-		each(i, res, o)
+		each(res, o)
 		k = after(k, res, &o)
 	}
 }
