@@ -315,7 +315,8 @@ func testPublicationSignalled(t *testing.T, api *apiServer) {
 // driver answers, with one Node write each (cause "instances"), not at
 // the agent's next resync: nothing else here reads the GPUs again (no
 // in-use poll, which would see a held device it does not know; retries
-// and resyncs an hour away). The kubelet's repeated Prepare makes
+// and resyncs an hour away); the per-instance metrics with it. The
+// kubelet's repeated Prepare makes
 // nothing, so the agent neither reconciles nor writes for it.
 func testDRADynamicReportsInstancesAtOnce(t *testing.T, api *apiServer) {
 	n := newNode(t, api, func(s *nodeSetup) {
@@ -398,6 +399,10 @@ func testDRADynamicReportsInstancesAtOnce(t *testing.T, api *apiServer) {
 		waitCounter(t, r, "migflex_agent_reconciles_total", "", "", reconciles+step.reconciles)
 		waitCounter(t, r, "migflex_agent_node_writes_total", "cause", causeInstances, writes+step.writes)
 		t.Logf("%s: the annotation lists %v %v after the driver answered", step.name, instancesListed(obj), time.Since(began))
+		// The per-instance metrics follow the same reading of the GPUs.
+		if got := r.counter("migflex_agent_instance_info", "profile", "3g.40gb"); got != float64(len(want)) {
+			t.Errorf("%s: %v migflex_agent_instance_info series of a 3g.40gb, want %d", step.name, got, len(want))
+		}
 		if got := r.counter("migflex_agent_node_writes_total", "cause", causeInstances) - writes; got != step.writes {
 			t.Errorf("%s: %v Node writes for the instances, want %v", step.name, got, step.writes)
 		}
