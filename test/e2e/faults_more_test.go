@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/migflex/migflex/test/e2e/framework"
@@ -479,4 +481,166 @@ func gis(state []framework.SimGPU) int {
 		n += g.GIs
 	}
 	return n
+}
+
+// TestFaultGPULostUnderDynamicClaim (fault 10, DRA dynamic mode): node
+// mf-dra's agent serves dynamic mode and a pod holds a 3g.40gb its claim's
+// Prepare made; then the GPU under it falls off the bus (the simulator's
+// lost fault: Xid 79, then ERROR_GPU_IS_LOST on every call on it). While
+// it is lost, every placement the GPU offers is tainted NoSchedule (the
+// Xid, or the lost GPU: the scheduler allocates none of them to a new
+// claim), the layout annotation calls the pod's instance Unhealthy, and
+// nothing is destroyed under the pod: it runs on, its instance is still in
+// the simulated GPU at its GPU and compute instance, and its claim stays
+// checkpointed. Once the GPU is back (the fault cleared: the simulator
+// brings it back as a reset does, without instances), the pod is
+// deleted, its Unprepare finds its instance gone and succeeds, the taints
+// go after the health watcher's quiet period, a new 3g.40gb pod runs on
+// the node, and the invariant checker passes: every instance a
+// checkpointed claim's at its allocated placement, nothing leaked.
+func TestFaultGPULostUnderDynamicClaim(t *testing.T) {
+	faultTest(t)
+	n := draNode(t)
+	ctx := t.Context()
+	n.serveDynamic(t)
+	ns := cluster.Namespace(t)
+	const res = "nvidia.com/mig-3g.40gb"
+	n.runHolder(t, ns, "victim", "3g.40gb")
+	inv := n.InvariantsWith(t, ns+"/victim")
+	pod, err := cluster.Client.CoreV1().Pods(ns).Get(ctx, "victim", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim, err := cluster.Client.ResourceV1().ResourceClaims(ns).Get(ctx, extendedResourceClaim(t, pod, res), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claim.Status.Allocation == nil || len(claim.Status.Allocation.Devices.Results) != 1 {
+		t.Fatalf("claim %s: allocation %+v, want one device", claim.Name, claim.Status.Allocation)
+	}
+	device := claim.Status.Allocation.Devices.Results[0].Device
+	var gpu int
+	if _, err := fmt.Sscanf(device, "gpu-%d-", &gpu); err != nil {
+		t.Fatalf("device %q names no GPU: %v", device, err)
+	}
+	instances := n.instancesOf(t)
+	if len(instances) != 1 {
+		t.Fatalf("the node has MIG devices %v, want the victim's one", slices.Sorted(maps.Keys(instances)))
+	}
+	var victim framework.SimInstance
+	for _, in := range instances {
+		victim = in
+	}
+	if victim.GPU != gpu {
+		t.Fatalf("the victim's instance %s is on GPU %d, its device %s on GPU %d", victim.UUID, victim.GPU, device, gpu)
+	}
+	t.Logf("pod %s holds %s (instance %s, GI %d CI %d) through claim %s", pod.Name, device, victim.UUID, victim.GI, victim.CI, claim.Name)
+
+	n.armFault(t, "lost", "--kind", "lost", "--gpu", strconv.Itoa(gpu))
+	lost := time.Now()
+	prefix := fmt.Sprintf("gpu-%d-", gpu)
+	var tainted []string
+	err = framework.WaitFor(ctx, "every device of GPU "+strconv.Itoa(gpu)+" tainted NoSchedule", timeout, func(ctx context.Context) (bool, error) {
+		list, err := cluster.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		var clean []string
+		tainted = nil
+		for _, s := range list.Items {
+			if s.Spec.Driver != draDriver || s.Spec.Pool.Name != n.NodeName {
+				continue
+			}
+			for _, d := range s.Spec.Devices {
+				if !strings.HasPrefix(d.Name, prefix) {
+					continue
+				}
+				ok := slices.ContainsFunc(d.Taints, func(tn resourceapi.DeviceTaint) bool {
+					return tn.Effect == resourceapi.DeviceTaintEffectNoSchedule && (tn.Key == "gpu.migflex.io/xid" && tn.Value == "79" || tn.Key == "gpu.migflex.io/gpu-lost")
+				})
+				if ok {
+					tainted = append(tainted, d.Name)
+				} else {
+					clean = append(clean, d.Name)
+				}
+			}
+		}
+		if len(clean) > 0 || len(tainted) == 0 {
+			return false, fmt.Errorf("GPU %d: %d devices tainted, not %v", gpu, len(tainted), clean)
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("GPU %d lost: its %d devices tainted %s after the fault", gpu, len(tainted), time.Since(lost).Round(time.Millisecond))
+	node, err := n.WaitForNode(ctx, "the victim's instance Unhealthy in the layout", timeout, func(node *corev1.Node) error {
+		l, err := framework.NodeLayout(node)
+		if err != nil {
+			return err
+		}
+		for _, g := range l {
+			for _, in := range g.Instances {
+				if in.UUID == victim.UUID {
+					if in.Health != "Unhealthy" {
+						return fmt.Errorf("instance %s is %q", in.UUID, in.Health)
+					}
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("the layout does not list instance %s", victim.UUID)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("while GPU %d is lost: state %q, reason %q", gpu, node.Labels[labelState], node.Annotations[annotationReason])
+
+	// Nothing destroyed under the pod while the GPU is lost: the pod runs
+	// on, its instance is where it was, its claim checkpointed.
+	if now, ok := n.instancesOf(t)[victim.UUID]; !ok || now != victim {
+		t.Errorf("the victim's instance while GPU %d is lost: %+v (there %v), was %+v", gpu, now, ok, victim)
+	}
+	if p, err := cluster.Client.CoreV1().Pods(ns).Get(ctx, "victim", metav1.GetOptions{}); err != nil || p.UID != pod.UID || p.Status.Phase != corev1.PodRunning {
+		t.Errorf("the victim while GPU %d is lost: %v", gpu, podSummary(p, err))
+	}
+	cp, err := os.ReadFile(filepath.Join(n.Local().DRAPluginDir(), "checkpoint.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(cp), string(claim.UID)) {
+		t.Errorf("claim %s (UID %s) left the checkpoint while its GPU is lost", claim.Name, claim.UID)
+	}
+
+	// The GPU comes back, as a reset brings it: without instances. The
+	// victim's instance went with the reset, not by the agent; the pod is
+	// deleted, and its Unprepare finds nothing to destroy.
+	n.release(t, "lost")
+	back := time.Now()
+	if err := cluster.Client.CoreV1().Pods(ns).Delete(ctx, "victim", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	inv.Forget(ns + "/victim")
+	err = framework.WaitFor(ctx, "claim "+claim.Name+" out of the checkpoint", timeout, func(context.Context) (bool, error) {
+		cp, err := os.ReadFile(filepath.Join(n.Local().DRAPluginDir(), "checkpoint.json"))
+		return err == nil && !strings.Contains(string(cp), string(claim.UID)), err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("GPU %d back; the victim's claim unprepared %s later", gpu, time.Since(back).Round(time.Second))
+	n.runHolder(t, ns, "after", "3g.40gb")
+	t.Logf("a new 3g.40gb pod runs %s after the GPU came back", time.Since(back).Round(time.Second))
+	took := inv.Check(t, nil)
+	t.Logf("converged %s after the check began", took.Round(time.Second))
+
+	n.leaveDynamic(t, ns)
+}
+
+// podSummary says what a pod read returned, for a message.
+func podSummary(p *corev1.Pod, err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("pod %s (UID %s) %s", p.Name, p.UID, p.Status.Phase)
 }

@@ -11,9 +11,12 @@
 // candidates (placements) the part's rule admits, each given to one want
 // it matches, and reports each set as a count vector (how many of each
 // want it serves, capped at the want's count). Combine then asks whether
-// one vector per part adds up to every want, and which. Both are bounded:
-// a caller answers as it did without the search past the bound.
+// one vector per part adds up to every want, and which (the first found);
+// Cheapest, given each vector's cost, which choice costs least. All are
+// bounded: a caller answers as it did without the search past the bound.
 package jointfit
+
+import "slices"
 
 // Bounds that keep a search to a few milliseconds: the sets one part's
 // walk may visit (2^7 per profile on the built-in models, far below), and
@@ -68,11 +71,12 @@ func Subsets(matches [][]int, count []int64, take func(j, i int) bool, give func
 }
 
 // Distinct collects the distinct count vectors Subsets reports, each with
-// the first value (a witness: which set made it) that mark returned for
-// it.
+// a witness (which set made it): the first mark returned for it (Add), or
+// the cheapest (AddCost, whose costs are in Cost).
 type Distinct[W any] struct {
 	Vectors [][]int64
 	Witness []W
+	Cost    []float64
 	seen    map[string]int
 }
 
@@ -88,6 +92,27 @@ func (d *Distinct[W]) Add(vec []int64, mark func() W) {
 	d.seen[k] = len(d.Vectors)
 	d.Vectors = append(d.Vectors, append([]int64(nil), vec...))
 	d.Witness = append(d.Witness, mark())
+	d.Cost = append(d.Cost, 0)
+}
+
+// AddCost records vec with the witness mark makes and its cost, or, when
+// vec was seen, replaces its witness if this one costs less (ties keep
+// the first).
+func (d *Distinct[W]) AddCost(vec []int64, cost float64, mark func() W) {
+	if d.seen == nil {
+		d.seen = map[string]int{}
+	}
+	k := Key(vec)
+	if i, ok := d.seen[k]; ok {
+		if cost < d.Cost[i] {
+			d.Witness[i], d.Cost[i] = mark(), cost
+		}
+		return
+	}
+	d.seen[k] = len(d.Vectors)
+	d.Vectors = append(d.Vectors, append([]int64(nil), vec...))
+	d.Witness = append(d.Witness, mark())
+	d.Cost = append(d.Cost, cost)
 }
 
 // Combine reports whether one vector of each unit (units[u] lists what
@@ -147,6 +172,78 @@ func Combine(units [][][]int64, need []int64, maxStates int) (choice []int, foun
 		}
 	}
 	return nil, false, false
+}
+
+// Cheapest is Combine's question answered with the cheapest choice: one
+// vector of each unit (units[u], with its cost in costs[u]; each unit must
+// offer the zero vector) adding up to exactly need, of the least total
+// cost (a tie goes the same way on every run). Where Combine stops
+// at the first sum that reaches need, capped, Cheapest walks every unit
+// and never lets a sum pass need, so it never serves a want more often
+// than asked (Combine's capped sums may); no fit is lost by that where
+// each unit offers every sub-vector of what it holds, as Subsets reports
+// a part whose rule only ever forbids adding (MIG's, the counters'). It
+// tracks, per reachable sum, the cheapest way there: a
+// unit's step costs the states times its options, so past maxStates sums,
+// or maxSteps such pairs in all, it stops with bounded true (found
+// false), and the caller answers as it did without it.
+func Cheapest(units [][][]int64, costs [][]float64, need []int64, maxStates, maxSteps int) (choice []int, found, bounded bool) {
+	type state struct {
+		sum  []int64
+		cost float64
+		prev string
+		pick int
+	}
+	zero := make([]int64, len(need))
+	layers := []map[string]state{{Key(zero): {sum: zero}}}
+	steps := 0
+	for u, opts := range units {
+		prev := layers[u]
+		next := make(map[string]state, len(prev))
+		// Sorted, so that ties go the same way on every run.
+		keys := make([]string, 0, len(prev))
+		for k := range prev {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, pk := range keys {
+			a := prev[pk]
+			for oi, b := range opts {
+				if steps++; steps > maxSteps {
+					return nil, false, true
+				}
+				v := make([]int64, len(need))
+				over := false
+				for i := range v {
+					v[i] = a.sum[i] + b[i]
+					over = over || v[i] > need[i]
+				}
+				if over {
+					continue
+				}
+				c := a.cost + costs[u][oi]
+				k := Key(v)
+				if old, ok := next[k]; !ok || c < old.cost {
+					next[k] = state{sum: v, cost: c, prev: pk, pick: oi}
+				}
+			}
+		}
+		if len(next) > maxStates {
+			return nil, false, true
+		}
+		layers = append(layers, next)
+	}
+	k := Key(need)
+	if _, ok := layers[len(units)][k]; !ok {
+		return nil, false, false
+	}
+	choice = make([]int, len(units))
+	for l := len(units); l > 0; l-- {
+		s := layers[l][k]
+		choice[l-1] = s.pick
+		k = s.prev
+	}
+	return choice, true, false
 }
 
 // zeroIndex is the index of the zero vector in opts, -1 if none.

@@ -108,3 +108,95 @@ func TestCombine(t *testing.T) {
 		})
 	}
 }
+
+// Cheapest finds the least costly vector per unit adding up to exactly
+// the need, where Combine takes the first (two of its rows show Combine
+// choosing otherwise), never serves a want more often than asked, and
+// says when a bound stopped it.
+func TestCheapest(t *testing.T) {
+	// Each unit offers every sub-vector of what it can hold, as Subsets
+	// reports a part's sets; unit 0 is dear, unit 1 cheap.
+	units := [][][]int64{
+		{{0, 0}, {1, 0}, {0, 1}, {1, 1}},
+		{{0, 0}, {1, 0}, {0, 1}, {1, 1}},
+		{{0, 0}, {0, 1}},
+	}
+	costs := [][]float64{{0, 5, 5, 10}, {0, 1, 1, 2}, {0, 0.5}}
+	for _, tc := range []struct {
+		name    string
+		units   [][][]int64
+		costs   [][]float64
+		need    []int64
+		choice  []int
+		cost    float64
+		found   bool
+		bounded bool
+		states  int
+		steps   int
+		// combineDiffers: Combine's first fit is another choice.
+		combineDiffers bool
+	}{
+		{name: "the cheap units, not the first", need: []int64{1, 1}, choice: []int{0, 1, 1}, cost: 1.5, found: true, combineDiffers: true},
+		{name: "spread where that is cheaper", need: []int64{1, 2}, choice: []int{0, 3, 1}, cost: 2.5, found: true, combineDiffers: true},
+		{name: "all three", need: []int64{2, 3}, choice: []int{3, 3, 1}, cost: 12.5, found: true},
+		{name: "more than all", need: []int64{3, 3}},
+		{name: "nothing needed", need: []int64{0, 0}, choice: []int{0, 0, 0}, found: true},
+		{name: "a tie goes the same way every time", units: [][][]int64{{{0}, {1}}, {{0}, {1}}}, costs: [][]float64{{0, 1}, {0, 1}},
+			need: []int64{1}, choice: []int{0, 1}, cost: 1, found: true, combineDiffers: true},
+		{name: "bounded by the states", need: []int64{2, 3}, bounded: true, states: 2},
+		{name: "bounded by the steps", need: []int64{2, 3}, bounded: true, steps: 6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			us, cs := units, costs
+			if tc.units != nil {
+				us, cs = tc.units, tc.costs
+			}
+			states, steps := 16, 1<<10
+			if tc.states > 0 {
+				states = tc.states
+			}
+			if tc.steps > 0 {
+				steps = tc.steps
+			}
+			choice, found, bounded := jointfit.Cheapest(us, cs, tc.need, states, steps)
+			if found != tc.found || bounded != tc.bounded || !slices.Equal(choice, tc.choice) {
+				t.Fatalf("Cheapest = %v, %v, %v; want %v, %v, %v", choice, found, bounded, tc.choice, tc.found, tc.bounded)
+			}
+			if !found {
+				return
+			}
+			sum, cost := make([]int64, len(tc.need)), 0.0
+			for u, c := range choice {
+				for i, n := range us[u][c] {
+					sum[i] += n
+				}
+				cost += cs[u][c]
+			}
+			if !slices.Equal(sum, tc.need) || cost != tc.cost {
+				t.Errorf("the choice %v serves %v at cost %v, want exactly %v at %v", choice, sum, cost, tc.need, tc.cost)
+			}
+			first, ok, _ := jointfit.Combine(us, tc.need, states)
+			if differs := ok && !slices.Equal(first, choice); differs != tc.combineDiffers {
+				t.Errorf("Combine chose %v (found %v), Cheapest %v: differs %v, want %v", first, ok, choice, differs, tc.combineDiffers)
+			}
+		})
+	}
+}
+
+// AddCost keeps the cheapest witness of each vector, ties to the first.
+func TestDistinctAddCost(t *testing.T) {
+	var d jointfit.Distinct[string]
+	for _, a := range []struct {
+		vec  []int64
+		cost float64
+		w    string
+	}{{[]int64{1}, 3, "a"}, {[]int64{0}, 0, "z"}, {[]int64{1}, 2, "b"}, {[]int64{1}, 2, "c"}, {[]int64{1}, 4, "d"}} {
+		d.AddCost(a.vec, a.cost, func() string { return a.w })
+	}
+	if diff := cmp.Diff([]string{"b", "z"}, d.Witness); diff != "" {
+		t.Errorf("witnesses (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]float64{2, 0}, d.Cost); diff != "" {
+		t.Errorf("costs (-want +got):\n%s", diff)
+	}
+}

@@ -463,11 +463,16 @@ func (a *Agent) loop(ctx context.Context, srvErr <-chan error) error {
 		defer t.Stop()
 		inUse = t.C
 	}
+	var instances <-chan struct{}
+	if ic, ok := a.opts.Server.(instanceChanger); ok {
+		instances = ic.InstanceChanges()
+	}
 	// lapse fires at the reservation's deadline: the agent ends it itself.
 	var lapse <-chan time.Time
 	var armed time.Time
 	a.poke()
 	for {
+		cause := causeReconcile
 		if !a.resvUntil.Equal(armed) {
 			armed, lapse = a.resvUntil, nil
 			if !armed.IsZero() {
@@ -509,9 +514,13 @@ func (a *Agent) loop(ctx context.Context, srvErr <-chan error) error {
 		case <-retry.C:
 		case <-resync.C:
 			a.liftBusyHolds()
+		case <-instances:
+			// The server made or destroyed an instance (dynamic mode's
+			// Prepare or Unprepare): the GPUs are read again now.
+			cause = causeInstances
 		}
 		began := time.Now()
-		if d, ok := a.nextRetry(a.step(ctx), began, time.Now()); ok {
+		if d, ok := a.nextRetry(a.step(ctx, cause), began, time.Now()); ok {
 			retry.Reset(d)
 		} else {
 			retry.Stop()
@@ -531,8 +540,9 @@ func (a *Agent) node() *corev1.Node {
 	return n
 }
 
-// step reconciles once and reports; it returns whether to retry soon.
-func (a *Agent) step(ctx context.Context) bool {
+// step reconciles once and reports, cause being why (the writes
+// metric's label); it returns whether to retry soon.
+func (a *Agent) step(ctx context.Context, cause string) bool {
 	node := a.node()
 	if node == nil {
 		a.log.Info("Node not found; waiting for it", "node", a.opts.NodeName)
@@ -571,7 +581,7 @@ func (a *Agent) step(ctx context.Context) bool {
 	// yet would tell users of a change they cannot see, and the retry
 	// after a failed report, which still compares with the old state,
 	// would record it a second time.
-	if err := a.report(ctx, node, shown.status, causeReconcile); err != nil {
+	if err := a.report(ctx, node, shown.status, cause); err != nil {
 		a.metrics.errors.WithLabelValues(stageReport).Inc()
 		a.log.Error(err, "Reporting on the Node; its Events wait for the next report", "events", len(shown.events))
 		retry = true

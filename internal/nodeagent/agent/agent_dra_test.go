@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,8 +19,10 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/migflex/migflex/internal/domain/dra"
@@ -29,6 +33,7 @@ import (
 	"github.com/migflex/migflex/internal/nodeagent/draplugin"
 	"github.com/migflex/migflex/internal/nodeagent/draserver"
 	"github.com/migflex/migflex/internal/nvml/nvmlbackend"
+	"github.com/migflex/migflex/internal/nvml/nvmlbackend/sim"
 	"github.com/migflex/migflex/internal/nvml/nvmlmig"
 	"github.com/migflex/migflex/internal/testsupport/testutil"
 )
@@ -84,6 +89,14 @@ func (g *writeGate) wrap(rt http.RoundTripper) http.RoundTripper {
 // agent's Server port, until the end of the test.
 func startDRAServer(t *testing.T, n *node, client kubernetes.Interface, opts ...func(*draplugin.Options)) *draserver.Server {
 	t.Helper()
+	_, srv := startDRADriver(t, n, client, opts...)
+	return srv
+}
+
+// startDRADriver is startDRAServer, and returns the driver too, for a
+// test that plays the kubelet's Prepare and Unprepare on it.
+func startDRADriver(t *testing.T, n *node, client kubernetes.Interface, opts ...func(*draplugin.Options)) (*draplugin.Driver, *draserver.Server) {
+	t.Helper()
 	root := testutil.SocketDir(t)
 	var d [4]string
 	for i, name := range []string{"registrar", "plugin", "state", "cdi"} {
@@ -105,7 +118,7 @@ func startDRAServer(t *testing.T, n *node, client kubernetes.Interface, opts ...
 		t.Fatal(err)
 	}
 	t.Cleanup(drv.Stop)
-	return draserver.New(draserver.Options{Driver: drv, DriverName: dra.DriverName, NodeName: n.name})
+	return drv, draserver.New(draserver.Options{Driver: drv, DriverName: dra.DriverName, NodeName: n.name})
 }
 
 // simInstances are a simulated node's GPUs as dynamic mode's Prepare
@@ -294,4 +307,111 @@ func testPublicationSignalled(t *testing.T, api *apiServer) {
 		t.Fatal("the agent never took the Visibility signal")
 	}
 	n.waitState(nodeinfo.StateSuccess)
+}
+
+// testDRADynamicReportsInstancesAtOnce: on a DRA node in dynamic mode the
+// instance a claim's Prepare makes is in the Node's layout annotation,
+// and the one its Unprepare destroys is gone from it, as soon as the
+// driver answers, with one Node write each (cause "instances"), not at
+// the agent's next resync: nothing else here reads the GPUs again (no
+// in-use poll, which would see a held device it does not know; retries
+// and resyncs an hour away); the per-instance metrics with it. The
+// kubelet's repeated Prepare makes
+// nothing, so the agent neither reconciles nor writes for it.
+func testDRADynamicReportsInstancesAtOnce(t *testing.T, api *apiServer) {
+	n := newNode(t, api, func(s *nodeSetup) {
+		s.gpus = []sim.GPUSpec{{Model: "H100-SXM5-80GB", Count: 1, Initial: &sim.InitialState{MigEnabled: true}}}
+	})
+	counts := &requestCounter{counts: map[string]int{}}
+	cfg := rest.CopyConfig(api.cfg)
+	cfg.WrapTransport = counts.wrap
+	client := kubernetes.NewForConfigOrDie(cfg)
+	drv, srv := startDRADriver(t, n, client, dynamicMode(n))
+	r := n.start(withClient(client), func(o *Options, _ *deviceplugin.Options) { o.Server = srv },
+		withResync(time.Hour), withRetry(time.Hour), withInUseInterval(-1))
+	n.waitNode("the dynamic mode label and an empty layout", func(o *corev1.Node) bool {
+		l, err := nodeinfo.ParseLayout(o.Annotations[nodeinfo.AnnotationLayout])
+		return o.Labels[nodeinfo.LabelDRAMode] == nodeinfo.DRAModeDynamic && err == nil && len(l) == 1 && len(l[0].Instances) == 0
+	})
+
+	offers, err := dra.Offers(n.discover())
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(offers[0].Devices, func(d dra.OfferedDevice) bool { return d.Profile == "3g.40gb" && d.Start == 4 })
+	if i < 0 {
+		t.Fatal("no 3g.40gb at 4 offered")
+	}
+	claim := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "c1", UID: "uid-c1"},
+		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
+			Results: []resourceapi.DeviceRequestAllocationResult{{Request: "gpu", Driver: dra.DriverName, Pool: n.name, Device: offers[0].Devices[i].Name}},
+		}}},
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	// instancesListed is the layout annotation's instances of GPU 0, as
+	// "profile@start uuid".
+	instancesListed := func(o *corev1.Node) []string {
+		l, err := nodeinfo.ParseLayout(o.Annotations[nodeinfo.AnnotationLayout])
+		if err != nil || len(l) != 1 {
+			return []string{"unreadable"}
+		}
+		var out []string
+		for _, in := range l[0].Instances {
+			out = append(out, fmt.Sprintf("%s@%d %s", in.Profile, in.Placement.Start, in.UUID))
+		}
+		return out
+	}
+	for _, step := range []struct {
+		name string
+		do   func() error
+		// writes and reconciles are how many the step causes.
+		writes, reconciles float64
+	}{
+		{"Prepare", func() error {
+			res, err := drv.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{claim})
+			return errors.Join(err, res[claim.UID].Err)
+		}, 1, 1},
+		{"the kubelet repeats the Prepare", func() error {
+			res, err := drv.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{claim})
+			return errors.Join(err, res[claim.UID].Err)
+		}, 0, 0},
+		{"Unprepare", func() error {
+			res, err := drv.UnprepareResourceClaims(ctx, []kubeletplugin.NamespacedObject{{NamespacedName: types.NamespacedName{Namespace: "team-a", Name: "c1"}, UID: claim.UID}})
+			return errors.Join(err, res[claim.UID])
+		}, 1, 1},
+	} {
+		writes := r.counter("migflex_agent_node_writes_total", "cause", causeInstances)
+		reconciles := r.counter("migflex_agent_reconciles_total", "", "")
+		patches := counts.get("PATCH nodes")
+		if err := step.do(); err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		// NVML now, which the annotation must list.
+		var want []string
+		for _, in := range n.discover()[0].Instances {
+			want = append(want, fmt.Sprintf("%s@%d %s", in.Profile, in.Start, in.UUID))
+		}
+		began := time.Now()
+		obj := n.waitNode(step.name+": the layout annotation lists what NVML has", func(o *corev1.Node) bool {
+			return slices.Equal(instancesListed(o), want)
+		})
+		waitCounter(t, r, "migflex_agent_reconciles_total", "", "", reconciles+step.reconciles)
+		waitCounter(t, r, "migflex_agent_node_writes_total", "cause", causeInstances, writes+step.writes)
+		t.Logf("%s: the annotation lists %v %v after the driver answered", step.name, instancesListed(obj), time.Since(began))
+		// The per-instance metrics follow the same reading of the GPUs.
+		if got := r.counter("migflex_agent_instance_info", "profile", "3g.40gb"); got != float64(len(want)) {
+			t.Errorf("%s: %v migflex_agent_instance_info series of a 3g.40gb, want %d", step.name, got, len(want))
+		}
+		if got := r.counter("migflex_agent_node_writes_total", "cause", causeInstances) - writes; got != step.writes {
+			t.Errorf("%s: %v Node writes for the instances, want %v", step.name, got, step.writes)
+		}
+		// A repeat that signalled would show here, or at the next step.
+		if got := r.counter("migflex_agent_reconciles_total", "", "") - reconciles; got != step.reconciles {
+			t.Errorf("%s: %v reconciles, want %v", step.name, got, step.reconciles)
+		}
+		if got := counts.get("PATCH nodes") - patches; float64(got) != step.writes {
+			t.Errorf("%s: %d Node writes in all, want %v", step.name, got, step.writes)
+		}
+	}
 }

@@ -47,6 +47,9 @@ const (
 	causeAnnounce  = "announce"
 	causeHealth    = "health"
 	causeInUse     = "in-use"
+	// causeInstances: a reconcile on the server's InstanceChanges (a DRA
+	// driver in dynamic mode made or destroyed a claim's instance).
+	causeInstances = "instances"
 )
 
 type metrics struct {
@@ -99,7 +102,7 @@ func newMetrics(reg prometheus.Registerer, srv Server, node, serving string) (*m
 		}, []string{"stage"}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "migflex", Subsystem: "agent", Name: "node_writes_total",
-			Help: "Server-side applies of the agent's labels and annotations sent to its Node, by cause (reconcile, announce, health, in-use).",
+			Help: "Server-side applies of the agent's labels and annotations sent to its Node, by cause (reconcile, announce, health, in-use, instances).",
 		}, []string{"cause"}),
 		allocatable: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "migflex", Subsystem: "agent", Name: "allocatable_writes_total",

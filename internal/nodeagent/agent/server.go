@@ -68,3 +68,16 @@ type Server interface {
 	// signals on every Serve.
 	Changes() <-chan struct{}
 }
+
+// instanceChanger is the optional side of a Server that makes and
+// destroys MIG instances itself, outside the agent's reconciles: a DRA
+// driver in dynamic mode makes a claim's instance at its Prepare and
+// destroys it at its Unprepare. InstanceChanges signals (coalesced) after
+// each such change; the agent then reconciles, which reads the GPUs again
+// and reports what they have (one Node write when that changed, none
+// otherwise), instead of listing a destroyed instance until its next
+// resync. It must not signal when nothing changed in NVML, or the agent
+// would reconcile for nothing.
+type instanceChanger interface {
+	InstanceChanges() <-chan struct{}
+}

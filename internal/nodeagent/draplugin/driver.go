@@ -52,6 +52,9 @@ type Driver struct {
 	// the driver (see watchSlices); sliceChanges signals its changes.
 	slices       cache.SharedIndexInformer
 	sliceChanges chan struct{}
+	// instanceChanges signals (coalesced) that dynamic mode made or
+	// destroyed a MIG instance (see InstanceChanges).
+	instanceChanges chan struct{}
 
 	// mu guards everything below. Prepare and Unprepare hold it from
 	// their decision until the checkpoint is saved, so Drain, which
@@ -106,7 +109,7 @@ func Start(ctx context.Context, opts Options) (*Driver, error) {
 		opts: opts, cdi: w, ckpt: newCheckpoint(opts.StateDir, opts.DriverName, opts.NodeName),
 		logger: klog.FromContext(ctx).WithName("dra"), fatal: make(chan error, 1),
 		byName: map[string]dra.Device{}, draining: map[string]bool{}, changed: make(chan struct{}),
-		policy: opts.Unhealthy, sliceChanges: make(chan struct{}, 1), mode: opts.Mode,
+		policy: opts.Unhealthy, sliceChanges: make(chan struct{}, 1), instanceChanges: make(chan struct{}, 1), mode: opts.Mode,
 		allocated: map[string][]string{},
 	}
 	if d.policy == UnhealthyAuto {
@@ -206,6 +209,21 @@ func (d *Driver) notifySlices() {
 // answer differently. Publishing the same layout again writes nothing, so
 // signals nothing.
 func (d *Driver) SliceChanges() <-chan struct{} { return d.sliceChanges }
+
+// InstanceChanges signals (coalesced) each time the driver made or
+// destroyed a MIG instance itself: dynamic mode's Prepare, Unprepare, and
+// the destruction of instances no claim holds. Nothing else tells the
+// node agent, whose layout annotation, labels and metrics list the
+// instances NVML has: it reads the GPUs again on it (agent.Server's
+// optional InstanceChanges) rather than at its next resync.
+func (d *Driver) InstanceChanges() <-chan struct{} { return d.instanceChanges }
+
+func (d *Driver) notifyInstances() {
+	select {
+	case d.instanceChanges <- struct{}{}:
+	default:
+	}
+}
 
 func (d *Driver) removeStraySpecs() error {
 	uids, err := d.cdi.Claims()

@@ -123,6 +123,7 @@ func (d *Driver) repairLocked(gpus []mig.GPU) bool {
 			err := d.opts.Instances.DestroyInstance(g.Index, in.GIID)
 			if err == nil {
 				destroyed = true
+				d.notifyInstances()
 				d.logger.Info("Destroyed an instance no prepared claim holds (a Prepare stopped before its checkpoint, or static mode's)",
 					"gpu", g.Index, "profile", in.Profile, "start", in.Start, "uuid", in.UUID)
 				continue
@@ -286,6 +287,8 @@ func (d *Driver) prepareDynamicLocked(c *resourceapi.ResourceClaim, pc dra.Prepa
 		for _, dev := range slices.Backward(created) {
 			if derr := d.opts.Instances.DestroyInstance(dev.GPUIndex, dev.GI); derr != nil {
 				err = fmt.Errorf("%w; and destroying the %s instance it created at %d on GPU %d again: %v", err, dev.Profile, dev.Start, dev.GPUIndex, derr)
+				// Left behind: the GPUs differ from before the Prepare.
+				d.notifyInstances()
 			}
 		}
 		return dra.PreparedClaim{}, fmt.Errorf("claim %s: %w", klog.KObj(c), err)
@@ -332,6 +335,9 @@ func (d *Driver) prepareDynamicLocked(c *resourceapi.ResourceClaim, pc dra.Prepa
 	}
 	if err := d.finishLocked(pc); err != nil {
 		return fail(err)
+	}
+	if len(created) > 0 {
+		d.notifyInstances()
 	}
 	return d.prepared[pc.UID], nil
 }
@@ -394,6 +400,7 @@ func (d *Driver) destroyCreatedLocked(pc dra.PreparedClaim) error {
 		if err := d.opts.Instances.DestroyInstance(dev.GPUIndex, dev.GI); err != nil {
 			return fmt.Errorf("destroying the %s instance %s of claim %s/%s: %w", dev.Profile, dev.UUID, pc.Namespace, pc.Name, err)
 		}
+		d.notifyInstances()
 		d.logger.Info("Destroyed the instance of an unprepared claim", "claim", pc.Namespace+"/"+pc.Name, "device", dev.Name, "uuid", dev.UUID)
 	}
 	return nil

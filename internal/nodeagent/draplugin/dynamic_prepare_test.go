@@ -439,3 +439,50 @@ func TestDynamicUnprepareDestroysAStaticClaimsInstance(t *testing.T) {
 		t.Errorf("still prepared: %+v", drv.Prepared())
 	}
 }
+
+// InstanceChanges signals each Prepare that made an instance and each
+// Unprepare that destroyed one, and nothing else: the node agent reads
+// the GPUs again on it, so a signal for nothing would be a reconcile for
+// nothing. The steps run in order on one driver.
+func TestDynamicSignalsInstanceChanges(t *testing.T) {
+	in := dynamicNode(t)
+	c1 := allocated("team-a", "c1", "p1", [2]string{"gpu", dyn3gAt4})
+	// 1g.10gb at 6 overlaps c1's 3g.40gb at 4: NVML refuses it.
+	c2 := allocated("team-a", "c2", "p2", [2]string{"gpu", dyn1gAt6})
+	client := fakeClient(c1, c2)
+	d := newDirs(t)
+	drv := startDynamic(t, client, d, in)
+	k := dialKubelet(t, d)
+	signalled := func() bool {
+		select {
+		case <-drv.InstanceChanges():
+			return true
+		default:
+			return false
+		}
+	}
+	signalled() // whatever the start did
+	for _, step := range []struct {
+		name string
+		do   func() string // the kubelet's error, "" for none
+		want bool
+	}{
+		{"Prepare makes an instance", func() string { return k.prepare(c1)[string(c1.UID)].Error }, true},
+		{"the kubelet repeats the Prepare", func() string { return k.prepare(c1)[string(c1.UID)].Error }, false},
+		{"a Prepare NVML refuses makes nothing", func() string {
+			if e := k.prepare(c2)[string(c2.UID)].Error; e == "" {
+				return "the overlapping Prepare succeeded"
+			}
+			return ""
+		}, false},
+		{"Unprepare destroys the instance", func() string { return k.unprepare(c1)[string(c1.UID)].Error }, true},
+		{"an Unprepare of a claim not prepared", func() string { return k.unprepare(c1)[string(c1.UID)].Error }, false},
+	} {
+		if e := step.do(); e != "" {
+			t.Fatalf("%s: %s", step.name, e)
+		}
+		if got := signalled(); got != step.want {
+			t.Errorf("%s: signalled %v, want %v (instances now %v)", step.name, got, step.want, instancesOn(t, in))
+		}
+	}
+}

@@ -138,11 +138,7 @@ func (s *Server) Serve(_ context.Context, gpus []mig.GPU) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.opts.Health != nil {
-		targets := make([]health.Target, 0, len(devs))
-		for _, d := range devs {
-			targets = append(targets, health.Target{ID: d.UUID, GPU: d.GPUUUID, MIG: d.MIG, GI: d.GI, CI: d.CI, Profile: d.Profile})
-		}
-		s.opts.Health.SetTargets(targets)
+		s.opts.Health.SetTargets(healthTargets(gpus, devs, s.opts.Driver.Dynamic()))
 	}
 	faults := s.faultsLocked()
 	if err := s.opts.Driver.Publish(gpus, faults); err != nil {
@@ -151,6 +147,31 @@ func (s *Server) Serve(_ context.Context, gpus []mig.GPU) error {
 	s.gpus, s.served, s.unhealthy = gpus, true, faults
 	s.notify()
 	return nil
+}
+
+// healthTargets are the devices whose health the watcher tracks: the
+// devices that exist (devs) and, in dynamic mode, each GPU with MIG on
+// under its own UUID, scoped to the events of the whole GPU (GI and CI
+// health.AllInstances: an Xid 79, a GPU fallen off the bus). Dynamic
+// mode taints or withdraws a GPU's placements by the GPU's UUID
+// (dra.DynamicResources), which a GPU with MIG on is not a device under:
+// without it a fault of the whole GPU would reach the slices as the
+// faults of the instances Prepare made, which are no published device,
+// and no placement would be tainted (nor any, on a GPU without
+// instances, watched). An Xid of one instance stays that instance's.
+func healthTargets(gpus []mig.GPU, devs []dra.Device, dynamic bool) []health.Target {
+	targets := make([]health.Target, 0, len(devs)+len(gpus))
+	for _, d := range devs {
+		targets = append(targets, health.Target{ID: d.UUID, GPU: d.GPUUUID, MIG: d.MIG, GI: d.GI, CI: d.CI, Profile: d.Profile})
+	}
+	if dynamic {
+		for _, g := range gpus {
+			if g.MigEnabled {
+				targets = append(targets, health.Target{ID: g.UUID, GPU: g.UUID, MIG: true, GI: health.AllInstances, CI: health.AllInstances})
+			}
+		}
+	}
+	return targets
 }
 
 // Servable says why gpus could not be published, or nil.
@@ -279,6 +300,19 @@ func (s *Server) Visible(ctx context.Context, node *corev1.Node) (layout string,
 // the Node changes when the last one is stored. Serving the layout
 // already published writes no slice, so it signals nothing.
 func (s *Server) Visibility() <-chan struct{} { return s.opts.Driver.SliceChanges() }
+
+// InstanceChanges signals when the driver made or destroyed a MIG
+// instance itself (dynamic mode's Prepare and Unprepare,
+// draplugin.Driver.InstanceChanges), so that the agent reads the GPUs
+// again and its layout annotation, labels and metrics list what NVML has
+// then, not what it had at the last reconcile. Nil for a driver that
+// cannot say.
+func (s *Server) InstanceChanges() <-chan struct{} {
+	if d, ok := s.opts.Driver.(interface{ InstanceChanges() <-chan struct{} }); ok {
+		return d.InstanceChanges()
+	}
+	return nil
+}
 
 // Publisher names the driver and the slices.
 func (s *Server) Publisher() (who, where, hint string) {

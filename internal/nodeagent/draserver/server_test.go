@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -226,5 +227,92 @@ func TestServerDynamicMode(t *testing.T) {
 		case !dynamic && (err != nil || mode != nodeinfo.DRAModeStatic):
 			t.Errorf("static: Servable = %v, label %q; want nil and static", err, mode)
 		}
+	}
+}
+
+// In dynamic mode an Xid of the whole GPU reaches the driver under the
+// GPU's UUID, which dra.DynamicResources taints every placement of the
+// GPU by, whether or not Prepare made an instance there; an Xid of one
+// instance stays that instance's. In static mode a GPU with MIG on is no
+// device, and its instances are what is faulted. The real health watcher
+// on a simulated H100 with MIG on and, on GPU 0, a 3g.40gb at 4 (as a
+// Prepare makes it).
+func TestServerDynamicGPUFaults(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		dynamic bool
+		// instanceXid scopes the Xid to the 3g.40gb; else the whole GPU.
+		instanceXid bool
+		// gpu0, gpu1 and inst say which of GPU 0's UUID, GPU 1's and the
+		// instance's are faulted.
+		gpu0, gpu1, inst bool
+	}{
+		{name: "dynamic: Xid 79 of GPU 0", dynamic: true, gpu0: true, inst: true},
+		{name: "dynamic: Xid 48 of the instance", dynamic: true, instanceXid: true, inst: true},
+		{name: "static: Xid 79 of GPU 0", inst: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lib := simtest.New(t, sim.Config{GPUs: []sim.GPUSpec{{Model: "H100-SXM5-80GB", Count: 2, Initial: &sim.InitialState{MigEnabled: true}}}, UUIDSeed: t.Name()})
+			if _, err := nvmlmig.NewPartitioner(lib).CreateInstance(0, "3g.40gb", 4); err != nil {
+				t.Fatal(err)
+			}
+			gpus, err := nvmlmig.Discover(lib)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, err := health.New(lib, health.Options{QuietPeriod: -1, PollInterval: 10 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go func() { _ = w.Run(ctx) }()
+			d := &fakeDriver{dynamic: tc.dynamic, fatal: make(chan error, 1)}
+			s := New(Options{Driver: d, Health: w, DriverName: dra.DriverName, NodeName: node})
+			go func() { _ = s.Run(ctx) }()
+			if err := s.Serve(ctx, gpus); err != nil {
+				t.Fatal(err)
+			}
+			watched := 1 // static: only GPU 0 has a device
+			if tc.dynamic {
+				watched = 2
+			}
+			waitUntil(t, "the watcher watches the GPUs", func() bool { return len(w.Watching()) == watched })
+			in := gpus[0].Instances[0]
+			gi, ci, xid := sim.NoInstance, sim.NoInstance, uint64(79)
+			if tc.instanceXid {
+				gi, ci, xid = in.GIID, in.CIID, 48
+			}
+			if err := lib.InjectXid(0, gi, ci, xid); err != nil {
+				t.Fatal(err)
+			}
+			var got map[string]dra.Fault
+			waitUntil(t, "a publication with the fault", func() bool {
+				pubs := d.publications()
+				got = pubs[len(pubs)-1]
+				return len(got) > 0
+			})
+			want := map[string]bool{gpus[0].UUID: tc.gpu0, gpus[1].UUID: tc.gpu1, in.UUID: tc.inst}
+			for id, bad := range want {
+				if _, faulted := got[id]; faulted != bad {
+					t.Errorf("%s faulted: %v, want %v (faults %v)", id, faulted, bad, got)
+				}
+			}
+			if len(got) != 1 && !tc.gpu0 {
+				t.Errorf("faults %v, want the instance's alone", got)
+			}
+		})
+	}
+}
+
+// waitUntil polls cond, which nothing signals, for up to 10 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

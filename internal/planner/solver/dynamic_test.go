@@ -161,3 +161,85 @@ func TestCanSupplyDynamic(t *testing.T) {
 		t.Errorf("CanSupply = %q: two 3g.40gb beside a 1g.10gb at 1", got)
 	}
 }
+
+// Where placing a pod's devices one by one finds no fit on a dynamic node
+// and the exact search does, it takes the cheapest fit, by the solver's
+// cost (the usable capacity the recent demand loses), not the first it
+// finds: here the cheapest leaves a 3g.40gb for the next pod, which the
+// first fit found (its order among the GPUs' sets is a map's, so it
+// varies from run to run) leaves in only some runs. Each row plans the
+// pod and, after it, a younger pod asking for a 3g.40gb.
+func TestPlanDynamicNodeCheapestJointFit(t *testing.T) {
+	pl, err := solver.New(solver.DefaultPolicy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mix := []solver.Demand{{Resource: mig3g, Count: 1, Weight: 1}}
+	for _, tc := range []struct {
+		name    string
+		gpus    []solver.GPU
+		pod     []string
+		devices []solver.Device
+	}{
+		{name: "a free GPU and one with a 1g.10gb at 3",
+			gpus: gpus(migGPU(0), migGPU(1, "1g.10gb@3*")), pod: []string{mig1g, "1", mig2g, "3", mig3g, "1"},
+			devices: []solver.Device{{GPU: 0, Resource: mig2g, Start: 0}, {GPU: 0, Resource: mig2g, Start: 2}, {GPU: 1, Resource: mig3g, Start: 4}, {GPU: 1, Resource: mig1g, Start: 2}, {GPU: 1, Resource: mig2g, Start: 0}}},
+		{name: "with a 1g.20gb too",
+			gpus: gpus(migGPU(0), migGPU(1, "1g.10gb@3*")), pod: []string{mig1g, "1", mig1g20, "1", mig2g, "2", mig3g, "1"},
+			devices: []solver.Device{{GPU: 0, Resource: mig2g, Start: 0}, {GPU: 0, Resource: mig2g, Start: 2}, {GPU: 1, Resource: mig3g, Start: 4}, {GPU: 1, Resource: mig1g, Start: 2}, {GPU: 1, Resource: mig1g20, Start: 0}}},
+		{name: "a free GPU and one with a 1g.10gb at 2",
+			gpus: gpus(migGPU(0), migGPU(1, "1g.10gb@2*")), pod: []string{mig1g, "1", mig2g, "3", mig3g, "1"},
+			devices: []solver.Device{{GPU: 0, Resource: mig2g, Start: 0}, {GPU: 0, Resource: mig2g, Start: 2}, {GPU: 1, Resource: mig3g, Start: 4}, {GPU: 1, Resource: mig1g, Start: 3}, {GPU: 1, Resource: mig2g, Start: 0}}},
+		{name: "both GPUs used",
+			gpus: gpus(migGPU(0, "1g.10gb@0*"), migGPU(1, "1g.10gb@1*", "1g.10gb@5*")), pod: []string{mig1g, "2", mig1g20, "1", mig2g, "2"},
+			devices: []solver.Device{{GPU: 0, Resource: mig2g, Start: 2}, {GPU: 1, Resource: mig1g, Start: 0}, {GPU: 1, Resource: mig1g, Start: 4}, {GPU: 1, Resource: mig1g20, Start: 6}, {GPU: 1, Resource: mig2g, Start: 2}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			snap := snapshot([]solver.Node{node("dyn", optedOut, tc.gpus, dynamic)}, pod("a", tc.pod...), with(pod("b", mig3g, "1"), age(-1)))
+			snap.Mix = mix
+			*solver.NoJointSearch = true
+			one, err := pl.Plan(snap)
+			*solver.NoJointSearch = false
+			if err != nil {
+				t.Fatal(err)
+			}
+			if one.Pods[0].Action != solver.ActionNone {
+				t.Fatalf("one by one, pod a is %s: the row does not need the joint search", outcome(one.Pods[0]))
+			}
+			// The cheapest, the same every run.
+			for run := range 5 {
+				res, err := pl.Plan(snap)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if diff := cmp.Diff(tc.devices, res.Pods[0].Devices); diff != "" {
+					t.Fatalf("run %d: pod a's devices (-want,+got):\n%s", run, diff)
+				}
+				if got := outcome(res.Pods[1]); res.Pods[1].Action == solver.ActionNone {
+					t.Fatalf("run %d: pod b (3g.40gb) is %s, want a device the cheapest fit leaves", run, got)
+				}
+			}
+			// The first fit found leaves none in some of 20 runs (it
+			// leaves one in about a third).
+			*solver.FirstJointFit = true
+			defer func() { *solver.FirstJointFit = false }()
+			worse := 0
+			for range 20 {
+				res, err := pl.Plan(snap)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Pods[0].Action == solver.ActionNone {
+					t.Fatal("the first fit found none")
+				}
+				if res.Pods[1].Action == solver.ActionNone {
+					worse++
+				}
+			}
+			if worse == 0 {
+				t.Error("the first fit found left pod b a 3g.40gb in all 20 runs: the row shows no difference")
+			}
+			t.Logf("the first fit found left no 3g.40gb in %d of 20 runs", worse)
+		})
+	}
+}

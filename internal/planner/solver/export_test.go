@@ -7,3 +7,8 @@ var NoFailMemo = &noFailMemo
 // NoJointSearch turns the exact search on dynamic nodes off, for
 // TestPlanDynamicNode's rows that placing devices one by one misses.
 var NoJointSearch = &noJointSearch
+
+// FirstJointFit has the exact search on dynamic nodes take the first fit
+// found, not the cheapest, for TestPlanDynamicNode's rows where they
+// differ.
+var FirstJointFit = &firstJointFit
