@@ -570,6 +570,7 @@ func TestAgent(t *testing.T) {
 		{"publication signalled", testPublicationSignalled},
 		{"DRA publication", testDRAPublication},
 		{"DRA dynamic mode refuses a layout", testDRADynamicRefusesLayout},
+		{"DRA reservation", testDRAReservation},
 		{"no pod-resources socket", testNoPodResourcesSocket},
 		{"label and config file", testLabelAndConfigFile},
 		{"label without config file", testLabelWithoutConfigFile},
