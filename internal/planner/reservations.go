@@ -47,9 +47,10 @@ func reservationManager(o *Options) string {
 // the recently lapsed ones. A reservation the Node carries already is not
 // written again, so a round at rest writes nothing.
 //
-// Only nodes whose agent serves the device plugin are reserved: on a DRA
-// node the agent withholds nothing yet (docs/PLANNER.md, "Reservations").
-// In dry-run mode, or with Policy.Max 0, none are made, and those the
+// Nodes served through the device plugin and through DRA alike are
+// reserved: the device plugin's agent withholds the reserved GPUs' free
+// devices from the kubelet, a DRA agent taints them in its ResourceSlices
+// (docs/PLANNER.md, "Reservations"). In dry-run mode, or with Policy.Max 0, none are made, and those the
 // planner wrote are removed.
 func (d *decision) reservations(o *Options, m *memory, now time.Time, nodes []*corev1.Node, views []plansnap.Node, pending []*corev1.Pod) []nodeWrite {
 	byName := make(map[string]*corev1.Node, len(nodes))
@@ -80,7 +81,7 @@ func (d *decision) reservations(o *Options, m *memory, now time.Time, nodes []*c
 		in := reserve.Input{Now: now, Pending: pending, Cooldown: o.Policy.Cooldown, Held: held, Lapsed: m.lapsed}
 		for _, v := range views {
 			n := byName[v.Name]
-			if n == nil || n.Labels[nodeinfo.LabelServing] == nodeinfo.ServingDRA {
+			if n == nil {
 				continue
 			}
 			if _, foreign := n.Annotations[nodeinfo.AnnotationReservation]; foreign && !slices.ContainsFunc(held, func(r reserve.Reservation) bool { return r.Node == n.Name }) {

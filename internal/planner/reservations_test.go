@@ -173,11 +173,32 @@ func TestReservationWrites(t *testing.T) {
 			},
 		},
 		{
-			name: "a DRA node is not reserved: its agent withholds nothing",
+			name: "a DRA node is reserved as a device-plugin node is: its agent taints the free devices",
 			opts: []func(*Options){withReservations(4)},
 			setup: func(c *cluster) {
 				n := c.addNode("n1", wholeGPUs(2)...)
 				n.Labels[nodeinfo.LabelServing] = nodeinfo.ServingDRA
+				c.pod("big", resourcename.GPU, 2)
+			},
+			steps: []step{
+				{
+					after:    6 * time.Minute,
+					want:     []string{"n1 " + nodeinfo.AnnotationReservation},
+					events:   []string{"GPUsReserved Node n1: node n1 GPUs 0, 1 reserved for pod ns/big until " + deadline, "GPUsReserved Pod big"},
+					reserved: map[string]string{"n1": "GPUs 0, 1 reserved for pod ns/big until " + deadline},
+				},
+				{after: 7 * time.Minute, reserved: map[string]string{"n1": "GPUs 0, 1 reserved for pod ns/big until " + deadline}},
+			},
+		},
+		{
+			name: "a dynamic DRA node's MIG GPUs are not reserved: nothing there makes them whole",
+			opts: []func(*Options){withReservations(4)},
+			setup: func(c *cluster) {
+				gpus := wholeGPUs(2)
+				gpus[1].MigMode = nodeinfo.MigModeEnabled
+				n := c.addNode("n1", gpus...)
+				n.Labels[nodeinfo.LabelServing] = nodeinfo.ServingDRA
+				n.Labels[nodeinfo.LabelDRAMode] = nodeinfo.DRAModeDynamic
 				c.pod("big", resourcename.GPU, 2)
 			},
 			steps: []step{{after: 6 * time.Minute}},

@@ -14,8 +14,10 @@ import (
 // AnnotationReservation is where the planner writes the reservation it
 // holds on a node (internal/planner/reserve): some of its GPUs kept for one
 // pod that waits for several whole GPUs, as JSON (Reservation). The agent
-// withholds those GPUs' free devices from every other pod until the
-// reservation's GPUs are all free, then offers them at once; it honours
+// withholds those GPUs' free devices from every other pod (the device
+// plugin from the kubelet; a DRA node with a NoSchedule device taint in
+// its ResourceSlices) until the reservation's GPUs are all free and whole,
+// then offers them at once; it honours
 // the deadline itself, so a planner that stopped strands no node. The
 // planner writes it under its own field manager for reservations and
 // removes it when the reservation ends.

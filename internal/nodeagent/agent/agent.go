@@ -294,8 +294,11 @@ type Agent struct {
 	// resvIDs are the devices withheld for the Node's reservation, until
 	// when that answer holds (see honourReservation); resvBad is the last
 	// reservation that did not parse, and resvUnsupported whether a
-	// Server that cannot withhold was reported, each logged once.
+	// Server that cannot withhold was reported, each logged once;
+	// resvPassed is the reservation last handed to a Reserver (its
+	// encoding, "" for none).
 	resvIDs         []string
+	resvPassed      string
 	resvUntil       time.Time
 	resvBad         string
 	resvUnsupported bool

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -412,6 +413,174 @@ func testDRADynamicReportsInstancesAtOnce(t *testing.T, api *apiServer) {
 		}
 		if got := counts.get("PATCH nodes") - patches; float64(got) != step.writes {
 			t.Errorf("%s: %d Node writes in all, want %v", step.name, got, step.writes)
+		}
+	}
+}
+
+// sliceWriteCounter counts a client's writes of ResourceSlices (anything
+// but GET), as sent on the wire.
+type sliceWriteCounter struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (c *sliceWriteCounter) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if r.Method != http.MethodGet && strings.Contains(r.URL.Path, "/resourceslices") && !strings.Contains(r.URL.RawQuery, "dryRun") {
+			c.mu.Lock()
+			c.n++
+			c.mu.Unlock()
+		}
+		return rt.RoundTrip(r)
+	})
+}
+
+func (c *sliceWriteCounter) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+// publishedDevices are the node's devices in the API server's slices,
+// "name" or, with the reserved taint, "name=value", sorted.
+func publishedDevices(t *testing.T, api *apiServer, nodeName string) []string {
+	t.Helper()
+	list, err := api.client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{FieldSelector: fields.AndSelectors(
+		fields.OneTermEqualSelector(resourceapi.ResourceSliceSelectorDriver, dra.DriverName),
+		fields.OneTermEqualSelector(resourceapi.ResourceSliceSelectorNodeName, nodeName),
+	).String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := []string{}
+	for _, s := range list.Items {
+		for _, d := range s.Spec.Devices {
+			key := d.Name
+			for _, tn := range d.Taints {
+				if tn.Key == dra.TaintReserved && tn.Effect == resourceapi.DeviceTaintEffectNoSchedule {
+					key += "=" + tn.Value
+				}
+			}
+			out = append(out, key)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// keepsTaints tells whether the API server keeps device taints: from
+// 1.36 on by default (DRADeviceTaints beta, GA in 1.37); 1.35 drops them.
+func keepsTaints(t *testing.T, api *apiServer) bool {
+	t.Helper()
+	v, err := api.client.Discovery().ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	minor, err := strconv.Atoi(strings.TrimRight(v.Minor, "+"))
+	if err != nil {
+		t.Fatalf("server version %+v: %v", v, err)
+	}
+	return v.Major != "1" || minor >= 36
+}
+
+// testDRAReservation: on a node served through DRA (static mode), the
+// Node's reservation (the planner's annotation) reaches the API server's
+// ResourceSlice as a NoSchedule taint on the reserved GPUs' free devices
+// while they are not all free and whole (here GPU 2 is MIG, with two
+// instances), and is lifted when the reservation holds only whole free
+// GPUs, and at its deadline on the agent's own timer; each change writes
+// the slice once, and Node changes that leave the reservation as it is
+// write nothing.
+func testDRAReservation(t *testing.T, api *apiServer) {
+	n := newNode(t, api, withGPUs("H100-SXM5-80GB", 3))
+	part := nvmlmig.NewPartitioner(n.lib)
+	if err := part.SetMigMode(2, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, start := range []int{0, 4} {
+		if _, err := part.CreateInstance(2, "3g.40gb", start); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writes := &sliceWriteCounter{}
+	cfg := rest.CopyConfig(api.cfg)
+	cfg.WrapTransport = writes.wrap
+	srv := startDRAServer(t, n, kubernetes.NewForConfigOrDie(cfg))
+	// The deadline's clock and timer are the test's.
+	var mu sync.Mutex
+	offset := time.Duration(0)
+	lapse := make(chan time.Time)
+	n.start(func(o *Options, _ *deviceplugin.Options) {
+		o.Server = srv
+		o.RetryInterval, o.ResyncInterval, o.AllocatableTimeout = time.Hour, time.Hour, time.Hour
+		o.now = func() time.Time {
+			mu.Lock()
+			defer mu.Unlock()
+			return time.Now().Add(offset)
+		}
+		o.lapseAfter = func(time.Duration) <-chan time.Time { return lapse }
+	})
+	waitSlices(t, api, n.name, []int{4})
+	// The first publication's writes settle (the node has no layout to
+	// apply, so no state to wait for).
+	time.Sleep(time.Second)
+	if got, want := publishedDevices(t, api, n.name), []string{"gpu-0", "gpu-1", "gpu-2-mig-3g40gb-9-0", "gpu-2-mig-3g40gb-9-4"}; !slices.Equal(got, want) {
+		t.Fatalf("the slices list %v before any reservation, want %v", got, want)
+	}
+
+	reserve := func(gpus ...int) {
+		t.Helper()
+		v, err := nodeinfo.Reservation{Pod: "ml/big", UID: "uid-big", GPUs: gpus, Since: time.Now(), Ready: time.Now(), Deadline: time.Now().Add(time.Hour)}.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.annotate(nodeinfo.AnnotationReservation, v)
+	}
+	const migA, migB = "gpu-2-mig-3g40gb-9-0", "gpu-2-mig-3g40gb-9-4"
+	all := []string{"gpu-0", "gpu-1", migA, migB}
+	// Where the server drops taints (1.35) the reserved devices are left
+	// out instead, found at the first publication with taints: that one
+	// is written, comes back without them, and is written again.
+	held, firstWrites := []string{"gpu-0=uid-big", "gpu-1", migA + "=uid-big", migB + "=uid-big"}, 1
+	if !keepsTaints(t, api) {
+		held, firstWrites = []string{"gpu-1"}, 2
+	}
+	t.Logf("the API server keeps device taints: %v", keepsTaints(t, api))
+	steps := []struct {
+		what   string
+		do     func()
+		want   []string
+		writes int
+	}{
+		{"GPUs 0 and 2 reserved: GPU 2 is MIG, so both GPUs' free devices are kept", func() { reserve(0, 2) }, held, firstWrites},
+		{"the Node changes, the reservation does not: nothing written", func() { n.annotate("example.com/note", "touched") }, held, 0},
+		{"GPUs 0 and 1 reserved: both free and whole, offered together", func() { reserve(0, 1) }, all, 1},
+		{"GPUs 0 and 2 again", func() { reserve(0, 2) }, held, 1},
+		{"the deadline passes on the agent's clock: lifted", func() {
+			mu.Lock()
+			offset = 2 * time.Hour
+			mu.Unlock()
+			select {
+			case lapse <- time.Now():
+			case <-time.After(hangTimeout):
+				t.Fatal("the agent never took its deadline's timer")
+			}
+		}, all, 1},
+	}
+	for _, s := range steps {
+		before := writes.count()
+		s.do()
+		deadline := time.Now().Add(hangTimeout)
+		for got := publishedDevices(t, api, n.name); !slices.Equal(got, s.want); got = publishedDevices(t, api, n.name) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the slices list %v, want %v", s.what, got, s.want)
+			}
+			time.Sleep(pollInterval) // polling a condition the API server does not signal here
+		}
+		// A write that should not happen is given the time to.
+		time.Sleep(time.Second)
+		if got := writes.count() - before; got != s.writes {
+			t.Errorf("%s: %d ResourceSlice writes, want %d", s.what, got, s.writes)
 		}
 	}
 }

@@ -571,6 +571,7 @@ func TestAgent(t *testing.T) {
 		{"DRA publication", testDRAPublication},
 		{"DRA dynamic mode refuses a layout", testDRADynamicRefusesLayout},
 		{"DRA dynamic mode reports instances at once", testDRADynamicReportsInstancesAtOnce},
+		{"DRA reservation", testDRAReservation},
 		{"no pod-resources socket", testNoPodResourcesSocket},
 		{"label and config file", testLabelAndConfigFile},
 		{"label without config file", testLabelWithoutConfigFile},

@@ -21,6 +21,18 @@ type Withholder interface {
 	Withhold(ids []string)
 }
 
+// Reserver is a Server that decides by itself which devices a
+// reservation keeps from other pods: the DRA server, whose driver knows
+// the claims as they are allocated and prepared, and taints the reserved
+// GPUs' free devices in its ResourceSlices until they are all free and
+// whole (draplugin.Driver.Reserve). The agent hands it the Node's
+// reservation while it is active, and nil from its deadline on, by its
+// own timer.
+type Reserver interface {
+	// Reserve makes r the node's reservation; nil ends it.
+	Reserve(r *nodeinfo.Reservation)
+}
+
 // withholding is what a reservation keeps from the kubelet now.
 type withholding struct {
 	// ids are the device IDs withheld, sorted.
@@ -113,6 +125,10 @@ func (a *Agent) honourReservation(node *corev1.Node) {
 		return
 	}
 	r := a.reservation(node)
+	if rs, ok := a.opts.Server.(Reserver); ok {
+		a.reserveThrough(rs, r)
+		return
+	}
 	w := withheld(r, a.gpus, a.inUse, a.opts.now())
 	a.resvUntil = w.until
 	if slices.Equal(w.ids, a.resvIDs) {
@@ -136,5 +152,33 @@ func (a *Agent) honourReservation(node *corev1.Node) {
 		log.Info("Withholding devices for a reservation", "devices", w.ids)
 	} else {
 		log.Info("Offering the reserved devices again")
+	}
+}
+
+// reserveThrough hands a Reserver the node's reservation while it is
+// active, nil once it is not (none, unreadable, or its deadline passed),
+// and sets when to look again (the deadline). It calls the Reserver only
+// when that changed.
+func (a *Agent) reserveThrough(rs Reserver, r *nodeinfo.Reservation) {
+	var active *nodeinfo.Reservation
+	key, why := "", "no reservation"
+	a.resvUntil = time.Time{}
+	if r != nil {
+		why = "its deadline passed"
+		if r.Active(a.opts.now()) {
+			active, a.resvUntil = r, r.Deadline
+			// The annotation's value names it: pod, UID, GPUs, times.
+			key, _ = r.Encode()
+		}
+	}
+	if key == a.resvPassed {
+		return
+	}
+	a.resvPassed = key
+	rs.Reserve(active)
+	if active != nil {
+		a.log.Info("Handing the reservation to the device server: it keeps the reserved GPUs' free devices from other pods until they are all free and whole", "reservation", active.String())
+	} else {
+		a.log.Info("No reservation for the device server to honour", "why", why)
 	}
 }

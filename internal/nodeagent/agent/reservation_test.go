@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/migflex/migflex/internal/domain/mig"
@@ -165,4 +167,74 @@ func TestAgentHonoursReservation(t *testing.T) {
 	mu.Unlock()
 	lapse <- time.Now()
 	waitHealth("deadline passed: offered", map[string]bool{g0: true, g1: true, g2: true})
+}
+
+// reserver is a Server that honours reservations itself (the DRA
+// server); it records what it is handed, "" for nil.
+type reserver struct {
+	Server
+	got []string
+}
+
+func (r *reserver) Reserve(res *nodeinfo.Reservation) {
+	if res == nil {
+		r.got = append(r.got, "")
+		return
+	}
+	r.got = append(r.got, res.String())
+}
+
+// TestReserveThrough: a Server that is a Reserver (the DRA server) is
+// handed the Node's reservation while it is active, once per change, and
+// nil when it goes, does not parse, or its deadline passes, by the
+// agent's own clock; the deadline is when the agent looks again.
+func TestReserveThrough(t *testing.T) {
+	now := time.Date(2026, 12, 2, 18, 0, 0, 0, time.UTC)
+	deadline := now.Add(time.Minute)
+	encode := func(r nodeinfo.Reservation) string {
+		t.Helper()
+		v, err := r.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	resv := nodeinfo.Reservation{Pod: "ml/big", UID: "uid-big", GPUs: []int{0, 1}, Since: now, Ready: now, Deadline: deadline}
+	other := resv
+	other.GPUs = []int{1, 2}
+	steps := []struct {
+		what  string
+		value string // the annotation; "-" for none
+		at    time.Time
+		want  []string
+		until time.Time
+	}{
+		{"no reservation: nothing handed", "-", now, nil, time.Time{}},
+		{"a reservation: handed, looked at again at its deadline", encode(resv), now, []string{resv.String()}, deadline},
+		{"the Node changes, the reservation does not: nothing", encode(resv), now.Add(time.Second), nil, deadline},
+		{"another reservation: handed", encode(other), now.Add(2 * time.Second), []string{other.String()}, deadline},
+		{"its deadline passes on the agent's clock: ended", encode(other), deadline, []string{""}, time.Time{}},
+		{"and stays ended", encode(other), deadline.Add(time.Second), nil, time.Time{}},
+		{"a new one", encode(nodeinfo.Reservation{Pod: "ml/big", GPUs: []int{0}, Deadline: deadline.Add(time.Hour)}), deadline.Add(2 * time.Second),
+			[]string{"GPU 0 reserved for pod ml/big until " + deadline.Add(time.Hour).UTC().Format(time.RFC3339)}, deadline.Add(time.Hour)},
+		{"one that does not parse: ended", "{", deadline.Add(3 * time.Second), []string{""}, time.Time{}},
+	}
+	srv := &reserver{}
+	clock := now
+	a := &Agent{opts: Options{Server: srv, now: func() time.Time { return clock }}, log: klog.Background()}
+	for _, s := range steps {
+		node := &corev1.Node{}
+		if s.value != "-" {
+			node.Annotations = map[string]string{nodeinfo.AnnotationReservation: s.value}
+		}
+		clock = s.at
+		srv.got = nil
+		a.honourReservation(node)
+		if diff := cmp.Diff(s.want, srv.got); diff != "" {
+			t.Errorf("%s: handed (-want +got):\n%s", s.what, diff)
+		}
+		if !a.resvUntil.Equal(s.until) {
+			t.Errorf("%s: looks again at %v, want %v", s.what, a.resvUntil, s.until)
+		}
+	}
 }

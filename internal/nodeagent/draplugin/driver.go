@@ -86,6 +86,18 @@ type Driver struct {
 	// in this pool, prepared or not (ClaimEvents): use to steer by.
 	allocated map[string][]string
 	changed   chan struct{} // closed and replaced on every publication
+	// gpus are the GPUs last published (as read from NVML in dynamic
+	// mode), for the reservation's decision (dra.Held).
+	gpus []mig.GPU
+	// resv is the node's reservation (Reserve); resvHeld the devices the
+	// last publication kept from new claims for it, and resvHeldFor the
+	// pod UID their taint named. taintsDropped is set once the API server
+	// is seen to drop device taints: the reserved devices are then left
+	// out of the slices instead, whatever the unhealthy-device policy.
+	resv          *reservation
+	resvHeld      []string
+	resvHeldFor   string
+	taintsDropped bool
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -283,7 +295,7 @@ func (d *Driver) publishGPUsLocked(gpus []mig.GPU, unhealthy map[string]dra.Faul
 			return fmt.Errorf("cannot publish the layout: %w", err)
 		}
 	}
-	d.devices, d.byName, d.unhealthy = devs, dra.ByName(devs), maps.Clone(unhealthy)
+	d.devices, d.byName, d.unhealthy, d.gpus = devs, dra.ByName(devs), maps.Clone(unhealthy), gpus
 	present := map[string]bool{}
 	for _, dev := range devs {
 		present[dev.UUID] = true
@@ -310,9 +322,11 @@ func (d *Driver) publishLocked() error {
 	if err != nil {
 		return err
 	}
+	held := d.holdLocked(&res)
 	if err := d.helper.PublishResources(context.Background(), res); err != nil {
 		return fmt.Errorf("publishing ResourceSlices: %w", err)
 	}
+	d.noteHeldLocked(held)
 	d.published = res
 	close(d.changed)
 	d.changed = make(chan struct{})
@@ -458,11 +472,25 @@ func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 	if errors.As(err, &dropped) && slices.Contains(dropped.DisabledFeatures(), "DRADeviceTaints") {
 		d.mu.Lock()
 		defer d.mu.Unlock()
+		republish := false
+		if !d.taintsDropped {
+			// A reservation's devices are withdrawn whatever the
+			// unhealthy-device policy: a taint the server drops would
+			// offer them to every claim.
+			d.taintsDropped = true
+			republish = len(d.resvHeld) > 0
+			if republish {
+				d.logger.Info("The API server drops device taints (DRADeviceTaints is off); the reserved GPUs' free devices are withdrawn from the ResourceSlice instead")
+			}
+		}
 		if d.opts.Unhealthy == UnhealthyAuto && d.policy == dra.UnhealthyTaint {
 			d.logger.Info("The API server drops device taints (DRADeviceTaints is off); unhealthy devices are withdrawn from the ResourceSlice instead")
 			d.policy = dra.UnhealthyWithdraw
+			republish = true
+		}
+		if republish {
 			if perr := d.publishLocked(); perr != nil {
-				d.logger.Error(perr, "Republishing without unhealthy devices")
+				d.logger.Error(perr, "Republishing without the tainted devices")
 			}
 			return
 		}

@@ -210,8 +210,16 @@ func (d *Driver) inUseLocked() map[string]bool {
 // in the order the new use steers to. A failure leaves the last order
 // published, which still offers every device: it is logged only, and the
 // claim's Prepare or Unprepare stands.
+//
+// In static mode the order does not change with use; only what a
+// reservation keeps from new claims may (reholdLocked), and the slices
+// are written only then.
 func (d *Driver) steerLocked(logger klog.Logger, cause string) {
-	if d.mode != ModeDynamic || !d.started {
+	if !d.started {
+		return
+	}
+	if d.mode != ModeDynamic {
+		d.reholdLocked(logger, cause)
 		return
 	}
 	if err := d.publishLocked(); err != nil {

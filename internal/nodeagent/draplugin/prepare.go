@@ -62,7 +62,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 		}
 		out[c.UID] = kubeletplugin.PrepareResult{Devices: d.result(pc)}
 	}
-	if len(made) > 0 && d.mode == ModeDynamic {
+	if len(made) > 0 {
 		d.steerLocked(logger, "prepare")
 	}
 	d.mu.Unlock()

@@ -34,6 +34,10 @@ type Driver interface {
 	// Dynamic: the driver serves dynamic mode (every placement offered,
 	// the instance made at Prepare), not the layout the agent applies.
 	Dynamic() bool
+	// Reserve makes r the node's reservation, nil ending it: the driver
+	// keeps the reserved GPUs' free devices from new claims (a device
+	// taint) until they are all free and whole (draplugin.Driver.Reserve).
+	Reserve(r *nodeinfo.Reservation)
 }
 
 // HealthSource is the node's device health; *health.Watcher is the real
@@ -195,6 +199,11 @@ func (s *Server) Servable(gpus []mig.GPU) error {
 
 // ErrDynamicMode is why a DRA node in dynamic mode takes no layout.
 var ErrDynamicMode = errors.New("the DRA driver serves dynamic mode (--dra-mode=dynamic): it makes each MIG instance at a claim's Prepare and destroys at its next start every instance no claim holds, so it applies no layout; remove the node's mig.config, or serve static mode (--dra-mode=static)")
+
+// Reserve hands the node's reservation to the driver, which decides,
+// knowing the claims as they are prepared and allocated, which devices it
+// keeps from new claims (agent.Reserver).
+func (s *Server) Reserve(r *nodeinfo.Reservation) { s.opts.Driver.Reserve(r) }
 
 // Drain withdraws the devices from the slice and makes Prepare refuse
 // them (see draplugin.Driver.Drain).

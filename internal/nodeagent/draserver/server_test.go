@@ -68,6 +68,7 @@ func (f *fakeDriver) Visible(context.Context) (bool, error) {
 func (f *fakeDriver) SliceChanges() <-chan struct{} { return f.slices }
 func (f *fakeDriver) Fatal() <-chan error           { return f.fatal }
 func (f *fakeDriver) Dynamic() bool                 { return f.dynamic }
+func (f *fakeDriver) Reserve(*nodeinfo.Reservation) {}
 func (f *fakeDriver) Stop() {
 	f.mu.Lock()
 	defer f.mu.Unlock()

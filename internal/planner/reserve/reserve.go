@@ -44,7 +44,9 @@
 // remaining life of a heavy-tailed job: Lindy's rule); a pod of unknown
 // start and end never frees as far as this package knows. A MIG GPU frees
 // when its last instance in use ends and the planner may change it (its
-// cooldown, from its last change, has passed): it is made whole then.
+// cooldown, from its last change, has passed): it is made whole then. On
+// a node served through DRA in dynamic mode (solver.Node.Dynamic) a MIG
+// GPU never frees whole: nothing there turns MIG off.
 package reserve
 
 import (
@@ -319,6 +321,14 @@ func freeTimes(n *solver.Node, now time.Time, cooldown time.Duration) []gpuFree 
 			if g.InUse {
 				f.at, f.known = ends(now, g.Since, g.Until)
 			}
+			out = append(out, f)
+			continue
+		}
+		if n.Dynamic {
+			// Nothing on a dynamic DRA node turns MIG off: its agent
+			// applies no layout and Prepare never changes MIG mode, and
+			// a whole GPU is served there only with MIG off.
+			f.known = false
 			out = append(out, f)
 			continue
 		}

@@ -195,6 +195,23 @@ func TestDecide(t *testing.T) {
 			return p
 		}()},
 	}, {
+		name: "a dynamic DRA node's MIG GPU never frees whole: nothing there turns MIG off",
+		nodes: func() []solver.Node {
+			dyn := eightOf("a", migBusyFor(0))
+			dyn.Dynamic = true
+			return []solver.Node{dyn}
+		}(),
+		pods: []*corev1.Pod{gpusPod("p", 8, time.Hour)},
+	}, {
+		name: "... its whole GPUs do: reserved when k of them free",
+		nodes: func() []solver.Node {
+			dyn := eightOf("a", migBusyFor(0), busyFor(1, mins(2)))
+			dyn.Dynamic = true
+			return []solver.Node{dyn}
+		}(),
+		pods: []*corev1.Pod{gpusPod("p", 7, time.Hour)},
+		want: []string{"p@a[1 2 3 4 5 6 7] ready+2 deadline+4"},
+	}, {
 		name:  "Max 0: none",
 		nodes: []solver.Node{eightOf("a")},
 		pods:  []*corev1.Pod{gpusPod("p", 8, time.Hour)},
