@@ -89,15 +89,7 @@ func reservationPlans(p planner.Preview) []ReservationPlan {
 // describeReservationPlan says what a round does with a reservation; who
 // names its pod ("pod ns/big", or "it" in the pod's own explanation).
 func describeReservationPlan(r ReservationPlan, who string) string {
-	what := "GPU"
-	if len(r.GPUs) > 1 {
-		what = "GPUs"
-	}
-	gpus := make([]string, len(r.GPUs))
-	for i, g := range r.GPUs {
-		gpus[i] = fmt.Sprint(g)
-	}
-	held := fmt.Sprintf("node %s %s %s", r.Node, what, strings.Join(gpus, ", "))
+	held := "node " + r.Node + " " + gpuList(r.GPUs)
 	until := r.Deadline.UTC().Format(time.RFC3339)
 	switch r.Action {
 	case ReservationEnd:

@@ -576,15 +576,7 @@ func renderNode(w io.Writer, n NodeStatus, s style, wide bool, manualHold time.D
 // describeNodeReservation says a node's reservation in two lines: what is
 // held, for whom, since and until when, and where it stands.
 func describeNodeReservation(r *NodeReservation) []string {
-	what := "GPU"
-	if len(r.GPUs) > 1 {
-		what = "GPUs"
-	}
-	gpus := make([]string, len(r.GPUs))
-	for i, g := range r.GPUs {
-		gpus[i] = fmt.Sprint(g)
-	}
-	head := fmt.Sprintf("%s %s for pod %s since %s, until %s", what, strings.Join(gpus, ", "), r.Pod,
+	head := fmt.Sprintf("%s for pod %s since %s, until %s", gpuList(r.GPUs), r.Pod,
 		r.Since.UTC().Format(time.RFC3339), r.Deadline.UTC().Format(time.RFC3339))
 	if !r.Ready.IsZero() {
 		head += " (expected free at " + r.Ready.UTC().Format(time.RFC3339) + ")"
@@ -602,6 +594,19 @@ func describeNodeReservation(r *NodeReservation) []string {
 		state = "waiting, the free devices withheld: " + strings.Join(r.WaitingFor, "; ")
 	}
 	return []string{head, state}
+}
+
+// gpuList is "GPU 1" or "GPUs 1, 2", as nodeinfo.Reservation says them.
+func gpuList(idx []int) string {
+	what := "GPU"
+	if len(idx) > 1 {
+		what = "GPUs"
+	}
+	gpus := make([]string, len(idx))
+	for i, g := range idx {
+		gpus[i] = fmt.Sprint(g)
+	}
+	return what + " " + strings.Join(gpus, ", ")
 }
 
 // canMake says what a dynamic node can still make.
