@@ -79,6 +79,81 @@ run() {
 	eval "$1"
 }
 
+# The device-plugin and DRA parts below wait and show alike:
+# poll <tries> <command...>: runs the command every 0.5 s until it
+# succeeds, at most tries times; fails when it never did.
+poll() {
+	local tries=$1 i
+	shift
+	for ((i = 0; i < tries; i++)); do
+		"$@" && return 0
+		sleep 0.5
+	done
+	return 1
+}
+# admits <pod yaml> <how>: whether the webhook admits the pod as how says:
+# rewritten (a fallback annotated), reshape (left as asked, for the
+# planner) or as-is (neither). The webhook decides from its informers'
+# copies of the Nodes and slices, which trail the cluster: a server-side
+# dry run, which stores nothing, says what it does now.
+admits() {
+	local ann
+	ann=$(kubectl create --dry-run=server -o jsonpath='{.metadata.annotations}' -f - <<<"$1" 2>/dev/null) || return 1
+	case $2 in
+	rewritten) [[ $ann == *gpu-webhook.k8s.io/fallback* ]] ;;
+	reshape) [[ $ann == *migflex.io/reshape* ]] ;;
+	as-is) [[ $ann != *gpu-webhook.k8s.io/fallback* && $ann != *migflex.io/reshape* ]] ;;
+	*) die "admits: no such case $2" ;;
+	esac
+}
+# wait_admits <pod yaml> <how> <failure>: waits up to 30 s until the
+# webhook admits the pod as how says (admits), or dies with failure.
+wait_admits() {
+	poll 60 admits "$1" "$2" || die "$3 (kubectl -n gpu-webhook logs -l app=gpu-webhook)"
+}
+# apply_pod <pod yaml>: creates the pod, the command shown as typed.
+apply_pod() {
+	run "kubectl apply -f - <<EOF
+$1
+EOF"
+}
+# wait_phase <pod> <phase> <timeout>: waits for the pod's phase.
+wait_phase() {
+	run "kubectl wait --for=jsonpath='{.status.phase}'=$2 pod/$1 --timeout=$3"
+}
+# run_timed <pod yaml> <pod> <timeout>: creates the pod and waits until it
+# runs; TOOK_MS is how long that took from the apply, in ms.
+run_timed() {
+	local start
+	start=$(date +%s%N)
+	apply_pod "$1"
+	wait_phase "$2" Running "$3"
+	TOOK_MS=$((($(date +%s%N) - start) / 1000000))
+}
+# secs <ms>: "1.234 s".
+secs() { printf '%d.%03d s' $(($1 / 1000)) $(($1 % 1000)); }
+# wait_applied <node>: waits for the node's layout to be in place.
+wait_applied() {
+	run "kubectl wait --for=jsonpath='{.metadata.labels.nvidia\.com/mig\.config\.state}'=success node/$1 --timeout=180s"
+}
+# hand_to_planner <node>: the layout set by hand would keep the planner
+# off the node for 10 minutes (--manual-hold): removing the annotation
+# hands the node over at once (the GPUs keep their layout, the agent says
+# so), and the label opts it in.
+hand_to_planner() {
+	run "kubectl annotate node $1 nvidia.com/mig.config-"
+	run "kubectl label node $1 --overwrite migflex.io/planner=enabled"
+}
+# planned_events <pod>: the planner's MigReshapePlanned Events on the pod.
+planned_events() {
+	run "kubectl get events --field-selector involvedObject.name=$1,reason=MigReshapePlanned -o custom-columns=REASON:.reason,MESSAGE:.message"
+}
+# claim_of <pod>: the ResourceClaim made for the pod's extended resources
+# (extendedResourceClaimStatus); empty when it is not served through DRA.
+claim_of() {
+	kubectl get pod "$1" -o jsonpath='{.status.extendedResourceClaimStatus.resourceClaimName}'
+}
+
 # --- build -------------------------------------------------------------------
 step "Building migflex (bin/), the pinned Kubernetes $K8S_VERSION and containerd $CONTAINERD_VERSION binaries (cold: minutes, then cached) and the images"
 run "make build"
@@ -139,7 +214,7 @@ mig-configs:
 '"
 # success means the kubelet has put the new layout into the Node's
 # allocatable too: a pod can be scheduled on it from here on.
-run "kubectl wait --for=jsonpath='{.metadata.labels.nvidia\.com/mig\.config\.state}'=success node/$NODE --timeout=180s"
+wait_applied "$NODE"
 
 step "AFTER: the kubelet serves the MIG profiles (the whole GPUs read 0 now)"
 run "kubectl get node $NODE -L nvidia.com/mig.config.state -L nvidia.com/mig-7g.80gb.count -L nvidia.com/mig-3g.40gb.count -L nvidia.com/mig-1g.10gb.count"
@@ -163,18 +238,10 @@ spec:
     resources:
       limits:
         nvidia.com/mig-2g.20gb: 1"
-# The webhook decides from its informer's copy of the Node: make sure it
-# has seen the new allocatable (a server-side dry run stores nothing).
-for ((i = 0; i < 60; i++)); do
-	ann=$(kubectl create --dry-run=server -o jsonpath='{.metadata.annotations.gpu-webhook\.k8s\.io/fallback}' -f - <<<"$pod_yaml" 2>/dev/null) || ann=
-	[[ -n $ann ]] && break
-	sleep 0.5
-done
-[[ -n $ann ]] || die "the fallback webhook does not rewrite the demo pod (kubectl -n gpu-webhook logs -l app=gpu-webhook)"
-run "kubectl apply -f - <<EOF
-$pod_yaml
-EOF"
-run "kubectl wait --for=jsonpath='{.status.phase}'=Succeeded pod/$POD --timeout=120s"
+# The webhook must have seen the new allocatable.
+wait_admits "$pod_yaml" rewritten "the fallback webhook does not rewrite the demo pod"
+apply_pod "$pod_yaml"
+wait_phase "$POD" Succeeded 120s
 
 step "The webhook rewrote it to the nearest profile a node has, node $NODE's 1g.10gb, and it ran there"
 run "kubectl get pod $POD -o jsonpath='{.metadata.annotations.gpu-webhook\.k8s\.io/fallback}{\"\\n\"}'"
@@ -193,17 +260,11 @@ run "kubectl -n gpu-webhook rollout status deployment/migflex-planner --timeout=
 run "kubectl -n gpu-webhook rollout status deployment/gpu-webhook --timeout=180s"
 # The webhook's replicas share one port: the old ones (not reshape-first)
 # answer admissions until they are gone (preStop, then their drain).
+webhook_gone() { [[ -z $(kubectl -n gpu-webhook get pods -l "app=gpu-webhook,pod-template-hash=$1" -o name) ]]; }
 for hash in $(tr ' ' '\n' <<<"$old_webhook" | sort -u); do
-	for ((i = 0; i < 120; i++)); do
-		[[ -z $(kubectl -n gpu-webhook get pods -l "app=gpu-webhook,pod-template-hash=$hash" -o name) ]] && break
-		sleep 0.5
-	done
+	poll 120 webhook_gone "$hash" || true
 done
-# The layout above was set by hand: the planner would leave the node alone
-# for 10 minutes after that (--manual-hold). Removing the annotation hands
-# the node over at once: the GPUs keep their layout, the agent says so.
-run "kubectl annotate node $NODE nvidia.com/mig.config-"
-run "kubectl label node $NODE --overwrite migflex.io/planner=enabled"
+hand_to_planner "$NODE"
 
 step "A pod asks for nvidia.com/mig-2g.20gb again: the webhook, now reshape-first, leaves it as asked, and the planner reshapes a free GPU for it"
 planner_pod="apiVersion: v1
@@ -220,30 +281,19 @@ spec:
     resources:
       limits:
         nvidia.com/mig-2g.20gb: 1"
-# The webhook judges from its informer's copy of the Node, rebuilt at most
-# every second: a server-side dry run (it stores nothing) says when it has
-# seen the node opted in.
-for ((i = 0; i < 60; i++)); do
-	ann=$(kubectl create --dry-run=server -o jsonpath='{.metadata.annotations.migflex\.io/reshape}' -f - <<<"$planner_pod" 2>/dev/null) || ann=
-	[[ -n $ann ]] && break
-	sleep 0.5
-done
-[[ -n $ann ]] || die "the reshape-first webhook rewrites the demo pod (kubectl -n gpu-webhook logs -l app=gpu-webhook)"
-start=$(date +%s%N)
-run "kubectl apply -f - <<EOF
-$planner_pod
-EOF"
-run "kubectl wait --for=jsonpath='{.status.phase}'=Running pod/$PLANNER_POD --timeout=180s"
-took_ms=$((($(date +%s%N) - start) / 1000000))
-dp_took_ms=$took_ms
+# The webhook's copy of the Node, rebuilt at most every second, must show
+# the node opted in.
+wait_admits "$planner_pod" reshape "the reshape-first webhook rewrites the demo pod"
+run_timed "$planner_pod" "$PLANNER_POD" 180s
+dp_took_ms=$TOOK_MS
 limits=$(kubectl get pod "$PLANNER_POD" -o jsonpath='{.spec.containers[0].resources.limits}')
 [[ $limits == *mig-2g.20gb* ]] || die "the demo pod runs with $limits, not the nvidia.com/mig-2g.20gb it asked for"
-printf '\n%sThe pod was Running %d.%03d s after kubectl apply began (the agent writes the new counts into the Node allocatable once the kubelet holds the devices, --publish-allocatable; without it the scheduler waits for the next node status update of the kubelet, every 10 s by default).%s\n' "$bold" $((took_ms / 1000)) $((took_ms % 1000)) "$plain"
+printf '\n%sThe pod was Running %s after kubectl apply began (the agent writes the new counts into the Node allocatable once the kubelet holds the devices, --publish-allocatable; without it the scheduler waits for the next node status update of the kubelet, every 10 s by default).%s\n' "$bold" "$(secs "$dp_took_ms")" "$plain"
 
 step "What happened: the planner's Event on the pod, the agent's on the node, the new layout"
 run "kubectl get pod $PLANNER_POD -o jsonpath='{.metadata.annotations.migflex\\.io/reshape}{\"\\n\"}'"
 run "kubectl get pod $PLANNER_POD -o jsonpath='{.spec.containers[0].resources.limits}{\"\\n\"}'"
-run "kubectl get events --field-selector involvedObject.name=$PLANNER_POD,reason=MigReshapePlanned -o custom-columns=REASON:.reason,MESSAGE:.message"
+planned_events "$PLANNER_POD"
 run "kubectl get events --field-selector involvedObject.kind=Node,reason=MigConfigApplied --sort-by=.lastTimestamp -o custom-columns=REASON:.reason,MESSAGE:.message | tail -n 1"
 run "kubectl get node $NODE -o jsonpath='{.metadata.annotations.nvidia\.com/mig\.config}'"
 run "kubectl get node $NODE -L nvidia.com/mig.config.state -L nvidia.com/mig-2g.20gb.count"
@@ -290,13 +340,13 @@ mig-configs:
 # The state label may still read success from the layout before: wait for
 # the slice to list this one (success on a DRA node means it does).
 want=$(printf '%s\n' 1g.10gb 1g.10gb 1g.10gb 1g.10gb 1g.10gb 1g.10gb 1g.10gb 1g.10gb 3g.40gb 3g.40gb)
-for ((i = 0; i < 240; i++)); do
+# slice_lists <profiles>: whether the slice lists them (got: what it lists).
+slice_lists() {
 	got=$(kubectl get resourceslices --field-selector spec.nodeName="$DRA_NODE" -o jsonpath='{range .items[*].spec.devices[*]}{.attributes.profile.string}{"\n"}{end}' | sort)
-	[[ $got == "$want" ]] && break
-	sleep 0.5
-done
-[[ $got == "$want" ]] || die "the ResourceSlice lists $(tr '\n' ' ' <<<"$got"), not the layout set by hand"
-run "kubectl wait --for=jsonpath='{.metadata.labels.nvidia\.com/mig\.config\.state}'=success node/$DRA_NODE --timeout=180s"
+	[[ $got == "$1" ]]
+}
+poll 240 slice_lists "$want" || die "the ResourceSlice lists $(tr '\n' ' ' <<<"$got"), not the layout set by hand"
+wait_applied "$DRA_NODE"
 run "kubectl get resourceslices"
 run "kubectl get resourceslices --field-selector spec.nodeName=$DRA_NODE -o jsonpath='{range .items[*].spec.devices[*]}{.name}{\"\\t\"}{.attributes.profile.string}{\"\\t\"}{.attributes.uuid.string}{\"\\n\"}{end}'"
 run "kubectl get deviceclasses migflex.io gpu.migflex.io mig-1g.10gb.migflex.io mig-2g.20gb.migflex.io mig-3g.40gb.migflex.io -o custom-columns=NAME:.metadata.name,EXTENDED-RESOURCE:.spec.extendedResourceName"
@@ -320,56 +370,28 @@ spec:
       limits:
         nvidia.com/mig-1g.10gb: 1"
 # The webhook reads the node's supply from its informer's copy of the
-# slices: a server-side dry run says when it lets the pod through as it is.
-# admitted_as_is <pod yaml> <what>: waits for that, or dies naming what.
-admitted_as_is() {
-	local ann i
-	for ((i = 0; i < 60; i++)); do
-		if ann=$(kubectl create --dry-run=server -o jsonpath='{.metadata.annotations}' -f - <<<"$1" 2>/dev/null) &&
-			[[ $ann != *gpu-webhook.k8s.io/fallback* && $ann != *migflex.io/reshape* ]]; then
-			return 0
-		fi
-		sleep 0.5
-	done
-	die "the webhook does not admit $2 as it is (kubectl -n gpu-webhook logs -l app=gpu-webhook)"
-}
-admitted_as_is "$dra_pod" "the DRA demo pod"
-run "kubectl apply -f - <<EOF
-$dra_pod
-EOF"
-run "kubectl wait --for=jsonpath='{.status.phase}'=Succeeded pod/$DRA_POD --timeout=120s"
+# slices: it must let the pod through as it is.
+wait_admits "$dra_pod" as-is "the webhook does not admit the DRA demo pod as it is"
+apply_pod "$dra_pod"
+wait_phase "$DRA_POD" Succeeded 120s
 run "kubectl get pod $DRA_POD -o jsonpath='{.status.extendedResourceClaimStatus}{\"\\n\"}'"
-claim=$(kubectl get pod "$DRA_POD" -o jsonpath='{.status.extendedResourceClaimStatus.resourceClaimName}')
-[[ -n $claim ]] || die "the DRA demo pod has no extendedResourceClaimStatus: not served through DRA"
+[[ -n $(claim_of "$DRA_POD") ]] || die "the DRA demo pod has no extendedResourceClaimStatus: not served through DRA"
 run "kubectl logs $DRA_POD | grep -E '^NVIDIA_VISIBLE_DEVICES'"
 run "kubectl delete pod $DRA_POD"
 
 step "DRA: the planner reshapes node $DRA_NODE for a pod asking for nvidia.com/mig-2g.20gb, as it did on the device-plugin path"
-# As above: removing the hand-set annotation hands the node to the planner.
-run "kubectl annotate node $DRA_NODE nvidia.com/mig.config-"
-run "kubectl label node $DRA_NODE --overwrite migflex.io/planner=enabled"
+hand_to_planner "$DRA_NODE"
 dra_planner_pod=${planner_pod//$PLANNER_POD/$DRA_PLANNER_POD}
 dra_planner_pod=${dra_planner_pod/spec:/spec:
   nodeSelector:
     kubernetes.io/hostname: $DRA_NODE}
-for ((i = 0; i < 60; i++)); do
-	ann=$(kubectl create --dry-run=server -o jsonpath='{.metadata.annotations.migflex\.io/reshape}' -f - <<<"$dra_planner_pod" 2>/dev/null) || ann=
-	[[ -n $ann ]] && break
-	sleep 0.5
-done
-[[ -n $ann ]] || die "the reshape-first webhook leaves the DRA demo pod to the planner (kubectl -n gpu-webhook logs -l app=gpu-webhook)"
-start=$(date +%s%N)
-run "kubectl apply -f - <<EOF
-$dra_planner_pod
-EOF"
-run "kubectl wait --for=jsonpath='{.status.phase}'=Running pod/$DRA_PLANNER_POD --timeout=180s"
-dra_took_ms=$((($(date +%s%N) - start) / 1000000))
-[[ -n $(kubectl get pod "$DRA_PLANNER_POD" -o jsonpath='{.status.extendedResourceClaimStatus.resourceClaimName}') ]] ||
-	die "the DRA planner demo pod runs without a claim: not served through DRA"
-secs() { printf '%d.%03d s' $(($1 / 1000)) $(($1 % 1000)); }
+wait_admits "$dra_planner_pod" reshape "the reshape-first webhook leaves the DRA demo pod to the planner"
+run_timed "$dra_planner_pod" "$DRA_PLANNER_POD" 180s
+dra_took_ms=$TOOK_MS
+[[ -n $(claim_of "$DRA_PLANNER_POD") ]] || die "the DRA planner demo pod runs without a claim: not served through DRA"
 printf '\n%sPlanner reshape, kubectl apply to Running: DRA %s; device plugin (above) %s. On DRA the scheduler sees the new device when the agent republishes the ResourceSlice; on the device-plugin path when the agent writes the allocatable the kubelet holds (--publish-allocatable), not at the next status update of the kubelet.%s\n' \
 	"$bold" "$(secs "$dra_took_ms")" "$(secs "$dp_took_ms")" "$plain"
-run "kubectl get events --field-selector involvedObject.name=$DRA_PLANNER_POD,reason=MigReshapePlanned -o custom-columns=REASON:.reason,MESSAGE:.message"
+planned_events "$DRA_PLANNER_POD"
 run "kubectl get pod $DRA_PLANNER_POD -o jsonpath='{.status.extendedResourceClaimStatus}{\"\\n\"}'"
 run "kubectl get resourceslices --field-selector spec.nodeName=$DRA_NODE -o jsonpath='{range .items[*].spec.devices[*]}{.name}{\"\\t\"}{.attributes.profile.string}{\"\\n\"}{end}'"
 
@@ -388,13 +410,14 @@ run "kubectl wait --for=jsonpath='{.metadata.labels.migflex\.io/dra-mode}'=dynam
 # The new driver destroys the idle instances of the layout before, then
 # publishes the placements: 26 devices per A100 (25 placements and the
 # whole GPU), all of them once no instance is left.
-for ((i = 0; i < 240; i++)); do
+# dynamic_published: whether the slices offer counters and the 52
+# devices (counters, devices: what they offer).
+dynamic_published() {
 	counters=$(kubectl get resourceslices --field-selector spec.nodeName="$DRA_NODE" -o jsonpath='{.items[*].spec.sharedCounters[*].name}')
 	devices=$(kubectl get resourceslices --field-selector spec.nodeName="$DRA_NODE" -o jsonpath='{range .items[*].spec.devices[*]}{.name}{"\n"}{end}' | grep -c . || true)
-	[[ -n $counters && $devices == 52 ]] && break
-	sleep 0.5
-done
-[[ -n $counters && $devices == 52 ]] || die "node $DRA_NODE's slices do not offer dynamic mode's placements (counter sets: '$counters', $devices devices, want 52)"
+	[[ -n $counters && $devices == 52 ]]
+}
+poll 240 dynamic_published || die "node $DRA_NODE's slices do not offer dynamic mode's placements (counter sets: '$counters', $devices devices, want 52)"
 
 step "DRA dynamic mode: the slices offer every profile at every placement, each consuming its GPU's counters; no instance exists yet"
 run "kubectl get resourceslices --field-selector spec.nodeName=$DRA_NODE"
@@ -421,29 +444,21 @@ spec:
         nvidia.com/mig-3g.40gb: 1"
 # As above: the webhook lets it through as it is once its copy of the
 # slices shows the node can make a 3g.40gb.
-admitted_as_is "$dyn_pod" "the dynamic-mode demo pod"
-start=$(date +%s%N)
-run "kubectl apply -f - <<EOF
-$dyn_pod
-EOF"
-run "kubectl wait --for=jsonpath='{.status.phase}'=Running pod/$DYN_POD --timeout=120s"
-dyn_took_ms=$((($(date +%s%N) - start) / 1000000))
-claim=$(kubectl get pod "$DYN_POD" -o jsonpath='{.status.extendedResourceClaimStatus.resourceClaimName}')
+wait_admits "$dyn_pod" as-is "the webhook does not admit the dynamic-mode demo pod as it is"
+run_timed "$dyn_pod" "$DYN_POD" 120s
+dyn_took_ms=$TOOK_MS
+claim=$(claim_of "$DYN_POD")
 [[ -n $claim ]] || die "the dynamic-mode demo pod runs without a claim: not served through DRA"
 printf '\n%sRunning %s after kubectl apply began, with no layout asked for: the instance was made at Prepare.%s\n' "$bold" "$(secs "$dyn_took_ms")" "$plain"
 # The driver writes status.devices just after Prepare answers.
-for ((i = 0; i < 40; i++)); do
-	[[ -n $(kubectl get resourceclaim "$claim" -o jsonpath='{.status.devices[*].data.uuid}') ]] && break
-	sleep 0.5
-done
+prepared() { [[ -n $(kubectl get resourceclaim "$1" -o jsonpath='{.status.devices[*].data.uuid}') ]]; }
+poll 40 prepared "$claim" || true
 run "kubectl get resourceclaim $claim -o jsonpath='{range .status.allocation.devices.results[*]}allocated: {.device}{\"\\n\"}{end}{range .status.devices[*]}status.devices: {.data}{\"\\n\"}{end}'"
 run "kubectl exec $DYN_POD -- /testbox env | grep -E '^NVIDIA_VISIBLE_DEVICES'"
 # The agent reads the GPUs again once its in-use poll (every 2 s) finds
 # the pod on an instance it has not seen: then its layout names both.
-for ((i = 0; i < 60; i++)); do
-	[[ $(kubectl get node "$DRA_NODE" -o jsonpath='{.metadata.annotations.migflex\.io/mig\.layout}') == *"$NS/$DYN_POD"* ]] && break
-	sleep 0.5
-done
+layout_names() { [[ $(kubectl get node "$DRA_NODE" -o jsonpath='{.metadata.annotations.migflex\.io/mig\.layout}') == *"$1"* ]]; }
+poll 60 layout_names "$NS/$DYN_POD" || true
 run "kubectl migflex status $DRA_NODE"
 fi
 

@@ -29,7 +29,7 @@ func TestPlan(t *testing.T) {
 	client := fakeClient(n, out1, pendingPod("p", mig3g, 1), pendingPod("q", mig7g, 1))
 	code, out, errOut := run(t, client, "", "plan")
 	want := `Dry run of the planner's next round with the planner's defaults (cooldown 2m0s,
-at most 64 GPUs per round); nothing is written.
+at most 64 GPUs per round, at most 4 reservations); nothing is written.
 
 PENDING PODS (2)
   ns/p asks 1 x nvidia.com/mig-3g.40gb: reshape on gpu-a

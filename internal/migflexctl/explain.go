@@ -176,10 +176,14 @@ type PlannerView struct {
 	Considered bool   `json:"considered"`
 	Action     string `json:"action,omitempty"`
 	Node       string `json:"node,omitempty"`
-	// Event is the Event the round would record on the pod.
+	// Event is the Event the round would record on the pod (a
+	// reservation's aside).
 	Event string `json:"event,omitempty"`
 	// Reason explains action none.
 	Reason string `json:"reason,omitempty"`
+	// Reservation is what the round does with a reservation for the pod:
+	// keeps it, writes it, or ends it (and why).
+	Reservation *ReservationPlan `json:"reservation,omitempty"`
 }
 
 // plannerEventReasons are the Event reasons shown from the pod's Events:
@@ -299,7 +303,7 @@ func Explain(ctx context.Context, pod *corev1.Pod, nodes []corev1.Node, pods []c
 	for i := range pods {
 		podPtrs = append(podPtrs, &pods[i])
 	}
-	preview, err := planner.PreviewRound(planner.Options{Policy: solver.DefaultPolicy()}, now, nodePtrs, podPtrs, view)
+	preview, err := planner.PreviewRound(previewOptions(), now, nodePtrs, podPtrs, view)
 	if err != nil {
 		return ex, fmt.Errorf("the planner's round: %w", err)
 	}
@@ -376,8 +380,15 @@ func plannerView(p planner.Preview, pod *corev1.Pod) *PlannerView {
 	pp := p.Result.Pods[i]
 	v.Action, v.Node, v.Reason = string(pp.Action), pp.Node, pp.Reason
 	for _, e := range p.Events {
-		if e.Pod == key {
+		// A reservation's Events are said by Reservation.
+		if e.Pod == key && e.Reason != planner.ReasonReserved && e.Reason != planner.ReasonReservationEnded {
 			v.Event = e.Reason + ": " + e.Message
+		}
+	}
+	for _, r := range reservationPlans(p) {
+		if r.Pod == key {
+			v.Reservation = &r
+			break
 		}
 	}
 	return v
@@ -558,7 +569,16 @@ func renderExplanation(w io.Writer, ex Explanation, s style) {
 		put("  note:        ", n)
 	}
 	if p := ex.Planner; p != nil {
+		r := p.Reservation
+		if r != nil && (r.Action == ReservationEnd || p.Action != string(solver.ActionNone)) {
+			put("  planner now: ", describeReservationPlan(*r, "it"))
+		}
 		switch {
+		case r != nil && r.Action != ReservationEnd && p.Action == string(solver.ActionNone):
+			// The round gives the reserved GPUs to no other pod; the pod
+			// waits for the scheduler to bind it once they are free.
+			put("  planner now: ", describeReservationPlan(*r, "it")+
+				": they go to no other pod, and the node's agent offers them once all are free and whole")
 		case !p.Considered:
 			put("  planner now: ", "does not plan for it: "+cmp.Or(p.Reason, "the scheduler has not marked it unschedulable (yet)"))
 		case p.Action == string(solver.ActionExisting):

@@ -11,8 +11,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/migflex/migflex/internal/domain/nodeinfo"
 	"github.com/migflex/migflex/internal/domain/schedview"
 	"github.com/migflex/migflex/internal/planner"
+	"github.com/migflex/migflex/internal/planner/reserve"
 	"github.com/migflex/migflex/internal/planner/solver"
 )
 
@@ -22,6 +24,9 @@ type PlanView struct {
 	Policy string     `json:"policy"`
 	Pods   []PodView  `json:"pods"`
 	Nodes  []NodeView `json:"nodes"`
+	// Reservations are the reservations the round would hold (kept or
+	// written) and those it would end.
+	Reservations []ReservationPlan `json:"reservations,omitempty"`
 	// Events are the Events the round would record on pods.
 	Events   []planner.PreviewEvent `json:"events,omitempty"`
 	Warnings []string               `json:"warnings,omitempty"`
@@ -39,12 +44,60 @@ type PodView struct {
 // NodeView is one node the round would write.
 type NodeView struct {
 	Node string `json:"node"`
-	// Key is the annotation written: nvidia.com/mig.config, or
-	// migflex.io/mig.config.proposed removed.
+	// Key is the annotation written: nvidia.com/mig.config,
+	// migflex.io/reservation, or migflex.io/mig.config.proposed removed.
 	Key     string    `json:"key"`
 	Removed bool      `json:"removed,omitempty"`
 	GPUs    []GPUView `json:"gpus,omitempty"`
-	Config  string    `json:"config,omitempty"`
+	// Config is the value written.
+	Config string `json:"config,omitempty"`
+}
+
+// ReservationPlan is a reservation a round would hold or end.
+type ReservationPlan struct {
+	reserve.Reservation
+	// Action is keep (the Node carries it), write (a new one) or end.
+	Action string `json:"action"`
+	// Why says why it ends.
+	Why string `json:"why,omitempty"`
+}
+
+// What a round does with a reservation (ReservationPlan.Action).
+const (
+	ReservationKeep  = "keep"
+	ReservationWrite = "write"
+	ReservationEnd   = "end"
+)
+
+// reservationPlans are the round's reservations: those held (kept, then
+// new), then those ended.
+func reservationPlans(p planner.Preview) []ReservationPlan {
+	var out []ReservationPlan
+	for _, r := range p.Reservations {
+		action := ReservationKeep
+		if r.Written {
+			action = ReservationWrite
+		}
+		out = append(out, ReservationPlan{Reservation: r.Reservation, Action: action})
+	}
+	for _, e := range p.ReservationsEnded {
+		out = append(out, ReservationPlan{Reservation: e.Reservation, Action: ReservationEnd, Why: e.Why})
+	}
+	return out
+}
+
+// describeReservationPlan says what a round does with a reservation; who
+// names its pod ("pod ns/big", or "it" in the pod's own explanation).
+func describeReservationPlan(r ReservationPlan, who string) string {
+	held := "node " + r.Node + " " + gpuList(r.GPUs)
+	until := r.Deadline.UTC().Format(time.RFC3339)
+	switch r.Action {
+	case ReservationEnd:
+		return fmt.Sprintf("would end the reservation of %s for %s: %s", held, who, r.Why)
+	case ReservationWrite:
+		return fmt.Sprintf("would reserve %s for %s until %s (expected free at %s)", held, who, until, r.Ready.UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf("keeps %s reserved for %s until %s", held, who, until)
 }
 
 // GPUView is one GPU's change.
@@ -55,15 +108,24 @@ type GPUView struct {
 	For    []string `json:"for,omitempty"`
 }
 
+// previewOptions are what `plan` and `explain` plan with: the planner's
+// defaults, its policy and its reservations' (the command's --reserve-*
+// defaults), so that a dry run holds and ends reservations as the
+// planner's rounds do.
+func previewOptions() planner.Options {
+	return planner.Options{Policy: solver.DefaultPolicy(), Reserve: reserve.DefaultPolicy()}
+}
+
 // describePolicy names the policy a round is planned with.
-func describePolicy(p solver.Policy) string {
-	return fmt.Sprintf("the planner's defaults (cooldown %s, at most %d GPUs per round)", p.Cooldown, p.MaxGPUsPerRound)
+func describePolicy(o planner.Options) string {
+	return fmt.Sprintf("the planner's defaults (cooldown %s, at most %d GPUs per round, at most %d reservations)",
+		o.Policy.Cooldown, o.Policy.MaxGPUsPerRound, o.Reserve.Max)
 }
 
 // BuildPlan is the planner's next round on the cluster at now, with its
 // DRA objects (nil: none read).
 func BuildPlan(nodes []corev1.Node, pods []corev1.Pod, dra *DRAObjects, now time.Time) (PlanView, error) {
-	pol := solver.DefaultPolicy()
+	o := previewOptions()
 	nodePtrs := make([]*corev1.Node, len(nodes))
 	for i := range nodes {
 		nodePtrs[i] = &nodes[i]
@@ -76,11 +138,12 @@ func BuildPlan(nodes []corev1.Node, pods []corev1.Pod, dra *DRAObjects, now time
 	if dra != nil {
 		view = dra.view()
 	}
-	p, err := planner.PreviewRound(planner.Options{Policy: pol}, now, nodePtrs, podPtrs, view)
+	p, err := planner.PreviewRound(o, now, nodePtrs, podPtrs, view)
 	if err != nil {
 		return PlanView{}, fmt.Errorf("the planner's round: %w", err)
 	}
-	v := PlanView{Policy: describePolicy(pol), Events: p.Events, Warnings: p.Warnings, Pods: []PodView{}, Nodes: []NodeView{}}
+	v := PlanView{Policy: describePolicy(o), Events: p.Events, Warnings: p.Warnings, Pods: []PodView{}, Nodes: []NodeView{},
+		Reservations: reservationPlans(p)}
 	for i, pp := range p.Result.Pods {
 		pod := p.Pending[i]
 		v.Pods = append(v.Pods, PodView{Pod: pp.Pod, Asks: counts(schedview.Devices(pod)), Action: string(pp.Action), Node: pp.Node, Reason: pp.Reason})
@@ -91,6 +154,11 @@ func BuildPlan(nodes []corev1.Node, pods []corev1.Pod, dra *DRAObjects, now time
 	}
 	for _, w := range p.Writes {
 		nv := NodeView{Node: w.Node, Key: w.Key, Removed: w.Value == "", Config: w.Value}
+		if w.Key == nodeinfo.AnnotationReservation {
+			// The layout's GPUs are the node's other write's.
+			v.Nodes = append(v.Nodes, nv)
+			continue
+		}
 		for _, g := range changes[w.Node].GPUs {
 			nv.GPUs = append(nv.GPUs, GPUView{Index: g.Index, Model: g.Model, Layout: layoutText(g), For: g.Pods})
 		}
@@ -199,6 +267,13 @@ func renderPlan(w io.Writer, v PlanView) {
 				}
 				put("    ", line)
 			}
+		}
+	}
+	if len(v.Reservations) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintf(w, "RESERVATIONS (%d)\n", len(v.Reservations))
+		for _, r := range v.Reservations {
+			put("  ", describeReservationPlan(r, "pod "+r.Pod))
 		}
 	}
 	if len(v.Events) > 0 {

@@ -52,8 +52,12 @@ type NodeStatus struct {
 	// PlannerHeldUntil: the planner leaves the opted-in node alone until
 	// then, the planner's --manual-hold after someone else wrote its
 	// nvidia.com/mig.config (plansnap's reading).
-	PlannerHeldUntil *time.Time     `json:"plannerHeldUntil,omitempty"`
-	GPUs             []nodeinfo.GPU `json:"gpus"`
+	PlannerHeldUntil *time.Time `json:"plannerHeldUntil,omitempty"`
+	// Reservation is the node's reservation (migflex.io/reservation):
+	// GPUs held for a pod that waits for several whole GPUs; nil when
+	// there is none, or it does not parse (a problem then).
+	Reservation *NodeReservation `json:"reservation,omitempty"`
+	GPUs        []nodeinfo.GPU   `json:"gpus"`
 	// DRAMode is nodeinfo.LabelDRAMode's value on a DRA node.
 	DRAMode string `json:"draMode,omitempty"`
 	// Dynamic is what a node whose slices offer placements with counters
@@ -63,6 +67,94 @@ type NodeStatus struct {
 	Dynamic *DynamicSupply `json:"dynamic,omitempty"`
 	// Problems say what of the Node could not be read.
 	Problems []string `json:"problems,omitempty"`
+}
+
+// NodeReservation is a node's reservation as its annotation says it (the
+// pod, its UID, the GPUs held, since when, when they were expected free,
+// the deadline), who wrote it, and where it stands on the node's layout.
+type NodeReservation struct {
+	nodeinfo.Reservation
+	// Writer is the field manager that wrote it (the planner's is
+	// migflex-planner-reservation), at Written; empty when unknown.
+	Writer  string     `json:"writer,omitempty"`
+	Written *time.Time `json:"written,omitempty"`
+	// State is where it stands, as the node's agent decides it:
+	// ReservationReady, ReservationWaiting or ReservationLapsed.
+	State string `json:"state"`
+	// WaitingFor say, while it waits, what keeps each GPU from being free
+	// and whole.
+	WaitingFor []string `json:"waitingFor,omitempty"`
+}
+
+// States of a reservation (NodeReservation.State).
+const (
+	// ReservationReady: every GPU it holds is free and whole (MIG off,
+	// no pod): the agent offers them at once, usually to the reserved
+	// pod, the first in the scheduler's queue.
+	ReservationReady = "ready"
+	// ReservationWaiting: the agent withholds the free devices of the
+	// GPUs it holds from every pod until all of them are free and whole.
+	ReservationWaiting = "waiting"
+	// ReservationLapsed: its deadline passed; the agent offers the GPUs
+	// to any pod again.
+	ReservationLapsed = "lapsed"
+)
+
+// nodeReservation reads a node's reservation against its layout, as the
+// agent weighs it (internal/nodeagent/agent's withheld): ready once
+// every GPU it holds is on the node, held by no pod and whole. nil, and
+// a problem, when the annotation does not parse.
+func nodeReservation(n *corev1.Node, gpus []nodeinfo.GPU, now time.Time) (*NodeReservation, error) {
+	v, ok := n.Annotations[nodeinfo.AnnotationReservation]
+	if !ok {
+		return nil, nil
+	}
+	r, err := nodeinfo.ParseReservation(v)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the agent ignores it and withholds nothing", err)
+	}
+	out := &NodeReservation{Reservation: r, State: ReservationReady}
+	if owner, at := plansnap.AnnotationOwner(n, nodeinfo.AnnotationReservation); owner != "" {
+		out.Writer = owner
+		if !at.IsZero() {
+			at = at.UTC()
+			out.Written = &at
+		}
+	}
+	if !r.Active(now) {
+		out.State = ReservationLapsed
+		return out, nil
+	}
+	for _, idx := range r.GPUs {
+		i := slices.IndexFunc(gpus, func(g nodeinfo.GPU) bool { return g.Index == idx })
+		if i < 0 {
+			out.WaitingFor = append(out.WaitingFor, fmt.Sprintf("GPU %d: not on the node", idx))
+			continue
+		}
+		g := gpus[i]
+		var why []string
+		users := slices.Clone(g.UsedBy)
+		for _, in := range g.Instances {
+			users = append(users, in.UsedBy...)
+		}
+		if len(users) > 0 {
+			slices.Sort(users)
+			why = append(why, "held by "+strings.Join(slices.Compact(users), ", "))
+		}
+		switch {
+		case len(g.Instances) > 0:
+			why = append(why, fmt.Sprintf("MIG %s with %d instances", g.MigMode, len(g.Instances)))
+		case g.MigMode != nodeinfo.MigModeDisabled && g.MigMode != nodeinfo.MigModeNA:
+			why = append(why, "MIG "+g.MigMode)
+		}
+		if len(why) > 0 {
+			out.WaitingFor = append(out.WaitingFor, fmt.Sprintf("GPU %d: %s", idx, strings.Join(why, "; ")))
+		}
+	}
+	if len(out.WaitingFor) > 0 {
+		out.State = ReservationWaiting
+	}
+	return out, nil
 }
 
 // DynamicSupply is a dynamic node's supply: its GPUs, free, partly used or
@@ -180,6 +272,11 @@ func nodeStatus(n *corev1.Node, hold plansnap.Options) NodeStatus {
 	} else {
 		ns.Problems = append(ns.Problems, "no "+nodeinfo.AnnotationLayout+" annotation: the agent has not reported this node's GPUs")
 	}
+	resv, err := nodeReservation(n, ns.GPUs, hold.Now)
+	if err != nil {
+		ns.Problems = append(ns.Problems, err.Error())
+	}
+	ns.Reservation = resv
 	return ns
 }
 
@@ -428,6 +525,13 @@ func renderNode(w io.Writer, n NodeStatus, s style, wide bool, manualHold time.D
 			fmt.Fprintln(w, l)
 		}
 	}
+	if r := n.Reservation; r != nil {
+		for _, line := range describeNodeReservation(r) {
+			for _, l := range wrap("  reserved: ", line) {
+				fmt.Fprintln(w, l)
+			}
+		}
+	}
 	if n.Dynamic != nil {
 		for _, l := range wrap("  dynamic: ", canMake(n.Dynamic)) {
 			fmt.Fprintln(w, l)
@@ -435,6 +539,9 @@ func renderNode(w io.Writer, n NodeStatus, s style, wide bool, manualHold time.D
 	}
 	for _, g := range n.GPUs {
 		line := fmt.Sprintf("  GPU %d  %s  MIG %s", g.Index, g.Model, g.MigMode)
+		if r := n.Reservation; r != nil && r.State != ReservationLapsed && r.Holds(g.Index) {
+			line += "  reserved"
+		}
 		if n.Dynamic != nil {
 			if i := slices.IndexFunc(n.Dynamic.GPUs, func(d DynamicGPU) bool { return d.UUID == g.UUID }); i >= 0 {
 				line += "  " + n.Dynamic.GPUs[i].State
@@ -464,6 +571,42 @@ func renderNode(w io.Writer, n NodeStatus, s style, wide bool, manualHold time.D
 		}
 		_ = tw.Flush()
 	}
+}
+
+// describeNodeReservation says a node's reservation in two lines: what is
+// held, for whom, since and until when, and where it stands.
+func describeNodeReservation(r *NodeReservation) []string {
+	head := fmt.Sprintf("%s for pod %s since %s, until %s", gpuList(r.GPUs), r.Pod,
+		r.Since.UTC().Format(time.RFC3339), r.Deadline.UTC().Format(time.RFC3339))
+	if !r.Ready.IsZero() {
+		head += " (expected free at " + r.Ready.UTC().Format(time.RFC3339) + ")"
+	}
+	if r.Writer != "" {
+		head += ", written by " + r.Writer
+	}
+	var state string
+	switch r.State {
+	case ReservationLapsed:
+		state = "lapsed: its deadline passed, the GPUs are offered to any pod again"
+	case ReservationReady:
+		state = "ready: its GPUs are all free and whole, offered at once"
+	default:
+		state = "waiting, the free devices withheld: " + strings.Join(r.WaitingFor, "; ")
+	}
+	return []string{head, state}
+}
+
+// gpuList is "GPU 1" or "GPUs 1, 2", as nodeinfo.Reservation says them.
+func gpuList(idx []int) string {
+	what := "GPU"
+	if len(idx) > 1 {
+		what = "GPUs"
+	}
+	gpus := make([]string, len(idx))
+	for i, g := range idx {
+		gpus[i] = fmt.Sprint(g)
+	}
+	return what + " " + strings.Join(gpus, ", ")
 }
 
 // canMake says what a dynamic node can still make.

@@ -1,8 +1,10 @@
 package planner
 
 import (
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -12,7 +14,10 @@ import (
 
 	"github.com/migflex/migflex/internal/domain/dra"
 	"github.com/migflex/migflex/internal/domain/nodeinfo"
+	"github.com/migflex/migflex/internal/domain/resourcename"
 	"github.com/migflex/migflex/internal/domain/schedview"
+	"github.com/migflex/migflex/internal/planner/plansnap"
+	"github.com/migflex/migflex/internal/planner/reserve"
 	"github.com/migflex/migflex/internal/planner/solver"
 )
 
@@ -96,5 +101,168 @@ func TestPreviewRoundClaims(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, p.Events); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+// TestPreviewRoundReservations: the preview reserves as the controller's
+// round does (reserve.Decide, through the same decide): a reservation the
+// Node carries is kept and not written again, its GPUs go to no other
+// pod, one past its deadline ends, a new one is written with its Events;
+// and what the preview would write is what a round on a fresh memory
+// writes.
+func TestPreviewRoundReservations(t *testing.T) {
+	at := t0.Add(6 * time.Minute)
+	// carried puts the planner's reservation for ns/big on n, made at t0.
+	carried := func(t *testing.T, n *corev1.Node, gpus []int, deadline time.Time, manager string) {
+		t.Helper()
+		v, err := nodeinfo.Reservation{Pod: "ns/big", UID: "uid-big", GPUs: gpus, Since: t0, Ready: t0, Deadline: deadline}.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Annotations[nodeinfo.AnnotationReservation] = v
+		n.ManagedFields = append(n.ManagedFields, plansnap.ManagedTime(manager, nodeinfo.AnnotationReservation, t0))
+	}
+	resvManager := DefaultFieldManager + "-reservation"
+	held := func(node string, gpus []int, since, ready time.Time, written bool) PreviewReservation {
+		return PreviewReservation{Reservation: reserve.Reservation{Node: node, GPUs: gpus, Pod: "ns/big", Since: since, Ready: ready, Deadline: ready.Add(2 * time.Minute)}, Written: written}
+	}
+	tests := []struct {
+		name    string
+		reserve reserve.Policy
+		setup   func(t *testing.T, c *cluster)
+		// want are the reservations held; ended, why each ended; writes,
+		// "node key" ("node -key" for a removal); events, "pod reason"
+		// of the Events, in order.
+		want            []PreviewReservation
+		ended           []string
+		writes, events  []string
+		smallAction     solver.Action
+		warningContains string
+	}{
+		{
+			name:    "a new reservation is written, and its idle MIG GPU made whole",
+			reserve: reserve.DefaultPolicy(),
+			setup: func(t *testing.T, c *cluster) {
+				gpus := wholeGPUs(2)
+				gpus[1] = simGPU(1, all1g...)
+				c.addNode("n1", gpus...)
+			},
+			want:   []PreviewReservation{held("n1", []int{0, 1}, at, at, true)},
+			writes: []string{"n1 " + nodeinfo.AnnotationMigConfig, "n1 " + nodeinfo.AnnotationReservation},
+			events: []string{"ns/small " + ReasonImpossible, "ns/big " + ReasonReserved},
+			// The reserved GPU's free 1g.10gb go to no other pod.
+			smallAction: solver.ActionNone,
+		},
+		{
+			name:    "a reservation the Node carries is kept, not written again, and its GPUs go to no other pod",
+			reserve: reserve.DefaultPolicy(),
+			setup: func(t *testing.T, c *cluster) {
+				gpus := wholeGPUs(2, "ns/a")
+				gpus[1] = simGPU(1, all1g...)
+				carried(t, c.addNode("n1", gpus...), []int{1}, t0.Add(8*time.Minute), resvManager)
+			},
+			want: []PreviewReservation{{Reservation: reserve.Reservation{Node: "n1", GPUs: []int{1}, Pod: "ns/big", Since: t0, Ready: t0, Deadline: t0.Add(8 * time.Minute)}}},
+			// The reserved idle MIG GPU made whole; ns/big told nothing new.
+			writes:      []string{"n1 " + nodeinfo.AnnotationMigConfig},
+			events:      []string{"ns/small " + ReasonImpossible},
+			smallAction: solver.ActionNone,
+		},
+		{
+			name:    "one past its deadline ends, its node left to others",
+			reserve: reserve.DefaultPolicy(),
+			setup: func(t *testing.T, c *cluster) {
+				gpus := wholeGPUs(2, "ns/a")
+				gpus[1] = simGPU(1, all1g...)
+				carried(t, c.addNode("n1", gpus...), []int{1}, t0.Add(5*time.Minute), resvManager)
+			},
+			ended:       []string{reserve.EndedLapsed},
+			writes:      []string{"n1 -" + nodeinfo.AnnotationReservation},
+			events:      []string{"ns/big " + ReasonImpossible, "ns/big " + ReasonReservationEnded},
+			smallAction: solver.ActionExisting,
+		},
+		{
+			name:    "someone else's is left as it is",
+			reserve: reserve.DefaultPolicy(),
+			setup: func(t *testing.T, c *cluster) {
+				gpus := wholeGPUs(2, "ns/a")
+				gpus[1] = simGPU(1, all1g...)
+				carried(t, c.addNode("n1", gpus...), []int{1}, t0.Add(8*time.Minute), "admin")
+			},
+			events:          []string{"ns/big " + ReasonImpossible},
+			smallAction:     solver.ActionExisting,
+			warningContains: "a reservation the planner did not make",
+		},
+		{
+			name:    "reservations off (Options.Reserve zero) end the planner's",
+			reserve: reserve.Policy{},
+			setup: func(t *testing.T, c *cluster) {
+				gpus := wholeGPUs(2, "ns/a")
+				gpus[1] = simGPU(1, all1g...)
+				carried(t, c.addNode("n1", gpus...), []int{1}, t0.Add(8*time.Minute), resvManager)
+			},
+			ended:       []string{"reservations are off"},
+			writes:      []string{"n1 -" + nodeinfo.AnnotationReservation},
+			events:      []string{"ns/big " + ReasonImpossible, "ns/big " + ReasonReservationEnded},
+			smallAction: solver.ActionExisting,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t)
+			tc.setup(t, c)
+			c.pod("big", resourcename.GPU, 2)
+			c.now = t0.Add(time.Minute)
+			c.pod("small", mig1g, 1)
+			c.now = at
+			nodes, pods := c.nodeList(), c.podList()
+			p, err := PreviewRound(Options{Policy: solver.DefaultPolicy(), Reserve: tc.reserve}, at, nodes, pods, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, p.Reservations); diff != "" {
+				t.Errorf("reservations held (-want +got):\n%s", diff)
+			}
+			var ended []string
+			for _, e := range p.ReservationsEnded {
+				ended = append(ended, e.Why)
+			}
+			if !slices.Equal(ended, tc.ended) {
+				t.Errorf("reservations ended: %q, want %q", ended, tc.ended)
+			}
+			var writes, events []string
+			for _, w := range p.Writes {
+				k := w.Key
+				if w.Value == "" {
+					k = "-" + k
+				}
+				writes = append(writes, w.Node+" "+k)
+			}
+			for _, e := range p.Events {
+				events = append(events, e.Pod+" "+e.Reason)
+			}
+			if !slices.Equal(writes, tc.writes) || !slices.Equal(events, tc.events) {
+				t.Errorf("writes %q, events %q; want %q, %q", writes, events, tc.writes, tc.events)
+			}
+			i := slices.IndexFunc(p.Pending, func(q *corev1.Pod) bool { return q.Name == "small" })
+			if i < 0 || p.Result.Pods[i].Action != tc.smallAction {
+				t.Errorf("pods %+v: want ns/small's action %q", p.Result.Pods, tc.smallAction)
+			}
+			if tc.warningContains != "" && !slices.ContainsFunc(p.Warnings, func(w string) bool { return strings.Contains(w, tc.warningContains) }) {
+				t.Errorf("warnings %q, want one with %q", p.Warnings, tc.warningContains)
+			}
+			// What a round on a fresh memory writes: the same.
+			o := testOptions(func(o *Options) { o.Reserve = tc.reserve })
+			d, err := decide(o, mustPlanner(t, o), newMemory(o.MixHalfLife), at, nodes, pods)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var round []PreviewWrite
+			for _, w := range d.writes {
+				round = append(round, PreviewWrite{Node: w.node.Name, Key: w.key, Value: w.value, GPUs: w.gpus})
+			}
+			if diff := cmp.Diff(round, p.Writes); diff != "" {
+				t.Errorf("the preview's writes differ from the round's (-round +preview):\n%s", diff)
+			}
+		})
 	}
 }

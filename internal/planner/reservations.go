@@ -96,6 +96,7 @@ func (d *decision) reservations(o *Options, m *memory, now time.Time, nodes []*c
 		}
 	}
 	m.lapsed = dec.Lapsed
+	d.ended = dec.Ended
 
 	pods := make(map[string]*corev1.Pod, len(pending))
 	for _, p := range pending {
@@ -136,6 +137,7 @@ func (d *decision) reservations(o *Options, m *memory, now time.Time, nodes []*c
 			continue
 		}
 		markReserved(views, r)
+		d.held = append(d.held, r)
 		if d.lifts.IsZero() || r.Deadline.Before(d.lifts) {
 			// A round at the deadline ends it, whether pods change or not.
 			d.lifts = r.Deadline

@@ -142,6 +142,10 @@ type decision struct {
 	// namespace/name: the round gives their GPUs to no pod, so they are
 	// not told no change serves them.
 	reservedFor map[string]bool
+	// held are the reservations the round holds, kept then new, and
+	// ended those it ends (reserve.Decide's), for Preview.
+	held  []reserve.Reservation
+	ended []reserve.Ended
 }
 
 // decide plans one round from the cluster as the informers show it. It is
