@@ -116,6 +116,9 @@ func FromAPI(n *corev1.Node, o Options) Node {
 		return out
 	}
 	out.Layout = layout
+	if len(layout) > 0 {
+		out.GPUs = make([]solver.GPU, 0, len(layout))
+	}
 	for _, g := range layout {
 		pg := solver.GPU{Index: g.Index, Model: g.Model, MigEnabled: g.MigMode == nodeinfo.MigModeEnabled,
 			InUse: len(g.UsedBy) > 0 || renamed(resourcename.GPU, g.Shared)}
@@ -129,6 +132,9 @@ func FromAPI(n *corev1.Node, o Options) Node {
 			pg.Model = ""
 		}
 		out.addReplicas(solver.Replicas{GPU: g.Index, Start: -1}, resourcename.GPU, g.Health, g.UsedBy, g.Shared)
+		if len(g.Instances) > 0 {
+			pg.Instances = make([]solver.Instance, 0, len(g.Instances))
+		}
 		for _, in := range g.Instances {
 			pg.Instances = append(pg.Instances, solver.Instance{Profile: in.Profile, Start: in.Placement.Start,
 				InUse: len(in.UsedBy) > 0 || renamed(resourcename.MIG(in.Profile), in.Shared)})
