@@ -8,6 +8,7 @@ import (
 	"github.com/migflex/migflex/internal/domain/resourcename"
 	"github.com/migflex/migflex/internal/domain/schedview"
 	"github.com/migflex/migflex/internal/planner/plansnap"
+	"github.com/migflex/migflex/internal/planner/reserve"
 	"github.com/migflex/migflex/internal/planner/solver"
 )
 
@@ -52,5 +53,34 @@ func TestBlockersNameTheFirstGPUs(t *testing.T) {
 				t.Errorf("holding:\n got %q\nwant %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// A round's views of Nodes unchanged since the last round are the last
+// round's (plansnap Options.Reuse): what a round marks in its views (a
+// reservation's GPUs) must not show in the next round's.
+func TestReusedViewsStayAsRead(t *testing.T) {
+	c := newCluster(t)
+	c.addNode("n1", simGPU(0), simGPU(1))
+	o := testOptions()
+	m := newMemory(o.MixHalfLife)
+	nodes := c.nodeList()
+	var d decision
+	first := d.readNodes(o, m, c.now, nodes, nil)
+	read := &first[0].GPUs[0]
+	markReserved(first, reserve.Reservation{Node: "n1", GPUs: []int{0, 1}})
+	second := d.readNodes(o, m, c.now, nodes, nil)
+	if read != &second[0].GPUs[0] {
+		t.Fatal("the unchanged Node was read again")
+	}
+	for _, g := range second[0].GPUs {
+		if g.Reserved {
+			t.Errorf("GPU %d reserved in the next round's view", g.Index)
+		}
+	}
+	c.setLayout(c.nodes["n1"], []nodeinfo.GPU{simGPU(0, "1g.10gb@0")})
+	third := d.readNodes(o, m, c.now, c.nodeList(), nil)
+	if len(third[0].GPUs) != 1 || len(third[0].GPUs[0].Instances) != 1 {
+		t.Errorf("the changed Node's view: %+v", third[0].GPUs)
 	}
 }

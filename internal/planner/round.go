@@ -215,7 +215,10 @@ func (d *decision) readNodes(o *Options, m *memory, now time.Time, nodes []*core
 	views := make([]plansnap.Node, 0, len(nodes))
 	m.decoded.Sweep()
 	for _, n := range nodes {
-		v := plansnap.FromAPI(n, plansnap.Options{FieldManager: o.FieldManager, ManualHold: o.ManualHold, Now: now, Cache: m.decoded, Pools: m.pools})
+		// Reuse: a Node unchanged since the last round is not read again;
+		// its view's slices are then shared with the cache's, so the round
+		// clones what it changes (rememberChanges, markReserved).
+		v := plansnap.FromAPI(n, plansnap.Options{FieldManager: o.FieldManager, ManualHold: o.ManualHold, Now: now, Cache: m.decoded, Pools: m.pools, Reuse: true})
 		d.warnings = append(d.warnings, v.Warnings...)
 		var users []string
 		if len(m.started[n.Name]) > 0 {
@@ -434,13 +437,15 @@ func proposalManager(o *Options) string {
 // wrote the node's mig.config, for all its GPUs, which may over-protect
 // but never under-protects.
 func rememberChanges(o *Options, m *memory, v *plansnap.Node, now time.Time) {
-	known := false
+	known, cloned := false, false
 	for i := range v.GPUs {
-		g := &v.GPUs[i]
-		if t, ok := m.changed[gpuKey{v.Name, g.Index}]; ok {
+		if t, ok := m.changed[gpuKey{v.Name, v.GPUs[i].Index}]; ok {
 			known = true
-			if t.After(g.LastChanged) {
-				g.LastChanged = t
+			if t.After(v.GPUs[i].LastChanged) {
+				if !cloned {
+					v.GPUs, cloned = slices.Clone(v.GPUs), true
+				}
+				v.GPUs[i].LastChanged = t
 			}
 		}
 	}
