@@ -97,7 +97,7 @@ func sameInputs(a, b *corev1.Node) bool {
 		slices.EqualFunc(a.ManagedFields, b.ManagedFields, func(x, y metav1.ManagedFieldsEntry) bool {
 			return x.Manager == y.Manager && x.Operation == y.Operation && x.APIVersion == y.APIVersion && x.Subresource == y.Subresource &&
 				x.FieldsType == y.FieldsType && timeEqual(x.Time, y.Time) && (x.FieldsV1 == nil) == (y.FieldsV1 == nil) &&
-				(x.FieldsV1 == nil || bytes.Equal(x.FieldsV1.Raw, y.FieldsV1.Raw))
+				(x.FieldsV1 == nil || bytes.Equal(x.FieldsV1.GetRawBytes(), y.FieldsV1.GetRawBytes()))
 		})
 }
 
