@@ -65,6 +65,10 @@ func (d *decoded) reuse(n *corev1.Node, o Options) (Node, bool) {
 	if k == nil || o.ParseLayout != nil || k.fieldManager != o.FieldManager || k.manualHold != o.ManualHold || !sameInputs(k.node, n) {
 		return Node{}, false
 	}
+	if k.view.Dynamic && o.Pools != nil {
+		// Kept from a reading without its pool: read it with it.
+		return Node{}, false
+	}
 	if _, held := o.HeldUntil(k.view.ConfigOwner, k.view.ConfigTime); held != k.held {
 		return Node{}, false
 	}

@@ -4,12 +4,16 @@ import (
 	"testing"
 	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
+
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/migflex/migflex/internal/domain/nodeinfo"
+	"github.com/migflex/migflex/internal/domain/schedview"
+	"github.com/migflex/migflex/internal/testsupport/draslices"
 )
 
 // With Reuse, a Node read again is handed its previous view while what
@@ -101,5 +105,24 @@ func TestReuseNotInFlight(t *testing.T) {
 	b := FromAPI(n, o)
 	if &a.GPUs[0] == &b.GPUs[0] || !b.GPUs[0].LastChanged.Equal(o.Now) {
 		t.Errorf("an in-flight view was reused: LastChanged %s, want %s", b.GPUs[0].LastChanged, o.Now)
+	}
+}
+
+// A dynamic node's view read without its pool (a round that read no
+// slices) is not handed back to a reading with it: the placements
+// allocated in the pool count too.
+func TestReuseDynamicWithPool(t *testing.T) {
+	sl := draslices.Pointers(draslices.Dynamic(t, "n1", h100, true))
+	claims := []*resourceapi.ResourceClaim{draslices.Claim("ns", "allocated", "n1", "gpu-0-mig-3g40gb-9-4")}
+	g := gpu(0)
+	g.UUID = "GPU-0" // the slices'
+	n := apiNode([]nodeinfo.GPU{g}, withLabel(nodeinfo.LabelServing, nodeinfo.ServingDRA), withLabel(nodeinfo.LabelDRAMode, nodeinfo.DRAModeDynamic))
+	o := Options{FieldManager: manager, Now: now, Cache: NewCache(), Reuse: true}
+	if a := FromAPI(n, o); len(a.GPUs[0].Instances) != 0 {
+		t.Fatalf("instances without the pool: %+v", a.GPUs[0].Instances)
+	}
+	o.Pools = func(node string) *schedview.Pool { return schedview.NewPool(node, sl, claims) }
+	if b := FromAPI(n, o); len(b.GPUs[0].Instances) != 1 {
+		t.Errorf("instances with the pool: %+v, want the one allocated", b.GPUs[0].Instances)
 	}
 }
