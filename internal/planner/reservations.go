@@ -185,6 +185,8 @@ func markReserved(views []plansnap.Node, r reserve.Reservation) {
 		if views[i].Name != r.Node {
 			continue
 		}
+		// A copy: the view's GPUs may be the cache's (plansnap Reuse).
+		views[i].GPUs = slices.Clone(views[i].GPUs)
 		for j := range views[i].GPUs {
 			if slices.Contains(r.GPUs, views[i].GPUs[j].Index) {
 				views[i].GPUs[j].Reserved = true

@@ -170,7 +170,7 @@ func decide(o *Options, pl *solver.Planner, m *memory, now time.Time, nodes []*c
 	}
 	models, warnings := plansnap.MergeModels(views)
 	d.warnings = append(d.warnings, warnings...)
-	snap := solver.Snapshot{Now: now, Models: models, Pending: pending, Mix: m.mix.Mix(now)}
+	snap := solver.Snapshot{Now: now, Models: models, Pending: pending, Mix: m.mix.Mix(now), Nodes: make([]solver.Node, 0, len(views))}
 	for _, v := range views {
 		snap.Nodes = append(snap.Nodes, v.Node)
 	}
@@ -215,9 +215,15 @@ func (d *decision) readNodes(o *Options, m *memory, now time.Time, nodes []*core
 	views := make([]plansnap.Node, 0, len(nodes))
 	m.decoded.Sweep()
 	for _, n := range nodes {
-		v := plansnap.FromAPI(n, plansnap.Options{FieldManager: o.FieldManager, ManualHold: o.ManualHold, Now: now, Cache: m.decoded, Pools: m.pools})
+		// Reuse: a Node unchanged since the last round is not read again;
+		// its view's slices are then shared with the cache's, so the round
+		// clones what it changes (rememberChanges, markReserved).
+		v := plansnap.FromAPI(n, plansnap.Options{FieldManager: o.FieldManager, ManualHold: o.ManualHold, Now: now, Cache: m.decoded, Pools: m.pools, Reuse: true})
 		d.warnings = append(d.warnings, v.Warnings...)
-		users := v.Users()
+		var users []string
+		if len(m.started[n.Name]) > 0 {
+			users = v.Users()
+		}
 		for pod, since := range m.started[n.Name] {
 			ends := since.Add(o.StartGrace)
 			if slices.Contains(users, pod) || !now.Before(ends) {
@@ -431,13 +437,15 @@ func proposalManager(o *Options) string {
 // wrote the node's mig.config, for all its GPUs, which may over-protect
 // but never under-protects.
 func rememberChanges(o *Options, m *memory, v *plansnap.Node, now time.Time) {
-	known := false
+	known, cloned := false, false
 	for i := range v.GPUs {
-		g := &v.GPUs[i]
-		if t, ok := m.changed[gpuKey{v.Name, g.Index}]; ok {
+		if t, ok := m.changed[gpuKey{v.Name, v.GPUs[i].Index}]; ok {
 			known = true
-			if t.After(g.LastChanged) {
-				g.LastChanged = t
+			if t.After(v.GPUs[i].LastChanged) {
+				if !cloned {
+					v.GPUs, cloned = slices.Clone(v.GPUs), true
+				}
+				v.GPUs[i].LastChanged = t
 			}
 		}
 	}
@@ -609,7 +617,7 @@ type busyGPU struct {
 
 func newBlockerIndex(views []plansnap.Node, models []solver.Model) *blockerIndex {
 	b := &blockerIndex{busy: map[string][]busyGPU{}, offers: map[string]map[corev1.ResourceName]bool{}, said: map[string]string{}}
-	var fbNodes []schedview.Node
+	fbNodes := make([]schedview.Node, 0, len(views))
 	for i := range views {
 		v := &views[i]
 		fbNodes = append(fbNodes, schedview.Node{Name: v.Name, Labels: v.Labels, Taints: v.Taints, Unschedulable: v.Unschedulable, API: v.API})
@@ -663,7 +671,14 @@ func (b *blockerIndex) holding(pod *corev1.Pod) string {
 		node string
 		gpu  *busyGPU
 	}
-	var held []at
+	// The message names the first few GPUs by node and index and counts
+	// the rest: keep those few, not every busy GPU of thousands of nodes.
+	const shown = 4
+	var first [shown]at
+	kept, held := 0, 0
+	less := func(x, y at) bool {
+		return cmp.Or(cmp.Compare(x.node, y.node), cmp.Compare(x.gpu.index, y.gpu.index)) < 0
+	}
 	b.fb.EligibleGroups(pod, func(group int, members []string) {
 		if members == nil {
 			members = b.fb.GroupNodes(group)
@@ -671,23 +686,32 @@ func (b *blockerIndex) holding(pod *corev1.Pod) string {
 		for _, name := range members {
 			busy := b.busy[name]
 			for i := range busy {
-				if b.offersAll(busy[i].model, devs) {
-					held = append(held, at{name, &busy[i]})
+				if !b.offersAll(busy[i].model, devs) {
+					continue
 				}
+				held++
+				h := at{name, &busy[i]}
+				if kept == shown && !less(h, first[shown-1]) {
+					continue
+				}
+				j := min(kept, shown-1)
+				for ; j > 0 && less(h, first[j-1]); j-- {
+					first[j] = first[j-1]
+				}
+				first[j] = h
+				kept = min(kept+1, shown)
 			}
 		}
 	})
 	s := ""
-	if len(held) > 0 {
-		slices.SortFunc(held, func(x, y at) int { return cmp.Or(cmp.Compare(x.node, y.node), cmp.Compare(x.gpu.index, y.gpu.index)) })
-		const shown = 4
+	if held > 0 {
 		names := make([]string, 0, shown)
-		for _, h := range held[:min(len(held), shown)] {
+		for _, h := range first[:kept] {
 			names = append(names, fmt.Sprintf("%s GPU %d (%s)", h.node, h.gpu.index, strings.Join(h.gpu.users, ", ")))
 		}
 		list := strings.Join(names, ", ")
-		if len(held) > shown {
-			list = fmt.Sprintf("%s and %d more", list, len(held)-shown)
+		if held > shown {
+			list = fmt.Sprintf("%s and %d more", list, held-shown)
 		}
 		s = "the GPUs that could take it hold pods, whose instances the planner never repartitions: " + list
 	}

@@ -451,7 +451,7 @@ func shapeKey(gpus []solver.GPU) (string, bool) {
 		return '0'
 	}
 	for _, g := range gpus {
-		if !g.LastChanged.IsZero() || !g.Since.IsZero() || !g.Until.IsZero() || g.Reserved {
+		if !g.LastChanged.IsZero() || g.Run != nil || g.Reserved {
 			return "", false
 		}
 		b.WriteString(strconv.Itoa(g.Index))
@@ -462,7 +462,7 @@ func shapeKey(gpus []solver.GPU) (string, bool) {
 		b.WriteByte(flag(g.InUse))
 		b.WriteByte(flag(g.Instances == nil))
 		for _, in := range g.Instances {
-			if !in.Since.IsZero() || !in.Until.IsZero() {
+			if in.Run != nil {
 				return "", false
 			}
 			b.WriteString(in.Profile)

@@ -271,6 +271,8 @@ func setOther(t *testing.T, v reflect.Value) {
 		v.SetInt(v.Int() + 1)
 	case v.Kind() == reflect.String:
 		v.SetString(v.String() + "x")
+	case v.Kind() == reflect.Pointer && v.IsNil():
+		v.Set(reflect.New(v.Type().Elem()))
 	default:
 		t.Fatalf("no way to change a field of kind %s: teach setOther and check shapeKey covers it", v.Kind())
 	}

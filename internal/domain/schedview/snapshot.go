@@ -464,12 +464,26 @@ func freeDevices(alloc, used map[corev1.ResourceName]int64) map[corev1.ResourceN
 // groupKey is everything a group's members share. Values are separated by
 // bytes that cannot occur in label keys, values, taint fields or resource names.
 func (b *Builder) groupKey(n Node) string {
-	var sb strings.Builder
-	keys := slices.Sorted(maps.Keys(n.Labels))
-	for _, k := range keys {
-		if b.identity[k] {
-			continue
+	// Sized first: a round keys every Node, and growing the builder
+	// and the list of keys was most of what this allocated.
+	keys := make([]string, 0, len(n.Labels))
+	size := 3 + len(n.Taints)*3 + len(n.Allocatable)
+	for k, v := range n.Labels {
+		if !b.identity[k] {
+			keys = append(keys, k)
+			size += len(k) + len(v) + 2
 		}
+	}
+	slices.Sort(keys)
+	for _, t := range n.Taints {
+		size += len(t.Key) + len(t.Value) + len(t.Effect) + 2
+	}
+	for r := range n.Allocatable {
+		size += len(r)
+	}
+	var sb strings.Builder
+	sb.Grow(size + 1)
+	for _, k := range keys {
 		sb.WriteString(k)
 		sb.WriteByte(0)
 		sb.WriteString(n.Labels[k])

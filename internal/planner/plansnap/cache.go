@@ -1,7 +1,15 @@
 package plansnap
 
 import (
+	"bytes"
+	"maps"
+	"slices"
 	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/migflex/migflex/internal/domain/nodeinfo"
 	"github.com/migflex/migflex/internal/planner/solver"
@@ -14,6 +22,16 @@ import (
 // same (an informer hands the same string back while the Node does not
 // change, which compares at once). What it returns is shared: callers
 // must not change it.
+//
+// With Options.Reuse it keeps each Node's view too, and hands it back
+// while the Node's resourceVersion, labels, annotations, taints, cordon,
+// allocatable and managedFields are the same as those it was read from
+// (compared, not trusted to the resourceVersion: a fake or a test may
+// leave it unset) and the reading's options and manual hold agree. A
+// view that depends on more than the Node is read again each time: one
+// with a layout in flight (its GPUs' cooldown starts at Options.Now), a
+// dynamic node's with Options.Pools (its claims), one read with
+// Options.ParseLayout.
 //
 // Entries of Nodes not read since the last Sweep but one are dropped.
 type Cache struct {
@@ -28,6 +46,67 @@ type decoded struct {
 	models                 []solver.Model
 	profilesErr            error
 	hasLayout, hasProfiles bool
+	// kept is the Node's last view and what it was read from (Reuse).
+	kept *keptView
+}
+
+// keptView is a view and what it was read from.
+type keptView struct {
+	node         *corev1.Node
+	fieldManager string
+	manualHold   time.Duration
+	held         bool
+	view         Node
+}
+
+// reuse is the view kept for n, when it was read from the same inputs.
+func (d *decoded) reuse(n *corev1.Node, o Options) (Node, bool) {
+	k := d.kept
+	if k == nil || o.ParseLayout != nil || k.fieldManager != o.FieldManager || k.manualHold != o.ManualHold || !sameInputs(k.node, n) {
+		return Node{}, false
+	}
+	if k.view.Dynamic && o.Pools != nil {
+		// Kept from a reading without its pool: read it with it.
+		return Node{}, false
+	}
+	if _, held := o.HeldUntil(k.view.ConfigOwner, k.view.ConfigTime); held != k.held {
+		return Node{}, false
+	}
+	// The view reads n itself (labels, the scheduling view's API): point
+	// it at the Node handed over, so that the one it was read from can go.
+	k.node, k.view.API, k.view.Labels = n, n, n.Labels
+	return k.view, true
+}
+
+// keep keeps v, n's view, if it depends on nothing but n and o's fields
+// that reuse compares.
+func (d *decoded) keep(n *corev1.Node, o Options, v Node) {
+	d.kept = nil
+	if o.ParseLayout != nil || len(v.InFlight) > 0 || (v.Dynamic && o.Pools != nil) {
+		return
+	}
+	_, held := o.HeldUntil(v.ConfigOwner, v.ConfigTime)
+	d.kept = &keptView{node: n, fieldManager: o.FieldManager, manualHold: o.ManualHold, held: held, view: v}
+}
+
+// sameInputs tells whether a and b are the same to FromAPI: what it reads
+// of a Node.
+func sameInputs(a, b *corev1.Node) bool {
+	return a.Name == b.Name && a.ResourceVersion == b.ResourceVersion && a.Spec.Unschedulable == b.Spec.Unschedulable &&
+		maps.Equal(a.Labels, b.Labels) && maps.Equal(a.Annotations, b.Annotations) &&
+		slices.EqualFunc(a.Spec.Taints, b.Spec.Taints, func(x, y corev1.Taint) bool {
+			return x.Key == y.Key && x.Value == y.Value && x.Effect == y.Effect && timeEqual(x.TimeAdded, y.TimeAdded)
+		}) &&
+		maps.EqualFunc(a.Status.Allocatable, b.Status.Allocatable, func(x, y resource.Quantity) bool { return x.Cmp(y) == 0 }) &&
+		slices.EqualFunc(a.ManagedFields, b.ManagedFields, func(x, y metav1.ManagedFieldsEntry) bool {
+			return x.Manager == y.Manager && x.Operation == y.Operation && x.APIVersion == y.APIVersion && x.Subresource == y.Subresource &&
+				x.FieldsType == y.FieldsType && timeEqual(x.Time, y.Time) && (x.FieldsV1 == nil) == (y.FieldsV1 == nil) &&
+				(x.FieldsV1 == nil || bytes.Equal(x.FieldsV1.GetRawBytes(), y.FieldsV1.GetRawBytes()))
+		})
+}
+
+func timeEqual(a, b *metav1.Time) bool {
+	return (a == nil) == (b == nil) && (a == nil || a.Equal(b))
 }
 
 // NewCache returns an empty cache.

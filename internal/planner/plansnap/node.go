@@ -59,6 +59,11 @@ type Options struct {
 	// Node cache keeps it (the webhook's keeps it compressed); nil:
 	// nodeinfo.ParseLayout, the agent's JSON.
 	ParseLayout func(raw string) ([]nodeinfo.GPU, error)
+	// Reuse, with Cache, hands back a Node's previous view while what it
+	// was read from is the same (see Cache). The views then share their
+	// slices and maps: the caller must change none of them in place
+	// (clone first), nor a Node it read (an informer's objects are not).
+	Reuse bool
 }
 
 // Node is one Node as the planner sees it.
@@ -83,6 +88,21 @@ type Node struct {
 
 // FromAPI reads a Node.
 func FromAPI(n *corev1.Node, o Options) Node {
+	dec := o.Cache.entry(n.Name)
+	reuse := o.Reuse && o.Cache != nil
+	if reuse {
+		if v, ok := dec.reuse(n, o); ok {
+			return v
+		}
+	}
+	out := read(n, o, dec)
+	if reuse {
+		dec.keep(n, o, out)
+	}
+	return out
+}
+
+func read(n *corev1.Node, o Options, dec *decoded) Node {
 	out := Node{Node: solver.Node{Node: schedview.NodeFromAPI(n), OptedIn: n.Labels[nodeinfo.LabelPlanner] == nodeinfo.PlannerEnabled,
 		Dynamic: IsDynamic(n)}}
 	// The round's scheduling view matches pods' node affinity against n
@@ -96,7 +116,6 @@ func FromAPI(n *corev1.Node, o Options) Node {
 		}
 	}
 
-	dec := o.Cache.entry(n.Name)
 	if s, ok := n.Annotations[nodeinfo.AnnotationProfiles]; ok {
 		models, err := dec.decodeProfiles(s)
 		if err != nil {
@@ -116,6 +135,9 @@ func FromAPI(n *corev1.Node, o Options) Node {
 		return out
 	}
 	out.Layout = layout
+	if len(layout) > 0 {
+		out.GPUs = make([]solver.GPU, 0, len(layout))
+	}
 	for _, g := range layout {
 		pg := solver.GPU{Index: g.Index, Model: g.Model, MigEnabled: g.MigMode == nodeinfo.MigModeEnabled,
 			InUse: len(g.UsedBy) > 0 || renamed(resourcename.GPU, g.Shared)}
@@ -129,6 +151,9 @@ func FromAPI(n *corev1.Node, o Options) Node {
 			pg.Model = ""
 		}
 		out.addReplicas(solver.Replicas{GPU: g.Index, Start: -1}, resourcename.GPU, g.Health, g.UsedBy, g.Shared)
+		if len(g.Instances) > 0 {
+			pg.Instances = make([]solver.Instance, 0, len(g.Instances))
+		}
 		for _, in := range g.Instances {
 			pg.Instances = append(pg.Instances, solver.Instance{Profile: in.Profile, Start: in.Placement.Start,
 				InUse: len(in.UsedBy) > 0 || renamed(resourcename.MIG(in.Profile), in.Shared)})
@@ -471,6 +496,8 @@ func HoldRecentChange(v *Node, fieldManager string, cooldown time.Duration, now 
 	if v.ConfigOwner != fieldManager || v.ConfigTime.IsZero() || now.Sub(v.ConfigTime) >= cooldown {
 		return
 	}
+	// A copy: the view's GPUs may be shared with the cache's (Reuse).
+	v.GPUs = slices.Clone(v.GPUs)
 	for i := range v.GPUs {
 		if v.GPUs[i].LastChanged.Before(v.ConfigTime) {
 			v.GPUs[i].LastChanged = v.ConfigTime

@@ -319,7 +319,7 @@ func freeTimes(n *solver.Node, now time.Time, cooldown time.Duration) []gpuFree 
 		f := gpuFree{index: g.Index, at: now, known: true}
 		if !g.MigEnabled {
 			if g.InUse {
-				f.at, f.known = ends(now, g.Since, g.Until)
+				f.at, f.known = ends(now, g.Run)
 			}
 			out = append(out, f)
 			continue
@@ -336,7 +336,7 @@ func freeTimes(n *solver.Node, now time.Time, cooldown time.Duration) []gpuFree 
 			if !in.InUse {
 				continue
 			}
-			at, ok := ends(now, in.Since, in.Until)
+			at, ok := ends(now, in.Run)
 			f.known = f.known && ok
 			if at.After(f.at) {
 				f.at = at
@@ -363,7 +363,11 @@ func freeTimes(n *solver.Node, now time.Time, cooldown time.Duration) []gpuFree 
 // ends is when a pod holding a device is expected to end: its expected
 // end while ahead, otherwise as long again as it has run (Lindy's rule);
 // false when neither is known.
-func ends(now, since, until time.Time) (time.Time, bool) {
+func ends(now time.Time, r *solver.Run) (time.Time, bool) {
+	if r == nil {
+		return time.Time{}, false
+	}
+	since, until := r.Since, r.Until
 	switch {
 	case until.After(now):
 		return until, true

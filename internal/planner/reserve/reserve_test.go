@@ -27,7 +27,7 @@ func idle(i int) solver.GPU { return solver.GPU{Index: i, Model: model} }
 
 // busyFor is a whole GPU whose pod ends d from t0.
 func busyFor(i int, d time.Duration) solver.GPU {
-	return solver.GPU{Index: i, Model: model, InUse: true, Until: t0.Add(d)}
+	return solver.GPU{Index: i, Model: model, InUse: true, Run: &solver.Run{Until: t0.Add(d)}}
 }
 
 // migBusyFor is a MIG GPU with a free instance and instances in use
@@ -35,7 +35,7 @@ func busyFor(i int, d time.Duration) solver.GPU {
 func migBusyFor(i int, ds ...time.Duration) solver.GPU {
 	g := solver.GPU{Index: i, Model: model, MigEnabled: true, Instances: []solver.Instance{{Profile: "1g.10gb", Start: 6}}}
 	for j, d := range ds {
-		g.Instances = append(g.Instances, solver.Instance{Profile: "1g.10gb", Start: j, InUse: true, Until: t0.Add(d)})
+		g.Instances = append(g.Instances, solver.Instance{Profile: "1g.10gb", Start: j, InUse: true, Run: &solver.Run{Until: t0.Add(d)}})
 	}
 	return g
 }
@@ -104,7 +104,7 @@ func got(rs []reserve.Reservation) []string {
 func TestDecide(t *testing.T) {
 	cooling := migBusyFor(0)
 	cooling.LastChanged = t0.Add(-time.Minute)
-	lindy := solver.GPU{Index: 0, Model: model, InUse: true, Since: t0.Add(-mins(3))}
+	lindy := solver.GPU{Index: 0, Model: model, InUse: true, Run: &solver.Run{Since: t0.Add(-mins(3))}}
 	unknown := solver.GPU{Index: 0, Model: model, InUse: true}
 	for _, tc := range []struct {
 		name  string

@@ -86,20 +86,28 @@ type GPU struct {
 	Model      string
 	MigEnabled bool
 	// InUse is set when MIG is disabled and a pod holds the whole GPU.
-	InUse     bool
-	Instances []Instance
-	// LastChanged is when the GPU's layout last changed; zero if unknown.
-	LastChanged time.Time
-	// Since and Until are when the pod holding the GPU whole started and
-	// when it is expected to end, where known (zero: unknown). The round
-	// does not read them; reservations do (internal/planner/reserve).
-	Since, Until time.Time
+	InUse bool
 	// Reserved: a reservation holds the GPU for a pod waiting for several
 	// whole GPUs on its node (internal/planner/reserve), and its free
 	// devices go to that pod alone, which the scheduler binds. The round
 	// gives the GPU to no pod, and makes it whole once nothing uses its
 	// instances (within the cap and the cooldown).
-	Reserved bool
+	Reserved  bool
+	Instances []Instance
+	// LastChanged is when the GPU's layout last changed; zero if unknown.
+	LastChanged time.Time
+	// Run is when the pod holding the GPU whole started and when it is
+	// expected to end, where known (nil: unknown). The round does not
+	// read it; reservations do (internal/planner/reserve). A pointer,
+	// not the times: every Node view of every round carries the field,
+	// and only the trace replay knows the times.
+	Run *Run
+}
+
+// Run is when the pod holding a device started and when it is expected
+// to end; a zero time is unknown.
+type Run struct {
+	Since, Until time.Time
 }
 
 // Instance is one MIG instance (GPU instance with its full compute instance).
@@ -109,9 +117,9 @@ type Instance struct {
 	Start int
 	// InUse: a pod holds the instance's device. It is never destroyed.
 	InUse bool
-	// Since and Until are when the pod holding it started and when it is
-	// expected to end, as for GPU.
-	Since, Until time.Time
+	// Run is when the pod holding it started and when it is expected to
+	// end, as for GPU.
+	Run *Run
 }
 
 // Demand is one kind of request in the recent demand mix.

@@ -605,7 +605,7 @@ func (p *migflex) round(s *sim) {
 				pg.LastChanged = simTime(g.lastChanged)
 			}
 			if pg.InUse {
-				pg.Since, pg.Until = runs(s.pods[g.whole])
+				pg.Run = runs(s.pods[g.whole])
 			}
 			list := g.insts
 			if g.changing {
@@ -619,7 +619,7 @@ func (p *migflex) round(s *sim) {
 				pi := solver.Instance{Profile: in.profile, Start: in.start}
 				if id := holder(g, in); id >= 0 {
 					pi.InUse = true
-					pi.Since, pi.Until = runs(s.pods[id])
+					pi.Run = runs(s.pods[id])
 				}
 				pg.Instances = append(pg.Instances, pi)
 			}
@@ -670,10 +670,10 @@ func holder(g *gpu, in inst) int {
 // runs is when a running pod started and will end, as the planner's
 // snapshot carries them: the replay knows every task's duration (the fill
 // experiment's pods never end: no end given).
-func runs(p *simPod) (since, until time.Time) {
-	since = simTime(p.start)
+func runs(p *simPod) *solver.Run {
+	r := &solver.Run{Since: simTime(p.start)}
 	if !math.IsInf(p.duration, 0) {
-		until = simTime(p.start + p.duration)
+		r.Until = simTime(p.start + p.duration)
 	}
-	return since, until
+	return r
 }
