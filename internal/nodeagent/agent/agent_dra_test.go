@@ -188,9 +188,8 @@ func testDRADynamicRefusesLayout(t *testing.T, api *apiServer) {
 	}
 }
 
-// nodeSlices is the number of devices in each of the node's ResourceSlices
-// of the driver, sorted.
-func nodeSlices(t *testing.T, api *apiServer, nodeName string) []int {
+// listNodeSlices lists the driver's ResourceSlices of the node.
+func listNodeSlices(t *testing.T, api *apiServer, nodeName string) *resourceapi.ResourceSliceList {
 	t.Helper()
 	list, err := api.client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{FieldSelector: fields.AndSelectors(
 		fields.OneTermEqualSelector(resourceapi.ResourceSliceSelectorDriver, dra.DriverName),
@@ -199,6 +198,14 @@ func nodeSlices(t *testing.T, api *apiServer, nodeName string) []int {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return list
+}
+
+// nodeSlices is the number of devices in each of the node's ResourceSlices
+// of the driver, sorted.
+func nodeSlices(t *testing.T, api *apiServer, nodeName string) []int {
+	t.Helper()
+	list := listNodeSlices(t, api, nodeName)
 	var out []int
 	for _, s := range list.Items {
 		out = append(out, len(s.Spec.Devices))
@@ -445,13 +452,7 @@ func (c *sliceWriteCounter) count() int {
 // "name" or, with the reserved taint, "name=value", sorted.
 func publishedDevices(t *testing.T, api *apiServer, nodeName string) []string {
 	t.Helper()
-	list, err := api.client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{FieldSelector: fields.AndSelectors(
-		fields.OneTermEqualSelector(resourceapi.ResourceSliceSelectorDriver, dra.DriverName),
-		fields.OneTermEqualSelector(resourceapi.ResourceSliceSelectorNodeName, nodeName),
-	).String()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	list := listNodeSlices(t, api, nodeName)
 	out := []string{}
 	for _, s := range list.Items {
 		for _, d := range s.Spec.Devices {
