@@ -15,6 +15,7 @@ import (
 	"github.com/migflex/migflex/internal/domain/schedview"
 	"github.com/migflex/migflex/internal/planner/plansnap"
 	"github.com/migflex/migflex/internal/planner/solver"
+	"github.com/migflex/migflex/internal/platform/intern"
 	"github.com/migflex/migflex/internal/webhook/fallback"
 )
 
@@ -99,7 +100,7 @@ func NewReshapeView(fieldManager string, manualHold, cooldown, refresh time.Dura
 	}
 	return &ReshapeView{
 		nodes: map[string]*corev1.Node{}, writes: map[string]*plannerWrites{}, pl: pl, refresh: refresh, now: time.Now,
-		opts: plansnap.Options{FieldManager: fieldManager, ManualHold: manualHold, ParseLayout: parsePackedLayout}, cooldown: cooldown,
+		opts: plansnap.Options{FieldManager: fieldManager, ManualHold: manualHold}, cooldown: cooldown,
 		read: map[string]*viewNode{}, models: map[string][]solver.Model{}, shapes: map[string][]solver.GPU{},
 	}, nil
 }
@@ -419,11 +420,11 @@ func (v *ReshapeView) shareGPUs(gpus []solver.GPU) []solver.GPU {
 	out := make([]solver.GPU, len(gpus))
 	ins := make([]solver.Instance, 0, total)
 	for i, g := range gpus {
-		g.Model = intern(g.Model)
+		g.Model = canon(g.Model)
 		if g.Instances != nil {
 			start := len(ins)
 			for _, in := range g.Instances {
-				in.Profile = intern(in.Profile)
+				in.Profile = canon(in.Profile)
 				ins = append(ins, in)
 			}
 			g.Instances = ins[start:len(ins):len(ins)]
@@ -475,6 +476,10 @@ func shapeKey(gpus []solver.GPU) (string, bool) {
 	return b.String(), true
 }
 
+// profileTables keeps one copy of each profile table's text the reshape
+// cache holds (see intern: unique.Make alone keeps one per collection).
+var profileTables = intern.New(64)
+
 // reshapeNode keeps, besides what TransformNode keeps, what the planner
 // reads of a Node: the agent's report (layout, profiles, state and
 // reason), its nvidia.com/mig.config, and the managed field that says who
@@ -491,11 +496,11 @@ func reshapeNode(full, slim *corev1.Node) {
 			// interning it would only fill the intern table.
 			switch k {
 			case nodeinfo.AnnotationProfiles:
-				v = intern(v)
+				v = profileTables.String(v)
 			case nodeinfo.AnnotationLayout:
-				// Read only by the reshape view, which unpacks it
-				// (packed.go).
-				v = packLayout(v)
+				// Read only by the reshape view, whose
+				// nodeinfo.ParseLayout unpacks it.
+				v = nodeinfo.PackLayout(v)
 			}
 			slim.Annotations[k] = v
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -202,18 +203,40 @@ func EncodeLayout(gpus []mig.GPU, served map[string]bool, inUse map[string][]str
 	return string(b), nil
 }
 
-// ParseLayout decodes the value of AnnotationLayout.
-func ParseLayout(s string) ([]GPU, error) { return ParseLayoutBytes([]byte(s)) }
+// ParseLayout decodes the value of AnnotationLayout, as the agent wrote
+// it or as a Node cache keeps it (PackLayout).
+func ParseLayout(s string) ([]GPU, error) {
+	var out []GPU
+	err := withUnpacked(s, func(b []byte) error {
+		var err error
+		out, err = ParseLayoutBytes(b)
+		return err
+	})
+	return out, err
+}
 
-// ParseLayoutBytes is ParseLayout of the text in b, for a reader that has
-// it as bytes; nothing of b is kept.
+// ParseLayoutBytes decodes the agent's text of AnnotationLayout in b, for
+// a reader that has it as bytes; nothing of b is kept. The strings that
+// repeat across a fleet's layouts (models, MIG modes, profiles, health)
+// are interned: readers at thousands of Nodes keep what they decoded, and
+// those were a tenth of it.
 func ParseLayoutBytes(b []byte) ([]GPU, error) {
 	var out []GPU
 	if err := json.Unmarshal(b, &out); err != nil {
 		return nil, fmt.Errorf("annotation %s: %w", AnnotationLayout, err)
 	}
+	for i := range out {
+		g := &out[i]
+		g.Model, g.MigMode, g.Health = intern(g.Model), intern(g.MigMode), intern(g.Health)
+		for j := range g.Instances {
+			in := &g.Instances[j]
+			in.Profile, in.Health = intern(in.Profile), intern(in.Health)
+		}
+	}
 	return out, nil
 }
+
+func intern(s string) string { return unique.Make(s).Value() }
 
 // Held counts the devices pods hold in a layout, by the resource the
 // device plugin serves them as under the mixed strategy: a held MIG

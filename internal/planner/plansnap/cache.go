@@ -30,22 +30,29 @@ import (
 // leave it unset) and the reading's options and manual hold agree. A
 // view that depends on more than the Node is read again each time: one
 // with a layout in flight (its GPUs' cooldown starts at Options.Now), a
-// dynamic node's with Options.Pools (its claims), one read with
-// Options.ParseLayout.
+// dynamic node's with Options.Pools (its claims).
 //
 // Entries of Nodes not read since the last Sweep but one are dropped.
 type Cache struct {
 	mu        sync.Mutex
 	cur, prev map[string]*decoded
+	// tables are the profile tables decoded, by text, swept as cur and
+	// prev are: every node of a model publishes the same table, so a
+	// fleet keeps one per model, not one per Node.
+	tables, prevTables map[string]*table
+}
+
+// table is a profile table's text decoded.
+type table struct {
+	models []solver.Model
+	err    error
 }
 
 type decoded struct {
-	layoutRaw, profilesRaw string
-	layout                 []nodeinfo.GPU
-	layoutErr              error
-	models                 []solver.Model
-	profilesErr            error
-	hasLayout, hasProfiles bool
+	layoutRaw string
+	layout    []nodeinfo.GPU
+	layoutErr error
+	hasLayout bool
 	// kept is the Node's last view and what it was read from (Reuse).
 	kept *keptView
 }
@@ -62,7 +69,7 @@ type keptView struct {
 // reuse is the view kept for n, when it was read from the same inputs.
 func (d *decoded) reuse(n *corev1.Node, o Options) (Node, bool) {
 	k := d.kept
-	if k == nil || o.ParseLayout != nil || k.fieldManager != o.FieldManager || k.manualHold != o.ManualHold || !sameInputs(k.node, n) {
+	if k == nil || k.fieldManager != o.FieldManager || k.manualHold != o.ManualHold || !sameInputs(k.node, n) {
 		return Node{}, false
 	}
 	if k.view.Dynamic && o.Pools != nil {
@@ -82,7 +89,7 @@ func (d *decoded) reuse(n *corev1.Node, o Options) (Node, bool) {
 // that reuse compares.
 func (d *decoded) keep(n *corev1.Node, o Options, v Node) {
 	d.kept = nil
-	if o.ParseLayout != nil || len(v.InFlight) > 0 || (v.Dynamic && o.Pools != nil) {
+	if len(v.InFlight) > 0 || (v.Dynamic && o.Pools != nil) {
 		return
 	}
 	_, held := o.HeldUntil(v.ConfigOwner, v.ConfigTime)
@@ -111,7 +118,7 @@ func timeEqual(a, b *metav1.Time) bool {
 
 // NewCache returns an empty cache.
 func NewCache() *Cache {
-	return &Cache{cur: map[string]*decoded{}, prev: map[string]*decoded{}}
+	return &Cache{cur: map[string]*decoded{}, prev: map[string]*decoded{}, tables: map[string]*table{}, prevTables: map[string]*table{}}
 }
 
 // Sweep starts a new reading of the fleet: entries not read since the
@@ -120,6 +127,7 @@ func (c *Cache) Sweep() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.prev, c.cur = c.cur, make(map[string]*decoded, len(c.cur))
+	c.prevTables, c.tables = c.tables, make(map[string]*table, len(c.tables))
 }
 
 func (c *Cache) entry(node string) *decoded {
@@ -139,31 +147,48 @@ func (c *Cache) entry(node string) *decoded {
 	return d
 }
 
-// layout decodes raw with parse (nodeinfo.ParseLayout when nil), or
-// returns what it decoded from the same text.
-func (d *decoded) decodeLayout(raw string, parse func(string) ([]nodeinfo.GPU, error)) ([]nodeinfo.GPU, error) {
+// decodeLayout decodes raw (as the agent wrote it, or packed by the
+// caller's Node cache: nodeinfo.ParseLayout), or returns what it decoded
+// from the same text.
+func (d *decoded) decodeLayout(raw string) ([]nodeinfo.GPU, error) {
 	if d.hasLayout && d.layoutRaw == raw {
 		return d.layout, d.layoutErr
 	}
-	if parse == nil {
-		parse = nodeinfo.ParseLayout
-	}
-	l, err := parse(raw)
+	l, err := nodeinfo.ParseLayout(raw)
 	d.layoutRaw, d.layout, d.layoutErr, d.hasLayout = raw, l, err, true
 	return l, err
 }
 
-// decodeProfiles decodes raw into planner models, or returns what it
-// decoded from the same text.
-func (d *decoded) decodeProfiles(raw string) ([]solver.Model, error) {
-	if d.hasProfiles && d.profilesRaw == raw {
-		return d.models, d.profilesErr
+// profiles decodes raw into planner models, or returns what it decoded
+// from the same text for any Node.
+func (c *Cache) profiles(raw string) ([]solver.Model, error) {
+	if c == nil {
+		return decodeProfiles(raw)
 	}
+	c.mu.Lock()
+	t := c.tables[raw]
+	if t == nil {
+		t = c.prevTables[raw]
+		if t != nil {
+			c.tables[raw] = t
+		}
+	}
+	c.mu.Unlock()
+	if t != nil {
+		return t.models, t.err
+	}
+	models, err := decodeProfiles(raw)
+	c.mu.Lock()
+	c.tables[raw] = &table{models: models, err: err}
+	c.mu.Unlock()
+	return models, err
+}
+
+func decodeProfiles(raw string) ([]solver.Model, error) {
 	models, err := nodeinfo.ParseProfiles(raw)
 	var out []solver.Model
 	for _, m := range models {
 		out = append(out, solver.Model{Name: m.Name, Profiles: m.MIGProfiles()})
 	}
-	d.profilesRaw, d.models, d.profilesErr, d.hasProfiles = raw, out, err, true
 	return out, err
 }

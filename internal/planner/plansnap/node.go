@@ -55,10 +55,6 @@ type Options struct {
 	// yet are in use too, though the agent's layout has no instance
 	// there yet.
 	Pools func(node string) *schedview.Pool
-	// ParseLayout, when set, reads the layout annotation as the caller's
-	// Node cache keeps it (the webhook's keeps it compressed); nil:
-	// nodeinfo.ParseLayout, the agent's JSON.
-	ParseLayout func(raw string) ([]nodeinfo.GPU, error)
 	// Reuse, with Cache, hands back a Node's previous view while what it
 	// was read from is the same (see Cache). The views then share their
 	// slices and maps: the caller must change none of them in place
@@ -117,7 +113,7 @@ func read(n *corev1.Node, o Options, dec *decoded) Node {
 	}
 
 	if s, ok := n.Annotations[nodeinfo.AnnotationProfiles]; ok {
-		models, err := dec.decodeProfiles(s)
+		models, err := o.Cache.profiles(s)
 		if err != nil {
 			out.Warnings = append(out.Warnings, err.Error())
 		}
@@ -128,7 +124,7 @@ func read(n *corev1.Node, o Options, dec *decoded) Node {
 		freeze("its agent has not reported its GPUs (no %s)", nodeinfo.AnnotationLayout)
 		return out
 	}
-	layout, err := dec.decodeLayout(raw, o.ParseLayout)
+	layout, err := dec.decodeLayout(raw)
 	if err != nil {
 		out.Warnings = append(out.Warnings, err.Error())
 		freeze("its agent's report is unreadable: %v", err)
