@@ -167,7 +167,7 @@ soak:
 # planner's choice between nodes) with the harness and deprecation checks.
 # `make test-matrix` runs everything on every minor.
 K8S_OLDEST = $(shell awk '!/^\#/ && NF { print $$1; exit }' hack/cluster/k8s/minors)
-E2E_OLDEST_RUN ?= ^(TestHarnessNetworkSafety|TestDeprecationWarningsAreCaught|TestMigflexInstalled|TestLayoutAnnotation|TestSuccessMeansAllocatable|TestPodGetsMigDevice|TestWebhookFallback|TestBusyGPU|TestKubeletRestart|TestPublishedAllocatableIsHeld|TestPlannerReshapesForAPendingPod|TestMetricsNeedAnAuthorizedToken|TestDRA|TestWebhookFallbackSeesEveryNode|TestPlannerChoosesBetweenNodes|TestDRADynamic|TestDRASharedClaim|TestPlannerReservesForMultiGPUPod)$$
+E2E_OLDEST_RUN ?= ^(TestHarnessNetworkSafety|TestDeprecationWarningsAreCaught|TestMigflexInstalled|TestLayoutAnnotation|TestSuccessMeansAllocatable|TestPodGetsMigDevice|TestWebhookFallback|TestBusyGPU|TestKubeletRestart|TestPublishedAllocatableIsHeld|TestPlannerReshapesForAPendingPod|TestMetricsNeedAnAuthorizedToken|TestDRA|TestWebhookFallbackSeesEveryNode|TestPlannerChoosesBetweenNodes|TestDRADynamic|TestDRASharedClaim|TestPlannerReservesForMultiGPUPod|TestDRAReservationKeepsGPU)$$
 test-e2e-oldest:
 	K8S_VERSION=$(K8S_OLDEST) hack/cluster/e2e.sh -run '$(E2E_OLDEST_RUN)'
 

@@ -33,6 +33,7 @@ import (
 	"github.com/migflex/migflex/internal/domain/nodeinfo"
 	"github.com/migflex/migflex/internal/planner/plansnap"
 	"github.com/migflex/migflex/internal/planner/solver"
+	"github.com/migflex/migflex/internal/platform/intern"
 	"github.com/migflex/migflex/internal/platform/metricsserver"
 )
 
@@ -156,6 +157,11 @@ func transformPod(obj any) (any, error) {
 	return p, nil
 }
 
+// profileTables keeps one copy of each profile table's text the Node
+// cache holds: a fleet publishes one per GPU model and driver, so 64 is
+// ample, and a fleet with more still keeps at most that many.
+var profileTables = intern.New(64)
+
 // transformNode keeps of a Node what the planner reads (plansnap, the
 // scheduling view, nodeChanged) and what its writes need: metadata with
 // the managed fields that say who wrote nvidia.com/mig.config, the
@@ -173,6 +179,21 @@ func transformNode(obj any) (any, error) {
 	slim := &corev1.Node{ObjectMeta: n.ObjectMeta, Spec: corev1.NodeSpec{Unschedulable: n.Spec.Unschedulable, Taints: n.Spec.Taints},
 		Status: corev1.NodeStatus{Allocatable: n.Status.Allocatable}}
 	slim.ManagedFields = nil
+	if len(slim.Annotations) > 0 {
+		// A map of its own: the values change, and a caller handing the
+		// same Node to another reader must see the agent's text.
+		slim.Annotations = maps.Clone(slim.Annotations)
+		if v, ok := slim.Annotations[nodeinfo.AnnotationProfiles]; ok {
+			// The same text on every node of a model.
+			slim.Annotations[nodeinfo.AnnotationProfiles] = profileTables.String(v)
+		}
+		if v, ok := slim.Annotations[nodeinfo.AnnotationLayout]; ok {
+			// Most of a Node as kept here; read only through
+			// nodeinfo.ParseLayout, which unpacks it, and never written
+			// back (write sends the planner's own annotations alone).
+			slim.Annotations[nodeinfo.AnnotationLayout] = nodeinfo.PackLayout(v)
+		}
+	}
 	for _, mf := range n.ManagedFields {
 		if mf.FieldsV1 == nil || mf.Subresource != "" {
 			continue
@@ -653,6 +674,13 @@ func (c *Controller) write(ctx context.Context, w nodeWrite) error {
 		delete(ann, w.key)
 	} else {
 		ann[w.key] = w.value
+	}
+	for k, v := range ann {
+		if nodeinfo.IsPacked(v) {
+			// Only the informer's copy of a layout is packed, and the
+			// planner owns no layout; sending it would corrupt the Node.
+			return fmt.Errorf("writing Node %s: annotation %s holds a cache's packed text", w.node.Name, k)
+		}
 	}
 	ac := corev1ac.Node(w.node.Name).WithUID(w.node.UID)
 	if !w.anyVersion {

@@ -1,14 +1,20 @@
 package planner
 
 import (
+	"maps"
+	"reflect"
+	"strings"
 	"testing"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/migflex/migflex/internal/domain/nodeinfo"
 	"github.com/migflex/migflex/internal/planner/plansnap"
+	"github.com/migflex/migflex/test/bench/scale"
 )
 
 // The node cache keeps what the planner reads and writes with, not the
@@ -49,5 +55,72 @@ func TestTransformNode(t *testing.T) {
 	}
 	if len(n.ManagedFields) != 4 || len(n.Status.Images) != 1 {
 		t.Error("the transform changed the informer's object")
+	}
+}
+
+// TestTransformNodePacksTheLayout: the cache keeps a Node's layout packed
+// and its profile table shared with every node publishing the same text,
+// and reads both as the Node served them; the Node handed over keeps the
+// agent's text.
+func TestTransformNodePacksTheLayout(t *testing.T) {
+	var slims []*corev1.Node
+	for i := range 2 {
+		n, err := scale.Node(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		served := maps.Clone(n.Annotations)
+		out, err := transformNode(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := out.(*corev1.Node)
+		if !maps.Equal(n.Annotations, served) {
+			t.Errorf("%s: the transform changed the Node's annotations", n.Name)
+		}
+		raw, text := s.Annotations[nodeinfo.AnnotationLayout], served[nodeinfo.AnnotationLayout]
+		if !nodeinfo.IsPacked(raw) || len(raw) >= len(text) {
+			t.Errorf("%s: the cache keeps %d bytes of layout from %d (packed: %v)", n.Name, len(raw), len(text), nodeinfo.IsPacked(raw))
+		}
+		got, err := nodeinfo.ParseLayout(raw)
+		want, wantErr := nodeinfo.ParseLayout(text)
+		if err != nil || wantErr != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: the kept layout reads as %+v (%v), want %+v (%v)", n.Name, got, err, want, wantErr)
+		}
+		if s.Annotations[nodeinfo.AnnotationProfiles] != served[nodeinfo.AnnotationProfiles] {
+			t.Errorf("%s: the profile table changed", n.Name)
+		}
+		slims = append(slims, s)
+	}
+	a, b := slims[0].Annotations[nodeinfo.AnnotationProfiles], slims[1].Annotations[nodeinfo.AnnotationProfiles]
+	if unsafe.StringData(a) != unsafe.StringData(b) {
+		t.Error("two nodes' equal profile tables are kept twice")
+	}
+}
+
+// TestWriteRefusesPackedText: a cache's packed layout never reaches the
+// API server, even were the planner's field manager to own the key.
+func TestWriteRefusesPackedText(t *testing.T) {
+	n, err := scale.Node(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.UID = "u"
+	n.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: DefaultFieldManager, Operation: metav1.ManagedFieldsOperationApply, FieldsType: "FieldsV1",
+		FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:annotations":{"f:` + nodeinfo.AnnotationLayout + `":{},"f:` + nodeinfo.AnnotationMigConfig + `":{}}}}`)}}
+	out, err := transformNode(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := fake.NewClientset(n)
+	c := &Controller{opts: Options{Client: client, FieldManager: DefaultFieldManager}}
+	err = c.write(t.Context(), nodeWrite{node: out.(*corev1.Node), key: nodeinfo.AnnotationMigConfig, value: "x"})
+	if err == nil || !strings.Contains(err.Error(), "packed") {
+		t.Fatalf("write = %v, want a refusal of the packed text", err)
+	}
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "patch" {
+			t.Errorf("sent %s %s", a.GetVerb(), a.GetResource().Resource)
+		}
 	}
 }
