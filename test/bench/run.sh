@@ -4,7 +4,8 @@
 #   $BENCH_OUT/results.md     the machine, then every table below, in one file
 #   $BENCH_OUT/machine.txt    nproc, free -g, the CPU model, uptime before and after
 #   $BENCH_OUT/micro.txt      go test -bench output (decision, handler, planner)
-#   $BENCH_OUT/webhook.{md,json}   webhook throughput/latency/memory, informer vs list
+#   $BENCH_OUT/webhook.{md,json}   webhook throughput/latency/memory, informer vs list,
+#                             and against the floor (floorwebhook: the HTTPS round trip alone)
 #   $BENCH_OUT/reconfig.{md,json}  agent reconfiguration latency and memory
 #   $BENCH_OUT/scale.{md,json}     planner and reshape-first webhook at 5000 Nodes
 #   $BENCH_OUT/{webhook,reconfig}/ every process's log
@@ -45,6 +46,7 @@ log "building the binaries"
 CGO_ENABLED=0 $GO build -trimpath -o "$BIN/webhook" ./cmd/webhook
 CGO_ENABLED=1 $GO build -trimpath -o "$BIN/device-plugin" ./cmd/device-plugin
 CGO_ENABLED=0 $GO build -trimpath -o "$BIN/listwebhook" ./test/bench/cmd/listwebhook
+CGO_ENABLED=0 $GO build -trimpath -o "$BIN/floorwebhook" ./test/bench/cmd/floorwebhook
 $GO build -o "$BIN/webhookbench" ./test/bench/cmd/webhookbench
 $GO build -o "$BIN/reconfigbench" ./test/bench/cmd/reconfigbench
 CGO_ENABLED=0 $GO build -trimpath -o "$BIN/planner" ./cmd/planner
@@ -58,7 +60,7 @@ $GO test -run '^$' -benchtime "$BENCHTIME" -count 1 \
 log "webhook: informer cache vs list per admission at 100, 1000 and 5000 nodes, then 50000 pods"
 # shellcheck disable=SC2086 # word splitting of the extra flags is wanted
 "$BIN/webhookbench" -out "$OUT" -assets "$ASSETS" \
-	-webhook-bin "$BIN/webhook" -list-webhook-bin "$BIN/listwebhook" ${WEBHOOKBENCH_FLAGS:-}
+	-webhook-bin "$BIN/webhook" -list-webhook-bin "$BIN/listwebhook" -floor-webhook-bin "$BIN/floorwebhook" ${WEBHOOKBENCH_FLAGS:-}
 
 log "reconfiguration: the agent on 8 simulated H100s"
 # shellcheck disable=SC2086

@@ -34,6 +34,9 @@ const (
 	SourceInformer = "informer"
 	// SourceList is the baseline: a Nodes (and Pods) list per admission.
 	SourceList = "list"
+	// SourceFloor is test/bench/cmd/floorwebhook: every review allowed
+	// without being read past its uid, the two processes' round trip alone.
+	SourceFloor = "floor"
 )
 
 // Options configure a benchmark run.
@@ -43,6 +46,10 @@ type Options struct {
 	// WebhookBin is cmd/webhook; ListWebhookBin is test/bench/cmd/listwebhook.
 	WebhookBin     string
 	ListWebhookBin string
+	// FloorWebhookBin, when set, is test/bench/cmd/floorwebhook, measured
+	// after the other two at each size in existence mode with Requests
+	// admissions.
+	FloorWebhookBin string
 	// WorkDir receives the certificates, the kubeconfig and every
 	// process's log.
 	WorkDir string
@@ -116,8 +123,8 @@ type Measurement struct {
 }
 
 // Problems lists what makes the run invalid: any failed admission of the
-// product (informer) webhook, and any wrong answer from either webhook.
-// The baseline's admissions that got no answer (past its 30-second write
+// product (informer) webhook or the floor, and any wrong answer. The
+// baseline's admissions that got no answer (past its 30-second write
 // timeout) are a result, not a problem: they are in the tables.
 func (r *Report) Problems() []string {
 	var out []string
@@ -127,7 +134,7 @@ func (r *Report) Problems() []string {
 		switch {
 		case l.Wrong > 0:
 			out = append(out, fmt.Sprintf("%s: %d wrong answers: %v", name, l.Wrong, l.Failed))
-		case run.Source == SourceInformer && l.Failures > 0:
+		case run.Source != SourceList && l.Failures > 0:
 			out = append(out, fmt.Sprintf("%s: %d admissions without an answer: %v", name, l.Failures, l.Failed))
 		}
 	}
@@ -218,10 +225,15 @@ func (b *bench) run(ctx context.Context) error {
 		if err := b.measureList(ctx, "nodes", size); err != nil {
 			return err
 		}
-		for _, src := range []string{SourceInformer, SourceList} {
+		for _, src := range []string{SourceInformer, SourceList, SourceFloor} {
 			n := b.o.Requests
-			if src == SourceList {
+			switch src {
+			case SourceList:
 				n = b.o.BaselineRequests[size]
+			case SourceFloor:
+				if b.o.FloorWebhookBin == "" {
+					continue
+				}
 			}
 			if err := b.measure(ctx, src, fallback.ModeExistence, size, 0, n); err != nil {
 				return err
@@ -290,7 +302,9 @@ func (b *bench) measureList(ctx context.Context, resource string, objects int) e
 	return nil
 }
 
-func (b *bench) requests(mode fallback.Mode) ([]load.Request, error) {
+// requests are the admission mix in mode's sequence; checked, each answer
+// must be of the class the mix wants (the floor's are only matched by uid).
+func (b *bench) requests(mode fallback.Mode, checked bool) ([]load.Request, error) {
 	mix := fleet.Mix()
 	seq, err := fleet.Sequence(mix)
 	if err != nil {
@@ -300,7 +314,7 @@ func (b *bench) requests(mode fallback.Mode) ([]load.Request, error) {
 	for _, i := range seq {
 		a := mix[i]
 		want := a.Want[mode]
-		r, err := load.NewRequest(a.Name, a.Pod, func(resp *admissionv1.AdmissionResponse) error {
+		check := func(resp *admissionv1.AdmissionResponse) error {
 			if got := fleet.Classify(resp); got != want {
 				msg := ""
 				if resp.Result != nil {
@@ -309,7 +323,11 @@ func (b *bench) requests(mode fallback.Mode) ([]load.Request, error) {
 				return fmt.Errorf("class %s, want %s (warnings %q, message %q)", got, want, resp.Warnings, msg)
 			}
 			return nil
-		})
+		}
+		if !checked {
+			check = nil
+		}
+		r, err := load.NewRequest(a.Name, a.Pod, check)
 		if err != nil {
 			return nil, err
 		}
@@ -324,10 +342,13 @@ func (b *bench) measure(ctx context.Context, source string, mode fallback.Mode, 
 		return nil
 	}
 	bin := b.o.WebhookBin
-	if source == SourceList {
+	switch source {
+	case SourceList:
 		bin = b.o.ListWebhookBin
+	case SourceFloor:
+		bin = b.o.FloorWebhookBin
 	}
-	reqs, err := b.requests(mode)
+	reqs, err := b.requests(mode, source != SourceFloor)
 	if err != nil {
 		return err
 	}

@@ -40,6 +40,30 @@ func TestCompare(t *testing.T) {
 	}
 }
 
+func TestCompareFloor(t *testing.T) {
+	ms := time.Millisecond
+	r := &Report{Runs: []Measurement{
+		measurement(SourceInformer, "existence", 5000, 1, 2*ms, 8*ms, 0, 0),
+		measurement(SourceList, "existence", 5000, 1, 40*ms, 200*ms, 0, 0),
+		measurement(SourceFloor, "existence", 5000, 1, ms, 2*ms, 0, 0),
+		// A size measured twice: the second informer run with the second floor run.
+		measurement(SourceInformer, "existence", 5000, 1, 3*ms, 6*ms, 0, 0),
+		measurement(SourceFloor, "existence", 5000, 1, ms, 3*ms, 0, 0),
+		// No floor at 100 nodes: no comparison.
+		measurement(SourceInformer, "existence", 100, 1, ms, ms, 0, 0),
+	}}
+	got := CompareFloor(r)
+	type row struct{ P50, P90, P99 float64 }
+	var rows []row
+	for _, c := range got {
+		rows = append(rows, row{c.P50, c.P90, c.P99})
+	}
+	want := []row{{2, 2, 4}, {3, 3, 2}}
+	if diff := cmp.Diff(want, rows); diff != "" {
+		t.Errorf("informer / floor (-want +got):\n%s", diff)
+	}
+}
+
 func TestProblems(t *testing.T) {
 	for name, tc := range map[string]struct {
 		run  Measurement
@@ -51,6 +75,8 @@ func TestProblems(t *testing.T) {
 		// The baseline timing out is what is measured, not a problem.
 		"list without answer": {measurement(SourceList, "capacity", 100, 1, 1, 1, 3, 0), 0},
 		"list wrong":          {measurement(SourceList, "capacity", 100, 1, 1, 1, 0, 2), 1},
+		// Without every answer the floor measures nothing.
+		"floor without answer": {measurement(SourceFloor, "existence", 100, 1, 1, 1, 1, 0), 1},
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := &Report{Runs: []Measurement{tc.run}}
@@ -70,9 +96,14 @@ func TestWriteMarkdown(t *testing.T) {
 		Runs: []Measurement{
 			measurement(SourceInformer, "existence", 100, 4000, time.Millisecond, 4*time.Millisecond, 0, 0),
 			measurement(SourceList, "existence", 100, 100, 40*time.Millisecond, 200*time.Millisecond, 2, 0),
+			measurement(SourceFloor, "existence", 100, 8000, 500*time.Microsecond, time.Millisecond, 0, 0),
 		},
 	}
 	r.Runs[1].WebhookCPU = 0
+	r.Runs[0].Load.ByName = map[string]load.Percentiles{
+		"no-gpu": {Count: 20, P50: time.Millisecond, P90: time.Millisecond, P99: time.Millisecond, Max: time.Millisecond},
+		"denied": {Count: 80, P50: time.Millisecond, P90: 2 * time.Millisecond, P99: 4 * time.Millisecond, Max: 4 * time.Millisecond},
+	}
 	var b strings.Builder
 	if err := WriteMarkdown(&b, r); err != nil {
 		t.Fatal(err)
@@ -86,7 +117,9 @@ func TestWriteMarkdown(t *testing.T) {
 		"| existence | 100 | 0 | list | 100 | 2 | 0 | 100.0 | 40.0ms |",
 		"| <93µs |", // no CPU tick in 108 admissions
 		"| existence | 100 | 0 | 40.0x | 40.0x | 40.0x | 50.0x |",
-		"Problems (wrong answers, or product admissions without an answer): 0.",
+		"| existence | 100 | 500µs | 1.00ms | 1.00ms | 2.00x | 2.00x | 4.00x | 3.00ms |",
+		"| existence | 100 | 0 | informer | denied | 80 | 1.00ms | 2.00ms | 4.00ms | 4.00ms |\n| existence | 100 | 0 | informer | no-gpu | 20 |",
+		"Problems (wrong answers, or product or floor admissions without an answer): 0.",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, out)

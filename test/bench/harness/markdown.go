@@ -3,9 +3,12 @@ package harness
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/migflex/migflex/test/bench/load"
 	"github.com/migflex/migflex/test/bench/report"
 )
 
@@ -45,7 +48,29 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 		fmt.Fprintf(&b, "| %s | %d | %d | %s | %s | %s | %s |\n", c.Mode, c.Nodes, c.Pods,
 			ratio(c.Throughput), ratio(c.P50), ratio(c.P90), ratio(c.P99))
 	}
-	fmt.Fprintf(&b, "\nProblems (wrong answers, or product admissions without an answer): %d. Benchmark wall time: %s.\n", len(r.Problems()), report.Duration(r.Elapsed))
+	if floor := CompareFloor(r); len(floor) > 0 {
+		b.WriteString("\n### Informer cache vs the floor\n\n")
+		b.WriteString("The floor (floorwebhook) answers every review allowed, reading nothing but its uid: the round trip between the two processes alone. Latency: informer / floor; the difference is what the webhook itself adds.\n\n")
+		b.WriteString("| mode | nodes | floor p50 | p90 | p99 | informer / floor p50 | p90 | p99 | informer - floor p99 |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+		for _, c := range floor {
+			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", c.Mode, c.Nodes,
+				report.Duration(c.Floor.P50), report.Duration(c.Floor.P90), report.Duration(c.Floor.P99),
+				ratio(c.P50), ratio(c.P90), ratio(c.P99), report.Duration(c.Informer.P99-c.Floor.P99))
+		}
+	}
+	b.WriteString("\n### Latency by kind of admission (informer and floor runs)\n\n")
+	b.WriteString("| mode | nodes | pods | source | kind | n | p50 | p90 | p99 | max |\n|---|--:|--:|---|---|--:|--:|--:|--:|--:|\n")
+	for _, run := range r.Runs {
+		if run.Source == SourceList {
+			continue
+		}
+		for _, name := range slices.Sorted(maps.Keys(run.Load.ByName)) {
+			p := run.Load.ByName[name]
+			fmt.Fprintf(&b, "| %s | %d | %d | %s | %s | %d | %s | %s | %s | %s |\n", run.Mode, run.Nodes, run.Pods, run.Source, name, p.Count,
+				report.Duration(p.P50), report.Duration(p.P90), report.Duration(p.P99), report.Duration(p.Max))
+		}
+	}
+	fmt.Fprintf(&b, "\nProblems (wrong answers, or product or floor admissions without an answer): %d. Benchmark wall time: %s.\n", len(r.Problems()), report.Duration(r.Elapsed))
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -79,6 +104,47 @@ func Compare(r *Report) []Comparison {
 				P99:        float64(ll.Latency.P99) / float64(li.Latency.P99),
 			})
 		}
+	}
+	return out
+}
+
+// FloorComparison is an informer run against the floor run on the same
+// cluster.
+type FloorComparison struct {
+	Mode            string
+	Nodes           int
+	Informer, Floor load.Percentiles
+	// P50, P90 and P99 are informer / floor.
+	P50, P90, P99 float64
+}
+
+// CompareFloor pairs each informer run with the floor run of its mode and
+// size; with several of either (a size measured more than once), the n-th
+// informer run with the n-th floor run.
+func CompareFloor(r *Report) []FloorComparison {
+	type key struct {
+		mode  string
+		nodes int
+	}
+	floors := map[key][]Measurement{}
+	for _, run := range r.Runs {
+		if run.Source == SourceFloor {
+			k := key{run.Mode, run.Nodes}
+			floors[k] = append(floors[k], run)
+		}
+	}
+	var out []FloorComparison
+	seen := map[key]int{}
+	for _, inf := range r.Runs {
+		k := key{inf.Mode, inf.Nodes}
+		if inf.Source != SourceInformer || seen[k] >= len(floors[k]) {
+			continue
+		}
+		f := floors[k][seen[k]]
+		seen[k]++
+		li, lf := inf.Load.Latency, f.Load.Latency
+		out = append(out, FloorComparison{Mode: inf.Mode, Nodes: inf.Nodes, Informer: li, Floor: lf,
+			P50: float64(li.P50) / float64(lf.P50), P90: float64(li.P90) / float64(lf.P90), P99: float64(li.P99) / float64(lf.P99)})
 	}
 	return out
 }

@@ -56,6 +56,7 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&o.Assets, "assets", ".cache/envtest", "directory with etcd, kube-apiserver and kubectl")
 	fs.StringVar(&o.WebhookBin, "webhook-bin", "bin/webhook", "the cmd/webhook binary")
 	fs.StringVar(&o.ListWebhookBin, "list-webhook-bin", "", "the test/bench/cmd/listwebhook binary")
+	fs.StringVar(&o.FloorWebhookBin, "floor-webhook-bin", "", "the test/bench/cmd/floorwebhook binary; when set, measured at each size after the other two (existence mode)")
 	sizes := fs.String("sizes", "100,1000,5000", "cluster sizes in nodes")
 	fs.IntVar(&o.Pods, "pods", 50000, "pods bound to the largest cluster for the capacity-mode runs; 0 skips them")
 	fs.IntVar(&o.Concurrency, "concurrency", 8, "admissions in flight")
