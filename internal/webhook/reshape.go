@@ -420,11 +420,11 @@ func (v *ReshapeView) shareGPUs(gpus []solver.GPU) []solver.GPU {
 	out := make([]solver.GPU, len(gpus))
 	ins := make([]solver.Instance, 0, total)
 	for i, g := range gpus {
-		g.Model = canon(g.Model)
+		g.Model = intern.Weak(g.Model)
 		if g.Instances != nil {
 			start := len(ins)
 			for _, in := range g.Instances {
-				in.Profile = canon(in.Profile)
+				in.Profile = intern.Weak(in.Profile)
 				ins = append(ins, in)
 			}
 			g.Instances = ins[start:len(ins):len(ins)]

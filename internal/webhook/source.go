@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +21,7 @@ import (
 	"github.com/migflex/migflex/internal/domain/nodeinfo"
 	"github.com/migflex/migflex/internal/domain/resourcename"
 	"github.com/migflex/migflex/internal/domain/schedview"
+	"github.com/migflex/migflex/internal/platform/intern"
 )
 
 // SnapshotSource is the cluster view the handler decides against. The
@@ -345,30 +345,24 @@ func TransformNode(obj any) (any, error) {
 	out.Spec.Unschedulable = n.Spec.Unschedulable
 	for _, t := range n.Spec.Taints {
 		if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
-			out.Spec.Taints = append(out.Spec.Taints, corev1.Taint{Key: canon(t.Key), Value: canon(t.Value), Effect: t.Effect})
+			out.Spec.Taints = append(out.Spec.Taints, corev1.Taint{Key: intern.Weak(t.Key), Value: intern.Weak(t.Value), Effect: t.Effect})
 		}
 	}
 	out.Status.Allocatable = gpuOnly(n.Status.Allocatable)
 	return out, nil
 }
 
-// canon returns s's canonical copy. A Node's labels, taints, resource
-// names and profile table (that one kept by profileTables) are mostly the
-// same text on every node of a fleet, yet each decoded Node holds its own
-// copy: sharing them took 10 to
-// 18 MiB off the webhook's RSS at 5,000 Nodes (docs/BENCHMARKS.md).
-// unique's table holds its entries weakly, so a text no Node keeps leaves
-// it (node names in labels come and go); a text interned again after a
-// GC dropped its entry may be a second copy, which costs memory, not
-// correctness.
-func canon(s string) string { return unique.Make(s).Value() }
-
 // internValues interns m's values in place and returns m: the transform
 // owns the Node it is handed, and a new map would cost more than the
-// keys it could share.
+// keys it could share. A Node's labels, taints, resource names and profile
+// table (that one kept by profileTables) are mostly the same text on every
+// node of a fleet, yet each decoded Node holds its own copy: sharing them
+// took 10 to 18 MiB off the webhook's RSS at 5,000 Nodes
+// (docs/BENCHMARKS.md). Weakly (intern.Weak): node names in labels come
+// and go.
 func internValues(m map[string]string) map[string]string {
 	for k, v := range m {
-		m[k] = canon(v)
+		m[k] = intern.Weak(v)
 	}
 	return m
 }
@@ -447,7 +441,7 @@ func gpuOnly(l corev1.ResourceList) corev1.ResourceList {
 			if out == nil {
 				out = corev1.ResourceList{}
 			}
-			out[corev1.ResourceName(canon(string(name)))] = q
+			out[corev1.ResourceName(intern.Weak(string(name)))] = q
 		}
 	}
 	return out

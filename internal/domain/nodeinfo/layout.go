@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/migflex/migflex/internal/domain/mig"
 	"github.com/migflex/migflex/internal/domain/resourcename"
+	"github.com/migflex/migflex/internal/platform/intern"
 )
 
 // GPU is one GPU in the layout annotation.
@@ -227,16 +227,14 @@ func ParseLayoutBytes(b []byte) ([]GPU, error) {
 	}
 	for i := range out {
 		g := &out[i]
-		g.Model, g.MigMode, g.Health = intern(g.Model), intern(g.MigMode), intern(g.Health)
+		g.Model, g.MigMode, g.Health = intern.Weak(g.Model), intern.Weak(g.MigMode), intern.Weak(g.Health)
 		for j := range g.Instances {
 			in := &g.Instances[j]
-			in.Profile, in.Health = intern(in.Profile), intern(in.Health)
+			in.Profile, in.Health = intern.Weak(in.Profile), intern.Weak(in.Health)
 		}
 	}
 	return out, nil
 }
-
-func intern(s string) string { return unique.Make(s).Value() }
 
 // Held counts the devices pods hold in a layout, by the resource the
 // device plugin serves them as under the mixed strategy: a held MIG

@@ -5,10 +5,21 @@
 // drops a canonical value once no Handle to it is left, though strings
 // taken from it live on, so after each collection the next equal string
 // becomes a new copy, and a cache filled over many collections keeps
-// about one per object. A Table keeps its strings until it is full.
+// about one per object. A Table keeps its strings until it is full; Weak
+// is unique's canonical copy, for text decoded once and kept by few
+// objects, or text whose variety no bound could cap (label values).
 package intern
 
-import "sync"
+import (
+	"sync"
+	"unique"
+)
+
+// Weak returns the canonical copy of s while one is held: the runtime's
+// table keeps its entries weakly, so a text no object keeps leaves it, and
+// one interned again after a collection dropped its entry may become a
+// second copy, which costs memory, not correctness.
+func Weak(s string) string { return unique.Make(s).Value() }
 
 // Table keeps up to max distinct strings; when a new one would pass max
 // it starts over, so that text that does not repeat (a hostile or
