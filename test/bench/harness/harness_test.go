@@ -97,6 +97,9 @@ func TestWriteMarkdown(t *testing.T) {
 			measurement(SourceInformer, "existence", 100, 4000, time.Millisecond, 4*time.Millisecond, 0, 0),
 			measurement(SourceList, "existence", 100, 100, 40*time.Millisecond, 200*time.Millisecond, 2, 0),
 			measurement(SourceFloor, "existence", 100, 8000, 500*time.Microsecond, time.Millisecond, 0, 0),
+			// A second measurement where the floor's p99 is the higher.
+			measurement(SourceInformer, "existence", 100, 4000, time.Millisecond, 2*time.Millisecond, 0, 0),
+			measurement(SourceFloor, "existence", 100, 8000, 500*time.Microsecond, 3*time.Millisecond, 0, 0),
 		},
 	}
 	r.Runs[1].WebhookCPU = 0
@@ -118,6 +121,7 @@ func TestWriteMarkdown(t *testing.T) {
 		"| <93µs |", // no CPU tick in 108 admissions
 		"| existence | 100 | 0 | 40.0x | 40.0x | 40.0x | 50.0x |",
 		"| existence | 100 | 500µs | 1.00ms | 1.00ms | 2.00x | 2.00x | 4.00x | 3.00ms |",
+		"| existence | 100 | 500µs | 1.00ms | 3.00ms | 2.00x | 2.00x | 0.67x | -1.00ms |",
 		"| existence | 100 | 0 | informer | denied | 80 | 1.00ms | 2.00ms | 4.00ms | 4.00ms |\n| existence | 100 | 0 | informer | no-gpu | 20 |",
 		"Problems (wrong answers, or product or floor admissions without an answer): 0.",
 	} {

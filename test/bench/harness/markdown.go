@@ -55,7 +55,7 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 		for _, c := range floor {
 			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", c.Mode, c.Nodes,
 				report.Duration(c.Floor.P50), report.Duration(c.Floor.P90), report.Duration(c.Floor.P99),
-				ratio(c.P50), ratio(c.P90), ratio(c.P99), report.Duration(c.Informer.P99-c.Floor.P99))
+				ratio(c.P50), ratio(c.P90), ratio(c.P99), signed(c.Informer.P99-c.Floor.P99))
 		}
 	}
 	b.WriteString("\n### Latency by kind of admission (informer and floor runs)\n\n")
@@ -147,6 +147,14 @@ func CompareFloor(r *Report) []FloorComparison {
 			P50: float64(li.P50) / float64(lf.P50), P90: float64(li.P90) / float64(lf.P90), P99: float64(li.P99) / float64(lf.P99)})
 	}
 	return out
+}
+
+// signed writes d with its sign: report.Duration has none for a negative.
+func signed(d time.Duration) string {
+	if d < 0 {
+		return "-" + report.Duration(-d)
+	}
+	return report.Duration(d)
 }
 
 // cpuPerAdmission is d/n. CPU times come in 10 ms ticks, so a total of
