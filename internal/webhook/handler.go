@@ -323,15 +323,16 @@ func (h *Handler) respond(w http.ResponseWriter, resp *admissionv1.AdmissionResp
 		TypeMeta: metav1.TypeMeta{APIVersion: reviewV1, Kind: "AdmissionReview"},
 		Response: resp,
 	}
-	body, err := json.Marshal(out)
-	if err != nil {
+	w.Header().Set("Content-Type", "application/json")
+	// Encode writes from the encoder's pooled buffer, where Marshal would
+	// copy the answer into a new slice per admission. It writes nothing
+	// when the answer cannot be encoded, so the 500 below is still the
+	// response's status.
+	if err := json.NewEncoder(w).Encode(out); err != nil {
 		h.log.Error(err, "Encoding AdmissionReview response")
 		http.Error(w, "encoding response failed", http.StatusInternalServerError)
 		return http.StatusInternalServerError
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(body)
 	return http.StatusOK
 }
 

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/go-logr/logr"
@@ -577,5 +579,45 @@ func TestNewHandlerRequiresDependencies(t *testing.T) {
 		if _, err := NewHandler(o); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("without %s: err = %v", name, err)
 		}
+	}
+}
+
+func TestReadBody(t *testing.T) {
+	body := bytes.Repeat([]byte("0123456789"), 300)
+	errRead := errors.New("connection reset")
+	for name, tc := range map[string]struct {
+		r       func() io.Reader
+		size    int64
+		want    []byte
+		wantErr error
+	}{
+		"declared length":              {r: func() io.Reader { return bytes.NewReader(body) }, size: int64(len(body)), want: body},
+		"unknown length":               {r: func() io.Reader { return bytes.NewReader(body) }, size: -1, want: body},
+		"longer than declared":         {r: func() io.Reader { return bytes.NewReader(body) }, size: 10, want: body},
+		"shorter than declared":        {r: func() io.Reader { return bytes.NewReader(body[:5]) }, size: int64(len(body)), want: body[:5]},
+		"a byte at a time":             {r: func() io.Reader { return iotest.OneByteReader(bytes.NewReader(body)) }, size: int64(len(body)), want: body},
+		"an error after some bytes":    {r: func() io.Reader { return io.MultiReader(bytes.NewReader(body[:7]), iotest.ErrReader(errRead)) }, size: int64(len(body)), want: body[:7], wantErr: errRead},
+		"the error with the last read": {r: func() io.Reader { return iotest.DataErrReader(bytes.NewReader(body)) }, size: int64(len(body)), want: body},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := readBody(tc.r(), tc.size)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("error %v, want %v", err, tc.wantErr)
+			}
+			if !bytes.Equal(got, tc.want) {
+				t.Errorf("read %d bytes, want %d", len(got), len(tc.want))
+			}
+		})
+	}
+	// The point of it: one buffer for a body of the declared length.
+	rd := bytes.NewReader(body)
+	allocs := testing.AllocsPerRun(100, func() {
+		rd.Reset(body)
+		if _, err := readBody(rd, int64(len(body))); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs > 1 {
+		t.Errorf("%v allocations to read a body of its declared length, want 1", allocs)
 	}
 }
