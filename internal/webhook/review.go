@@ -68,7 +68,7 @@ func readReview(w http.ResponseWriter, r *http.Request, maxBytes int64) (*admiss
 
 // readBody reads r to its end into one buffer of the declared length
 // (size; unknown when not positive), which io.ReadAll would grow step by
-// step from 512 bytes: about twice the body's size in garbage per
+// step from 512 bytes, leaving each smaller buffer as garbage per
 // admission, a share of what sets how often the collector runs. The
 // declared length is already counted against the in-flight budget (serve),
 // and a body longer than declared still reads whole (the buffer grows).
