@@ -454,11 +454,26 @@ func maxOf(hist map[corev1.ResourceName]map[int64]int) map[corev1.ResourceName]i
 }
 
 func freeDevices(alloc, used map[corev1.ResourceName]int64) map[corev1.ResourceName]int64 {
+	// A node nothing uses has its allocatable free: the member shares the
+	// map (read-only, as alloc is) rather than hold a copy of it.
+	if !anyUsed(alloc, used) {
+		return alloc
+	}
 	free := make(map[corev1.ResourceName]int64, len(alloc))
 	for r, a := range alloc {
 		free[r] = max(a-used[r], 0)
 	}
 	return free
+}
+
+// anyUsed tells whether used holds any of alloc's types.
+func anyUsed(alloc, used map[corev1.ResourceName]int64) bool {
+	for r := range alloc {
+		if used[r] > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // groupKey is everything a group's members share. Values are separated by

@@ -2,6 +2,7 @@ package schedview
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -171,5 +172,31 @@ func TestBuilderKeepsTheAPINode(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A node nothing uses shares its allocatable as its free devices; a use
+// gives it a map of its own and leaves the allocatable as it was.
+func TestMemberFreeSharesAnUnusedAllocatable(t *testing.T) {
+	b := NewBuilder(nil)
+	b.SetNode(NodeFromAPI(node("n1", alloc{mig1g10: 7, mig2g20: 3}, labeled("pool", "a"))))
+	b.SetPod("ns/cpu", "n1", alloc{corev1.ResourceCPU: 4})
+	same := func(m *Member) bool {
+		return reflect.ValueOf(m.Free()).UnsafePointer() == reflect.ValueOf(m.Allocatable()).UnsafePointer()
+	}
+	_, m := b.Snapshot().Find("n1")
+	if m == nil || !same(m) {
+		t.Fatal("an unused node's free devices are a copy of its allocatable")
+	}
+	b.SetPod("ns/p", "n1", alloc{mig1g10: 2})
+	_, m = b.Snapshot().Find("n1")
+	if same(m) {
+		t.Fatal("a used node's free devices are its allocatable")
+	}
+	if diff := cmp.Diff(alloc{mig1g10: 5, mig2g20: 3}, alloc(m.Free())); diff != "" {
+		t.Errorf("free (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(alloc{mig1g10: 7, mig2g20: 3}, alloc(m.Allocatable())); diff != "" {
+		t.Errorf("allocatable (-want +got):\n%s", diff)
 	}
 }
