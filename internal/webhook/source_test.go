@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"encoding/json"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/migflex/migflex/internal/domain/nodeinfo"
+	"github.com/migflex/migflex/internal/domain/schedview"
 	"github.com/migflex/migflex/internal/testsupport/testutil"
 	"github.com/migflex/migflex/internal/webhook/fallback"
 )
@@ -198,6 +200,48 @@ func TestTransformNode(t *testing.T) {
 	tomb := cache.DeletedFinalStateUnknown{Key: "a", Obj: n}
 	if got, _ := TransformNode(tomb); !cmp.Equal(got, tomb, eq) {
 		t.Errorf("TransformNode changed a tombstone")
+	}
+}
+
+// Nodes with equal GPU counts share one list in the cache and one map in
+// the decision's view; each still reads its own counts.
+func TestTransformNodeSharesEqualAllocatable(t *testing.T) {
+	same := func(a, b any) bool { return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer() }
+	slim := func(name string, n int64) *corev1.Node {
+		t.Helper()
+		node := gpuNode(name, map[corev1.ResourceName]int64{mig1g10: n, mig2g20: 1})
+		node.Status.Allocatable[corev1.ResourceCPU] = resource.MustParse("64")
+		out, err := TransformNode(node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.(*corev1.Node)
+	}
+	a, b, c := slim("a", 5), slim("b", 5), slim("c", 4)
+	if !same(a.Status.Allocatable, b.Status.Allocatable) {
+		t.Error("two Nodes with equal GPU counts hold two lists")
+	}
+	if same(a.Status.Allocatable, c.Status.Allocatable) {
+		t.Error("Nodes with different GPU counts share a list")
+	}
+	for _, tc := range []struct {
+		n    *corev1.Node
+		want int64
+	}{{a, 5}, {b, 5}, {c, 4}} {
+		got := tc.n.Status.Allocatable[mig1g10]
+		if got.Value() != tc.want || len(tc.n.Status.Allocatable) != 2 {
+			t.Errorf("%s: allocatable %v, want %d of %s and one %s", tc.n.Name, tc.n.Status.Allocatable, tc.want, mig1g10, mig2g20)
+		}
+	}
+	ca, cb := schedview.NodeFromAPI(a).Allocatable, schedview.NodeFromAPI(b).Allocatable
+	if same(ca, cb) {
+		t.Fatal("NodeFromAPI shares maps by itself; the check below proves nothing")
+	}
+	if !same(sharedCounts(ca), sharedCounts(cb)) {
+		t.Error("two equal counts are kept twice")
+	}
+	if same(sharedCounts(ca), sharedCounts(schedview.NodeFromAPI(c).Allocatable)) {
+		t.Error("different counts share a map")
 	}
 }
 
