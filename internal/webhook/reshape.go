@@ -53,10 +53,14 @@ type ReshapeView struct {
 	nodes map[string]*corev1.Node
 	// writes are the planner's writes of each node's
 	// nvidia.com/mig.config, as seen (noteWrite).
-	writes  map[string]*plannerWrites
-	dirty   bool
-	built   time.Time
-	sup     *solver.Supplier
+	writes map[string]*plannerWrites
+	dirty  bool
+	built  time.Time
+	sup    *solver.Supplier
+	// maxAge is reshapeMaxAge; drop lets go of a Supplier that old
+	// (dropOld).
+	maxAge  time.Duration
+	drop    *time.Timer
 	pl      *solver.Planner
 	refresh time.Duration
 	opts    plansnap.Options
@@ -99,7 +103,7 @@ func NewReshapeView(fieldManager string, manualHold, cooldown, refresh time.Dura
 		refresh = DefaultReshapeRefresh
 	}
 	return &ReshapeView{
-		nodes: map[string]*corev1.Node{}, writes: map[string]*plannerWrites{}, pl: pl, refresh: refresh, now: time.Now,
+		nodes: map[string]*corev1.Node{}, writes: map[string]*plannerWrites{}, pl: pl, refresh: refresh, now: time.Now, maxAge: reshapeMaxAge,
 		opts: plansnap.Options{FieldManager: fieldManager, ManualHold: manualHold}, cooldown: cooldown,
 		read: map[string]*viewNode{}, models: map[string][]solver.Model{}, shapes: map[string][]solver.GPU{},
 	}, nil
@@ -278,7 +282,7 @@ func (v *ReshapeView) supplier() *solver.Supplier {
 	}
 	now := v.now()
 	age := now.Sub(v.built)
-	if v.sup != nil && (!v.dirty || age < v.refresh) && age < reshapeMaxAge {
+	if v.sup != nil && (!v.dirty || age < v.refresh) && age < v.maxAge {
 		return v.sup
 	}
 	// The old Supplier is garbage from here (admissions in flight keep
@@ -322,7 +326,25 @@ func (v *ReshapeView) supplier() *solver.Supplier {
 		return nil
 	}
 	v.sup, v.built, v.dirty = sup, now, false
+	if v.drop == nil {
+		v.drop = time.AfterFunc(v.maxAge, v.dropOld)
+	} else {
+		v.drop.Reset(v.maxAge)
+	}
 	return sup
+}
+
+// dropOld lets go of a Supplier maxAge old: no admission uses it again
+// (supplier builds a new one first), and a webhook at rest would hold it
+// (the round's state of every GPU, about 10 MB at 5,000 Nodes) for
+// nothing until the next admission that asks the planner. The readings
+// stay: the next rebuild reads again only the Nodes that changed.
+func (v *ReshapeView) dropOld() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.sup != nil && v.now().Sub(v.built) >= v.maxAge {
+		v.sup = nil
+	}
 }
 
 // viewNode is a Node as the planner reads it (plansnap.FromAPI), kept by

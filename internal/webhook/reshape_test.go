@@ -331,3 +331,35 @@ func TestReshapeViewHoldsTheGPUsAWriteChanged(t *testing.T) {
 		})
 	}
 }
+
+// A Supplier past its age, which supplier would rebuild before using it,
+// is let go without waiting for the next admission; the next builds one.
+func TestReshapeViewDropsAnOldSupplier(t *testing.T) {
+	v, err := NewReshapeView("migflex-planner", time.Minute, 2*time.Minute, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.maxAge = 50 * time.Millisecond
+	slim, err := transformReshapeNode(agentNode(t, "gpu", true, h100(t, "gpu", 0, seven1g()...)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.SetNode(slim.(*corev1.Node))
+	held := func() bool {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		return v.sup != nil
+	}
+	for round := range 2 {
+		if _, ok := v.Planner(); !ok || !held() {
+			t.Fatalf("round %d: no Supplier built (answered %v)", round, ok)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for held() && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if held() {
+			t.Fatalf("round %d: the Supplier is kept past its age", round)
+		}
+	}
+}
