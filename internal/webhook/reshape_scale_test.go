@@ -54,7 +54,9 @@ var heapSink *InformerSource
 // admission that asks the planner), rebuild-alloc-MiB what a rebuild of
 // the view allocates when no Node changed, changed-alloc-MiB when a
 // tenth of them did (new objects, as a round of the planner's writes
-// brings). `-memprofile` shows the Nodes and the view.
+// brings), rest-MiB more than the Nodes alone once the view has let its
+// Supplier go (dropOld). `-memprofile` shows what is live then: the
+// Nodes and the view's readings.
 func BenchmarkHeap5000(b *testing.B) {
 	live := func() float64 {
 		runtime.GC()
@@ -132,6 +134,12 @@ func BenchmarkHeap5000(b *testing.B) {
 		b.ReportMetric(float64(changed.TotalAlloc-before.TotalAlloc)/(1<<20), "changed-alloc-MiB")
 		b.ReportMetric(withNodes-base, "nodes-MiB")
 		b.ReportMetric(withView-withNodes, "view-MiB")
+		// At rest: the Supplier let go at its age, the readings kept.
+		v.mu.Lock()
+		v.built = v.built.Add(-v.maxAge)
+		v.mu.Unlock()
+		v.dropOld()
+		b.ReportMetric(live()-withNodes, "rest-MiB")
 		heapSink = s
 	}
 }
