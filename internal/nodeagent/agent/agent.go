@@ -592,9 +592,15 @@ func (a *Agent) step(ctx context.Context, cause string) bool {
 	} else {
 		a.reported, a.shown = out.status, shown.status
 		a.metrics.setState(a.shown.State)
+		// The Node shows the state now and a restarted agent compares
+		// with what the Node shows, so an Event dropped here would never
+		// be recorded: a stop that comes between the report and its
+		// Events waits for them, a bounded while.
+		evCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), eventsAfterStop)
 		for _, ev := range withUnsent(a.unsent, shown.events) {
-			a.recordEvent(ctx, node, ev)
+			a.recordEvent(evCtx, node, ev)
 		}
+		cancel()
 		a.unsent = nil
 	}
 	log := a.log.WithValues("result", out.result, "state", shown.status.State, "took", time.Since(start))

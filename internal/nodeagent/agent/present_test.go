@@ -2,10 +2,13 @@ package agent
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/migflex/migflex/internal/domain/nodeinfo"
 	"github.com/migflex/migflex/internal/nodeagent/deviceplugin"
@@ -221,6 +226,53 @@ func TestNoSilentStates(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestStopKeepsTheReportsEvents stops the agent as it sends the Events
+// of a report the Node already shows: a restarted agent compares with the
+// Node and would never send them, so the stopping one must.
+func TestStopKeepsTheReportsEvents(t *testing.T) {
+	api := startAPIServer(t)
+	n := newNode(t, api, withAnnotation(nodeinfo.AnnotationMigConfig, "version: v1\nmig-configs: ["), withLabel(nodeinfo.LabelMigConfig, "all-1g.10gb"))
+	var (
+		run       atomic.Pointer[agentRun]
+		started   = make(chan struct{})
+		stopped   = make(chan struct{})
+		stopFirst sync.Once
+	)
+	cfg := rest.CopyConfig(api.cfg)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/events") {
+				stopFirst.Do(func() {
+					<-started
+					run.Load().cancel()
+					close(stopped)
+				})
+			}
+			return rt.RoundTrip(r)
+		})
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run.Store(n.start(withClient(client)))
+	close(started)
+	select {
+	case <-stopped:
+	case <-time.After(hangTimeout):
+		t.Fatal("the agent sent no Event")
+	}
+	run.Load().stop()
+	if s := n.get().Labels[nodeinfo.LabelMigConfigState]; s != nodeinfo.StateFailed {
+		t.Fatalf("state %q, want the report on the Node before its Events", s)
+	}
+	for _, reason := range []string{ReasonSourceIgnored, ReasonInvalid} {
+		if c := countReason(n.events(), reason); c != 1 {
+			t.Errorf("%d %s Events, want 1: %s", c, reason, describeEvents(n.events()))
+		}
+	}
 }
 
 // patchAllocatable sets one resource of the Node's allocatable, as a

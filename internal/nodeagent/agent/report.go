@@ -146,6 +146,10 @@ func (a *Agent) recordEvent(ctx context.Context, node *corev1.Node, ev event) {
 	a.log.V(2).Info("Recorded Event", "type", ev.Type, "reason", ev.Reason)
 }
 
+// eventsAfterStop bounds how long the Events of a report that reached
+// the Node are still sent once the agent is stopping.
+const eventsAfterStop = 5 * time.Second
+
 // eventController names the agent as the reporting controller of its
 // Events.
 const eventController = "migflex.io/agent"
