@@ -7,8 +7,10 @@
 // Two informers, never a List per decision: Nodes, and pods in phase
 // Pending (only those asking for nvidia.com/gpu or nvidia.com/mig-* are
 // kept). Demand is the pods marked PodScheduled=False with reason
-// Unschedulable; pods bound to a node but not started are "starting" (the
-// kubelet may be handing them devices their agent does not report yet).
+// Unschedulable, less those a Node's layout lists holding a device (the
+// pod informer can be behind the Node informer after a lost watch); pods
+// bound to a node but not started are "starting" (the kubelet may be
+// handing them devices their agent does not report yet).
 // The Nodes are read through internal/planner/plansnap: the GPUs and the pods
 // holding their instances from the agent's migflex.io/mig.layout, the
 // profile tables from migflex.io/mig.profiles.

@@ -160,7 +160,7 @@ func decide(o *Options, pl *solver.Planner, m *memory, now time.Time, nodes []*c
 	d := decision{demand: map[corev1.ResourceName]float64{}}
 	views := d.readNodes(o, m, now, nodes, pods)
 	m.observe(now, pods)
-	pending := d.collectPending(m, pods)
+	pending := d.collectPending(m, pods, views)
 	// Before the plan, which gives the reserved GPUs to no pod; and when no
 	// pod waits, which ends every reservation.
 	reserved := d.reservations(o, m, now, nodes, views, pending)
@@ -252,11 +252,14 @@ func (d *decision) readNodes(o *Options, m *memory, now time.Time, nodes []*core
 // collectPending is the pods waiting for GPUs the scheduler found nowhere,
 // in the order they claim capacity (priority, then age, then name), with
 // their demand; the Events told to pods no longer waiting are forgotten.
-func (d *decision) collectPending(m *memory, pods []*corev1.Pod) []*corev1.Pod {
+// A pod a node's layout lists holding a device is not waiting, whatever
+// the pod informer says (heldAlready).
+func (d *decision) collectPending(m *memory, pods []*corev1.Pod, views []plansnap.Node) []*corev1.Pod {
 	pending := make([]*corev1.Pod, 0)
 	live := map[types.UID]bool{}
+	held := d.heldAlready(pods, views)
 	for _, p := range pods {
-		if !plansnap.Unschedulable(p) {
+		if !plansnap.Unschedulable(p) || held[p.Namespace+"/"+p.Name] {
 			continue
 		}
 		pending = append(pending, p)
@@ -271,6 +274,37 @@ func (d *decision) collectPending(m *memory, pods []*corev1.Pod) []*corev1.Pod {
 			a.CreationTimestamp.Compare(b.CreationTimestamp.Time), cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name))
 	})
 	return pending
+}
+
+// heldAlready is the unschedulable pods (by namespace/name) that a node's
+// layout lists holding a device. The informers of Nodes and pods each
+// catch up on their own after a lost watch (an API server restart backs
+// each off by up to a minute), so the pod informer may still show as
+// waiting a pod that its agent already reports running: planning for it
+// again would change a second GPU for a pod that has one. A pod deleted
+// and made again under the same name waits until its agent's next report.
+func (d *decision) heldAlready(pods []*corev1.Pod, views []plansnap.Node) map[string]bool {
+	var waiting map[string]bool
+	for _, p := range pods {
+		if plansnap.Unschedulable(p) {
+			if waiting == nil {
+				waiting = map[string]bool{}
+			}
+			waiting[p.Namespace+"/"+p.Name] = false
+		}
+	}
+	if waiting == nil {
+		return nil
+	}
+	for i := range views {
+		for u := range views[i].AllUsers() {
+			if seen, ok := waiting[u]; ok && !seen {
+				waiting[u] = true
+				d.warnings = append(d.warnings, fmt.Sprintf("pod %s waits for the scheduler as the pod informer shows it, but Node %s's layout lists it holding a device: not planned for (the informer is behind)", u, views[i].Name))
+			}
+		}
+	}
+	return waiting
 }
 
 // nodeOrder is the nodes to write, in the order their first pod claims

@@ -96,6 +96,16 @@ func TestRound(t *testing.T) {
 			wantEvents: []string{"MigReshapePlanned p: will run on node n2: GPU 0 repartitioned 7x1g.10gb -> 4x1g.10gb + 3g.40gb"},
 		},
 		{
+			// After a lost watch the pod informer may catch up later than
+			// the Node informer: p still shows as waiting, but its agent
+			// reports it holding the 3g.40gb. No second GPU is changed.
+			name: "a pod a layout lists holding a device is not planned for",
+			setup: func(c *cluster) {
+				c.addNode("n1", simGPU(0, "1g.10gb@0", "1g.10gb@1", "1g.10gb@2", "1g.10gb@3", "3g.40gb@4=ns/p"), simGPU(1, all1g...))
+				c.pod("p", mig3g, 1)
+			},
+		},
+		{
 			name: "a busy GPU is avoided while another can serve",
 			setup: func(c *cluster) {
 				c.addNode("n1", simGPU(0, "1g.10gb@0=ns/busy", "1g.10gb@1", "1g.10gb@2", "1g.10gb@3", "1g.10gb@4", "1g.10gb@5", "1g.10gb@6"), simGPU(1, all1g...))

@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/migflex/migflex/internal/domain/nodeinfo"
+	"github.com/migflex/migflex/internal/planner/plansnap"
 	"github.com/migflex/migflex/internal/planner/solver"
 )
 
@@ -26,6 +28,11 @@ func TestCollectPending(t *testing.T) {
 	bound := c.pod("e-bound", mig3g, 1)
 	bound.Spec.NodeName = "n1"
 	c.pod("f-cpu", "cpu", 1)
+	c.pod("g-held", mig3g, 1)
+	var view plansnap.Node
+	view.Name = "n2"
+	view.Layout = []nodeinfo.GPU{{Index: 0, Instances: []nodeinfo.Instance{{Profile: "3g.40gb", UsedBy: []string{"ns/g-held"}}}}}
+	views := []plansnap.Node{view}
 
 	m := newMemory(time.Hour)
 	m.told[types.UID("uid-a-early")] = "kept"
@@ -33,10 +40,11 @@ func TestCollectPending(t *testing.T) {
 	var d decision
 	d.demand = map[corev1.ResourceName]float64{}
 	var names []string
-	for _, p := range d.collectPending(m, c.podList()) {
+	for _, p := range d.collectPending(m, c.podList(), views) {
 		names = append(names, p.Name)
 	}
-	// Priority first, then age, then name; bound and CPU pods do not wait.
+	// Priority first, then age, then name; bound and CPU pods do not
+	// wait, nor one a node's layout lists holding a device.
 	if want := []string{"d-urgent", "a-early", "c-early", "b-late"}; !cmp.Equal(want, names) {
 		t.Errorf("pending %v, want %v", names, want)
 	}
@@ -45,6 +53,9 @@ func TestCollectPending(t *testing.T) {
 	}
 	if want := map[types.UID]string{"uid-a-early": "kept"}; !cmp.Equal(want, m.told) {
 		t.Errorf("told %v, want only the waiting pods' %v", m.told, want)
+	}
+	if len(d.warnings) != 1 || !strings.Contains(d.warnings[0], "ns/g-held") {
+		t.Errorf("warnings %q, want one naming ns/g-held", d.warnings)
 	}
 }
 

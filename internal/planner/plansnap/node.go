@@ -11,6 +11,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"iter"
 	"slices"
 	"strings"
 	"time"
@@ -390,6 +391,27 @@ func (n *Node) GPUUsers(index int) []string {
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// AllUsers yields every pod holding a device of the node, a pod once per
+// device it holds, without the copies Users makes.
+func (n *Node) AllUsers() iter.Seq[string] {
+	return func(yield func(string) bool) {
+		for _, g := range n.Layout {
+			for _, u := range g.UsedBy {
+				if !yield(u) {
+					return
+				}
+			}
+			for _, in := range g.Instances {
+				for _, u := range in.UsedBy {
+					if !yield(u) {
+						return
+					}
+				}
+			}
+		}
+	}
 }
 
 // Users are every pod holding a device of the node.
