@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -461,17 +460,13 @@ func gpuOnly(l corev1.ResourceList) corev1.ResourceList {
 	}
 	slices.Sort(names)
 	out := make(corev1.ResourceList, len(names))
-	var key strings.Builder
 	for _, name := range names {
-		q := l[name]
-		name = corev1.ResourceName(intern.Weak(string(name)))
-		out[name] = q
-		key.WriteString(string(name))
-		key.WriteByte('=')
-		key.WriteString(q.String())
-		key.WriteByte(';')
+		out[corev1.ResourceName(intern.Weak(string(name)))] = l[name]
 	}
-	return allocatables.Value(key.String(), out)
+	return allocatables.Value(sharingKey(names, func(b []byte, name corev1.ResourceName) []byte {
+		q := l[name]
+		return append(b, q.String()...)
+	}), out)
 }
 
 // sharedCounts is m, or an equal map another node holds.
@@ -479,13 +474,21 @@ func sharedCounts(m map[corev1.ResourceName]int64) map[corev1.ResourceName]int64
 	if len(m) == 0 {
 		return m
 	}
-	names := slices.Sorted(maps.Keys(m))
+	return counts.Value(sharingKey(slices.Sorted(maps.Keys(m)), func(b []byte, name corev1.ResourceName) []byte {
+		return strconv.AppendInt(b, m[name], 10)
+	}), m)
+}
+
+// sharingKey is "name=value;" for each of the sorted names, value being
+// what appendValue appends: equal maps have equal keys, under which the
+// tables keep one of them.
+func sharingKey(names []corev1.ResourceName, appendValue func([]byte, corev1.ResourceName) []byte) string {
 	key := make([]byte, 0, 32*len(names))
 	for _, name := range names {
 		key = append(key, name...)
 		key = append(key, '=')
-		key = strconv.AppendInt(key, m[name], 10)
+		key = appendValue(key, name)
 		key = append(key, ';')
 	}
-	return counts.Value(string(key), m)
+	return string(key)
 }
