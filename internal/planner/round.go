@@ -253,16 +253,17 @@ func (d *decision) readNodes(o *Options, m *memory, now time.Time, nodes []*core
 // in the order they claim capacity (priority, then age, then name), with
 // their demand; the Events told to pods no longer waiting are forgotten.
 // A pod a node's layout lists holding a device is not waiting, whatever
-// the pod informer says (heldAlready).
+// the pod informer says (dropHeld).
 func (d *decision) collectPending(m *memory, pods []*corev1.Pod, views []plansnap.Node) []*corev1.Pod {
 	pending := make([]*corev1.Pod, 0)
-	live := map[types.UID]bool{}
-	held := d.heldAlready(pods, views)
 	for _, p := range pods {
-		if !plansnap.Unschedulable(p) || held[p.Namespace+"/"+p.Name] {
-			continue
+		if plansnap.Unschedulable(p) {
+			pending = append(pending, p)
 		}
-		pending = append(pending, p)
+	}
+	pending = d.dropHeld(pending, views)
+	live := map[types.UID]bool{}
+	for _, p := range pending {
 		live[p.UID] = true
 		for res, n := range schedview.Devices(p) {
 			d.demand[res] += float64(n)
@@ -276,35 +277,30 @@ func (d *decision) collectPending(m *memory, pods []*corev1.Pod, views []plansna
 	return pending
 }
 
-// heldAlready is the unschedulable pods (by namespace/name) that a node's
-// layout lists holding a device. The informers of Nodes and pods each
-// catch up on their own after a lost watch (an API server restart backs
-// each off by up to a minute), so the pod informer may still show as
-// waiting a pod that its agent already reports running: planning for it
-// again would change a second GPU for a pod that has one. A pod deleted
-// and made again under the same name waits until its agent's next report.
-func (d *decision) heldAlready(pods []*corev1.Pod, views []plansnap.Node) map[string]bool {
-	var waiting map[string]bool
-	for _, p := range pods {
-		if plansnap.Unschedulable(p) {
-			if waiting == nil {
-				waiting = map[string]bool{}
-			}
-			waiting[p.Namespace+"/"+p.Name] = false
-		}
+// dropHeld is pending without the pods a node's layout lists holding a
+// device. The informers of Nodes and pods each catch up on their own
+// after a lost watch (an API server restart backs each off by up to a
+// minute), so the pod informer may still show as waiting a pod that its
+// agent already reports running: planning for it again would change a
+// second GPU for a pod that has one. A pod deleted and made again under
+// the same name waits until its agent's next report.
+func (d *decision) dropHeld(pending []*corev1.Pod, views []plansnap.Node) []*corev1.Pod {
+	if len(pending) == 0 {
+		return pending
 	}
-	if waiting == nil {
-		return nil
+	held := make(map[string]bool, len(pending))
+	for _, p := range pending {
+		held[p.Namespace+"/"+p.Name] = false
 	}
 	for i := range views {
 		for u := range views[i].AllUsers() {
-			if seen, ok := waiting[u]; ok && !seen {
-				waiting[u] = true
+			if seen, ok := held[u]; ok && !seen {
+				held[u] = true
 				d.warnings = append(d.warnings, fmt.Sprintf("pod %s waits for the scheduler as the pod informer shows it, but Node %s's layout lists it holding a device: not planned for (the informer is behind)", u, views[i].Name))
 			}
 		}
 	}
-	return waiting
+	return slices.DeleteFunc(pending, func(p *corev1.Pod) bool { return held[p.Namespace+"/"+p.Name] })
 }
 
 // nodeOrder is the nodes to write, in the order their first pod claims

@@ -416,10 +416,7 @@ func (n *Node) AllUsers() iter.Seq[string] {
 
 // Users are every pod holding a device of the node.
 func (n *Node) Users() []string {
-	var out []string
-	for _, g := range n.Layout {
-		out = append(out, n.GPUUsers(g.Index)...)
-	}
+	out := slices.Collect(n.AllUsers())
 	slices.Sort(out)
 	return slices.Compact(out)
 }
