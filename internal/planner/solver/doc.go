@@ -74,7 +74,11 @@
 // the scheduler gives a free instance to the next pod of its profile
 // wherever it is, so instances left idle scatter MIG pods over nodes that
 // could hold multi-GPU pods, while a whole GPU serves whole-GPU pods at
-// once and MIG pods after one round.
+// once and MIG pods after one round. Free instances of the profiles the
+// mix asks for are kept while their share of the free capacity is at most
+// the mix's MIG share, on the nodes with the fewest whole GPUs and never on
+// one that would otherwise be all whole: a GPU reclaimed and then carved
+// again for the next MIG pod is two changes where keeping it is none.
 //
 // A GPU the round changes gets, next to its occupied instances and the free
 // instances kept, new free instances for the demand mix (the profile with

@@ -454,18 +454,53 @@ func TestObjectiveOrder(t *testing.T) {
 }
 
 // TestReclaim: after the pods, MIG GPUs with nothing in use go back to
-// whole, within the cooldown, the cap and the nodes the planner may change.
+// whole, within the cooldown, the cap and the nodes the planner may change,
+// but for the free instances the mix's MIG share of the free capacity keeps.
 func TestReclaim(t *testing.T) {
 	reclaim := func(p *solver.Policy) { p.ReclaimIdle = true }
 	wholeAndMIG := []solver.Demand{{Resource: mig1g, Count: 1, Weight: 1}, {Resource: wholeGPU, Count: 1, Weight: 1}}
+	mostlyWhole := []solver.Demand{{Resource: mig1g, Count: 1, Weight: 1}, {Resource: wholeGPU, Count: 1, Weight: 10}}
 	recent := migGPU(1, "1g.10gb@0", "1g.10gb@1")
 	recent.LastChanged = t0.Add(-30 * time.Second)
 	for name, tc := range map[string]ruleCase{
 		"an idle MIG GPU goes back to whole": {
-			nodes:   []solver.Node{node("n0", optedIn, gpus(migGPU(0, "1g.10gb@0", "3g.40gb@4"), migGPU(1)))},
+			nodes:   []solver.Node{node("n0", optedIn, gpus(migGPU(0, "3g.40gb@4"), migGPU(1)))},
 			mix:     wholeAndMIG,
 			pol:     reclaim,
 			changed: map[string][]string{"n0/0": {"MIG disabled"}, "n0/1": {"MIG disabled"}},
+		},
+		// The mix asks mostly for whole GPUs: one free 1g.10gb is more
+		// than its MIG share of the free capacity, two are too many.
+		"free instances beyond the mix's MIG share go whole": {
+			nodes:   []solver.Node{node("n0", optedIn, gpus(migGPU(0, "1g.10gb@0"), migGPU(1, "1g.10gb@0"), migGPU(2, "1g.10gb@0"), migGPU(3, "1g.10gb@0*")))},
+			mix:     mostlyWhole,
+			pol:     reclaim,
+			changed: map[string][]string{"n0/0": {"MIG disabled"}, "n0/1": {"MIG disabled"}},
+		},
+		"a MIG-heavy mix keeps the free instances it asks for, not the others": {
+			nodes: []solver.Node{node("n0", optedIn, gpus(migGPU(0, "1g.10gb@0"), migGPU(1, "1g.10gb@0", "1g.10gb@1"), migGPU(2, "3g.40gb@4"), migGPU(3), migGPU(4, "1g.10gb@0*")))},
+			mix:   []solver.Demand{{Resource: mig1g, Count: 1, Weight: 10}, {Resource: wholeGPU, Count: 1, Weight: 1}},
+			pol:   reclaim,
+			// 3g.40gb is not asked for; an empty layout serves nobody.
+			changed: map[string][]string{"n0/2": {"MIG disabled"}, "n0/3": {"MIG disabled"}},
+		},
+		"the spare instance kept is on the node with fewer whole GPUs": {
+			nodes: []solver.Node{
+				node("a", optedIn, gpus(migGPU(0, "1g.10gb@0"), migGPU(1, "1g.10gb@0*"))),
+				node("b", optedIn, gpus(migGPU(0, "1g.10gb@0"), wholeGPUOf(1, notInUse), wholeGPUOf(2, notInUse), migGPU(3, "1g.10gb@0*"))),
+			},
+			mix:     mostlyWhole,
+			pol:     reclaim,
+			changed: map[string][]string{"b/0": {"MIG disabled"}},
+		},
+		"a node that would be all whole goes whole, whatever the mix keeps": {
+			nodes: []solver.Node{
+				node("a", optedIn, gpus(migGPU(0, "1g.10gb@0"), migGPU(1, "1g.10gb@0"))),
+				node("b", optedIn, gpus(migGPU(0, "1g.10gb@0"), wholeGPUOf(1, inUse))),
+			},
+			mix:     []solver.Demand{{Resource: mig1g, Count: 1, Weight: 10}, {Resource: wholeGPU, Count: 1, Weight: 1}},
+			pol:     reclaim,
+			changed: map[string][]string{"a/0": {"MIG disabled"}, "a/1": {"MIG disabled"}, "b/0": {"MIG disabled"}},
 		},
 		"no whole-GPU demand: free instances stay for MIG pods": {
 			nodes: []solver.Node{node("n0", optedIn, gpus(migGPU(0, "1g.10gb@0", "3g.40gb@4")))},

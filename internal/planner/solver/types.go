@@ -143,7 +143,8 @@ type Policy struct {
 	// cooldown: a free instance draws the scheduler's pods of its profile
 	// wherever it is, which scatters MIG over nodes that could hold
 	// multi-GPU pods, and a whole GPU serves whole-GPU pods at once and MIG
-	// pods after one round.
+	// pods after one round. Free instances up to the mix's MIG share of
+	// the free capacity stay (see the package documentation).
 	ReclaimIdle bool
 	// HoldForMultiGPU: when a pod that needs several whole GPUs on one
 	// node finds none, the pods after it in the round get no new MIG
