@@ -166,11 +166,11 @@ func builtinModels() []Model {
 	h200 := [7]row{
 		{"1g.18gb", 16384, 16, mig.Engines{}},    // 16.00 GiB
 		{"1g.18gb+me", 16384, 16, mig.Engines{}}, // 16.00 GiB
-		{"1g.35gb", 33024, 26, mig.Engines{}},    // 32.25 GiB
-		{"2g.35gb", 33024, 32, mig.Engines{}},    // 32.25 GiB
-		{"3g.71gb", 71168, 60, mig.Engines{}},    // 69.50 GiB
-		{"4g.71gb", 71168, 64, mig.Engines{}},    // 69.50 GiB
-		{"7g.141gb", 143104, 132, mig.Engines{}}, // 139.75 GiB
+		{"1g.35gb", 33280, 26, mig.Engines{}},    // 32.50 GiB
+		{"2g.35gb", 33280, 32, mig.Engines{}},    // 32.50 GiB
+		{"3g.71gb", 71424, 60, mig.Engines{}},    // 69.75 GiB
+		{"4g.71gb", 71424, 64, mig.Engines{}},    // 69.75 GiB
+		{"7g.141gb", 143360, 132, mig.Engines{}}, // 140.00 GiB
 	}
 	models := []Model{
 		{
