@@ -30,6 +30,7 @@ func flags(c *Config) *cli.Flags {
 	f.Duration(&c.Reserve.After, "reserve-after", resv.After, "how long a pod waits for several whole GPUs before a node is reserved for it, and how long a node whose reservation lapsed is left to other pods")
 	f.Int(&c.Reserve.Max, "reserve-max", resv.Max, "reservations held at once (0: none)")
 	f.Duration(&c.Reserve.Lead, "reserve-lead", resv.Lead, "the longest a reservation may expect to wait for its GPUs to free")
+	f.Duration(&c.Reserve.MaxLead, "reserve-max-lead", resv.MaxLead, "while no pod but those asking for several whole GPUs is pending, a pod that has waited longer than --reserve-lead has a lead as long as its wait, up to this")
 	f.Duration(&c.Reserve.Grace, "reserve-grace", resv.Grace, "how long after its GPUs were expected free a reservation whose pod has not bound lapses")
 	f.Duration(&c.MixHalfLife, "mix-half-life", DefaultMixHalfLife, "how fast the demand mix the planner keeps free capacity usable for forgets")
 	f.Bool(&c.LeaderElection, "leader-elect", true, "run rounds only in the replica holding the leader Lease")

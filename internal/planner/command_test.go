@@ -46,7 +46,7 @@ func TestParseFlags(t *testing.T) {
 				"--batch-idle=1s", "--batch-max=4s", "--resync=9s", "--batch-leading", "--start-grace=5s", "--mix-half-life=2h", "--leader-elect=false",
 				"--leader-elect-namespace=ns", "--leader-elect-name=l", "--leader-elect-identity=me", "--leader-elect-lease-duration=6s",
 				"--leader-elect-renew-deadline=4s", "--leader-elect-retry-period=1s", "--metrics-addr=", "--metrics-cert-dir=/certs", "--kube-api-qps=2.5", "--kube-api-burst=5",
-				"--reserve-after=1m", "--reserve-max=2", "--reserve-lead=3m", "--reserve-grace=30s"},
+				"--reserve-after=1m", "--reserve-max=2", "--reserve-lead=3m", "--reserve-max-lead=1h", "--reserve-grace=30s"},
 			want: with(func(c *Config) {
 				c.Kubeconfig, c.DryRun, c.Policy.Cooldown, c.Policy.MaxGPUsPerRound, c.MaxNodesPerRound, c.ManualHold = "/kc", true, time.Minute, 2, 3, time.Second
 				c.Cadence = solver.Cadence{Idle: time.Second, Max: 4 * time.Second, Resync: 9 * time.Second, Leading: true}
@@ -54,7 +54,7 @@ func TestParseFlags(t *testing.T) {
 				c.LeaseNamespace, c.LeaseName, c.Identity = "ns", "l", "me"
 				c.LeaseDuration, c.RenewDeadline, c.RetryPeriod = 6*time.Second, 4*time.Second, time.Second
 				c.MetricsAddr, c.MetricsCertDir, c.KubeAPIQPS, c.KubeAPIBurst = "", "/certs", 2.5, 5
-				c.Reserve = reserve.Policy{After: time.Minute, Max: 2, Lead: 3 * time.Minute, Grace: 30 * time.Second}
+				c.Reserve = reserve.Policy{After: time.Minute, Max: 2, Lead: 3 * time.Minute, MaxLead: time.Hour, Grace: 30 * time.Second}
 			}),
 		},
 		{

@@ -25,10 +25,18 @@
 //     GPUs, then the name).
 //   - Never a node the reservation would keep empty for long: a GPU's free
 //     devices are withheld from when it frees until the pod binds, so a
-//     node is taken only if its k GPUs are expected free within
-//     Policy.Lead; the reservation lapses Policy.Grace after that (its
-//     deadline), and a node whose reservation lapsed is not reserved again
-//     for Policy.After.
+//     node is taken only if its k GPUs are expected free within the pod's
+//     lead: Policy.Lead, or, while no pod but those asking for several
+//     whole GPUs is pending, as long as the pod has already waited, up to
+//     Policy.MaxLead. Some GPU of every node is nearly always expected
+//     busy for longer than a few minutes, so a fixed lead can starve the
+//     pod for hours, and every later pod of its kind behind it; a lead
+//     that grows with its wait serves it. It grows only while nothing else
+//     waits: then the GPUs it withholds would sit idle anyway, whereas
+//     with other pods pending each GPU-hour withheld is one they are not
+//     served. The reservation lapses Policy.Grace after its GPUs were
+//     expected free (its deadline), and a node whose reservation lapsed is
+//     not reserved again for Policy.After.
 //   - At most Policy.Max reservations at once. A reservation ends when its
 //     pod is no longer pending (bound, or gone), at its deadline, or when
 //     its node no longer qualifies.
@@ -75,6 +83,11 @@ type Policy struct {
 	// Lead is the longest a reservation may expect to wait for its GPUs:
 	// how long a GPU freed at once could sit withheld.
 	Lead time.Duration
+	// MaxLead is the longest the lead grows to for a pod that has waited
+	// longer than Lead while no pod but those asking for several whole
+	// GPUs is pending: its lead is as long as it has waited, up to this
+	// (at most Lead: no growth).
+	MaxLead time.Duration
 	// Grace is how long after the GPUs were expected free a reservation
 	// lapses if its pod has not bound.
 	Grace time.Duration
@@ -82,7 +95,7 @@ type Policy struct {
 
 // DefaultPolicy is what the planner runs with unless told otherwise.
 func DefaultPolicy() Policy {
-	return Policy{After: 5 * time.Minute, Max: 4, Lead: 10 * time.Minute, Grace: 2 * time.Minute}
+	return Policy{After: 5 * time.Minute, Max: 4, Lead: 10 * time.Minute, MaxLead: 2 * time.Hour, Grace: 2 * time.Minute}
 }
 
 // Validate rejects a policy Decide cannot run.
@@ -91,7 +104,7 @@ func (p Policy) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"after", p.After}, {"lead", p.Lead}, {"grace", p.Grace}} {
+	}{{"after", p.After}, {"lead", p.Lead}, {"max lead", p.MaxLead}, {"grace", p.Grace}} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%s %s is negative", d.name, d.v))
 		}
@@ -214,10 +227,20 @@ func Decide(pol Policy, in Input) Decision {
 		return cmp.Or(cmp.Compare(corev1helpers.PodPriority(b), corev1helpers.PodPriority(a)),
 			a.CreationTimestamp.Time.Compare(b.CreationTimestamp.Time), cmp.Compare(key(a), key(b)))
 	})
+	// Pods that could use what a reservation withholds: while one waits,
+	// leads do not grow.
+	others := false
+	for _, p := range in.Pending {
+		if p != nil && wholeGPUs(p) < 2 {
+			others = true
+			break
+		}
+	}
 	frees := map[string][]gpuFree{}
 	// Pods that may land on the same nodes and need as many GPUs as one
-	// that found no node find none either: at saturation, most of them.
-	failed := map[string]bool{}
+	// that found no node find none either, unless their lead is longer:
+	// at saturation, most of them.
+	failed := map[string]time.Duration{}
 	for _, p := range cands {
 		k := wholeGPUs(p)
 		if k < 2 {
@@ -225,7 +248,11 @@ func Decide(pol Policy, in Input) Decision {
 		}
 		el := eligible(view, p)
 		fk := fmt.Sprintf("%d|%s", k, el.key)
-		if failed[fk] {
+		lead := pol.Lead
+		if !others {
+			lead = pol.leadFor(in.Now.Sub(p.CreationTimestamp.Time))
+		}
+		if f, ok := failed[fk]; ok && lead <= f {
 			continue
 		}
 		var best *choice
@@ -240,12 +267,12 @@ func Decide(pol Policy, in Input) Decision {
 				frees[name] = f
 			}
 			c, ok := choose(n, f, k)
-			if ok && c.ready.Sub(in.Now) <= pol.Lead && (best == nil || c.better(best)) {
+			if ok && c.ready.Sub(in.Now) <= lead && (best == nil || c.better(best)) {
 				best = &c
 			}
 		}
 		if best == nil {
-			failed[fk] = true
+			failed[fk] = lead
 			continue
 		}
 		d.Held = append(d.Held, Reservation{Node: best.node.Name, GPUs: best.gpus, Pod: key(p), Since: in.Now,
@@ -256,6 +283,12 @@ func Decide(pol Policy, in Input) Decision {
 		}
 	}
 	return d
+}
+
+// leadFor is the lead of a pod that has waited so long: Lead, or its wait
+// up to MaxLead.
+func (p Policy) leadFor(waited time.Duration) time.Duration {
+	return max(p.Lead, min(waited, p.MaxLead))
 }
 
 func key(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }

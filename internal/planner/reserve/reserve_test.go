@@ -129,13 +129,51 @@ func TestDecide(t *testing.T) {
 	}, {
 		name:  "no node within Lead: none",
 		nodes: []solver.Node{eightOf("a", busyFor(0, mins(11)))},
-		pods:  []*corev1.Pod{gpusPod("p", 8, time.Hour)},
+		pods:  []*corev1.Pod{gpusPod("p", 8, mins(10))},
 	}, {
 		name:  "a longer Lead",
 		nodes: []solver.Node{eightOf("a", busyFor(0, mins(11)))},
-		pods:  []*corev1.Pod{gpusPod("p", 8, time.Hour)},
+		pods:  []*corev1.Pod{gpusPod("p", 8, mins(10))},
 		pol:   func(p *reserve.Policy) { p.Lead = mins(20) },
 		want:  []string{"p@a[0 1 2 3 4 5 6 7] ready+11 deadline+13"},
+	}, {
+		name:  "waited longer than Lead: a lead as long as the wait",
+		nodes: []solver.Node{eightOf("a", busyFor(0, mins(50)))},
+		pods:  []*corev1.Pod{gpusPod("p", 8, time.Hour)},
+		want:  []string{"p@a[0 1 2 3 4 5 6 7] ready+50 deadline+52"},
+	}, {
+		name:  "... not while another pod waits: it could use what the reservation withholds",
+		nodes: []solver.Node{eightOf("a", busyFor(0, mins(50)))},
+		pods:  []*corev1.Pod{gpusPod("p", 8, time.Hour), gpusPod("one", 1, mins(1))},
+	}, {
+		name:  "... a pod asking for several whole GPUs is no such pod",
+		nodes: []solver.Node{eightOf("a", busyFor(0, mins(50)))},
+		pods:  []*corev1.Pod{gpusPod("p", 8, time.Hour), gpusPod("four", 4, mins(1))},
+		want:  []string{"p@a[0 1 2 3 4 5 6 7] ready+50 deadline+52"},
+	}, {
+		name:  "... not longer than the wait",
+		nodes: []solver.Node{eightOf("a", busyFor(0, mins(61)))},
+		pods:  []*corev1.Pod{gpusPod("p", 8, time.Hour)},
+	}, {
+		name:  "... nor than MaxLead",
+		nodes: []solver.Node{eightOf("a", busyFor(0, mins(150)))},
+		pods:  []*corev1.Pod{gpusPod("p", 8, 5*time.Hour)},
+	}, {
+		name:  "... a longer MaxLead",
+		nodes: []solver.Node{eightOf("a", busyFor(0, mins(150)))},
+		pods:  []*corev1.Pod{gpusPod("p", 8, 5*time.Hour)},
+		pol:   func(p *reserve.Policy) { p.MaxLead = 3 * time.Hour },
+		want:  []string{"p@a[0 1 2 3 4 5 6 7] ready+150 deadline+152"},
+	}, {
+		name:  "MaxLead under Lead: Lead alone",
+		nodes: []solver.Node{eightOf("a", busyFor(0, mins(11)))},
+		pods:  []*corev1.Pod{gpusPod("p", 8, time.Hour)},
+		pol:   func(p *reserve.Policy) { p.MaxLead = 0 },
+	}, {
+		name:  "a pod of shorter lead that finds no node does not bar one of longer lead",
+		nodes: []solver.Node{eightOf("a", busyFor(0, mins(30)))},
+		pods:  []*corev1.Pod{gpusPod("old", 8, time.Hour), gpusPod("high", 8, mins(6), prio(1000))},
+		want:  []string{"old@a[0 1 2 3 4 5 6 7] ready+30 deadline+32"},
 	}, {
 		name:  "four GPUs: the four that free soonest",
 		nodes: []solver.Node{eightOf("a", busyThen(mins(9), mins(1), mins(8), mins(2), mins(7), mins(30), mins(30), mins(30))...)},
@@ -300,7 +338,7 @@ func TestHeld(t *testing.T) {
 		want: []string{"p@a[0 1 2 3 4 5 6 7] ready+0 deadline+2"},
 	}, {
 		name:  "its node gone: ended",
-		nodes: []solver.Node{eightOf("b", busyFor(0, mins(20)))}, pods: []*corev1.Pod{p}, held: []reserve.Reservation{held},
+		nodes: []solver.Node{eightOf("b", busyFor(0, mins(90)))}, pods: []*corev1.Pod{p}, held: []reserve.Reservation{held},
 		ended: []string{"ns/p: " + reserve.EndedNode},
 	}, {
 		name: "its node now out of reach of the pod: ended",
@@ -339,12 +377,12 @@ func TestPolicyValidate(t *testing.T) {
 	if err := reserve.DefaultPolicy().Validate(); err != nil {
 		t.Errorf("default policy: %v", err)
 	}
-	bad := reserve.Policy{After: -1, Max: -1, Lead: -1, Grace: -1}
+	bad := reserve.Policy{After: -1, Max: -1, Lead: -1, MaxLead: -1, Grace: -1}
 	err := bad.Validate()
 	if err == nil {
 		t.Fatal("a policy of negative values validated")
 	}
-	for _, w := range []string{"after", "max", "lead", "grace"} {
+	for _, w := range []string{"after", "max", "lead", "max lead", "grace"} {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("%v does not name %s", err, w)
 		}

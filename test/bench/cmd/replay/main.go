@@ -57,6 +57,7 @@ func run(args []string, stderr io.Writer) error {
 	fs.IntVar(&resv.Max, "reserve-max", resv.Max, "migflex: nodes reserved at once for pods waiting for several whole GPUs (0: none)")
 	fs.DurationVar(&resv.After, "reserve-after", resv.After, "migflex: how long such a pod waits before a node is reserved for it")
 	fs.DurationVar(&resv.Lead, "reserve-lead", resv.Lead, "migflex: reserve only a node whose GPUs are expected free for the pod within this")
+	fs.DurationVar(&resv.MaxLead, "reserve-max-lead", resv.MaxLead, "migflex: ... or within as long as the pod has waited, up to this")
 	fs.DurationVar(&resv.Grace, "reserve-grace", resv.Grace, "migflex: a reservation lapses this long after its GPUs were expected free")
 	cadence := solver.DefaultCadence()
 	fs.DurationVar(&cadence.Idle, "migflex-idle", cadence.Idle, "migflex: a round runs once no pod became pending for this long")
