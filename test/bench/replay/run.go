@@ -75,7 +75,10 @@ type Options struct {
 	// before issue 38, to measure the difference.
 	MigflexIgnoresDepartures bool
 	// FGD runs the fill experiment on FGDFraction of the nodes.
-	FGD         bool
+	FGD bool
+	// FillOnly skips the timed replays: the fill experiment, a second per
+	// policy, alone, where the timed replays take minutes.
+	FillOnly    bool
 	FGDFraction float64
 	// FGDOffered is how much demand the fill experiment offers, as a
 	// multiple of the fleet's GPUs.
@@ -193,6 +196,9 @@ func Run(o Options) (*Report, error) {
 	if err != nil {
 		rep.NoTimes = err.Error()
 	}
+	if o.FillOnly {
+		timed, rep.NoTimes = nil, "only the fill experiment was asked for"
+	}
 	templates := buildTemplates(o, full, timed)
 	rep.Trace.GPUTasks = len(templates)
 	for _, t := range templates {
@@ -255,6 +261,9 @@ func (o *Options) defaults() error {
 	}
 	if o.FGDOffered <= 0 {
 		o.FGDOffered = 1.3
+	}
+	if o.FillOnly && !o.FGD {
+		return errors.New("only the fill experiment was asked for, and it is off: nothing to run")
 	}
 	if o.Cadence == (solver.Cadence{}) {
 		o.Cadence = solver.DefaultCadence()

@@ -41,6 +41,7 @@ func run(args []string, stderr io.Writer) error {
 	policies := fs.String("policies", strings.Join(replay.AllPolicies, ","), "policies to replay")
 	resample := fs.String("resample", "", "draw the pod list again so that a kind of task asks for a share of the GPUs requested, as the trace's own resampled files were made: gpushare=SHARE or multigpu=SHARE (with -seed)")
 	fgd := fs.Bool("fgd", true, "run the FGD fill experiment")
+	fillOnly := fs.Bool("fill-only", false, "run the fill experiment alone, not the timed replays")
 	fgdFraction := fs.Float64("fgd-fleet", 0.25, "share of the node list the fill experiment uses (1: the whole list)")
 	fgdOffered := fs.Float64("fgd-offered", 1.3, "demand the fill experiment offers, as a multiple of the fleet's GPUs")
 	parallel := fs.Int("parallel", 0, "replays run at once (default: the CPUs)")
@@ -86,7 +87,7 @@ func run(args []string, stderr io.Writer) error {
 		return errors.New("-pods and -nodes are required (the trace: github.com/alibaba/clusterdata, cluster-trace-gpu-v2023/csv)")
 	}
 	o := replay.Options{TraceName: filepath.Base(*pods), Speedup: *speedup, Drain: *drain, Latency: *latency,
-		Seed: *seed, Planner: pol, Reserve: resv, Cadence: cadence, MixHalfLife: *halfLife, MigflexPreset: *migflexPreset, MigflexIgnoresDepartures: !*migflexDepartures, FGD: *fgd, FGDFraction: *fgdFraction, FGDOffered: *fgdOffered,
+		Seed: *seed, Planner: pol, Reserve: resv, Cadence: cadence, MixHalfLife: *halfLife, MigflexPreset: *migflexPreset, MigflexIgnoresDepartures: !*migflexDepartures, FGD: *fgd, FillOnly: *fillOnly, FGDFraction: *fgdFraction, FGDOffered: *fgdOffered,
 		Parallel: *parallel, Progress: func(s string) { fmt.Fprintln(stderr, s) }}
 	var err error
 	if o.Models, err = replay.ParseModelMap(*models); err != nil {

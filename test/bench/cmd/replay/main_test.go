@@ -24,6 +24,7 @@ func TestRun(t *testing.T) {
 		"with times": {pods: "openb_pod_list_default.head.csv", timed: true, inText: "## Load 2 "},
 		"no times":   {pods: "openb_pod_list_multigpu30.head.csv", inText: "No timed replay"},
 		"times lent": {pods: "openb_pod_list_multigpu30.head.csv", extra: []string{"-times-from", data + "openb_pod_list_default.head.csv"}, timed: true, inText: "resampled"},
+		"fill only":  {pods: "openb_pod_list_default.head.csv", extra: []string{"-fill-only"}, inText: "only the fill experiment"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			out := t.TempDir()
@@ -74,6 +75,7 @@ func TestRun(t *testing.T) {
 		{"-pods", data + "openb_pod_list_default.head.csv", "-nodes", data + "openb_node_list.head.csv", "-loads", "x"},
 		{"-pods", data + "openb_pod_list_default.head.csv", "-nodes", data + "openb_node_list.head.csv", "-policies", "magic"},
 		{"-pods", data + "openb_pod_list_default.head.csv", "-nodes", data + "openb_node_list.head.csv", "-models", "G2=Nope"},
+		{"-pods", data + "openb_pod_list_default.head.csv", "-nodes", data + "openb_node_list.head.csv", "-fill-only", "-fgd=false"},
 	} {
 		if err := run(append(bad, "-out", t.TempDir()), &bytes.Buffer{}); err == nil {
 			t.Errorf("run(%q) succeeded", bad)
