@@ -75,15 +75,15 @@ type Options struct {
 	// before issue 38, to measure the difference.
 	MigflexIgnoresDepartures bool
 	// FGD runs the fill experiment on FGDFraction of the nodes.
-	FGD bool
-	// FillOnly skips the timed replays: the fill experiment, a second per
-	// policy, alone, where the timed replays take minutes.
-	FillOnly    bool
+	FGD         bool
 	FGDFraction float64
 	// FGDOffered is how much demand the fill experiment offers, as a
 	// multiple of the fleet's GPUs.
 	FGDOffered float64
-	Parallel   int
+	// FillOnly skips the timed replays, which take minutes where the fill
+	// takes seconds.
+	FillOnly bool
+	Parallel int
 	// Progress, when set, is called after each policy's run.
 	Progress func(string)
 }
@@ -263,7 +263,7 @@ func (o *Options) defaults() error {
 		o.FGDOffered = 1.3
 	}
 	if o.FillOnly && !o.FGD {
-		return errors.New("only the fill experiment was asked for, and it is off: nothing to run")
+		return errors.New("the fill experiment alone was asked for (-fill-only) but it is off (-fgd=false): nothing to run")
 	}
 	if o.Cadence == (solver.Cadence{}) {
 		o.Cadence = solver.DefaultCadence()
